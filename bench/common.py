@@ -1,0 +1,111 @@
+"""Shared benchmark helpers: timing with CUDA events, copy bandwidth, result files.
+
+Every script prints a table last and writes JSON under bench/results/ with the date, the
+host, and (for GPU benchmarks) the GPU name and driver.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def host_info() -> dict[str, Any]:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": sys.version.split()[0],
+        "cpus": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "cpu_model": cpu,
+        "platform": platform.platform(),
+    }
+
+
+def gpu_info() -> dict[str, Any]:
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    from nvrtc_engine import nvrtc
+
+    return {
+        "gpu": props.name,
+        "sm_count": props.multi_processor_count,
+        "capability": f"{props.major}.{props.minor}",
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "nvrtc": nvrtc.nvrtc_version(),
+    }
+
+
+def write_results(name: str, payload: dict[str, Any], out_dir: str | None = None) -> Path:
+    """Write ``payload`` (plus host info) to bench/results/<name>.json and $OUT if set."""
+    payload = {"benchmark": name, **host_info(), **payload}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    text = json.dumps(payload, indent=2, sort_keys=False)
+    path.write_text(text + "\n")
+    extra = out_dir or os.environ.get("OUT")
+    if extra:
+        Path(extra).mkdir(parents=True, exist_ok=True)
+        (Path(extra) / f"{name}.json").write_text(text + "\n")
+    return path
+
+
+def cuda_time_ms(fn: Callable[[], Any], *, warmup: int = 5, repeat: int = 50) -> float:
+    """Median milliseconds of ``fn()`` on torch's current stream, timed with CUDA events."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def copy_bandwidth_gbps(nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second, GB/s)."""
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    ms = cuda_time_ms(lambda: dst.copy_(src), repeat=30)
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:
+    """Format rows as a fixed-width table; columns are (key, header, format spec)."""
+    widths = []
+    for key, head, spec in columns:
+        cells = [format(r[key], spec) if r.get(key) is not None else "-" for r in rows]
+        widths.append(max(len(head), *(len(c) for c in cells)) if cells else len(head))
+    lines = ["  ".join(h.ljust(w) for (_, h, _), w in zip(columns, widths, strict=False))]
+    for r in rows:
+        cells = [format(r[k], s) if r.get(k) is not None else "-" for k, _, s in columns]
+        lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)))
+    return "\n".join(lines)

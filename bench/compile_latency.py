@@ -1,0 +1,141 @@
+"""Compile latency: cold NVRTC compiles, warm disk hits in a new process, memory hits.
+
+    python bench/compile_latency.py [--arch sm_90] [--tag NAME]
+
+Runs on any machine (no GPU needed). With an empty cache directory it measures:
+  - the first get_kernel in the process (NVRTC library load, Jinja set-up, cache open),
+  - cold compiles of 14 further distinct GELU variants (median, NVRTC time and get_kernel
+    wall time: render + digest + compile + verified store),
+  - a new process that finds them on disk: import time, its first get_kernel (one-time
+    set-up included) and the per-key disk hit (render, digest, read, verify),
+  - get_kernel from memory (same arguments again), in microseconds.
+Writes bench/results/compile_latency-<tag>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+
+PAIRS = list(
+    itertools.product(["bf16", "fp16", "fp32"], ["fp8_e4m3", "bf16", "fp16", "fp32", "fp8_e5m2"])
+)
+
+_WARM = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import nvrtc_engine as ne
+t1 = time.perf_counter()
+pairs = json.loads(sys.argv[1]); arch = sys.argv[2]
+times = []
+for i, o in pairs:
+    s = time.perf_counter()
+    k = ne.get_kernel("gelu", in_dtype=i, out_dtype=o, arch=arch)
+    times.append((time.perf_counter() - s) * 1e3)
+    assert k.origin == "disk", k.origin
+info = ne.cache_info()
+print(json.dumps({"import_ms": (t1 - t0) * 1e3, "get_ms": times, "compiles": info.compiles,
+                  "disk_hits": info.disk_hits}))
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--tag", default=None, help="results file suffix (default: host kind)")
+    args = parser.parse_args()
+    tmp = tempfile.mkdtemp(prefix="nvrtc-engine-bench-")
+    os.environ["NVRTC_ENGINE_CACHE_DIR"] = tmp
+    import nvrtc_engine as ne
+
+    ne.clear_cache()
+    # 1. first compile in this process: includes NVRTC initialization
+    i, o = PAIRS[0]
+    start = time.perf_counter()
+    first = ne.get_kernel("gelu", in_dtype=i, out_dtype=o, arch=args.arch)
+    first_wall = (time.perf_counter() - start) * 1e3
+    # 2. cold compiles of distinct variants
+    nvrtc_ms, wall_ms = [], []
+    for i, o in PAIRS[1:]:
+        start = time.perf_counter()
+        k = ne.get_kernel("gelu", in_dtype=i, out_dtype=o, arch=args.arch)
+        wall_ms.append((time.perf_counter() - start) * 1e3)
+        nvrtc_ms.append(k.artifact.compile_ms)
+        assert k.origin == "compiled"
+    # 3. a new process finds them all on disk
+    warm_runs = []
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-c", _WARM, json.dumps(PAIRS), args.arch],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=os.environ,
+        )
+        warm_runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert all(r["compiles"] == 0 for r in warm_runs)
+    per_key = [t for r in warm_runs for t in r["get_ms"][1:]]
+    # 4. memory hits
+    calls = 20000
+    memo_us = min(timeit.repeat(
+        lambda: ne.get_kernel("gelu", dtype="fp8", arch=args.arch), number=calls, repeat=5
+    )) / calls * 1e6  # fmt: skip
+    key = ne.make_key("gelu", dtype="fp8", arch=args.arch)
+    key_us = min(timeit.repeat(lambda: ne.get_kernel(key), number=calls, repeat=5)) / calls * 1e6
+    tag = args.tag or ("h200-host" if ne.driver.device_count() else "dev-2core")
+    result = {
+        "arch": args.arch,
+        "nvrtc": ne.nvrtc.nvrtc_version(),
+        "first_compile_wall_ms": first_wall,
+        "first_compile_nvrtc_ms": first.artifact.compile_ms,
+        "cold_compile_nvrtc_ms": nvrtc_ms,
+        "cold_compile_nvrtc_median_ms": statistics.median(nvrtc_ms),
+        "cold_get_kernel_wall_median_ms": statistics.median(wall_ms),
+        "variants": len(nvrtc_ms),
+        "warm_import_ms": statistics.median(r["import_ms"] for r in warm_runs),
+        "warm_first_get_kernel_ms": statistics.median(r["get_ms"][0] for r in warm_runs),
+        "warm_disk_hit_median_ms": statistics.median(per_key),
+        "memory_get_kernel_us": memo_us,
+        "memory_get_kernel_by_key_us": key_us,
+    }
+    path = common.write_results(f"compile_latency-{tag}", result)
+    rows = [
+        {"what": "first compile in process (NVRTC init), wall", "value": first_wall, "unit": "ms"},
+        {"what": f"cold compile, NVRTC, median of {len(nvrtc_ms)}",
+         "value": result["cold_compile_nvrtc_median_ms"], "unit": "ms"},
+        {"what": "cold get_kernel wall (render+digest+compile+store), median",
+         "value": result["cold_get_kernel_wall_median_ms"], "unit": "ms"},
+        {"what": "new process: import nvrtc_engine", "value": result["warm_import_ms"],
+         "unit": "ms"},
+        {"what": "new process: first get_kernel (disk hit + one-time set-up)",
+         "value": result["warm_first_get_kernel_ms"], "unit": "ms"},
+        {"what": "new process: disk hit per key, median", "value": result["warm_disk_hit_median_ms"],
+         "unit": "ms"},
+        {"what": "get_kernel from memory (same arguments)", "value": memo_us, "unit": "us"},
+        {"what": "get_kernel(KernelKey) from memory", "value": key_us, "unit": "us"},
+    ]  # fmt: skip
+    print(
+        f"compile latency, arch {args.arch}, NVRTC {result['nvrtc']}, {common.host_info()['cpus']} CPUs"
+    )
+    print(
+        common.table(rows, [("what", "measure", ""), ("value", "value", ".2f"), ("unit", "", "")])
+    )
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

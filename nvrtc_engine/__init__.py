@@ -1,0 +1,57 @@
+"""nvrtc_engine: CUDA kernels specialized at run time, compiled with NVRTC, cached on disk.
+
+    >>> import nvrtc_engine as ne
+    >>> k = ne.get_kernel("gelu", dtype="fp8")          # bf16 -> fp8_e4m3, tensor scaling
+    >>> y = k(x, scale=scale, amax=amax, scale_inv=scale_inv)
+
+Importing the package starts neither CUDA nor NVRTC; both start on first use. See
+:mod:`nvrtc_engine.errors` for the exception tree.
+"""
+
+from __future__ import annotations
+
+from ._version import __version__
+from .api import cache_info, clear_cache, get_kernel, make_key
+from .config import configure
+from .driver import DeviceBuffer
+from .dtypes import DTYPES, DType
+from .engine import CacheInfo
+from .errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    CacheWarning,
+    CompileError,
+    CudaError,
+    HeaderNotFoundError,
+    NoDeviceError,
+    NvrtcEngineError,
+    VariantError,
+)
+from .kernel import Kernel
+from .key import KernelKey
+from .ops import registered_ops
+
+__all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
+    "CacheInfo",
+    "CacheWarning",
+    "CompileError",
+    "CudaError",
+    "DTYPES",
+    "DType",
+    "DeviceBuffer",
+    "HeaderNotFoundError",
+    "Kernel",
+    "KernelKey",
+    "NoDeviceError",
+    "NvrtcEngineError",
+    "VariantError",
+    "__version__",
+    "cache_info",
+    "clear_cache",
+    "configure",
+    "get_kernel",
+    "make_key",
+    "registered_ops",
+]

@@ -1,0 +1,127 @@
+"""The public entry points: :func:`get_kernel`, :func:`make_key`, :func:`cache_info`,
+:func:`clear_cache`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import driver
+from .dtypes import DTYPES, dtype_name
+from .engine import CacheInfo, default_engine
+from .errors import NoDeviceError
+from .kernel import Kernel
+from .key import KernelKey
+
+__all__ = ["cache_info", "clear_cache", "get_kernel", "make_key"]
+
+
+def _device_arch(device: int | None) -> str:
+    try:
+        ordinal = driver.current_device() if device is None else device
+        return driver.get_device(ordinal).arch
+    except NoDeviceError as exc:
+        raise NoDeviceError(
+            f"{exc}; pass arch='sm_90' (or another arch) to compile without a GPU"
+        ) from None
+
+
+def make_key(
+    op: str,
+    *,
+    dtype: Any = None,
+    in_dtype: Any = None,
+    out_dtype: Any = None,
+    scaling: str | None = None,
+    layout: str = "rowwise",
+    hidden_size: int | None = None,
+    arch: str | int | None = None,
+    device: int | None = None,
+    **flags: bool,
+) -> KernelKey:
+    """Build and validate a :class:`KernelKey` with ``get_kernel``'s defaults; compiles nothing.
+
+    ``dtype`` names the output dtype. The input dtype defaults to ``dtype`` when that is a
+    high-precision type, else to ``bf16``; so ``make_key("gelu", dtype="fp8")`` is bf16 in,
+    fp8_e4m3 out, tensor scaling. With neither, bf16 in and out. ``scaling`` defaults to
+    ``tensor`` for FP8 outputs and ``none`` otherwise. ``arch`` defaults to the arch of
+    ``device`` (default: the current device).
+
+    Raises :class:`~nvrtc_engine.VariantError` for a bad field, ``TypeError`` for ``dtype``
+    together with ``out_dtype``, :class:`~nvrtc_engine.NoDeviceError` when ``arch`` is
+    omitted and there is no GPU.
+    """
+    if dtype is not None and out_dtype is not None:
+        raise TypeError("give dtype (the output dtype) or out_dtype, not both")
+    out = (
+        dtype_name(out_dtype if out_dtype is not None else dtype, "dtype")
+        if (dtype is not None or out_dtype is not None)
+        else None
+    )
+    if in_dtype is not None:
+        inp = dtype_name(in_dtype, "in_dtype")
+    elif out is not None and not DTYPES[out].is_fp8:
+        inp = out
+    else:
+        inp = "bf16"
+    if out is None:
+        out = inp
+    from .ops import get_spec
+
+    spec = get_spec(op)
+    return KernelKey(
+        op=op,
+        in_dtype=inp,
+        out_dtype=out,
+        scaling=scaling if scaling is not None else spec.default_scaling(out),
+        layout=layout,
+        hidden_size=hidden_size,
+        arch=_device_arch(device) if arch is None else arch,
+        flags=tuple(flags.items()),
+    )
+
+
+def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:
+    """The compiled kernel for a variant: from memory, the disk cache, or NVRTC.
+
+    ``get_kernel("gelu", dtype="fp8")`` is the tanh-GELU kernel with bf16 input and
+    tensor-scaled fp8_e4m3 output for the current device's arch. Takes a
+    :class:`KernelKey`, or an op name and :func:`make_key`'s keyword fields (``dtype``,
+    ``in_dtype``, ``out_dtype``, ``scaling``, ``layout``, ``hidden_size``, ``arch``,
+    ``device``, op flags). Repeated calls with the same arguments return the same object
+    from a dictionary lookup.
+
+    Raises :class:`~nvrtc_engine.VariantError` (bad field), :class:`~nvrtc_engine.NoDeviceError`
+    (no ``arch`` and no GPU), :class:`~nvrtc_engine.CompileError` (NVRTC failure, with log),
+    :class:`~nvrtc_engine.HeaderNotFoundError` (CUDA headers needed and missing).
+    """
+    engine = default_engine()
+    if isinstance(op, KernelKey):
+        if fields:
+            raise TypeError("get_kernel(key) takes no other fields")
+        return engine.get(op)
+    arch = fields.get("arch")
+    if arch is None:
+        # the memo must not outlive a device switch: add the resolved arch to it
+        call: Any = (op, _device_arch(fields.get("device")), *sorted(fields.items()))
+    else:
+        call = (op, *sorted(fields.items()))
+    try:
+        kernel = engine.lookup_call(call)
+    except TypeError:  # unhashable field value: skip the memo, validation will explain
+        kernel, call = None, None
+    if kernel is not None:
+        return kernel
+    kernel = engine.get(make_key(op, **fields))
+    if call is not None:
+        engine.remember_call(call, kernel)
+    return kernel
+
+
+def cache_info() -> CacheInfo:
+    """Counters (hits, disk_hits, misses, compiles) and sizes (entries, bytes) of the caches."""
+    return default_engine().info()
+
+
+def clear_cache(*, memory: bool = True, disk: bool = True) -> None:
+    """Empty the memory cache and/or the disk cache; settings are re-read on next use."""
+    default_engine().clear(memory=memory, disk=disk)

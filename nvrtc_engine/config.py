@@ -1,0 +1,172 @@
+"""Every environment variable nvrtc_engine reads, declared once and typed.
+
+Settings are read from the environment the first time :func:`settings` is called and then
+kept; :func:`configure` overrides fields in code and :func:`reset` re-reads the environment.
+Nothing on a launch path reads the environment.
+
+==================================  ========  ===============================================
+variable                            type      meaning
+==================================  ========  ===============================================
+``NVRTC_ENGINE_CACHE_DIR``          path      disk cache directory (default: the platform
+                                              user cache dir, e.g. ``~/.cache/nvrtc_engine``)
+``NVRTC_ENGINE_DISABLE_DISK_CACHE`` bool      ``1`` keeps kernels in memory only
+``NVRTC_ENGINE_CACHE_SIZE_LIMIT``   bytes     disk cache cap, LRU eviction; accepts ``512M``,
+                                              ``2G``, plain bytes (default 512 MiB)
+``NVRTC_ENGINE_CUDA_INCLUDE_DIR``   path      CUDA headers (``cuda_fp8.h``...) to use,
+                                              overriding discovery
+``NVRTC_ENGINE_DUMP_SOURCE``        bool      ``1`` writes every rendered kernel source to
+                                              :attr:`Settings.debug_dir`
+``NVRTC_ENGINE_DEBUG_DIR``          path      where rendered sources are written for
+                                              debugging (default: a per-user temp dir)
+``NVRTC_ENGINE_WORKERS``            int       worker processes for parallel compiles
+==================================  ========  ===============================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Settings", "configure", "reset", "settings"]
+
+_DEFAULT_SIZE_LIMIT = 512 * 1024 * 1024
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+_SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The engine's configuration; see the module docstring for the variables."""
+
+    cache_dir: Path | None = None
+    disable_disk_cache: bool = False
+    cache_size_limit: int = _DEFAULT_SIZE_LIMIT
+    cuda_include_dir: Path | None = None
+    dump_source: bool = False
+    debug_dir: Path | None = None
+    workers: int | None = None
+
+    def resolved_cache_dir(self) -> Path:
+        """The disk cache directory: the configured one, else the platform user cache dir."""
+        if self.cache_dir is not None:
+            return self.cache_dir
+        import platformdirs
+
+        return Path(platformdirs.user_cache_dir("nvrtc_engine", appauthor=False))
+
+    def resolved_debug_dir(self) -> Path:
+        """Where rendered sources go for debugging (failed compiles, or all with dump_source)."""
+        if self.debug_dir is not None:
+            return self.debug_dir
+        user = os.environ.get("USER") or str(os.getuid() if hasattr(os, "getuid") else "user")
+        return Path(tempfile.gettempdir()) / f"nvrtc_engine-{user}"
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"{name}={raw!r}: expected one of 1/0, true/false, yes/no, on/off")
+
+
+def _parse_size(name: str, raw: str) -> int:
+    text = raw.strip().lower().removesuffix("b").removesuffix("i")
+    factor = 1
+    if text and text[-1] in _SUFFIX:
+        factor = _SUFFIX[text[-1]]
+        text = text[:-1]
+    try:
+        value = int(float(text) * factor)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: expected a size such as 536870912, 512M or 2G") from None
+    if value <= 0:
+        raise ValueError(f"{name}={raw!r}: the size must be positive")
+    return value
+
+
+def _parse_int(name: str, raw: str) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: expected a positive integer") from None
+    if value <= 0:
+        raise ValueError(f"{name}={raw!r}: expected a positive integer")
+    return value
+
+
+def _path(raw: str | None) -> Path | None:
+    return Path(raw).expanduser() if raw else None
+
+
+def from_environment(env: dict[str, str] | None = None) -> Settings:
+    """Build :class:`Settings` from ``env`` (default ``os.environ``).
+
+    Raises ``ValueError`` naming the variable when a value is malformed.
+    """
+    e = os.environ if env is None else env
+    raw_workers = e.get("NVRTC_ENGINE_WORKERS")
+    return Settings(
+        cache_dir=_path(e.get("NVRTC_ENGINE_CACHE_DIR")),
+        disable_disk_cache=_parse_bool(
+            "NVRTC_ENGINE_DISABLE_DISK_CACHE", e.get("NVRTC_ENGINE_DISABLE_DISK_CACHE", "0")
+        ),
+        cache_size_limit=_parse_size(
+            "NVRTC_ENGINE_CACHE_SIZE_LIMIT",
+            e.get("NVRTC_ENGINE_CACHE_SIZE_LIMIT", str(_DEFAULT_SIZE_LIMIT)),
+        ),
+        cuda_include_dir=_path(e.get("NVRTC_ENGINE_CUDA_INCLUDE_DIR")),
+        dump_source=_parse_bool("NVRTC_ENGINE_DUMP_SOURCE", e.get("NVRTC_ENGINE_DUMP_SOURCE", "0")),
+        debug_dir=_path(e.get("NVRTC_ENGINE_DEBUG_DIR")),
+        workers=_parse_int("NVRTC_ENGINE_WORKERS", raw_workers) if raw_workers else None,
+    )
+
+
+_lock = threading.Lock()
+_current: Settings | None = None
+
+
+def settings() -> Settings:
+    """The current settings, read from the environment on first use."""
+    global _current
+    current = _current
+    if current is None:
+        with _lock:
+            if _current is None:
+                _current = from_environment()
+            current = _current
+    return current
+
+
+def configure(**overrides: object) -> Settings:
+    """Override settings in code, e.g. ``configure(cache_dir=Path("/scratch/k"))``.
+
+    Takes effect for caches opened afterwards (see :func:`nvrtc_engine.clear_cache`).
+    Raises ``TypeError`` for an unknown field.
+    """
+    global _current
+    names = {f.name for f in dataclasses.fields(Settings)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise TypeError(f"unknown setting(s) {unknown}; known: {sorted(names)}")
+    with _lock:
+        base = _current if _current is not None else from_environment()
+        for name in ("cache_dir", "cuda_include_dir", "debug_dir"):
+            if isinstance(overrides.get(name), str):
+                overrides[name] = Path(str(overrides[name])).expanduser()
+        _current = dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
+        return _current
+
+
+def reset() -> Settings:
+    """Forget overrides and re-read the environment."""
+    global _current
+    with _lock:
+        _current = from_environment()
+        return _current

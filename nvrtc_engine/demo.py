@@ -1,0 +1,144 @@
+"""``nvrtc-engine demo``: compile, cache and (where a GPU is present) run and check kernels.
+
+The variant list is the GELU kernels at the hidden sizes of one real model config
+(Llama-3-8B: hidden 4096, MLP intermediate 14336), bf16 input, bf16 and tensor-scaled
+fp8_e4m3 output. Without a GPU the demo compiles and caches for ``--arch`` (default sm_90).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from . import driver
+from .api import cache_info, get_kernel, make_key
+from .kernel import runs_on
+from .key import KernelKey
+from .reference import activation, check_close, sample_input
+
+__all__ = ["DemoRow", "demo_keys", "run_demo"]
+
+LLAMA3_8B_HIDDEN_SIZES = (4096, 14336)
+
+
+@dataclass
+class DemoRow:
+    key: KernelKey
+    source: str
+    ms: float
+    cubin_bytes: int
+    check: str = "-"
+    gbps: float | None = None
+    ok: bool = True
+
+
+def demo_keys(arch: str) -> list[KernelKey]:
+    """The demo's variants: GELU bf16->bf16 and bf16->fp8_e4m3 at Llama-3-8B's sizes."""
+    keys = []
+    for hidden in LLAMA3_8B_HIDDEN_SIZES:
+        for out in ("bf16", "fp8_e4m3"):
+            keys.append(make_key("gelu", dtype=out, hidden_size=hidden, arch=arch))
+    return keys
+
+
+def _run_one(row: DemoRow, tokens: int, ordinal: int, seed: int) -> None:
+    import numpy as np
+
+    key = row.key
+    rng = np.random.default_rng(seed)
+    shape = (tokens, key.hidden_size or 4096)
+    x_host = sample_input(shape, key.in_dtype, rng)
+    x = driver.DeviceBuffer(ordinal, shape, key.in_dtype)
+    y = driver.DeviceBuffer(ordinal, shape, key.out_dtype)
+    x.copy_from_host(x_host)
+    y.fill_bytes(0xFF)  # poison: NaN in every output format
+    kernel = get_kernel(key)
+    kwargs: dict[str, Any] = {}
+    scale_value = 2.0
+    buffers = []
+    if key.scaling == "tensor":
+        scale = driver.DeviceBuffer(ordinal, (1,), "fp32")
+        scale.copy_from_host(np.array([scale_value], dtype=np.float32))
+        amax = driver.DeviceBuffer(ordinal, (1,), "fp32")
+        amax.fill_bytes(0)
+        scale_inv = driver.DeviceBuffer(ordinal, (1,), "fp32")
+        scale_inv.fill_bytes(0xFF)
+        kwargs = {"scale": scale, "amax": amax, "scale_inv": scale_inv}
+        buffers = [scale, amax, scale_inv]
+    kernel(x, y, **kwargs)
+    ref = activation(key.op, x_host, key.out_dtype,
+                     scale_value if key.scaling == "tensor" else None)  # fmt: skip
+    scaled = ref.y * (scale_value if key.scaling == "tensor" else 1.0)
+    problems = []
+    try:
+        _, at_ties = check_close(y.to_host(), scaled, key.out_dtype, ref.rel_error)
+    except AssertionError as exc:
+        problems.append(str(exc).split(";")[0])
+        at_ties = 0
+    if key.scaling == "tensor":
+        got_amax = float(buffers[1].to_host()[0])
+        got_inv = buffers[2].to_host()[0]
+        if got_amax != np.float32(ref.amax):
+            problems.append(f"amax {got_amax} != {ref.amax}")
+        if got_inv != ref.scale_inv:
+            problems.append(f"scale_inv {got_inv} != {ref.scale_inv}")
+    row.ok = not problems
+    row.check = (
+        "ok" + (f" ({at_ties} at ties)" if at_ties else "") if row.ok else "; ".join(problems)
+    )
+    dev = driver.get_device(ordinal)
+    times = driver.time_launches(dev, lambda: kernel(x, y, **kwargs), repeat=20)
+    nbytes = x.nbytes + y.nbytes
+    row.gbps = nbytes / (statistics.median(times) * 1e-3) / 1e9
+    for b in (x, y, *buffers):
+        b.free()
+
+
+def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 0) -> int:
+    """Compile (or load) the demo variants, run and check them on a GPU if present.
+
+    Returns the process exit code: 0 when every check passed, 1 otherwise.
+    """
+    gpu = driver.device_count() > 0
+    ordinal = driver.current_device() if gpu else -1
+    if arch is None:
+        arch = driver.get_device(ordinal).arch if gpu else "sm_90"
+    print(f"nvrtc_engine demo: GELU variants for Llama-3-8B sizes, arch {arch}", file=out)
+    if not gpu:
+        print("no GPU found: compiling and caching only", file=out)
+    rows = []
+    for key in demo_keys(arch):
+        before = cache_info()
+        start = time.perf_counter()
+        kernel = get_kernel(key)
+        ms = (time.perf_counter() - start) * 1e3
+        after = cache_info()
+        if after.compiles > before.compiles:
+            source = "compiled"
+        elif after.disk_hits > before.disk_hits:
+            source = "disk hit"
+        else:
+            source = "memory hit"
+        rows.append(DemoRow(key, source, ms, len(kernel.artifact.image)))
+    can_run = gpu and run
+    if can_run and not runs_on(arch, driver.get_device(ordinal).arch):
+        print(f"arch {arch} does not run on this GPU: not running", file=out)
+        can_run = False
+    if can_run:
+        for i, row in enumerate(rows):
+            _run_one(row, tokens, ordinal, seed + i)
+    header = f"{'variant':<44} {'source':<11} {'ms':>8} {'cubin B':>8}"
+    if can_run:
+        header += f" {'GB/s':>8}  check (tokens={tokens})"
+    print(header, file=out)
+    for r in rows:
+        line = f"{r.key!s:<44} {r.source:<11} {r.ms:8.1f} {r.cubin_bytes:8d}"
+        if can_run:
+            line += f" {r.gbps or 0:8.0f}  {r.check}"
+        print(line, file=out)
+    info = cache_info()
+    print(f"cache: {info.directory or 'memory only'} ({info.entries} entries, {info.bytes} bytes)",
+          file=out)  # fmt: skip
+    return 0 if all(r.ok for r in rows) else 1

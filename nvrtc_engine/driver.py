@@ -1,0 +1,338 @@
+"""The CUDA driver layer: devices, primary contexts, modules and launches.
+
+Through ``cuda.bindings.driver``. Nothing happens at import: the driver is initialized on the
+first call that needs it, once per process (a forked child initializes its own). Each device
+is used through its primary context, the one PyTorch and CuPy share, so memory and streams
+from either library work with kernels launched here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import CudaError, NoDeviceError
+
+__all__ = [
+    "Device",
+    "DeviceBuffer",
+    "ParamPack",
+    "current_device",
+    "device_count",
+    "get_device",
+    "launch",
+    "load_function",
+    "make_current",
+    "pointer_device",
+    "synchronize",
+    "time_launches",
+]
+
+_lock = threading.Lock()
+_init_pid: int | None = None
+_init_error: BaseException | None = None
+_devices: dict[int, Device] = {}
+
+
+def _drv() -> Any:
+    from cuda.bindings import driver
+
+    return driver
+
+
+def check(result: Any, call: str) -> Any:
+    """Raise :class:`CudaError` unless ``result`` (a cuda.bindings result tuple) is success."""
+    err = result[0]
+    if int(err) != 0:
+        drv = _drv()
+        try:
+            name = drv.CUresult(int(err)).name
+        except Exception:
+            name = str(err)
+        _, desc = drv.cuGetErrorString(err)
+        detail = desc.decode() if isinstance(desc, bytes) else ""
+        raise CudaError(call, int(err), name, detail)
+    if len(result) == 1:
+        return None
+    return result[1] if len(result) == 2 else result[1:]
+
+
+def _init() -> None:
+    """cuInit once per process; remembers a failure so later calls fail fast."""
+    global _init_pid, _init_error
+    pid = os.getpid()
+    if _init_pid != pid:
+        with _lock:
+            if _init_pid != pid:
+                _devices.clear()  # handles from a parent process are not valid after fork
+                try:
+                    check(_drv().cuInit(0), "cuInit")
+                    _init_error = None
+                except Exception as exc:  # no libcuda, no device, or a broken driver
+                    _init_error = exc
+                _init_pid = pid
+    if _init_error is not None:
+        raise NoDeviceError(f"no usable CUDA driver or device: {_init_error}")
+
+
+def device_count() -> int:
+    """Number of visible CUDA devices; 0 when there is no driver or no device (never raises)."""
+    try:
+        _init()
+        return int(check(_drv().cuDeviceGetCount(), "cuDeviceGetCount"))
+    except (NoDeviceError, CudaError):
+        return 0
+
+
+@dataclass(frozen=True)
+class Device:
+    """A CUDA device and its retained primary context.
+
+    Attributes: ``ordinal``, ``name``, ``major``/``minor`` (compute capability),
+    ``sm_count`` (multiprocessors), ``handle`` (``CUdevice``) and ``context`` (``CUcontext``).
+    """
+
+    ordinal: int
+    name: str
+    major: int
+    minor: int
+    sm_count: int
+    handle: Any
+    context: Any
+
+    @property
+    def arch(self) -> str:
+        """The device's arch as a key field, e.g. ``sm_90`` (no ``a`` suffix)."""
+        return f"sm_{self.major}{self.minor}"
+
+
+def get_device(ordinal: int) -> Device:
+    """The :class:`Device` for ``ordinal``, retaining its primary context on first use.
+
+    Raises :class:`NoDeviceError` when there is no driver/device, ``ValueError`` for an
+    ordinal out of range.
+    """
+    dev = _devices.get(ordinal)
+    if dev is not None and _init_pid == os.getpid():
+        return dev
+    _init()
+    drv = _drv()
+    with _lock:
+        dev = _devices.get(ordinal)
+        if dev is not None:
+            return dev
+        count = int(check(drv.cuDeviceGetCount(), "cuDeviceGetCount"))
+        if not 0 <= ordinal < count:
+            raise ValueError(f"device {ordinal} does not exist; {count} device(s) visible")
+        handle = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
+        attr = drv.CUdevice_attribute
+        major = check(
+            drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, handle),
+            "cuDeviceGetAttribute",
+        )
+        minor = check(
+            drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, handle),
+            "cuDeviceGetAttribute",
+        )
+        sms = check(
+            drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, handle),
+            "cuDeviceGetAttribute",
+        )
+        raw_name = check(drv.cuDeviceGetName(256, handle), "cuDeviceGetName")
+        ctx = check(drv.cuDevicePrimaryCtxRetain(handle), "cuDevicePrimaryCtxRetain")
+        dev = Device(ordinal, raw_name.split(b"\0", 1)[0].decode(), int(major), int(minor),
+                     int(sms), handle, ctx)  # fmt: skip
+        _devices[ordinal] = dev
+        return dev
+
+
+def current_device() -> int:
+    """The ordinal of the calling thread's current device.
+
+    The device of the current CUDA context if there is one (PyTorch and CuPy make theirs
+    current), else PyTorch's current device if PyTorch has initialized CUDA, else 0. Raises
+    :class:`NoDeviceError` when there is no device.
+    """
+    _init()
+    drv = _drv()
+    ctx = check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if ctx is not None and int(ctx) != 0:
+        return int(check(drv.cuCtxGetDevice(), "cuCtxGetDevice"))
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return int(torch.cuda.current_device())
+    if device_count() == 0:
+        raise NoDeviceError("no CUDA device is visible")
+    return 0
+
+
+def make_current(dev: Device) -> None:
+    """Make ``dev``'s primary context current on this thread if it is not already."""
+    drv = _drv()
+    err, ctx = drv.cuCtxGetCurrent()
+    if int(err) != 0 or ctx is None or int(ctx) != int(dev.context):
+        check(drv.cuCtxSetCurrent(dev.context), "cuCtxSetCurrent")
+
+
+def load_function(dev: Device, image: bytes, symbol: str) -> tuple[Any, Any]:
+    """Load a cubin/PTX image into ``dev``'s primary context; return (module, function)."""
+    drv = _drv()
+    make_current(dev)
+    module = check(drv.cuModuleLoadData(image), "cuModuleLoadData")
+    function = check(drv.cuModuleGetFunction(module, symbol.encode()), "cuModuleGetFunction")
+    return module, function
+
+
+def pointer_device(ptr: int) -> int:
+    """The device ordinal owning device pointer ``ptr``.
+
+    Raises ``ValueError`` when ``ptr`` is not device memory CUDA knows of (e.g. host memory).
+    """
+    _init()
+    drv = _drv()
+    attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    err, value = drv.cuPointerGetAttribute(attr, ptr)
+    if int(err) != 0:
+        raise ValueError(f"0x{ptr:x} is not a CUDA device pointer")
+    return int(value)
+
+
+class ParamPack:
+    """Packs kernel parameters into a per-thread buffer, once per launch, with one call.
+
+    ``kinds`` has one letter per kernel parameter: ``P`` pointer, ``q`` int64, ``i`` int32,
+    ``f`` float32. Each parameter gets an 8-byte slot; :meth:`pack` writes the values and
+    returns the address of the ``void*[]`` that ``cuLaunchKernel`` takes. The buffer is
+    thread-local, so concurrent launches of one kernel from several threads do not race.
+    """
+
+    _SLOT = {"P": "Q", "q": "q", "i": "i4x", "f": "f4x"}
+
+    def __init__(self, kinds: str) -> None:
+        self._struct = struct.Struct("<" + "".join(self._SLOT[k] for k in kinds))
+        self._count = len(kinds)
+        self._local = threading.local()
+
+    def _buffers(self) -> tuple[Any, int]:
+        import ctypes
+
+        data = ctypes.create_string_buffer(max(8, self._struct.size))
+        base = ctypes.addressof(data)
+        ptrs = (ctypes.c_void_p * max(1, self._count))(*(base + 8 * i for i in range(self._count)))
+        self._local.keep = (data, ptrs)
+        self._local.slots = (data, ctypes.addressof(ptrs))
+        return self._local.slots
+
+    def pack(self, *values: Any) -> int:
+        try:
+            data, address = self._local.slots
+        except AttributeError:
+            data, address = self._buffers()
+        self._struct.pack_into(data, 0, *values)
+        return address
+
+
+def launch(function: Any, grid: int, block: int, stream: int, params: int, shmem: int = 0) -> None:
+    """``cuLaunchKernel`` with a 1-D grid; ``params`` is a ``void**`` from :class:`ParamPack`."""
+    (err,) = _drv().cuLaunchKernel(function, grid, 1, 1, block, 1, 1, shmem, stream, params, 0)
+    if int(err) != 0:
+        check((err,), "cuLaunchKernel")
+
+
+def synchronize(dev: Device) -> None:
+    """Wait for all work on ``dev``."""
+    make_current(dev)
+    check(_drv().cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+class DeviceBuffer:
+    """Device memory from ``cuMemAlloc``, for callers without PyTorch or CuPy (the demo).
+
+    Exposes ``__cuda_array_interface__`` so kernels accept it like any array. ``dtype`` is a
+    canonical dtype name (FP8 and bf16 buffers show as uint8/uint16 typestrs).
+    """
+
+    def __init__(self, device: int, shape: tuple[int, ...], dtype: str) -> None:
+        from .dtypes import DTYPES
+
+        self.device = get_device(device)
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = DTYPES[dtype]
+        count = 1
+        for s in self.shape:
+            count *= s
+        self.nbytes = max(1, count * self.dtype.itemsize)
+        make_current(self.device)
+        self.ptr = int(check(_drv().cuMemAlloc(self.nbytes), "cuMemAlloc"))
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        typestr = self.dtype.typestrs[0] if self.dtype.typestrs else self.dtype.storage_typestr
+        return {"shape": self.shape, "typestr": typestr, "data": (self.ptr, False),
+                "version": 3, "strides": None}  # fmt: skip
+
+    def copy_from_host(self, array: Any) -> None:
+        """Copy a C-contiguous host array of exactly ``nbytes`` bytes into the buffer."""
+        import numpy as np
+
+        host = np.ascontiguousarray(array)
+        if host.nbytes != self.nbytes:
+            raise ValueError(f"host array has {host.nbytes} bytes, buffer {self.nbytes}")
+        make_current(self.device)
+        check(_drv().cuMemcpyHtoD(self.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+
+    def to_host(self) -> Any:
+        """The buffer's contents as a numpy array of its dtype (ml_dtypes for bf16/FP8)."""
+        import numpy as np
+
+        out = np.empty(self.shape, dtype=self.dtype.numpy())
+        make_current(self.device)
+        check(_drv().cuCtxSynchronize(), "cuCtxSynchronize")
+        check(_drv().cuMemcpyDtoH(out.ctypes.data, self.ptr, self.nbytes), "cuMemcpyDtoH")
+        return out
+
+    def fill_bytes(self, value: int) -> None:
+        """Set every byte to ``value`` (to poison outputs before a launch)."""
+        make_current(self.device)
+        check(_drv().cuMemsetD8(self.ptr, value, self.nbytes), "cuMemsetD8")
+
+    def free(self) -> None:
+        if self.ptr:
+            make_current(self.device)
+            check(_drv().cuMemFree(self.ptr), "cuMemFree")
+            self.ptr = 0
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.free()
+
+
+def time_launches(dev: Device, fn: Any, repeat: int, warmup: int = 3) -> list[float]:
+    """Run ``fn()`` (which launches on the legacy default stream) and time each run.
+
+    Returns per-run milliseconds from CUDA events, after ``warmup`` untimed runs.
+    """
+    drv = _drv()
+    make_current(dev)
+    for _ in range(warmup):
+        fn()
+    start = check(drv.cuEventCreate(0), "cuEventCreate")
+    stop = check(drv.cuEventCreate(0), "cuEventCreate")
+    times = []
+    try:
+        for _ in range(repeat):
+            check(drv.cuEventRecord(start, 0), "cuEventRecord")
+            fn()
+            check(drv.cuEventRecord(stop, 0), "cuEventRecord")
+            check(drv.cuEventSynchronize(stop), "cuEventSynchronize")
+            times.append(float(check(drv.cuEventElapsedTime(start, stop), "cuEventElapsedTime")))
+    finally:
+        drv.cuEventDestroy(start)
+        drv.cuEventDestroy(stop)
+    return times

@@ -1,0 +1,106 @@
+"""Dtype names, aliases and their mapping to numpy/ml_dtypes, torch, CuPy and DLPack.
+
+The engine's canonical dtype names are ``fp32``, ``fp16``, ``bf16``, ``fp8_e4m3`` and
+``fp8_e5m2``. Aliases (``fp8`` = ``e4m3`` = ``fp8_e4m3``, ``e5m2``, ``float32``, ``half``,
+``bfloat16``...) and dtype objects (numpy, ml_dtypes, torch) are accepted wherever a dtype is.
+FP8 formats follow the OCP 8-bit floating point specification as used by TransformerEngine:
+E4M3 (max finite 448, no infinities) and E5M2 (max finite 57344).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import VariantError
+
+__all__ = ["DTYPES", "DType", "dtype", "dtype_name"]
+
+
+@dataclass(frozen=True)
+class DType:
+    """One element type the kernels read or write.
+
+    Attributes: ``name`` (canonical), ``short`` (used in kernel names), ``itemsize`` (bytes),
+    ``is_fp8``, ``max_finite`` (largest finite value), ``torch_name`` (attribute of ``torch``),
+    ``numpy_name`` (``numpy``/``ml_dtypes`` dtype name), ``dlpack`` ((type code, bits)),
+    ``typestrs`` (``__cuda_array_interface__`` typestrs that hold this type exactly) and
+    ``storage_typestr`` (the unsigned-integer typestr accepted as raw storage, e.g. ``|u1``
+    for FP8 data held in a uint8 CuPy array).
+    """
+
+    name: str
+    short: str
+    itemsize: int
+    is_fp8: bool
+    max_finite: float
+    torch_name: str
+    numpy_name: str
+    dlpack: tuple[tuple[int, int], ...]
+    typestrs: tuple[str, ...]
+    storage_typestr: str | None
+
+    def numpy(self) -> Any:
+        """The numpy dtype (from ml_dtypes for bf16 and FP8)."""
+        import numpy as np
+
+        if self.numpy_name in ("float32", "float16"):
+            return np.dtype(self.numpy_name)
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, self.numpy_name))
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# DLPack type codes: kDLFloat=2, kDLBfloat=4, kDLFloat8_e4m3fn=10, kDLFloat8_e5m2=12 (DLPack 1.1).
+DTYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("fp32", "fp32", 4, False, 3.4028234663852886e38, "float32", "float32",
+              ((2, 32),), ("<f4",), None),
+        DType("fp16", "fp16", 2, False, 65504.0, "float16", "float16",
+              ((2, 16),), ("<f2",), None),
+        DType("bf16", "bf16", 2, False, 3.3895313892515355e38, "bfloat16", "bfloat16",
+              ((4, 16),), (), "<u2"),
+        DType("fp8_e4m3", "e4m3", 1, True, 448.0, "float8_e4m3fn", "float8_e4m3fn",
+              ((10, 8),), (), "|u1"),
+        DType("fp8_e5m2", "e5m2", 1, True, 57344.0, "float8_e5m2", "float8_e5m2",
+              ((12, 8),), (), "|u1"),
+    )
+}  # fmt: skip
+
+_ALIASES: dict[str, str] = {
+    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
+    "bf16": "bf16", "bfloat16": "bf16",
+    "fp8": "fp8_e4m3", "e4m3": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",
+    "float8_e4m3fn": "fp8_e4m3", "float8_e4m3": "fp8_e4m3",
+    "e5m2": "fp8_e5m2", "fp8_e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2",
+}  # fmt: skip
+
+
+def dtype_name(value: Any, field: str = "dtype") -> str:
+    """Canonical dtype name of ``value``: a name, alias, or numpy/ml_dtypes/torch dtype.
+
+    Raises :class:`~nvrtc_engine.VariantError` naming ``field`` and the allowed names.
+    """
+    if isinstance(value, DType):
+        return value.name
+    if isinstance(value, str):
+        text = value
+    else:
+        # numpy.dtype and ml_dtypes scalar types have .name / __name__; torch.dtype prints
+        # as "torch.bfloat16".
+        text = getattr(value, "name", None) or getattr(value, "__name__", None) or str(value)
+        text = str(text).removeprefix("torch.")
+    canonical = _ALIASES.get(text.strip().lower())
+    if canonical is None:
+        raise VariantError(field, value, sorted(DTYPES), "aliases: fp8=e4m3, e5m2, half, ...")
+    return canonical
+
+
+def dtype(value: Any, field: str = "dtype") -> DType:
+    """The :class:`DType` for a name, alias or dtype object (see :func:`dtype_name`)."""
+    return DTYPES[dtype_name(value, field)]

@@ -1,0 +1,165 @@
+"""Exceptions raised by nvrtc_engine.
+
+Every exception the package raises on purpose derives from :class:`NvrtcEngineError`, and
+also from the builtin a caller would naturally catch (``ValueError`` for a bad key or argument,
+``TypeError`` for an argument of the wrong kind, ``RuntimeError`` for compile and CUDA
+failures). All of them survive pickling, so they cross process pools intact::
+
+    NvrtcEngineError
+    ├── VariantError            (ValueError)   a key field outside its allowed set
+    ├── NoDeviceError           (RuntimeError) no GPU where one is needed (e.g. arch unknown)
+    ├── HeaderNotFoundError     (RuntimeError) CUDA headers needed but not found
+    ├── CompileError            (RuntimeError) NVRTC rejected a rendered kernel
+    ├── CudaError               (RuntimeError) a CUDA driver call failed
+    ├── ArgumentError           (ValueError)   an argument with the wrong shape/dtype/device/...
+    └── ArgumentTypeError       (TypeError)    an argument that is not an array/stream at all
+
+    CacheWarning                (UserWarning)  the disk cache degraded to memory-only
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
+    "CacheWarning",
+    "CompileError",
+    "CudaError",
+    "HeaderNotFoundError",
+    "NoDeviceError",
+    "NvrtcEngineError",
+    "VariantError",
+]
+
+
+def _rebuild(cls: type[NvrtcEngineError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    obj = cls.__new__(cls)
+    Exception.__init__(obj, *args)
+    obj.__dict__.update(state)
+    return obj
+
+
+class NvrtcEngineError(Exception):
+    """Base class of every error raised by nvrtc_engine."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+class VariantError(NvrtcEngineError, ValueError):
+    """A kernel variant key field is outside its closed set of allowed values.
+
+    Attributes: ``field`` (the key field at fault), ``value`` (what was given, as text) and
+    ``allowed`` (the allowed values, as text).
+    """
+
+    def __init__(self, field: str, value: object, allowed: object, hint: str = "") -> None:
+        allowed_text = (
+            ", ".join(map(str, allowed)) if isinstance(allowed, (list, tuple)) else str(allowed)
+        )
+        message = f"{field}={value!r} is not allowed; allowed: {allowed_text}"
+        if hint:
+            message += f" ({hint})"
+        super().__init__(message)
+        self.field = field
+        self.value = repr(value)
+        self.allowed = allowed_text
+
+
+class NoDeviceError(NvrtcEngineError, RuntimeError):
+    """No usable CUDA device, where the call needs one (a launch, or the arch of the device)."""
+
+
+class HeaderNotFoundError(NvrtcEngineError, RuntimeError):
+    """The CUDA headers a kernel needs could not be found.
+
+    Attributes: ``searched`` (the directories tried, in order) and ``nvrtc_version``.
+    """
+
+    def __init__(self, message: str, searched: tuple[str, ...], nvrtc_version: str) -> None:
+        super().__init__(message)
+        self.searched = searched
+        self.nvrtc_version = nvrtc_version
+
+
+class CompileError(NvrtcEngineError, RuntimeError):
+    """NVRTC failed to compile a rendered kernel.
+
+    Attributes: ``key`` (the variant name, or ``None``), ``log`` (the whole NVRTC log),
+    ``options`` (the NVRTC flags), ``nvrtc_version``, ``header_version`` (the CUDA header
+    version used, or ``None`` when no CUDA header was needed), ``source_path`` (where the
+    rendered source was written for debugging, or ``None`` if it could not be written).
+    """
+
+    def __init__(
+        self,
+        *,
+        key: str | None,
+        log: str,
+        options: tuple[str, ...],
+        nvrtc_version: str,
+        header_version: str | None,
+        source_path: str | None,
+    ) -> None:
+        first = next((line for line in log.splitlines() if "error" in line), log.strip()[:200])
+        where = f" (source written to {source_path})" if source_path else ""
+        super().__init__(
+            f"NVRTC {nvrtc_version} failed to compile {key or 'a kernel'}: {first}{where}\n"
+            f"options: {' '.join(options)}\nfull log:\n{log}"
+        )
+        self.key = key
+        self.log = log
+        self.options = options
+        self.nvrtc_version = nvrtc_version
+        self.header_version = header_version
+        self.source_path = source_path
+
+    @property
+    def first_error(self) -> str:
+        """The first line of the NVRTC log that reports an error."""
+        for line in self.log.splitlines():
+            if "error" in line:
+                return line.strip()
+        return self.log.strip().splitlines()[0] if self.log.strip() else ""
+
+
+class CudaError(NvrtcEngineError, RuntimeError):
+    """A CUDA driver API call failed.
+
+    Attributes: ``call`` (the driver function), ``code`` (the ``CUresult`` value) and
+    ``name`` (its symbolic name, e.g. ``CUDA_ERROR_INVALID_VALUE``).
+    """
+
+    def __init__(self, call: str, code: int, name: str, detail: str = "") -> None:
+        super().__init__(f"{call} failed with {name} ({code}){': ' + detail if detail else ''}")
+        self.call = call
+        self.code = code
+        self.name = name
+
+
+class ArgumentError(NvrtcEngineError, ValueError):
+    """A kernel argument has the wrong shape, dtype, device, layout or alignment.
+
+    Attribute ``argument`` names the argument at fault.
+    """
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(f"{argument}: {message}")
+        self.argument = argument
+
+
+class ArgumentTypeError(NvrtcEngineError, TypeError):
+    """A kernel argument is not an array, stream or scalar of an accepted kind.
+
+    Attribute ``argument`` names the argument at fault.
+    """
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(f"{argument}: {message}")
+        self.argument = argument
+
+
+class CacheWarning(UserWarning):
+    """The on-disk kernel cache is unusable; kernels are kept in memory only."""

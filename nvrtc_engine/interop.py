@@ -1,0 +1,234 @@
+"""Array and stream protocols: what a kernel argument is, where it lives, and its stream.
+
+Accepted arrays: PyTorch tensors (read through their own attributes, the fastest path),
+anything with ``__cuda_array_interface__`` (CuPy, Numba, :class:`~nvrtc_engine.DeviceBuffer`)
+and anything with ``__dlpack__``/``__dlpack_device__`` (JAX and others). bf16 and FP8 have no
+standard typestr, so raw storage is accepted for them: ``uint8`` arrays hold FP8 bytes (as
+TransformerEngine's ``Float8Tensor`` does) and ``uint16`` arrays in ``__cuda_array_interface__``
+hold bf16.
+
+Streams: ``None`` (PyTorch's current stream when the arrays are tensors, CuPy's current
+stream for CuPy arrays, else the legacy default stream 0), an ``int`` handle, an object with
+``__cuda_stream__`` (the cuda.core protocol), a ``torch.cuda.Stream``, a CuPy stream, or a
+``cuda.bindings`` ``CUstream``.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any
+
+from .dtypes import DTYPES, DType
+from .errors import ArgumentError, ArgumentTypeError
+
+__all__ = ["Array", "allocate_like", "as_array", "stream_handle"]
+
+_TYPESTR_DTYPES: dict[str, tuple[str, ...]] = {
+    "<f4": ("fp32",), "<f2": ("fp16",), "<u2": ("bf16",), "|u1": ("fp8_e4m3", "fp8_e5m2"),
+    "<V2": ("bf16",),
+}  # fmt: skip
+_DLPACK_DTYPES: dict[tuple[int, int], tuple[str, ...]] = {
+    (2, 32): ("fp32",), (2, 16): ("fp16",), (4, 16): ("bf16",),
+    (10, 8): ("fp8_e4m3",), (12, 8): ("fp8_e5m2",), (1, 8): ("fp8_e4m3", "fp8_e5m2"),
+}  # fmt: skip
+_TORCH_DTYPES: dict[Any, tuple[str, ...]] = {}
+
+
+class Array:
+    """What a kernel needs to know about one array argument.
+
+    Attributes: ``ptr`` (device address), ``shape``, ``dtypes`` (engine dtype names whose
+    bytes the array holds: one name, or several for raw uint8 storage), ``dtype_text`` (the
+    array's own dtype, for messages), ``device`` (ordinal, or -1 if not known yet),
+    ``contiguous`` (C order), ``kind`` (``"torch"``, ``"cupy"`` or ``"other"``) and ``obj``.
+    """
+
+    __slots__ = ("contiguous", "device", "dtype_text", "dtypes", "kind", "obj", "ptr", "shape")
+
+    def __init__(
+        self, ptr: int, shape: tuple[int, ...], dtypes: tuple[str, ...], dtype_text: str,
+        device: int, contiguous: bool, kind: str, obj: Any,
+    ) -> None:  # fmt: skip
+        self.ptr = ptr
+        self.shape = shape
+        self.dtypes = dtypes
+        self.dtype_text = dtype_text
+        self.device = device
+        self.contiguous = contiguous
+        self.kind = kind
+        self.obj = obj
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+def _c_contiguous(shape: tuple[int, ...], strides: Any, itemsize: int) -> bool:
+    if strides is None:
+        return True
+    expected = itemsize
+    for size, stride in zip(reversed(shape), reversed(tuple(strides)), strict=True):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _torch_dtypes(torch: Any) -> dict[Any, tuple[str, ...]]:
+    if not _TORCH_DTYPES:
+        for d in DTYPES.values():
+            t = getattr(torch, d.torch_name, None)
+            if t is not None:
+                _TORCH_DTYPES[t] = (d.name,)
+        _TORCH_DTYPES[torch.uint8] = ("fp8_e4m3", "fp8_e5m2")
+    return _TORCH_DTYPES
+
+
+def _from_torch(obj: Any, name: str) -> Array:
+    if not obj.is_cuda:
+        raise ArgumentError(name, f"is a {obj.device} tensor; kernels need CUDA tensors (.cuda())")
+    dt = obj.dtype
+    dtypes = _TORCH_DTYPES.get(dt)
+    if dtypes is None:
+        dtypes = _torch_dtypes(sys.modules["torch"]).get(dt, ())
+    return Array(obj.data_ptr(), tuple(obj.shape), dtypes, str(dt), obj.get_device(),
+                 obj.is_contiguous(), "torch", obj)  # fmt: skip
+
+
+def _from_cai(obj: Any, name: str, kind: str) -> Array:
+    cai = obj.__cuda_array_interface__
+    shape = tuple(int(s) for s in cai["shape"])
+    typestr = cai["typestr"]
+    ptr = int(cai["data"][0])
+    itemsize = int(typestr[2:]) if typestr[2:].isdigit() else 0
+    contiguous = _c_contiguous(shape, cai.get("strides"), itemsize)
+    device = -1
+    if kind == "cupy":
+        device = int(obj.device.id)
+    return Array(ptr, shape, _TYPESTR_DTYPES.get(typestr, ()), typestr, device, contiguous,
+                 kind, obj)  # fmt: skip
+
+
+@functools.cache
+def _dlpack_structs() -> tuple[Any, Any]:
+    """ctypes views of DLPack's DLTensor and PyCapsule_GetPointer, built on first use."""
+    import ctypes
+
+    class DLDataType(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+    class DLTensor(ctypes.Structure):
+        _fields_ = [
+            ("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
+            ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32), ("dtype", DLDataType),
+            ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+            ("byte_offset", ctypes.c_uint64),
+        ]  # fmt: skip
+
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    return DLTensor, get
+
+
+def _from_dlpack(obj: Any, name: str) -> Array:
+    dev_type, dev_id = obj.__dlpack_device__()
+    if int(dev_type) not in (2, 13):  # kDLCUDA, kDLCUDAManaged
+        raise ArgumentError(name, f"lives on DLPack device type {dev_type}, not a CUDA device")
+    dl_tensor, get_pointer = _dlpack_structs()
+    capsule = obj.__dlpack__()
+    tensor = dl_tensor.from_address(get_pointer(capsule, b"dltensor"))
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    itemsize = max(1, tensor.dtype.bits // 8)
+    strides = None
+    if tensor.strides:
+        strides = tuple(tensor.strides[i] * itemsize for i in range(tensor.ndim))
+    code = (tensor.dtype.code, tensor.dtype.bits)
+    dtypes = _DLPACK_DTYPES.get(code, ()) if tensor.dtype.lanes == 1 else ()
+    ptr = (tensor.data or 0) + tensor.byte_offset
+    del tensor, capsule  # unconsumed: the capsule's destructor releases the producer's reference
+    return Array(ptr, shape, dtypes, f"dlpack{code}", int(dev_id),
+                 _c_contiguous(shape, strides, itemsize), "other", obj)  # fmt: skip
+
+
+def as_array(obj: Any, name: str) -> Array:
+    """Describe array argument ``name``.
+
+    Raises :class:`~nvrtc_engine.ArgumentTypeError` if ``obj`` is not a CUDA array of an
+    accepted kind, :class:`~nvrtc_engine.ArgumentError` if it lives in host memory.
+    """
+    cls = type(obj)
+    module = cls.__module__
+    if module.startswith("torch") and hasattr(obj, "data_ptr"):
+        return _from_torch(obj, name)
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _from_cai(obj, name, "cupy" if module.startswith("cupy") else "other")
+    if hasattr(obj, "__array_interface__"):
+        raise ArgumentError(name, "is a host (numpy) array; copy it to the GPU first")
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        return _from_dlpack(obj, name)
+    raise ArgumentTypeError(
+        name,
+        f"expected a CUDA array (torch.Tensor, CuPy array, or an object with "
+        f"__cuda_array_interface__ or __dlpack__), got {cls.__module__}.{cls.__qualname__}",
+    )
+
+
+def allocate_like(like: Array, shape: tuple[int, ...], dtype: DType, name: str = "out") -> Any:
+    """A new array of ``shape``/``dtype`` on ``like``'s device, from ``like``'s library.
+
+    PyTorch gets its own dtype (``torch.float8_e4m3fn``...); CuPy gets raw storage for bf16
+    and FP8 (``uint16``/``uint8``). Raises :class:`~nvrtc_engine.ArgumentTypeError` naming
+    ``name`` when ``like``'s library cannot allocate (pass the output explicitly).
+    """
+    if like.kind == "torch":
+        torch = sys.modules["torch"]
+        return torch.empty(shape, dtype=getattr(torch, dtype.torch_name), device=like.obj.device)
+    if like.kind == "cupy":
+        cupy = sys.modules["cupy"]
+        storage = {"bf16": "uint16", "fp8_e4m3": "uint8", "fp8_e5m2": "uint8"}
+        with cupy.cuda.Device(like.device):
+            return cupy.empty(shape, dtype=storage.get(dtype.name, dtype.numpy_name))
+    raise ArgumentTypeError(
+        name,
+        "is required: the input is neither a torch tensor nor a CuPy array, so the kernel "
+        "cannot allocate its output",
+    )
+
+
+def stream_handle(stream: Any, like: Array) -> int:
+    """The ``CUstream`` handle (an int) to launch on; see the module docstring for defaults.
+
+    Raises :class:`~nvrtc_engine.ArgumentTypeError` for anything that is not a stream.
+    """
+    if stream is None:
+        if like.kind == "torch":
+            torch_c = sys.modules["torch"]._C
+            getter = getattr(torch_c, "_cuda_getCurrentRawStream", None)
+            if getter is not None:
+                return int(getter(like.device))
+            return int(sys.modules["torch"].cuda.current_stream(like.device).cuda_stream)
+        if like.kind == "cupy":
+            return int(sys.modules["cupy"].cuda.get_current_stream().ptr)
+        return 0
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        value = proto() if callable(proto) else proto
+        return int(value[1] if isinstance(value, tuple) else value)
+    for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+        handle = getattr(stream, attr, None)
+        if isinstance(handle, int):
+            return handle
+    if type(stream).__name__ == "CUstream":
+        return int(stream)
+    raise ArgumentTypeError(
+        "stream",
+        "expected None, an int handle, an object with __cuda_stream__, a torch.cuda.Stream, "
+        f"a CuPy stream or a CUstream; got {type(stream).__qualname__}",
+    )

@@ -1,0 +1,167 @@
+"""A compiled kernel variant: its image, its per-device functions, and the launch helpers.
+
+:class:`Kernel` is what :func:`~nvrtc_engine.get_kernel` returns. Each kernel family
+subclasses it with a ``__call__`` that binds arrays to parameters; this module holds what
+they share: lazy per-device loading, device checks, and the launch itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import driver
+from .errors import ArgumentError
+from .interop import Array, allocate_like, as_array
+from .key import arch_number
+
+if TYPE_CHECKING:
+    from .dtypes import DType
+    from .key import KernelKey
+
+__all__ = ["Artifact", "Kernel", "Loaded"]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """What the cache stores for one variant.
+
+    Attributes: ``image`` (cubin, or PTX for archs newer than NVRTC), ``kind``
+    (``"cubin"``/``"ptx"``), ``symbols`` (kernel names in the image), ``digest`` (the cache
+    digest), ``nvrtc_version``, ``options`` (NVRTC flags) and ``compile_ms``.
+    """
+
+    image: bytes
+    kind: str
+    symbols: tuple[str, ...]
+    digest: str
+    nvrtc_version: str
+    options: tuple[str, ...]
+    compile_ms: float
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A kernel loaded on one device: the device, its functions, and the grid cap."""
+
+    device: driver.Device
+    functions: tuple[Any, ...]
+    module: Any
+    max_blocks: int
+
+
+def runs_on(key_arch: str, device_arch: str) -> bool:
+    """Whether a cubin built for ``key_arch`` runs on a device of ``device_arch``.
+
+    Same major version and a minor version no newer than the device's; an ``a``/``f``
+    (arch-specific) cubin only on exactly its arch (``f``: same family, newer minor).
+    """
+    k, d = arch_number(key_arch), arch_number(device_arch)
+    if key_arch.endswith("a"):
+        return k == d
+    return k // 10 == d // 10 and k <= d
+
+
+class Kernel:
+    """A compiled variant of one op, loadable on any device of its arch.
+
+    Attributes: ``key`` (:class:`~nvrtc_engine.KernelKey`), ``artifact``
+    (:class:`Artifact`: image, symbols, digest...), ``origin`` (how this process got it:
+    ``"compiled"``, ``"disk"``). Calling it launches it; see the family's ``__call__``.
+    Loading on a device happens on the first launch there, once.
+    """
+
+    threads: int = 256
+    blocks_per_sm: int = 8
+
+    def __init__(self, key: KernelKey, artifact: Artifact, origin: str) -> None:
+        self.key = key
+        self.artifact = artifact
+        self.origin = origin
+        self._loaded: dict[int, Loaded] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (f"<Kernel {self.key} {self.artifact.kind} {len(self.artifact.image)} B "
+                f"({self.origin})>")  # fmt: skip
+
+    @property
+    def name(self) -> str:
+        """The canonical variant name, ``str(key)``."""
+        return str(self.key)
+
+    def loaded(self, device: int) -> Loaded:
+        """The kernel's functions on ``device``, loading the image there on first use.
+
+        Raises :class:`~nvrtc_engine.ArgumentError` when the device's arch cannot run this
+        image, :class:`~nvrtc_engine.CudaError` when loading fails.
+        """
+        got = self._loaded.get(device)
+        if got is not None:
+            return got
+        dev = driver.get_device(device)
+        if self.artifact.kind == "cubin" and not runs_on(self.key.arch, dev.arch):
+            raise ArgumentError(
+                "device",
+                f"device {device} is {dev.name} ({dev.arch}); this kernel is a cubin for "
+                f"{self.key.arch}. Get one for that device: get_kernel(..., arch='{dev.arch}')",
+            )
+        with self._lock:
+            got = self._loaded.get(device)
+            if got is None:
+                module, first = driver.load_function(
+                    dev, self.artifact.image, self.artifact.symbols[0]
+                )
+                functions = [first]
+                for symbol in self.artifact.symbols[1:]:
+                    functions.append(driver.check(
+                        driver._drv().cuModuleGetFunction(module, symbol.encode()),
+                        "cuModuleGetFunction"))  # fmt: skip
+                got = Loaded(dev, tuple(functions), module, dev.sm_count * self.blocks_per_sm)
+                self._loaded[device] = got
+        return got
+
+    # Shared argument checks, used by the families' __call__ -----------------------------
+
+    def _input(self, obj: Any, name: str, dtype: DType) -> Array:
+        a = as_array(obj, name)
+        if dtype.name not in a.dtypes:
+            raise ArgumentError(name, f"has dtype {a.dtype_text}; {self.key} takes {dtype.name}")
+        if not a.contiguous:
+            raise ArgumentError(name, "must be C-contiguous (call .contiguous() first)")
+        if a.device < 0:
+            a.device = _device_of(a, name)
+        return a
+
+    def _output(
+        self, obj: Any, name: str, like: Array, shape: tuple[int, ...], dtype: DType
+    ) -> tuple[Any, Array]:
+        if obj is None:
+            obj = allocate_like(like, shape, dtype, name)
+        a = self._input(obj, name, dtype)
+        if a.shape != shape:
+            raise ArgumentError(name, f"has shape {a.shape}; expected {shape}")
+        if a.device != like.device:
+            raise ArgumentError(name, f"is on device {a.device}, the input on {like.device}")
+        return obj, a
+
+    def _scalar_buffer(self, obj: Any, name: str, like: Array) -> int:
+        """A device fp32 buffer of at least one element (scale, amax, scale_inv)."""
+        a = as_array(obj, name)
+        if "fp32" not in a.dtypes:
+            raise ArgumentError(name, f"must be a float32 device tensor, got {a.dtype_text}")
+        if a.numel < 1:
+            raise ArgumentError(name, "must have at least one element")
+        if a.device < 0:
+            a.device = _device_of(a, name)
+        if a.device != like.device:
+            raise ArgumentError(name, f"is on device {a.device}, the input on {like.device}")
+        return a.ptr
+
+
+def _device_of(a: Array, name: str) -> int:
+    try:
+        return driver.pointer_device(a.ptr)
+    except ValueError as exc:
+        raise ArgumentError(name, str(exc)) from None

@@ -1,0 +1,186 @@
+"""The variant key: which kernel to render, compile and cache.
+
+A :class:`KernelKey` is frozen, hashable and validated against closed sets when it is built,
+so no caller string ever reaches template text. ``str(key)`` is the canonical name, e.g.
+``gelu_bf16_e4m3_tensor_rowwise_h4096_sm90``; it is also the stem of the kernel's
+``extern "C"`` symbol, and :meth:`KernelKey.parse` reads it back.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .dtypes import DTYPES, DType, dtype_name
+from .errors import VariantError
+
+if TYPE_CHECKING:
+    from .ops.base import OpSpec
+
+__all__ = ["LAYOUTS", "MAX_HIDDEN_SIZE", "SCALINGS", "KernelKey", "arch_number", "parse_arch"]
+
+SCALINGS: tuple[str, ...] = ("none", "tensor", "mxfp8", "nvfp4")
+LAYOUTS: tuple[str, ...] = ("rowwise", "columnwise", "both")
+MAX_HIDDEN_SIZE = 1 << 20
+# Compute capabilities NVRTC 13 targets (Ampere and newer); a device newer than all of these
+# still gets a key (its kernel is PTX for the newest arch NVRTC supports, see nvrtc.py).
+KNOWN_ARCH_NUMBERS: tuple[int, ...] = (80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121)
+_ARCH_RE = re.compile(r"^sm_?(\d{2,3})([af]?)$")
+_SHORT_TO_DTYPE = {d.short: d.name for d in DTYPES.values()}
+
+
+def parse_arch(value: Any) -> str:
+    """Canonical arch name (``sm_90``, ``sm_90a``, ``sm_100a``...) from a string or int (90).
+
+    Raises :class:`VariantError` for anything else, naming the accepted forms.
+    """
+    text = f"sm_{value}" if isinstance(value, int) and not isinstance(value, bool) else value
+    m = _ARCH_RE.match(text.strip().lower()) if isinstance(text, str) else None
+    if m is None or int(m.group(1)) < 80:
+        raise VariantError(
+            "arch",
+            value,
+            [f"sm_{n}" for n in KNOWN_ARCH_NUMBERS],
+            "or an 'a'/'f' suffixed form such as sm_90a or sm_100a; Ampere (sm_80) and newer",
+        )
+    number, suffix = int(m.group(1)), m.group(2)
+    if suffix and number < 90:
+        raise VariantError(
+            "arch",
+            value,
+            ["sm_90a", "sm_100a", "sm_103a", "sm_120a"],
+            "arch-specific 'a'/'f' targets exist from sm_90 on",
+        )
+    return f"sm_{number}{suffix}"
+
+
+def arch_number(arch: str) -> int:
+    """The compute capability as an int: ``sm_90a`` -> 90."""
+    return int(arch[3:].rstrip("af"))
+
+
+@dataclass(frozen=True)
+class KernelKey:
+    """A validated, canonical kernel variant.
+
+    Fields:
+        op: kernel name, one of the registry's ops (``gelu``, ...).
+        in_dtype / out_dtype: canonical dtype names (aliases and dtype objects accepted).
+        scaling: ``none`` (high-precision output), ``tensor`` (per-tensor FP8 scale, amax and
+            scale_inv), ``mxfp8`` or ``nvfp4``.
+        layout: ``rowwise``, ``columnwise`` or ``both``.
+        hidden_size: the size of the last dimension compiled into the kernel, or ``None`` for
+            the general kernel that takes it at run time.
+        arch: compile target, ``sm_90``, ``sm_90a``, ``sm_100a``...
+        flags: op flags that change code, as sorted ``(name, value)`` pairs.
+
+    Raises :class:`~nvrtc_engine.VariantError` naming the field and its allowed values.
+    """
+
+    op: str
+    in_dtype: str
+    out_dtype: str
+    scaling: str
+    layout: str
+    hidden_size: int | None
+    arch: str
+    flags: tuple[tuple[str, bool], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        from .ops import get_spec
+
+        spec = get_spec(self.op)
+        set_ = object.__setattr__
+        set_(self, "in_dtype", dtype_name(self.in_dtype, "in_dtype"))
+        set_(self, "out_dtype", dtype_name(self.out_dtype, "out_dtype"))
+        if self.scaling not in SCALINGS:
+            raise VariantError("scaling", self.scaling, SCALINGS)
+        if self.layout not in LAYOUTS:
+            raise VariantError("layout", self.layout, LAYOUTS)
+        hs = self.hidden_size
+        if hs is not None and (
+            isinstance(hs, bool) or not isinstance(hs, int) or not 1 <= hs <= MAX_HIDDEN_SIZE
+        ):
+            raise VariantError("hidden_size", hs, f"None or an int in [1, {MAX_HIDDEN_SIZE}]")
+        set_(self, "arch", parse_arch(self.arch))
+        flags = dict(self.flags)
+        for name, value in flags.items():
+            if name not in spec.flags:
+                raise VariantError("flags", name, sorted(spec.flags) or ["(none for this op)"])
+            if not isinstance(value, bool):
+                raise VariantError(name, value, [False, True])
+        set_(self, "flags", tuple(sorted(flags.items())))
+        spec.validate(self)
+
+    @property
+    def spec(self) -> OpSpec:
+        """The op's spec (validation, template, launch binding)."""
+        from .ops import get_spec
+
+        return get_spec(self.op)
+
+    @property
+    def input(self) -> DType:
+        return DTYPES[self.in_dtype]
+
+    @property
+    def output(self) -> DType:
+        return DTYPES[self.out_dtype]
+
+    def flag(self, name: str) -> bool:
+        """The value of op flag ``name`` (False when not set)."""
+        return dict(self.flags).get(name, False)
+
+    def __str__(self) -> str:
+        spec = self.spec
+        hidden = "hany" if self.hidden_size is None else f"h{self.hidden_size}"
+        parts = [
+            self.op, self.input.short, self.output.short, self.scaling, self.layout, hidden,
+            self.arch.replace("_", ""),
+        ]  # fmt: skip
+        parts += [spec.flags[name] for name, value in self.flags if value]
+        return "_".join(parts)
+
+    @classmethod
+    def parse(cls, name: str) -> KernelKey:
+        """Read a canonical name (``str(key)``) back into a key.
+
+        Raises :class:`VariantError` if ``name`` is not a canonical kernel name.
+        """
+        from .ops import get_spec, registered_ops
+
+        shorts = "|".join(_SHORT_TO_DTYPE)
+        pattern = (
+            rf"^(?P<op>[a-z0-9_]+?)_(?P<i>{shorts})_(?P<o>{shorts})_(?P<s>{'|'.join(SCALINGS)})"
+            rf"_(?P<l>{'|'.join(LAYOUTS)})_h(?P<h>any|\d+)_sm(?P<a>\d+[af]?)(?P<f>(?:_[a-z0-9]+)*)$"
+        )
+        m = re.match(pattern, name)
+        if m is None or m.group("op") not in registered_ops():
+            raise VariantError(
+                "name",
+                name,
+                "a canonical kernel name such as gelu_bf16_e4m3_tensor_rowwise_h4096_sm90",
+            )
+        spec = get_spec(m.group("op"))
+        by_short = {short: flag for flag, short in spec.flags.items()}
+        flags = []
+        for short in filter(None, m.group("f").split("_")):
+            if short not in by_short:
+                raise VariantError("flags", short, sorted(by_short) or ["(none for this op)"])
+            flags.append((by_short[short], True))
+        h = m.group("h")
+        return cls(
+            op=m.group("op"), in_dtype=_SHORT_TO_DTYPE[m.group("i")],
+            out_dtype=_SHORT_TO_DTYPE[m.group("o")], scaling=m.group("s"), layout=m.group("l"),
+            hidden_size=None if h == "any" else int(h), arch=f"sm_{m.group('a')}",
+            flags=tuple(flags),
+        )  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        """The key as plain JSON-able fields (flags as a dict)."""
+        return {
+            "op": self.op, "in_dtype": self.in_dtype, "out_dtype": self.out_dtype,
+            "scaling": self.scaling, "layout": self.layout, "hidden_size": self.hidden_size,
+            "arch": self.arch, "flags": dict(self.flags),
+        }  # fmt: skip

@@ -1,0 +1,24 @@
+"""The op registry: every op the engine can build, one spec each, listed explicitly."""
+
+from __future__ import annotations
+
+from ..errors import VariantError
+from .activation import ACTIVATION_SPECS
+from .base import OpSpec
+
+__all__ = ["OpSpec", "get_spec", "registered_ops"]
+
+_REGISTRY: dict[str, OpSpec] = {spec.name: spec for spec in ACTIVATION_SPECS}
+
+
+def registered_ops() -> tuple[str, ...]:
+    """Names of every op, sorted."""
+    return tuple(sorted(_REGISTRY))
+
+
+def get_spec(op: str) -> OpSpec:
+    """The spec of ``op``; raises :class:`~nvrtc_engine.VariantError` listing known ops."""
+    spec = _REGISTRY.get(op) if isinstance(op, str) else None
+    if spec is None:
+        raise VariantError("op", op, registered_ops())
+    return spec

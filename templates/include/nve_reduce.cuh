@@ -1,0 +1,31 @@
+// nvrtc_engine device helpers: warp and block reductions, and the FP8 amax update.
+#pragma once
+
+namespace nve {
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Max over the block; the result is valid in thread 0. THREADS is a multiple of 32.
+template <int THREADS>
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float partial[THREADS / 32];
+  v = warp_max(v);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < THREADS / 32 ? partial[threadIdx.x] : 0.f;
+  if (warp == 0) v = warp_max(v);
+  return v;
+}
+
+// amax is >= 0, so its bits order like ints; NaN inputs are dropped by fmaxf, as in
+// TransformerEngine's amax reduction.
+__device__ __forceinline__ void atomic_max_nonneg(float* addr, float v) {
+  atomicMax(reinterpret_cast<int*>(addr), __float_as_int(v));
+}
+
+}  // namespace nve

@@ -1,0 +1,47 @@
+"""Shared fixtures: an isolated cache per test, and the `gpu` marker's skip rule."""
+
+from __future__ import annotations
+
+import pytest
+
+import nvrtc_engine as ne
+from nvrtc_engine import config
+
+
+def _gpu_count() -> int:
+    from nvrtc_engine import driver
+
+    return driver.device_count()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not any("gpu" in item.keywords for item in items):
+        return
+    if _gpu_count() > 0:
+        return
+    skip = pytest.mark.skip(reason="no CUDA device visible")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch):
+    """Each test gets its own empty cache directory and a fresh engine."""
+    cache_dir = tmp_path / "kernel-cache"
+    monkeypatch.setenv("NVRTC_ENGINE_CACHE_DIR", str(cache_dir))
+    monkeypatch.setenv("NVRTC_ENGINE_DEBUG_DIR", str(tmp_path / "debug"))
+    for var in (
+        "NVRTC_ENGINE_DISABLE_DISK_CACHE",
+        "NVRTC_ENGINE_CACHE_SIZE_LIMIT",
+        "NVRTC_ENGINE_CUDA_INCLUDE_DIR",
+        "NVRTC_ENGINE_DUMP_SOURCE",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    config.reset()
+    ne.clear_cache(disk=False)
+    ne.clear_cache(memory=False)
+    yield cache_dir
+    ne.clear_cache(disk=False)
+    ne.clear_cache(memory=False)
+    config.reset()

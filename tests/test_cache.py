@@ -1,0 +1,278 @@
+"""The caches: digest axes, verified entries, disk hits across processes, damage recovery,
+unwritable directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+import nvrtc_engine as ne
+from nvrtc_engine import CacheWarning, make_key
+from nvrtc_engine.cache import SCHEMA, compute_digest, decode_entry, encode_entry
+from nvrtc_engine.engine import Engine, default_engine
+from nvrtc_engine.kernel import Artifact
+
+BASE = dict(
+    source="src",
+    headers=(("a.cuh", "x"),),
+    flags=("-arch=sm_90",),
+    nvrtc_version="13.0",
+    header_version=None,
+)
+
+
+@pytest.mark.parametrize(
+    ("field", "other"),
+    [
+        ("source", "src2"),
+        ("headers", (("a.cuh", "y"),)),
+        ("headers", (("b.cuh", "x"),)),
+        ("flags", ("-arch=sm_100a",)),
+        ("flags", ("-arch=sm_90", "-lineinfo")),
+        ("nvrtc_version", "13.1"),
+        ("header_version", "13.0"),
+    ],
+)
+def test_digest_differs_on_every_axis(field, other):
+    assert compute_digest(**{**BASE, field: other}) != compute_digest(**BASE)
+
+
+def test_digest_same_for_same_inputs():
+    assert compute_digest(**BASE) == compute_digest(**dict(BASE))
+    assert len(compute_digest(**BASE)) == 64
+
+
+def test_keys_that_differ_only_in_arch_get_different_digests():
+    e = default_engine()
+    d90 = e.artifact_digest(make_key("gelu", dtype="fp8", arch="sm_90"))[3]
+    d90a = e.artifact_digest(make_key("gelu", dtype="fp8", arch="sm_90a"))[3]
+    d100 = e.artifact_digest(make_key("gelu", dtype="fp8", arch="sm_100a"))[3]
+    assert len({d90, d90a, d100}) == 3
+
+
+def _artifact(image=b"\x7fELF-image-bytes"):
+    return Artifact(
+        image=image,
+        kind="cubin",
+        symbols=("k",),
+        digest="d" * 64,
+        nvrtc_version="13.0",
+        options=("-arch=sm_90",),
+        compile_ms=12.5,
+    )
+
+
+def test_entry_round_trip_and_damage():
+    art = _artifact()
+    value = encode_entry("k", art)
+    header, again = decode_entry(value, art.digest)
+    assert again == art and header["schema"] == SCHEMA and header["key"] == "k"
+    assert decode_entry(value, "e" * 64) is None  # stored under another digest
+    assert decode_entry(value[:-1], art.digest) is None  # truncated image
+    assert decode_entry(value[:20], art.digest) is None  # truncated header
+    flipped = bytearray(value)
+    flipped[-3] ^= 0x01
+    assert decode_entry(bytes(flipped), art.digest) is None  # corrupted image
+    assert decode_entry(b"garbage" * 10, art.digest) is None
+    assert decode_entry(12345, art.digest) is None
+
+
+def test_memory_hit_returns_same_object_and_counts():
+    k1 = ne.get_kernel("gelu", dtype="fp8", arch="sm_90")
+    k2 = ne.get_kernel("gelu", dtype="fp8", arch="sm_90")
+    k3 = ne.get_kernel(make_key("gelu", dtype="fp8", arch="sm_90"))
+    assert k1 is k2 is k3
+    info = ne.cache_info()
+    assert (info.compiles, info.misses, info.hits, info.disk_hits) == (1, 1, 2, 0)
+    assert info.memory_entries == 1 and info.entries == 1 and info.bytes > 0
+
+
+def test_disk_hit_in_a_fresh_engine_compiles_nothing():
+    k = make_key("gelu", dtype="bf16", arch="sm_90")
+    first = Engine().get(k)
+    second_engine = Engine()
+    second = second_engine.get(k)
+    assert second.origin == "disk" and first.origin == "compiled"
+    assert second.artifact.image == first.artifact.image
+    assert (second_engine.compiles, second_engine.disk_hits) == (0, 1)
+
+
+_CHILD = textwrap.dedent("""
+    import json, sys
+    import nvrtc_engine as ne
+    if sys.argv[1] == "forbid":
+        from cuda.bindings import nvrtc
+        def refuse(*a, **k):
+            raise AssertionError("NVRTC compile called in the second process")
+        nvrtc.nvrtcCompileProgram = refuse
+    k = ne.get_kernel("gelu", dtype="fp8", hidden_size=4096, arch="sm_90")
+    print(json.dumps({**ne.cache_info().__dict__, "origin": k.origin,
+                      "size": len(k.artifact.image)}))
+""")
+
+
+def _child(mode, env):
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_cache_hit_across_two_processes_with_zero_nvrtc_compiles(isolated_cache):
+    env = {**os.environ, "NVRTC_ENGINE_CACHE_DIR": str(isolated_cache)}
+    first = _child("allow", env)
+    second = _child("forbid", env)
+    assert (first["compiles"], first["origin"]) == (1, "compiled")
+    assert (second["compiles"], second["disk_hits"], second["origin"]) == (0, 1, "disk")
+    assert second["size"] == first["size"] and second["entries"] == 1
+
+
+def _only_entry(engine):
+    disk = engine.disk()
+    (digest,) = list(disk.digests())
+    return disk, digest
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "flip", "other-digest"])
+def test_damaged_entry_is_removed_and_recompiled(damage):
+    k = make_key("gelu", dtype="fp16", arch="sm_90")
+    good = Engine().get(k).artifact
+    engine = Engine()
+    disk, digest = _only_entry(engine)
+    value = disk.raw(digest)
+    if damage == "truncate":
+        bad = value[: len(value) // 2]
+    elif damage == "garbage":
+        bad = os.urandom(len(value))
+    elif damage == "flip":
+        b = bytearray(value)
+        b[len(b) // 2] ^= 0xFF
+        bad = bytes(b)
+    else:
+        bad = encode_entry(str(k), Artifact(**{**good.__dict__, "digest": "0" * 64}))
+    disk._store.set(digest, bad)
+    kernel = engine.get(k)
+    assert kernel.origin == "compiled" and engine.compiles == 1
+    assert kernel.artifact.image == good.image
+    # the bad entry was replaced by a good one
+    assert Engine().get(k).origin == "disk"
+
+
+def test_truncated_file_on_disk_is_a_miss(isolated_cache):
+    k = make_key("gelu", dtype="fp32", arch="sm_90")
+    engine = Engine()
+    disk = engine.disk()
+    disk._store.reset("disk_min_file_size", 0)  # store values as files, not inline in SQLite
+    engine.get(k)
+    files = list(isolated_cache.rglob("*.val"))
+    assert len(files) == 1
+    files[0].write_bytes(files[0].read_bytes()[:100])
+    again = Engine()
+    assert again.get(k).origin == "compiled" and again.compiles == 1
+    assert Engine().get(k).origin == "disk"
+
+
+def test_unwritable_cache_dir_degrades_to_memory_with_one_warning(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the cache directory should be")
+    monkeypatch.setenv("NVRTC_ENGINE_CACHE_DIR", str(blocker / "cache"))
+    ne.config.reset()
+    ne.clear_cache()
+    with pytest.warns(CacheWarning, match="memory only") as record:
+        k1 = ne.get_kernel("gelu", dtype="fp8", arch="sm_90")
+        k2 = ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    assert len(record) == 1
+    assert k1.origin == k2.origin == "compiled"
+    info = ne.cache_info()
+    assert info.directory is None and info.entries == 0 and info.compiles == 2
+
+
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0, reason="root ignores directory permissions"
+)
+def test_read_only_cache_dir_degrades_to_memory(tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    monkeypatch.setenv("NVRTC_ENGINE_CACHE_DIR", str(ro / "cache"))
+    ne.config.reset()
+    ne.clear_cache()
+    with pytest.warns(CacheWarning):
+        assert ne.get_kernel("gelu", dtype="bf16", arch="sm_90").origin == "compiled"
+
+
+def test_disable_disk_cache(monkeypatch, isolated_cache):
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    ne.config.reset()
+    ne.clear_cache()
+    ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    assert ne.cache_info().directory is None
+    assert not isolated_cache.exists()
+
+
+def test_clear_cache_empties_memory_and_disk():
+    ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    assert ne.cache_info().entries == 1
+    ne.clear_cache()
+    info = ne.cache_info()
+    assert (info.entries, info.memory_entries, info.compiles) == (0, 0, 0)
+    assert ne.get_kernel("gelu", dtype="bf16", arch="sm_90").origin == "compiled"
+
+
+def test_single_flight_one_compile_for_concurrent_callers(monkeypatch):
+    import nvrtc_engine.engine as engine_mod
+
+    calls = []
+    real = engine_mod.compile_source
+    gate = threading.Event()
+
+    def slow_compile(*args, **kwargs):
+        calls.append(1)
+        gate.wait(5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine_mod, "compile_source", slow_compile)
+    engine = Engine()
+    k = make_key("gelu", dtype="fp16", arch="sm_89")
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(engine.get(k))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(results) == 8 and all(r is results[0] for r in results)
+
+
+def test_failed_compile_is_raised_to_every_waiter_and_not_cached(monkeypatch):
+    import nvrtc_engine.engine as engine_mod
+
+    def fail(*args, **kwargs):
+        raise ne.CompileError(
+            key="k",
+            log="error: boom",
+            options=(),
+            nvrtc_version="13.0",
+            header_version=None,
+            source_path=None,
+        )
+
+    real = engine_mod.compile_source
+    monkeypatch.setattr(engine_mod, "compile_source", fail)
+    engine = Engine()
+    k = make_key("gelu", dtype="fp16", arch="sm_90")
+    with pytest.raises(ne.CompileError):
+        engine.get(k)
+    monkeypatch.setattr(engine_mod, "compile_source", real)
+    assert engine.get(k).origin == "compiled"

@@ -1,0 +1,59 @@
+"""Environment variables: typed, validated, overridable in code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nvrtc_engine import config
+
+
+def test_defaults_and_parsing():
+    s = config.from_environment({})
+    assert s.cache_dir is None and not s.disable_disk_cache and s.cache_size_limit == 512 << 20
+    s = config.from_environment(
+        {
+            "NVRTC_ENGINE_CACHE_DIR": "~/k",
+            "NVRTC_ENGINE_DISABLE_DISK_CACHE": "yes",
+            "NVRTC_ENGINE_CACHE_SIZE_LIMIT": "2G",
+            "NVRTC_ENGINE_WORKERS": "4",
+            "NVRTC_ENGINE_CUDA_INCLUDE_DIR": "/opt/cuda/include",
+        }
+    )
+    assert s.cache_dir == Path("~/k").expanduser() and s.disable_disk_cache
+    assert s.cache_size_limit == 2 << 30 and s.workers == 4
+    assert s.cuda_include_dir == Path("/opt/cuda/include")
+    mib = config.from_environment({"NVRTC_ENGINE_CACHE_SIZE_LIMIT": "512MiB"})
+    assert mib.cache_size_limit == 512 << 20
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("NVRTC_ENGINE_DISABLE_DISK_CACHE", "maybe"),
+        ("NVRTC_ENGINE_CACHE_SIZE_LIMIT", "lots"),
+        ("NVRTC_ENGINE_CACHE_SIZE_LIMIT", "-1"),
+        ("NVRTC_ENGINE_WORKERS", "0"),
+        ("NVRTC_ENGINE_DUMP_SOURCE", "2"),
+    ],
+)
+def test_malformed_values_name_the_variable(var, value):
+    with pytest.raises(ValueError, match=var):
+        config.from_environment({var: value})
+
+
+def test_configure_and_reset(tmp_path):
+    s = config.configure(cache_dir=str(tmp_path))
+    assert s.cache_dir == tmp_path and config.settings().cache_dir == tmp_path
+    with pytest.raises(TypeError, match="unknown setting"):
+        config.configure(cache_directory=tmp_path)
+    config.reset()
+    assert config.settings().cache_dir != tmp_path
+
+
+def test_default_cache_dir_is_platform_user_cache():
+    import platformdirs
+
+    expected = Path(platformdirs.user_cache_dir("nvrtc_engine", appauthor=False))
+    assert config.from_environment({}).resolved_cache_dir() == expected

@@ -1,0 +1,44 @@
+"""Dtype names, aliases and dtype objects."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from nvrtc_engine import DTYPES, VariantError
+from nvrtc_engine.dtypes import dtype, dtype_name
+
+
+@pytest.mark.parametrize(
+    ("value", "name"),
+    [
+        ("fp32", "fp32"), ("float32", "fp32"), (np.float32, "fp32"), (np.dtype("float32"), "fp32"),
+        ("half", "fp16"), (np.float16, "fp16"),
+        ("bf16", "bf16"), ("BFloat16", "bf16"), (ml_dtypes.bfloat16, "bf16"),
+        ("fp8", "fp8_e4m3"), ("e4m3", "fp8_e4m3"), (ml_dtypes.float8_e4m3fn, "fp8_e4m3"),
+        ("e5m2", "fp8_e5m2"), (np.dtype(ml_dtypes.float8_e5m2), "fp8_e5m2"),
+    ],
+)  # fmt: skip
+def test_names_aliases_and_objects(value, name):
+    assert dtype_name(value) == name
+    assert dtype(value) is DTYPES[name]
+
+
+@pytest.mark.parametrize("bad", ["int8", "fp4", "float64", np.int32, 3])
+def test_unknown_dtype_lists_allowed(bad):
+    with pytest.raises(VariantError) as info:
+        dtype_name(bad, "in_dtype")
+    assert info.value.field == "in_dtype"
+    for allowed in DTYPES:
+        assert allowed in str(info.value)
+
+
+def test_numpy_dtypes_and_limits():
+    assert DTYPES["bf16"].numpy() == np.dtype(ml_dtypes.bfloat16)
+    assert DTYPES["fp8_e4m3"].numpy() == np.dtype(ml_dtypes.float8_e4m3fn)
+    assert DTYPES["fp8_e4m3"].max_finite == float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max)
+    assert DTYPES["fp8_e5m2"].max_finite == float(ml_dtypes.finfo(ml_dtypes.float8_e5m2).max)
+    assert DTYPES["bf16"].max_finite == float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    for d in DTYPES.values():
+        assert d.numpy().itemsize == d.itemsize

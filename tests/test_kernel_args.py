@@ -1,0 +1,92 @@
+"""Kernel arguments are checked before anything is launched (no GPU needed)."""
+
+from __future__ import annotations
+
+import pytest
+from fakes import FakeCaiArray, FakeCupyArray
+
+import nvrtc_engine as ne
+from nvrtc_engine import ArgumentError, ArgumentTypeError
+
+
+@pytest.fixture(scope="module")
+def fp8_kernel():
+    return ne.get_kernel("gelu", dtype="fp8", hidden_size=64, arch="sm_90")
+
+
+@pytest.fixture(scope="module")
+def bf16_kernel():
+    return ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+
+
+def scalars():
+    return {
+        name: FakeCupyArray((1,), "<f4", ptr=0x2000 + 16 * i)
+        for i, name in enumerate(("scale", "amax", "scale_inv"))
+    }
+
+
+def test_wrong_input_dtype(fp8_kernel):
+    with pytest.raises(ArgumentError, match="x: has dtype <f2.*takes bf16"):
+        fp8_kernel(FakeCupyArray((4, 64), "<f2"), FakeCupyArray((4, 64), "|u1"), **scalars())
+
+
+def test_non_contiguous_input(bf16_kernel):
+    with pytest.raises(ArgumentError, match="x: must be C-contiguous"):
+        bf16_kernel(FakeCupyArray((4, 64), "<u2", strides=(2, 8)))
+
+
+def test_hidden_size_must_match(fp8_kernel):
+    with pytest.raises(ArgumentError, match="last dimension is 65.*hidden_size=64"):
+        fp8_kernel(FakeCupyArray((4, 65), "<u2"), FakeCupyArray((4, 65), "|u1"), **scalars())
+
+
+def test_zero_dim_input(bf16_kernel):
+    with pytest.raises(ArgumentError, match="at least one dimension"):
+        bf16_kernel(FakeCupyArray((), "<u2"), FakeCupyArray((), "<u2"))
+
+
+def test_out_shape_dtype_device(fp8_kernel):
+    x = FakeCupyArray((4, 64), "<u2")
+    with pytest.raises(ArgumentError, match=r"out: has shape \(4, 32\)"):
+        fp8_kernel(x, FakeCupyArray((4, 32), "|u1"), **scalars())
+    with pytest.raises(ArgumentError, match="out: has dtype <f2"):
+        fp8_kernel(x, FakeCupyArray((4, 64), "<f2"), **scalars())
+    with pytest.raises(ArgumentError, match="out: is on device 1"):
+        fp8_kernel(x, FakeCupyArray((4, 64), "|u1", device=1), **scalars())
+
+
+def test_tensor_scaling_needs_scale_and_amax(fp8_kernel):
+    x, y = FakeCupyArray((4, 64), "<u2"), FakeCupyArray((4, 64), "|u1")
+    s = scalars()
+    with pytest.raises(ArgumentError, match="scale: is required"):
+        fp8_kernel(x, y, amax=s["amax"])
+    with pytest.raises(ArgumentError, match="amax: is required"):
+        fp8_kernel(x, y, scale=s["scale"])
+    with pytest.raises(ArgumentError, match="scale: must be a float32"):
+        fp8_kernel(x, y, scale=FakeCupyArray((1,), "<f2"), amax=s["amax"])
+    with pytest.raises(ArgumentError, match="amax: must have at least one element"):
+        fp8_kernel(x, y, scale=s["scale"], amax=FakeCupyArray((0,), "<f4"))
+    with pytest.raises(ArgumentError, match="scale_inv: is on device 3"):
+        fp8_kernel(
+            x, y, scale=s["scale"], amax=s["amax"], scale_inv=FakeCupyArray((1,), "<f4", device=3)
+        )
+
+
+def test_unscaled_kernel_rejects_scale(bf16_kernel):
+    x = FakeCupyArray((4, 64), "<u2")
+    with pytest.raises(ArgumentError, match="no scaling"):
+        bf16_kernel(x, FakeCupyArray((4, 64), "<u2"), scale=scalars()["scale"])
+
+
+def test_out_required_when_input_library_cannot_allocate(bf16_kernel, monkeypatch):
+    from nvrtc_engine import driver
+
+    monkeypatch.setattr(driver, "pointer_device", lambda ptr: 0)
+    with pytest.raises(ArgumentTypeError, match="out: is required"):
+        bf16_kernel(FakeCaiArray((4, 64), "<u2"))
+
+
+def test_not_an_array(bf16_kernel):
+    with pytest.raises(ArgumentTypeError, match="x: expected a CUDA array"):
+        bf16_kernel("not an array")

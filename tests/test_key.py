@@ -1,0 +1,160 @@
+"""KernelKey: validation against closed sets, canonical names, defaults of make_key."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+import nvrtc_engine as ne
+from nvrtc_engine import KernelKey, VariantError, make_key
+
+
+def key(**overrides):
+    fields = dict(
+        op="gelu",
+        in_dtype="bf16",
+        out_dtype="fp8_e4m3",
+        scaling="tensor",
+        layout="rowwise",
+        hidden_size=4096,
+        arch="sm_90",
+    )
+    fields.update(overrides)
+    return KernelKey(**fields)
+
+
+def test_canonical_name_and_parse_round_trip():
+    k = key()
+    assert str(k) == "gelu_bf16_e4m3_tensor_rowwise_h4096_sm90"
+    assert KernelKey.parse(str(k)) == k
+    general = key(hidden_size=None, arch="sm_100a", out_dtype="bf16", scaling="none")
+    assert str(general) == "gelu_bf16_bf16_none_rowwise_hany_sm100a"
+    assert KernelKey.parse(str(general)) == general
+    assert str(k).isidentifier()  # it is also the extern "C" symbol
+
+
+@pytest.mark.parametrize("alias", ["fp8", "e4m3", "fp8_e4m3", "float8_e4m3fn"])
+def test_dtype_aliases_give_equal_keys(alias):
+    assert key(out_dtype=alias) == key()
+    assert hash(key(out_dtype=alias)) == hash(key())
+
+
+def test_dtype_objects_accepted():
+    import ml_dtypes
+
+    assert key(in_dtype=np.dtype(ml_dtypes.bfloat16)) == key()
+    assert key(in_dtype=ml_dtypes.bfloat16, out_dtype=ml_dtypes.float8_e4m3fn) == key()
+    assert key(in_dtype=np.float16).in_dtype == "fp16"
+
+    class FakeTorchDtype:  # torch.dtype prints as "torch.bfloat16"
+        def __str__(self):
+            return "torch.bfloat16"
+
+    assert key(in_dtype=FakeTorchDtype()) == key()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "allowed_word"),
+    [
+        ("op", "gelu2", "gelu"),
+        ("in_dtype", "int8", "bf16"),
+        ("out_dtype", "fp4", "fp8_e4m3"),
+        ("scaling", "block", "tensor"),
+        ("layout", "diagonal", "rowwise"),
+        ("hidden_size", 0, "None or an int"),
+        ("hidden_size", -5, "None or an int"),
+        ("hidden_size", True, "None or an int"),
+        ("hidden_size", "4096", "None or an int"),
+        ("arch", "sm_70", "sm_80"),
+        ("arch", "gfx90a", "sm_80"),
+        ("arch", "sm_80a", "sm_90a"),
+        ("flags", (("zero_centered_gamma", True),), "none for this op"),
+    ],
+)
+def test_every_bad_field_names_field_and_allowed_values(field, value, allowed_word):
+    with pytest.raises(VariantError) as info:
+        key(**{field: value})
+    err = info.value
+    assert err.field in (field, "flags")
+    assert allowed_word in str(err)
+    assert isinstance(err, ValueError)
+
+
+def test_op_level_combinations():
+    with pytest.raises(VariantError, match="in_dtype.*fp8_e4m3"):
+        key(in_dtype="fp8_e4m3")  # FP8 input is not an activation input
+    with pytest.raises(VariantError, match="needs a scaling mode"):
+        key(scaling="none")
+    with pytest.raises(VariantError, match="is not scaled"):
+        key(out_dtype="bf16", scaling="tensor")
+    with pytest.raises(VariantError, match="scaling"):
+        key(scaling="mxfp8")  # not in the GELU kernel of the engine core
+    with pytest.raises(VariantError, match="layout"):
+        key(layout="columnwise")
+
+
+def test_arch_forms():
+    assert key(arch=90).arch == "sm_90"
+    assert key(arch="SM90A").arch == "sm_90a"
+    assert key(arch="sm_100a").arch == "sm_100a"
+
+
+def test_parse_rejects_garbage():
+    for bad in [
+        "",
+        "gelu",
+        "gelu_bf16_e4m3_tensor_rowwise_h4096",
+        "relu_bf16_bf16_none_rowwise_hany_sm90",
+        "gelu_bf16_e4m3_tensor_rowwise_h4096_sm90_zcg",
+    ]:
+        with pytest.raises(VariantError):
+            KernelKey.parse(bad)
+
+
+def test_make_key_defaults():
+    k = make_key("gelu", dtype="fp8", arch="sm_90")
+    assert (k.in_dtype, k.out_dtype, k.scaling, k.layout, k.hidden_size) == (
+        "bf16",
+        "fp8_e4m3",
+        "tensor",
+        "rowwise",
+        None,
+    )
+    k = make_key("gelu", dtype="fp16", arch="sm_90")
+    assert (k.in_dtype, k.out_dtype, k.scaling) == ("fp16", "fp16", "none")
+    k = make_key("gelu", arch="sm_90")
+    assert (k.in_dtype, k.out_dtype, k.scaling) == ("bf16", "bf16", "none")
+    k = make_key("gelu", in_dtype="fp32", out_dtype="e5m2", arch="sm_89")
+    assert (k.in_dtype, k.out_dtype, k.scaling) == ("fp32", "fp8_e5m2", "tensor")
+    with pytest.raises(TypeError, match="not both"):
+        make_key("gelu", dtype="fp8", out_dtype="fp8", arch="sm_90")
+
+
+def test_missing_arch_without_gpu_is_a_clear_error(monkeypatch):
+    from nvrtc_engine import driver
+
+    monkeypatch.setattr(driver, "_init_pid", None)
+    monkeypatch.setattr(driver, "_init_error", driver._init_error)
+    monkeypatch.setattr(driver, "_devices", {})
+    monkeypatch.setattr(driver, "_drv", lambda: (_ for _ in ()).throw(OSError("no libcuda")))
+    with pytest.raises(ne.NoDeviceError, match="arch='sm_90'"):
+        make_key("gelu", dtype="fp8")
+    with pytest.raises(ne.NoDeviceError, match="arch="):
+        ne.get_kernel("gelu", dtype="fp8")
+
+
+def test_key_is_frozen_hashable_picklable():
+    k = key()
+    with pytest.raises(AttributeError):
+        k.op = "x"  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(k)) == k
+    assert {k: 1}[key()] == 1
+    assert k.to_dict()["hidden_size"] == 4096
+
+
+def test_errors_pickle_round_trip():
+    err = VariantError("arch", "sm_70", ["sm_80"])
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is VariantError and again.field == "arch" and str(again) == str(err)

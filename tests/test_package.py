@@ -1,0 +1,113 @@
+"""The public surface, lazy imports, and the wheel: templates inside, no compiled kernels."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import nvrtc_engine as ne
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_public_surface_is_sorted_and_exported():
+    assert list(ne.__all__) == sorted(ne.__all__)
+    for name in ne.__all__:
+        assert hasattr(ne, name), name
+
+
+def test_version_matches_pyproject():
+    import re
+
+    text = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^version = "([^"]+)"', text, re.M).group(1) == ne.__version__
+
+
+def test_import_starts_nothing_heavy():
+    code = (
+        "import sys, nvrtc_engine; "
+        "print(sorted(m for m in ('cuda.bindings.nvrtc', 'cuda.bindings.driver', 'jinja2', "
+        "'diskcache', 'numpy', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    (path,) = out.glob("nvrtc_engine-*.whl")
+    return path
+
+
+def test_wheel_carries_templates_and_no_kernels(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "nvrtc_engine/templates/activation.cu.j2" in names
+    assert "nvrtc_engine/templates/include/nve_types.cuh" in names
+    assert "nvrtc_engine/py.typed" in names
+    assert not [n for n in names if n.endswith((".cubin", ".ptx", ".fatbin", ".o", ".so"))]
+    assert not [n for n in names if n.startswith(("tests/", "bench/"))]
+
+
+def test_installed_wheel_works_from_any_directory(wheel, tmp_path):
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    code = (
+        "import nvrtc_engine, pathlib; "
+        "from nvrtc_engine.render import templates_dir; "
+        "k = nvrtc_engine.get_kernel('gelu', dtype='fp8', arch='sm_90'); "
+        "print(templates_dir(), len(k.artifact.image))"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(target),
+        "NVRTC_ENGINE_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    tdir, size = out.stdout.split()
+    assert Path(tdir).is_relative_to(target) and int(size) > 1000
