@@ -122,13 +122,14 @@ def main() -> int:
          "unit": "ms"},
         {"what": "new process: first get_kernel (disk hit + one-time set-up)",
          "value": result["warm_first_get_kernel_ms"], "unit": "ms"},
-        {"what": "new process: disk hit per key, median", "value": result["warm_disk_hit_median_ms"],
-         "unit": "ms"},
+        {"what": "new process: disk hit per key, median",
+         "value": result["warm_disk_hit_median_ms"], "unit": "ms"},
         {"what": "get_kernel from memory (same arguments)", "value": memo_us, "unit": "us"},
         {"what": "get_kernel(KernelKey) from memory", "value": key_us, "unit": "us"},
     ]  # fmt: skip
     print(
-        f"compile latency, arch {args.arch}, NVRTC {result['nvrtc']}, {common.host_info()['cpus']} CPUs"
+        f"compile latency, arch {args.arch}, NVRTC {result['nvrtc']}, "
+        f"{common.host_info()['cpus']} CPUs"
     )
     print(
         common.table(rows, [("what", "measure", ""), ("value", "value", ".2f"), ("unit", "", "")])

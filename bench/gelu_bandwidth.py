@@ -4,8 +4,8 @@
 
 Measures, in one run, at tokens x hidden (default 16384 x 8192, bf16 input):
   - device copy bandwidth (torch copy_ of 1 GiB, bytes read + written),
-  - GELU bf16->fp8_e4m3 (tensor scaling: amax, scale_inv) and bf16->bf16, for the engine's
-    default launch configuration and for other unroll depths (to justify the default),
+  - GELU bf16->fp8_e4m3 (tensor scaling: amax, scale_inv) and bf16->bf16 (launch
+    configurations: see bench/activation_tuning.py),
   - PyTorch eager doing the same math (gelu, then amax and a saturating FP8 cast),
   - host overhead per launch of a small kernel: Kernel.__call__ with torch tensors, a plain
     torch.nn.functional.gelu call, and a raw cuLaunchKernel with per-call argument tuples.
@@ -29,8 +29,6 @@ def bench_bandwidth(tokens: int, hidden: int) -> list[dict]:
     import torch.nn.functional as F
 
     import nvrtc_engine as ne
-    import nvrtc_engine.ops.activation as activation
-    from nvrtc_engine.engine import Engine
 
     n = tokens * hidden
     x = torch.randn(tokens, hidden, device="cuda").to(torch.bfloat16)
@@ -52,21 +50,15 @@ def bench_bandwidth(tokens: int, hidden: int) -> list[dict]:
             }
         )
 
-    default_unroll = activation._UNROLL
-    for unroll in sorted({1, 2, default_unroll, 8}):
-        activation._UNROLL = unroll  # private tuning knob, read when a kernel is rendered
-        engine = Engine()
-        k8 = engine.get(ne.make_key("gelu", dtype="fp8"))
-        k16 = engine.get(ne.make_key("gelu", dtype="bf16"))
-        tag = "nvrtc_engine" + ("" if unroll == default_unroll else f" unroll={unroll}")
-        add(
-            "gelu bf16->fp8_e4m3",
-            tag,
-            1,
-            lambda k8=k8: k8(x, y8, scale=scale, amax=amax, scale_inv=scale_inv),
-        )
-        add("gelu bf16->bf16", tag, 2, lambda k16=k16: k16(x, y16))
-    activation._UNROLL = default_unroll
+    k8 = ne.get_kernel("gelu", dtype="fp8")
+    k16 = ne.get_kernel("gelu", dtype="bf16")
+    add(
+        "gelu bf16->fp8_e4m3",
+        "nvrtc_engine",
+        1,
+        lambda: k8(x, y8, scale=scale, amax=amax, scale_inv=scale_inv),
+    )
+    add("gelu bf16->bf16", "nvrtc_engine", 2, lambda: k16(x, y16))
 
     def torch_fp8():
         y = F.gelu(x, approximate="tanh")

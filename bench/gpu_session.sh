@@ -22,6 +22,25 @@ for step in "$@"; do
       compute-sanitizer --tool racecheck --error-exitcode 9 python3 bench/sanitize_kernels.py 2>&1 | tail -5
       echo "racecheck rc=${PIPESTATUS[0]}" ;;
     demo) python3 -m nvrtc_engine.cli demo 2>&1 | tee "$OUT/demo.txt"; echo "demo rc=${PIPESTATUS[0]}" ;;
+    sass)  # SASS of the default GELU kernels, for instruction counts
+      python3 - <<'PY'
+import os, nvrtc_engine as ne
+for d in ("fp8", "bf16"):
+    k = ne.get_kernel("gelu", dtype=d)
+    open(f"/tmp/gelu_{d}.cubin", "wb").write(k.artifact.image)
+PY
+      for d in fp8 bf16; do cuobjdump -sass /tmp/gelu_$d.cubin; done > "$OUT/gelu.sass"; wc -l "$OUT/gelu.sass" ;;
+    warmprofile)  # where a new process spends its first (disk-hit) get_kernel
+      python3 -c "import nvrtc_engine as ne; ne.get_kernel('gelu', dtype='fp8', arch='sm_90')"
+      python3 - <<'PY' 2>&1 | head -45
+import cProfile, pstats, time
+import nvrtc_engine as ne
+pr = cProfile.Profile(); pr.enable(); t = time.perf_counter()
+k = ne.get_kernel("gelu", dtype="fp8", arch="sm_90")
+print("first get_kernel", (time.perf_counter() - t) * 1e3, "ms", k.origin); pr.disable()
+pstats.Stats(pr).sort_stats("cumulative").print_stats(25)
+PY
+      ;;
     *.py) python3 "bench/$step" 2>&1 | tee "$OUT/${step%.py}.txt" | tail -40 ;;
   esac
 done

@@ -43,12 +43,11 @@ class Artifact:
 
 @dataclass(frozen=True)
 class Loaded:
-    """A kernel loaded on one device: the device, its functions, and the grid cap."""
+    """A kernel loaded on one device: the device, its module and its functions."""
 
     device: driver.Device
     functions: tuple[Any, ...]
     module: Any
-    max_blocks: int
 
 
 def runs_on(key_arch: str, device_arch: str) -> bool:
@@ -71,9 +70,6 @@ class Kernel:
     ``"compiled"``, ``"disk"``). Calling it launches it; see the family's ``__call__``.
     Loading on a device happens on the first launch there, once.
     """
-
-    threads: int = 256
-    blocks_per_sm: int = 8
 
     def __init__(self, key: KernelKey, artifact: Artifact, origin: str) -> None:
         self.key = key
@@ -118,7 +114,7 @@ class Kernel:
                     functions.append(driver.check(
                         driver._drv().cuModuleGetFunction(module, symbol.encode()),
                         "cuModuleGetFunction"))  # fmt: skip
-                got = Loaded(dev, tuple(functions), module, dev.sm_count * self.blocks_per_sm)
+                got = Loaded(dev, tuple(functions), module)
                 self._loaded[device] = got
         return got
 

@@ -61,9 +61,13 @@ def run_and_check(kernel, x_host, out_dtype, *, x=None, out=None, scale=None, st
     ref = reference.activation(key.op, x_host, out_dtype, scale)
     scaled = ref.y * (np.float64(np.float32(scale)) if scale is not None else 1.0)
     n, at_ties = reference.check_close(to_host(out, out_dtype), scaled, out_dtype, ref.rel_error)
-    assert at_ties <= max(2, n // 1000), f"{at_ties} of {n} elements at rounding ties"
+    if out_dtype != "fp32":  # fp32 output is checked to a tolerance, not bit for bit
+        assert at_ties <= max(2, n // 1000), f"{at_ties} of {n} elements at rounding ties"
     if kwargs:
-        assert kwargs["amax"].item() == ref.amax  # exact: the largest |y| is an outlier
+        if ref.amax >= 10.0:  # the largest |y| is an outlier, where fp32 GELU(x) = x exactly
+            assert kwargs["amax"].item() == ref.amax
+        else:
+            assert kwargs["amax"].item() == pytest.approx(ref.amax, rel=float(ref.rel_error.max()))
         assert kwargs["scale_inv"].item() == float(ref.scale_inv)
     return out
 

@@ -6,6 +6,7 @@ Template: ``templates/activation.cu.j2``. Math: see ``templates/include/nve_act.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import driver
@@ -17,14 +18,40 @@ from .base import OpSpec
 if TYPE_CHECKING:
     from ..key import KernelKey
 
-__all__ = ["ACTIVATION_SPECS", "ActivationKernel", "ActivationSpec"]
+__all__ = [
+    "ACTIVATION_SPECS",
+    "ActivationKernel",
+    "ActivationSpec",
+    "LaunchConfig",
+    "launch_config",
+]
 
-# Launch configuration: 256 threads, each with 4 chunks of 16 input bytes in flight
-# (64 bytes per thread, 16 KiB per block), grid capped at 8 blocks per SM (full occupancy
-# at 256 threads) and looped over: enough bytes in flight to cover HBM latency on Hopper,
-# and few enough blocks that the amax atomics (one per block) stay negligible.
-_THREADS = 256
-_UNROLL = 4
+MAX_GRID = 2**31 - 1  # CUDA's limit on gridDim.x; the kernel loops over what is left
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Threads per block and 16-byte input chunks per thread; the grid covers the data in
+    one pass (one block per ``threads * unroll`` chunks).
+
+    Measured on the H200 (bench/activation_tuning.py, 16384 x 8192 bf16, see
+    docs/performance.md): a single pass beat a grid capped at 4-16 blocks per SM and looped
+    over, for every block size (the capped loop reached 75% of copy bandwidth even for the
+    identity function, one pass 88-90%). Without amax, small blocks with one chunk each
+    are best (128 x 1: 91.5% of copy for GELU bf16->bf16). With tensor scaling every
+    block ends with an atomicMax on the one amax word, so blocks must be few: 512 threads x
+    4 chunks (75.8%, against 45% for 128 x 1).
+    """
+
+    threads: int
+    unroll: int
+
+
+def launch_config(key: KernelKey) -> LaunchConfig:
+    """The activation family's launch configuration for ``key`` (see :class:`LaunchConfig`)."""
+    if key.scaling == "tensor":
+        return LaunchConfig(threads=512, unroll=4)
+    return LaunchConfig(threads=128, unroll=1)
 
 
 class ActivationSpec(OpSpec):
@@ -43,10 +70,11 @@ class ActivationSpec(OpSpec):
 
     def render_context(self, key: KernelKey) -> dict[str, Any]:
         ctx = super().render_context(key)
+        cfg = launch_config(key)
         ctx.update(
             act=self.device_fn,
-            threads=_THREADS,
-            unroll=_UNROLL,
+            threads=cfg.threads,
+            unroll=cfg.unroll,
             vec=16 // key.input.itemsize,
             tensor_scaling=key.scaling == "tensor",
         )
@@ -75,16 +103,16 @@ class ActivationKernel(Kernel):
     :class:`~nvrtc_engine.ArgumentTypeError` before launching when an argument is wrong.
     """
 
-    threads = _THREADS
     _params = driver.ParamPack("PPqPPPi")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         key = self.key
+        cfg = launch_config(key)
         self._in = key.input
         self._out = key.output
-        self._vec = 16 // key.input.itemsize
-        self._per_block = _THREADS * _UNROLL * self._vec
+        self._threads = cfg.threads
+        self._per_block = cfg.threads * cfg.unroll * (16 // key.input.itemsize)
         self._tensor = key.scaling == "tensor"
 
     def __call__(
@@ -129,12 +157,12 @@ class ActivationKernel(Kernel):
         handle = stream_handle(stream, xa)
         loaded = self.loaded(xa.device)
         aligned = ((xa.ptr | oa.ptr) & 15) == 0
-        per_block = self._per_block if aligned else _THREADS
-        grid = min(-(-n // per_block), loaded.max_blocks)
+        per_block = self._per_block if aligned else self._threads
+        grid = min(-(-n // per_block), MAX_GRID)
         params = self._params.pack(xa.ptr, oa.ptr, n, scale_ptr, amax_ptr, scale_inv_ptr,
                                    int(aligned))  # fmt: skip
         driver.make_current(loaded.device)
-        driver.launch(loaded.functions[0], grid, _THREADS, handle, params)
+        driver.launch(loaded.functions[0], grid, self._threads, handle, params)
         return out
 
 
