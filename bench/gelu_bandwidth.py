@@ -86,6 +86,7 @@ def bench_launch_overhead(calls: int = 5000) -> list[dict]:
     stream = torch.cuda.current_stream().cuda_stream
     loaded = kernel.loaded(torch.cuda.current_device())
     func = loaded.functions[0]
+    threads = kernel._threads  # the block size the kernel was compiled for
 
     vp, ll, i32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
 
@@ -94,7 +95,7 @@ def bench_launch_overhead(calls: int = 5000) -> list[dict]:
             (x.data_ptr(), out.data_ptr(), x.numel(), 0, 0, 0, 1),
             (vp, vp, ll, vp, vp, vp, i32),
         )
-        (err,) = driver.cuLaunchKernel(func, 1, 1, 1, 256, 1, 1, 0, stream, args, 0)
+        (err,) = driver.cuLaunchKernel(func, 1, 1, 1, threads, 1, 1, 0, stream, args, 0)
         if int(err):
             raise RuntimeError(f"cuLaunchKernel: {err}")
 

@@ -51,6 +51,7 @@ def main() -> int:
     dev = torch.cuda.current_device()
     loaded = kernel.loaded(dev)
     func = loaded.functions[0]
+    threads = kernel._threads  # the block size the kernel was compiled for
     stream = torch.cuda.current_stream().cuda_stream
     pack = driver.ParamPack("PPqPPPi")
     params = pack.pack(x.data_ptr(), out.data_ptr(), 1024, 0, 0, 0, 1)
@@ -67,14 +68,18 @@ def main() -> int:
     stream_obj = cu.CUstream(stream)
     raw = libcuda.cuLaunchKernel  # a second handle without argtypes: pre-built ctypes args
     raw.restype = ctypes.c_int
-    c_func, c_one, c_256, c_zero = (ctypes.c_void_p(func_int), ctypes.c_uint(1),
-                                    ctypes.c_uint(256), ctypes.c_uint(0))
+    c_func, c_one, c_256, c_zero = (
+        ctypes.c_void_p(func_int),
+        ctypes.c_uint(1),
+        ctypes.c_uint(256),
+        ctypes.c_uint(0),
+    )
     c_stream, c_params = ctypes.c_void_p(stream), ctypes.c_void_p(params)
     vp, ll, i32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
 
     def raw_tuples():
         args = ((x.data_ptr(), out.data_ptr(), 1024, 0, 0, 0, 1), (vp, vp, ll, vp, vp, vp, i32))
-        cu.cuLaunchKernel(func, 1, 1, 1, 256, 1, 1, 0, stream, args, 0)
+        cu.cuLaunchKernel(func, 1, 1, 1, threads, 1, 1, 0, stream, args, 0)
 
     cases = {
         "Kernel.__call__(x, out)": lambda: kernel(x, out),
@@ -87,13 +92,11 @@ def main() -> int:
         "step: driver.make_current": lambda: driver.make_current(loaded.device),
         "step: cuCtxGetCurrent": cu.cuCtxGetCurrent,
         "step: cuLaunchKernel (cuda.bindings, packed params)":
-            lambda: cu.cuLaunchKernel(func, 1, 1, 1, 256, 1, 1, 0, stream, params, 0),
+            lambda: cu.cuLaunchKernel(func, 1, 1, 1, threads, 1, 1, 0, stream, params, 0),
         "step: cuLaunchKernel (ctypes, packed params)":
-            lambda: launch(func_int, 1, 1, 1, 256, 1, 1, 0, stream, params, None),
+            lambda: launch(func_int, 1, 1, 1, threads, 1, 1, 0, stream, params, None),
         "step: cuLaunchKernel (cuda.bindings, CUstream object)":
-            lambda: cu.cuLaunchKernel(func, 1, 1, 1, 256, 1, 1, 0, stream_obj, params, 0),
-        "step: cuLaunchKernel (cuda.bindings, extra=None)":
-            lambda: cu.cuLaunchKernel(func, 1, 1, 1, 256, 1, 1, 0, stream, params, None),
+            lambda: cu.cuLaunchKernel(func, 1, 1, 1, threads, 1, 1, 0, stream_obj, params, 0),
         "step: cuLaunchKernel (ctypes, pre-built ctypes args)":
             lambda: raw(c_func, c_one, c_one, c_one, c_256, c_one, c_one, c_zero, c_stream,
                         c_params, None),

@@ -1,0 +1,28 @@
+// nvrtc_engine device helpers: MXFP8 block scales (E8M0), TransformerEngine semantics.
+//
+// A block of 32 values with max |v| = amax gets the biased exponent
+// e = float_to_e8m0(amax * (1 / max_norm)): the fp32 exponent field, rounded up when the
+// mantissa is not zero (so amax * 2^(127 - e) <= max_norm); NaN -> 0xFF, inf -> 0xFE,
+// 0 -> 0. Data is then fp8_satfinite(v * 2^(127 - e)) (multiplier 1 when e == 0).
+// The same integer arithmetic on every arch, so results match across archs bit for bit.
+#pragma once
+
+namespace nve {
+
+__device__ __forceinline__ unsigned char e8m0_from_amax(float amax, float max_norm_rcp) {
+  const float v = amax * max_norm_rcp;
+  const unsigned int bits = __float_as_uint(v);
+  const unsigned int exponent = (bits >> 23) & 0xffu;
+  const unsigned int mantissa = bits & 0x7fffffu;
+  if (exponent == 0xffu) return mantissa ? 0xff : 0xfe;  // NaN, inf
+  if (v == 0.f) return 0;
+  const bool up = mantissa != 0u && exponent != 0xfeu && !(exponent == 0u && mantissa <= 0x400000u);
+  return static_cast<unsigned char>(exponent + (up ? 1u : 0u));
+}
+
+// The factor applied before the FP8 cast: 2^(127 - e), and 1 for e == 0.
+__device__ __forceinline__ float e8m0_multiplier(unsigned char e) {
+  return e == 0 ? 1.f : __uint_as_float((254u - e) << 23);
+}
+
+}  // namespace nve
