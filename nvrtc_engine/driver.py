@@ -22,6 +22,7 @@ __all__ = [
     "DeviceBuffer",
     "ParamPack",
     "current_device",
+    "function_handle",
     "device_count",
     "get_device",
     "launch",
@@ -103,6 +104,7 @@ class Device:
     sm_count: int
     handle: Any
     context: Any
+    context_address: int = 0
 
     @property
     def arch(self) -> str:
@@ -145,7 +147,7 @@ def get_device(ordinal: int) -> Device:
         raw_name = check(drv.cuDeviceGetName(256, handle), "cuDeviceGetName")
         ctx = check(drv.cuDevicePrimaryCtxRetain(handle), "cuDevicePrimaryCtxRetain")
         dev = Device(ordinal, raw_name.split(b"\0", 1)[0].decode(), int(major), int(minor),
-                     int(sms), handle, ctx)  # fmt: skip
+                     int(sms), handle, ctx, int(ctx))  # fmt: skip
         _devices[ordinal] = dev
         return dev
 
@@ -174,10 +176,16 @@ def current_device() -> int:
 
 def make_current(dev: Device) -> None:
     """Make ``dev``'s primary context current on this thread if it is not already."""
-    drv = _drv()
-    err, ctx = drv.cuCtxGetCurrent()
-    if int(err) != 0 or ctx is None or int(ctx) != int(dev.context):
-        check(drv.cuCtxSetCurrent(dev.context), "cuCtxSetCurrent")
+    fast = _fast_api()
+    if fast:
+        out = fast.ctx_out
+        if fast.ctx_get_current(fast.ctx_out_ref) == 0 and out.value == dev.context_address:
+            return
+    else:
+        err, ctx = _drv().cuCtxGetCurrent()
+        if int(err) == 0 and ctx is not None and int(ctx) == dev.context_address:
+            return
+    check(_drv().cuCtxSetCurrent(dev.context), "cuCtxSetCurrent")
 
 
 def load_function(dev: Device, image: bytes, symbol: str) -> tuple[Any, Any]:
@@ -208,8 +216,9 @@ class ParamPack:
 
     ``kinds`` has one letter per kernel parameter: ``P`` pointer, ``q`` int64, ``i`` int32,
     ``f`` float32. Each parameter gets an 8-byte slot; :meth:`pack` writes the values and
-    returns the address of the ``void*[]`` that ``cuLaunchKernel`` takes. The buffer is
-    thread-local, so concurrent launches of one kernel from several threads do not race.
+    returns the ``void*[]`` that ``cuLaunchKernel`` takes (as a ctypes pointer, accepted by
+    :func:`launch`). The buffer is thread-local, so concurrent launches of one kernel from
+    several threads do not race; the driver copies the values at launch.
     """
 
     _SLOT = {"P": "Q", "q": "q", "i": "i4x", "f": "f4x"}
@@ -219,17 +228,17 @@ class ParamPack:
         self._count = len(kinds)
         self._local = threading.local()
 
-    def _buffers(self) -> tuple[Any, int]:
+    def _buffers(self) -> tuple[Any, Any]:
         import ctypes
 
         data = ctypes.create_string_buffer(max(8, self._struct.size))
         base = ctypes.addressof(data)
         ptrs = (ctypes.c_void_p * max(1, self._count))(*(base + 8 * i for i in range(self._count)))
         self._local.keep = (data, ptrs)
-        self._local.slots = (data, ctypes.addressof(ptrs))
+        self._local.slots = (data, ctypes.c_void_p(ctypes.addressof(ptrs)))
         return self._local.slots
 
-    def pack(self, *values: Any) -> int:
+    def pack(self, *values: Any) -> Any:
         try:
             data, address = self._local.slots
         except AttributeError:
@@ -238,9 +247,69 @@ class ParamPack:
         return address
 
 
-def launch(function: Any, grid: int, block: int, stream: int, params: int, shmem: int = 0) -> None:
-    """``cuLaunchKernel`` with a 1-D grid; ``params`` is a ``void**`` from :class:`ParamPack`."""
-    (err,) = _drv().cuLaunchKernel(function, grid, 1, 1, block, 1, 1, shmem, stream, params, 0)
+class _FastAPI:
+    """ctypes entry points into libcuda for the two calls on every launch.
+
+    cuda.bindings converts each argument of ``cuLaunchKernel`` into a wrapper object (about
+    4 us a call, bench/launch_overhead.py); a ctypes call with pre-built pointer arguments
+    skips that. Everything else goes through cuda.bindings.
+    """
+
+    def __init__(self, lib: Any) -> None:
+        import ctypes
+
+        self.launch = lib.cuLaunchKernel
+        self.launch.restype = ctypes.c_int
+        self.ctx_get_current = lib.cuCtxGetCurrent
+        self.ctx_get_current.restype = ctypes.c_int
+        self.ctx_out = ctypes.c_void_p()
+        self.ctx_out_ref = ctypes.byref(self.ctx_out)
+        self.void_p = ctypes.c_void_p
+
+
+_fast: _FastAPI | None | bool = None
+
+
+def _fast_api() -> _FastAPI | None:
+    """The ctypes fast path, or None where libcuda cannot be opened by name (then
+    cuda.bindings is used)."""
+    global _fast
+    if _fast is None:
+        import ctypes
+
+        try:
+            _init()
+            _fast = _FastAPI(ctypes.CDLL("libcuda.so.1"))
+        except (OSError, NoDeviceError, AttributeError):
+            _fast = False
+    return _fast or None
+
+
+def function_handle(function: Any) -> Any:
+    """A ``CUfunction`` as the pre-built ctypes pointer :func:`launch` takes fastest."""
+    import ctypes
+
+    return ctypes.c_void_p(int(function))
+
+
+def launch(function: Any, grid: int, block: int, stream: int, params: Any, shmem: int = 0) -> None:
+    """``cuLaunchKernel`` with a 1-D grid and block.
+
+    ``function`` is a ``CUfunction`` or (faster) its :func:`function_handle`; ``params`` is
+    what :meth:`ParamPack.pack` returns; ``stream`` an int handle. Raises
+    :class:`~nvrtc_engine.CudaError` when the launch is refused.
+    """
+    fast = _fast_api()
+    if fast is not None:
+        vp = fast.void_p
+        if type(function) is not vp:
+            function = vp(int(function))
+        err = fast.launch(function, grid, 1, 1, block, 1, 1, shmem, vp(stream), params, None)
+        if err:
+            check((_drv().CUresult(err),), "cuLaunchKernel")
+        return
+    address = params.value if hasattr(params, "value") else params
+    (err,) = _drv().cuLaunchKernel(function, grid, 1, 1, block, 1, 1, shmem, stream, address, 0)
     if int(err) != 0:
         check((err,), "cuLaunchKernel")
 

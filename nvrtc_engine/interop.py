@@ -44,20 +44,25 @@ class Array:
     ``contiguous`` (C order), ``kind`` (``"torch"``, ``"cupy"`` or ``"other"``) and ``obj``.
     """
 
-    __slots__ = ("contiguous", "device", "dtype_text", "dtypes", "kind", "obj", "ptr", "shape")
+    __slots__ = ("_dtype", "contiguous", "device", "dtypes", "kind", "obj", "ptr", "shape")
 
     def __init__(
-        self, ptr: int, shape: tuple[int, ...], dtypes: tuple[str, ...], dtype_text: str,
+        self, ptr: int, shape: tuple[int, ...], dtypes: tuple[str, ...], dtype: Any,
         device: int, contiguous: bool, kind: str, obj: Any,
     ) -> None:  # fmt: skip
         self.ptr = ptr
         self.shape = shape
         self.dtypes = dtypes
-        self.dtype_text = dtype_text
+        self._dtype = dtype
         self.device = device
         self.contiguous = contiguous
         self.kind = kind
         self.obj = obj
+
+    @property
+    def dtype_text(self) -> str:
+        """The array's own dtype as text (for error messages)."""
+        return str(self._dtype)
 
     @property
     def numel(self) -> int:
@@ -89,14 +94,15 @@ def _torch_dtypes(torch: Any) -> dict[Any, tuple[str, ...]]:
 
 
 def _from_torch(obj: Any, name: str) -> Array:
-    if not obj.is_cuda:
+    device = obj.get_device()  # -1 for CPU tensors
+    if device < 0 or not obj.is_cuda:
         raise ArgumentError(name, f"is a {obj.device} tensor; kernels need CUDA tensors (.cuda())")
     dt = obj.dtype
     dtypes = _TORCH_DTYPES.get(dt)
     if dtypes is None:
         dtypes = _torch_dtypes(sys.modules["torch"]).get(dt, ())
-    return Array(obj.data_ptr(), tuple(obj.shape), dtypes, str(dt), obj.get_device(),
-                 obj.is_contiguous(), "torch", obj)  # fmt: skip
+    # torch.Size is a tuple: kept as is, no copy
+    return Array(obj.data_ptr(), obj.shape, dtypes, dt, device, obj.is_contiguous(), "torch", obj)
 
 
 def _from_cai(obj: Any, name: str, kind: str) -> Array:

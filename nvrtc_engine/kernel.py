@@ -43,11 +43,14 @@ class Artifact:
 
 @dataclass(frozen=True)
 class Loaded:
-    """A kernel loaded on one device: the device, its module and its functions."""
+    """A kernel loaded on one device: the device, its module, its functions (``CUfunction``,
+    for driver calls such as attributes) and their launch handles (for :func:`driver.launch`).
+    """
 
     device: driver.Device
     functions: tuple[Any, ...]
     module: Any
+    handles: tuple[Any, ...] = ()
 
 
 def runs_on(key_arch: str, device_arch: str) -> bool:
@@ -114,7 +117,12 @@ class Kernel:
                     functions.append(driver.check(
                         driver._drv().cuModuleGetFunction(module, symbol.encode()),
                         "cuModuleGetFunction"))  # fmt: skip
-                got = Loaded(dev, tuple(functions), module)
+                got = Loaded(
+                    dev,
+                    tuple(functions),
+                    module,
+                    tuple(driver.function_handle(f) for f in functions),
+                )
                 self._loaded[device] = got
         return got
 

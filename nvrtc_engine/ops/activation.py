@@ -162,7 +162,7 @@ class ActivationKernel(Kernel):
         params = self._params.pack(xa.ptr, oa.ptr, n, scale_ptr, amax_ptr, scale_inv_ptr,
                                    int(aligned))  # fmt: skip
         driver.make_current(loaded.device)
-        driver.launch(loaded.functions[0], grid, self._threads, handle, params)
+        driver.launch(loaded.handles[0], grid, self._threads, handle, params)
         return out
 
 
