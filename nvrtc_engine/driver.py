@@ -267,7 +267,7 @@ class _FastAPI:
         self.void_p = ctypes.c_void_p
 
 
-_fast: _FastAPI | None | bool = None
+_fast: _FastAPI | bool | None = None
 
 
 def _fast_api() -> _FastAPI | None:
