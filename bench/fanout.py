@@ -18,6 +18,7 @@ Writes bench/results/fanout.json. CPU only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import re
@@ -53,10 +54,8 @@ def fanout_keys(ops: list[str], arch: str) -> list:
 
     keys = []
     for op, i, o, h in itertools.product(ops, IN, OUT, [None, *TE_HIDDEN_SIZES]):
-        try:
+        with contextlib.suppress(ne.VariantError):  # a combination this op does not have
             keys.append(ne.make_key(op, in_dtype=i, out_dtype=o, hidden_size=h, arch=arch))
-        except ne.VariantError:
-            pass  # a combination this op does not have
     return keys
 
 
@@ -119,8 +118,9 @@ def main() -> int:
         nvcc_bytes = (Path(tmp) / "all.cubin").stat().st_size
     nvrtc_s = 0.0
     nvrtc_bytes = 0
-    compile_source("warmup.cu", 'extern "C" __global__ void k() {}', (),
-                   CompileOptions(arch=args.arch))  # NVRTC initialization, not counted
+    compile_source(
+        "warmup.cu", 'extern "C" __global__ void k() {}', (), CompileOptions(arch=args.arch)
+    )  # NVRTC initialization, not counted
     by_key = {}
     for k, r in zip(keys, rendered, strict=True):
         res = compile_source(r.name, r.source, r.headers, CompileOptions(arch=args.arch),
@@ -131,8 +131,22 @@ def main() -> int:
     model_s = sum(by_key[k].seconds for k in model)
     model_bytes = sum(len(by_key[k].image) for k in model)
     wheel_dir = Path(tempfile.mkdtemp())
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(wheel_dir), str(ROOT)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheel_dir),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
     wheel = next(wheel_dir.glob("*.whl"))
     result = {
         "arch": args.arch, "ops": ops, "variants": len(keys), "hidden_sizes": TE_HIDDEN_SIZES,

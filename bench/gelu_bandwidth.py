@@ -6,9 +6,8 @@ Measures, in one run, at tokens x hidden (default 16384 x 8192, bf16 input):
   - device copy bandwidth (torch copy_ of 1 GiB, bytes read + written),
   - GELU bf16->fp8_e4m3 (tensor scaling: amax, scale_inv) and bf16->bf16 (launch
     configurations: see bench/activation_tuning.py),
-  - PyTorch eager doing the same math (gelu, then amax and a saturating FP8 cast),
-  - host overhead per launch of a small kernel: Kernel.__call__ with torch tensors, a plain
-    torch.nn.functional.gelu call, and a raw cuLaunchKernel with per-call argument tuples.
+  - PyTorch eager doing the same math (gelu, then amax and a saturating FP8 cast).
+Host overhead per launch is measured by bench/launch_overhead.py.
 GB/s counts each tensor read or written once. Writes bench/results/gelu_bandwidth.json.
 """
 
@@ -16,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -71,65 +69,6 @@ def bench_bandwidth(tokens: int, hidden: int) -> list[dict]:
     return rows
 
 
-def bench_launch_overhead(calls: int = 5000) -> list[dict]:
-    import ctypes
-
-    import torch
-    import torch.nn.functional as F
-    from cuda.bindings import driver
-
-    import nvrtc_engine as ne
-
-    x = torch.randn(1, 1024, device="cuda").to(torch.bfloat16)
-    out = torch.empty_like(x)
-    kernel = ne.get_kernel("gelu", dtype="bf16")
-    stream = torch.cuda.current_stream().cuda_stream
-    loaded = kernel.loaded(torch.cuda.current_device())
-    func = loaded.functions[0]
-    threads = kernel._threads  # the block size the kernel was compiled for
-
-    vp, ll, i32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
-
-    def raw():
-        args = (
-            (x.data_ptr(), out.data_ptr(), x.numel(), 0, 0, 0, 1),
-            (vp, vp, ll, vp, vp, vp, i32),
-        )
-        (err,) = driver.cuLaunchKernel(func, 1, 1, 1, threads, 1, 1, 0, stream, args, 0)
-        if int(err):
-            raise RuntimeError(f"cuLaunchKernel: {err}")
-
-    cases = [
-        ("Kernel.__call__(x) (allocates out)", lambda: kernel(x)),
-        ("Kernel.__call__(x, out)", lambda: kernel(x, out)),
-        ("Kernel.__call__(x, out, stream=handle)", lambda: kernel(x, out, stream=stream)),
-        ("torch.nn.functional.gelu(x)", lambda: F.gelu(x, approximate="tanh")),
-        ("raw cuLaunchKernel, argument tuples", raw),
-        (
-            "get_kernel('gelu', dtype='bf16') (memory hit)",
-            lambda: ne.get_kernel("gelu", dtype="bf16"),
-        ),
-    ]
-    rows = []
-    for name, fn in cases:
-        try:
-            for _ in range(200):
-                fn()
-        except Exception as exc:  # report, keep measuring the others
-            rows.append({"case": name, "us_per_call": None, "error": repr(exc)})
-            continue
-        torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(5):
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            best = min(best, (time.perf_counter() - start) / calls * 1e6)
-            torch.cuda.synchronize()
-        rows.append({"case": name, "us_per_call": best})
-    return rows
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=16384)
@@ -142,18 +81,14 @@ def main() -> int:
     rows = bench_bandwidth(args.tokens, args.hidden)
     for r in rows:
         r["pct_of_copy"] = 100.0 * r["gbps"] / copy
-    launches = bench_launch_overhead()
     path = common.write_results("gelu_bandwidth", {
         **common.gpu_info(), "shape": [args.tokens, args.hidden], "copy_gbps": copy,
-        "kernels": rows, "launch_overhead": launches,
+        "kernels": rows,
     })  # fmt: skip
     print(f"device copy: {copy:.0f} GB/s   shape {args.tokens}x{args.hidden} bf16 input")
     print(common.table(rows, [("case", "case", ""), ("impl", "implementation", ""),
                               ("ms", "ms", ".4f"), ("gbps", "GB/s", ".0f"),
                               ("pct_of_copy", "% of copy", ".1f")]))  # fmt: skip
-    print()
-    print(common.table(launches, [("case", "host time per call", ""),
-                                  ("us_per_call", "us", ".2f")]))  # fmt: skip
     print(f"\nwrote {path}")
     return 0
 
