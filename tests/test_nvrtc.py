@@ -123,3 +123,22 @@ def test_dump_source(tmp_path, monkeypatch):
     dumped = tmp_path / "debug" / f"{k}.cu"
     assert dumped.is_file() and str(k) in dumped.read_text()
     assert os.environ["NVRTC_ENGINE_DEBUG_DIR"] == str(tmp_path / "debug")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_compile_speed_levers_keep_the_cubin_identical(arch):
+    """-minimal (on by default) only skips declarations: the cubin must not change."""
+    from nvrtc_engine.render import render
+
+    r = render(make_key("gelu", dtype="fp8", arch=arch))
+    on = compile_source(
+        r.name, r.source, r.headers, CompileOptions(arch=arch), cuda_headers=r.cuda_headers
+    )
+    off = compile_source(
+        r.name,
+        r.source,
+        r.headers,
+        CompileOptions(arch=arch, minimal=False),
+        cuda_headers=r.cuda_headers,
+    )
+    assert on.image == off.image
