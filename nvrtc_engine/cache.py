@@ -112,37 +112,51 @@ def encode_entry(key_name: str, artifact: Artifact) -> bytes:
     return MAGIC + _LEN.pack(len(header)) + header + artifact.image
 
 
-def decode_entry(value: Any, digest: str | None = None) -> tuple[dict[str, Any], Artifact] | None:
-    """Parse and verify a cache value; ``None`` if it is damaged or not for ``digest``."""
+def _parse(value: Any, digest: str | None) -> tuple[dict[str, Any] | None, bytes | None, str]:
+    """Split and check a cache value: ``(header, image, "")`` when it verifies, else
+    ``(header or None, None, why)``; the one parser behind loads and ``verify`` reports."""
     if not isinstance(value, (bytes, bytearray)) or not value.startswith(MAGIC):
-        return None
+        return None, None, "not an nvrtc_engine entry (garbage or another format)"
     data = bytes(value)
     start = len(MAGIC) + _LEN.size
     if len(data) < start:
-        return None
+        return None, None, "truncated header"
     (hlen,) = _LEN.unpack_from(data, len(MAGIC))
     try:
         header = json.loads(data[start : start + hlen])
     except ValueError:
-        return None
+        return None, None, "damaged or truncated header"
+    if not isinstance(header, dict):
+        return None, None, "damaged header"
     image = data[start + hlen :]
-    if (
-        not isinstance(header, dict)
-        or header.get("schema") != SCHEMA
-        or (digest is not None and header.get("digest") != digest)
-        or header.get("size") != len(image)
-        or header.get("sha256") != hashlib.sha256(image).hexdigest()
-    ):
+    if header.get("schema") != SCHEMA:
+        return header, None, f"schema {header.get('schema')!r}, this version reads {SCHEMA}"
+    if digest is not None and header.get("digest") != digest:
+        return header, None, "stored under another digest"
+    if header.get("size") != len(image):
+        return header, None, f"truncated image ({len(image)} of {header.get('size')} bytes)"
+    if header.get("sha256") != hashlib.sha256(image).hexdigest():
+        return header, None, "image SHA-256 mismatch (corrupted)"
+    return header, image, ""
+
+
+def decode_entry(value: Any, digest: str | None = None) -> tuple[dict[str, Any], Artifact] | None:
+    """Parse and verify a cache value; ``None`` if it is damaged or not for ``digest``."""
+    header, image, _why = _parse(value, digest)
+    if header is None or image is None:
         return None
-    artifact = Artifact(
-        image=image,
-        kind=header["kind"],
-        symbols=tuple(header["symbols"]),
-        digest=header["digest"],
-        nvrtc_version=header["nvrtc_version"],
-        options=tuple(header["options"]),
-        compile_ms=float(header["compile_ms"]),
-    )
+    try:
+        artifact = Artifact(
+            image=image,
+            kind=str(header["kind"]),
+            symbols=tuple(header["symbols"]),
+            digest=str(header["digest"]),
+            nvrtc_version=str(header["nvrtc_version"]),
+            options=tuple(header["options"]),
+            compile_ms=float(header["compile_ms"]),
+        )
+    except (KeyError, TypeError, ValueError):  # a header with fields missing: not ours
+        return None
     return header, artifact
 
 
@@ -180,32 +194,6 @@ class VerifyReport:
     checked: int
     bad: tuple[BadEntry, ...]
     problems: tuple[str, ...]
-
-
-def _diagnose(value: Any, digest: str) -> str:
-    """Why ``value`` does not decode as a valid entry for ``digest`` (for reports)."""
-    if value is None:
-        return "unreadable value (missing or permission denied)"
-    if not isinstance(value, (bytes, bytearray)) or not bytes(value).startswith(MAGIC):
-        return "not an nvrtc_engine entry (garbage or another format)"
-    start = len(MAGIC) + _LEN.size
-    if len(value) < start:
-        return "truncated header"
-    (hlen,) = _LEN.unpack_from(value, len(MAGIC))
-    try:
-        header = json.loads(bytes(value[start : start + hlen]))
-    except ValueError:
-        return "damaged or truncated header"
-    if not isinstance(header, dict):
-        return "damaged header"
-    if header.get("schema") != SCHEMA:
-        return f"schema {header.get('schema')!r}, this version reads {SCHEMA}"
-    if header.get("digest") != digest:
-        return "stored under another digest"
-    image = bytes(value[start + hlen :])
-    if header.get("size") != len(image):
-        return f"truncated image ({len(image)} of {header.get('size')} bytes)"
-    return "image SHA-256 mismatch (corrupted)"
 
 
 class _KeyLock:
@@ -403,15 +391,14 @@ class DiskCache:
             if value is None and digest not in self._store:
                 continue  # removed by another process meanwhile
             checked += 1
-            decoded = decode_entry(value, digest) if value is not None else None
-            if decoded is not None:
+            if value is not None and decode_entry(value, digest) is not None:
                 continue
-            key = "?"
-            with contextlib.suppress(Exception):
-                start = len(MAGIC) + _LEN.size
-                (hlen,) = _LEN.unpack_from(value, len(MAGIC))
-                key = str(json.loads(bytes(value[start : start + hlen]))["key"])
-            bad.append(BadEntry(digest, key, _diagnose(value, digest)))
+            header, _image, why = _parse(value, digest)
+            if value is None:
+                why = "unreadable value (missing or permission denied)"
+            elif not why:
+                why = "header fields missing"
+            bad.append(BadEntry(digest, str((header or {}).get("key", "?")), why))
             if fix:
                 self.delete(digest)
         problems = self._check_index(fix)

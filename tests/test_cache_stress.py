@@ -502,3 +502,34 @@ def test_entry_header_and_hash_survive_round_trip_through_the_store(tmp_path):
     assert again == art and header["key"] == "k3"
     assert value.startswith(MAGIC) and value.endswith(art.image)
     assert disk.get(art.digest) == art
+
+
+def test_verify_names_each_bad_entry_and_why(tmp_path):
+    import nvrtc_engine.cache as cache_mod
+
+    disk = DiskCache.open(tmp_path / "c", 1 << 30)
+    values = {}
+    for i in range(1, 7):
+        art = _artifact_for(3 * i + 1)
+        disk.put(f"k{i}", art)
+        values[i] = disk.raw(art.digest)
+    damaged = {
+        2: values[2][:-7],
+        3: values[3][:-7] + b"\x00" * 7,
+        4: b"garbage",
+        5: values[5].replace(b'"schema": 1', b'"schema": 9'),
+        6: cache_mod.MAGIC + b"\x02\x00\x00\x00{}",
+    }
+    for i, value in damaged.items():
+        disk._store.set(_digest(3 * i + 1), value)
+    report = disk.verify(fix=True)
+    assert report.checked == 6
+    why = {b.digest: (b.key, b.reason) for b in report.bad}
+    assert why == {
+        _digest(7): ("k2", "truncated image (2993 of 3000 bytes)"),
+        _digest(10): ("k3", "image SHA-256 mismatch (corrupted)"),
+        _digest(13): ("?", "not an nvrtc_engine entry (garbage or another format)"),
+        _digest(16): ("k5", "schema 9, this version reads 1"),
+        _digest(19): ("?", "schema None, this version reads 1"),
+    }
+    assert list(disk.digests()) == [_digest(4)]
