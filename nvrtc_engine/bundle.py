@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ._version import __version__
-from .cache import SCHEMA, decode_entry, encode_entry
+from .cache import SCHEMA, decode_entry, encode_entry, target_arch
 from .engine import default_engine
 from .errors import NvrtcEngineError
 from .kernel import Artifact
@@ -82,10 +82,6 @@ def _expected_digest(name: str) -> str:
     return default_engine().artifact_digest(KernelKey.parse(name))[3]
 
 
-def _arch(artifact: Artifact) -> str:
-    return next((f.split("=", 1)[1] for f in artifact.options if f.startswith("-arch=")), "?")
-
-
 def export_bundle(path: str | os.PathLike[str]) -> BundleReport:
     """Write every valid entry of the disk cache built by this NVRTC to bundle ``path``.
 
@@ -119,7 +115,7 @@ def export_bundle(path: str | os.PathLike[str]) -> BundleReport:
         member = f"entries/{digest}"
         records.append({
             "key": name, "digest": digest, "nvrtc_version": artifact.nvrtc_version,
-            "arch": _arch(artifact), "kind": artifact.kind, "size": len(value),
+            "arch": target_arch(artifact), "kind": artifact.kind, "size": len(value),
             "sha256": hashlib.sha256(value).hexdigest(), "file": member,
         })  # fmt: skip
         files.append((member, value))

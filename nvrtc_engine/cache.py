@@ -47,6 +47,8 @@ __all__ = [
     "compute_digest",
     "decode_entry",
     "encode_entry",
+    "target_arch",
+    "warn_unusable",
 ]
 
 SCHEMA = 1
@@ -158,6 +160,11 @@ def decode_entry(value: Any, digest: str | None = None) -> tuple[dict[str, Any],
     except (KeyError, TypeError, ValueError):  # a header with fields missing: not ours
         return None
     return header, artifact
+
+
+def target_arch(artifact: Artifact) -> str:
+    """The ``-arch`` an entry was compiled for (``sm_90a``, or ``compute_120`` for PTX)."""
+    return next((f[len("-arch=") :] for f in artifact.options if f.startswith("-arch=")), "?")
 
 
 def warn_unusable(directory: Path | str, why: str) -> None:

@@ -60,16 +60,18 @@ def _cache_info(args: argparse.Namespace) -> int:
 
 
 def _cache_list(args: argparse.Namespace) -> int:
+    from .cache import target_arch
+
     rows = []
     for digest, header, artifact in _open_disk().entries():
         if header is None or artifact is None:
             rows.append({"key": "(damaged)", "digest": digest})
             continue
-        arch = next((f[6:] for f in artifact.options if f.startswith("-arch=")), "?")
         rows.append({
-            "key": header["key"], "digest": digest, "arch": arch, "kind": artifact.kind,
-            "bytes": len(artifact.image), "compile_ms": round(artifact.compile_ms, 1),
-            "nvrtc": artifact.nvrtc_version, "created": header.get("created"),
+            "key": header["key"], "digest": digest, "arch": target_arch(artifact),
+            "kind": artifact.kind, "bytes": len(artifact.image),
+            "compile_ms": round(artifact.compile_ms, 1), "nvrtc": artifact.nvrtc_version,
+            "created": header.get("created"),
         })  # fmt: skip
     rows.sort(key=lambda r: (r["key"], r["digest"]))
     if args.json:

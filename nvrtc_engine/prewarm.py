@@ -145,7 +145,8 @@ _Outcome = tuple[KernelKey, Artifact | None, str, str | None, str | None]
 
 
 def _build_one(key: KernelKey) -> _Outcome:
-    """Render, compile (unless on disk) and store one key; never raises, never uses the GPU."""
+    """Render, compile (unless on disk) and store one key; never raises, never uses the GPU.
+    Runs in a worker process, or in the caller's with one worker."""
     try:
         artifact, origin = default_engine().build_artifact(key)
         return key, artifact, origin, None, None
@@ -173,6 +174,8 @@ def _without_main_module() -> Iterator[None]:
     finally:
         if main is not None:
             sys.modules["__main__"] = main
+        else:
+            del sys.modules["__main__"]
 
 
 def _spawn_pool(workers: int) -> ProcessPoolExecutor:
@@ -208,13 +211,8 @@ def _default_arch() -> str:
 
 
 def _build_here(keys: Sequence[KernelKey]) -> Iterator[_Outcome]:
-    engine = default_engine()
     for key in keys:
-        try:
-            artifact, origin = engine.build_artifact(key)
-            yield key, artifact, origin, None, None
-        except Exception as exc:
-            yield key, None, "failed", _describe(exc), type(exc).__name__
+        yield _build_one(key)
 
 
 def _build_in_workers(keys: Sequence[KernelKey], workers: int) -> Iterator[_Outcome]:
@@ -228,14 +226,8 @@ def _build_in_workers(keys: Sequence[KernelKey], workers: int) -> Iterator[_Outc
             try:
                 yield future.result()
             except Exception as exc:  # a worker died (killed, out of memory)
-                key = futures[future]
-                yield (
-                    key,
-                    None,
-                    "failed",
-                    f"worker process failed: {_describe(exc)}",
-                    (type(exc).__name__),
-                )
+                why = f"worker process failed: {_describe(exc)}"
+                yield futures[future], None, "failed", why, type(exc).__name__
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
