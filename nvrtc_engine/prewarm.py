@@ -5,11 +5,12 @@
     >>> print(report.summary())
 
 Kernels already in memory or on disk are loaded here (verified) and kept in memory. The
-others compile in worker *processes* (NVRTC compiles scale with processes, not threads), started
-with ``spawn`` so that they inherit nothing from this process: no CUDA state, no locks, and
-they do not run the calling script again. Workers render, compile and store; they never
-touch the GPU. Their images come back to this process's memory cache, so later
-:func:`~nvrtc_engine.get_kernel` calls are dictionary lookups even with the disk cache off.
+others compile in worker *processes* (measured for issue 6: threads gave no speed-up once
+CUDA headers were included, processes did), started with ``spawn`` so that they inherit
+nothing from this process: no CUDA state, no locks, and they do not run the calling script
+again. Workers render, compile and store; they never touch the GPU. Their images come back
+to this process's memory cache, so later :func:`~nvrtc_engine.get_kernel` calls are
+dictionary lookups, even with the disk cache off.
 
 The number of workers defaults to the number of kernels to compile, capped by the CPUs this
 process may use (:func:`~nvrtc_engine.cpus.available_cpus`: affinity mask and cgroup quota);

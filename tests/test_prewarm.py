@@ -231,8 +231,13 @@ def test_fork_after_prewarm_children_get_and_compile(isolated_cache):
     prewarm(keys, workers=2, progress=False)
     new = [make_key("gelu", dtype="bf16", hidden_size=h, arch="sm_90") for h in (1024, 2048)]
     ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(2) as pool:
-        results = pool.map(_child_get, [(str(keys[0]), str(new[0])), (str(keys[1]), str(new[1]))])
+    with warnings.catch_warnings():
+        # Python 3.12+ warns when forking a process with other OS threads (BLAS, CUDA)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pool = ctx.Pool(2)
+    with pool:
+        args = [(str(keys[0]), str(new[0])), (str(keys[1]), str(new[1]))]
+        results = pool.map_async(_child_get, args).get(timeout=300)
     assert [r[0] for r in results] == ["compiled", "compiled"]  # inherited from memory
     assert [r[1] for r in results] == ["compiled", "compiled"] and [r[2] for r in results] == [1, 1]
     assert all(r[3] != os.getpid() for r in results)
@@ -256,7 +261,7 @@ def test_fork_while_another_thread_holds_the_engine_lock():
     held.wait(10)
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads: 3.12+
             pid = os.fork()
         if pid == 0:  # child: the lock was re-created, the cache works
             code = 1
