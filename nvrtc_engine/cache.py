@@ -2,7 +2,7 @@
 
 The digest covers everything that determines the compiled bytes: the rendered source, the
 in-memory headers, the NVRTC flags, the NVRTC version, the CUDA header version (when CUDA
-headers are used) and :data:`SCHEMA`. An entry is one bytes value::
+headers are used) and :data:`SCHEMA`; never an install path. An entry is one bytes value::
 
     MAGIC | u32 header length | JSON header | image
 
@@ -10,31 +10,69 @@ where the header records the key, symbols, digest, NVRTC version, options, compi
 the SHA-256 of the image. Every load checks magic, lengths, schema, digest and hash; any
 mismatch (truncated write, garbage, a stale format) is a miss, and the bad entry is removed.
 A directory that cannot be opened or written degrades to memory-only with one warning.
+
+Processes sharing a directory compile each digest once: :meth:`DiskCache.lock` is an OS file
+lock (``flock``, through ``filelock``) on one of 4096 lock files picked by the digest, taken
+around "look again, compile, store". The OS drops it when its holder dies, so a killed
+holder blocks nobody; a live holder that keeps it past the timeout is passed over (the
+waiter compiles too, and the last store wins: both are the same bytes).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
+import os
 import struct
 import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import CacheWarning
 from .kernel import Artifact
 
-__all__ = ["MAGIC", "SCHEMA", "DiskCache", "compute_digest", "decode_entry", "encode_entry"]
+__all__ = [
+    "LOCK_STRIPE_CHARS",
+    "MAGIC",
+    "SCHEMA",
+    "BadEntry",
+    "DiskCache",
+    "VerifyReport",
+    "compute_digest",
+    "decode_entry",
+    "encode_entry",
+    "target_arch",
+    "warn_unusable",
+]
 
 SCHEMA = 1
 MAGIC = b"NVRTCENGINE\x01"
+# Lock files are named by the first hex digits of the digest: at most 16**3 = 4096 empty
+# files however many entries come and go; two keys share a lock 1 time in 4096.
+LOCK_STRIPE_CHARS = 3
 _LEN = struct.Struct("<I")
 _warned: set[str] = set()
 _warn_lock = threading.Lock()
+
+
+def _reinit_after_fork() -> None:
+    global _warn_lock
+    _warn_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
+
+
+@functools.lru_cache(maxsize=16)
+def _header_hashes(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((name, hashlib.sha256(text.encode()).hexdigest()) for name, text in headers)
 
 
 def compute_digest(
@@ -51,7 +89,7 @@ def compute_digest(
         "flags": list(flags),
         "nvrtc": nvrtc_version,
         "cuda_headers": header_version,
-        "headers": [[name, hashlib.sha256(text.encode()).hexdigest()] for name, text in headers],
+        "headers": [list(pair) for pair in _header_hashes(tuple(headers))],
     }, sort_keys=True).encode())  # fmt: skip
     h.update(b"\0")
     h.update(source.encode())
@@ -76,41 +114,61 @@ def encode_entry(key_name: str, artifact: Artifact) -> bytes:
     return MAGIC + _LEN.pack(len(header)) + header + artifact.image
 
 
-def decode_entry(value: Any, digest: str | None = None) -> tuple[dict[str, Any], Artifact] | None:
-    """Parse and verify a cache value; ``None`` if it is damaged or not for ``digest``."""
+def _parse(value: Any, digest: str | None) -> tuple[dict[str, Any] | None, bytes | None, str]:
+    """Split and check a cache value: ``(header, image, "")`` when it verifies, else
+    ``(header or None, None, why)``; the one parser behind loads and ``verify`` reports."""
     if not isinstance(value, (bytes, bytearray)) or not value.startswith(MAGIC):
-        return None
+        return None, None, "not an nvrtc_engine entry (garbage or another format)"
     data = bytes(value)
     start = len(MAGIC) + _LEN.size
     if len(data) < start:
-        return None
+        return None, None, "truncated header"
     (hlen,) = _LEN.unpack_from(data, len(MAGIC))
     try:
         header = json.loads(data[start : start + hlen])
     except ValueError:
-        return None
+        return None, None, "damaged or truncated header"
+    if not isinstance(header, dict):
+        return None, None, "damaged header"
     image = data[start + hlen :]
-    if (
-        not isinstance(header, dict)
-        or header.get("schema") != SCHEMA
-        or (digest is not None and header.get("digest") != digest)
-        or header.get("size") != len(image)
-        or header.get("sha256") != hashlib.sha256(image).hexdigest()
-    ):
+    if header.get("schema") != SCHEMA:
+        return header, None, f"schema {header.get('schema')!r}, this version reads {SCHEMA}"
+    if digest is not None and header.get("digest") != digest:
+        return header, None, "stored under another digest"
+    if header.get("size") != len(image):
+        return header, None, f"truncated image ({len(image)} of {header.get('size')} bytes)"
+    if header.get("sha256") != hashlib.sha256(image).hexdigest():
+        return header, None, "image SHA-256 mismatch (corrupted)"
+    return header, image, ""
+
+
+def decode_entry(value: Any, digest: str | None = None) -> tuple[dict[str, Any], Artifact] | None:
+    """Parse and verify a cache value; ``None`` if it is damaged or not for ``digest``."""
+    header, image, _why = _parse(value, digest)
+    if header is None or image is None:
         return None
-    artifact = Artifact(
-        image=image,
-        kind=header["kind"],
-        symbols=tuple(header["symbols"]),
-        digest=header["digest"],
-        nvrtc_version=header["nvrtc_version"],
-        options=tuple(header["options"]),
-        compile_ms=float(header["compile_ms"]),
-    )
+    try:
+        artifact = Artifact(
+            image=image,
+            kind=str(header["kind"]),
+            symbols=tuple(header["symbols"]),
+            digest=str(header["digest"]),
+            nvrtc_version=str(header["nvrtc_version"]),
+            options=tuple(header["options"]),
+            compile_ms=float(header["compile_ms"]),
+        )
+    except (KeyError, TypeError, ValueError):  # a header with fields missing: not ours
+        return None
     return header, artifact
 
 
-def _warn_once(directory: Path, why: str) -> None:
+def target_arch(artifact: Artifact) -> str:
+    """The ``-arch`` an entry was compiled for (``sm_90a``, or ``compute_120`` for PTX)."""
+    return next((f[len("-arch=") :] for f in artifact.options if f.startswith("-arch=")), "?")
+
+
+def warn_unusable(directory: Path | str, why: str) -> None:
+    """Warn (:class:`CacheWarning`) that a cache directory is unusable, once per directory."""
     with _warn_lock:
         if str(directory) in _warned:
             return
@@ -124,12 +182,58 @@ def _warn_once(directory: Path, why: str) -> None:
     )
 
 
+@dataclass(frozen=True)
+class BadEntry:
+    """A cache entry that failed verification: its ``digest``, ``key`` (``"?"`` when the
+    header is unreadable) and ``reason``."""
+
+    digest: str
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What :meth:`DiskCache.verify` found: ``checked`` entries, ``bad`` ones (removed when
+    fixing) and ``problems`` (index/file inconsistencies ``diskcache`` found and repaired,
+    such as a value file left behind by a writer that was killed)."""
+
+    checked: int
+    bad: tuple[BadEntry, ...]
+    problems: tuple[str, ...]
+
+
+class _KeyLock:
+    """A held (or passed-over) per-digest file lock; ``held`` says which."""
+
+    __slots__ = ("_lock", "held")
+
+    def __init__(self, lock: Any, held: bool) -> None:
+        self._lock = lock
+        self.held = held
+
+    def __enter__(self) -> bool:
+        return self.held
+
+    def __exit__(self, *exc: object) -> None:
+        if self.held:
+            with contextlib.suppress(Exception):
+                self._lock.release()
+            self.held = False
+
+
 class DiskCache:
     """Verified kernel images in a ``diskcache.Cache`` (SQLite index + files), LRU-capped.
 
     Use :meth:`open`, which returns ``None`` (after one warning) when the directory is
     unusable. Reads never raise: a damaged or unreadable entry is a miss and is removed.
     A failing write disables further writes with one warning.
+
+    ``diskcache`` writes a value of 32 KiB or more to a new, randomly named file (opened
+    with ``O_EXCL``) before the SQLite transaction that points the index at it commits, and
+    smaller values inside that transaction: a writer killed at any moment leaves either the
+    previous entry or the new one (at worst an orphan file, which :meth:`verify` removes),
+    and the hash check on every load catches what the file system lost after a crash.
     """
 
     def __init__(self, directory: Path, store: Any) -> None:
@@ -151,7 +255,7 @@ class DiskCache:
             )
             return cls(directory, store)
         except Exception as exc:  # permission, read-only FS, damaged database, missing HOME
-            _warn_once(directory, f"{type(exc).__name__}: {exc}")
+            warn_unusable(directory, f"{type(exc).__name__}: {exc}")
             return None
 
     def get(self, digest: str) -> Artifact | None:
@@ -177,8 +281,39 @@ class DiskCache:
             return True
         except Exception as exc:
             self._writable = False
-            _warn_once(self.directory, f"write failed: {type(exc).__name__}: {exc}")
+            warn_unusable(self.directory, f"write failed: {type(exc).__name__}: {exc}")
             return False
+
+    def lock(self, digest: str, timeout: float) -> _KeyLock:
+        """The cross-process lock for compiling ``digest``; use as ``with disk.lock(d, t) as held``.
+
+        Waits up to ``timeout`` seconds. ``held`` is ``False`` when the wait timed out (one
+        :class:`CacheWarning`) or no lock file can be created (e.g. a read-only lock
+        directory): the caller then compiles without it, which costs at most a duplicate
+        compile, never a wrong entry.
+        """
+        try:
+            import filelock
+        except ImportError:  # pragma: no cover - a declared dependency
+            return _KeyLock(None, False)
+        locks = self.directory / "locks"
+        path = locks / f"{digest[:LOCK_STRIPE_CHARS]}.lock"
+        try:
+            locks.mkdir(exist_ok=True)
+            lock = filelock.FileLock(str(path))
+            lock.acquire(timeout=timeout, poll_interval=0.005)
+        except filelock.Timeout:
+            warnings.warn(
+                f"nvrtc_engine: waited {timeout:g} s for {path}, held by another process "
+                "compiling the same kernel; compiling without it (NVRTC_ENGINE_LOCK_TIMEOUT "
+                "sets the wait)",
+                CacheWarning,
+                stacklevel=3,
+            )
+            return _KeyLock(None, False)
+        except OSError:
+            return _KeyLock(None, False)
+        return _KeyLock(lock, True)
 
     def delete(self, digest: str) -> None:
         with contextlib.suppress(Exception):
@@ -197,6 +332,14 @@ class DiskCache:
         except Exception:
             return 0
 
+    @property
+    def size_limit(self) -> int:
+        """The size cap in bytes (least-recently-used entries are evicted above it)."""
+        try:
+            return int(self._store.size_limit)
+        except Exception:
+            return 0
+
     def digests(self) -> Iterator[str]:
         try:
             yield from list(self._store.iterkeys())
@@ -204,8 +347,81 @@ class DiskCache:
             return
 
     def raw(self, digest: str) -> Any:
-        """The stored value without verification (for ``verify`` and tests)."""
-        return self._store.get(digest, default=None)
+        """The stored value without verification (``None`` when missing or unreadable)."""
+        try:
+            return self._store.get(digest, default=None, retry=True)
+        except Exception:
+            return None
+
+    def _peek(self, digest: str) -> Any:
+        """The stored value without marking it used (so listing does not reorder eviction);
+        ``None`` when missing or unreadable."""
+        store = self._store
+        try:
+            sql, disk = store._sql, store._disk
+            db_key, raw = disk.put(digest)
+            rows = sql(
+                "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = ?", (db_key, raw)
+            ).fetchall()
+        except Exception:  # another diskcache version or a busy database: read normally
+            return self.raw(digest)
+        if not rows:
+            return None
+        ((mode, filename, value),) = rows
+        try:
+            return disk.fetch(mode, filename, value, False)
+        except Exception:  # unreadable file (permission, removed meanwhile)
+            return None
+
+    def entries(self) -> Iterator[tuple[str, dict[str, Any] | None, Artifact | None]]:
+        """Every entry as ``(digest, header, artifact)``; header and artifact are ``None`` for
+        a damaged or unreadable one. Listing does not count as a use for eviction."""
+        for digest in self.digests():
+            value = self._peek(digest)
+            decoded = decode_entry(value, digest) if value is not None else None
+            if decoded is None:
+                yield digest, None, None
+            else:
+                yield digest, decoded[0], decoded[1]
+
+    def verify(self, *, fix: bool = True) -> VerifyReport:
+        """Check every entry (and the index against the files); with ``fix``, remove bad
+        entries and repair the index (orphan value files, rows whose file is gone).
+
+        Safe while other processes use the cache: at worst a value file a writer has not
+        committed yet is taken for an orphan, and that kernel is compiled once more later.
+        """
+        bad: list[BadEntry] = []
+        checked = 0
+        for digest in self.digests():
+            value = self._peek(digest)
+            if value is None and digest not in self._store:
+                continue  # removed by another process meanwhile
+            checked += 1
+            if value is not None and decode_entry(value, digest) is not None:
+                continue
+            header, _image, why = _parse(value, digest)
+            if value is None:
+                why = "unreadable value (missing or permission denied)"
+            elif not why:
+                why = "header fields missing"
+            bad.append(BadEntry(digest, str((header or {}).get("key", "?")), why))
+            if fix:
+                self.delete(digest)
+        problems = self._check_index(fix)
+        if fix and problems:  # removing orphan files can leave directories to remove
+            problems += self._check_index(fix)
+        return VerifyReport(checked, tuple(bad), tuple(problems))
+
+    def _check_index(self, fix: bool) -> list[str]:
+        # diskcache returns what it found as warning records (and repairs it with fix); it
+        # records them under the caller's filters, so they must not be errors or ignored
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            try:
+                return [str(w.message) for w in self._store.check(fix=fix, retry=True)]
+            except Exception as exc:
+                return [f"index check failed: {type(exc).__name__}: {exc}"]
 
     def clear(self) -> int:
         try:

@@ -1,4 +1,9 @@
-"""The ``nvrtc-engine`` command line (argparse)."""
+"""The ``nvrtc-engine`` command line (argparse).
+
+Exit codes: 0 success; 1 the command ran but found failures (``prewarm``: a variant failed;
+``cache verify``: bad entries were found and removed); 2 an error (bad arguments, an
+unreadable variant file, a refused bundle, ...), with a message on stderr.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main"]
 
@@ -16,21 +22,105 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.arch, args.tokens, not args.no_run, sys.stdout, seed=args.seed)
 
 
-def _cmd_cache(args: argparse.Namespace) -> int:
-    from .api import cache_info, clear_cache
+def _cmd_prewarm(args: argparse.Namespace) -> int:
+    from .prewarm import prewarm
 
-    if args.action == "clear":
-        info = cache_info()
-        clear_cache()
-        print(f"cleared {info.entries} entries ({info.bytes} bytes) from {info.directory}")
-        return 0
+    report = prewarm(
+        args.file, arch=args.arch or None, workers=args.workers, progress=not args.no_progress
+    )
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.summary())
+    return 0 if report.ok else 1
+
+
+def _open_disk() -> Any:
+    from .engine import default_engine
+    from .errors import NvrtcEngineError
+
+    disk = default_engine().disk()
+    if disk is None:
+        raise NvrtcEngineError("the disk cache is disabled or unusable (see the warning above)")
+    return disk
+
+
+def _cache_info(args: argparse.Namespace) -> int:
+    from .api import cache_info
+
     info = cache_info()
     if args.json:
         print(json.dumps(info.__dict__, indent=2))
     else:
-        print(f"directory: {info.directory or '(disk cache disabled or unusable)'}")
-        print(f"entries:   {info.entries}")
-        print(f"bytes:     {info.bytes}")
+        print(f"directory:  {info.directory or '(disk cache disabled or unusable)'}")
+        print(f"entries:    {info.entries}")
+        print(f"bytes:      {info.bytes}")
+        print(f"size limit: {info.size_limit}")
+    return 0
+
+
+def _cache_list(args: argparse.Namespace) -> int:
+    from .cache import target_arch
+
+    rows = []
+    for digest, header, artifact in _open_disk().entries():
+        if header is None or artifact is None:
+            rows.append({"key": "(damaged)", "digest": digest})
+            continue
+        rows.append({
+            "key": header["key"], "digest": digest, "arch": target_arch(artifact),
+            "kind": artifact.kind, "bytes": len(artifact.image),
+            "compile_ms": round(artifact.compile_ms, 1), "nvrtc": artifact.nvrtc_version,
+            "created": header.get("created"),
+        })  # fmt: skip
+    rows.sort(key=lambda r: (r["key"], r["digest"]))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        if "arch" not in r:
+            print(f"{r['key']:<60} {r['digest'][:12]}")
+            continue
+        print(f"{r['key']:<60} {r['arch']:<8} {r['kind']:<5} {r['bytes']:>8} B "
+              f"{r['compile_ms']:>8.1f} ms  NVRTC {r['nvrtc']}  {r['digest'][:12]}")  # fmt: skip
+    print(f"{len(rows)} entries")
+    return 0
+
+
+def _cache_verify(args: argparse.Namespace) -> int:
+    report = _open_disk().verify(fix=True)
+    for bad in report.bad:
+        print(f"removed {bad.key} ({bad.digest[:12]}): {bad.reason}")
+    for problem in report.problems:
+        print(f"repaired: {problem}")
+    print(f"checked {report.checked} entries: {len(report.bad)} bad (removed)")
+    return 1 if report.bad else 0
+
+
+def _cache_clear(args: argparse.Namespace) -> int:
+    from .api import cache_info, clear_cache
+
+    info = cache_info()
+    clear_cache()
+    print(f"cleared {info.entries} entries ({info.bytes} bytes) from {info.directory}")
+    return 0
+
+
+def _cache_export(args: argparse.Namespace) -> int:
+    from .bundle import export_bundle
+
+    report = export_bundle(args.bundle)
+    for line in report.skipped:
+        print(f"skipped {line}")
+    print(f"exported {len(report.keys)} kernels (NVRTC {report.nvrtc_version}) to {report.path}")
+    return 0
+
+
+def _cache_import(args: argparse.Namespace) -> int:
+    from .bundle import import_bundle
+
+    report = import_bundle(args.bundle)
+    print(f"imported {len(report.keys)} kernels (NVRTC {report.nvrtc_version}) from {report.path}")
     return 0
 
 
@@ -48,10 +138,38 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="random seed for the inputs")
     demo.set_defaults(func=_cmd_demo)
 
-    cache = sub.add_parser("cache", help="inspect or clear the disk cache")
-    cache.add_argument("action", choices=["info", "clear"])
-    cache.add_argument("--json", action="store_true", help="machine-readable output")
-    cache.set_defaults(func=_cmd_cache)
+    pre = sub.add_parser(
+        "prewarm", help="compile (in parallel) and cache every variant of a variant file"
+    )
+    pre.add_argument("file", help="TOML or JSON variant file (see docs/variants.md)")
+    pre.add_argument(
+        "--arch",
+        nargs="+",
+        action="extend",
+        help="compile for these archs (e.g. sm_90 sm_100a), replacing the file's; "
+        "default: the file's, else this GPU's",
+    )
+    pre.add_argument("--workers", type=int, help="worker processes (default: usable CPUs)")
+    pre.add_argument("--no-progress", action="store_true", help="no progress bar")
+    pre.add_argument("--json", action="store_true", help="machine-readable report")
+    pre.set_defaults(func=_cmd_prewarm)
+
+    cache = sub.add_parser("cache", help="inspect, verify, clear, export or import the cache")
+    actions = cache.add_subparsers(dest="action", required=True)
+    for name, func, text in (
+        ("info", _cache_info, "directory, entries, bytes, size limit"),
+        ("list", _cache_list, "one line per entry: key, arch, size, compile time"),
+        ("verify", _cache_verify, "check every entry; remove bad ones (exit 1 if any)"),
+        ("clear", _cache_clear, "remove every entry"),
+        ("export", _cache_export, "write every valid entry to one bundle file"),
+        ("import", _cache_import, "verify a bundle, then add its entries to the cache"),
+    ):
+        action = actions.add_parser(name, help=text)
+        if name in ("export", "import"):
+            action.add_argument("bundle", help="bundle file (zip)")
+        if name in ("info", "list"):
+            action.add_argument("--json", action="store_true", help="machine-readable output")
+        action.set_defaults(func=func)
     return parser
 
 

@@ -19,6 +19,10 @@ variable                            type      meaning
 ``NVRTC_ENGINE_DEBUG_DIR``          path      where rendered sources are written for
                                               debugging (default: a per-user temp dir)
 ``NVRTC_ENGINE_WORKERS``            int       worker processes for parallel compiles
+                                              (default: the CPUs this process may use)
+``NVRTC_ENGINE_LOCK_TIMEOUT``       seconds   longest wait for another process compiling
+                                              the same kernel before compiling anyway
+                                              (default 60)
 ==================================  ========  ===============================================
 """
 
@@ -34,6 +38,7 @@ from pathlib import Path
 __all__ = ["Settings", "configure", "reset", "settings"]
 
 _DEFAULT_SIZE_LIMIT = 512 * 1024 * 1024
+_DEFAULT_LOCK_TIMEOUT = 60.0
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 _SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -50,14 +55,23 @@ class Settings:
     dump_source: bool = False
     debug_dir: Path | None = None
     workers: int | None = None
+    lock_timeout: float = _DEFAULT_LOCK_TIMEOUT
 
     def resolved_cache_dir(self) -> Path:
-        """The disk cache directory: the configured one, else the platform user cache dir."""
+        """The disk cache directory: the configured one, else the platform user cache dir.
+
+        Raises ``OSError`` when there is no configured directory and no home directory to
+        put the default one in (``HOME`` unset and no password-database entry): a relative
+        ``~/.cache`` would otherwise be created in the working directory.
+        """
         if self.cache_dir is not None:
             return self.cache_dir
         import platformdirs
 
-        return Path(platformdirs.user_cache_dir("nvrtc_engine", appauthor=False))
+        path = Path(platformdirs.user_cache_dir("nvrtc_engine", appauthor=False))
+        if not path.is_absolute():
+            raise OSError(f"no home directory for the default cache directory (got {path})")
+        return path
 
     def resolved_debug_dir(self) -> Path:
         """Where rendered sources go for debugging (failed compiles, or all with dump_source)."""
@@ -101,6 +115,16 @@ def _parse_int(name: str, raw: str) -> int:
     return value
 
 
+def _parse_seconds(name: str, raw: str) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: expected a number of seconds") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{name}={raw!r}: expected a finite number of seconds >= 0")
+    return value
+
+
 def _path(raw: str | None) -> Path | None:
     return Path(raw).expanduser() if raw else None
 
@@ -125,6 +149,10 @@ def from_environment(env: dict[str, str] | None = None) -> Settings:
         dump_source=_parse_bool("NVRTC_ENGINE_DUMP_SOURCE", e.get("NVRTC_ENGINE_DUMP_SOURCE", "0")),
         debug_dir=_path(e.get("NVRTC_ENGINE_DEBUG_DIR")),
         workers=_parse_int("NVRTC_ENGINE_WORKERS", raw_workers) if raw_workers else None,
+        lock_timeout=_parse_seconds(
+            "NVRTC_ENGINE_LOCK_TIMEOUT",
+            e.get("NVRTC_ENGINE_LOCK_TIMEOUT", str(_DEFAULT_LOCK_TIMEOUT)),
+        ),
     )
 
 
@@ -162,6 +190,15 @@ def configure(**overrides: object) -> Settings:
                 overrides[name] = Path(str(overrides[name])).expanduser()
         _current = dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
         return _current
+
+
+def _reinit_after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 def reset() -> Settings:

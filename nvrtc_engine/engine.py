@@ -2,19 +2,27 @@
 
 Memory cache: one :class:`~nvrtc_engine.kernel.Kernel` per key. Concurrent callers of one
 key wait for a single build (single-flight); the lock guards only dictionary updates, never a
-render, a compile or disk I/O, so builds of different keys run in parallel.
+render, a compile, disk I/O or a wait for another process, so builds of different keys run
+in parallel. Across processes, a per-digest file lock around "look on disk again, compile,
+store" (:meth:`DiskCache.lock`) makes each kernel compile once.
+
+Fork: a child inherits the memory cache (its kernels load lazily, per process), gets fresh
+locks, and opens its own connection to the disk cache (SQLite connections must not cross a
+fork; the parent's is closed before forking and reopens by itself on next use).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import config
-from .cache import DiskCache, compute_digest
+from .cache import DiskCache, compute_digest, warn_unusable
 from .kernel import Artifact, Kernel
 from .key import KernelKey
 from .nvrtc import CompileOptions, compile_source, compile_target, find_cuda_include_dir
@@ -37,6 +45,7 @@ class CacheInfo:
         entries: entries in the disk cache (0 when it is disabled).
         bytes: bytes the disk cache uses on disk.
         directory: the disk cache directory, or ``None`` when memory-only.
+        size_limit: the disk cache's size cap in bytes (0 when memory-only).
     """
 
     hits: int
@@ -47,6 +56,7 @@ class CacheInfo:
     entries: int
     bytes: int
     directory: str | None
+    size_limit: int = 0
 
 
 class _Flight:
@@ -59,6 +69,7 @@ class _Flight:
 
 
 _UNOPENED: Any = object()
+_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 class Engine:
@@ -71,6 +82,20 @@ class Engine:
         self._inflight: dict[KernelKey, _Flight] = {}
         self._disk: DiskCache | None = _UNOPENED
         self.hits = self.disk_hits = self.misses = self.compiles = 0
+        _engines.add(self)
+
+    def _before_fork(self) -> None:
+        disk = self._disk
+        if disk is not _UNOPENED and disk is not None:
+            disk.close()  # this thread's SQLite connection; reopens by itself on next use
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+        self._inflight = {}  # builds in the parent's other threads never finish here
+        self._disk = _UNOPENED
+        for kernel in self._memory.values():  # modules are per process: load again here
+            kernel._loaded = {}
+            kernel._lock = threading.Lock()
 
     # -- caches ---------------------------------------------------------------------------
 
@@ -81,7 +106,12 @@ class Engine:
             s = config.settings()
             opened = None
             if not s.disable_disk_cache:
-                opened = DiskCache.open(s.resolved_cache_dir(), s.cache_size_limit)
+                try:
+                    directory = s.resolved_cache_dir()
+                except Exception as exc:  # no home directory, platformdirs failure
+                    warn_unusable("(default cache directory)", f"{type(exc).__name__}: {exc}")
+                else:
+                    opened = DiskCache.open(directory, s.cache_size_limit)
             with self._lock:
                 if self._disk is _UNOPENED:
                     self._disk = opened
@@ -98,9 +128,10 @@ class Engine:
             misses=self.misses,
             compiles=self.compiles,
             memory_entries=len(self._memory),
-            entries=len(disk) if disk else 0,
-            bytes=disk.volume() if disk else 0,
-            directory=str(disk.directory) if disk else None,
+            entries=len(disk) if disk is not None else 0,
+            bytes=disk.volume() if disk is not None else 0,
+            directory=str(disk.directory) if disk is not None else None,
+            size_limit=disk.size_limit if disk is not None else 0,
         )
 
     def clear(self, *, memory: bool = True, disk: bool = True) -> None:
@@ -155,8 +186,8 @@ class Engine:
             return flight.result
         try:
             kernel = self._build(key)
-            with self._lock:
-                self._memory[key] = kernel
+            with self._lock:  # prewarm may have adopted one meanwhile: hand out one object
+                kernel = self._memory.setdefault(key, kernel)
             flight.result = kernel
             return kernel
         except BaseException as exc:
@@ -179,14 +210,35 @@ class Engine:
         return rendered, options, header_version, digest
 
     def _build(self, key: KernelKey) -> Kernel:
+        artifact, origin = self.build_artifact(key)
+        return key.spec.kernel_class()(key, artifact, origin)
+
+    def build_artifact(self, key: KernelKey) -> tuple[Artifact, str]:
+        """The artifact for ``key`` from disk, else compiled and stored; no memory cache.
+
+        Returns ``(artifact, origin)`` with origin ``"disk"`` or ``"compiled"``. Holds the
+        key's cross-process lock (never this engine's lock) around "look on disk again,
+        compile, store", so processes sharing a cache directory compile each key once.
+        Touches no GPU: prewarm's worker processes call this.
+        """
         rendered, options, _header_version, digest = self.artifact_digest(key)
-        kernel_class = key.spec.kernel_class()
         disk = self.disk()
-        if disk is not None:
-            artifact = disk.get(digest)
-            if artifact is not None:
-                self.disk_hits += 1
-                return kernel_class(key, artifact, "disk")
+        if disk is None:
+            return self._compile(key, rendered, options, digest), "compiled"
+        artifact = disk.get(digest)
+        if artifact is None:
+            with disk.lock(digest, config.settings().lock_timeout):
+                artifact = disk.get(digest)  # another process may have stored it meanwhile
+                if artifact is None:
+                    artifact = self._compile(key, rendered, options, digest)
+                    disk.put(str(key), artifact)
+                    return artifact, "compiled"
+        self.disk_hits += 1
+        return artifact, "disk"
+
+    def _compile(
+        self, key: KernelKey, rendered: Any, options: CompileOptions, digest: str
+    ) -> Artifact:
         self.misses += 1
         start = time.perf_counter()
         result = compile_source(
@@ -194,7 +246,7 @@ class Engine:
             cuda_headers=rendered.cuda_headers, key=str(key),
         )  # fmt: skip
         self.compiles += 1
-        artifact = Artifact(
+        return Artifact(
             image=result.image,
             kind=result.kind,
             symbols=rendered.symbols,
@@ -203,9 +255,33 @@ class Engine:
             options=options.flags(),
             compile_ms=(time.perf_counter() - start) * 1e3,
         )
-        if disk is not None:
-            disk.put(str(key), artifact)
-        return kernel_class(key, artifact, "compiled")
+
+    def cached(self, key: KernelKey) -> Kernel | None:
+        """The kernel for ``key`` if memory or disk has it (disk: verified, then kept in
+        memory); ``None`` otherwise. Never compiles."""
+        kernel = self._memory.get(key)
+        if kernel is not None:
+            self.hits += 1
+            return kernel
+        disk = self.disk()
+        if disk is None:
+            return None
+        artifact = disk.get(self.artifact_digest(key)[3])
+        if artifact is None:
+            return None
+        self.disk_hits += 1
+        return self.adopt(key, artifact, "disk")
+
+    def adopt(self, key: KernelKey, artifact: Artifact, origin: str) -> Kernel:
+        """Keep ``artifact`` (built elsewhere, e.g. by a worker process) as ``key``'s kernel
+        in memory; returns the kernel memory holds (an earlier one wins)."""
+        kernel = key.spec.kernel_class()(key, artifact, origin)
+        with self._lock:
+            return self._memory.setdefault(key, kernel)
+
+    def in_memory(self, key: KernelKey) -> bool:
+        """Whether the memory cache holds ``key`` (counts nothing)."""
+        return key in self._memory
 
 
 _default: Engine | None = None
@@ -222,6 +298,22 @@ def default_engine() -> Engine:
                 _default = Engine()
             engine = _default
     return engine
+
+
+def _before_fork() -> None:
+    for engine in list(_engines):
+        engine._before_fork()
+
+
+def _after_fork_in_child() -> None:
+    global _default_lock
+    _default_lock = threading.Lock()
+    for engine in list(_engines):
+        engine._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def cache_directory() -> Path:

@@ -29,7 +29,7 @@ def test_cache_info_and_clear(capsys):
     assert main(["cache", "clear"]) == 0
     assert "cleared 4 entries" in capsys.readouterr().out
     main(["cache", "info"])
-    assert "entries:   0" in capsys.readouterr().out
+    assert "entries:    0" in capsys.readouterr().out
 
 
 def test_bad_arch_exits_2(capsys):
@@ -45,3 +45,83 @@ def test_console_script_runs_in_a_fresh_process(isolated_cache, tmp_path):
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "gelu_bf16_bf16_none_rowwise_h4096" in done.stdout
+
+
+VARIANTS = """
+[defaults]
+arch = "sm_90"
+[[variants]]
+op = "gelu"
+in_dtype = "bf16"
+out_dtype = ["bf16", "fp8_e4m3"]
+"""
+
+
+def test_prewarm_exit_codes(capsys, tmp_path, monkeypatch):
+    good = tmp_path / "v.toml"
+    good.write_text(VARIANTS)
+    assert main(["prewarm", str(good), "--workers", "2", "--no-progress"]) == 0
+    assert "2 variants: 2 compiled, 0 already cached, 0 failed" in capsys.readouterr().out
+    assert main(["prewarm", str(good), "--arch", "sm_90", "sm_100a", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["cached"]) == 2 and len(report["compiled"]) == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text(VARIANTS.replace('arch = "sm_90"', 'arch = "sm_70"'))
+    assert main(["prewarm", str(bad)]) == 2
+    assert "entry 0" in capsys.readouterr().err
+    assert main(["prewarm", str(tmp_path / "missing.toml")]) == 2
+    # a variant that fails to compile: exit 1, the others still built
+    include = tmp_path / "include"
+    include.mkdir()
+    (include / "cuda_fp8.h").write_text("#error broken\n")
+    monkeypatch.setenv("NVRTC_ENGINE_CUDA_INCLUDE_DIR", str(include))
+    from nvrtc_engine import config, nvrtc
+
+    config.reset()
+    nvrtc.find_cuda_include_dir.cache_clear()
+    try:
+        assert main(["prewarm", str(good), "--arch", "sm_80", "sm_89", "--no-progress"]) == 1
+    finally:
+        nvrtc.find_cuda_include_dir.cache_clear()
+    out = capsys.readouterr().out
+    assert "3 compiled" in out and "1 failed" in out
+    assert "FAILED gelu_bf16_e4m3_tensor_rowwise_hany_sm80" in out
+
+
+def test_cache_list_verify_export_import(capsys, tmp_path, isolated_cache):
+    main(["prewarm", _variant_file(tmp_path), "--no-progress"])
+    capsys.readouterr()
+    assert main(["cache", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "gelu_bf16_e4m3_tensor_rowwise_hany_sm90" in out and "2 entries" in out
+    assert main(["cache", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["arch"] for r in rows} == {"sm_90"} and all(r["bytes"] > 0 for r in rows)
+    assert main(["cache", "verify"]) == 0
+    assert "checked 2 entries: 0 bad" in capsys.readouterr().out
+    bundle = tmp_path / "k.bundle"
+    assert main(["cache", "export", str(bundle)]) == 0
+    assert "exported 2 kernels" in capsys.readouterr().out
+    # damage one entry: verify reports it, removes it, exits 1; then the cache is clean
+    from nvrtc_engine.engine import default_engine
+
+    disk = default_engine().disk()
+    digest = next(iter(disk.digests()))
+    disk._store.set(digest, b"garbage")
+    assert main(["cache", "verify"]) == 1
+    assert f"removed ? ({digest[:12]}): not an nvrtc_engine entry" in capsys.readouterr().out
+    assert main(["cache", "verify"]) == 0
+    capsys.readouterr()
+    assert main(["cache", "import", str(bundle)]) == 0
+    assert "imported 2 kernels" in capsys.readouterr().out
+    assert main(["cache", "info", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["entries"] == 2
+    bundle.write_bytes(bundle.read_bytes()[:200])
+    assert main(["cache", "import", str(bundle)]) == 2
+    assert "cannot open as a zip" in capsys.readouterr().err
+
+
+def _variant_file(tmp_path):
+    path = tmp_path / "variants.toml"
+    path.write_text(VARIANTS)
+    return str(path)

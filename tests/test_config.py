@@ -36,6 +36,9 @@ def test_defaults_and_parsing():
         ("NVRTC_ENGINE_CACHE_SIZE_LIMIT", "-1"),
         ("NVRTC_ENGINE_WORKERS", "0"),
         ("NVRTC_ENGINE_DUMP_SOURCE", "2"),
+        ("NVRTC_ENGINE_LOCK_TIMEOUT", "soon"),
+        ("NVRTC_ENGINE_LOCK_TIMEOUT", "-1"),
+        ("NVRTC_ENGINE_LOCK_TIMEOUT", "inf"),
     ],
 )
 def test_malformed_values_name_the_variable(var, value):
@@ -57,3 +60,16 @@ def test_default_cache_dir_is_platform_user_cache():
 
     expected = Path(platformdirs.user_cache_dir("nvrtc_engine", appauthor=False))
     assert config.from_environment({}).resolved_cache_dir() == expected
+
+
+def test_lock_timeout():
+    assert config.from_environment({}).lock_timeout == 60.0
+    assert config.from_environment({"NVRTC_ENGINE_LOCK_TIMEOUT": "2.5"}).lock_timeout == 2.5
+
+
+def test_no_home_for_the_default_cache_dir_is_an_error_not_a_relative_path(monkeypatch):
+    import platformdirs
+
+    monkeypatch.setattr(platformdirs, "user_cache_dir", lambda *a, **k: "~/.cache/nvrtc_engine")
+    with pytest.raises(OSError, match="no home directory"):
+        config.from_environment({}).resolved_cache_dir()

@@ -1,0 +1,230 @@
+"""Bundles: the disk cache's kernels in one file, built once and imported on other machines.
+
+A bundle is a zip file::
+
+    manifest.json        format, version, schema, NVRTC version, nvrtc_engine version, and
+                         one record per entry: key, digest, NVRTC version, arch, kind, size,
+                         sha256 (of the entry file), file
+    entries/<digest>     the cache entry exactly as stored (header + image, see cache.py)
+
+:func:`export_bundle` writes every valid entry built by this NVRTC for this installation
+(entries that fail verification, were built by another NVRTC, or whose digest this
+installation would not produce are left out and listed). :func:`import_bundle` checks the
+whole bundle before storing anything, and refuses it, naming the entry, when the NVRTC
+version differs, a file is missing or its SHA-256 differs, an entry does not decode and
+verify, or an entry's digest is not the one this installation computes for its key (the
+bundle came from different templates, or was tampered with).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._version import __version__
+from .cache import SCHEMA, decode_entry, encode_entry, target_arch
+from .engine import default_engine
+from .errors import NvrtcEngineError
+from .kernel import Artifact
+from .key import KernelKey
+from .nvrtc import nvrtc_version
+
+__all__ = ["FORMAT", "VERSION", "BundleError", "BundleReport", "export_bundle", "import_bundle"]
+
+FORMAT = "nvrtc-engine-bundle"
+VERSION = 1
+MANIFEST = "manifest.json"
+
+
+class BundleError(NvrtcEngineError, ValueError):
+    """A bundle that cannot be written or is refused on import.
+
+    Attributes: ``path`` (the bundle), ``entry`` (the key of the entry at fault, or ``None``
+    for the bundle as a whole) and ``reason``.
+    """
+
+    def __init__(self, path: str, entry: str | None, reason: str) -> None:
+        where = f"{path}: entry {entry}" if entry else path
+        super().__init__(f"{where}: {reason}")
+        self.path = path
+        self.entry = entry
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class BundleReport:
+    """What an export or import did: the bundle ``path``, the ``keys`` written or imported,
+    the ``nvrtc_version`` of the bundle, and ``skipped`` (one line per entry left out of an
+    export, with the reason)."""
+
+    path: str
+    keys: tuple[str, ...]
+    nvrtc_version: str
+    skipped: tuple[str, ...] = ()
+
+
+def _disk(path: str, what: str) -> Any:
+    disk = default_engine().disk()
+    if disk is None:
+        raise BundleError(path, None, f"no disk cache to {what} (disabled or unusable)")
+    return disk
+
+
+def _expected_digest(name: str) -> str:
+    """The digest this installation computes for the kernel named ``name``."""
+    return default_engine().artifact_digest(KernelKey.parse(name))[3]
+
+
+def export_bundle(path: str | os.PathLike[str]) -> BundleReport:
+    """Write every valid entry of the disk cache built by this NVRTC to bundle ``path``.
+
+    The file appears atomically (written beside it, then renamed). Raises
+    :class:`BundleError` when there is no disk cache or nothing to export.
+    """
+    target = Path(path)
+    where = str(target)
+    disk = _disk(where, "export")
+    nv = nvrtc_version()
+    records: list[dict[str, Any]] = []
+    files: list[tuple[str, bytes]] = []
+    skipped: list[str] = []
+    for digest, header, artifact in disk.entries():
+        if header is None or artifact is None:
+            skipped.append(f"{digest}: fails verification (run nvrtc-engine cache verify)")
+            continue
+        name = str(header["key"])
+        if artifact.nvrtc_version != nv:
+            skipped.append(f"{name}: built by NVRTC {artifact.nvrtc_version}, this is {nv}")
+            continue
+        try:
+            current = _expected_digest(name) == digest
+        except Exception as exc:  # an op this installation lacks, headers missing
+            skipped.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        if not current:
+            skipped.append(f"{name}: built from other templates (another nvrtc_engine version)")
+            continue
+        value = encode_entry(name, artifact)
+        member = f"entries/{digest}"
+        records.append({
+            "key": name, "digest": digest, "nvrtc_version": artifact.nvrtc_version,
+            "arch": target_arch(artifact), "kind": artifact.kind, "size": len(value),
+            "sha256": hashlib.sha256(value).hexdigest(), "file": member,
+        })  # fmt: skip
+        files.append((member, value))
+    if not records:
+        raise BundleError(where, None, "the disk cache holds no valid entry for this NVRTC")
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "schema": SCHEMA,
+        "nvrtc_version": nv,
+        "nvrtc_engine": __version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "entries": records,
+    }
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+            for member, value in files:
+                zf.writestr(member, value)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return BundleReport(where, tuple(r["key"] for r in records), nv, tuple(skipped))
+
+
+def _read_manifest(zf: zipfile.ZipFile, where: str) -> dict[str, Any]:
+    try:
+        manifest = json.loads(zf.read(MANIFEST))
+    except KeyError:
+        raise BundleError(where, None, f"no {MANIFEST}: not an nvrtc_engine bundle") from None
+    except ValueError as exc:
+        raise BundleError(where, None, f"damaged {MANIFEST}: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BundleError(where, None, "not an nvrtc_engine bundle (wrong format field)")
+    if manifest.get("version") != VERSION or manifest.get("schema") != SCHEMA:
+        raise BundleError(
+            where,
+            None,
+            f"bundle format {manifest.get('version')}/schema {manifest.get('schema')}; this "
+            f"nvrtc_engine reads format {VERSION}/schema {SCHEMA}",
+        )
+    if not isinstance(manifest.get("entries"), list):
+        raise BundleError(where, None, f"damaged {MANIFEST}: no entry list")
+    return manifest
+
+
+def _verified(zf: zipfile.ZipFile, record: Any, nv: str, where: str) -> tuple[str, Artifact]:
+    """One manifest record, checked against its file and this installation."""
+    if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+        raise BundleError(where, None, f"damaged manifest record {record!r}")
+    name = record["key"]
+    digest = record.get("digest")
+    if record.get("nvrtc_version") != nv:
+        raise BundleError(
+            where, name, f"built by NVRTC {record.get('nvrtc_version')}; this is NVRTC {nv}"
+        )
+    try:
+        value = zf.read(str(record.get("file")))
+    except (KeyError, zipfile.BadZipFile, OSError) as exc:
+        raise BundleError(where, name, f"file {record.get('file')!r} unreadable: {exc}") from None
+    if hashlib.sha256(value).hexdigest() != record.get("sha256"):
+        raise BundleError(where, name, "SHA-256 mismatch: the entry file is damaged")
+    decoded = decode_entry(value, digest)
+    if decoded is None:
+        raise BundleError(where, name, "the entry does not verify (magic, header or image hash)")
+    header, artifact = decoded
+    if header.get("key") != name or artifact.nvrtc_version != nv:
+        raise BundleError(where, name, "the entry's own header disagrees with the manifest")
+    try:
+        expected = _expected_digest(name)
+    except Exception as exc:
+        raise BundleError(where, name, f"this installation cannot build it: {exc}") from None
+    if expected != digest:
+        raise BundleError(
+            where,
+            name,
+            "digest differs from the one this installation computes (the bundle was built "
+            "from other templates or headers, or was altered)",
+        )
+    return name, artifact
+
+
+def import_bundle(path: str | os.PathLike[str]) -> BundleReport:
+    """Verify every entry of bundle ``path``, then store them all in the disk cache.
+
+    All or nothing: raises :class:`BundleError` naming the first bad entry (or the bundle)
+    and stores nothing when any check fails; see the module docstring for the checks.
+    """
+    where = str(path)
+    disk = _disk(where, "import into")
+    nv = nvrtc_version()
+    try:
+        zf = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise BundleError(where, None, f"cannot open as a zip file: {exc}") from None
+    with zf:
+        manifest = _read_manifest(zf, where)
+        if manifest.get("nvrtc_version") != nv:
+            raise BundleError(
+                where,
+                None,
+                f"built with NVRTC {manifest.get('nvrtc_version')}; this is NVRTC {nv} "
+                "(kernels are never shared across NVRTC versions)",
+            )
+        verified = [_verified(zf, record, nv, where) for record in manifest["entries"]]
+    for name, artifact in verified:
+        if not disk.put(name, artifact):
+            raise BundleError(where, name, f"cannot write to the disk cache at {disk.directory}")
+    return BundleReport(where, tuple(name for name, _ in verified), nv)

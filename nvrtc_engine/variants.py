@@ -1,0 +1,223 @@
+"""Variant lists: which kernels a model needs, as keys, dicts or a TOML/JSON file.
+
+A file holds optional ``[defaults]`` and a list of ``[[variants]]`` entries (JSON: an object
+with ``"defaults"`` and ``"variants"``, or a bare list of entries). An entry names the fields
+of :func:`~nvrtc_engine.make_key`: ``op``, ``dtype`` or ``in_dtype``/``out_dtype``,
+``scaling``, ``layout``, ``hidden_size`` (an int, or ``"any"``/``null`` for the general
+kernel), ``arch``, and op flags (``flags = {zero_centered_gamma = true}`` or the flag name as
+a field). Any field may be a list: the entry stands for the cross product. See
+``docs/variants.md`` for the format and two model configs as examples.
+
+    >>> keys = load_variants("llama3_8b_fp8_mlp.toml", arch="sm_90")
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .errors import NvrtcEngineError
+from .key import KernelKey
+
+__all__ = [
+    "ENTRY_FIELDS",
+    "VariantListError",
+    "expand_entry",
+    "load_variants",
+    "read_entries",
+    "resolve_variants",
+]
+
+# make_key's keyword fields, in the order the cross product varies them (last fastest).
+ENTRY_FIELDS: tuple[str, ...] = (
+    "op",
+    "dtype",
+    "in_dtype",
+    "out_dtype",
+    "scaling",
+    "layout",
+    "hidden_size",
+    "arch",
+)
+_TOP_LEVEL = {"defaults", "variants", "description", "name"}
+
+
+class VariantListError(NvrtcEngineError, ValueError):
+    """A variant list (file or entries) that cannot be read or expanded.
+
+    Attributes: ``source`` (the file, or ``"<list>"``), ``entry`` (the 0-based entry index,
+    or ``None`` for the file as a whole) and ``reason``.
+    """
+
+    def __init__(self, source: str, entry: int | None, reason: str) -> None:
+        where = source if entry is None else f"{source}, entry {entry}"
+        super().__init__(f"{where}: {reason}")
+        self.source = source
+        self.entry = entry
+        self.reason = reason
+
+
+def _parse_toml(text: str) -> Any:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    return tomllib.loads(text)
+
+
+def read_entries(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The entries of a TOML (``.toml``) or JSON (any other suffix) variant file, with the
+    file's ``defaults`` merged into each; lists are not expanded yet.
+
+    Raises :class:`VariantListError` naming the file for unreadable or malformed content.
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise VariantListError(source, None, f"cannot read: {exc}") from None
+    try:
+        data = _parse_toml(text) if source.endswith(".toml") else json.loads(text)
+    except ValueError as exc:  # tomllib.TOMLDecodeError and JSONDecodeError are ValueErrors
+        kind = "TOML" if source.endswith(".toml") else "JSON"
+        raise VariantListError(source, None, f"not valid {kind}: {exc}") from None
+    if isinstance(data, list):
+        data = {"variants": data}
+    if not isinstance(data, dict):
+        raise VariantListError(source, None, "expected a table/object or a list of entries")
+    unknown = sorted(set(data) - _TOP_LEVEL)
+    if unknown:
+        raise VariantListError(
+            source, None, f"unknown top-level field(s) {unknown}; expected {sorted(_TOP_LEVEL)}"
+        )
+    defaults = data.get("defaults", {})
+    entries = data.get("variants", [])
+    if not isinstance(defaults, dict):
+        raise VariantListError(source, None, "'defaults' must be a table/object")
+    if not isinstance(entries, list) or not entries:
+        raise VariantListError(source, None, "'variants' must be a non-empty list of entries")
+    out = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise VariantListError(source, i, f"expected a table/object, got {entry!r}")
+        out.append({**defaults, **entry})
+    return out
+
+
+def _choices(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _hidden(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() in ("any", "none"):
+        return None
+    return value
+
+
+def expand_entry(
+    entry: Mapping[str, Any], *, source: str = "<list>", index: int = 0
+) -> list[KernelKey]:
+    """The keys one entry stands for: the cross product of its list-valued fields.
+
+    Fields other than :data:`ENTRY_FIELDS` and ``flags`` are op flags. Raises
+    :class:`VariantListError` naming the entry and the combination that failed (the
+    underlying :class:`~nvrtc_engine.VariantError` is chained).
+    """
+    from .api import make_key
+
+    fields = dict(entry)
+    flags = fields.pop("flags", {})
+    if not isinstance(flags, dict):
+        raise VariantListError(source, index, f"'flags' must be a table/object, got {flags!r}")
+    fields.update(flags)
+    if "op" not in fields:
+        raise VariantListError(source, index, "missing 'op'")
+    names = [n for n in ENTRY_FIELDS if n in fields] + sorted(set(fields) - set(ENTRY_FIELDS))
+    keys = []
+    for combo in itertools.product(*(_choices(fields[n]) for n in names)):
+        kwargs = dict(zip(names, combo, strict=True))
+        if "hidden_size" in kwargs:
+            kwargs["hidden_size"] = _hidden(kwargs["hidden_size"])
+        try:
+            keys.append(make_key(**kwargs))
+        except (ValueError, TypeError, NvrtcEngineError) as exc:
+            shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+            raise VariantListError(source, index, f"{shown}: {exc}") from exc
+    return keys
+
+
+def _as_arch_list(arch: str | int | Sequence[str | int] | None) -> list[str | int] | None:
+    if arch is None:
+        return None
+    if isinstance(arch, (str, int)):
+        return [arch]
+    archs = list(arch)
+    if not archs:
+        raise ValueError("arch: give at least one arch, or None")
+    return archs
+
+
+def _unique(keys: Iterable[KernelKey]) -> list[KernelKey]:
+    return list(dict.fromkeys(keys))
+
+
+def resolve_variants(
+    variants: Any,
+    *,
+    arch: str | int | Sequence[str | int] | None = None,
+    default_arch: Callable[[], str] | None = None,
+) -> list[KernelKey]:
+    """Distinct keys, in order, for a variant file path or a list of keys/dicts/names.
+
+    ``variants``: a path (``str`` or ``os.PathLike``) to a TOML/JSON variant file, or an
+    iterable of :class:`~nvrtc_engine.KernelKey`, entry dicts (lists expand) and canonical
+    kernel names (``"gelu_bf16_e4m3_tensor_rowwise_h4096_sm90"``). ``arch``: one arch or a
+    list; when given, every variant is made for each of these archs, replacing the arch
+    the variant names. Otherwise an entry without an arch gets ``default_arch()`` (called
+    once, when first needed), or without that the current GPU's arch.
+
+    Raises :class:`VariantListError` (naming the file and entry) or
+    :class:`~nvrtc_engine.VariantError`.
+    """
+    archs = _as_arch_list(arch)
+    if isinstance(variants, (str, os.PathLike)):
+        source = str(variants)
+        entries: list[Any] = read_entries(variants)
+    else:
+        source = "<list>"
+        entries = list(variants)
+    fallback: list[str] = []
+    keys: list[KernelKey] = []
+    for i, item in enumerate(entries):
+        if isinstance(item, Mapping):
+            if archs is not None:
+                for a in archs:
+                    keys += expand_entry({**item, "arch": a}, source=source, index=i)
+                continue
+            if item.get("arch") is None and default_arch is not None:
+                if not fallback:
+                    fallback.append(default_arch())
+                item = {**item, "arch": fallback[0]}
+            keys += expand_entry(item, source=source, index=i)
+            continue
+        try:
+            key = KernelKey.parse(item) if isinstance(item, str) else item
+            if not isinstance(key, KernelKey):
+                raise TypeError(f"expected a KernelKey, a dict or a kernel name, got {item!r}")
+            keys += [key] if archs is None else [replace(key, arch=a) for a in archs]
+        except (ValueError, TypeError) as exc:
+            raise VariantListError(source, i, str(exc)) from exc
+    return _unique(keys)
+
+
+def load_variants(
+    path: str | os.PathLike[str], *, arch: str | int | Sequence[str | int] | None = None
+) -> list[KernelKey]:
+    """The distinct keys of a variant file (see :func:`resolve_variants`)."""
+    return resolve_variants(Path(path), arch=arch)

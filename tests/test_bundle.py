@@ -1,0 +1,170 @@
+"""Bundles: export a prewarmed cache, import it into an empty one, and refuse damaged,
+tampered or foreign bundles, naming the entry, without storing anything."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+
+import pytest
+
+import nvrtc_engine as ne
+from nvrtc_engine import config, make_key
+from nvrtc_engine.bundle import BundleError, export_bundle, import_bundle
+from nvrtc_engine.cache import encode_entry
+from nvrtc_engine.engine import Engine, default_engine
+from nvrtc_engine.kernel import Artifact
+from nvrtc_engine.nvrtc import nvrtc_version
+from nvrtc_engine.prewarm import prewarm
+
+KEYS = [make_key("gelu", dtype=d, arch=a) for d in ("fp8", "bf16") for a in ("sm_90", "sm_100a")]
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    prewarm(KEYS, workers=1, progress=False)
+    path = tmp_path / "out" / "kernels.nvrtc-bundle"
+    report = export_bundle(path)
+    assert sorted(report.keys) == sorted(map(str, KEYS)) and report.skipped == ()
+    assert report.nvrtc_version == nvrtc_version()
+    return path
+
+
+def _use_empty_cache(tmp_path, name="other-cache"):
+    config.configure(cache_dir=tmp_path / name)
+    ne.clear_cache()
+
+
+def test_round_trip_into_an_empty_cache_compiles_nothing(bundle, tmp_path):
+    with zipfile.ZipFile(bundle) as zf:
+        manifest = json.loads(zf.read("manifest.json"))
+    assert manifest["nvrtc_version"] == nvrtc_version() and len(manifest["entries"]) == 4
+    record = manifest["entries"][0]
+    assert set(record) >= {"key", "digest", "nvrtc_version", "arch", "sha256", "file"}
+    assert {r["arch"] for r in manifest["entries"]} == {"sm_90", "sm_100a"}
+    _use_empty_cache(tmp_path)
+    assert ne.cache_info().entries == 0
+    report = import_bundle(bundle)
+    assert sorted(report.keys) == sorted(map(str, KEYS))
+    engine = Engine()
+    assert all(engine.get(k).origin == "disk" for k in KEYS) and engine.compiles == 0
+
+
+def _rewrite(path, change):
+    """Rewrite a bundle, passing (manifest, files) through ``change``."""
+    with zipfile.ZipFile(path) as zf:
+        manifest = json.loads(zf.read("manifest.json"))
+        files = {n: zf.read(n) for n in zf.namelist() if n != "manifest.json"}
+    change(manifest, files)
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("manifest.json", json.dumps(manifest))
+        for name, data in files.items():
+            zf.writestr(name, data)
+
+
+def _flip_image_byte(manifest, files):
+    record = manifest["entries"][1]
+    data = bytearray(files[record["file"]])
+    data[-10] ^= 0x40
+    files[record["file"]] = bytes(data)
+
+
+def _flip_and_fix_sha(manifest, files):
+    _flip_image_byte(manifest, files)
+    record = manifest["entries"][1]
+    record["sha256"] = hashlib.sha256(files[record["file"]]).hexdigest()
+
+
+def _other_kernel_under_this_digest(manifest, files):
+    """A well-formed entry, consistent with its manifest record (digest, header, sha256), whose
+    digest is not the one its key has: altered, or built from other templates."""
+    record = manifest["entries"][1]
+    art = Artifact(image=b"\x7fELF not this kernel", kind="cubin", symbols=(record["key"],),
+                   digest="f" * 64, nvrtc_version=record["nvrtc_version"],
+                   options=(f"-arch={record['arch']}",), compile_ms=1.0)  # fmt: skip
+    files[record["file"]] = encode_entry(record["key"], art)
+    record["digest"] = art.digest
+    record["sha256"] = hashlib.sha256(files[record["file"]]).hexdigest()
+
+
+def _remove_file(manifest, files):
+    del files[manifest["entries"][1]["file"]]
+
+
+def _other_nvrtc(manifest, files):
+    manifest["nvrtc_version"] = "12.0"
+
+
+def _entry_other_nvrtc(manifest, files):
+    manifest["entries"][1]["nvrtc_version"] = "12.0"
+
+
+@pytest.mark.parametrize(
+    ("change", "match", "names_entry"),
+    [
+        (_flip_image_byte, "SHA-256 mismatch", True),
+        (_flip_and_fix_sha, "does not verify", True),
+        (_other_kernel_under_this_digest, "digest differs", True),
+        (_remove_file, "unreadable", True),
+        (_other_nvrtc, "built with NVRTC 12.0", False),
+        (_entry_other_nvrtc, "built by NVRTC 12.0", True),
+    ],
+    ids=lambda v: getattr(v, "__name__", None),
+)
+def test_tampered_or_foreign_bundle_is_refused_and_nothing_is_stored(
+    bundle, tmp_path, change, match, names_entry
+):
+    _rewrite(bundle, change)
+    with zipfile.ZipFile(bundle) as zf:
+        bad_key = json.loads(zf.read("manifest.json"))["entries"][1]["key"]
+    _use_empty_cache(tmp_path)
+    with pytest.raises(BundleError, match=match) as info:
+        import_bundle(bundle)
+    assert (info.value.entry == bad_key) if names_entry else info.value.entry is None
+    if names_entry:
+        assert f"entry {bad_key}" in str(info.value)
+    assert ne.cache_info().entries == 0  # all or nothing
+
+
+def test_not_a_bundle(tmp_path):
+    junk = tmp_path / "junk.zip"
+    junk.write_bytes(b"not a zip at all")
+    with pytest.raises(BundleError, match="cannot open as a zip"):
+        import_bundle(junk)
+    empty = tmp_path / "empty.zip"
+    with zipfile.ZipFile(empty, "w") as zf:
+        zf.writestr("readme.txt", "hello")
+    with pytest.raises(BundleError, match="no manifest.json"):
+        import_bundle(empty)
+
+
+def test_export_leaves_out_damaged_and_foreign_entries(tmp_path, monkeypatch):
+    import nvrtc_engine.engine as engine_mod
+
+    good = make_key("gelu", dtype="bf16", arch="sm_90")
+    ne.get_kernel(good)
+    damaged = make_key("gelu", dtype="fp16", arch="sm_90")
+    ne.get_kernel(damaged)
+    disk = default_engine().disk()
+    digest = default_engine().artifact_digest(damaged)[3]
+    disk._store.set(digest, disk.raw(digest)[:-5])
+    with monkeypatch.context() as m:  # an entry from another NVRTC sharing the directory
+        m.setattr(engine_mod, "_nvrtc_version", lambda: "99.0")
+        Engine().get(make_key("gelu", dtype="fp32", arch="sm_90"))
+    report = export_bundle(tmp_path / "b.zip")
+    assert report.keys == (str(good),)
+    assert len(report.skipped) == 2
+    assert any("fails verification" in s for s in report.skipped)
+    assert any("NVRTC 99.0" in s for s in report.skipped)
+
+
+def test_export_needs_a_disk_cache_with_entries(tmp_path, monkeypatch):
+    with pytest.raises(BundleError, match="no valid entry"):
+        export_bundle(tmp_path / "b.zip")
+    assert not (tmp_path / "b.zip").exists() and list(tmp_path.glob(".b.zip.*")) == []
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    ne.clear_cache()
+    with pytest.raises(BundleError, match="no disk cache"):
+        export_bundle(tmp_path / "b.zip")

@@ -1,0 +1,302 @@
+"""prewarm(): parallel compiles in worker processes, report, memory cache filled, failures that
+do not stop the rest, worker count from CPUs and cgroup quota, fork after prewarm."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import pytest
+
+import nvrtc_engine as ne
+from nvrtc_engine import config, make_key
+from nvrtc_engine import cpus as cpus_mod
+from nvrtc_engine import prewarm as prewarm_mod
+from nvrtc_engine.engine import default_engine
+from nvrtc_engine.prewarm import PrewarmReport, default_workers, prewarm
+from nvrtc_engine.variants import VariantListError
+
+PAIRS = [("bf16", "bf16"), ("bf16", "fp8_e4m3"), ("fp16", "fp16"), ("fp32", "fp8_e5m2")]
+
+
+def gelu_keys(arch="sm_90", hidden=(None,)):
+    return [
+        make_key("gelu", in_dtype=i, out_dtype=o, hidden_size=h, arch=arch)
+        for i, o in PAIRS
+        for h in hidden
+    ]
+
+
+def test_prewarm_in_workers_fills_memory_and_disk():
+    keys = gelu_keys()
+    report = prewarm(keys, workers=2, progress=False)
+    assert isinstance(report, PrewarmReport) and report.ok
+    assert report.compiled == tuple(keys) and report.cached == () and report.workers == 2
+    assert report.median_compile_ms > 0 and report.wall_s > 0
+    info = ne.cache_info()
+    assert (info.compiles, info.misses, info.memory_entries, info.entries) == (4, 4, 4, 4)
+    # later lookups are memory hits, whatever form they take
+    k = ne.get_kernel("gelu", dtype="fp8", arch="sm_90")
+    assert k.key == keys[1] and k.origin == "compiled" and ne.cache_info().compiles == 4
+    assert ne.get_kernel(keys[0]) is default_engine().cached(keys[0])
+    again = prewarm(keys, workers=2, progress=False)
+    assert again.cached == tuple(keys) and again.compiled == () and again.workers == 0
+    assert "4 variants: 0 compiled, 4 already cached, 0 failed" in again.summary()
+
+
+def test_prewarm_in_a_fresh_engine_loads_from_disk_verified():
+    keys = gelu_keys("sm_89")
+    prewarm(keys, workers=1, progress=False)
+    ne.clear_cache(disk=False)
+    report = prewarm(keys, progress=False)
+    assert report.cached == tuple(keys) and report.workers == 0
+    info = ne.cache_info()
+    assert (info.compiles, info.disk_hits, info.memory_entries) == (0, 4, 4)
+    assert all(ne.get_kernel(k).origin == "disk" for k in keys)
+
+
+def test_prewarm_with_disk_cache_disabled_still_fills_memory(monkeypatch):
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    ne.clear_cache()
+    report = prewarm(gelu_keys("sm_100a")[:2], workers=2, progress=False)
+    assert len(report.compiled) == 2
+    info = ne.cache_info()
+    assert info.directory is None and info.memory_entries == 2 and info.compiles == 2
+
+
+@pytest.fixture
+def broken_cuda_headers(tmp_path, monkeypatch):
+    """CUDA headers whose cuda_fp8.h fails to compile: sm_80 FP8 keys (which include it)
+    fail in NVRTC, every other key compiles."""
+    include = tmp_path / "include"
+    include.mkdir()
+    (include / "cuda_fp8.h").write_text('#error "deliberately broken header"\n')
+    (include / "cuda_runtime_api.h").write_text("#define CUDART_VERSION 13000\n")
+    monkeypatch.setenv("NVRTC_ENGINE_CUDA_INCLUDE_DIR", str(include))
+    config.reset()
+    from nvrtc_engine import nvrtc
+
+    nvrtc.find_cuda_include_dir.cache_clear()
+    yield
+    nvrtc.find_cuda_include_dir.cache_clear()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failing_variant_does_not_stop_the_rest(broken_cuda_headers, workers):
+    bad = make_key("gelu", dtype="fp8", arch="sm_80")
+    good = gelu_keys("sm_90")[:2]
+    report = prewarm([good[0], bad, good[1]], workers=workers, progress=False)
+    assert not report.ok and report.compiled == tuple(good)
+    (failure,) = report.failed
+    assert failure.key == bad and failure.exception == "CompileError"
+    assert "error" in failure.error and "deliberately broken header" in failure.error
+    assert "FAILED gelu_bf16_e4m3_tensor_rowwise_hany_sm80" in report.summary()
+    assert json.loads(json.dumps(report.to_dict()))["failed"][0]["key"] == str(bad)
+    assert ne.cache_info().memory_entries == 2
+
+
+def test_bad_variant_list_raises_before_compiling(tmp_path):
+    path = tmp_path / "v.toml"
+    path.write_text("[[variants]]\nop = 'gelu'\narch = 'sm_90'\n[[variants]]\nop = 'gelu'\n"
+                    "arch = 'sm_90'\nlayout = 'diagonal'\n")  # fmt: skip
+    with pytest.raises(VariantListError, match="entry 1: .*layout='diagonal'"):
+        prewarm(path, progress=False)
+    assert ne.cache_info().compiles == 0
+    with pytest.raises(ValueError, match="workers"):
+        prewarm(gelu_keys(), workers=0)
+
+
+def test_default_workers_honours_cpus_and_the_variable(monkeypatch):
+    monkeypatch.setattr(prewarm_mod, "available_cpus", lambda: 3)
+    assert [default_workers(n) for n in (0, 1, 2, 3, 50)] == [0, 1, 2, 3, 3]
+    monkeypatch.setenv("NVRTC_ENGINE_WORKERS", "5")
+    config.reset()
+    assert default_workers(50) == 5 and default_workers(4) == 4
+
+
+def _cgroup_tree(tmp_path, files: dict[str, str], proc: str):
+    for rel, text in files.items():
+        path = tmp_path / "sys" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (tmp_path / "cgroup").write_text(proc)
+    return cpus_mod.cgroup_cpu_limit(tmp_path / "cgroup", tmp_path / "sys")
+
+
+def test_cgroup_v2_quota_smallest_on_the_path(tmp_path):
+    proc = "0::/kubepods/pod1/ctr\n"
+    assert _cgroup_tree(tmp_path, {"kubepods/pod1/ctr/cpu.max": "150000 100000\n",
+                                   "kubepods/cpu.max": "400000 100000\n",
+                                   "cpu.max": "max 100000\n"}, proc) == 1.5  # fmt: skip
+    assert _cgroup_tree(tmp_path, {"kubepods/pod1/ctr/cpu.max": "max 100000\n",
+                                   "kubepods/cpu.max": "max 100000\n"}, proc) is None  # fmt: skip
+
+
+def test_cgroup_v2_namespaced_container_reads_the_mount_root(tmp_path):
+    assert _cgroup_tree(tmp_path, {"cpu.max": "200000 100000\n"}, "0::/\n") == 2.0
+
+
+def test_cgroup_v1_quota_and_unlimited(tmp_path):
+    proc = "4:memory:/x\n3:cpu,cpuacct:/docker/abc\n0::/\n"
+    files = {"cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "250000\n",
+             "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000\n"}  # fmt: skip
+    assert _cgroup_tree(tmp_path, files, proc) == 2.5
+    files["cpu,cpuacct/docker/abc/cpu.cfs_quota_us"] = "-1\n"
+    assert _cgroup_tree(tmp_path, files, proc) is None
+    assert cpus_mod.cgroup_cpu_limit(tmp_path / "no-such-file") is None
+
+
+def test_available_cpus_floors_the_quota_at_one(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(cpus_mod, "cgroup_cpu_limit", lambda: 2.7)
+    assert cpus_mod.available_cpus() == 2
+    monkeypatch.setattr(cpus_mod, "cgroup_cpu_limit", lambda: 0.5)
+    assert cpus_mod.available_cpus() == 1
+    monkeypatch.setattr(cpus_mod, "cgroup_cpu_limit", lambda: None)
+    assert cpus_mod.available_cpus() == 4
+
+
+class _Bar:
+    made: list[_Bar] = []
+
+    def __init__(self, **kwargs):
+        self.kwargs, self.n, self.closed = kwargs, 0, False
+        _Bar.made.append(self)
+
+    def update(self, n):
+        self.n += n
+
+    def close(self):
+        self.closed = True
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch):
+    import tqdm
+
+    monkeypatch.setattr(tqdm, "tqdm", _Bar)
+    _Bar.made.clear()
+    prewarm(gelu_keys("sm_90")[:2], workers=1, progress=True)  # stderr is not a TTY here
+    assert _Bar.made == []
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    prewarm(gelu_keys("sm_89")[:2], workers=1, progress=False)
+    assert _Bar.made == []
+    prewarm(gelu_keys("sm_100a")[:2], workers=1, progress=True)
+    (bar,) = _Bar.made
+    assert bar.n == 2 and bar.closed and bar.kwargs["total"] == 2
+
+
+_NO_GPU_CHILD = textwrap.dedent("""
+    import json, sys
+    import nvrtc_engine as ne
+    from nvrtc_engine import driver
+    from nvrtc_engine.prewarm import prewarm
+    try:
+        prewarm([{"op": "gelu", "dtype": "bf16"}], progress=False)
+        print(json.dumps({"error": None}))
+    except ne.NoDeviceError as exc:
+        print(json.dumps({"error": str(exc), "cuda_here": driver._init_pid is not None}))
+""")
+
+
+def test_arch_from_the_gpu_is_read_without_initializing_cuda_here(isolated_cache):
+    """Without a GPU: a clear error; and CUDA was never initialized in the calling process."""
+    from nvrtc_engine import driver
+
+    if driver.device_count() > 0:
+        pytest.skip("a GPU is present; tests/test_gpu_prewarm.py covers this case")
+    done = subprocess.run([sys.executable, "-c", _NO_GPU_CHILD], capture_output=True, text=True,
+                          timeout=300, check=True)  # fmt: skip
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "pass arch=" in result["error"] and result["cuda_here"] is False
+
+
+def _child_get(args):
+    name, new = args
+    engine = default_engine()
+    before = engine.compiles
+    kernel = ne.get_kernel(ne.KernelKey.parse(name))
+    fresh = ne.get_kernel(ne.KernelKey.parse(new))
+    return kernel.origin, fresh.origin, engine.compiles - before, os.getpid()
+
+
+def test_fork_after_prewarm_children_get_and_compile(isolated_cache):
+    keys = gelu_keys("sm_90")
+    prewarm(keys, workers=2, progress=False)
+    new = [make_key("gelu", dtype="bf16", hidden_size=h, arch="sm_90") for h in (1024, 2048)]
+    ctx = multiprocessing.get_context("fork")
+    with warnings.catch_warnings():
+        # Python 3.12+ warns when forking a process with other OS threads (BLAS, CUDA)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pool = ctx.Pool(2)
+    with pool:
+        args = [(str(keys[0]), str(new[0])), (str(keys[1]), str(new[1]))]
+        results = pool.map_async(_child_get, args).get(timeout=300)
+    assert [r[0] for r in results] == ["compiled", "compiled"]  # inherited from memory
+    assert [r[1] for r in results] == ["compiled", "compiled"] and [r[2] for r in results] == [1, 1]
+    assert all(r[3] != os.getpid() for r in results)
+    # the children stored their kernels in the shared disk cache; the parent's cache still works
+    assert all(default_engine().cached(k).origin == "disk" for k in new)
+    assert ne.cache_info().entries == 6
+
+
+def test_fork_while_another_thread_holds_the_engine_lock():
+    engine = default_engine()
+    prewarm(gelu_keys("sm_90")[:1], workers=1, progress=False)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with engine._lock:
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    held.wait(10)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads: 3.12+
+            pid = os.fork()
+        if pid == 0:  # child: the lock was re-created, the cache works
+            code = 1
+            try:
+                k = ne.get_kernel("gelu", dtype="fp16", arch="sm_90", hidden_size=512)
+                code = 0 if k.origin == "compiled" else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.set()
+        thread.join()
+
+
+_UNGUARDED_SCRIPT = textwrap.dedent("""
+    # a training script that prewarms at top level, without `if __name__ == "__main__":`
+    import sys
+    with open(sys.argv[1], "a") as runs:
+        runs.write("ran\\n")
+    import nvrtc_engine as ne
+    from nvrtc_engine.prewarm import prewarm
+    keys = [ne.make_key("gelu", dtype=d, arch="sm_90") for d in ("bf16", "fp16", "fp32")]
+    report = prewarm(keys, workers=2, progress=False)
+    print(report.workers, len(report.compiled))
+""")
+
+
+def test_workers_do_not_run_the_calling_script_again(tmp_path, isolated_cache):
+    script = tmp_path / "train.py"
+    script.write_text(_UNGUARDED_SCRIPT)
+    runs = tmp_path / "runs.txt"
+    env = {**os.environ, "NVRTC_ENGINE_CACHE_DIR": str(isolated_cache)}
+    done = subprocess.run([sys.executable, str(script), str(runs)], env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "3"]
+    assert runs.read_text() == "ran\n"  # the workers did not execute train.py

@@ -1,0 +1,149 @@
+"""Variant lists: TOML/JSON files, cross products, defaults, flags, arch override, errors that
+name the entry, and the example model lists in docs/examples."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nvrtc_engine import KernelKey, VariantError, make_key
+from nvrtc_engine.ops import registered_ops
+from nvrtc_engine.variants import (
+    VariantListError,
+    expand_entry,
+    load_variants,
+    read_entries,
+    resolve_variants,
+)
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "docs" / "examples").glob("*.toml"))
+
+TOML = """
+description = "test"
+[defaults]
+arch = ["sm_90", "sm_100a"]
+in_dtype = "bf16"
+
+[[variants]]
+op = "gelu"
+out_dtype = ["bf16", "fp8_e4m3"]
+hidden_size = [4096, "any"]
+
+[[variants]]
+op = "gelu"
+in_dtype = "fp16"
+out_dtype = "fp16"
+arch = "sm_89"
+"""
+
+
+def test_toml_cross_product_with_defaults(tmp_path):
+    path = tmp_path / "v.toml"
+    path.write_text(TOML)
+    keys = load_variants(path)
+    assert len(keys) == 2 * 2 * 2 + 1
+    assert keys[0] == make_key("gelu", in_dtype="bf16", out_dtype="bf16", hidden_size=4096,
+                               arch="sm_90")  # fmt: skip
+    names = {str(k) for k in keys}
+    assert "gelu_bf16_e4m3_tensor_rowwise_hany_sm100a" in names  # scaling defaults to tensor
+    assert "gelu_fp16_fp16_none_rowwise_hany_sm89" in names
+    assert len(names) == len(keys)
+
+
+def test_json_object_and_bare_list_are_the_same(tmp_path):
+    entries = [{"op": "gelu", "dtype": ["bf16", "fp8"], "arch": "sm_90", "hidden_size": None}]
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps({"variants": entries}))
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps(entries))
+    assert load_variants(a) == load_variants(b)
+    assert [str(k) for k in load_variants(a)] == [
+        "gelu_bf16_bf16_none_rowwise_hany_sm90",
+        "gelu_bf16_e4m3_tensor_rowwise_hany_sm90",
+    ]
+
+
+def test_list_of_keys_dicts_and_names_deduplicated():
+    key = make_key("gelu", dtype="fp8", arch="sm_90")
+    keys = resolve_variants([key, str(key), {"op": "gelu", "dtype": "fp8", "arch": "sm_90"},
+                             {"op": "gelu", "dtype": "bf16", "arch": 90}])  # fmt: skip
+    assert keys == [key, make_key("gelu", dtype="bf16", arch="sm_90")]
+
+
+def test_arch_argument_replaces_the_variants_arch(tmp_path):
+    path = tmp_path / "v.toml"
+    path.write_text(TOML)
+    keys = load_variants(path, arch=["sm_80", "sm_90a"])
+    assert {k.arch for k in keys} == {"sm_80", "sm_90a"}
+    assert len(keys) == 2 * (2 * 2 + 1)
+    key = make_key("gelu", dtype="bf16", arch="sm_90")
+    assert resolve_variants([key], arch="sm_100a") == [
+        make_key("gelu", dtype="bf16", arch="sm_100a")
+    ]
+
+
+def test_default_arch_is_asked_once_and_only_when_needed():
+    calls = []
+
+    def current() -> str:
+        calls.append(1)
+        return "sm_89"
+
+    keys = resolve_variants([{"op": "gelu", "dtype": ["bf16", "fp16"]}], default_arch=current)
+    assert [k.arch for k in keys] == ["sm_89", "sm_89"] and len(calls) == 1
+    resolve_variants([{"op": "gelu", "arch": "sm_90"}], default_arch=current)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "suffix", "match"),
+    [
+        ("[[variants]]\nop = 'gelu'\narch = 'sm_70'\n", ".toml",
+         r"entry 0: op='gelu', arch='sm_70'"),
+        ("[[variants]]\nop = 'gelu'\narch='sm_90'\n[[variants]]\nop = 'nope'\n", ".toml",
+         r"entry 1: .*op='nope' is not allowed"),
+        ("[[variants]]\narch = 'sm_90'\n", ".toml", "entry 0: missing 'op'"),
+        ("[[variants]]\nop = 'gelu'\narch = 'sm_90'\nwobble = true\n", ".toml",
+         "entry 0: .*flags='wobble'"),
+        ("[[variants]]\nop = 'gelu\n", ".toml", "not valid TOML"),
+        ("{\"variants\": []}", ".json", "non-empty list"),
+        ("{\"variant\": [{\"op\": \"gelu\"}]}", ".json", "unknown top-level"),
+        ("[1, 2]", ".json", "entry 0: expected a table"),
+        ("{", ".json", "not valid JSON"),
+    ],
+)  # fmt: skip
+def test_bad_files_name_the_file_and_entry(tmp_path, text, suffix, match):
+    path = tmp_path / f"bad{suffix}"
+    path.write_text(text)
+    with pytest.raises(VariantListError, match=match) as info:
+        load_variants(path)
+    assert str(path) in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_missing_file_and_bad_list_items(tmp_path):
+    with pytest.raises(VariantListError, match="cannot read"):
+        load_variants(tmp_path / "missing.toml")
+    with pytest.raises(VariantListError, match="<list>, entry 1"):
+        resolve_variants([make_key("gelu", dtype="bf16", arch="sm_90"), 42])
+    with pytest.raises(VariantListError, match="canonical kernel name"):
+        resolve_variants(["not_a_kernel"])
+
+
+def test_variant_error_is_chained():
+    with pytest.raises(VariantListError) as info:
+        expand_entry({"op": "gelu", "dtype": "int8", "arch": "sm_90"})
+    assert isinstance(info.value.__cause__, VariantError)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_model_lists_expand_for_every_registered_op(path):
+    """Every entry whose op is registered on this branch must be a valid variant."""
+    entries = read_entries(path)
+    assert len(entries) >= 5
+    for i, entry in enumerate(entries):
+        if entry["op"] in registered_ops():
+            keys = expand_entry(entry, source=str(path), index=i)
+            assert keys and all(isinstance(k, KernelKey) for k in keys)
