@@ -398,6 +398,8 @@ class MultiCastTransposeKernel(CastKernelBase):
         scales: Sequence[Any] | None = None, amaxes: Sequence[Any] | None = None,
         scale_invs: Sequence[Any] | None = None, stream: Any = None,
     ) -> list[tuple[Any, Any]]:  # fmt: skip
+        if xs is None:
+            raise ArgumentTypeError("xs", "expected a list or tuple of CUDA arrays, got None")
         n = _sequence_len(xs, "xs", None)
         tensor = self.key.scaling == "tensor"
         _sequence_len(outs, "outs", n)
