@@ -543,3 +543,101 @@ def test_device_nvfp4_scale_helpers_match_reference(fp4_helper):
         expect = np.minimum(np.float32(1) / (want * s_dec), ref.cast.FLT_MAX).astype(np.float32)
     pos = finite & (b < 0x80)
     assert (mult[pos] == expect[pos]).all()
+
+
+# ---- launches, intercepted: grids and packed parameters (no GPU) ------------------------
+
+
+class _Recorder:
+    """Stands in for the driver: records (function index, grid, block, parameter bytes),
+    copying the bytes at launch time as cuLaunchKernel does. ``sizes`` maps a function index
+    to the bytes its parameters take."""
+
+    def __init__(self, monkeypatch, sizes):
+        from nvrtc_engine.ops import cast_common
+
+        self.calls = []
+        self.sizes = sizes
+        loaded = type("L", (), {"device": type("D", (), {"sm_count": 132})()})()
+        monkeypatch.setattr(cast_common.CastKernelBase, "loaded", lambda self, dev: loaded)
+        monkeypatch.setattr(cast_common.CastKernelBase, "_launch", self._launch)
+
+    def _launch(self, like, stream, calls):
+        for index, grid, block, params in calls:
+            first = ctypes.c_void_p.from_address(params).value  # slot 0 of void*[]
+            self.calls.append((index, grid, block, ctypes.string_at(first, self.sizes[index])))
+
+
+def _slots(raw: bytes, kinds: str) -> list:
+    import struct
+
+    fmt = {"P": "Q", "q": "q", "i": "i4x"}
+    return list(struct.unpack("<" + "".join(fmt[k] for k in kinds), raw[: 8 * len(kinds)]))
+
+
+def test_cast_transpose_dbias_launches(monkeypatch, kernels):
+    rec = _Recorder(monkeypatch, {0: 88, 1: 32})
+    k = kernels["dbias"]
+    m, n = 96, 320
+    args = dict(out=fake((m, n), U1, ptr=0x10000), out_t=fake((n, m), U1, ptr=0x20000),
+                dbias=fake((n,), ptr=0x30000), workspace=fake((2, n), F4, ptr=0x40000))  # fmt: skip
+    k(fake((m, n), ptr=0x50000), fake((m, n), ptr=0x60000), **args, **scalars())
+    (i0, grid, block, p0), (i1, grid1, block1, p1) = rec.calls
+    assert (i0, grid, block) == (0, 2 * 3, 256) and (i1, grid1, block1) == (1, 10, 256)
+    x, act, q, qt, part, s, a, si, mm, kk, vec = _slots(p0, "PPPPPPPPqqi")
+    assert (x, act, q, qt, part) == (0x50000, 0x60000, 0x10000, 0x20000, 0x40000)
+    assert (s, a, si) == (0x2000, 0x2040, 0x2080) and (mm, kk, vec) == (m, n, 1)
+    assert _slots(p1, "PqqP") == [0x40000, 2, n, 0x30000]
+    rec.calls.clear()
+    odd = {"out": fake((m, 33), U1), "out_t": fake((33, m), U1), "dbias": fake((33,)),
+           "workspace": fake((2, 33), F4)}  # fmt: skip
+    k(fake((m, 33), ptr=0x50000), fake((m, 33), ptr=0x60000), **odd, **scalars())
+    assert _slots(rec.calls[0][3], "PPPPPPPPqqi")[-1] == 0  # unaligned rows: scalar path
+
+
+def test_quantize_nvfp4_launches(monkeypatch):
+    rec = _Recorder(monkeypatch, {0: 120, 1: 32, 2: 24})
+    k = ne.get_kernel("quantize", dtype="fp4_e2m1", layout="both", arch="sm_90")
+    m, n = 31, 33
+    outs = {
+        "rowwise_data": fake((m, 17), U1, ptr=0x1000),
+        "columnwise_data": fake((n, 16), U1, ptr=0x2000),
+        "rowwise_scale_inv": fake((128, 4), U1, ptr=0x3000),
+        "columnwise_scale_inv": fake((128, 4), U1, ptr=0x4000),
+    }
+    k(fake((m, n), ptr=0x5000), **outs, amax=fake((1,), F4, ptr=0x6000),
+      scale_inv=fake((1,), F4, ptr=0x7000), workspace=fake((1024,), F4, ptr=0x8000))  # fmt: skip
+    (ia, ga, ba, pa), (if_, gf, bf, pf), (im, gm, bm, pm) = rec.calls
+    assert (ia, ga, ba) == (1, 1, 256) and _slots(pa, "PqPi") == [0x5000, m * n, 0x8000, 1]
+    assert (if_, gf, bf) == (2, 1, 1024) and _slots(pf, "PiP") == [0x8000, 1, 0x6000]
+    padding = 128 * 4 - n * 2  # the larger of the two scale tensors' padding
+    assert (im, bm) == (0, 256) and gm == 1 + -(-padding // 256)
+    vals = _slots(pm, "PPPPPPPqqqqqqqi")
+    assert vals[:7] == [0x5000, 0x1000, 0x3000, 0x2000, 0x4000, 0x6000, 0x7000]
+    assert vals[7:] == [m, n, 4, 128, 4, 128, 1, 0]
+
+
+def test_multi_cast_transpose_tables(monkeypatch, kernels):
+    import struct
+
+    rec = _Recorder(monkeypatch, {0: _TABLE_BYTES})
+    k = kernels["multi"]
+    count = 2 * MAX_TENSORS + 5
+    xs = [fake((64 + i, 128), ptr=0x100000 * (i + 1)) for i in range(count)]
+    outs = [(fake((64 + i, 128), U1), fake((128, 64 + i), U1)) for i in range(count)]
+    sc = [scalars() for _ in range(count)]
+    k(xs, outs=outs, scales=[d["scale"] for d in sc], amaxes=[d["amax"] for d in sc])
+    assert [c[:1] for c in rec.calls] == [(0,), (0,), (0,)]
+    seen = 0
+    for _, grid, block, table in rec.calls:
+        n, _pad = struct.unpack_from("<ii", table, _ENTRY.size * MAX_TENSORS)
+        start = 0
+        for j in range(n):
+            entry = _ENTRY.unpack_from(table, j * _ENTRY.size)
+            i = seen + j
+            assert entry[0] == 0x100000 * (i + 1) and entry[6:8] == (64 + i, 128)
+            assert entry[8] == start and entry[9] == int((64 + i) % 16 == 0)
+            start += -(-(64 + i) // 64)
+        assert grid == start and block == 256
+        seen += n
+    assert seen == count
