@@ -42,7 +42,7 @@ __all__ = [
 # Archs whose arch-specific targets (sm_100a, sm_120f, ...) have cvt.rn.satfinite.e2m1x2.f32
 # (checked with NVRTC 13.5; the plain sm_100 / sm_120 targets and sm_90 do not).
 HW_FP4_ARCHS: tuple[int, ...] = (100, 101, 103, 107, 110, 120, 121)
-TILE_ROWS, TILE_COLS, THREADS = 32, 128, 256
+TILE_ROWS, TILE_COLS, THREADS = 64, 128, 256
 AMAX_THREADS, AMAX_UNROLL, AMAX_MAX_BLOCKS = 256, 4, 1024
 PAD_MAX_BLOCKS = 64
 
