@@ -41,9 +41,10 @@ def make_key(
     """Build and validate a :class:`KernelKey` with ``get_kernel``'s defaults; compiles nothing.
 
     ``dtype`` names the output dtype. The input dtype defaults to ``dtype`` when that is a
-    high-precision type, else to ``bf16``; so ``make_key("gelu", dtype="fp8")`` is bf16 in,
-    fp8_e4m3 out, tensor scaling. With neither, bf16 in and out. ``scaling`` defaults to
-    ``tensor`` for FP8 outputs and ``none`` otherwise. ``arch`` defaults to the arch of
+    high-precision type, else (FP8, FP4) to ``bf16``; so ``make_key("gelu", dtype="fp8")`` is
+    bf16 in, fp8_e4m3 out, tensor scaling. With neither, bf16 in and out. ``scaling`` defaults
+    to the op's default for the output dtype (``tensor`` for FP8 outputs of most ops, ``none``
+    for high-precision outputs). ``arch`` defaults to the arch of
     ``device`` (default: the current device).
 
     Raises :class:`~nvrtc_engine.VariantError` for a bad field, ``TypeError`` for ``dtype``
@@ -59,7 +60,7 @@ def make_key(
     )
     if in_dtype is not None:
         inp = dtype_name(in_dtype, "in_dtype")
-    elif out is not None and not DTYPES[out].is_fp8:
+    elif out is not None and not DTYPES[out].needs_scaling:
         inp = out
     else:
         inp = "bf16"

@@ -1,10 +1,15 @@
 """Dtype names, aliases and their mapping to numpy/ml_dtypes, torch, CuPy and DLPack.
 
-The engine's canonical dtype names are ``fp32``, ``fp16``, ``bf16``, ``fp8_e4m3`` and
-``fp8_e5m2``. Aliases (``fp8`` = ``e4m3`` = ``fp8_e4m3``, ``e5m2``, ``float32``, ``half``,
-``bfloat16``...) and dtype objects (numpy, ml_dtypes, torch) are accepted wherever a dtype is.
-FP8 formats follow the OCP 8-bit floating point specification as used by TransformerEngine:
-E4M3 (max finite 448, no infinities) and E5M2 (max finite 57344).
+The engine's canonical dtype names are ``fp32``, ``fp16``, ``bf16``, ``fp8_e4m3``,
+``fp8_e5m2`` and ``fp4_e2m1``. Aliases (``fp8`` = ``e4m3`` = ``fp8_e4m3``, ``e5m2``, ``e2m1``,
+``float32``, ``half``, ``bfloat16``...) and dtype objects (numpy, ml_dtypes, torch) are
+accepted wherever a dtype is. FP8 formats follow the OCP 8-bit floating point specification as
+used by TransformerEngine: E4M3 (max finite 448, no infinities) and E5M2 (max finite 57344).
+``fp4_e2m1`` is the OCP MX FP4 element type (values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+negatives; no infinities or NaN), the data type of NVFP4 quantization. Its ``itemsize`` is the
+size of one *unpacked* element as numpy/ml_dtypes holds it (1 byte); kernels store FP4 data
+packed two per byte (the first element in the low nibble, as torch's ``float4_e2m1fn_x2``)
+in ``uint8`` arrays, so a packed row of ``n`` elements takes ``ceil(n / 2)`` bytes.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ class DType:
     ``numpy_name`` (``numpy``/``ml_dtypes`` dtype name), ``dlpack`` ((type code, bits)),
     ``typestrs`` (``__cuda_array_interface__`` typestrs that hold this type exactly) and
     ``storage_typestr`` (the unsigned-integer typestr accepted as raw storage, e.g. ``|u1``
-    for FP8 data held in a uint8 CuPy array).
+    for FP8 data held in a uint8 CuPy array) and ``is_fp4`` (the packed FP4 type).
+    ``itemsize`` is the size of one element as numpy holds it: for ``fp4_e2m1`` that is one
+    unpacked element per byte, while kernels store two per byte (see the module docstring).
     """
 
     name: str
@@ -39,6 +46,12 @@ class DType:
     dlpack: tuple[tuple[int, int], ...]
     typestrs: tuple[str, ...]
     storage_typestr: str | None
+    is_fp4: bool = False
+
+    @property
+    def needs_scaling(self) -> bool:
+        """Whether outputs of this type need a scaling mode (FP8 and FP4)."""
+        return self.is_fp8 or self.is_fp4
 
     def numpy(self) -> Any:
         """The numpy dtype (from ml_dtypes for bf16 and FP8)."""
@@ -68,6 +81,8 @@ DTYPES: dict[str, DType] = {
               ((10, 8),), (), "|u1"),
         DType("fp8_e5m2", "e5m2", 1, True, 57344.0, "float8_e5m2", "float8_e5m2",
               ((12, 8),), (), "|u1"),
+        DType("fp4_e2m1", "e2m1", 1, False, 6.0, "float4_e2m1fn_x2", "float4_e2m1fn",
+              (), (), "|u1", is_fp4=True),
     )
 }  # fmt: skip
 
@@ -78,6 +93,8 @@ _ALIASES: dict[str, str] = {
     "fp8": "fp8_e4m3", "e4m3": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",
     "float8_e4m3fn": "fp8_e4m3", "float8_e4m3": "fp8_e4m3",
     "e5m2": "fp8_e5m2", "fp8_e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2",
+    "e2m1": "fp4_e2m1", "fp4_e2m1": "fp4_e2m1", "float4_e2m1fn": "fp4_e2m1",
+    "float4_e2m1fn_x2": "fp4_e2m1",
 }  # fmt: skip
 
 

@@ -21,8 +21,9 @@ __all__ = ["HIGH_PRECISION", "OpSpec"]
 
 HIGH_PRECISION: tuple[str, ...] = ("fp32", "fp16", "bf16")
 FP8: tuple[str, ...] = ("fp8_e4m3", "fp8_e5m2")
-# Template type tags (templates/include/nve_types.cuh) for each dtype.
-TYPE_TAGS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
+# Template type tags (templates/include/nve_types.cuh; e2m1 in nve_fp4.cuh) for each dtype.
+TYPE_TAGS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2",
+             "fp4_e2m1": "e2m1"}  # fmt: skip
 # First arch with the cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 instruction (Ada).
 HW_FP8_ARCH = 89
 

@@ -1,8 +1,8 @@
 """Independent numpy references: float64 math, rounded to the output dtype with ml_dtypes.
 
 Used by the tests, the demo and the benchmarks; nothing here shares code with the kernels.
-One module per family (:mod:`.activation`, ...), helpers in :mod:`.common`, block scaling
-(MXFP8) in :mod:`.mx`.
+One module per family (:mod:`.activation`, :mod:`.cast`, ...), helpers in :mod:`.common`,
+block scaling (MXFP8) in :mod:`.mx`, NVFP4 in :mod:`.cast`.
 """
 
 from __future__ import annotations
@@ -25,26 +25,49 @@ from .activation import (
     silu,
     srelu,
 )
+from .cast import (
+    E2M1_VALUES,
+    CastTransposeResult,
+    NVFP4Result,
+    cast_transpose,
+    dbias_tolerance,
+    e2m1_decode,
+    e2m1_encode,
+    nvfp4_encode_scale,
+    nvfp4_quantize,
+    pack_e2m1,
+    unpack_e2m1,
+)
 from .common import FP32_EPS, check_close, round_to, sample_input, to_float64
 from .mx import MXFP8_BLOCK, e8m0_scale, mxfp8_quantize
 
 __all__ = [
     "ACTIVATIONS",
+    "E2M1_VALUES",
     "FP32_EPS",
     "MXFP8_BLOCK",
     "Activation",
     "ActivationResult",
+    "CastTransposeResult",
+    "NVFP4Result",
     "activation",
+    "cast_transpose",
     "check_close",
+    "dbias_tolerance",
     "dgelu",
     "dqgelu",
     "drelu",
     "dsigmoid",
     "dsilu",
     "dsrelu",
+    "e2m1_decode",
+    "e2m1_encode",
     "e8m0_scale",
     "gelu",
     "mxfp8_quantize",
+    "nvfp4_encode_scale",
+    "nvfp4_quantize",
+    "pack_e2m1",
     "qgelu",
     "relu",
     "round_to",
@@ -53,4 +76,5 @@ __all__ = [
     "silu",
     "srelu",
     "to_float64",
+    "unpack_e2m1",
 ]

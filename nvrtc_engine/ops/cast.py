@@ -1,0 +1,509 @@
+"""Cast / transpose family: the quantization kernels that feed FP8 and FP4 GEMMs.
+
+Ops (names as in TransformerEngine's C API, without the ``nvte_`` prefix):
+
+- ``cast``: ``x -> q`` to fp32/fp16/bf16, or FP8 with tensor scaling. An element-wise op:
+  it is the activation family's kernel with the identity function
+  (``templates/activation.cu.j2``), so the measured launch shapes there apply.
+- ``transpose``: ``x [M, K] -> xt [K, M]``, any dtype (FP8 moves as raw bytes).
+- ``cast_transpose``: ``x -> (q [M, K], qt [K, M])`` in one pass; tensor scaling shares
+  ``scale``, ``amax`` and ``scale_inv`` between both outputs.
+- ``cast_transpose_dbias``: also ``dbias [K]`` = column sums of ``x`` in fp32, returned in the
+  input dtype.
+- ``cast_transpose_dbias_d{gelu,qgelu,silu,relu,srelu}``: ``(grad, act_input) -> (q, qt,
+  dbias)`` of ``grad * act'(act_input)``.
+- ``d{geglu,swiglu,reglu,qgeglu,sreglu}_cast_transpose``: gated backward, ``(grad [M, H],
+  act_input [M, 2H]) -> (q [M, 2H], qt [2H, M])`` of ``[grad * act'(a) * b, grad * act(a)]``
+  with ``a, b = act_input[:, :H], act_input[:, H:]``.
+- ``multi_cast_transpose``: a list of ``x`` (one dtype) to a list of ``(q, qt)``, many tensors
+  per launch.
+- ``quantize``: MXFP8 and NVFP4 block scaling, see :mod:`.quantize`.
+
+Template: ``templates/cast.cu.j2``. References: :mod:`nvrtc_engine.reference.cast`.
+Layouts and semantics: ``docs/cast.md``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import driver
+from ..dtypes import DTYPES
+from ..errors import ArgumentError, ArgumentTypeError, VariantError
+from .activation import ActivationSpec
+from .base import FP8, HIGH_PRECISION, OpSpec
+from .cast_common import INT32_MAX, CastKernelBase, aligned16, ceil_div, validate_sets
+from .quantize import QUANTIZE_SPEC
+
+if TYPE_CHECKING:
+    from ..kernel import Kernel
+    from ..key import KernelKey
+
+__all__ = [
+    "CAST_SPECS",
+    "DACT_OPS",
+    "GATED_OPS",
+    "MAX_TENSORS",
+    "CastTransposeKernel",
+    "MultiCastTransposeKernel",
+    "TileConfig",
+    "TileSpec",
+    "TransposeKernel",
+    "TransposeSpec",
+    "tile_config",
+]
+
+# Backward op -> (forward activation, derivative) device functions (templates/include/nve_act.cuh).
+DACT_OPS: dict[str, str] = {
+    "cast_transpose_dbias_dgelu": "dgelu",
+    "cast_transpose_dbias_dqgelu": "dqgelu",
+    "cast_transpose_dbias_dsilu": "dsilu",
+    "cast_transpose_dbias_drelu": "drelu",
+    "cast_transpose_dbias_dsrelu": "dsrelu",
+}
+GATED_OPS: dict[str, str] = {
+    "dgeglu_cast_transpose": "gelu",
+    "dswiglu_cast_transpose": "silu",
+    "dreglu_cast_transpose": "relu",
+    "dqgeglu_cast_transpose": "qgelu",
+    "dsreglu_cast_transpose": "srelu",
+}
+MAX_TENSORS = 60  # multi_cast_transpose entries per launch: 60 * 64 + 8 bytes of parameters
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Block shape of the tiled transpose kernels (``templates/cast.cu.j2``, tile section).
+
+    A block of ``threads`` handles a ``tile_rows x tile_cols`` tile; each thread reads
+    ``chunk`` consecutive elements of a row per step (16 bytes of the narrower of input and
+    output, so both sides use 16-byte accesses) and writes 16 bytes of a transposed row.
+
+    Chosen by reasoning, not yet measured (bench/cast_bandwidth.py measures the result): 128
+    columns and 64 rows (32 when either side is fp32) give every thread 32 elements, 64
+    bytes of 2-byte input in flight per thread (16 KB per block), 32-byte-sector-complete rows
+    of the transposed output (64 fp8 or 128 bf16 bytes per tile row), at most 32 KB of
+    shared memory per block, and few enough blocks (M*K/8192) that the amax update stays
+    cheap. ``min_blocks`` 2 caps registers at 128 per thread.
+    """
+
+    threads: int
+    tile_rows: int
+    tile_cols: int
+    chunk: int
+    min_blocks: int
+
+
+def tile_config(key: KernelKey) -> TileConfig:
+    """The tiled kernels' block shape for ``key`` (see :class:`TileConfig`)."""
+    isz, osz = key.input.itemsize, key.output.itemsize
+    return TileConfig(
+        threads=256,
+        tile_rows=64 if max(isz, osz) <= 2 else 32,
+        tile_cols=128,
+        chunk=16 // min(isz, osz),
+        min_blocks=3 if key.spec.gated else 4,
+    )
+
+
+class TileSpec(OpSpec):
+    """A tiled cast + transpose op (``cast_transpose`` and its fused and multi-tensor forms).
+
+    ``hidden_size`` (if given) is the number of columns of ``x`` (``H`` of ``grad [M, H]``
+    for gated ops), compiled in; ``multi_cast_transpose`` takes every size at run time.
+    """
+
+    family = "cast"
+
+    def __init__(
+        self, name: str, doc: str, *, dbias: bool = False, dact: str | None = None,
+        act: str | None = None, multi: bool = False,
+    ) -> None:  # fmt: skip
+        self.name = name
+        self.doc = doc
+        self.dbias = dbias
+        self.dact = dact
+        self.act = act  # forward activation of a gated op
+        self.multi = multi
+
+    @property
+    def gated(self) -> bool:
+        return self.act is not None
+
+    def validate(self, key: KernelKey) -> None:
+        super().validate(key)
+        if self.multi and key.hidden_size is not None:
+            raise VariantError("hidden_size", key.hidden_size, [None],
+                               f"{self.name} takes each tensor's size at run time")  # fmt: skip
+
+    def symbols(self, key: KernelKey) -> tuple[str, ...]:
+        main = str(key)
+        return (main, f"{main}_dbias") if self.dbias else (main,)
+
+    def render_context(self, key: KernelKey) -> dict[str, Any]:
+        ctx = super().render_context(key)
+        cfg = tile_config(key)
+        ctx.update(
+            section="tile", raw=False, has_q=True, dbias=self.dbias, dact=self.dact,
+            act=self.act, gated=self.gated, multi=self.multi, max_tensors=MAX_TENSORS,
+            tensor_scaling=key.scaling == "tensor", threads=cfg.threads,
+            tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols, chunk=cfg.chunk,
+            min_blocks=cfg.min_blocks, mx=False, fp4=False, hw_fp4=False,
+        )  # fmt: skip
+        return ctx
+
+    def kernel_class(self) -> type[Kernel]:
+        return MultiCastTransposeKernel if self.multi else CastTransposeKernel
+
+
+class TransposeSpec(TileSpec):
+    """``transpose``: ``x [M, K] -> xt [K, M]`` of any dtype; ``out_dtype`` equals ``in_dtype``
+    (FP8 data moves as raw bytes, its scale_inv stays valid)."""
+
+    in_dtypes = HIGH_PRECISION + FP8
+    out_dtypes = HIGH_PRECISION + FP8
+    scalings = ("none",)
+
+    def default_scaling(self, out_dtype: str) -> str:
+        return "none"
+
+    def validate(self, key: KernelKey) -> None:
+        validate_sets(self, key)
+        if key.out_dtype != key.in_dtype:
+            raise VariantError(
+                "out_dtype",
+                key.out_dtype,
+                [key.in_dtype],
+                "transpose keeps the dtype (pass in_dtype= and out_dtype= alike)",
+            )
+
+    def render_context(self, key: KernelKey) -> dict[str, Any]:
+        ctx = super().render_context(key)
+        ctx.update(raw=True, has_q=False, soft_fp8=False, cuda_headers=False)
+        return ctx
+
+    def kernel_class(self) -> type[Kernel]:
+        return TransposeKernel
+
+
+_TILE_PARAMS = "PPPPPPPPqqi"  # x, act, q, qt, partial, scale, amax, scale_inv, M, K, vec
+
+
+class TransposeKernel(CastKernelBase):
+    """``xt = x.T``: ``kernel(x, out=None, *, stream=None) -> out``.
+
+    Args:
+        x: CUDA array ``(M, K)`` of ``in_dtype`` (FP8 may be uint8 storage), C-contiguous.
+        out: ``(K, M)`` of the same dtype; allocated with ``x``'s library when omitted.
+        stream: where to launch (see :mod:`nvrtc_engine.interop`).
+
+    Any ``M, K >= 1``; tiles that do not fill a tile, or unaligned rows, take a
+    bounds-checked path. Raises :class:`~nvrtc_engine.ArgumentError` /
+    :class:`~nvrtc_engine.ArgumentTypeError` before launching when an argument is wrong.
+    """
+
+    _params = driver.ParamPack(_TILE_PARAMS)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._cfg = tile_config(self.key)
+        self._dtype = self.key.input
+
+    def __call__(self, x: Any, out: Any = None, *, stream: Any = None) -> Any:
+        xa = self._input(x, "x", self._dtype)
+        m, k = self._matrix(xa, "x")
+        out, oa = self._output(out, "out", xa, (k, m), self._dtype)
+        if m == 0 or k == 0:
+            return out
+        size = self._dtype.itemsize
+        vec = aligned16(xa.ptr, oa.ptr, k * size, m * size)
+        grid = ceil_div(m, self._cfg.tile_rows) * ceil_div(k, self._cfg.tile_cols)
+        _check_grid(grid, "x")
+        params = self._params.pack(xa.ptr, 0, 0, oa.ptr, 0, 0, 0, 0, m, k, int(vec))
+        self._launch(xa, stream, [(0, grid, self._cfg.threads, params)])
+        return out
+
+
+class CastTransposeKernel(CastKernelBase):
+    """Cast + transpose in one pass, optionally fused with dbias and an activation backward.
+
+    Call: ``kernel(x, act_input=None, *, out=None, out_t=None, dbias=None, workspace=None,
+    scale=None, amax=None, scale_inv=None, stream=None)``.
+
+    Args:
+        x: ``(M, K)`` of ``in_dtype``, C-contiguous: the input, or for the backward ops the
+            incoming gradient (``(M, H)`` for gated ops).
+        act_input: backward ops only: the activation's forward input, ``(M, K)``, or
+            ``(M, 2H)`` for gated ops, of ``in_dtype``.
+        out: ``(M, K)`` (gated: ``(M, 2H)``) of ``out_dtype``; allocated when omitted.
+        out_t: the transpose of ``out``, ``(K, M)`` (gated: ``(2H, M)``); allocated when
+            omitted.
+        dbias: dbias ops only: ``(K,)`` of ``in_dtype``, the column sums; allocated when
+            omitted.
+        workspace: dbias ops only: fp32 ``(ceil(M / tile_rows), K)`` for per-tile column sums
+            (see :attr:`workspace_rows`); allocated when omitted.
+        scale / amax / scale_inv: tensor scaling only: fp32 device arrays (element 0): the
+            scale multiplied in, the amax max-reduced (atomically, zero it first) with
+            ``max |value|`` before scaling, and ``1/scale`` (optional).
+        stream: where to launch (see :mod:`nvrtc_engine.interop`).
+
+    Returns ``(out, out_t)``, or ``(out, out_t, dbias)`` for the dbias ops.
+
+    Math: as TransformerEngine's ``cast_transpose`` family: values in fp32, FP8 output
+    ``fp8_satfinite(value * scale)``; dbias summed in fp32 in a fixed order (deterministic)
+    and rounded once to ``in_dtype``; gated outputs ``[grad * act'(a) * b, grad * act(a)]``.
+    Raises :class:`~nvrtc_engine.ArgumentError` / :class:`~nvrtc_engine.ArgumentTypeError`
+    before launching when an argument is wrong.
+    """
+
+    _params = driver.ParamPack(_TILE_PARAMS)
+    _dbias_params = driver.ParamPack("PqqP")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        spec = self.key.spec
+        assert isinstance(spec, TileSpec)
+        self._cfg = tile_config(self.key)
+        self._in = self.key.input
+        self._out = self.key.output
+        self._dbias = spec.dbias
+        self._dact = spec.dact is not None
+        self._gated = spec.gated
+
+    def workspace_rows(self, rows: int) -> int:
+        """Rows of the dbias workspace for an input of ``rows`` rows."""
+        return ceil_div(rows, self._cfg.tile_rows)
+
+    def dbias_depth(self, rows: int) -> int:
+        """An upper bound on the fp32 additions any term of dbias passes through (for error
+        bounds): per-thread rows, the warp butterfly, the warps, then the finalize kernel."""
+        cfg = self._cfg
+        per_thread = cfg.tile_rows * (cfg.tile_cols // cfg.chunk) // cfg.threads
+        return per_thread + 5 + cfg.threads // 32 + ceil_div(self.workspace_rows(rows), 8) + 8
+
+    def __call__(
+        self, x: Any, act_input: Any = None, *, out: Any = None, out_t: Any = None,
+        dbias: Any = None, workspace: Any = None, scale: Any = None, amax: Any = None,
+        scale_inv: Any = None, stream: Any = None,
+    ) -> tuple[Any, ...]:  # fmt: skip
+        key = self.key
+        xa = self._input(x, "x", self._in)
+        m, k = self._matrix(xa, "x")
+        width = 2 * k if self._gated else k
+        act_ptr = 0
+        if self._dact:
+            if act_input is None:
+                raise ArgumentError("act_input", f"is required for {key.op}: the activation's "
+                                    f"forward input, shape {(m, width)}")  # fmt: skip
+            aa = self._input(act_input, "act_input", self._in)
+            if aa.shape != (m, width):
+                what = "(M, 2H) for grad (M, H)" if self._gated else "x's shape"
+                raise ArgumentError("act_input", f"has shape {aa.shape}; expected {(m, width)}, "
+                                    f"{what}")  # fmt: skip
+            self._same_device(aa, "act_input", xa)
+            act_ptr = aa.ptr
+        elif act_input is not None:
+            raise ArgumentError("act_input", f"{key.op} takes no act_input")
+        scale_ptr, amax_ptr, scale_inv_ptr = self._tensor_scaling(
+            xa, scale, amax, scale_inv, ("scale", "amax", "scale_inv")
+        )
+        out, oa = self._output(out, "out", xa, (m, width), self._out)
+        out_t, ta = self._output(out_t, "out_t", xa, (width, m), self._out)
+        partial_ptr = 0
+        if self._dbias:
+            dbias, da = self._output(dbias, "dbias", xa, (k,), self._in)
+            rows = self.workspace_rows(m)
+            workspace, wa = self._output(workspace, "workspace", xa, (rows, k), DTYPES["fp32"])
+            partial_ptr = wa.ptr
+        elif dbias is not None or workspace is not None:
+            raise ArgumentError("dbias", f"{key.op} computes no dbias")
+        result = (out, out_t, dbias) if self._dbias else (out, out_t)
+        if k == 0:
+            return result
+        calls = []
+        if m > 0:
+            isz, osz = self._in.itemsize, self._out.itemsize
+            vec = aligned16(xa.ptr, act_ptr, oa.ptr, ta.ptr, k * isz, k * osz, m * osz)
+            grid = ceil_div(m, self._cfg.tile_rows) * ceil_div(k, self._cfg.tile_cols)
+            _check_grid(grid, "x")
+            params = self._params.pack(xa.ptr, act_ptr, oa.ptr, ta.ptr, partial_ptr, scale_ptr,
+                                       amax_ptr, scale_inv_ptr, m, k, int(vec))  # fmt: skip
+            calls.append((0, grid, self._cfg.threads, params))
+        if self._dbias:
+            params = self._dbias_params.pack(partial_ptr, self.workspace_rows(m), k, da.ptr)
+            calls.append((1, ceil_div(k, 32), 256, params))
+        self._launch(xa, stream, calls)
+        return result
+
+
+# Entry of the multi-tensor table: x, q, qt, scale, amax, scale_inv, M, K, tile_start, vec.
+_ENTRY = struct.Struct("<QQQQQQiiii")
+_TABLE_BYTES = _ENTRY.size * MAX_TENSORS + 8
+
+
+class _TablePack:
+    """The multi-tensor table as the kernel's single by-value parameter, in a per-thread
+    buffer (cuLaunchKernel copies it at launch, so it is reused right away)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def buffers(self) -> tuple[Any, int]:
+        try:
+            return self._local.slots
+        except AttributeError:
+            data = ctypes.create_string_buffer(_TABLE_BYTES)
+            ptrs = (ctypes.c_void_p * 1)(ctypes.addressof(data))
+            self._local.keep = (data, ptrs)
+            self._local.slots = (data, ctypes.addressof(ptrs))
+            return self._local.slots
+
+
+class MultiCastTransposeKernel(CastKernelBase):
+    """Cast + transpose of many tensors of one dtype, :data:`MAX_TENSORS` per launch.
+
+    Call: ``kernel(xs, *, outs=None, scales=None, amaxes=None, scale_invs=None,
+    stream=None) -> list of (q, qt)``.
+
+    Args:
+        xs: a list or tuple of 2-D CUDA arrays ``(M_i, K_i)``, all of ``in_dtype`` and on one
+            device; shapes may differ.
+        outs: optional list of ``(q, qt)`` pairs (``(M_i, K_i)`` and ``(K_i, M_i)`` of
+            ``out_dtype``); allocated when omitted (or where a pair is None).
+        scales / amaxes / scale_invs: tensor scaling only: lists of fp32 device arrays, one
+            per tensor (``scale_invs`` optional, or None entries), as in
+            :class:`CastTransposeKernel`.
+        stream: where to launch.
+
+    Math: each tensor as :class:`CastTransposeKernel` without dbias. Raises
+    :class:`~nvrtc_engine.ArgumentError` / :class:`~nvrtc_engine.ArgumentTypeError` naming
+    the list entry (``xs[3]``) before any launch.
+    """
+
+    _table = _TablePack()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._cfg = tile_config(self.key)
+        self._in = self.key.input
+        self._out = self.key.output
+
+    def __call__(
+        self, xs: Sequence[Any], *, outs: Sequence[Any] | None = None,
+        scales: Sequence[Any] | None = None, amaxes: Sequence[Any] | None = None,
+        scale_invs: Sequence[Any] | None = None, stream: Any = None,
+    ) -> list[tuple[Any, Any]]:  # fmt: skip
+        if xs is None:
+            raise ArgumentTypeError("xs", "expected a list or tuple of CUDA arrays, got None")
+        n = _sequence_len(xs, "xs", None)
+        tensor = self.key.scaling == "tensor"
+        _sequence_len(outs, "outs", n)
+        if tensor:
+            for seq, name in ((scales, "scales"), (amaxes, "amaxes")):
+                if seq is None:
+                    raise ArgumentError(name, "is required for tensor scaling: one fp32 device "
+                                        "array per tensor")  # fmt: skip
+        for seq, name in ((scales, "scales"), (amaxes, "amaxes"), (scale_invs, "scale_invs")):
+            _sequence_len(seq, name, n)
+        results: list[tuple[Any, Any]] = []
+        entries: list[tuple[int, ...]] = []
+        first = None
+        cfg = self._cfg
+        isz, osz = self._in.itemsize, self._out.itemsize
+        for i in range(n):
+            xa = self._input(xs[i], f"xs[{i}]", self._in)
+            if first is None:
+                first = xa
+            self._same_device(xa, f"xs[{i}]", first)
+            m, k = self._matrix(xa, f"xs[{i}]")
+            if m > INT32_MAX or k > INT32_MAX:
+                raise ArgumentError(f"xs[{i}]", f"has shape {xa.shape}; each side must be < 2**31")
+            pair = outs[i] if outs is not None else None
+            if pair is not None and (not isinstance(pair, (tuple, list)) or len(pair) != 2):
+                raise ArgumentTypeError(f"outs[{i}]", "expected a (q, qt) pair")
+            q, qa = self._output(pair[0] if pair else None, f"outs[{i}][0]", xa, (m, k), self._out)
+            qt, ta = self._output(pair[1] if pair else None, f"outs[{i}][1]", xa, (k, m),
+                                  self._out)  # fmt: skip
+            ptrs = self._tensor_scaling(
+                xa, scales[i] if scales is not None else None,
+                amaxes[i] if amaxes is not None else None,
+                scale_invs[i] if scale_invs is not None else None,
+                (f"scales[{i}]", f"amaxes[{i}]", f"scale_invs[{i}]"),
+            )  # fmt: skip
+            results.append((q, qt))
+            tiles = ceil_div(m, cfg.tile_rows) * ceil_div(k, cfg.tile_cols)
+            if tiles:
+                vec = aligned16(xa.ptr, qa.ptr, ta.ptr, k * isz, k * osz, m * osz)
+                entries.append((xa.ptr, qa.ptr, ta.ptr, *ptrs, m, k, tiles, int(vec)))
+        if first is None or not entries:
+            return results
+        calls = []
+        for group in _groups(entries):
+            data, address = self._table.buffers()
+            start = 0
+            for j, (*head, tiles, vec) in enumerate(group):
+                _ENTRY.pack_into(data, j * _ENTRY.size, *head, start, vec)
+                start += tiles
+            struct.pack_into("<ii", data, _ENTRY.size * MAX_TENSORS, len(group), 0)
+            calls.append((0, start, cfg.threads, address))
+            self._launch(first, stream, calls)  # the table buffer is reused by the next group
+            calls.clear()
+        return results
+
+
+def _groups(entries: list[tuple[int, ...]]) -> list[list[tuple[int, ...]]]:
+    """Consecutive runs of at most MAX_TENSORS entries and 2**31 - 1 tiles."""
+    groups: list[list[tuple[int, ...]]] = [[]]
+    tiles = 0
+    for entry in entries:
+        if entry[-2] > INT32_MAX:
+            raise ArgumentError("xs", f"a tensor of {entry[-2]} tiles is too large for one launch")
+        if len(groups[-1]) == MAX_TENSORS or tiles + entry[-2] > INT32_MAX:
+            groups.append([])
+            tiles = 0
+        groups[-1].append(entry)
+        tiles += entry[-2]
+    return groups
+
+
+def _sequence_len(seq: Any, name: str, n: int | None) -> int:
+    if seq is None:
+        return 0
+    if isinstance(seq, (str, bytes)) or not isinstance(seq, Sequence):
+        raise ArgumentTypeError(name, f"expected a list or tuple, got {type(seq).__qualname__}")
+    if n is not None and len(seq) != n:
+        raise ArgumentError(name, f"has {len(seq)} entries; expected one per tensor ({n})")
+    return len(seq)
+
+
+def _check_grid(grid: int, name: str) -> None:
+    if grid > INT32_MAX:
+        raise ArgumentError(name, f"needs {grid} tiles, more than one launch holds (2**31 - 1)")
+
+
+CAST_SPECS: tuple[OpSpec, ...] = (
+    ActivationSpec("cast", "identity", "cast to fp32/fp16/bf16, or FP8 with tensor scaling"),
+    TransposeSpec("transpose", "transpose of any dtype (FP8 as raw bytes)"),
+    TileSpec("cast_transpose", "cast and transpose in one pass, shared FP8 scale/amax"),
+    TileSpec("cast_transpose_dbias", "cast_transpose plus column sums (dbias)", dbias=True),
+    *(
+        TileSpec(op, f"cast_transpose_dbias of grad * {fn[1:]}'(act_input)", dbias=True, dact=fn)
+        for op, fn in DACT_OPS.items()
+    ),
+    *(
+        TileSpec(
+            op,
+            f"gated backward of {act}: [g*{act}'(a)*b, g*{act}(a)], cast+transposed",
+            dact=f"d{act}",
+            act=act,
+        )
+        for op, act in GATED_OPS.items()
+    ),
+    TileSpec("multi_cast_transpose", "cast_transpose of a list of tensors", multi=True),
+    QUANTIZE_SPEC,
+)

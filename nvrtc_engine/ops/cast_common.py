@@ -1,0 +1,162 @@
+"""What the cast / transpose family's kernels share: matrix and byte-array arguments,
+tensor-scaling buffers, and the launch call.
+
+Every check here raises :class:`~nvrtc_engine.ArgumentError` or
+:class:`~nvrtc_engine.ArgumentTypeError` naming the argument, before anything is launched.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from .. import driver
+from ..errors import ArgumentError, ArgumentTypeError, VariantError
+from ..interop import Array, as_array, stream_handle
+from ..kernel import Kernel
+
+if TYPE_CHECKING:
+    from ..key import KernelKey
+    from .base import OpSpec
+
+__all__ = [
+    "BYTE_DTYPES",
+    "INT32_MAX",
+    "CastKernelBase",
+    "aligned16",
+    "allocate_bytes",
+    "ceil_div",
+    "validate_sets",
+]
+
+INT32_MAX = 2**31 - 1
+# Arrays whose elements are single bytes (uint8 storage, FP8, packed FP4): what the engine
+# accepts for E8M0 / E4M3 scale bytes and packed E2M1 data.
+BYTE_DTYPES = frozenset({"fp8_e4m3", "fp8_e5m2", "fp4_e2m1"})
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def validate_sets(spec: OpSpec, key: KernelKey) -> None:
+    """Check the key's dtypes, scaling and layout against the spec's closed sets only (for
+    specs whose dtype/scaling rules differ from :meth:`OpSpec.validate`'s)."""
+    for field, value, allowed in (
+        ("in_dtype", key.in_dtype, spec.in_dtypes),
+        ("out_dtype", key.out_dtype, spec.out_dtypes),
+        ("scaling", key.scaling, spec.scalings),
+        ("layout", key.layout, spec.layouts),
+    ):
+        if value not in allowed:
+            raise VariantError(field, value, allowed, f"for op {spec.name!r}")
+
+
+def aligned16(*ptrs: int) -> bool:
+    """Whether every pointer is a multiple of 16 bytes (0 counts as aligned)."""
+    acc = 0
+    for p in ptrs:
+        acc |= p
+    return (acc & 15) == 0
+
+
+class CastKernelBase(Kernel):
+    """Shared argument handling of the cast / transpose / quantize kernels."""
+
+    def _matrix(self, a: Array, name: str) -> tuple[int, int]:
+        """``(rows, cols)`` of a 2-D array; checks the key's ``hidden_size`` against cols."""
+        if len(a.shape) != 2:
+            raise ArgumentError(
+                name, f"must be 2-D (rows, cols), got shape {a.shape}; reshape it, e.g. "
+                "x.reshape(-1, x.shape[-1])",
+            )  # fmt: skip
+        rows, cols = a.shape
+        hidden = self.key.hidden_size
+        if hidden is not None and cols != hidden:
+            raise ArgumentError(
+                name, f"has {cols} columns, but this kernel is specialized for "
+                f"hidden_size={hidden} (use hidden_size=None for any size)",
+            )  # fmt: skip
+        return rows, cols
+
+    def _same_device(self, a: Array, name: str, like: Array) -> None:
+        if a.device != like.device:
+            raise ArgumentError(name, f"is on device {a.device}, the input on {like.device}")
+
+    def _bytes(self, obj: Any, name: str, like: Array, shape: tuple[int, ...]) -> tuple[Any, Array]:
+        """A byte array (uint8 storage) of exactly ``shape``; allocated (uninitialized) with
+        the input's library when ``obj`` is None."""
+        if obj is None:
+            obj = allocate_bytes(like, shape, name)
+        a = as_array(obj, name)
+        if not BYTE_DTYPES.intersection(a.dtypes):
+            raise ArgumentError(name, f"must hold bytes (uint8), got {a.dtype_text}")
+        if not a.contiguous:
+            raise ArgumentError(name, "must be C-contiguous")
+        if a.shape != shape:
+            raise ArgumentError(name, f"has shape {a.shape}; expected {shape}")
+        if a.device < 0:
+            a.device = _device_of(a, name)
+        self._same_device(a, name, like)
+        return obj, a
+
+    def _tensor_scaling(
+        self, like: Array, scale: Any, amax: Any, scale_inv: Any, names: tuple[str, str, str]
+    ) -> tuple[int, int, int]:
+        """Pointers of the tensor-scaling buffers (0 where not used).
+
+        Tensor-scaled FP8 output needs ``scale`` and ``amax``; ``scale_inv`` is optional.
+        Unscaled output takes none of them.
+        """
+        key = self.key
+        if key.scaling == "tensor":
+            if scale is None:
+                raise ArgumentError(names[0], f"is required for tensor-scaled {key.out_dtype} "
+                                    "output (fp32 device array, element 0)")  # fmt: skip
+            if amax is None:
+                raise ArgumentError(names[1], "is required for tensor scaling (fp32 device array "
+                                    "to max-reduce into; zero it first)")  # fmt: skip
+            s = self._scalar_buffer(scale, names[0], like)
+            m = self._scalar_buffer(amax, names[1], like)
+            si = 0 if scale_inv is None else self._scalar_buffer(scale_inv, names[2], like)
+            return s, m, si
+        for value, name in zip((scale, amax, scale_inv), names, strict=True):
+            if value is not None:
+                raise ArgumentError(name, f"{key} has no scaling; scale/amax/scale_inv are "
+                                    "only for tensor-scaled FP8 outputs")  # fmt: skip
+        return 0, 0, 0
+
+    def _launch(self, like: Array, stream: Any, calls: list[tuple[int, int, int, int]]) -> None:
+        """Launch ``(function index, grid, block, params)`` in order on one stream."""
+        handle = stream_handle(stream, like)
+        loaded = self.loaded(like.device)
+        driver.make_current(loaded.device)
+        for index, grid, block, params in calls:
+            driver.launch(loaded.functions[index], grid, block, handle, params)
+
+
+def allocate_bytes(like: Array, shape: tuple[int, ...], name: str) -> Any:
+    """An uninitialized uint8 array of ``shape`` on ``like``'s device, from its library.
+
+    Raises :class:`~nvrtc_engine.ArgumentTypeError` naming ``name`` when the input's
+    library cannot allocate (pass the output explicitly).
+    """
+    if like.kind == "torch":
+        torch = sys.modules["torch"]
+        return torch.empty(shape, dtype=torch.uint8, device=like.obj.device)
+    if like.kind == "cupy":
+        cupy = sys.modules["cupy"]
+        with cupy.cuda.Device(like.device):
+            return cupy.empty(shape, dtype="uint8")
+    raise ArgumentTypeError(
+        name,
+        "is required: the input is neither a torch tensor nor a CuPy array, so the kernel "
+        "cannot allocate it",
+    )
+
+
+def _device_of(a: Array, name: str) -> int:
+    try:
+        return driver.pointer_device(a.ptr)
+    except ValueError as exc:
+        raise ArgumentError(name, str(exc)) from None

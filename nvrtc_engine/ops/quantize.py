@@ -1,0 +1,272 @@
+"""Block-scaled quantization: ``quantize`` with ``scaling="mxfp8"`` or ``scaling="nvfp4"``.
+
+Part of the cast family (template ``templates/cast.cu.j2``, quantize section).
+
+- MXFP8 (``out_dtype`` fp8_e4m3 / fp8_e5m2): 32-element blocks along rows (rowwise) and/or
+  down columns (columnwise), one E8M0 scale each (templates/include/nve_mx.cuh); both data
+  tensors keep the input's shape ``(M, K)``.
+- NVFP4 (``out_dtype`` fp4_e2m1): 16-element blocks, E4M3 block scales and an fp32 tensor
+  scale from the tensor's amax (templates/include/nve_fp4.cuh); data two values per byte,
+  the first in the low nibble; columnwise data is the transpose, ``(K, ceil(M/2))`` bytes.
+
+Scale tensors use :mod:`.blockscale`'s padded layouts; the kernel writes zeros into the
+padding. Layouts, formulas and examples: ``docs/cast.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import driver
+from ..dtypes import DTYPES
+from ..errors import ArgumentError, VariantError
+from ..key import LAYOUTS, arch_number
+from .base import FP8, HIGH_PRECISION, HW_FP8_ARCH, OpSpec
+from .blockscale import mxfp8_scale_shape, nvfp4_scale_shape
+from .cast_common import CastKernelBase, aligned16, ceil_div, validate_sets
+
+if TYPE_CHECKING:
+    from ..kernel import Kernel
+    from ..key import KernelKey
+
+__all__ = [
+    "HW_FP4_ARCHS",
+    "QUANTIZE_SPEC",
+    "QuantizeKernel",
+    "QuantizeResult",
+    "QuantizeSpec",
+    "hardware_fp4",
+]
+
+# Archs whose arch-specific targets (sm_100a, sm_120f, ...) have cvt.rn.satfinite.e2m1x2.f32
+# (checked with NVRTC 13.5; the plain sm_100 / sm_120 targets and sm_90 do not).
+HW_FP4_ARCHS: tuple[int, ...] = (100, 101, 103, 107, 110, 120, 121)
+TILE_ROWS, TILE_COLS, THREADS = 64, 128, 256
+AMAX_THREADS, AMAX_UNROLL, AMAX_MAX_BLOCKS = 256, 4, 1024
+PAD_MAX_BLOCKS = 64
+
+
+def hardware_fp4(arch: str) -> bool:
+    """Whether kernels for ``arch`` use the hardware E2M1 conversion."""
+    return arch[-1] in "af" and arch_number(arch) in HW_FP4_ARCHS
+
+
+class QuantizeSpec(OpSpec):
+    """``quantize``: MXFP8 or NVFP4 block scaling of ``x (M, K)``, rowwise, columnwise or both.
+
+    ``get_kernel("quantize", dtype="fp8")`` is bf16 -> MXFP8 E4M3 rowwise;
+    ``get_kernel("quantize", dtype="fp4_e2m1", layout="both")`` is bf16 -> NVFP4 both.
+    ``hidden_size`` (if given) is ``K``, compiled in.
+    """
+
+    name = "quantize"
+    family = "cast"
+    doc = "MXFP8 / NVFP4 block-scaled quantization, rowwise / columnwise / both"
+    in_dtypes = HIGH_PRECISION
+    out_dtypes = (*FP8, "fp4_e2m1")
+    scalings = ("mxfp8", "nvfp4")
+    layouts = LAYOUTS
+
+    def default_scaling(self, out_dtype: str) -> str:
+        return "nvfp4" if DTYPES[out_dtype].is_fp4 else "mxfp8"
+
+    def validate(self, key: KernelKey) -> None:
+        validate_sets(self, key)
+        want = "nvfp4" if key.output.is_fp4 else "mxfp8"
+        if key.scaling != want:
+            raise VariantError("scaling", key.scaling, [want], f"{key.out_dtype} output")
+
+    def symbols(self, key: KernelKey) -> tuple[str, ...]:
+        main = str(key)
+        return (main, f"{main}_amax", f"{main}_amax_final") if key.scaling == "nvfp4" else (main,)
+
+    def render_context(self, key: KernelKey) -> dict[str, Any]:
+        ctx = super().render_context(key)
+        fp4 = key.scaling == "nvfp4"
+        soft = arch_number(key.arch) < HW_FP8_ARCH  # E4M3 / E5M2 conversions
+        ctx.update(
+            section="quantize", mx=not fp4, fp4=fp4, dact=None,
+            rowwise=key.layout in ("rowwise", "both"), colwise=key.layout in ("columnwise", "both"),
+            hw_fp4=fp4 and hardware_fp4(key.arch), max_norm=f"{key.output.max_finite:.1f}",
+            soft_fp8=soft, cuda_headers=soft,
+        )  # fmt: skip
+        return ctx
+
+    def kernel_class(self) -> type[Kernel]:
+        return QuantizeKernel
+
+
+@dataclass
+class QuantizeResult:
+    """What :class:`QuantizeKernel` wrote (None for a direction not asked for).
+
+    Attributes:
+        rowwise_data: MXFP8 ``(M, K)`` of ``out_dtype``; NVFP4 ``(M, ceil(K/2))`` uint8.
+        rowwise_scale_inv: uint8 block scales (E8M0 / E4M3), padded layout.
+        columnwise_data: MXFP8 ``(M, K)``; NVFP4 ``(K, ceil(M/2))`` uint8 (transposed).
+        columnwise_scale_inv: uint8 block scales, padded layout.
+        amax: NVFP4: fp32 ``(1,)``, the tensor's ``max |x|``; MXFP8: None.
+        scale_inv: NVFP4: fp32 ``(1,)`` ``1 / S_enc`` (the tensor-level decode scale) if
+            asked for, else None.
+    """
+
+    rowwise_data: Any = None
+    rowwise_scale_inv: Any = None
+    columnwise_data: Any = None
+    columnwise_scale_inv: Any = None
+    amax: Any = None
+    scale_inv: Any = None
+
+
+class QuantizeKernel(CastKernelBase):
+    """MXFP8 / NVFP4 quantization of ``x (M, K)``.
+
+    Call: ``kernel(x, *, rowwise_data=None, rowwise_scale_inv=None, columnwise_data=None,
+    columnwise_scale_inv=None, amax=None, scale_inv=None, compute_amax=True, workspace=None,
+    stream=None) -> QuantizeResult``.
+
+    Args:
+        x: ``(M, K)`` of ``in_dtype``, C-contiguous; any ``M, K >= 1`` (a partial last block
+            uses the elements it has).
+        rowwise_data / columnwise_data: outputs for the key's layout (see
+            :class:`QuantizeResult` for shapes); allocated with ``x``'s library when omitted.
+        rowwise_scale_inv / columnwise_scale_inv: uint8, exactly the padded shapes of
+            :func:`~nvrtc_engine.ops.blockscale.mxfp8_scale_shape` /
+            :func:`~nvrtc_engine.ops.blockscale.nvfp4_scale_shape`; padding is zeroed.
+        amax: NVFP4 only: fp32 device array, element 0. With ``compute_amax`` (default) it
+            is overwritten with ``max |x|`` first (allocated when omitted); with
+            ``compute_amax=False`` it must hold the tensor's amax already.
+        scale_inv: NVFP4 only, optional: fp32, element 0 gets ``1 / S_enc``.
+        workspace: NVFP4 with ``compute_amax`` only, optional: fp32, at least 1024 elements
+            for the per-block maxima.
+        stream: where to launch.
+
+    Math: MXFP8 as TransformerEngine (E8M0 from the block amax, data
+    ``fp8_satfinite(x * 2^(127 - e))``); NVFP4 as TransformerEngine's ``core_nvfp4.cuh``
+    (formulas in ``templates/include/nve_fp4.cuh`` and docs/cast.md). Raises
+    :class:`~nvrtc_engine.ArgumentError` / :class:`~nvrtc_engine.ArgumentTypeError` before
+    launching when an argument is wrong.
+    """
+
+    _params = driver.ParamPack("PPPPPPPqqqqqqqi")
+    _amax_params = driver.ParamPack("PqPi")
+    _final_params = driver.ParamPack("PiP")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        key = self.key
+        self._in = key.input
+        self._out = key.output
+        self._fp4 = key.scaling == "nvfp4"
+        self._rowwise = key.layout in ("rowwise", "both")
+        self._colwise = key.layout in ("columnwise", "both")
+        self._shape_fn = nvfp4_scale_shape if self._fp4 else mxfp8_scale_shape
+
+    def _data_shape(self, m: int, k: int, direction: str) -> tuple[int, int]:
+        if not self._fp4:
+            return (m, k)
+        return (m, ceil_div(k, 2)) if direction == "rowwise" else (k, ceil_div(m, 2))
+
+    def __call__(
+        self, x: Any, *, rowwise_data: Any = None, rowwise_scale_inv: Any = None,
+        columnwise_data: Any = None, columnwise_scale_inv: Any = None, amax: Any = None,
+        scale_inv: Any = None, compute_amax: bool = True, workspace: Any = None,
+        stream: Any = None,
+    ) -> QuantizeResult:  # fmt: skip
+        key = self.key
+        xa = self._input(x, "x", self._in)
+        m, k = self._matrix(xa, "x")
+        res = QuantizeResult()
+        ptrs = {"rowwise": [0, 0], "columnwise": [0, 0]}
+        pads: dict[str, tuple[int, int]] = {"rowwise": (0, 0), "columnwise": (0, 0)}
+        pad_items = 0
+        given = {
+            "rowwise": (rowwise_data, rowwise_scale_inv),
+            "columnwise": (columnwise_data, columnwise_scale_inv),
+        }
+        for direction, wanted in (("rowwise", self._rowwise), ("columnwise", self._colwise)):
+            data, scales = given[direction]
+            if not wanted:
+                if data is not None or scales is not None:
+                    raise ArgumentError(f"{direction}_data", f"{key} (layout={key.layout}) "
+                                        f"writes no {direction} output")  # fmt: skip
+                continue
+            shape = self._data_shape(m, k, direction)
+            if self._fp4:
+                data, da = self._bytes(data, f"{direction}_data", xa, shape)
+            else:
+                data, da = self._output(data, f"{direction}_data", xa, shape, self._out)
+            padded = self._shape_fn(m, k, direction)
+            real = self._shape_fn(m, k, direction, padded=False)
+            scales, sa = self._bytes(scales, f"{direction}_scale_inv", xa, padded)
+            ptrs[direction] = [da.ptr, sa.ptr]
+            pads[direction] = padded
+            pad_items = max(pad_items, padded[0] * padded[1] - real[0] * real[1])
+            setattr(res, f"{direction}_data", data)
+            setattr(res, f"{direction}_scale_inv", scales)
+        amax_ptr = scale_inv_ptr = 0
+        calls: list[tuple[int, int, int, int]] = []
+        if self._fp4:
+            if amax is None:
+                if not compute_amax:
+                    raise ArgumentError("amax", "is required with compute_amax=False (fp32 "
+                                        "device array holding the tensor's amax)")  # fmt: skip
+                amax, _ = self._output(None, "amax", xa, (1,), DTYPES["fp32"])
+            amax_ptr = self._scalar_buffer(amax, "amax", xa)
+            res.amax = amax
+            if scale_inv is not None:
+                scale_inv_ptr = self._scalar_buffer(scale_inv, "scale_inv", xa)
+                res.scale_inv = scale_inv
+            if compute_amax:
+                calls += self._amax_calls(xa, m * k, workspace, amax_ptr)
+            elif workspace is not None:
+                raise ArgumentError("workspace", "is only used with compute_amax=True")
+        else:
+            for value, name in ((amax, "amax"), (scale_inv, "scale_inv"), (workspace, "workspace")):
+                if value is not None:
+                    raise ArgumentError(name, "is only for NVFP4 (MXFP8 has no tensor scale)")
+            if not compute_amax:
+                raise ArgumentError("compute_amax", "is only for NVFP4")
+        tiles = ceil_div(m, TILE_ROWS) * ceil_div(k, TILE_COLS)
+        pad_blocks = min(ceil_div(pad_items, THREADS), PAD_MAX_BLOCKS)
+        if tiles + pad_blocks:
+            vec = self._vec(xa.ptr, ptrs, m, k)
+            params = self._params.pack(
+                xa.ptr, *ptrs["rowwise"], *ptrs["columnwise"], amax_ptr, scale_inv_ptr, m, k,
+                pads["rowwise"][1], pads["rowwise"][0], pads["columnwise"][1],
+                pads["columnwise"][0], tiles, int(vec),
+            )  # fmt: skip
+            calls.append((0, tiles + pad_blocks, THREADS, params))
+        if calls:
+            self._launch(xa, stream, calls)
+        return res
+
+    def _vec(self, x_ptr: int, ptrs: dict[str, list[int]], m: int, k: int) -> bool:
+        """16-byte accesses: aligned pointers and rows (NVFP4 data rows of K/2 bytes take
+        8-byte stores, the transposed rows of M/2 bytes 16-byte stores)."""
+        ok = aligned16(x_ptr, ptrs["rowwise"][0], ptrs["columnwise"][0], k * self._in.itemsize)
+        return ok and k % 16 == 0 and not (self._fp4 and self._colwise and m % 32)
+
+    def _amax_calls(
+        self, xa: Any, n: int, workspace: Any, amax_ptr: int
+    ) -> list[tuple[int, int, int, int]]:
+        if workspace is not None:
+            wa = self._input(workspace, "workspace", DTYPES["fp32"])
+            self._same_device(wa, "workspace", xa)
+            if wa.numel < AMAX_MAX_BLOCKS:
+                raise ArgumentError("workspace", f"has {wa.numel} elements; needs at least "
+                                    f"{AMAX_MAX_BLOCKS} (fp32)")  # fmt: skip
+        per_block = AMAX_THREADS * AMAX_UNROLL * (16 // self._in.itemsize)
+        sms = self.loaded(xa.device).device.sm_count if n else 1
+        blocks = max(1, min(ceil_div(n, per_block), 4 * sms, AMAX_MAX_BLOCKS))
+        if workspace is None:
+            workspace, wa = self._output(None, "workspace", xa, (blocks,), DTYPES["fp32"])
+        aligned = aligned16(xa.ptr)
+        return [
+            (1, blocks, AMAX_THREADS, self._amax_params.pack(xa.ptr, n, wa.ptr, int(aligned))),
+            (2, 1, 1024, self._final_params.pack(wa.ptr, blocks, amax_ptr)),
+        ]
+
+
+QUANTIZE_SPEC = QuantizeSpec()

@@ -1,0 +1,300 @@
+"""The cast family's kernels executed on the CPU, end to end, without a GPU.
+
+Each rendered kernel source is compiled for the host with g++ against ``tests/host_cuda``
+(one std::thread per CUDA thread, barriers for __syncthreads and warp shuffles, host
+stand-ins for the PTX conversions and the special-function unit) and launched through the
+real kernel classes: their argument checks, grids and packed parameters go to the emulated
+kernel instead of the driver, with fake arrays pointing at numpy buffers. Results are
+compared with the float64 references as the GPU tests do. Small shapes only (a thread per
+CUDA thread is slow); skipped without a host C++20 compiler.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fakes import FakeCupyArray
+
+import nvrtc_engine as ne
+from nvrtc_engine import reference
+from nvrtc_engine.ops import cast_common
+from nvrtc_engine.ops.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
+from nvrtc_engine.render import render, templates_dir
+
+HOST = Path(__file__).resolve().parent / "host_cuda"
+CXX = shutil.which("g++")
+pytestmark = pytest.mark.skipif(CXX is None, reason="no host C++ compiler (g++)")
+
+TYPESTR = {"fp32": "<f4", "fp16": "<f2", "bf16": "<u2", "fp8_e4m3": "|u1", "fp8_e5m2": "|u1"}
+STORAGE = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
+
+# Launch wrappers appended to a rendered source: wrapper i runs function i of the kernel's
+# symbols with cuLaunchKernel's argument array (params[j] points at argument j).
+_ARG = "(*({t}*)p[{j}])"
+
+
+def _call(name: str, types: list[str]) -> str:
+    return f"{name}(" + ", ".join(_ARG.format(t=t, j=j) for j, t in enumerate(types)) + ")"
+
+
+def _wrappers(kernel: ne.Kernel) -> str:
+    spec = kernel.key.spec
+    tile = ["const IS*", "const IS*", "OS*", "OS*", "float*", "const float*", "float*",
+            "float*", "long long", "long long", "int"]  # fmt: skip
+    quant = ["const IS*", "unsigned char*", "unsigned char*", "unsigned char*",
+             "unsigned char*", "const float*", "float*"] + ["long long"] * 7 + ["int"]  # fmt: skip
+    symbols = kernel.artifact.symbols
+    if kernel.key.op == "quantize":
+        calls = [_call(symbols[0], quant)]
+        if len(symbols) > 1:
+            calls += [_call(symbols[1], ["const IS*", "long long", "float*", "int"]),
+                      _call(symbols[2], ["const float*", "int", "float*"])]  # fmt: skip
+    elif getattr(spec, "multi", False):
+        calls = [f"{symbols[0]}(*(const Table*)p[0])"]
+    else:
+        calls = [_call(symbols[0], tile)]
+        if len(symbols) > 1:
+            calls.append(_call(symbols[1], ["const float*", "long long", "long long", "IS*"]))
+    return "".join(
+        f'\nextern "C" void nve_launch_{i}(unsigned grid, unsigned block, void** p) '
+        f"{{ nve_run_grid(grid, block, [&] {{ {call}; }}); }}\n"
+        for i, call in enumerate(calls)
+    )
+
+
+_LIBS: dict[str, ctypes.CDLL] = {}
+
+
+def host_library(kernel: ne.Kernel, tmp: Path) -> ctypes.CDLL:
+    source = render(kernel.key).source + _wrappers(kernel)
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    if digest not in _LIBS:
+        src, lib = tmp / f"{digest}.cpp", tmp / f"{digest}.so"
+        src.write_text(source)
+        subprocess.run(
+            [CXX, "-std=c++20", "-O1", "-w", "-pthread", "-fPIC", "-shared", "-include",
+             str(HOST / "host_cuda.h"), "-I", str(HOST), "-I", str(templates_dir() / "include"),
+             str(src), "-o", str(lib)],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        _LIBS[digest] = ctypes.CDLL(str(lib))
+    return _LIBS[digest]
+
+
+@pytest.fixture
+def emulate(monkeypatch, tmp_path_factory):
+    """``emulate(kernel)``: route the kernel's launches to its host build."""
+    tmp = tmp_path_factory.getbasetemp() / "host_kernels"
+    tmp.mkdir(exist_ok=True)
+    loaded = type("L", (), {"device": type("D", (), {"sm_count": 4})()})()
+    monkeypatch.setattr(cast_common.CastKernelBase, "loaded", lambda self, device: loaded)
+    libs: dict[int, ctypes.CDLL] = {}
+
+    def launch(self, like, stream, calls):
+        lib = libs[id(self)]
+        for index, grid, block, params in calls:
+            fn = getattr(lib, f"nve_launch_{index}")
+            fn.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p]
+            fn(grid, block, params)
+
+    monkeypatch.setattr(cast_common.CastKernelBase, "_launch", launch)
+
+    def prepare(kernel):
+        libs[id(kernel)] = host_library(kernel, tmp)
+        return kernel
+
+    return prepare
+
+
+def arr(a: np.ndarray, dtype_name: str | None = None) -> FakeCupyArray:
+    """A fake device array over a numpy buffer (bf16 as uint16, FP8 and bytes as uint8).
+    It only holds the address: keep ``a`` alive while the kernel runs."""
+    typestr = TYPESTR[dtype_name] if dtype_name else a.__array_interface__["typestr"]
+    return FakeCupyArray(a.shape, typestr, ptr=a.ctypes.data)
+
+
+def host_input(shape, dtype_name, rng):
+    x = reference.sample_input(shape, dtype_name, rng)
+    return x, np.ascontiguousarray(x).view(STORAGE[dtype_name])
+
+
+def poison(shape, itemsize):
+    return np.full(shape, 0xFF, dtype={1: np.uint8, 2: np.uint16, 4: np.uint32}[itemsize])
+
+
+def f32(value):
+    return np.array([value], np.float32)
+
+
+def as_dtype(buf: np.ndarray, dtype_name: str) -> np.ndarray:
+    return buf.view(ne.DTYPES[dtype_name].numpy())
+
+
+SHAPES = [(31, 33), (96, 320), (64, 256)]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8_e4m3", "fp32"])
+def test_transpose(emulate, dtype):
+    kernel = emulate(ne.get_kernel("transpose", in_dtype=dtype, out_dtype=dtype, arch="sm_90"))
+    d = ne.DTYPES[dtype]
+    rng = np.random.default_rng(1)
+    for shape in SHAPES:
+        x = rng.integers(0, 2 ** (8 * d.itemsize), size=shape, dtype=np.uint64)
+        x = x.astype({1: np.uint8, 2: np.uint16, 4: np.uint32}[d.itemsize])
+        out = poison(shape[::-1], d.itemsize)
+        kernel(arr(x, dtype), arr(out, dtype))
+        assert (out == x.T).all(), shape
+
+
+@pytest.mark.parametrize(
+    ("op", "in_dtype", "out_dtype"),
+    [
+        ("cast_transpose", "bf16", "fp8_e4m3"),
+        ("cast_transpose", "fp32", "bf16"),
+        ("cast_transpose_dbias", "bf16", "fp8_e4m3"),
+        ("cast_transpose_dbias", "fp16", "fp32"),
+        ("cast_transpose_dbias_dgelu", "bf16", "fp8_e5m2"),
+        ("cast_transpose_dbias_dsilu", "fp32", "bf16"),
+        ("dswiglu_cast_transpose", "bf16", "fp8_e4m3"),
+        ("dgeglu_cast_transpose", "fp32", "fp16"),
+    ],
+)
+def test_cast_transpose_family(emulate, op, in_dtype, out_dtype):
+    kernel = emulate(ne.get_kernel(op, in_dtype=in_dtype, out_dtype=out_dtype, arch="sm_90"))
+    rng = np.random.default_rng(2)
+    gated, dact = op.endswith("glu_cast_transpose"), op.startswith("cast_transpose_dbias_d")
+    osz = ne.DTYPES[out_dtype].itemsize
+    fp8 = ne.DTYPES[out_dtype].is_fp8
+    for m, k in SHAPES:
+        width = 2 * k if gated else k
+        g, g_buf = host_input((m, k), in_dtype, rng)
+        args = [arr(g_buf, in_dtype)]
+        a = None
+        if gated or dact:
+            a, a_buf = host_input((m, width), in_dtype, rng)
+            args.append(arr(a_buf, in_dtype))
+        out, out_t = poison((m, width), osz), poison((width, m), osz)
+        kw = {"out": arr(out, out_dtype), "out_t": arr(out_t, out_dtype)}
+        scale = float(np.float32(rng.uniform(1, 16))) if fp8 else None
+        bufs = {}
+        if fp8:
+            bufs = {"scale": f32(scale), "amax": f32(0.0), "scale_inv": f32(np.nan)}
+            kw.update({name: arr(b) for name, b in bufs.items()})
+        if "dbias" in op:
+            dbias = poison((k,), ne.DTYPES[in_dtype].itemsize)
+            ws = np.full((kernel.workspace_rows(m), k), np.nan, np.float32)
+            kw.update(dbias=arr(dbias, in_dtype), workspace=arr(ws))
+        kernel(*args, **kw)
+        ref = reference.cast_transpose(op, g, out_dtype, scale, a)
+        factor = np.float64(np.float32(scale)) if fp8 else 1.0
+        reference.check_close(as_dtype(out, out_dtype), ref.values * factor, out_dtype,
+                              ref.tolerance * factor, name=f"out {m}x{k}")  # fmt: skip
+        assert (out_t == out.T).all(), (m, k)
+        if fp8:
+            exact = op in ("cast_transpose", "cast_transpose_dbias")
+            slack = 0.0 if exact else float(ref.tolerance.max())
+            assert abs(float(bufs["amax"][0]) - ref.amax) <= slack, (m, k)
+            assert bufs["scale_inv"][0] == ref.scale_inv
+        if "dbias" in op:
+            tol = reference.dbias_tolerance(ref.values, ref.tolerance, kernel.dbias_depth(m))
+            reference.check_close(as_dtype(dbias, in_dtype), ref.dbias, in_dtype, tol,
+                                  name=f"dbias {m}x{k}")  # fmt: skip
+
+
+def test_multi_cast_transpose_two_launches(emulate):
+    kernel = emulate(ne.get_kernel("multi_cast_transpose", dtype="fp8", arch="sm_90"))
+    rng = np.random.default_rng(3)
+    shapes = [(1, 1), (31, 33), (64, 128), (5, 130), (0, 8), (70, 16)]
+    picks = [shapes[i] for i in rng.integers(0, len(shapes), size=65)]
+    hosts, xs, outs, fakes, sc = [], [], [], [], []
+    for s in picks:
+        x, buf = host_input(s, "bf16", rng)
+        q, qt = poison(s, 1), poison(s[::-1], 1)
+        hosts.append(x)
+        xs.append(arr(buf, "bf16"))
+        outs.append((q, qt))
+        fakes.append((arr(q, "fp8_e4m3"), arr(qt, "fp8_e4m3")))
+        sc.append({"scale": f32(np.float32(rng.uniform(1, 16))), "amax": f32(0.0)})
+    kernel(xs, outs=fakes, scales=[arr(d["scale"]) for d in sc],
+           amaxes=[arr(d["amax"]) for d in sc])  # fmt: skip
+    for x, (q, qt), d in zip(hosts, outs, sc, strict=True):
+        scale = float(d["scale"][0])
+        ref = reference.cast_transpose("multi_cast_transpose", x, "fp8_e4m3", scale)
+        reference.check_close(as_dtype(q, "fp8_e4m3"), ref.values * np.float64(scale),
+                              "fp8_e4m3", ref.tolerance * scale)  # fmt: skip
+        assert (qt == q.T).all()
+        if x.size:
+            assert float(d["amax"][0]) == ref.amax
+
+
+@pytest.mark.parametrize(
+    ("in_dtype", "out_dtype", "layout"),
+    [("bf16", "fp8_e4m3", "both"), ("fp32", "fp8_e5m2", "columnwise"),
+     ("fp16", "fp8_e4m3", "rowwise")],
+)  # fmt: skip
+def test_mxfp8(emulate, in_dtype, out_dtype, layout):
+    kernel = emulate(ne.get_kernel("quantize", in_dtype=in_dtype, out_dtype=out_dtype,
+                                   layout=layout, arch="sm_90"))  # fmt: skip
+    rng = np.random.default_rng(4)
+    for m, k in [(31, 33), (64, 256), (96, 320)]:
+        x, buf = host_input((m, k), in_dtype, rng)
+        kw, outs = {}, {}
+        for direction in ("rowwise", "columnwise"):
+            if layout in (direction, "both"):
+                outs[direction] = (poison((m, k), 1), poison(mxfp8_scale_shape(m, k, direction), 1))
+                kw[f"{direction}_data"] = arr(outs[direction][0], out_dtype)
+                kw[f"{direction}_scale_inv"] = arr(outs[direction][1])
+        kernel(arr(buf, in_dtype), **kw)
+        for direction, (data, scales) in outs.items():
+            want, want_scales, _ = reference.mxfp8_quantize(x.astype(np.float64), out_dtype,
+                                                            direction)  # fmt: skip
+            r, c = mxfp8_scale_shape(m, k, direction, padded=False)
+            assert (scales[:r, :c] == want_scales).all(), (direction, m, k)
+            padding = scales.copy()
+            padding[:r, :c] = 0
+            assert not padding.any(), (direction, m, k)
+            assert (data == want.view(np.uint8)).all(), (direction, m, k)
+
+
+@pytest.mark.parametrize(
+    ("in_dtype", "layout", "compute_amax"),
+    [("bf16", "both", True), ("fp32", "columnwise", True), ("fp16", "rowwise", False)],
+)
+def test_nvfp4(emulate, in_dtype, layout, compute_amax):
+    kernel = emulate(ne.get_kernel("quantize", in_dtype=in_dtype, out_dtype="fp4_e2m1",
+                                   layout=layout, arch="sm_90"))  # fmt: skip
+    rng = np.random.default_rng(5)
+    for m, k in [(31, 33), (64, 256), (96, 320)]:
+        x, buf = host_input((m, k), in_dtype, rng)
+        true_amax = float(np.abs(x.astype(np.float64)).max())
+        amax = f32(np.nan if compute_amax else 2 * true_amax)
+        use = true_amax if compute_amax else float(amax[0])
+        scale_inv = f32(np.nan)
+        kw = {"amax": arr(amax), "scale_inv": arr(scale_inv), "compute_amax": compute_amax}
+        workspace = np.full(1024, np.nan, np.float32)  # kept alive: the fake only points at it
+        if compute_amax:
+            kw["workspace"] = arr(workspace)
+        outs = {}
+        for direction in ("rowwise", "columnwise"):
+            if layout in (direction, "both"):
+                shape = (m, -(-k // 2)) if direction == "rowwise" else (k, -(-m // 2))
+                outs[direction] = (poison(shape, 1), poison(nvfp4_scale_shape(m, k, direction), 1))
+                kw[f"{direction}_data"] = arr(outs[direction][0])
+                kw[f"{direction}_scale_inv"] = arr(outs[direction][1])
+        kernel(arr(buf, in_dtype), **kw)
+        assert float(amax[0]) == use
+        assert scale_inv[0] == reference.nvfp4_encode_scale(use)[1]
+        for direction, (data, scales) in outs.items():
+            want = reference.nvfp4_quantize(x.astype(np.float64), use, direction)
+            r, c = nvfp4_scale_shape(m, k, direction, padded=False)
+            assert (scales[:r, :c] == want.scales).all(), (direction, m, k)
+            padding = scales.copy()
+            padding[:r, :c] = 0
+            assert not padding.any(), (direction, m, k)
+            assert (data == want.data).all(), (direction, m, k)
