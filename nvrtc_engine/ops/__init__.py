@@ -5,10 +5,11 @@ from __future__ import annotations
 from ..errors import VariantError
 from .activation import ACTIVATION_SPECS
 from .base import OpSpec
+from .norm import NORM_SPECS
 
 __all__ = ["OpSpec", "get_spec", "registered_ops"]
 
-_REGISTRY: dict[str, OpSpec] = {spec.name: spec for spec in ACTIVATION_SPECS}
+_REGISTRY: dict[str, OpSpec] = {spec.name: spec for spec in (*ACTIVATION_SPECS, *NORM_SPECS)}
 
 
 def registered_ops() -> tuple[str, ...]:
