@@ -18,8 +18,8 @@ Flags: ``zero_centered_gamma`` (short ``zcg``: multiply by gamma + 1) and ``fp32
 dtype). ``eps`` is a run-time argument.
 
 Specialization: with ``hidden_size`` the row lives in registers with compile-time trip counts
-(:func:`launch_config` picks warps per row, rows per CTA, access width and, on sm_90 and newer,
-CTAs per row as a thread block cluster); the choice is part of the kernel's symbol, e.g.
+(:func:`launch_config` picks warps per row, rows per CTA, access width and, on sm_90 and
+sm_100, CTAs per row as a thread block cluster); the choice is part of the kernel's symbol, e.g.
 ``layernorm_fwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1``. When no register layout fits
 (and always for ``hidden_size=None``) the general kernel streams each row (symbol suffix
 ``loop``). Math as in TransformerEngine: fp32 compute, biased variance,
@@ -92,8 +92,8 @@ class LaunchConfig:
 
     ``mode`` is ``"regs"`` (the row lives in registers; ``hidden_size`` compiled in) or
     ``"loop"`` (the row is streamed from memory; the general kernel). In ``regs`` mode a row
-    is held by ``cluster`` CTAs (a thread block cluster, sm_90+) of ``warps`` warps each;
-    each thread holds ``iters`` accesses of ``vec`` elements; a CTA holds ``rows`` rows. In
+    is held by ``cluster`` CTAs (a thread block cluster, sm_90/sm_100) of ``warps`` warps
+    each; each thread holds ``iters`` accesses of ``vec`` elements; a CTA holds ``rows`` rows. In
     ``loop`` mode ``vec`` is the widest access (16 bytes of x), used at run time when the
     hidden size is a multiple of it and every pointer is 16-byte aligned.
 
@@ -150,8 +150,9 @@ def launch_config(key: KernelKey) -> LaunchConfig:
     tensor; the fewest warps per row that achieve it are used, up to 32. When a row needs more
     than 1024 threads, or the estimated registers (:data:`OVERHEAD_REGISTERS` plus the row
     values and, backward, column sums: all fp32) of one CTA exceed the register file, each
-    thread holds more elements (up to :data:`MAX_ELEMENTS`), then, on sm_90 and newer, the row
-    is split over a cluster of 2, 4 or 8 CTAs. If nothing fits, the streaming kernel is used.
+    thread holds more elements (up to :data:`MAX_ELEMENTS`), then, on sm_90, sm_100 and
+    sm_103 (where clusters of up to 8 CTAs are portable), the row is split over a cluster of 2,
+    4 or 8 CTAs. If nothing fits, the streaming kernel is used.
     Small rows are packed several to a CTA (forward: 128 threads, backward: 256 threads).
     """
     spec = key.spec
@@ -164,7 +165,7 @@ def launch_config(key: KernelKey) -> LaunchConfig:
     accesses = hidden // vec
     direction = "bwd" if spec.backward else "fwd"
     start = max(1, TARGET_BYTES[direction] // (vec * itemsize))
-    clusters = (1, 2, 4, 8) if arch_number(key.arch) >= 90 else (1,)
+    clusters = (1, 2, 4, 8) if 90 <= arch_number(key.arch) < 110 else (1,)
     for cluster in clusters:
         for iters in range(start, MAX_ELEMENTS // vec + 1):
             warps = -(-accesses // (32 * cluster * iters))
