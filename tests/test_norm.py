@@ -454,3 +454,29 @@ def test_summation_depth():
     assert ref.summation_depth(4096) == 109
     assert ref.summation_depth(65536) == 109
     assert ref.summation_depth(1 << 20) == 1024 + 45
+
+
+@pytest.mark.parametrize("hidden", [None, 1000, 4096, 65536])
+@pytest.mark.parametrize("op", BWD)
+def test_backward_grid_plans_cover_the_rows(op, hidden):
+    from nvrtc_engine.ops.norm import _Device
+
+    kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden, arch="sm_90")
+    cfg = kernel.config
+    nacc = kernel.spec.accumulators
+    h = hidden or 3000
+    for sm_count, occ in ((132, (2, 2, 2)), (8, (1, 1, 1))):
+        dev = _Device(sm_count, occ[: len(kernel.artifact.symbols)])
+        for rows in (0, 1, 7, 1000, 16384):
+            plan = kernel._plan(dev, rows, h)
+            if rows == 0:
+                assert plan.parts == 0 and plan.workspace == 0
+                continue
+            assert 1 <= plan.parts <= rows
+            if cfg.mode == "regs":
+                assert plan.parts * cfg.cluster <= max(cfg.cluster, sm_count * 2)
+            else:
+                assert (plan.parts - 1) * plan.chunk_rows < rows <= plan.parts * plan.chunk_rows
+                assert plan.stats_offset % 4 == 0 and plan.workspace == plan.stats_offset + 2 * rows
+            assert plan.part_elements == nacc * plan.parts * h
+            assert plan.workspace >= plan.part_elements
