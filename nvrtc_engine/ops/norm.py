@@ -60,6 +60,7 @@ __all__ = [
     "RMSNormFwdKernel",
     "RMSNormGrads",
     "RMSNormOutput",
+    "fits_register_file",
     "gamma_dtype",
     "launch_config",
     "loop_threads_per_row",
@@ -134,11 +135,20 @@ def _vector_width(hidden: int, itemsize: int) -> int:
     return v
 
 
+def fits_register_file(warps: int, regs: int) -> bool:
+    """Whether a CTA of ``warps`` warps using ``regs`` registers per thread fits one SM: the
+    register file is split over 4 sub-partitions, each holding a quarter of the warps."""
+    return -(-warps // 4) * 4 * 32 * regs <= REGISTER_FILE
+
+
 def _registers(backward: bool, accumulators: int, elements: int) -> int:
-    """Estimated registers per thread holding ``elements`` values of each row tensor."""
+    """Estimated registers per thread holding ``elements`` values of each row tensor, rounded
+    up to the allocation unit (8 per thread)."""
     if backward:  # x -> xhat, dz -> dy, and the column sums
-        return (2 + accumulators) * elements + OVERHEAD_REGISTERS
-    return elements + OVERHEAD_REGISTERS
+        regs = (2 + accumulators) * elements + OVERHEAD_REGISTERS
+    else:
+        regs = elements + OVERHEAD_REGISTERS
+    return -(-regs // 8) * 8
 
 
 @functools.lru_cache(maxsize=1024)
@@ -147,13 +157,15 @@ def launch_config(key: KernelKey) -> LaunchConfig:
 
     Heuristic (every threshold a guess to be measured): the access width is the widest that
     divides H (16 bytes of x at most). Each thread should hold about ``TARGET_BYTES`` of a row
-    tensor; the fewest warps per row that achieve it are used, up to 32. When a row needs more
-    than 1024 threads, or the estimated registers (:data:`OVERHEAD_REGISTERS` plus the row
-    values and, backward, column sums: all fp32) of one CTA exceed the register file, each
-    thread holds more elements (up to :data:`MAX_ELEMENTS`), then, on sm_90, sm_100 and
-    sm_103 (where clusters of up to 8 CTAs are portable), the row is split over a cluster of 2,
-    4 or 8 CTAs. If nothing fits, the streaming kernel is used.
-    Small rows are packed several to a CTA (forward: 128 threads, backward: 256 threads).
+    tensor; the fewest warps per row that achieve it are used, up to 32. A layout must fit:
+    at most 1024 threads per CTA, and the estimated registers (:data:`OVERHEAD_REGISTERS` plus
+    the row values and, backward, column sums: all fp32) within 255 per thread and the register
+    file (:func:`fits_register_file`). Candidates, in order: one CTA per row with up to twice
+    the target per thread; then, on sm_90, sm_100 and sm_103 (where clusters of up to 8 CTAs
+    are portable), the row split over a cluster of 2, 4 or 8 CTAs with the same shares; then
+    larger shares (up to :data:`MAX_ELEMENTS` elements per thread), one CTA first. If nothing
+    fits, the streaming kernel is used. Small rows are packed several to a CTA (forward 128
+    threads, backward 256).
     """
     spec = key.spec
     assert isinstance(spec, NormSpec)
@@ -166,21 +178,24 @@ def launch_config(key: KernelKey) -> LaunchConfig:
     direction = "bwd" if spec.backward else "fwd"
     start = max(1, TARGET_BYTES[direction] // (vec * itemsize))
     clusters = (1, 2, 4, 8) if 90 <= arch_number(key.arch) < 110 else (1,)
-    for cluster in clusters:
-        for iters in range(start, MAX_ELEMENTS // vec + 1):
+    most = max(start, MAX_ELEMENTS // vec)
+    candidates = [(c, range(start, min(2 * start, most) + 1)) for c in clusters]
+    candidates += [(c, range(2 * start + 1, most + 1)) for c in clusters]
+    for cluster, shares in candidates:
+        for iters in shares:
             warps = -(-accesses // (32 * cluster * iters))
             if warps > 32 or (cluster > 1 and warps * 32 * cluster > accesses):
                 continue
             iters = -(-accesses // (32 * cluster * warps))  # balance the threads' shares
             regs = _registers(spec.backward, spec.accumulators, iters * vec)
-            if regs > MAX_REGISTERS or 32 * warps * regs > REGISTER_FILE:
+            if regs > MAX_REGISTERS or not fits_register_file(warps, regs):
                 continue
             rows = 1
             if cluster == 1:
                 target = 256 if spec.backward else 128
                 rows = max(1, target // (32 * warps))
                 while rows > 1 and (
-                    rows * 32 * warps * regs > REGISTER_FILE
+                    not fits_register_file(rows * warps, regs)
                     or spec.accumulators * iters * vec * 32 * warps * 4 > 32768
                 ):
                     rows //= 2
