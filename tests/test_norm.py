@@ -4,8 +4,9 @@ formulas and numerical gradients.
 
 Compilation coverage (CPU time): every op x input dtype x output mode (x's dtype; e4m3 and
 e5m2 with tensor scaling; e4m3 and e5m2 MXFP8) compiles for sm_80, sm_89, sm_90 and sm_100a at
-hidden sizes None (general kernel), 1000 (not a multiple of 32) and 4096, and for sm_90 (the
-arch where clusters split large rows) at 768, 5120, 8192, 14336 and 65536. The flags
+hidden sizes None (general kernel), 1000 (not a multiple of 32) and 4096 (e5m2 outputs of the
+specialized kernels only for sm_90: they differ from e4m3 in one conversion instruction), and
+for sm_90 (where clusters split large rows) at 768, 5120, 8192, 14336 and 65536. The flags
 (zero-centred gamma, fp32 gamma) compile for every op at all four archs.
 """
 
@@ -47,6 +48,8 @@ def variants(hidden_sizes, archs):
             for dt in DTYPES:
                 for op in FWD:
                     for out, scaling in MODES:
+                        if out == "fp8_e5m2" and hidden is not None and arch != "sm_90":
+                            continue  # differs from e4m3 in one conversion instruction
                         yield op, dt, dt if out == "same" else out, scaling, hidden, arch
                 for op in BWD:
                     yield op, dt, dt, "none", hidden, arch
