@@ -150,6 +150,23 @@ class Kernel:
             raise ArgumentError(name, f"is on device {a.device}, the input on {like.device}")
         return obj, a
 
+    def _tensor_scaling(
+        self, scale: Any, amax: Any, scale_inv: Any, like: Array
+    ) -> tuple[int, int, int]:
+        """Pointers of the tensor-scaling buffers (scale and amax required, scale_inv 0 if
+        omitted); raises :class:`~nvrtc_engine.ArgumentError` naming the one at fault."""
+        if scale is None:
+            raise ArgumentError("scale", f"is required for tensor-scaled {self.key.out_dtype} "
+                                "output (fp32 device array, element 0)")  # fmt: skip
+        if amax is None:
+            raise ArgumentError("amax", "is required for tensor scaling (fp32 device array "
+                                "to max-reduce into; zero it first)")  # fmt: skip
+        scale_ptr = self._scalar_buffer(scale, "scale", like)
+        amax_ptr = self._scalar_buffer(amax, "amax", like)
+        if scale_inv is None:
+            return scale_ptr, amax_ptr, 0
+        return scale_ptr, amax_ptr, self._scalar_buffer(scale_inv, "scale_inv", like)
+
     def _scalar_buffer(self, obj: Any, name: str, like: Array) -> int:
         """A device fp32 buffer of at least one element (scale, amax, scale_inv)."""
         a = as_array(obj, name)

@@ -6,10 +6,13 @@ from ..errors import VariantError
 from .activation import ACTIVATION_SPECS
 from .base import OpSpec
 from .cast import CAST_SPECS
+from .norm import NORM_SPECS
 
 __all__ = ["OpSpec", "get_spec", "registered_ops"]
 
-_REGISTRY: dict[str, OpSpec] = {spec.name: spec for spec in (*ACTIVATION_SPECS, *CAST_SPECS)}
+_REGISTRY: dict[str, OpSpec] = {
+    spec.name: spec for spec in (*ACTIVATION_SPECS, *NORM_SPECS, *CAST_SPECS)
+}
 
 
 def registered_ops() -> tuple[str, ...]:

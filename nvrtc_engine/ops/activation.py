@@ -138,16 +138,7 @@ class ActivationKernel(Kernel):
         out, oa = self._output(out, "out", xa, shape, self._out)
         scale_ptr = amax_ptr = scale_inv_ptr = 0
         if self._tensor:
-            if scale is None:
-                raise ArgumentError("scale", f"is required for tensor-scaled {key.out_dtype} "
-                                    "output (fp32 device array, element 0)")  # fmt: skip
-            if amax is None:
-                raise ArgumentError("amax", "is required for tensor scaling (fp32 device array "
-                                    "to max-reduce into; zero it first)")  # fmt: skip
-            scale_ptr = self._scalar_buffer(scale, "scale", xa)
-            amax_ptr = self._scalar_buffer(amax, "amax", xa)
-            if scale_inv is not None:
-                scale_inv_ptr = self._scalar_buffer(scale_inv, "scale_inv", xa)
+            scale_ptr, amax_ptr, scale_inv_ptr = self._tensor_scaling(scale, amax, scale_inv, xa)
         elif scale is not None or amax is not None or scale_inv is not None:
             raise ArgumentError("scale", f"{key} has no scaling; scale/amax/scale_inv are only "
                                 "for tensor-scaled FP8 outputs")  # fmt: skip

@@ -1,8 +1,8 @@
 """Independent numpy references: float64 math, rounded to the output dtype with ml_dtypes.
 
 Used by the tests, the demo and the benchmarks; nothing here shares code with the kernels.
-One module per family (:mod:`.activation`, :mod:`.cast`, ...), helpers in :mod:`.common`,
-block scaling (MXFP8) in :mod:`.mx`, NVFP4 in :mod:`.cast`.
+One module per family (:mod:`.activation`, :mod:`.norm`, :mod:`.cast`), helpers in
+:mod:`.common`, block scaling (MXFP8) in :mod:`.mx`, NVFP4 in :mod:`.cast`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,15 @@ from .cast import (
 )
 from .common import FP32_EPS, check_close, round_to, sample_input, to_float64
 from .mx import MXFP8_BLOCK, e8m0_scale, mxfp8_quantize
+from .norm import (
+    NormBackward,
+    NormForward,
+    layernorm_bwd,
+    layernorm_fwd,
+    rmsnorm_bwd,
+    rmsnorm_fwd,
+    summation_depth,
+)
 
 __all__ = [
     "ACTIVATIONS",
@@ -50,6 +59,8 @@ __all__ = [
     "ActivationResult",
     "CastTransposeResult",
     "NVFP4Result",
+    "NormBackward",
+    "NormForward",
     "activation",
     "cast_transpose",
     "check_close",
@@ -64,17 +75,22 @@ __all__ = [
     "e2m1_encode",
     "e8m0_scale",
     "gelu",
+    "layernorm_bwd",
+    "layernorm_fwd",
     "mxfp8_quantize",
     "nvfp4_encode_scale",
     "nvfp4_quantize",
     "pack_e2m1",
     "qgelu",
     "relu",
+    "rmsnorm_bwd",
+    "rmsnorm_fwd",
     "round_to",
     "sample_input",
     "sigmoid",
     "silu",
     "srelu",
+    "summation_depth",
     "to_float64",
     "unpack_e2m1",
 ]

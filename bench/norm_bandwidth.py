@@ -1,0 +1,257 @@
+"""LayerNorm/RMSNorm bandwidth on the GPU: nvrtc_engine (specialized and general kernels) vs
+device copy, PyTorch eager and torch.compile.
+
+    python bench/norm_bandwidth.py [--norms layernorm,rmsnorm] [--no-compile] [--repeat 50]
+
+bf16, N = 16384 rows at H in {1024, 4096, 8192, 14336} and N = 2048 at H = 65536. Cases:
+  - fwd bf16->bf16: z (+ mu, rsigma),
+  - fwd bf16->fp8: z in fp8_e4m3 with tensor scaling (amax of z, scale_inv),
+  - bwd: dx, dgamma (, dbeta) from dz, x, mu, rsigma, gamma.
+Implementations: nvrtc_engine with hidden_size=H ("specialized", the kernel name shows its
+launch configuration) and hidden_size=None ("general"); torch eager (F.layer_norm /
+F.rms_norm, then amax and a saturating cast for FP8; backward: aten.native_layer_norm_backward,
+for RMSNorm the kernel's math in torch ops and, separately, autograd through F.rms_norm);
+torch.compile of the same functions (a failure is reported in the table, not fatal).
+
+GB/s counts each tensor once: forward x read + z written + gamma (and beta) read; backward
+x and dz read + dx written. Each timed call touches its own copy of the row tensors, cycling
+over enough copies that the traffic per cycle is at least 256 MB (so nothing is served from
+L2). Writes bench/results/norm_bandwidth.json (and $OUT/norm_bandwidth.json when set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+
+CASES = [(16384, 1024), (16384, 4096), (16384, 8192), (16384, 14336), (2048, 65536)]
+EPS = 1e-5
+FP8_MAX = 448.0
+MIN_CYCLE_BYTES = 256 << 20
+
+
+class Cycle:
+    """``copies`` sets of buffers, handed out in turn so consecutive calls touch new memory."""
+
+    def __init__(self, make: Any, bytes_per_call: int) -> None:
+        self.copies = max(1, -(-MIN_CYCLE_BYTES // bytes_per_call))
+        self.sets = [make() for _ in range(self.copies)]
+        self.i = 0
+
+    def next(self) -> Any:
+        s = self.sets[self.i]
+        self.i = (self.i + 1) % self.copies
+        return s
+
+
+def torch_fns(norm: str, h: int) -> dict[str, Any]:
+    """Forward, FP8 forward and backward in plain torch (eager; also what gets compiled)."""
+    import torch
+    import torch.nn.functional as F
+
+    def fwd(x, w, b):
+        if norm == "layernorm":
+            return F.layer_norm(x, (h,), w, b, EPS)
+        return F.rms_norm(x, (h,), w, EPS)
+
+    def fwd_fp8(x, w, b, scale, amax, scale_inv, z8):
+        y = fwd(x, w, b)
+        amax.copy_(torch.maximum(amax, y.abs().amax().float()))
+        z8.copy_((y.float() * scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn))
+        scale_inv.copy_(scale.reciprocal())
+
+    def ln_bwd(dz, x, mu, rs, w, b):
+        return torch.ops.aten.native_layer_norm_backward(dz, x, [h], mu, rs, w, b,
+                                                         [True, True, True])  # fmt: skip
+
+    def rms_bwd(dz, x, rs, w):  # the same math as the kernel, in torch ops
+        xhat = x.float() * rs[:, None]
+        dy = dz.float() * w.float()
+        mdyy = (dy * xhat).mean(-1, keepdim=True)
+        dx = (rs[:, None] * (dy - xhat * mdyy)).to(x.dtype)
+        return dx, (dz.float() * xhat).sum(0).to(w.dtype)
+
+    return {"fwd": fwd, "fwd_fp8": fwd_fp8, "bwd": ln_bwd if norm == "layernorm" else rms_bwd}
+
+
+def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dict]:
+    import torch
+
+    import nvrtc_engine as ne
+
+    bf16 = torch.bfloat16
+    rows: list[dict] = []
+    elem = n * h
+    fwd_bytes = 2 * elem * 2 + h * 2 * (2 if norm == "layernorm" else 1)
+    fp8_bytes = 2 * elem + elem * 1 + h * 2 * (2 if norm == "layernorm" else 1)
+    bwd_bytes = 3 * elem * 2
+
+    def add(case: str, impl: str, nbytes: int, fn: Any, kernel: str = "") -> None:
+        row = {"norm": norm, "case": case, "tokens": n, "hidden": h, "impl": impl,
+               "kernel": kernel, "ms": None, "gbps": None}  # fmt: skip
+        try:
+            ms = common.cuda_time_ms(fn, repeat=args.repeat)
+            row.update(ms=ms, gbps=nbytes / (ms * 1e-3) / 1e9)
+        except Exception as exc:  # report and keep measuring the rest
+            row["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            if args.verbose:
+                traceback.print_exc()
+        rows.append(row)
+        torch.cuda.synchronize()
+
+    w = (torch.randn(h, device="cuda") * 0.1 + 1).to(bf16)
+    b = (torch.randn(h, device="cuda") * 0.1).to(bf16)
+    scale = torch.full((1,), 2.0, device="cuda")
+    amax = torch.zeros(1, device="cuda")
+    scale_inv = torch.empty(1, device="cuda")
+
+    def fwd_set():
+        x = torch.randn(n, h, device="cuda").to(bf16)
+        z8 = torch.empty(n, h, dtype=torch.float8_e4m3fn, device="cuda")
+        mu, rs = torch.empty(n, device="cuda"), torch.empty(n, device="cuda")
+        return {"x": x, "z": torch.empty_like(x), "z8": z8, "mu": mu, "rs": rs}
+
+    fc = Cycle(fwd_set, 2 * elem * 2)
+    op = f"{norm}_fwd"
+    ln = norm == "layernorm"
+    for impl, hidden in (("nvrtc_engine specialized", h), ("nvrtc_engine general", None)):
+        k16 = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden)
+        k8 = ne.get_kernel(op, in_dtype="bf16", out_dtype="fp8", hidden_size=hidden)
+        if ln:
+
+            def run16(k=k16):
+                s = fc.next()
+                k(s["x"], w, b, EPS, s["z"], s["mu"], s["rs"])
+
+            def run8(k=k8):
+                s = fc.next()
+                k(s["x"], w, b, EPS, s["z8"], s["mu"], s["rs"], scale=scale, amax=amax,
+                  scale_inv=scale_inv)  # fmt: skip
+        else:
+
+            def run16(k=k16):
+                s = fc.next()
+                k(s["x"], w, EPS, s["z"], s["rs"])
+
+            def run8(k=k8):
+                s = fc.next()
+                k(s["x"], w, EPS, s["z8"], s["rs"], scale=scale, amax=amax, scale_inv=scale_inv)
+
+        add("fwd bf16->bf16", impl, fwd_bytes, run16, k16.artifact.symbols[0])
+        add("fwd bf16->fp8", impl, fp8_bytes, run8, k8.artifact.symbols[0])
+
+    fns = torch_fns(norm, h)
+    variants = [("torch eager", fns)]
+    if not args.no_compile:
+        variants.append(("torch.compile", {name: compiled(f) for name, f in fns.items()}))
+    for impl, f in variants:
+        add("fwd bf16->bf16", impl, fwd_bytes, lambda f=f: f["fwd"](fc.next()["x"], w, b))
+
+        def t8(f=f):
+            s = fc.next()
+            f["fwd_fp8"](s["x"], w, b, scale, amax, scale_inv, s["z8"])
+
+        add("fwd bf16->fp8", impl, fp8_bytes, t8)
+    fc.sets.clear()  # free the forward buffers
+    torch.cuda.empty_cache()
+
+    # backward: mu/rsigma from a forward pass on each copy
+    ref_fwd = ne.get_kernel(op, in_dtype="bf16", hidden_size=h)
+
+    def bwd_set():
+        x = torch.randn(n, h, device="cuda").to(bf16)
+        mu, rs = torch.empty(n, device="cuda"), torch.empty(n, device="cuda")
+        if ln:
+            ref_fwd(x, w, b, EPS, mu=mu, rsigma=rs)
+        else:
+            ref_fwd(x, w, EPS, rsigma=rs)
+        return {"x": x, "dz": torch.randn(n, h, device="cuda").to(bf16), "mu": mu, "rs": rs,
+                "dx": torch.empty_like(x)}  # fmt: skip
+
+    bc = Cycle(bwd_set, bwd_bytes)
+    dw, db = torch.empty_like(w), torch.empty_like(b)
+    dev = torch.cuda.current_device()
+    for impl, hidden in (("nvrtc_engine specialized", h), ("nvrtc_engine general", None)):
+        kb = ne.get_kernel(f"{norm}_bwd", in_dtype="bf16", hidden_size=hidden)
+        ws = torch.empty(max(1, kb.workspace_elements(n, h, device=dev)), device="cuda")
+
+        def runb(k=kb, ws=ws):
+            s = bc.next()
+            if ln:
+                k(s["dz"], s["x"], s["mu"], s["rs"], w, s["dx"], dw, db, workspace=ws)
+            else:
+                k(s["dz"], s["x"], s["rs"], w, s["dx"], dw, workspace=ws)
+
+        add("bwd", impl, bwd_bytes, runb, kb.artifact.symbols[0])
+    for impl, f in variants:
+
+        def tb(f=f):
+            s = bc.next()
+            if ln:
+                f["bwd"](s["dz"], s["x"], s["mu"][:, None], s["rs"][:, None], w, b)
+            else:
+                f["bwd"](s["dz"], s["x"], s["rs"], w)
+
+        add("bwd", impl, bwd_bytes, tb)
+    if not ln:  # also autograd through F.rms_norm, as a model would run it
+        x = bc.sets[0]["x"].detach().requires_grad_(True)
+        wr = w.detach().requires_grad_(True)
+        y = torch.nn.functional.rms_norm(x, (h,), wr, EPS)
+        dz = bc.sets[0]["dz"]
+        add("bwd", "torch eager autograd", bwd_bytes,
+            lambda: torch.autograd.grad(y, (x, wr), dz, retain_graph=True))  # fmt: skip
+    bc.sets.clear()
+    torch.cuda.empty_cache()
+    return rows
+
+
+def compiled(fn: Any) -> Any:
+    """torch.compile(fn); the first call compiles (inside the timing warm-up)."""
+    import torch
+
+    return torch.compile(fn, dynamic=False)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--norms", default="layernorm,rmsnorm")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--shapes", default="", help="e.g. 16384x4096,2048x65536 (default: all)")
+    parser.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
+    args = parser.parse_args()
+    import torch
+
+    torch.manual_seed(0)
+    cases = CASES
+    if args.shapes:
+        cases = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    copy = common.copy_bandwidth_gbps()
+    rows = []
+    for norm in args.norms.split(","):
+        for n, h in cases:
+            rows += bench_shape(norm, n, h, args)
+    for r in rows:
+        r["pct_of_copy"] = 100.0 * r["gbps"] / copy if r["gbps"] else None
+    path = common.write_results("norm_bandwidth", {
+        **common.gpu_info(), "copy_gbps": copy, "dtype": "bf16", "eps": EPS, "rows": rows,
+    })  # fmt: skip
+    print(f"device copy: {copy:.0f} GB/s   bf16 input; GB/s counts each tensor once")
+    print(common.table(rows, [("norm", "norm", ""), ("case", "case", ""), ("tokens", "N", "d"),
+                              ("hidden", "H", "d"), ("impl", "implementation", ""),
+                              ("ms", "ms", ".4f"), ("gbps", "GB/s", ".0f"),
+                              ("pct_of_copy", "% of copy", ".1f"), ("kernel", "kernel", ""),
+                              ("error", "error", "")]))  # fmt: skip
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,765 @@
+"""Normalization family: LayerNorm and RMSNorm, forward and backward.
+
+Template: ``templates/norm.cu.j2``; float64 references and error bounds:
+:mod:`nvrtc_engine.reference.norm`; usage: ``docs/norms.md``.
+
+Ops (x is ``(..., hidden_size)``, rows ``N`` = the product of the leading dimensions):
+
+- ``layernorm_fwd``: ``z = (x - mu) * rsigma * gamma + beta``, ``mu``/``rsigma`` fp32 per row.
+- ``rmsnorm_fwd``: ``z = x * rsigma * gamma``, ``rsigma`` fp32 per row.
+- ``layernorm_bwd``: ``dx``, ``dgamma``, ``dbeta``.
+- ``rmsnorm_bwd``: ``dx``, ``dgamma``; ``rmsnorm_bwd_add``: the same with a residual gradient
+  added into ``dx`` in the same pass.
+
+Key fields: ``in_dtype`` is the dtype of x (and dz); ``out_dtype`` that of z (forward: x's dtype,
+or fp8_e4m3/fp8_e5m2 with ``scaling`` ``tensor`` or ``mxfp8``) or dx (backward: x's dtype).
+Flags: ``zero_centered_gamma`` (short ``zcg``: multiply by gamma + 1) and ``fp32_gamma`` (short
+``wf32``: gamma, beta, dgamma and dbeta are fp32 while x is fp16/bf16; without it they have x's
+dtype). ``eps`` is a run-time argument.
+
+Specialization: with ``hidden_size`` the row lives in registers with compile-time trip counts
+(:func:`launch_config` picks warps per row, rows per CTA, access width and, on sm_90 and
+sm_100, CTAs per row as a thread block cluster); the choice is part of the kernel's symbol, e.g.
+``layernorm_fwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1``. When no register layout fits
+(and always for ``hidden_size=None``) the general kernel streams each row (symbol suffix
+``loop``). Math as in TransformerEngine: fp32 compute, biased variance,
+``rsigma = 1/sqrt(var + eps)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import struct
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+from .. import driver
+from ..dtypes import DTYPES, DType
+from ..errors import ArgumentError, ArgumentTypeError, CudaError, VariantError
+from ..interop import Array, allocate_like, stream_handle
+from ..kernel import Kernel, Loaded
+from ..key import arch_number
+from .base import FP8, HIGH_PRECISION, TYPE_TAGS, OpSpec
+from .blockscale import mxfp8_scale_shape
+
+if TYPE_CHECKING:
+    from ..key import KernelKey
+
+__all__ = [
+    "NORM_SPECS",
+    "LaunchConfig",
+    "LayerNormBwdKernel",
+    "LayerNormFwdKernel",
+    "LayerNormGrads",
+    "LayerNormOutput",
+    "NormSpec",
+    "RMSNormBwdAddKernel",
+    "RMSNormBwdKernel",
+    "RMSNormFwdKernel",
+    "RMSNormGrads",
+    "RMSNormOutput",
+    "fits_register_file",
+    "gamma_dtype",
+    "launch_config",
+    "loop_threads_per_row",
+]
+
+_FP32 = DTYPES["fp32"]
+_BYTES = DTYPES["fp8_e4m3"]  # uint8 storage: E8M0 scale bytes are accepted like FP8 data
+REGISTER_FILE = 65536  # 32-bit registers per SM (sm_80 ... sm_100)
+MAX_THREADS = 1024
+MAX_REGISTERS = 255
+# Guess, to be measured (ptxas -v on the variants of tests/test_norm.py): registers a thread
+# needs besides the row values it holds (addresses, indices, row statistics, loop state).
+OVERHEAD_REGISTERS = 40
+# Guess, to be measured: bytes of one row tensor a thread should hold per row (four 16-byte
+# accesses forward, two backward, where the backward kernel also holds dz and column sums).
+TARGET_BYTES = {"fwd": 64, "bwd": 32}
+MAX_ELEMENTS = 64  # row elements per thread per tensor; also bounds the summation depth
+# Guess, to be measured: backward CTAs per SM in the persistent grid. More CTAs hide latency
+# but each adds a partial row of dgamma/dbeta that the finalize kernel reads back.
+BWD_CTAS_PER_SM = 2
+LOOP_BLOCK = 1024  # threads per CTA of the streaming kernels (forward, backward row sums)
+TILE_BLOCK = 256  # threads per CTA of the streaming backward (8 warps on a 32-access tile)
+TILE_CTAS_PER_SM = 4  # guess, to be measured: target CTAs of the streaming backward
+FINALIZE_BLOCK = 256
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How a variant maps rows to threads.
+
+    ``mode`` is ``"regs"`` (the row lives in registers; ``hidden_size`` compiled in) or
+    ``"loop"`` (the row is streamed from memory; the general kernel). In ``regs`` mode a row
+    is held by ``cluster`` CTAs (a thread block cluster, sm_90/sm_100) of ``warps`` warps
+    each; each thread holds ``iters`` accesses of ``vec`` elements; a CTA holds ``rows`` rows. In
+    ``loop`` mode ``vec`` is the widest access (16 bytes of x), used at run time when the
+    hidden size is a multiple of it and every pointer is 16-byte aligned.
+
+    Chosen by :func:`launch_config`; the thresholds there are guesses until measured on the
+    H200 (bench/norm_bandwidth.py compares the specialized and general kernels).
+    """
+
+    mode: str
+    vec: int
+    warps: int = 0
+    rows: int = 1
+    iters: int = 0
+    cluster: int = 1
+
+    @property
+    def threads(self) -> int:
+        """Threads per CTA of the main kernel."""
+        return self.rows * 32 * self.warps if self.mode == "regs" else LOOP_BLOCK
+
+    @property
+    def tag(self) -> str:
+        """The configuration as a symbol suffix: ``w4r1v8j4c1`` or ``loop``."""
+        if self.mode == "loop":
+            return "loop"
+        return f"w{self.warps}r{self.rows}v{self.vec}j{self.iters}c{self.cluster}"
+
+
+def gamma_dtype(key: KernelKey) -> str:
+    """Dtype of gamma/beta/dgamma/dbeta: fp32 with the ``fp32_gamma`` flag, else x's dtype."""
+    return "fp32" if key.flag("fp32_gamma") else key.in_dtype
+
+
+def _vector_width(hidden: int, itemsize: int) -> int:
+    """The widest access (power of two, at most 16 bytes) whose width divides ``hidden``."""
+    v = 16 // itemsize
+    while hidden % v:
+        v //= 2
+    return v
+
+
+def fits_register_file(warps: int, regs: int) -> bool:
+    """Whether a CTA of ``warps`` warps using ``regs`` registers per thread fits one SM: the
+    register file is split over 4 sub-partitions, each holding a quarter of the warps."""
+    return -(-warps // 4) * 4 * 32 * regs <= REGISTER_FILE
+
+
+def _registers(backward: bool, accumulators: int, elements: int) -> int:
+    """Estimated registers per thread holding ``elements`` values of each row tensor, rounded
+    up to the allocation unit (8 per thread)."""
+    if backward:  # x -> xhat, dz -> dy, and the column sums
+        regs = (2 + accumulators) * elements + OVERHEAD_REGISTERS
+    else:
+        regs = elements + OVERHEAD_REGISTERS
+    return -(-regs // 8) * 8
+
+
+@functools.lru_cache(maxsize=1024)
+def launch_config(key: KernelKey) -> LaunchConfig:
+    """The launch configuration of a norm variant (see :class:`LaunchConfig`).
+
+    Heuristic (every threshold a guess to be measured): the access width is the widest that
+    divides H (16 bytes of x at most). Each thread should hold about ``TARGET_BYTES`` of a row
+    tensor; the fewest warps per row that achieve it are used, up to 32. A layout must fit:
+    at most 1024 threads per CTA, and the estimated registers (:data:`OVERHEAD_REGISTERS` plus
+    the row values and, backward, column sums: all fp32) within 255 per thread and the register
+    file (:func:`fits_register_file`). Candidates, in order: one CTA per row with up to twice
+    the target per thread; then, on sm_90, sm_100 and sm_103 (where clusters of up to 8 CTAs
+    are portable), the row split over a cluster of 2, 4 or 8 CTAs with the same shares; then
+    larger shares (up to :data:`MAX_ELEMENTS` elements per thread), one CTA first. If nothing
+    fits, the streaming kernel is used. Small rows are packed several to a CTA (forward 128
+    threads, backward 256).
+    """
+    spec = key.spec
+    assert isinstance(spec, NormSpec)
+    itemsize = key.input.itemsize
+    if key.hidden_size is None:
+        return LaunchConfig("loop", 16 // itemsize)
+    hidden = key.hidden_size
+    vec = _vector_width(hidden, itemsize)
+    accesses = hidden // vec
+    direction = "bwd" if spec.backward else "fwd"
+    start = max(1, TARGET_BYTES[direction] // (vec * itemsize))
+    clusters = (1, 2, 4, 8) if 90 <= arch_number(key.arch) < 110 else (1,)
+    most = max(start, MAX_ELEMENTS // vec)
+    candidates = [(c, range(start, min(2 * start, most) + 1)) for c in clusters]
+    candidates += [(c, range(2 * start + 1, most + 1)) for c in clusters]
+    for cluster, shares in candidates:
+        for iters in shares:
+            warps = -(-accesses // (32 * cluster * iters))
+            if warps > 32 or (cluster > 1 and warps * 32 * cluster > accesses):
+                continue
+            iters = -(-accesses // (32 * cluster * warps))  # balance the threads' shares
+            regs = _registers(spec.backward, spec.accumulators, iters * vec)
+            if regs > MAX_REGISTERS or not fits_register_file(warps, regs):
+                continue
+            rows = 1
+            if cluster == 1:
+                target = 256 if spec.backward else 128
+                rows = max(1, target // (32 * warps))
+                while rows > 1 and (
+                    not fits_register_file(rows * warps, regs)
+                    or spec.accumulators * iters * vec * 32 * warps * 4 > 32768
+                ):
+                    rows //= 2
+            return LaunchConfig("regs", vec, warps, rows, iters, cluster)
+    return LaunchConfig("loop", 16 // itemsize)
+
+
+def loop_threads_per_row(hidden: int) -> int:
+    """Threads per row of the streaming kernels: a power of two in [32, 1024], about 32
+    elements per thread (so at most 64 up to H = 65536)."""
+    want = max(1, -(-hidden // 32))
+    return min(LOOP_BLOCK, max(32, 1 << (want - 1).bit_length()))
+
+
+def _float_literal(value: float) -> str:
+    """A C++ hex literal holding exactly fp32(value)."""
+    f32 = struct.unpack("<f", struct.pack("<f", value))[0]
+    return f"{f32.hex()}f" if f32 else "0.0f"
+
+
+class NormSpec(OpSpec):
+    """A LayerNorm/RMSNorm op (forward or backward); see the module docstring."""
+
+    family = "norm"
+    flags: ClassVar[dict[str, str]] = {"zero_centered_gamma": "zcg", "fp32_gamma": "wf32"}
+
+    def __init__(self, name: str, *, rms: bool, backward: bool, add: bool, doc: str) -> None:
+        self.name = name
+        self.rms = rms
+        self.backward = backward
+        self.add = add
+        self.doc = doc
+        self.in_dtypes = HIGH_PRECISION
+        if backward:
+            self.out_dtypes = HIGH_PRECISION
+            self.scalings = ("none",)
+        else:
+            self.out_dtypes = HIGH_PRECISION + FP8
+            self.scalings = ("none", "tensor", "mxfp8")
+        self.layouts = ("rowwise",)
+
+    @property
+    def accumulators(self) -> int:
+        """Column sums the backward kernel keeps: dgamma (RMSNorm), dgamma and dbeta."""
+        return 1 if self.rms else 2
+
+    def validate(self, key: KernelKey) -> None:
+        super().validate(key)
+        allowed = [key.in_dtype] + ([] if self.backward else list(FP8))
+        if key.out_dtype not in allowed:
+            what = "dx" if self.backward else "z"
+            raise VariantError("out_dtype", key.out_dtype, allowed,
+                               f"{what} of {self.name} has x's dtype"
+                               + ("" if self.backward else " or an FP8 dtype"))  # fmt: skip
+        if key.flag("fp32_gamma") and key.in_dtype == "fp32":
+            raise VariantError("fp32_gamma", True, [False],
+                               "gamma is already fp32 when x is fp32")  # fmt: skip
+
+    def symbols(self, key: KernelKey) -> tuple[str, ...]:
+        cfg = launch_config(key)
+        stem = f"{key}_{cfg.tag}"
+        if not self.backward:
+            return (stem,)
+        if cfg.mode == "regs":
+            return (stem, f"{stem}_finalize")
+        return (stem, f"{stem}_stats", f"{stem}_finalize")
+
+    def render_context(self, key: KernelKey) -> dict[str, Any]:
+        ctx = super().render_context(key)
+        cfg = launch_config(key)
+        symbols = self.symbols(key)
+        w_dtype = gamma_dtype(key)
+        out = key.output
+        ctx.update(
+            direction="bwd" if self.backward else "fwd",
+            rms=self.rms,
+            add=self.add,
+            zcg=key.flag("zero_centered_gamma"),
+            w_dtype=w_dtype,
+            w_type=TYPE_TAGS[w_dtype],
+            nacc=self.accumulators,
+            mode=cfg.mode,
+            tag=cfg.tag,
+            vec=cfg.vec,
+            vmax=16 // key.input.itemsize,
+            warps=cfg.warps,
+            rows=cfg.rows,
+            iters=cfg.iters,
+            cluster=cfg.cluster,
+            tensor_scaling=key.scaling == "tensor",
+            mxfp8=key.scaling == "mxfp8",
+            max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
+            stats_name=symbols[1] if len(symbols) == 3 else "",
+            finalize_name=symbols[-1] if self.backward else "",
+        )
+        return ctx
+
+    def kernel_class(self) -> type[Kernel]:
+        if not self.backward:
+            return RMSNormFwdKernel if self.rms else LayerNormFwdKernel
+        if self.add:
+            return RMSNormBwdAddKernel
+        return RMSNormBwdKernel if self.rms else LayerNormBwdKernel
+
+
+class LayerNormOutput(NamedTuple):
+    """``layernorm_fwd`` results: ``z``, ``mu``, ``rsigma``, and ``scale_inv`` (the tensor-
+    scaling buffer that was passed, the MXFP8 scale tensor, or None)."""
+
+    z: Any
+    mu: Any
+    rsigma: Any
+    scale_inv: Any
+
+
+class RMSNormOutput(NamedTuple):
+    """``rmsnorm_fwd`` results: ``z``, ``rsigma``, ``scale_inv`` (see :class:`LayerNormOutput`)."""
+
+    z: Any
+    rsigma: Any
+    scale_inv: Any
+
+
+class LayerNormGrads(NamedTuple):
+    """``layernorm_bwd`` results: ``dx``, ``dgamma``, ``dbeta``."""
+
+    dx: Any
+    dgamma: Any
+    dbeta: Any
+
+
+class RMSNormGrads(NamedTuple):
+    """``rmsnorm_bwd``/``rmsnorm_bwd_add`` results: ``dx``, ``dgamma``."""
+
+    dx: Any
+    dgamma: Any
+
+
+@dataclass(frozen=True)
+class _Device:
+    """What the grids need on one device: SM count and each function's CTAs per SM."""
+
+    sm_count: int
+    occupancy: tuple[int, ...]
+
+
+def _occupancy(function: Any, threads: int) -> int:
+    drv = driver._drv()
+    try:
+        n = driver.check(
+            drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, threads, 0),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        )
+    except CudaError:
+        return 1
+    return max(1, int(n))
+
+
+def _aligned(arrays: list[tuple[Array | None, int]]) -> bool:
+    """Whether every array's address is a multiple of its access size (at most 16 bytes)."""
+    return all(a is None or a.ptr % min(16, size) == 0 for a, size in arrays)
+
+
+class _NormKernel(Kernel):
+    """What the norm kernels share: configuration, per-device grids, argument checks."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        key = self.key
+        spec = key.spec
+        assert isinstance(spec, NormSpec)
+        self.spec = spec
+        self.config = launch_config(key)
+        self._in = key.input
+        self._out = key.output
+        self._w = DTYPES[gamma_dtype(key)]
+        self._devices: dict[int, _Device] = {}
+
+    def _device(self, loaded: Loaded) -> _Device:
+        got = self._devices.get(loaded.device.ordinal)
+        if got is None:
+            driver.make_current(loaded.device)
+            occ = tuple(_occupancy(f, t) for f, t in zip(loaded.functions, self._function_threads(),
+                                                            strict=True))  # fmt: skip
+            got = _Device(loaded.device.sm_count, occ)
+            self._devices[loaded.device.ordinal] = got
+        return got
+
+    def _function_threads(self) -> tuple[int, ...]:
+        """Threads per CTA of each function in ``loaded.functions``."""
+        raise NotImplementedError
+
+    def _rows(self, xa: Array, name: str) -> tuple[int, int]:
+        """``(rows, hidden)`` of a ``(..., hidden)`` array, checked against the key."""
+        if not xa.shape:
+            raise ArgumentError(name, "must have at least one dimension (..., hidden_size)")
+        hidden = xa.shape[-1]
+        key = self.key
+        if key.hidden_size is not None and hidden != key.hidden_size:
+            raise ArgumentError(
+                name, f"last dimension is {hidden}, but this kernel is specialized for "
+                f"hidden_size={key.hidden_size} (use hidden_size=None for any size)",
+            )  # fmt: skip
+        if hidden < 1:
+            raise ArgumentError(name, "hidden size (last dimension) must be at least 1")
+        return xa.numel // hidden, hidden
+
+    def _like(
+        self, obj: Any, name: str, like: Array, shape: tuple[int, ...], dtype: DType
+    ) -> Array:
+        """An input of exactly ``shape``/``dtype`` on ``like``'s device."""
+        a = self._input(obj, name, dtype)
+        if a.shape != shape:
+            raise ArgumentError(name, f"has shape {a.shape}; expected {shape}")
+        if a.device != like.device:
+            raise ArgumentError(name, f"is on device {a.device}, the input on {like.device}")
+        return a
+
+    def _vec(self, hidden: int) -> int:
+        """Elements per access: the compiled width, or the loop kernel's (H a multiple)."""
+        v = self.config.vec
+        return v if self.config.mode == "regs" or hidden % v == 0 else 1
+
+
+def _eps(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ArgumentError("eps", f"must be a float >= 0, got {value!r}")
+    try:
+        eps = float(value)
+    except (TypeError, ValueError):
+        raise ArgumentError("eps", f"must be a float >= 0, got {value!r}") from None
+    if not (math.isfinite(eps) and eps >= 0.0):
+        raise ArgumentError("eps", f"must be a finite float >= 0, got {value!r}")
+    return eps
+
+
+class _NormFwdKernel(_NormKernel):
+    _params = driver.ParamPack("PPPPPPPPPPqifiiiq")
+
+    def _function_threads(self) -> tuple[int, ...]:
+        return (self.config.threads,)
+
+    def _forward(
+        self, x: Any, gamma: Any, beta: Any, eps: Any, out: Any, mu: Any, rsigma: Any,
+        scale: Any, amax: Any, scale_inv: Any, stream: Any,
+    ) -> tuple[Any, Any, Any, Any]:  # fmt: skip
+        key = self.key
+        xa = self._input(x, "x", self._in)
+        rows, hidden = self._rows(xa, "x")
+        ga = self._like(gamma, "gamma", xa, (hidden,), self._w)
+        ba = None if self.spec.rms else self._like(beta, "beta", xa, (hidden,), self._w)
+        eps_value = _eps(eps)
+        out, oa = self._output(out, "out", xa, xa.shape, self._out)
+        mua = None
+        if not self.spec.rms:
+            mu, mua = self._output(mu, "mu", xa, xa.shape[:-1], _FP32)
+        rsigma, rsa = self._output(rsigma, "rsigma", xa, xa.shape[:-1], _FP32)
+        scale_ptr = amax_ptr = scale_inv_ptr = mx_ptr = 0
+        mx_stride, mx_rows = 0, 0
+        if key.scaling == "tensor":
+            scale_ptr, amax_ptr, scale_inv_ptr = self._tensor_scaling(scale, amax, scale_inv, xa)
+        elif key.scaling == "mxfp8":
+            if scale is not None or amax is not None:
+                raise ArgumentError("scale", "MXFP8 output computes its own block scales; "
+                                    "scale and amax are for tensor scaling")  # fmt: skip
+            shape = mxfp8_scale_shape(rows, hidden, "rowwise")
+            if scale_inv is None:
+                scale_inv = allocate_like(xa, shape, _BYTES, "scale_inv")
+                if xa.kind == "torch":
+                    scale_inv = scale_inv.view(sys.modules["torch"].uint8)
+            mx_ptr = self._like(scale_inv, "scale_inv", xa, shape, _BYTES).ptr
+            mx_rows, mx_stride = shape
+        elif scale is not None or amax is not None or scale_inv is not None:
+            raise ArgumentError("scale", f"{key} has no scaling; scale/amax/scale_inv are only "
+                                "for FP8 outputs")  # fmt: skip
+        if rows == 0:
+            return out, mu, rsigma, scale_inv
+        handle = stream_handle(stream, xa)
+        loaded = self.loaded(xa.device)
+        dev = self._device(loaded)
+        cfg = self.config
+        vec = self._vec(hidden)
+        aligned = vec > 1 and _aligned([
+            (xa, vec * self._in.itemsize), (oa, vec * self._out.itemsize),
+            (ga, vec * self._w.itemsize), (ba, vec * self._w.itemsize),
+        ])  # fmt: skip
+        if cfg.mode == "regs":
+            tpr = 0
+            groups = -(-rows // cfg.rows)
+            clusters = min(groups, max(1, dev.sm_count * dev.occupancy[0] // cfg.cluster))
+            grid = clusters * cfg.cluster
+        else:
+            tpr = loop_threads_per_row(hidden)
+            groups = -(-rows // (LOOP_BLOCK // tpr))
+            grid = min(groups, dev.sm_count * dev.occupancy[0])
+        params = self._params.pack(
+            xa.ptr, ga.ptr, ba.ptr if ba is not None else 0, oa.ptr,
+            mua.ptr if mua is not None else 0, rsa.ptr, scale_ptr, amax_ptr, scale_inv_ptr,
+            mx_ptr, rows, hidden, eps_value, int(aligned), tpr, mx_stride, mx_rows,
+        )  # fmt: skip
+        driver.make_current(loaded.device)
+        driver.launch(loaded.functions[0], grid, cfg.threads, handle, params)
+        return out, mu, rsigma, scale_inv
+
+
+class LayerNormFwdKernel(_NormFwdKernel):
+    """LayerNorm forward: ``z = (x - mu) * rsigma * gamma + beta`` (``gamma + 1`` with
+    ``zero_centered_gamma``), per row of ``x``.
+
+    Call: ``kernel(x, gamma, beta, eps=1e-5, out=None, mu=None, rsigma=None, *, scale=None,
+    amax=None, scale_inv=None, stream=None) -> LayerNormOutput(z, mu, rsigma, scale_inv)``.
+
+    Args:
+        x: CUDA array ``(..., hidden_size)`` of ``in_dtype``, C-contiguous.
+        gamma, beta: ``(hidden_size,)``, x's dtype (fp32 with the ``fp32_gamma`` flag).
+        eps: added to the variance, a float >= 0.
+        out: z, x's shape, ``out_dtype`` (FP8 may be uint8 storage); allocated if omitted.
+        mu, rsigma: fp32 ``x.shape[:-1]``; allocated if omitted.
+        scale, amax, scale_inv: tensor scaling: fp32 device arrays; element 0 of ``scale`` is
+            the scale, element 0 of ``amax`` is max-reduced (atomically) with ``max|z|``
+            before scaling (zero it first), ``1/scale`` goes to ``scale_inv`` (optional).
+            MXFP8: ``scale_inv`` is the uint8 E8M0 scale tensor of shape
+            ``mxfp8_scale_shape(N, hidden_size, "rowwise")`` (allocated if omitted; every byte,
+            padding included, is written).
+        stream: where to launch (see :mod:`nvrtc_engine.interop`).
+
+    Math: mean and biased variance in fp32, two passes over the row; ``rsigma =
+    1/sqrt(var + eps)``, as in TransformerEngine. Raises
+    :class:`~nvrtc_engine.ArgumentError`/:class:`~nvrtc_engine.ArgumentTypeError` before
+    launching when an argument is wrong.
+    """
+
+    def __call__(
+        self, x: Any, gamma: Any, beta: Any, eps: Any = 1e-5, out: Any = None, mu: Any = None,
+        rsigma: Any = None, *, scale: Any = None, amax: Any = None, scale_inv: Any = None,
+        stream: Any = None,
+    ) -> LayerNormOutput:  # fmt: skip
+        z, mu, rsigma, scale_inv = self._forward(x, gamma, beta, eps, out, mu, rsigma, scale,
+                                                 amax, scale_inv, stream)  # fmt: skip
+        return LayerNormOutput(z, mu, rsigma, scale_inv)
+
+
+class RMSNormFwdKernel(_NormFwdKernel):
+    """RMSNorm forward: ``z = x * rsigma * gamma`` (``gamma + 1`` with
+    ``zero_centered_gamma``), ``rsigma = 1/sqrt(mean(x^2) + eps)`` per row.
+
+    Call: ``kernel(x, gamma, eps=1e-5, out=None, rsigma=None, *, scale=None, amax=None,
+    scale_inv=None, stream=None) -> RMSNormOutput(z, rsigma, scale_inv)``; arguments as in
+    :class:`LayerNormFwdKernel`. Math as in TransformerEngine (fp32 compute).
+    """
+
+    def __call__(
+        self, x: Any, gamma: Any, eps: Any = 1e-5, out: Any = None, rsigma: Any = None, *,
+        scale: Any = None, amax: Any = None, scale_inv: Any = None, stream: Any = None,
+    ) -> RMSNormOutput:  # fmt: skip
+        z, _, rsigma, scale_inv = self._forward(x, gamma, None, eps, out, None, rsigma, scale,
+                                                amax, scale_inv, stream)  # fmt: skip
+        return RMSNormOutput(z, rsigma, scale_inv)
+
+
+@dataclass(frozen=True)
+class _BwdPlan:
+    """Grids and workspace of one backward call (a function of rows, hidden and device).
+
+    ``parts``: partial rows of column sums (CTAs or clusters in ``regs`` mode, row chunks of
+    ``chunk_rows`` rows in ``loop`` mode); ``stats_grid``/``tpr``: the row-sum kernel
+    (``loop``); the workspace holds ``part_elements`` fp32 partial sums, then from
+    ``stats_offset`` the row sums (``loop``), ``workspace`` elements in all.
+    """
+
+    stats_grid: int
+    tpr: int
+    parts: int
+    chunk_rows: int
+    part_elements: int
+    stats_offset: int
+    workspace: int
+
+
+class _NormBwdKernel(_NormKernel):
+    _params = driver.ParamPack("PPPPPPPPPPPqiiiiqi")
+
+    def _function_threads(self) -> tuple[int, ...]:
+        if self.config.mode == "regs":
+            return (self.config.threads, FINALIZE_BLOCK)
+        return (TILE_BLOCK, LOOP_BLOCK, FINALIZE_BLOCK)
+
+    def _plan(self, dev: _Device, rows: int, hidden: int) -> _BwdPlan:
+        cfg = self.config
+        nacc = self.spec.accumulators
+        stats_grid = tpr = chunk_rows = parts = stats = 0
+        if rows > 0 and cfg.mode == "regs":
+            groups = -(-rows // cfg.rows)
+            per_sm = min(dev.occupancy[0], BWD_CTAS_PER_SM)
+            parts = min(groups, max(1, dev.sm_count * per_sm // cfg.cluster))
+        elif rows > 0:
+            tpr = loop_threads_per_row(hidden)
+            stats_grid = min(-(-rows // (LOOP_BLOCK // tpr)), dev.sm_count * dev.occupancy[1])
+            # chunks of rows sized for the widest tiles, so the workspace does not depend
+            # on the pointers' alignment; ntiles is set per launch
+            widest = -(-hidden // (32 * cfg.vec))
+            want = max(1, -(-dev.sm_count * TILE_CTAS_PER_SM // widest))
+            chunk_rows = -(-rows // min(rows, want))
+            parts = -(-rows // chunk_rows)
+            stats = 2 * rows
+        part_elements = nacc * parts * hidden
+        offset = -(-part_elements // 4) * 4  # 16-byte aligned
+        return _BwdPlan(stats_grid, tpr, parts, chunk_rows, part_elements, offset,
+                        offset + stats)  # fmt: skip
+
+    def workspace_elements(self, rows: int, hidden: int | None = None, device: int = 0) -> int:
+        """fp32 elements of workspace a call with ``rows`` rows needs on ``device``.
+
+        The grid (and so the number of partial dgamma/dbeta rows) depends on the device's SM
+        count and this kernel's occupancy there; loads the kernel on ``device``.
+        """
+        hidden = self.key.hidden_size if hidden is None else hidden
+        if hidden is None:
+            raise ArgumentError("hidden", "is required for a general (hidden_size=None) kernel")
+        dev = self._device(self.loaded(device))
+        return self._plan(dev, rows, hidden).workspace
+
+    def _backward(
+        self, dz: Any, x: Any, mu: Any, rsigma: Any, gamma: Any, add: Any, dx: Any, dgamma: Any,
+        dbeta: Any, workspace: Any, stream: Any,
+    ) -> tuple[Any, Any, Any]:  # fmt: skip
+        spec = self.spec
+        xa = self._input(x, "x", self._in)
+        rows, hidden = self._rows(xa, "x")
+        dza = self._like(dz, "dz", xa, xa.shape, self._in)
+        mua = None if spec.rms else self._like(mu, "mu", xa, xa.shape[:-1], _FP32)
+        rsa = self._like(rsigma, "rsigma", xa, xa.shape[:-1], _FP32)
+        ga = self._like(gamma, "gamma", xa, (hidden,), self._w)
+        adda = self._like(add, "add", xa, xa.shape, self._in) if spec.add else None
+        dx, dxa = self._output(dx, "dx", xa, xa.shape, self._in)
+        dgamma, dga = self._output(dgamma, "dgamma", xa, (hidden,), self._w)
+        dba = None
+        if not spec.rms:
+            dbeta, dba = self._output(dbeta, "dbeta", xa, (hidden,), self._w)
+        if workspace is None and xa.kind not in ("torch", "cupy"):
+            raise ArgumentTypeError(
+                "workspace", "is required: the input is neither a torch tensor nor a CuPy "
+                "array, so the kernel cannot allocate it",
+            )  # fmt: skip
+        wa = None if workspace is None else self._input(workspace, "workspace", _FP32)
+        handle = stream_handle(stream, xa)
+        loaded = self.loaded(xa.device)
+        dev = self._device(loaded)
+        plan = self._plan(dev, rows, hidden)
+        if wa is None:
+            workspace = allocate_like(xa, (max(1, plan.workspace),), _FP32, "workspace")
+            wa = self._input(workspace, "workspace", _FP32)
+        if wa.numel < plan.workspace:
+            raise ArgumentError("workspace", f"has {wa.numel} fp32 elements; this call needs "
+                                f"{plan.workspace} (see workspace_elements)")  # fmt: skip
+        if wa.ptr % 16 or wa.device != xa.device:
+            raise ArgumentError("workspace", "must be 16-byte aligned and on the input's device")
+        cfg = self.config
+        vec = self._vec(hidden)
+        w_size, in_size = self._w.itemsize, self._in.itemsize
+        aligned = vec > 1 and _aligned([
+            (xa, vec * in_size), (dza, vec * in_size), (dxa, vec * in_size),
+            (adda, vec * in_size), (ga, vec * w_size),
+        ])  # fmt: skip
+        ntiles = -(-(hidden // (vec if aligned else 1)) // 32)  # loop mode: 32 accesses each
+        params = self._params.pack(
+            dza.ptr, xa.ptr, mua.ptr if mua is not None else 0, rsa.ptr, ga.ptr,
+            adda.ptr if adda is not None else 0, dxa.ptr, wa.ptr, wa.ptr + 4 * plan.stats_offset,
+            dga.ptr, dba.ptr if dba is not None else 0, rows, hidden, int(aligned), plan.tpr,
+            plan.parts, plan.chunk_rows, ntiles,
+        )  # fmt: skip
+        fns = loaded.functions
+        driver.make_current(loaded.device)
+        if rows > 0 and cfg.mode == "regs":
+            driver.launch(fns[0], plan.parts * cfg.cluster, cfg.threads, handle, params)
+        elif rows > 0:
+            driver.launch(fns[1], plan.stats_grid, LOOP_BLOCK, handle, params)
+            driver.launch(fns[0], plan.parts * ntiles, TILE_BLOCK, handle, params)
+        finalize_grid = spec.accumulators * -(-hidden // 32)
+        driver.launch(fns[-1], finalize_grid, FINALIZE_BLOCK, handle, params)
+        return dx, dgamma, dbeta
+
+
+class LayerNormBwdKernel(_NormBwdKernel):
+    """LayerNorm backward.
+
+    Call: ``kernel(dz, x, mu, rsigma, gamma, dx=None, dgamma=None, dbeta=None, *,
+    workspace=None, stream=None) -> LayerNormGrads(dx, dgamma, dbeta)``.
+
+    Args:
+        dz, x: ``(..., hidden_size)`` of ``in_dtype``; mu, rsigma: fp32 ``x.shape[:-1]`` (from
+            the forward pass); gamma: ``(hidden_size,)``, x's dtype or fp32 (``fp32_gamma``).
+        dx: x's shape and dtype; dgamma, dbeta: gamma's shape and dtype; allocated if omitted.
+
+    Math (TransformerEngine): ``xhat = (x - mu) * rsigma``, ``dy = dz * gamma`` (``gamma + 1``
+    with ``zero_centered_gamma``), ``dx = rsigma * (dy - mean(dy) - xhat * mean(dy * xhat))``
+    (means over the row), ``dgamma = sum_rows(dz * xhat)``, ``dbeta = sum_rows(dz)``; fp32.
+
+    Column sums (dgamma, dbeta) are fp32 partial sums per CTA (or cluster), written to a
+    workspace and added up by a second kernel in a fixed order: deterministic for a fixed
+    shape and device. ``workspace``: fp32 CUDA array of at least
+    ``kernel.workspace_elements(rows, hidden, device)`` elements, 16-byte aligned; allocated
+    with the input's library (torch or CuPy) when omitted, required otherwise.
+
+    Raises :class:`~nvrtc_engine.ArgumentError`/:class:`~nvrtc_engine.ArgumentTypeError`
+    before launching when an argument is wrong.
+    """
+
+    def __call__(
+        self, dz: Any, x: Any, mu: Any, rsigma: Any, gamma: Any, dx: Any = None,
+        dgamma: Any = None, dbeta: Any = None, *, workspace: Any = None, stream: Any = None,
+    ) -> LayerNormGrads:  # fmt: skip
+        return LayerNormGrads(*self._backward(dz, x, mu, rsigma, gamma, None, dx, dgamma, dbeta,
+                                              workspace, stream))  # fmt: skip
+
+
+class RMSNormBwdKernel(_NormBwdKernel):
+    """RMSNorm backward.
+
+    Call: ``kernel(dz, x, rsigma, gamma, dx=None, dgamma=None, *, workspace=None,
+    stream=None) -> RMSNormGrads(dx, dgamma)``; arguments as in :class:`LayerNormBwdKernel`.
+
+    Math (TransformerEngine): ``xhat = x * rsigma``, ``dy = dz * gamma`` (``gamma + 1`` with
+    ``zero_centered_gamma``), ``dx = rsigma * (dy - xhat * mean(dy * xhat))``,
+    ``dgamma = sum_rows(dz * xhat)``; fp32. Workspace, determinism and errors as in
+    :class:`LayerNormBwdKernel`.
+    """
+
+    def __call__(
+        self, dz: Any, x: Any, rsigma: Any, gamma: Any, dx: Any = None, dgamma: Any = None, *,
+        workspace: Any = None, stream: Any = None,
+    ) -> RMSNormGrads:  # fmt: skip
+        dx, dgamma, _ = self._backward(dz, x, None, rsigma, gamma, None, dx, dgamma, None,
+                                       workspace, stream)  # fmt: skip
+        return RMSNormGrads(dx, dgamma)
+
+
+class RMSNormBwdAddKernel(_NormBwdKernel):
+    """RMSNorm backward with a residual gradient: ``dx = rmsnorm_bwd(...) + add``.
+
+    Call: ``kernel(dz, x, rsigma, gamma, add, dx=None, dgamma=None, *, workspace=None,
+    stream=None) -> RMSNormGrads(dx, dgamma)``. ``add``: x's shape and dtype, the gradient
+    reaching x through the residual branch (TransformerEngine's ``rmsnorm_bwd_add``); ``dx``
+    may be ``add`` itself (in place). Other arguments and math as in :class:`RMSNormBwdKernel`.
+    """
+
+    def __call__(
+        self, dz: Any, x: Any, rsigma: Any, gamma: Any, add: Any, dx: Any = None,
+        dgamma: Any = None, *, workspace: Any = None, stream: Any = None,
+    ) -> RMSNormGrads:  # fmt: skip
+        dx, dgamma, _ = self._backward(dz, x, None, rsigma, gamma, add, dx, dgamma, None,
+                                       workspace, stream)  # fmt: skip
+        return RMSNormGrads(dx, dgamma)
+
+
+NORM_SPECS: tuple[NormSpec, ...] = (
+    NormSpec("layernorm_fwd", rms=False, backward=False, add=False,
+             doc="LayerNorm forward (z, mu, rsigma), as in TransformerEngine"),
+    NormSpec("rmsnorm_fwd", rms=True, backward=False, add=False,
+             doc="RMSNorm forward (z, rsigma), as in TransformerEngine"),
+    NormSpec("layernorm_bwd", rms=False, backward=True, add=False,
+             doc="LayerNorm backward (dx, dgamma, dbeta), as in TransformerEngine"),
+    NormSpec("rmsnorm_bwd", rms=True, backward=True, add=False,
+             doc="RMSNorm backward (dx, dgamma), as in TransformerEngine"),
+    NormSpec("rmsnorm_bwd_add", rms=True, backward=True, add=True,
+             doc="RMSNorm backward plus a residual gradient into dx, as in TransformerEngine"),
+)  # fmt: skip

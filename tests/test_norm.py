@@ -1,0 +1,485 @@
+"""Norm family without a GPU: every variant compiles, keys and launch configurations are
+valid, arguments are checked before launch, and the float64 references agree with naive
+formulas and numerical gradients.
+
+Compilation coverage (CPU time): every op x input dtype x output mode (x's dtype; e4m3 and
+e5m2 with tensor scaling; e4m3 and e5m2 MXFP8) compiles for sm_80, sm_89, sm_90 and sm_100a at
+hidden sizes None (general kernel), 1000 (not a multiple of 32) and 4096 (e5m2 outputs of the
+specialized kernels only for sm_90: they differ from e4m3 in one conversion instruction), and
+for sm_90 (where clusters split large rows) at 768, 5120, 8192, 14336 and 65536. The flags
+(zero-centred gamma, fp32 gamma) compile for every op at all four archs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from fakes import FakeCaiArray, FakeCupyArray
+
+import nvrtc_engine as ne
+from nvrtc_engine import ArgumentError, ArgumentTypeError, KernelKey, VariantError, make_key
+from nvrtc_engine import reference as ref
+from nvrtc_engine.ops import get_spec
+from nvrtc_engine.ops.norm import (
+    MAX_ELEMENTS,
+    MAX_REGISTERS,
+    _registers,
+    fits_register_file,
+    launch_config,
+    loop_threads_per_row,
+)
+from nvrtc_engine.render import render
+
+ARCHS = ["sm_80", "sm_89", "sm_90", "sm_100a"]
+DTYPES = ["fp32", "fp16", "bf16"]
+FWD = ["layernorm_fwd", "rmsnorm_fwd"]
+BWD = ["layernorm_bwd", "rmsnorm_bwd", "rmsnorm_bwd_add"]
+MODES = [("same", "none"), ("fp8_e4m3", "tensor"), ("fp8_e5m2", "tensor"),
+         ("fp8_e4m3", "mxfp8"), ("fp8_e5m2", "mxfp8")]  # fmt: skip
+ALL_ARCH_HIDDEN = [None, 1000, 4096]
+SM90_HIDDEN = [768, 5120, 8192, 14336, 65536]
+
+
+def variants(hidden_sizes, archs):
+    for arch in archs:
+        for hidden in hidden_sizes:
+            for dt in DTYPES:
+                for op in FWD:
+                    for out, scaling in MODES:
+                        if out == "fp8_e5m2" and hidden is not None and arch != "sm_90":
+                            continue  # differs from e4m3 in one conversion instruction
+                        yield op, dt, dt if out == "same" else out, scaling, hidden, arch
+                for op in BWD:
+                    yield op, dt, dt, "none", hidden, arch
+
+
+def variant_id(v):
+    op, dt, out, scaling, hidden, arch = v
+    return f"{op}-{dt}-{out}-{scaling}-h{hidden or 'any'}-{arch}"
+
+
+def compile_and_check(key):
+    kernel = ne.get_kernel(key)
+    art = kernel.artifact
+    assert art.kind == "cubin" and art.image[:4] == b"\x7fELF"
+    assert art.options[0] == f"-arch={key.arch}"
+    assert art.symbols == key.spec.symbols(key)
+    for symbol in art.symbols:
+        assert symbol.encode() in art.image
+    return kernel
+
+
+@pytest.mark.parametrize(
+    "variant",
+    list(variants(ALL_ARCH_HIDDEN, ARCHS)) + list(variants(SM90_HIDDEN, ["sm_90"])),
+    ids=variant_id,
+)
+def test_every_norm_variant_compiles(variant):
+    op, dt, out, scaling, hidden, arch = variant
+    key = make_key(op, in_dtype=dt, out_dtype=out, scaling=scaling, hidden_size=hidden, arch=arch)
+    kernel = compile_and_check(key)
+    cfg = launch_config(key)
+    assert kernel.artifact.symbols[0].endswith(cfg.tag)
+    expected = 1 if op in FWD else (2 if cfg.mode == "regs" else 3)
+    assert len(kernel.artifact.symbols) == expected
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("op", FWD + BWD)
+def test_flags_compile(op, arch):
+    out = "fp8_e4m3" if op in FWD else "bf16"
+    for hidden in (None, 2048):
+        key = make_key(op, in_dtype="bf16", out_dtype=out, hidden_size=hidden, arch=arch,
+                       zero_centered_gamma=True, fp32_gamma=True)  # fmt: skip
+        assert str(key).endswith("_wf32_zcg")
+        source = render(key).source
+        assert "typedef nve::f32 Wt;" in source and "kZcg = true" in source
+        compile_and_check(key)
+
+
+def test_key_names_and_parse():
+    key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
+                   arch="sm_90", zero_centered_gamma=True)  # fmt: skip
+    assert str(key) == "layernorm_fwd_bf16_e4m3_tensor_rowwise_h4096_sm90_zcg"
+    assert KernelKey.parse(str(key)) == key
+    bwd = make_key("rmsnorm_bwd_add", dtype="fp16", arch="sm_100a", fp32_gamma=True)
+    assert str(bwd) == "rmsnorm_bwd_add_fp16_fp16_none_rowwise_hany_sm100a_wf32"
+    assert KernelKey.parse(str(bwd)) == bwd
+    assert key.spec.symbols(key) == (f"{key}_w4r1v8j4c1",)
+    assert bwd.spec.symbols(bwd) == (f"{bwd}_loop", f"{bwd}_loop_stats", f"{bwd}_loop_finalize")
+    mx = make_key("rmsnorm_fwd", in_dtype="bf16", out_dtype="e5m2", scaling="mxfp8", arch="sm_90")
+    assert mx.scaling == "mxfp8" and "mxfp8" in str(mx)
+
+
+@pytest.mark.parametrize(
+    ("op", "fields", "field"),
+    [
+        ("layernorm_fwd", {"in_dtype": "bf16", "out_dtype": "fp16"}, "out_dtype"),
+        ("layernorm_fwd", {"in_dtype": "fp32", "out_dtype": "bf16"}, "out_dtype"),
+        ("layernorm_fwd", {"in_dtype": "fp8", "out_dtype": "fp8"}, "in_dtype"),
+        ("layernorm_fwd", {"in_dtype": "bf16", "out_dtype": "fp8", "scaling": "nvfp4"}, "scaling"),
+        ("layernorm_fwd", {"in_dtype": "bf16", "out_dtype": "bf16", "scaling": "tensor"},
+         "scaling"),
+        ("layernorm_fwd", {"in_dtype": "bf16", "out_dtype": "fp8", "layout": "columnwise"},
+         "layout"),
+        ("rmsnorm_fwd", {"in_dtype": "fp32", "fp32_gamma": True}, "fp32_gamma"),
+        ("rmsnorm_fwd", {"in_dtype": "bf16", "approximate": True}, "flags"),
+        ("layernorm_bwd", {"in_dtype": "bf16", "out_dtype": "fp32"}, "out_dtype"),
+        ("layernorm_bwd", {"in_dtype": "bf16", "out_dtype": "fp8"}, "out_dtype"),
+        ("rmsnorm_bwd", {"in_dtype": "bf16", "scaling": "tensor"}, "scaling"),
+        ("rmsnorm_bwd_add", {"in_dtype": "fp16", "hidden_size": 0}, "hidden_size"),
+    ],
+)  # fmt: skip
+def test_key_validation(op, fields, field):
+    with pytest.raises(VariantError) as info:
+        make_key(op, arch="sm_90", **fields)
+    assert info.value.field == field
+
+
+HIDDEN_SWEEP = [1, 7, 31, 64, 100, 768, 1000, 1001, 2048, 4096, 5120, 8192, 12288, 14336,
+                16384, 20480, 32768, 49152, 65536, 65537, 131072]  # fmt: skip
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("op", FWD + BWD)
+@pytest.mark.parametrize("dt", DTYPES)
+def test_launch_configurations_cover_rows_and_fit(op, dt, arch):
+    spec = get_spec(op)
+    itemsize = ne.DTYPES[dt].itemsize
+    for hidden in HIDDEN_SWEEP:
+        cfg = launch_config(make_key(op, in_dtype=dt, hidden_size=hidden, arch=arch))
+        if cfg.mode == "loop":
+            assert cfg.vec == 16 // itemsize
+            continue
+        assert hidden % cfg.vec == 0 and cfg.vec * itemsize <= 16
+        accesses = hidden // cfg.vec
+        per_row = 32 * cfg.warps * cfg.cluster
+        assert (cfg.iters - 1) * per_row < accesses <= cfg.iters * per_row
+        assert cfg.iters * cfg.vec <= MAX_ELEMENTS
+        assert cfg.threads <= 1024 and cfg.warps <= 32
+        regs = _registers(spec.backward, spec.accumulators, cfg.iters * cfg.vec)
+        assert regs <= MAX_REGISTERS and fits_register_file(cfg.threads // 32, regs)
+        assert cfg.cluster in (1, 2, 4, 8)
+        assert cfg.cluster == 1 or (arch == "sm_90" and cfg.rows == 1)
+    general = launch_config(make_key(op, in_dtype=dt, arch=arch))
+    assert general.mode == "loop" and general.tag == "loop"
+
+
+def test_configuration_choices():
+    def tag(op, hidden, arch="sm_90", dt="bf16"):
+        return launch_config(make_key(op, in_dtype=dt, hidden_size=hidden, arch=arch)).tag
+
+    assert tag("layernorm_fwd", 4096) == "w4r1v8j4c1"  # 4 x 16-byte accesses per thread
+    assert tag("layernorm_fwd", 768) == "w1r4v8j3c1"  # small rows: 4 rows per CTA
+    assert tag("layernorm_fwd", 1001).startswith("w1r4v1")  # odd H: single elements
+    assert tag("layernorm_bwd", 4096) == "w8r1v8j2c1"
+    assert tag("layernorm_bwd", 65536).endswith("c8")  # a cluster of 8 CTAs per row
+    assert tag("layernorm_bwd", 65536, arch="sm_80") == "loop"  # no clusters before sm_90
+    assert tag("layernorm_fwd", 1 << 20) == "loop"
+
+
+def test_loop_threads_per_row():
+    assert loop_threads_per_row(64) == 32
+    assert loop_threads_per_row(1000) == 32
+    assert loop_threads_per_row(4096) == 128
+    assert loop_threads_per_row(65536) == 1024
+    assert loop_threads_per_row(1 << 20) == 1024
+    for hidden in HIDDEN_SWEEP:  # the reference's summation depth assumes this
+        assert math.ceil(hidden / loop_threads_per_row(hidden)) <= max(64, hidden // 1024 + 1)
+
+
+def test_render_cluster_and_headers():
+    big = make_key("layernorm_bwd", in_dtype="bf16", hidden_size=65536, arch="sm_90")
+    r = render(big)
+    assert "__cluster_dims__(8, 1, 1)" in r.source and '#include "nve_cluster.cuh"' in r.source
+    assert not r.cuda_headers
+    small = render(make_key("layernorm_bwd", in_dtype="bf16", hidden_size=4096, arch="sm_90"))
+    assert "__cluster_dims__" not in small.source
+    fp8_ampere = render(make_key("rmsnorm_fwd", in_dtype="bf16", out_dtype="fp8", arch="sm_80"))
+    assert fp8_ampere.cuda_headers and "NVE_SOFT_FP8" in fp8_ampere.source
+
+
+# ---- argument checks (fakes: nothing reaches the GPU) -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def ln_fp8():
+    return ne.get_kernel("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=64,
+                         arch="sm_90")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def rms_mx():
+    return ne.get_kernel("rmsnorm_fwd", in_dtype="fp16", out_dtype="fp8", scaling="mxfp8",
+                         arch="sm_90")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ln_bwd():
+    return ne.get_kernel("layernorm_bwd", in_dtype="bf16", arch="sm_90", fp32_gamma=True)
+
+
+@pytest.fixture(scope="module")
+def rms_add():
+    return ne.get_kernel("rmsnorm_bwd_add", in_dtype="fp32", hidden_size=64, arch="sm_90")
+
+
+def arr(shape, typestr, i=0, **kw):
+    return FakeCupyArray(shape, typestr, ptr=0x7F0000000000 + (i << 24), **kw)
+
+
+def fwd_args(x_type="<u2", w_type="<u2", hidden=64):
+    return {"x": arr((4, hidden), x_type, 1), "gamma": arr((hidden,), w_type, 2),
+            "beta": arr((hidden,), w_type, 3)}  # fmt: skip
+
+
+def scalars():
+    return {name: arr((1,), "<f4", 10 + i) for i, name in enumerate(("scale", "amax"))}
+
+
+def test_forward_input_checks(ln_fp8):
+    z = arr((4, 64), "|u1", 4)
+    with pytest.raises(ArgumentError, match="x: has dtype <f2.*takes bf16"):
+        ln_fp8(**fwd_args(x_type="<f2"), out=z, **scalars())
+    with pytest.raises(ArgumentError, match="last dimension is 65.*hidden_size=64"):
+        ln_fp8(arr((4, 65), "<u2"), arr((65,), "<u2"), arr((65,), "<u2"), **scalars())
+    with pytest.raises(ArgumentError, match=r"gamma: has shape \(32,\); expected \(64,\)"):
+        ln_fp8(arr((4, 64), "<u2"), arr((32,), "<u2"), arr((64,), "<u2"), **scalars())
+    with pytest.raises(ArgumentError, match="gamma: has dtype <f4; .* takes bf16"):
+        ln_fp8(**fwd_args(w_type="<f4"), out=z, **scalars())
+    with pytest.raises(ArgumentTypeError, match="beta: expected a CUDA array"):
+        ln_fp8(arr((4, 64), "<u2"), arr((64,), "<u2"), None, out=z, **scalars())
+    with pytest.raises(ArgumentError, match="must be C-contiguous"):
+        ln_fp8(arr((4, 64), "<u2", strides=(2, 8)), arr((64,), "<u2"), arr((64,), "<u2"))
+    with pytest.raises(ArgumentError, match="at least one dimension"):
+        ln_fp8(arr((), "<u2"), arr((64,), "<u2"), arr((64,), "<u2"))
+
+
+@pytest.mark.parametrize("eps", [-1e-5, float("nan"), float("inf"), True, "1e-5x", None])
+def test_eps_checked(ln_fp8, eps):
+    with pytest.raises(ArgumentError, match="eps: must be"):
+        ln_fp8(**fwd_args(), eps=eps, out=arr((4, 64), "|u1", 4), **scalars())
+
+
+def test_forward_output_checks(ln_fp8):
+    args = fwd_args()
+    with pytest.raises(ArgumentError, match=r"out: has shape \(4, 32\)"):
+        ln_fp8(**args, out=arr((4, 32), "|u1", 4), **scalars())
+    with pytest.raises(ArgumentError, match="mu: has dtype <u2"):
+        ln_fp8(**args, out=arr((4, 64), "|u1", 4), mu=arr((4,), "<u2", 5), **scalars())
+    with pytest.raises(ArgumentError, match=r"rsigma: has shape \(5,\); expected \(4,\)"):
+        ln_fp8(**args, out=arr((4, 64), "|u1", 4), mu=arr((4,), "<f4", 5),
+               rsigma=arr((5,), "<f4", 6), **scalars())  # fmt: skip
+    with pytest.raises(ArgumentError, match="rsigma: is on device 1"):
+        ln_fp8(**args, out=arr((4, 64), "|u1", 4), mu=arr((4,), "<f4", 5),
+               rsigma=arr((4,), "<f4", 6, device=1), **scalars())  # fmt: skip
+
+
+def test_forward_scaling_checks(ln_fp8, rms_mx):
+    args = fwd_args()
+    full = {"out": arr((4, 64), "|u1", 4), "mu": arr((4,), "<f4", 5), "rsigma": arr((4,), "<f4", 6)}
+    with pytest.raises(ArgumentError, match="scale: is required"):
+        ln_fp8(**args, **full, amax=scalars()["amax"])
+    with pytest.raises(ArgumentError, match="amax: is required"):
+        ln_fp8(**args, **full, scale=scalars()["scale"])
+    x, g = arr((4, 96), "<f2", 1), arr((96,), "<f2", 2)
+    rest = {"out": arr((4, 96), "|u1", 4), "rsigma": arr((4,), "<f4", 6)}
+    with pytest.raises(ArgumentError, match="MXFP8 output computes its own block scales"):
+        rms_mx(x, g, **rest, scale=scalars()["scale"])
+    with pytest.raises(ArgumentError, match=r"scale_inv: has shape \(4, 3\); expected \(128, 4\)"):
+        rms_mx(x, g, **rest, scale_inv=arr((4, 3), "|u1", 7))
+    with pytest.raises(ArgumentError, match="scale_inv: has dtype <f4"):
+        rms_mx(x, g, **rest, scale_inv=arr((128, 4), "<f4", 7))
+    plain = ne.get_kernel("rmsnorm_fwd", in_dtype="fp16", arch="sm_90")
+    with pytest.raises(ArgumentError, match="has no scaling"):
+        plain(x, g, out=arr((4, 96), "<f2", 4), rsigma=rest["rsigma"], amax=scalars()["amax"])
+
+
+def test_forward_outputs_need_an_allocating_library(ln_fp8, monkeypatch):
+    from nvrtc_engine import driver
+
+    monkeypatch.setattr(driver, "pointer_device", lambda ptr: 0)
+    args = {k: FakeCaiArray(v.shape, v._cai["typestr"], ptr=v._cai["data"][0])
+            for k, v in fwd_args().items()}  # fmt: skip
+    with pytest.raises(ArgumentTypeError, match="out: is required"):
+        ln_fp8(**args, **scalars())
+
+
+def bwd_args(hidden=64, x_type="<u2", w_type="<f4"):
+    return {"dz": arr((4, hidden), x_type, 1), "x": arr((4, hidden), x_type, 2),
+            "mu": arr((4,), "<f4", 3), "rsigma": arr((4,), "<f4", 4),
+            "gamma": arr((hidden,), w_type, 5)}  # fmt: skip
+
+
+def test_backward_input_checks(ln_bwd, rms_add):
+    args = bwd_args()
+    with pytest.raises(ArgumentError, match=r"dz: has shape \(4, 32\)"):
+        ln_bwd(**{**args, "dz": arr((4, 32), "<u2", 1)})
+    with pytest.raises(ArgumentError, match="dz: has dtype <f2"):
+        ln_bwd(**{**args, "dz": arr((4, 64), "<f2", 1)})
+    with pytest.raises(ArgumentError, match="mu: has dtype <u2"):
+        ln_bwd(**{**args, "mu": arr((4,), "<u2", 3)})
+    with pytest.raises(ArgumentError, match="gamma: has dtype <u2"):
+        ln_bwd(**{**args, "gamma": arr((64,), "<u2", 5)})  # fp32_gamma kernel
+    with pytest.raises(ArgumentError, match=r"dgamma: has shape \(32,\)"):
+        ln_bwd(**args, dx=arr((4, 64), "<u2", 6), dgamma=arr((32,), "<f4", 7))
+    with pytest.raises(ArgumentError, match="dbeta: has dtype <u2"):
+        ln_bwd(**args, dx=arr((4, 64), "<u2", 6), dgamma=arr((64,), "<f4", 7),
+               dbeta=arr((64,), "<u2", 8))  # fmt: skip
+    rms = {k: v for k, v in bwd_args(x_type="<f4").items() if k != "mu"}
+    with pytest.raises(ArgumentTypeError, match="add: expected a CUDA array"):
+        rms_add(**rms, add=None)
+    with pytest.raises(ArgumentError, match="last dimension is 65"):
+        rms_add(**{**rms, "x": arr((4, 65), "<f4", 2)}, add=arr((4, 65), "<f4", 9))
+
+
+def test_backward_workspace_checks(ln_bwd, monkeypatch):
+    from nvrtc_engine import driver
+
+    monkeypatch.setattr(driver, "pointer_device", lambda ptr: 0)
+    args = {k: FakeCaiArray(v.shape, v._cai["typestr"], ptr=v._cai["data"][0])
+            for k, v in bwd_args().items()}  # fmt: skip
+    outs = {"dx": FakeCaiArray((4, 64), "<u2", ptr=0x9000), "dgamma": FakeCaiArray((64,), "<f4"),
+            "dbeta": FakeCaiArray((64,), "<f4", ptr=0xA000)}  # fmt: skip
+    with pytest.raises(ArgumentTypeError, match="workspace: is required"):
+        ln_bwd(**args, **outs)
+    with pytest.raises(ArgumentError, match="workspace: has dtype <u2"):
+        ln_bwd(**args, **outs, workspace=FakeCaiArray((4096,), "<u2"))
+    with pytest.raises(ArgumentTypeError, match="dx: is required"):
+        ln_bwd(**args)
+
+
+# ---- references against naive formulas -----------------------------------------------
+
+
+def naive_layernorm(x, gamma, beta, eps, zcg):
+    out, mus, rss = [], [], []
+    for row in np.asarray(x, dtype=np.float64):
+        mu = math.fsum(row) / len(row)
+        var = math.fsum((v - mu) ** 2 for v in row) / len(row)
+        rs = 1.0 / math.sqrt(var + eps)
+        g = np.asarray(gamma, np.float64) + (1.0 if zcg else 0.0)
+        out.append([(v - mu) * rs * gg + b for v, gg, b in zip(row, g, beta, strict=True)])
+        mus.append(mu)
+        rss.append(rs)
+    return np.array(out), np.array(mus), np.array(rss)
+
+
+@pytest.mark.parametrize("zcg", [False, True])
+def test_reference_forward_matches_naive(zcg):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 37)) * 3 + 2
+    gamma, beta = rng.standard_normal(37), rng.standard_normal(37)
+    eps = 0.25  # exactly representable in fp32
+    got = ref.layernorm_fwd(x, gamma, beta, eps, zero_centered_gamma=zcg)
+    z, mu, rs = naive_layernorm(x, gamma, beta, eps, zcg)
+    np.testing.assert_allclose(got.z, z, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got.mu, mu, rtol=1e-13)
+    np.testing.assert_allclose(got.rsigma, rs, rtol=1e-13)
+    rms = ref.rmsnorm_fwd(x, gamma, eps, zero_centered_gamma=zcg)
+    g = gamma + (1.0 if zcg else 0.0)
+    rs2 = 1.0 / np.sqrt((x * x).mean(axis=1) + eps)
+    np.testing.assert_allclose(rms.z, x * rs2[:, None] * g, rtol=1e-13)
+    assert rms.mu is None and rms.mu_tol is None
+    for r in (got, rms):
+        assert np.all(r.z_tol > 0) and np.all(np.isfinite(r.z_tol))
+        assert np.all(r.z_tol < 1e-4 * (1 + np.abs(r.z)))  # far below a bf16 ulp
+
+
+def test_reference_forward_bounds_scale_with_the_mean_offset():
+    rng = np.random.default_rng(2)
+    x = (1e4 + rng.standard_normal((2, 4096))).astype(np.float32)
+    r = ref.layernorm_fwd(x, np.ones(4096), np.zeros(4096), 1e-5)
+    assert abs(r.z.std() - 1.0) < 0.05  # the float64 reference is not fooled by the offset
+    # one-pass E[x^2] - E[x]^2 in fp32 is off by far more than the bound allows
+    x32 = x.astype(np.float32)
+    naive_var = np.float32((x32 * x32).mean(dtype=np.float32)) - np.float32(
+        x32.mean(dtype=np.float32)) ** 2  # fmt: skip
+    true_var = float(x.astype(np.float64).var())
+    assert abs(float(naive_var) - true_var) > 0.5 * true_var
+    assert r.z_tol.max() < 0.2
+
+
+def numerical_grad(f, a, h=1e-6):
+    g = np.zeros_like(a)
+    for idx in np.ndindex(a.shape):
+        old = a[idx]
+        a[idx] = old + h
+        up = f()
+        a[idx] = old - h
+        down = f()
+        a[idx] = old
+        g[idx] = (up - down) / (2 * h)
+    return g
+
+
+@pytest.mark.parametrize("zcg", [False, True])
+def test_reference_layernorm_backward_is_the_gradient(zcg):
+    rng = np.random.default_rng(3)
+    x, dz = rng.standard_normal((3, 11)), rng.standard_normal((3, 11))
+    gamma, beta = rng.standard_normal(11), rng.standard_normal(11)
+
+    def loss():
+        return float((ref.layernorm_fwd(x, gamma, beta, 0.1, zero_centered_gamma=zcg).z
+                      * dz).sum())  # fmt: skip
+
+    fwd = ref.layernorm_fwd(x, gamma, beta, 0.1, zero_centered_gamma=zcg)
+    got = ref.layernorm_bwd(dz, x, fwd.mu, fwd.rsigma, gamma, zero_centered_gamma=zcg)
+    np.testing.assert_allclose(got.dx, numerical_grad(loss, x), atol=1e-7)
+    np.testing.assert_allclose(got.dgamma, numerical_grad(loss, gamma), atol=1e-7)
+    np.testing.assert_allclose(got.dbeta, numerical_grad(loss, beta), atol=1e-7)
+    assert np.all(got.dx_tol > 0) and np.all(got.dgamma_tol > 0) and np.all(got.dbeta_tol > 0)
+
+
+def test_reference_rmsnorm_backward_is_the_gradient():
+    rng = np.random.default_rng(4)
+    x, dz, add = (rng.standard_normal((3, 13)) for _ in range(3))
+    gamma = rng.standard_normal(13)
+
+    def loss():
+        return float((ref.rmsnorm_fwd(x, gamma, 0.1).z * dz).sum())
+
+    fwd = ref.rmsnorm_fwd(x, gamma, 0.1)
+    got = ref.rmsnorm_bwd(dz, x, fwd.rsigma, gamma)
+    np.testing.assert_allclose(got.dx, numerical_grad(loss, x), atol=1e-7)
+    np.testing.assert_allclose(got.dgamma, numerical_grad(loss, gamma), atol=1e-7)
+    assert got.dbeta is None and got.dbeta_tol is None
+    with_add = ref.rmsnorm_bwd(dz, x, fwd.rsigma, gamma, add=add)
+    np.testing.assert_allclose(with_add.dx, got.dx + add, rtol=1e-15)
+    assert np.all(with_add.dx_tol >= got.dx_tol)
+
+
+def test_summation_depth():
+    assert ref.summation_depth(1) == 1
+    assert ref.summation_depth(100) == 100
+    assert ref.summation_depth(4096) == 109
+    assert ref.summation_depth(65536) == 109
+    assert ref.summation_depth(1 << 20) == 1024 + 45
+
+
+@pytest.mark.parametrize("hidden", [None, 1000, 4096, 65536])
+@pytest.mark.parametrize("op", BWD)
+def test_backward_grid_plans_cover_the_rows(op, hidden):
+    from nvrtc_engine.ops.norm import _Device
+
+    kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden, arch="sm_90")
+    cfg = kernel.config
+    nacc = kernel.spec.accumulators
+    h = hidden or 3000
+    for sm_count, occ in ((132, (2, 2, 2)), (8, (1, 1, 1))):
+        dev = _Device(sm_count, occ[: len(kernel.artifact.symbols)])
+        for rows in (0, 1, 7, 1000, 16384):
+            plan = kernel._plan(dev, rows, h)
+            if rows == 0:
+                assert plan.parts == 0 and plan.workspace == 0
+                continue
+            assert 1 <= plan.parts <= rows
+            if cfg.mode == "regs":
+                assert plan.parts * cfg.cluster <= max(cfg.cluster, sm_count * 2)
+            else:
+                assert (plan.parts - 1) * plan.chunk_rows < rows <= plan.parts * plan.chunk_rows
+                assert plan.stats_offset % 4 == 0 and plan.workspace == plan.stats_offset + 2 * rows
+            assert plan.part_elements == nacc * plan.parts * h
+            assert plan.workspace >= plan.part_elements
