@@ -564,7 +564,8 @@ class _Recorder:
 
     def _launch(self, like, stream, calls):
         for index, grid, block, params in calls:
-            first = ctypes.c_void_p.from_address(params).value  # slot 0 of void*[]
+            address = getattr(params, "value", params)  # ParamPack.pack gives a c_void_p
+            first = ctypes.c_void_p.from_address(address).value  # slot 0 of void*[]
             self.calls.append((index, grid, block, ctypes.string_at(first, self.sizes[index])))
 
 
