@@ -148,21 +148,33 @@ def traffic(op: str, output: str, tokens: int, hidden: int) -> int:
     return read + directions * (out + out // 32)
 
 
-def engine_call(op: str, output: str, inputs: tuple, shape: tuple[int, int]) -> Callable:
-    """A no-argument function launching the nvrtc_engine kernel into preallocated outputs."""
+def kernel_fields(output: str) -> dict[str, str]:
+    """get_kernel fields (bf16 input) of an output column of the table."""
+    if output == "bf16":
+        return {"dtype": "bf16"}
+    if output == "fp8 tensor":
+        return {"dtype": "fp8"}
+    return {"dtype": "fp8", "scaling": "mxfp8", "layout": output.split()[1]}
+
+
+def engine_call(
+    op: str, output: str, inputs: tuple, shape: tuple[int, int], get_kernel: Callable | None = None
+) -> Callable:
+    """A no-argument function launching the nvrtc_engine kernel into preallocated outputs
+    (``get_kernel(op, **fields)``: default ``nvrtc_engine.get_kernel``)."""
     import torch
 
     import nvrtc_engine as ne
     from nvrtc_engine.ops.activation import MXFP8Output
     from nvrtc_engine.ops.blockscale import mxfp8_scale_shape
 
+    get_kernel = get_kernel or ne.get_kernel
     dev = inputs[-1].device
+    kernel = get_kernel(op, **kernel_fields(output))
+    kwargs: dict[str, Any] = {}
     if output == "bf16":
-        kernel = ne.get_kernel(op, dtype="bf16")
         out: Any = torch.empty(shape, dtype=torch.bfloat16, device=dev)
-        kwargs: dict[str, Any] = {}
     elif output == "fp8 tensor":
-        kernel = ne.get_kernel(op, dtype="fp8")
         out = torch.empty(shape, dtype=torch.float8_e4m3fn, device=dev)
         kwargs = {
             "scale": torch.full((1,), 2.0, device=dev),
@@ -170,8 +182,7 @@ def engine_call(op: str, output: str, inputs: tuple, shape: tuple[int, int]) -> 
             "scale_inv": torch.empty(1, device=dev),
         }
     else:
-        layout = output.split()[1]
-        kernel = ne.get_kernel(op, dtype="fp8", scaling="mxfp8", layout=layout)
+        layout = kernel.key.layout
         fields = {}
         for direction in ("rowwise", "columnwise"):
             if layout in (direction, "both"):
@@ -180,7 +191,6 @@ def engine_call(op: str, output: str, inputs: tuple, shape: tuple[int, int]) -> 
                     mxfp8_scale_shape(*shape, direction), dtype=torch.uint8, device=dev
                 )
         out = MXFP8Output(**fields)
-        kwargs = {}
     if op.endswith("clamped_swiglu"):
         kwargs["limit"] = LIMIT
     return lambda: kernel(*inputs, out, **kwargs)
@@ -197,20 +207,28 @@ def torch_call(fn: Callable, output: str, inputs: tuple) -> Callable:
     return lambda: fn(*inputs)
 
 
+def make_inputs(op: str, tokens: int, hidden: int) -> tuple[tuple, tuple[int, int]]:
+    """bf16 inputs of ``op`` ((x,) or (grad, x)) and the output shape."""
+    import torch
+
+    backward_op = op in ("dgelu", "dswiglu")
+    base = op[1:] if backward_op else op
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(tokens, 2 * hidden if base in GATED else hidden, device="cuda", generator=gen)
+    inputs: tuple = (x.to(torch.bfloat16),)
+    del x
+    if backward_op:
+        grad = torch.randn(tokens, hidden, device="cuda", generator=gen).to(torch.bfloat16)
+        inputs = (grad, *inputs)
+    return inputs, (tuple(inputs[-1].shape) if backward_op else (tokens, hidden))
+
+
 def measure_case(op: str, output: str, args: argparse.Namespace, torch_fn: Callable) -> dict:
     """Time one op and output for nvrtc_engine, torch eager and torch.compile."""
     import torch
 
     t, h = args.tokens, args.hidden
-    backward_op = op in ("dgelu", "dswiglu")
-    base = op[1:] if backward_op else op
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(t, 2 * h if base in GATED else h, device="cuda", generator=gen)
-    inputs: tuple = (x.to(torch.bfloat16),)
-    if backward_op:
-        inputs = (torch.randn(t, h, device="cuda", generator=gen).to(torch.bfloat16), *inputs)
-    del x
-    shape = tuple(inputs[-1].shape) if backward_op else (t, h)
+    inputs, shape = make_inputs(op, t, h)
     math = torch_output(torch_fn, output)
     nbytes = traffic(op, output, t, h)
     row: dict[str, Any] = {"op": op, "output": output, "bytes": nbytes}

@@ -90,7 +90,7 @@ class TileConfig:
     high). The grid covers the tiles in one pass.
 
     Not yet measured for the tiled kernel; chosen by analogy with the flat kernel's sweep
-    (:class:`LaunchConfig`) and to be confirmed with ``bench/activation_tuning.py --tiles``:
+    (:class:`LaunchConfig`) and to be confirmed with ``bench/activation_tile_tuning.py``:
     unscaled, one chunk per thread in blocks of 128 with a whole warp on 512 contiguous
     bytes of a row; tensor scaling, few blocks (one amax atomic each): 256 threads x 4
     chunks; MXFP8, a tile of exactly 32 rows (one columnwise block) in blocks of 128 with 8
