@@ -52,7 +52,7 @@ def main() -> int:
         config = activation.LaunchConfig(threads, unroll)
         activation.launch_config = lambda key, config=config: config
         activation.MAX_GRID = sms * per_sm if per_sm else max_grid  # 0: one pass
-        spec.device_fn = fn
+        spec.act = fn
         engine = Engine()
         for dtype, out, out_bytes, kwargs in [
             ("fp8", y8, 1, {"scale": scale, "amax": amax}),
@@ -65,7 +65,7 @@ def main() -> int:
             rows.append({"fn": fn, "out": dtype, "threads": threads, "unroll": unroll,
                          "blocks_per_sm": per_sm or "one pass", "ms": ms, "gbps": gbps,
                          "pct": 100 * gbps / copy, "default": default})  # fmt: skip
-    spec.device_fn = "gelu"
+    spec.act = "gelu"
     activation.launch_config, activation.MAX_GRID = chosen, max_grid
     rows.sort(key=lambda r: (r["fn"], r["out"], -r["gbps"]))
     path = common.write_results("activation_tuning", {**common.gpu_info(), "copy_gbps": copy,

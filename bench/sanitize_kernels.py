@@ -4,17 +4,24 @@
     compute-sanitizer --tool racecheck python3 bench/sanitize_kernels.py
 
 Uses DeviceBuffer (no PyTorch) so the sanitizer sees only these kernels. Shapes cover the
-vector path, the scalar tail and unaligned pointers. Exits non-zero on a wrong result.
+vector path, the scalar tail and unaligned pointers of the flat GELU kernel, and the tiled
+activation kernel (gated ops, backward, MXFP8 rowwise and both, partial tiles, a grid
+smaller than the tiles so that blocks loop and reuse shared memory). Exits non-zero on a
+wrong result.
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 
 import numpy as np
 
 import nvrtc_engine as ne
 from nvrtc_engine import driver, reference
+from nvrtc_engine.ops import activation
+from nvrtc_engine.ops.activation import MXFP8Output
+from nvrtc_engine.ops.blockscale import mxfp8_scale_shape
 
 
 def run(key: ne.KernelKey, n: int, offset: int, rng: np.random.Generator) -> None:
@@ -52,6 +59,54 @@ def run(key: ne.KernelKey, n: int, offset: int, rng: np.random.Generator) -> Non
     reference.check_close(got, ref.y * factor, key.out_dtype, ref.tolerance * factor)
 
 
+def device(host: np.ndarray, dtype: str) -> driver.DeviceBuffer:
+    buf = driver.DeviceBuffer(0, host.shape, dtype)
+    buf.copy_from_host(host)
+    return buf
+
+
+def run_tiled(key: ne.KernelKey, rows: int, cols: int, rng: np.random.Generator) -> None:
+    """One tiled-kernel launch (cols = H for gated ops), checked against the reference."""
+    kernel = ne.get_kernel(key)
+    kind = reference.op_kind(key.op)
+    gated = kind in ("gated", "dgated")
+    x_host = reference.sample_input((rows, 2 * cols if gated else cols), key.in_dtype, rng)
+    grad_host = None
+    args = [device(x_host, key.in_dtype)]
+    if kind in ("dact", "dgated"):
+        grad_host = reference.sample_input((rows, cols), key.in_dtype, rng, outliers=4.0)
+        args.insert(0, device(grad_host, key.in_dtype))
+    ref = reference.op_values(key.op, x_host, grad_host, limit=7.0)
+    shape = ref.y.shape
+    kwargs = {"limit": 7.0} if "clamped" in key.op else {}
+    if key.scaling == "mxfp8":
+        fields = {}
+        for direction in ("rowwise", "columnwise"):
+            if key.layout in (direction, "both"):
+                fields[direction] = driver.DeviceBuffer(0, shape, key.out_dtype)
+                fields[direction].fill_bytes(0xFF)
+                s = driver.DeviceBuffer(0, mxfp8_scale_shape(*shape, direction), "fp8_e4m3")
+                s.fill_bytes(0xFF)
+                fields[direction + "_scale"] = s
+        out = MXFP8Output(**fields)
+        kernel(*args, out, **kwargs)
+        for direction in ("rowwise", "columnwise"):
+            if key.layout in (direction, "both"):
+                h, w = mxfp8_scale_shape(*shape, direction, padded=False)
+                scales = getattr(out, direction + "_scale").to_host().view(np.uint8)[:h, :w]
+                reference.check_mxfp8(getattr(out, direction).to_host(), scales, ref.y,
+                                      ref.tolerance, key.out_dtype, direction)  # fmt: skip
+        return
+    y = driver.DeviceBuffer(0, shape, key.out_dtype)
+    y.fill_bytes(0xFF)
+    if key.scaling == "tensor":
+        kwargs["scale"] = device(np.array([2.0], np.float32), "fp32")
+        kwargs["amax"] = device(np.zeros(1, np.float32), "fp32")
+    kernel(*args, y, **kwargs)
+    factor = 2.0 if key.scaling == "tensor" else 1.0
+    reference.check_close(y.to_host(), ref.y * factor, key.out_dtype, ref.tolerance * factor)
+
+
 def main() -> int:
     rng = np.random.default_rng(0)
     count = 0
@@ -59,6 +114,26 @@ def main() -> int:
         key = ne.make_key("gelu", in_dtype=i, out_dtype=o)
         for n, offset in [(1, 0), (37, 0), (4099, 0), (70001, 0), (4099, 1)]:
             run(key, n, offset, rng)
+            count += 1
+    tiled = [
+        ("swiglu", dict(dtype="bf16")), ("dgeglu", dict(dtype="fp8")),
+        ("dclamped_swiglu", dict(in_dtype="fp32", out_dtype="fp16")),
+        ("gelu", dict(dtype="fp8", scaling="mxfp8", layout="rowwise")),
+        ("dswiglu", dict(dtype="fp8", scaling="mxfp8", layout="both")),
+        ("dsilu", dict(in_dtype="fp32", out_dtype="e5m2", scaling="mxfp8", layout="columnwise")),
+    ]  # fmt: skip
+    max_grid = activation.MAX_GRID
+    for op, fields in tiled:
+        key = ne.make_key(op, **fields)
+        shapes = [(64, 96), (96, 160)] if key.scaling == "mxfp8" else [(7, 67), (33, 512)]
+        if key.layout == "rowwise" and key.scaling == "mxfp8":
+            shapes.append((37, 64))
+        for (rows, cols), grid in itertools.product(shapes, [max_grid, 3]):
+            activation.MAX_GRID = grid  # 3: every block loops over several tiles
+            try:
+                run_tiled(key, rows, cols, rng)
+            finally:
+                activation.MAX_GRID = max_grid
             count += 1
     print(f"sanitize_kernels: {count} launches checked")
     return 0

@@ -49,10 +49,11 @@ def test_derivatives_match_finite_differences(name):
 def test_gelu_matches_transformer_engine_tanh_form_and_derivative():
     x = np.linspace(-6, 6, 999)
     u = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
-    np.testing.assert_allclose(ref.gelu(x), 0.5 * x * (1 + np.tanh(u)), rtol=1e-12, atol=1e-15)
+    # the tanh form cancels for negative x (1 + tanh(u) -> 0): agreement to its rounding
+    np.testing.assert_allclose(ref.gelu(x), 0.5 * x * (1 + np.tanh(u)), rtol=1e-12, atol=1e-14)
     du = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x**2)
     te = 0.5 * (1 + np.tanh(u)) + 0.5 * x * (1 - np.tanh(u) ** 2) * du
-    np.testing.assert_allclose(ref.dgelu(x), te, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(ref.dgelu(x), te, rtol=1e-12, atol=1e-14)
 
 
 def test_activation_values():

@@ -7,41 +7,16 @@ import itertools
 
 import numpy as np
 import pytest
+from gpu_util import poisoned, to_host, to_torch, torch
 
 import nvrtc_engine as ne
 from nvrtc_engine import ArgumentError, reference
 
 pytestmark = pytest.mark.gpu
-torch = pytest.importorskip("torch")
 
 IN = ["fp32", "fp16", "bf16"]
 OUT = ["fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]
 SHAPES = [(1,), (7, 33), (5, 1001), (3, 5, 67), (128, 4096)]
-
-
-def to_torch(host: np.ndarray, dtype_name: str):
-    """A CUDA tensor holding exactly the host values (bf16 through its uint16 bits)."""
-    d = ne.DTYPES[dtype_name]
-    if dtype_name == "bf16":
-        return torch.from_numpy(host.view(np.int16).copy()).cuda().view(torch.bfloat16)
-    return torch.from_numpy(host.astype(d.numpy())).cuda()
-
-
-def to_host(t, dtype_name: str) -> np.ndarray:
-    d = ne.DTYPES[dtype_name]
-    if d.itemsize == 1:
-        raw = t.view(torch.uint8).cpu().numpy()
-    elif dtype_name == "bf16":
-        raw = t.view(torch.int16).cpu().numpy().view(np.uint16)
-    else:
-        return t.cpu().numpy()
-    return raw.view(d.numpy())
-
-
-def poisoned(shape, dtype_name):
-    t = torch.empty(shape, dtype=getattr(torch, ne.DTYPES[dtype_name].torch_name), device="cuda")
-    t.view(torch.uint8).fill_(0xFF)  # NaN in every format
-    return t
 
 
 def run_and_check(kernel, x_host, out_dtype, *, x=None, out=None, scale=None, stream=None):

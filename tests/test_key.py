@@ -90,9 +90,11 @@ def test_op_level_combinations():
     with pytest.raises(VariantError, match="is not scaled"):
         key(out_dtype="bf16", scaling="tensor")
     with pytest.raises(VariantError, match="scaling"):
-        key(scaling="mxfp8")  # not in the GELU kernel of the engine core
-    with pytest.raises(VariantError, match="layout"):
-        key(layout="columnwise")
+        key(scaling="nvfp4")  # not an activation output
+    with pytest.raises(VariantError, match="layout.*MXFP8 only"):
+        key(layout="columnwise")  # columnwise/both exist for MXFP8 output only
+    with pytest.raises(VariantError, match="hidden_size.*multiple of 32"):
+        key(scaling="mxfp8", hidden_size=4100)
 
 
 def test_arch_forms():
@@ -106,7 +108,7 @@ def test_parse_rejects_garbage():
         "",
         "gelu",
         "gelu_bf16_e4m3_tensor_rowwise_h4096",
-        "relu_bf16_bf16_none_rowwise_hany_sm90",
+        "tanh_bf16_bf16_none_rowwise_hany_sm90",  # not an op
         "gelu_bf16_e4m3_tensor_rowwise_h4096_sm90_zcg",
     ]:
         with pytest.raises(VariantError):

@@ -1,38 +1,66 @@
-"""Activation family: element-wise activations with high-precision or tensor-scaled FP8 output.
+"""Activation family: every activation of TransformerEngine, forward and backward, plain and
+gated, with high-precision, tensor-scaled FP8 or MXFP8 output.
 
-Template: ``templates/activation.cu.j2``. Math: see ``templates/include/nve_act.cuh`` and
-:mod:`nvrtc_engine.reference`.
+Four kinds of op share one template (``templates/activation.cu.j2``), rendered per key:
+
+- ``act``: ``y = act(x)`` (gelu, qgelu, silu, relu, srelu, sigmoid), any shape;
+- ``dact``: ``dx = grad * act'(x)`` (dgelu, ...), grad and x of one shape;
+- ``gated``: ``y = act(a) * b`` for ``x = [a | b]`` of shape ``(..., 2H)`` -> ``(..., H)``
+  (glu, geglu, qgeglu, swiglu, reglu, sreglu, clamped_swiglu);
+- ``dgated``: grad ``(..., H)``, x ``(..., 2H)`` -> ``[grad * act'(a) * b | grad * act(a)]``
+  of shape ``(..., 2H)`` (dglu, ...).
+
+Plain ops without MXFP8 run a flat element-wise kernel (:class:`LaunchConfig`); gated ops and
+every MXFP8 output run a tiled kernel over rows (:class:`TileConfig`). Math:
+``templates/include/nve_act.cuh``; references: :mod:`nvrtc_engine.reference`.
 """
 
 from __future__ import annotations
 
+import math
+import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import driver
-from ..errors import ArgumentError
-from ..interop import stream_handle
+from ..errors import ArgumentError, ArgumentTypeError, VariantError
+from ..interop import Array, stream_handle
 from ..kernel import Kernel
+from ..key import LAYOUTS
 from .base import OpSpec
+from .blockscale import MXFP8_BLOCK
+from .mxfp8 import MXFP8Output, bind_mxfp8_output, zero_fresh_scales
 
 if TYPE_CHECKING:
     from ..key import KernelKey
 
 __all__ = [
     "ACTIVATION_SPECS",
+    "CLAMPED_SWIGLU_ALPHA",
+    "CLAMPED_SWIGLU_LINEAR_OFFSET",
+    "KINDS",
+    "ActivationGradKernel",
     "ActivationKernel",
     "ActivationSpec",
+    "ClampedSwiGLUGradKernel",
+    "ClampedSwiGLUKernel",
     "LaunchConfig",
+    "MXFP8Output",
+    "TileConfig",
     "launch_config",
+    "tile_config",
 ]
 
-MAX_GRID = 2**31 - 1  # CUDA's limit on gridDim.x; the kernel loops over what is left
+MAX_GRID = 2**31 - 1  # CUDA's limit on gridDim.x; the kernels loop over what is left
+KINDS: tuple[str, ...] = ("act", "dact", "gated", "dgated")
+CLAMPED_SWIGLU_ALPHA = 1.702
+CLAMPED_SWIGLU_LINEAR_OFFSET = 1.0
 
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """Threads per block and 16-byte input chunks per thread; the grid covers the data in
-    one pass (one block per ``threads * unroll`` chunks).
+    """Flat kernel: threads per block and 16-byte input chunks per thread; the grid covers
+    the data in one pass (one block per ``threads * unroll`` chunks).
 
     Measured on the H200 (bench/activation_tuning.py, 16384 x 8192 bf16, see
     docs/performance.md): a single pass beat a grid capped at 4-16 blocks per SM and looped
@@ -48,72 +76,336 @@ class LaunchConfig:
 
 
 def launch_config(key: KernelKey) -> LaunchConfig:
-    """The activation family's launch configuration for ``key`` (see :class:`LaunchConfig`)."""
+    """The flat kernel's launch configuration for ``key`` (see :class:`LaunchConfig`)."""
     if key.scaling == "tensor":
         return LaunchConfig(threads=512, unroll=4)
     return LaunchConfig(threads=128, unroll=1)
 
 
-class ActivationSpec(OpSpec):
-    """An element-wise activation ``y = act(x)`` over a contiguous array of any shape.
+@dataclass(frozen=True)
+class TileConfig:
+    """Tiled kernel: ``threads`` per block, ``chunks_per_row`` 16-byte input chunks along a
+    tile row (the tile is ``chunks_per_row * 16 / itemsize`` positions wide) and ``iters``
+    chunks per thread and input (the tile is ``iters * threads / chunks_per_row`` rows
+    high). The grid covers the tiles in one pass.
 
-    ``hidden_size`` (if given) must equal the last dimension of ``x``; element-wise ops use
-    the same code for any size, so it only checks the shape.
+    Not yet measured for the tiled kernel; chosen by analogy with the flat kernel's sweep
+    (:class:`LaunchConfig`) and to be confirmed with ``bench/activation_tile_tuning.py``:
+    unscaled, one chunk per thread in blocks of 128 with a whole warp on 512 contiguous
+    bytes of a row; tensor scaling, few blocks (one amax atomic each): 256 threads x 4
+    chunks; MXFP8, a tile of exactly 32 rows (one columnwise block) in blocks of 128 with 8
+    chunks per row, 2 per thread, which keeps the dgated both-direction kernel's fp32 values
+    (2 outputs x 2 x 8) in registers.
+    """
+
+    threads: int
+    chunks_per_row: int
+    iters: int
+
+    def tile_rows(self) -> int:
+        return self.iters * self.threads // self.chunks_per_row
+
+    def tile_cols(self, vec: int) -> int:
+        return self.chunks_per_row * vec
+
+
+def tile_config(key: KernelKey) -> TileConfig:
+    """The tiled kernel's configuration for ``key`` (see :class:`TileConfig`)."""
+    if key.scaling == "mxfp8":
+        return TileConfig(threads=128, chunks_per_row=8, iters=2)
+    if key.scaling == "tensor":
+        return TileConfig(threads=256, chunks_per_row=32, iters=2)
+    return TileConfig(threads=128, chunks_per_row=32, iters=1)
+
+
+def _fp32_literal(value: float) -> str:
+    """A C++ hex float literal holding fp32(value) exactly."""
+    (f32,) = struct.unpack("<f", struct.pack("<f", value))
+    return f"{f32.hex()}f"
+
+
+class ActivationSpec(OpSpec):
+    """One activation op: its kind (``act``, ``dact``, ``gated``, ``dgated``) and the device
+    function of its activation (``nve::<act>``, derivative ``nve::d<act>``).
+
+    ``hidden_size`` is the last dimension for plain ops and H (the split point of the
+    ``(..., 2H)`` input) for gated ops; with MXFP8 output it must be a multiple of 32.
+    Layouts other than ``rowwise`` exist only for MXFP8.
     """
 
     family = "activation"
+    scalings = ("none", "tensor", "mxfp8")
+    layouts = LAYOUTS
 
-    def __init__(self, name: str, device_fn: str, doc: str) -> None:
+    def __init__(self, name: str, kind: str, act: str, doc: str) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         self.name = name
-        self.device_fn = device_fn
+        self.kind = kind
+        self.act = act
+        self.clamped = act == "clamped_silu"
         self.doc = doc
+
+    @property
+    def gated(self) -> bool:
+        return self.kind in ("gated", "dgated")
+
+    @property
+    def backward(self) -> bool:
+        return self.kind in ("dact", "dgated")
+
+    def tiled(self, key: KernelKey) -> bool:
+        """Whether ``key`` runs the tiled kernel (gated ops, MXFP8) or the flat one."""
+        return self.gated or key.scaling == "mxfp8"
+
+    def validate(self, key: KernelKey) -> None:
+        super().validate(key)
+        hint = f"for op {self.name!r}"
+        if key.layout != "rowwise" and key.scaling != "mxfp8":
+            raise VariantError("layout", key.layout, ["rowwise"],
+                               f"{hint}: columnwise and both layouts are MXFP8 only")  # fmt: skip
+        hs = key.hidden_size
+        if key.scaling == "mxfp8" and hs is not None and hs % MXFP8_BLOCK:
+            raise VariantError("hidden_size", hs, f"a multiple of {MXFP8_BLOCK}",
+                               f"{hint}: MXFP8 blocks of 32 along rows")  # fmt: skip
 
     def render_context(self, key: KernelKey) -> dict[str, Any]:
         ctx = super().render_context(key)
-        cfg = launch_config(key)
+        vec = 16 // key.input.itemsize
+        mx = key.scaling == "mxfp8"
         ctx.update(
-            act=self.device_fn,
-            threads=cfg.threads,
-            unroll=cfg.unroll,
-            vec=16 // key.input.itemsize,
+            kind=self.kind,
+            act=self.act,
+            clamped=self.clamped,
+            vec=vec,
             tensor_scaling=key.scaling == "tensor",
+            mxfp8=mx,
+            rowwise=mx and key.layout in ("rowwise", "both"),
+            colwise=mx and key.layout in ("columnwise", "both"),
+            max_norm_rcp=_fp32_literal(1.0 / key.output.max_finite) if mx else "",
         )
+        if self.tiled(key):
+            cfg = tile_config(key)
+            ctx.update(structure="tile", threads=cfg.threads,
+                       chunks_per_row=cfg.chunks_per_row, iters=cfg.iters)  # fmt: skip
+        else:
+            cfg2 = launch_config(key)
+            ctx.update(structure="flat", threads=cfg2.threads, unroll=cfg2.unroll)
         return ctx
 
     def kernel_class(self) -> type[Kernel]:
-        return ActivationKernel
+        if self.clamped:
+            return ClampedSwiGLUGradKernel if self.backward else ClampedSwiGLUKernel
+        return ActivationGradKernel if self.backward else ActivationKernel
 
 
-class ActivationKernel(Kernel):
-    """``y = act(x)``, optionally FP8 with per-tensor scaling.
+class _Launcher(Kernel):
+    """Argument binding and launch shared by every activation kernel class."""
 
-    Call: ``kernel(x, out=None, *, scale=None, amax=None, scale_inv=None, stream=None)``.
-
-    Args:
-        x: CUDA array of ``in_dtype``, any shape ``(..., hidden_size)``, C-contiguous.
-        out: CUDA array of ``out_dtype`` and ``x``'s shape (FP8 may be uint8 storage); when
-            omitted it is allocated with ``x``'s library (torch or CuPy).
-        scale: tensor scaling only: fp32 device array, element 0 is the scale.
-        amax: tensor scaling only: fp32 device array; element 0 is max-reduced (atomically)
-            with ``max|act(x)|`` before scaling. Zero it before the first launch.
-        scale_inv: tensor scaling only, optional: fp32 device array; element 0 gets ``1/scale``.
-        stream: where to launch (see :mod:`nvrtc_engine.interop`).
-
-    Returns ``out``. Raises :class:`~nvrtc_engine.ArgumentError` /
-    :class:`~nvrtc_engine.ArgumentTypeError` before launching when an argument is wrong.
-    """
-
-    _params = driver.ParamPack("PPqPPPi")
+    _flat_params = driver.ParamPack("PPqPPPi")
+    _flat_grad_params = driver.ParamPack("PPqPPPiP")
+    _tile_params = driver.ParamPack("PPPPPPqqqqPPPfffi")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         key = self.key
-        cfg = launch_config(key)
+        spec: ActivationSpec = key.spec  # type: ignore[assignment]
         self._in = key.input
         self._out = key.output
-        self._threads = cfg.threads
-        self._per_block = cfg.threads * cfg.unroll * (16 // key.input.itemsize)
+        self._kind = spec.kind
+        self._gated = spec.gated
+        self._backward = spec.backward
         self._tensor = key.scaling == "tensor"
+        self._mx = key.scaling == "mxfp8"
+        self._tiled = spec.tiled(key)
+        self._vec = 16 // key.input.itemsize
+        if self._tiled:
+            cfg = tile_config(key)
+            self._threads = cfg.threads
+            self._tile_rows = cfg.tile_rows()
+            self._tile_cols = cfg.tile_cols(self._vec)
+        else:
+            flat = launch_config(key)
+            self._threads = flat.threads
+            self._per_block = flat.threads * flat.unroll * self._vec
+
+    # -- checks ---------------------------------------------------------------------------
+
+    def _scaling_args(self, scale: Any, amax: Any, scale_inv: Any, like: Array) -> tuple[int, ...]:
+        key = self.key
+        if self._tensor:
+            if scale is None:
+                raise ArgumentError("scale", f"is required for tensor-scaled {key.out_dtype} "
+                                    "output (fp32 device array, element 0)")  # fmt: skip
+            if amax is None:
+                raise ArgumentError("amax", "is required for tensor scaling (fp32 device array "
+                                    "to max-reduce into; zero it first)")  # fmt: skip
+            scale_inv_ptr = 0
+            if scale_inv is not None:
+                scale_inv_ptr = self._scalar_buffer(scale_inv, "scale_inv", like)
+            return (self._scalar_buffer(scale, "scale", like),
+                    self._scalar_buffer(amax, "amax", like), scale_inv_ptr)  # fmt: skip
+        if scale is not None or amax is not None or scale_inv is not None:
+            what = "MXFP8 scales are computed per block" if self._mx else "it has no scaling"
+            raise ArgumentError("scale", f"{key}: {what}; scale/amax/scale_inv are only for "
+                                "tensor-scaled FP8 outputs")  # fmt: skip
+        return (0, 0, 0)
+
+    def _shapes(self, xa: Array) -> tuple[int, int, tuple[int, ...]]:
+        """(rows, cols, output shape) of input ``x``; cols is H for gated ops."""
+        shape = xa.shape
+        key = self.key
+        if not shape:
+            raise ArgumentError("x", "must have at least one dimension")
+        last = shape[-1]
+        if self._gated:
+            if last % 2:
+                raise ArgumentError("x", f"last dimension is {last}; {key.op} takes "
+                                    "(..., 2 * hidden_size), activation half first, so it "
+                                    "must be even")  # fmt: skip
+            cols = last // 2
+        else:
+            cols = last
+        hs = key.hidden_size
+        if hs is not None and cols != hs:
+            size = f"2 * {hs} = {2 * hs}" if self._gated else str(hs)
+            raise ArgumentError("x", f"last dimension is {last}, but this kernel is specialized "
+                                f"for hidden_size={hs} (last dimension {size}; use "
+                                "hidden_size=None for any size)")  # fmt: skip
+        rows = math.prod(shape[:-1])
+        out_shape = (*shape[:-1], cols) if self._kind == "gated" else shape
+        if self._mx:
+            self._check_mx_dims(rows, cols, out_shape)
+        return rows, cols, out_shape
+
+    def _check_mx_dims(self, rows: int, cols: int, out_shape: tuple[int, ...]) -> None:
+        key = self.key
+        what = "hidden size H" if self._gated else "last dimension"
+        if cols % MXFP8_BLOCK:
+            raise ArgumentError(
+                "x",
+                f"MXFP8 output needs the {what} to be a multiple of {MXFP8_BLOCK} "
+                f"(32-element blocks along rows); it is {cols}",
+            )
+        if key.layout != "rowwise" and rows % MXFP8_BLOCK:
+            raise ArgumentError("x", f"MXFP8 {key.layout} output needs the number of rows (the "
+                                f"product of the leading dimensions of {out_shape}) to be a "
+                                f"multiple of {MXFP8_BLOCK} (32-element blocks down columns); "
+                                f"it is {rows}")  # fmt: skip
+
+    def _grad(self, grad: Any, xa: Array, cols: int) -> Array:
+        ga = self._input(grad, "grad", self._in)
+        want = (*xa.shape[:-1], cols)
+        if ga.shape != want:
+            raise ArgumentError("grad", f"has shape {ga.shape}; expected {want} (the shape of "
+                                f"{self.key.op}'s forward output)")  # fmt: skip
+        if ga.device != xa.device:
+            raise ArgumentError("grad", f"is on device {ga.device}, x on {xa.device}")
+        return ga
+
+    # -- launch ---------------------------------------------------------------------------
+
+    def _run(self, grad: Any, x: Any, out: Any, scale: Any, amax: Any, scale_inv: Any,
+             stream: Any, limit: float, alpha: float, linear_offset: float) -> Any:  # fmt: skip
+        xa = self._input(x, "x", self._in)
+        rows, cols, out_shape = self._shapes(xa)
+        g_ptr = self._grad(grad, xa, cols).ptr if self._backward else 0
+        bound = None
+        if self._mx:
+            bound = bind_mxfp8_output(out, xa, out_shape, self._out, self.key.layout,
+                                      self._output)  # fmt: skip
+            out = bound.result
+            y_ptr, y_col_ptr = bound.rowwise, bound.columnwise
+            for name, ptr in (("x", xa.ptr), ("grad", g_ptr), ("out.rowwise", y_ptr),
+                              ("out.columnwise", y_col_ptr)):  # fmt: skip
+                if ptr & 15:
+                    raise ArgumentError(name, "must be 16-byte aligned for MXFP8 output (the "
+                                        "kernel moves 16-byte vectors)")  # fmt: skip
+        else:
+            if isinstance(out, MXFP8Output):
+                raise ArgumentTypeError("out", f"{self.key} is not MXFP8; pass an array")
+            out, oa = self._output(out, "out", xa, out_shape, self._out)
+            y_ptr, y_col_ptr = oa.ptr, 0
+        scale_ptr, amax_ptr, scale_inv_ptr = self._scaling_args(scale, amax, scale_inv, xa)
+        if rows == 0 or cols == 0:
+            return out
+        handle = stream_handle(stream, xa)
+        loaded = self.loaded(xa.device)
+        if self._tiled:
+            aligned = ((xa.ptr | g_ptr | y_ptr | y_col_ptr) & 15) == 0 and cols % self._vec == 0
+            grid = min(-(-rows // self._tile_rows) * -(-cols // self._tile_cols), MAX_GRID)
+            s_row = (bound.rowwise_scale, bound.rowwise_scale_stride) if bound else (0, 0)
+            s_col = (bound.columnwise_scale, bound.columnwise_scale_stride) if bound else (0, 0)
+            params = self._tile_params.pack(
+                xa.ptr, g_ptr, y_ptr, y_col_ptr, s_row[0], s_col[0], rows, cols, s_row[1],
+                s_col[1], scale_ptr, amax_ptr, scale_inv_ptr, limit, alpha, linear_offset,
+                int(aligned),
+            )  # fmt: skip
+        else:
+            n = xa.numel
+            aligned = ((xa.ptr | g_ptr | y_ptr) & 15) == 0
+            grid = min(-(-n // (self._per_block if aligned else self._threads)), MAX_GRID)
+            if self._backward:
+                params = self._flat_grad_params.pack(
+                    xa.ptr, y_ptr, n, scale_ptr, amax_ptr, scale_inv_ptr, int(aligned), g_ptr
+                )
+            else:
+                params = self._flat_params.pack(xa.ptr, y_ptr, n, scale_ptr, amax_ptr,
+                                                scale_inv_ptr, int(aligned))  # fmt: skip
+        driver.make_current(loaded.device)
+        if bound is not None and bound.fresh:
+            zero_fresh_scales(bound, handle)
+        driver.launch(loaded.functions[0], grid, self._threads, handle, params)
+        return out
+
+
+def _clamp_params(limit: Any, alpha: Any, linear_offset: Any) -> tuple[float, float, float]:
+    if limit is None:
+        raise ArgumentError("limit", "is required for clamped SwiGLU (a float > 0, e.g. 7.0)")
+    values = []
+    for name, v in (("limit", limit), ("alpha", alpha), ("linear_offset", linear_offset)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ArgumentTypeError(name, f"must be a real number, got {type(v).__name__}")
+        if not math.isfinite(v):
+            raise ArgumentError(name, f"must be finite, got {v}")
+        values.append(float(v))
+    if values[0] <= 0:
+        raise ArgumentError("limit", f"must be > 0, got {limit}")
+    return values[0], values[1], values[2]
+
+
+class ActivationKernel(_Launcher):
+    """A forward activation: ``y = act(x)`` (plain ops) or ``y = act(a) * b`` (gated ops).
+
+    Call: ``kernel(x, out=None, *, scale=None, amax=None, scale_inv=None, stream=None)``.
+
+    Args:
+        x: CUDA array of ``in_dtype``, C-contiguous; plain ops: any shape
+            ``(..., hidden_size)``; gated ops: ``(..., 2 * hidden_size)``, the activation
+            input ``a`` in the first half of the last dimension, the linear input ``b`` in
+            the second.
+        out: plain ops: ``x``'s shape; gated ops: ``(..., hidden_size)``. An array of
+            ``out_dtype`` (FP8 may be uint8 storage), or for MXFP8 an :class:`MXFP8Output`
+            whose None fields are allocated; when omitted everything is allocated with
+            ``x``'s library (torch or CuPy).
+        scale: tensor scaling only: fp32 device array, element 0 is the scale.
+        amax: tensor scaling only: fp32 device array; element 0 is max-reduced (atomically)
+            with the max of ``|y|`` before scaling. Zero it before the first launch.
+        scale_inv: tensor scaling only, optional: fp32 device array; element 0 gets ``1/scale``.
+        stream: where to launch (see :mod:`nvrtc_engine.interop`).
+
+    Returns ``out``: the array, or for MXFP8 an :class:`MXFP8Output` (data in the output's
+    shape and E8M0 scales in TransformerEngine's padded compact layout, see
+    :mod:`nvrtc_engine.ops.blockscale`).
+
+    Raises :class:`~nvrtc_engine.ArgumentError` / :class:`~nvrtc_engine.ArgumentTypeError`
+    before launching when an argument is wrong: no dimension, an odd last dimension (gated),
+    a size other than the kernel's ``hidden_size``, MXFP8 dimensions not multiples of 32
+    (the last dimension, or H; and the rows for columnwise and both), wrong dtypes, shapes
+    or devices, missing ``scale``/``amax`` with tensor scaling.
+
+    Math: as TransformerEngine's activations (``templates/include/nve_act.cuh``), in fp32.
+    """
 
     def __call__(
         self,
@@ -125,38 +417,127 @@ class ActivationKernel(Kernel):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        xa = self._input(x, "x", self._in)
-        shape = xa.shape
-        key = self.key
-        if not shape:
-            raise ArgumentError("x", "must have at least one dimension")
-        if key.hidden_size is not None and shape[-1] != key.hidden_size:
-            raise ArgumentError(
-                "x", f"last dimension is {shape[-1]}, but this kernel is specialized for "
-                f"hidden_size={key.hidden_size} (use hidden_size=None for any size)",
-            )  # fmt: skip
-        out, oa = self._output(out, "out", xa, shape, self._out)
-        scale_ptr = amax_ptr = scale_inv_ptr = 0
-        if self._tensor:
-            scale_ptr, amax_ptr, scale_inv_ptr = self._tensor_scaling(scale, amax, scale_inv, xa)
-        elif scale is not None or amax is not None or scale_inv is not None:
-            raise ArgumentError("scale", f"{key} has no scaling; scale/amax/scale_inv are only "
-                                "for tensor-scaled FP8 outputs")  # fmt: skip
-        n = xa.numel
-        if n == 0:
-            return out
-        handle = stream_handle(stream, xa)
-        loaded = self.loaded(xa.device)
-        aligned = ((xa.ptr | oa.ptr) & 15) == 0
-        per_block = self._per_block if aligned else self._threads
-        grid = min(-(-n // per_block), MAX_GRID)
-        params = self._params.pack(xa.ptr, oa.ptr, n, scale_ptr, amax_ptr, scale_inv_ptr,
-                                   int(aligned))  # fmt: skip
-        driver.make_current(loaded.device)
-        driver.launch(loaded.handles[0], grid, self._threads, handle, params)
-        return out
+        return self._run(None, x, out, scale, amax, scale_inv, stream, 0.0, 0.0, 0.0)
 
+
+class ActivationGradKernel(_Launcher):
+    """A backward activation: ``dx = grad * act'(x)`` (plain ops), or for gated ops with
+    ``x = [a | b]``: ``dx = [grad * act'(a) * b | grad * act(a)]``.
+
+    Call: ``kernel(grad, x, out=None, *, scale=None, amax=None, scale_inv=None, stream=None)``.
+
+    Args:
+        grad: CUDA array of ``in_dtype``, the gradient of the forward output: ``x``'s shape
+            for plain ops, ``(..., hidden_size)`` for gated ops.
+        x: the forward input, as for :class:`ActivationKernel`.
+        out: ``x``'s shape (gated: ``(..., 2 * hidden_size)``, ``d/da`` first), an array of
+            ``out_dtype`` or for MXFP8 an :class:`MXFP8Output`; allocated when omitted.
+        scale, amax, scale_inv, stream: as for :class:`ActivationKernel` (amax of ``dx``).
+
+    Returns ``out`` (an :class:`MXFP8Output` for MXFP8). Raises as
+    :class:`ActivationKernel` does, and when ``grad``'s shape, dtype or device is wrong.
+    MXFP8 output of a gated op needs H to be a multiple of 32 (so no block straddles the
+    two halves).
+
+    Math: as TransformerEngine's ``dact``/``dgated_act`` kernels, in fp32.
+    """
+
+    def __call__(
+        self,
+        grad: Any,
+        x: Any,
+        out: Any = None,
+        *,
+        scale: Any = None,
+        amax: Any = None,
+        scale_inv: Any = None,
+        stream: Any = None,
+    ) -> Any:
+        return self._run(grad, x, out, scale, amax, scale_inv, stream, 0.0, 0.0, 0.0)
+
+
+class ClampedSwiGLUKernel(_Launcher):
+    """Clamped SwiGLU (GPT-OSS): for ``x = [a | b]`` of shape ``(..., 2H)``,
+    ``y = a' * sigmoid(alpha * a') * (clamp(b, -limit, limit) + linear_offset)`` with
+    ``a' = min(a, limit)``; shape ``(..., H)``.
+
+    Call: ``kernel(x, out=None, *, limit, alpha=1.702, linear_offset=1.0, scale=None,
+    amax=None, scale_inv=None, stream=None)``. ``limit`` (> 0), ``alpha`` and
+    ``linear_offset`` are run-time floats, used as fp32. Other arguments, return value and
+    errors as :class:`ActivationKernel`; a missing or non-positive ``limit`` is an
+    :class:`~nvrtc_engine.ArgumentError`.
+
+    Math: TransformerEngine's ``clamped_swiglu`` (``ClampedSwiGLUParam``).
+    """
+
+    def __call__(
+        self,
+        x: Any,
+        out: Any = None,
+        *,
+        limit: float | None = None,
+        alpha: float = CLAMPED_SWIGLU_ALPHA,
+        linear_offset: float = CLAMPED_SWIGLU_LINEAR_OFFSET,
+        scale: Any = None,
+        amax: Any = None,
+        scale_inv: Any = None,
+        stream: Any = None,
+    ) -> Any:
+        params = _clamp_params(limit, alpha, linear_offset)
+        return self._run(None, x, out, scale, amax, scale_inv, stream, *params)
+
+
+class ClampedSwiGLUGradKernel(_Launcher):
+    """Backward of clamped SwiGLU: grad ``(..., H)``, x ``(..., 2H)`` -> ``(..., 2H)``:
+    ``[grad * gate'(a) * lin(b) | grad * gate(a)]``, with zero gradient where clamped
+    (``a > limit`` in the first half, ``|b| > limit`` in the second).
+
+    Call: ``kernel(grad, x, out=None, *, limit, alpha=1.702, linear_offset=1.0, scale=None,
+    amax=None, scale_inv=None, stream=None)``; see :class:`ActivationGradKernel` and
+    :class:`ClampedSwiGLUKernel`.
+
+    Math: TransformerEngine's ``clamped_dswiglu``.
+    """
+
+    def __call__(
+        self,
+        grad: Any,
+        x: Any,
+        out: Any = None,
+        *,
+        limit: float | None = None,
+        alpha: float = CLAMPED_SWIGLU_ALPHA,
+        linear_offset: float = CLAMPED_SWIGLU_LINEAR_OFFSET,
+        scale: Any = None,
+        amax: Any = None,
+        scale_inv: Any = None,
+        stream: Any = None,
+    ) -> Any:
+        params = _clamp_params(limit, alpha, linear_offset)
+        return self._run(grad, x, out, scale, amax, scale_inv, stream, *params)
+
+
+_PLAIN = (
+    ("gelu", "tanh-approximated GELU, as in TransformerEngine"),
+    ("qgelu", "quick GELU x * sigmoid(1.702 x)"),
+    ("silu", "SiLU (swish) x * sigmoid(x)"),
+    ("relu", "ReLU max(x, 0)"),
+    ("srelu", "squared ReLU max(x, 0)^2"),
+    ("sigmoid", "logistic sigmoid"),
+)
+_GATED = (
+    ("glu", "sigmoid", "GLU: sigmoid(a) * b"),
+    ("geglu", "gelu", "GeGLU: gelu(a) * b"),
+    ("qgeglu", "qgelu", "quick-GeGLU: qgelu(a) * b"),
+    ("swiglu", "silu", "SwiGLU: silu(a) * b"),
+    ("reglu", "relu", "ReGLU: relu(a) * b"),
+    ("sreglu", "srelu", "squared-ReGLU: srelu(a) * b"),
+    ("clamped_swiglu", "clamped_silu", "clamped SwiGLU (GPT-OSS), runtime limit/alpha/offset"),
+)
 
 ACTIVATION_SPECS: tuple[ActivationSpec, ...] = (
-    ActivationSpec("gelu", "gelu", "tanh-approximated GELU, as in TransformerEngine"),
+    *(ActivationSpec(n, "act", n, d) for n, d in _PLAIN),
+    *(ActivationSpec("d" + n, "dact", n, f"gradient of {n}: grad * {n}'(x)") for n, _ in _PLAIN),
+    *(ActivationSpec(n, "gated", a, d) for n, a, d in _GATED),
+    *(ActivationSpec("d" + n, "dgated", a, f"gradient of {n}") for n, a, _ in _GATED),
 )

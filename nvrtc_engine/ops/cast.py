@@ -487,7 +487,7 @@ def _check_grid(grid: int, name: str) -> None:
 
 
 CAST_SPECS: tuple[OpSpec, ...] = (
-    ActivationSpec("cast", "identity", "cast to fp32/fp16/bf16, or FP8 with tensor scaling"),
+    ActivationSpec("cast", "act", "identity", "cast to fp32/fp16/bf16, or FP8 with tensor scaling"),
     TransposeSpec("transpose", "transpose of any dtype (FP8 as raw bytes)"),
     TileSpec("cast_transpose", "cast and transpose in one pass, shared FP8 scale/amax"),
     TileSpec("cast_transpose_dbias", "cast_transpose plus column sums (dbias)", dbias=True),

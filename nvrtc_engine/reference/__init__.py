@@ -1,8 +1,9 @@
 """Independent numpy references: float64 math, rounded to the output dtype with ml_dtypes.
 
 Used by the tests, the demo and the benchmarks; nothing here shares code with the kernels.
-One module per family (:mod:`.activation`, :mod:`.norm`, :mod:`.cast`), helpers in
-:mod:`.common`, block scaling (MXFP8) in :mod:`.mx`, NVFP4 in :mod:`.cast`.
+One module per family: :mod:`.activation` (the activation functions), :mod:`.activation_ops`
+(every op of the activation family), :mod:`.norm`, :mod:`.cast` (including NVFP4); helpers in
+:mod:`.common`, MXFP8 block scaling in :mod:`.mx`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ from .activation import (
     silu,
     srelu,
 )
+from .activation_ops import (
+    ACTIVATION_OPS,
+    GATED_ACTIVATIONS,
+    OpValues,
+    clamped_swiglu,
+    dclamped_swiglu,
+    op_kind,
+    op_values,
+)
 from .cast import (
     E2M1_VALUES,
     CastTransposeResult,
@@ -38,8 +48,20 @@ from .cast import (
     pack_e2m1,
     unpack_e2m1,
 )
-from .common import FP32_EPS, check_close, round_to, sample_input, to_float64
-from .mx import MXFP8_BLOCK, e8m0_scale, mxfp8_quantize
+from .common import (
+    FP32_EPS,
+    check_close,
+    round_to,
+    sample_input,
+    to_float64,
+)
+from .mx import (
+    MXFP8_BLOCK,
+    check_mxfp8,
+    e8m0_multiplier,
+    e8m0_scale,
+    mxfp8_quantize,
+)
 from .norm import (
     NormBackward,
     NormForward,
@@ -52,19 +74,25 @@ from .norm import (
 
 __all__ = [
     "ACTIVATIONS",
-    "E2M1_VALUES",
-    "FP32_EPS",
-    "MXFP8_BLOCK",
+    "ACTIVATION_OPS",
     "Activation",
     "ActivationResult",
     "CastTransposeResult",
+    "E2M1_VALUES",
+    "FP32_EPS",
+    "GATED_ACTIVATIONS",
+    "MXFP8_BLOCK",
     "NVFP4Result",
     "NormBackward",
     "NormForward",
+    "OpValues",
     "activation",
     "cast_transpose",
     "check_close",
+    "check_mxfp8",
+    "clamped_swiglu",
     "dbias_tolerance",
+    "dclamped_swiglu",
     "dgelu",
     "dqgelu",
     "drelu",
@@ -73,6 +101,7 @@ __all__ = [
     "dsrelu",
     "e2m1_decode",
     "e2m1_encode",
+    "e8m0_multiplier",
     "e8m0_scale",
     "gelu",
     "layernorm_bwd",
@@ -80,6 +109,8 @@ __all__ = [
     "mxfp8_quantize",
     "nvfp4_encode_scale",
     "nvfp4_quantize",
+    "op_kind",
+    "op_values",
     "pack_e2m1",
     "qgelu",
     "relu",

@@ -46,7 +46,11 @@ def _f64(x: np.ndarray) -> np.ndarray:
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * z))  # stable for any z
+    # 1 / (1 + e^-z) with a small relative error for any z: through e^-|z| (never
+    # overflows), so that tiny values (large negative z) keep their digits; 0.5 (1 + tanh)
+    # would round them to 0.
+    e = np.exp(-np.abs(z))
+    return np.where(z >= 0, 1.0, e) / (1.0 + e)
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
@@ -158,6 +162,13 @@ def _logistic_tol(alpha: float, f: Callable, with_x: bool) -> Callable:
     return tol
 
 
+def _dsigmoid_tol(x: np.ndarray) -> np.ndarray:
+    # s (1 - s): 1 - s loses its digits where s is near 1 (large x): an absolute error of
+    # up to ~2 eps * s (approximate reciprocal, rounding); elsewhere relative, as for the
+    # other logistic functions.
+    return 32.0 * FP32_EPS * (1.0 + np.abs(x)) * dsigmoid(x) + 4.0 * FP32_EPS * sigmoid(x)
+
+
 def _exact_tol(f: Callable) -> Callable:
     return lambda x: 4.0 * FP32_EPS * np.abs(f(x))
 
@@ -184,7 +195,7 @@ ACTIVATIONS: dict[str, Activation] = {
         Activation("relu", relu, drelu, _exact_tol(relu), _exact_tol(drelu)),
         Activation("srelu", srelu, dsrelu, _exact_tol(srelu), _exact_tol(dsrelu)),
         Activation("sigmoid", sigmoid, dsigmoid, _logistic_tol(1.0, sigmoid, False),
-                   lambda x: 32.0 * FP32_EPS * (1.0 + np.abs(x)) * dsigmoid(x)),
+                   _dsigmoid_tol),
     )
 }  # fmt: skip
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import DTYPES
-from .common import round_to
+from .common import check_close, round_to
 
-__all__ = ["MXFP8_BLOCK", "e8m0_multiplier", "e8m0_scale", "mxfp8_quantize"]
+__all__ = ["MXFP8_BLOCK", "check_mxfp8", "e8m0_multiplier", "e8m0_scale", "mxfp8_quantize"]
 
 MXFP8_BLOCK = 32
 
@@ -72,3 +72,59 @@ def mxfp8_quantize(
     if direction == "rowwise":
         return data, scales, mult
     return data.T, scales.T, mult.T
+
+
+def check_mxfp8(
+    data: np.ndarray,
+    scales: np.ndarray,
+    y: np.ndarray,
+    tolerance: np.ndarray | float,
+    out_dtype: str,
+    direction: str,
+    *,
+    name: str = "out",
+) -> tuple[int, int, int]:
+    """Check a kernel's MXFP8 output against float64 values ``y`` of shape ``(rows, cols)``.
+
+    ``data``: the kernel's FP8 data (``y``'s shape); ``scales``: its E8M0 bytes, the
+    unpadded region ``(rows, cols/32)`` rowwise or ``(rows/32, cols)`` columnwise;
+    ``tolerance``: the absolute error an fp32 kernel may carry in each value of ``y``.
+
+    Scales must be bit-exact, except in blocks whose amax lies within its tolerance of a
+    power-of-two boundary of ``amax / max_norm``: there an fp32 amax may round either way,
+    so either neighbouring exponent is accepted. The data must then be the rounding of
+    ``y * 2^(127 - scale)`` with the kernel's own scale (see :func:`check_close`: only
+    rounding ties may differ). Returns ``(elements, elements at ties, blocks on a
+    boundary)``; raises ``AssertionError`` naming the first wrong block or element.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    tol = np.broadcast_to(np.abs(np.asarray(tolerance, dtype=np.float64)), y.shape)
+    got = np.asarray(scales).view(np.uint8)
+    flip = direction == "columnwise"
+    if flip:  # blocks run down columns: work on the transpose, report original indices
+        y, tol, got = y.T, tol.T, got.T
+    rows, cols = y.shape
+    if cols % MXFP8_BLOCK:
+        raise ValueError(f"blocks of {MXFP8_BLOCK} need a multiple of {MXFP8_BLOCK}, got {cols}")
+    if got.shape != (rows, cols // MXFP8_BLOCK):
+        want = (rows, cols // MXFP8_BLOCK)
+        raise AssertionError(f"{name} scales: shape {got.shape} != {want[::-1] if flip else want}")
+    blocks = np.abs(y).reshape(rows, -1, MXFP8_BLOCK)
+    slack = tol.reshape(rows, -1, MXFP8_BLOCK)
+    lo = e8m0_scale(np.maximum(blocks - slack, 0.0).max(axis=2), out_dtype)
+    hi = e8m0_scale((blocks + slack).max(axis=2), out_dtype)
+    bad = (got < lo) | (got > hi)
+    if bad.any():
+        i = tuple(int(v) for v in np.argwhere(bad)[0])
+        raise AssertionError(
+            f"{name} {direction} scales: {int(bad.sum())} of {got.size} wrong; first at "
+            f"{i[::-1] if flip else i}: got {int(got[i])}, expected {int(lo[i])}"
+            + (f" or up to {int(hi[i])}" if hi[i] != lo[i] else "")
+            + f" (block amax {blocks[i].max()!r})"
+        )
+    mult = np.repeat(e8m0_multiplier(got), MXFP8_BLOCK, axis=1)
+    expected, slack_all = y * mult, tol * mult
+    if flip:
+        expected, slack_all = expected.T, slack_all.T
+    n, ties = check_close(data, expected, out_dtype, slack_all, name=f"{name} {direction} data")
+    return n, ties, int((lo != hi).sum())

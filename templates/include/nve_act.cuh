@@ -77,4 +77,16 @@ __device__ __forceinline__ float dsigmoid(float x) {
   return s * (1.f - s);
 }
 
+// Clamped SwiGLU's gate (GPT-OSS; TransformerEngine's clamped_silu): with x' = min(x, limit),
+// x' * sigmoid(alpha x'). Its derivative is 0 where x > limit (the clamp is flat there).
+__device__ __forceinline__ float clamped_silu(float x, float limit, float alpha) {
+  const float c = fminf(x, limit);
+  return c * sigmoidf(alpha * c);
+}
+__device__ __forceinline__ float dclamped_silu(float x, float limit, float alpha) {
+  const float c = fminf(x, limit);
+  const float s = sigmoidf(alpha * c);
+  return x <= limit ? fmaf(alpha * c, s * (1.f - s), s) : 0.f;
+}
+
 }  // namespace nve

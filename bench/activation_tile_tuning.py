@@ -1,0 +1,118 @@
+"""Tile-shape sweep behind the tiled activation kernel's defaults (``TileConfig`` in
+nvrtc_engine/ops/activation.py; results to go in docs/performance.md).
+
+    python bench/activation_tile_tuning.py [--tokens 16384] [--hidden 8192] [--repeat 20]
+
+For swiglu (bf16 input tokens x 2*hidden) to bf16, to fp8_e4m3 with tensor scaling, to
+MXFP8 rowwise and both; dswiglu to bf16; and gelu (tokens x hidden) to MXFP8 rowwise and
+both: times every tile shape (threads per block x 16-byte chunks per tile row x chunks per
+thread; MXFP8 tiles are exactly 32 rows high). GB/s counts each tensor once, MXFP8 scale
+bytes included. Prints the best shapes per case and the default's rank; writes
+bench/results/activation_tile_tuning.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import activation_bandwidth as ab
+import common
+
+CASES = [("swiglu", "bf16"), ("swiglu", "fp8 tensor"), ("swiglu", "mxfp8 rowwise"),
+         ("swiglu", "mxfp8 both"), ("dswiglu", "bf16"), ("gelu", "mxfp8 rowwise"),
+         ("gelu", "mxfp8 both")]  # fmt: skip
+
+
+def shapes(mxfp8: bool) -> list[tuple[int, int, int]]:
+    """(threads, chunks_per_row, iters) to try; MXFP8 tiles must be 32 rows high."""
+    if not mxfp8:
+        return list(itertools.product([128, 256, 512], [8, 16, 32], [1, 2, 4]))
+    out = []
+    for threads, cpr in itertools.product([64, 128, 256, 512], [4, 8, 16, 32]):
+        iters = 32 * cpr // threads
+        if iters >= 1 and iters * threads == 32 * cpr:
+            out.append((threads, cpr, iters))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--hidden", type=int, default=8192)
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args()
+    import torch
+
+    import nvrtc_engine as ne
+    import nvrtc_engine.ops.activation as activation
+    from nvrtc_engine.engine import Engine
+
+    copy = common.copy_bandwidth_gbps()
+    chosen = activation.tile_config
+    rows = []
+    try:
+        for op, output in CASES:
+            inputs, shape = ab.make_inputs(op, args.tokens, args.hidden)
+            nbytes = ab.traffic(op, output, args.tokens, args.hidden)
+            mx = output.startswith("mxfp8")
+            default = chosen(ne.make_key(op, **ab.kernel_fields(output)))
+            for threads, cpr, iters in shapes(mx):
+                config = activation.TileConfig(threads, cpr, iters)
+                activation.tile_config = lambda key, config=config: config
+                engine = Engine()  # a fresh memory cache: the new shape is rendered anew
+
+                def get(op_, engine=engine, **fields):
+                    return engine.get(ne.make_key(op_, **fields))
+
+                row = {"op": op, "output": output, "threads": threads, "chunks_per_row": cpr,
+                       "iters": iters}  # fmt: skip
+                try:
+                    fn = ab.engine_call(op, output, inputs, shape, get_kernel=get)
+                    activation.tile_config = chosen  # the call needs no config any more
+                    ms = common.cuda_time_ms(fn, repeat=args.repeat)
+                except Exception as exc:  # a shape that does not compile or launch
+                    row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                    rows.append(row)
+                    continue
+                finally:
+                    activation.tile_config = chosen
+                gbps = nbytes / (ms * 1e-3) / 1e9
+                row.update(ms=ms, gbps=gbps, pct=100 * gbps / copy, default=config == default)
+                rows.append(row)
+            del inputs
+            torch.cuda.empty_cache()
+    finally:
+        activation.tile_config = chosen
+    path = common.write_results("activation_tile_tuning", {
+        **common.gpu_info(), "copy_gbps": copy, "shape": [args.tokens, args.hidden],
+        "rows": rows,
+    })  # fmt: skip
+    ok = sorted((r for r in rows if "gbps" in r), key=lambda r: (r["op"], r["output"], -r["gbps"]))
+    shown = []
+    for i, r in enumerate(ok):
+        rank = sum((q["op"], q["output"]) == (r["op"], r["output"]) for q in ok[:i])
+        r["rank"] = rank + 1
+        if rank < 4 or r["default"]:
+            shown.append(r)
+    print(f"device copy {copy:.0f} GB/s")
+    print(common.table(shown, [
+        ("default", "default", ""), ("rank", "rank", ""), ("op", "op", ""),
+        ("output", "output", ""), ("threads", "thr", ""), ("chunks_per_row", "cpr", ""),
+        ("iters", "iters", ""), ("ms", "ms", ".4f"), ("gbps", "GB/s", ".0f"),
+        ("pct", "% copy", ".1f"),
+    ]))  # fmt: skip
+    for r in rows:
+        if "error" in r:
+            print(f"{r['op']} {r['output']} {r['threads']}x{r['chunks_per_row']}x{r['iters']}: "
+                  f"{r['error']}")  # fmt: skip
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

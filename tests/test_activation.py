@@ -1,0 +1,339 @@
+"""The activation family without a GPU: every variant compiles for sm_80/89/90/100a, keys and
+render choices, and every bad argument is refused before anything is launched."""
+
+from __future__ import annotations
+
+import itertools
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from fakes import FakeCaiArray, FakeCupyArray
+
+import nvrtc_engine as ne
+from nvrtc_engine import (
+    ArgumentError,
+    ArgumentTypeError,
+    KernelKey,
+    NoDeviceError,
+    VariantError,
+    config,
+    make_key,
+)
+from nvrtc_engine.ops.activation import (
+    ACTIVATION_SPECS,
+    ActivationGradKernel,
+    ActivationKernel,
+    ClampedSwiGLUGradKernel,
+    ClampedSwiGLUKernel,
+    MXFP8Output,
+    tile_config,
+)
+from nvrtc_engine.ops.blockscale import mxfp8_scale_shape
+from nvrtc_engine.render import render
+
+ARCHS = ["sm_80", "sm_89", "sm_90", "sm_100a"]
+IN = ["fp32", "fp16", "bf16"]
+# (out_dtype, scaling, layout): every output an activation kernel writes
+OUTPUTS = [
+    *((o, "none", "rowwise") for o in ("fp32", "fp16", "bf16")),
+    *((o, "tensor", "rowwise") for o in ("fp8_e4m3", "fp8_e5m2")),
+    *((o, "mxfp8", lay) for o in ("fp8_e4m3", "fp8_e5m2") for lay in ne.key.LAYOUTS),
+]
+OPS = [spec.name for spec in ACTIVATION_SPECS]
+KIND = {spec.name: spec.kind for spec in ACTIVATION_SPECS}
+
+
+def test_every_op_is_registered_with_its_kind():
+    plain = ["gelu", "qgelu", "silu", "relu", "srelu", "sigmoid"]
+    gated = ["glu", "geglu", "qgeglu", "swiglu", "reglu", "sreglu", "clamped_swiglu"]
+    expected = {
+        **{n: "act" for n in plain}, **{"d" + n: "dact" for n in plain},
+        **{n: "gated" for n in gated}, **{"d" + n: "dgated" for n in gated},
+    }  # fmt: skip
+    assert expected == KIND
+    assert set(expected) <= set(ne.registered_ops())
+
+
+@pytest.fixture
+def memory_only(monkeypatch):
+    """No disk cache: these tests are about compiling, and the store's I/O would dominate."""
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    ne.clear_cache(disk=False)  # the engine re-reads its settings
+
+
+def _compile_all(keys: list[KernelKey]) -> None:
+    # NVRTC releases the GIL: two threads compile in parallel on a 2-core machine.
+    with ThreadPoolExecutor(2) as pool:
+        kernels = list(pool.map(ne.get_kernel, keys))
+    for key, kernel in zip(keys, kernels, strict=True):
+        image = kernel.artifact.image
+        assert kernel.artifact.kind == "cubin" and image[:4] == b"\x7fELF", key
+        assert str(key).encode() in image, key  # the extern "C" symbol, unmangled
+        assert kernel.artifact.options[0] == f"-arch={key.arch}"
+
+
+def variants(op: str, arch: str) -> list[tuple[str, str, str, str]]:
+    """(in_dtype, out_dtype, scaling, layout) of ``op`` to compile for ``arch``.
+
+    sm_90: every input dtype x every output. The other archs: every output, with the input
+    dtype rotating over the op's index, so every op x output x scaling x layout and, per
+    kind of op, every input x output compile for every arch (the op only selects the
+    device function, which every op of its kind shares the code around), at a third of the
+    compile time (this file stays near 4 minutes on 2 cores).
+    """
+    if arch == "sm_90":
+        return [(i, *out) for i in IN for out in OUTPUTS]
+    shift = OPS.index(op) + ARCHS.index(arch)
+    return [(IN[(j + shift) % len(IN)], *out) for j, out in enumerate(OUTPUTS)]
+
+
+def test_variants_cover_every_input_and_output_per_kind_and_arch():
+    for arch in ARCHS:
+        for kind in ("act", "dact", "gated", "dgated"):
+            got = {v for op in OPS if KIND[op] == kind for v in variants(op, arch)}
+            assert got == {(i, *out) for i in IN for out in OUTPUTS}, (arch, kind)
+        assert {(op, *v[1:]) for op in OPS for v in variants(op, arch)} == {
+            (op, *out) for op in OPS for out in OUTPUTS
+        }
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("op", OPS)
+def test_every_variant_compiles(op, arch, memory_only):
+    """Every output dtype x scaling x layout of ``op`` (input dtypes: see ``variants``),
+    general hidden size."""
+    keys = [
+        make_key(op, in_dtype=i, out_dtype=o, scaling=s, layout=lay, arch=arch)
+        for i, o, s, lay in variants(op, arch)
+    ]
+    _compile_all(keys)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_hidden_size_specialized_variants_compile(arch, memory_only):
+    """Compile-time hidden sizes (the split point H of gated ops): one op per kind and
+    scaling, an MXFP8 size and a size that is not a multiple of the vector width."""
+    keys = []
+    for op, (o, s, lay), hidden in itertools.product(
+        ["gelu", "dsilu", "swiglu", "dclamped_swiglu"], OUTPUTS[2:5] + OUTPUTS[-1:], [96, 4099]
+    ):
+        if s == "mxfp8" and hidden % 32:
+            continue
+        keys.append(make_key(op, in_dtype="bf16", out_dtype=o, scaling=s, layout=lay,
+                             hidden_size=hidden, arch=arch))  # fmt: skip
+    _compile_all(keys)
+
+
+def test_names_parse_back():
+    for op in OPS:
+        k = make_key(op, dtype="fp8", scaling="mxfp8", layout="both", hidden_size=64, arch="sm_90")
+        assert KernelKey.parse(str(k)) == k
+        assert str(k).startswith(f"{op}_bf16_e4m3_mxfp8_both_h64_sm90")
+
+
+def test_render_picks_the_kernel_structure():
+    def source(op, **kw):
+        return render(make_key(op, arch="sm_90", **kw)).source
+
+    flat = source("gelu", dtype="fp8")
+    assert "flat element-wise kernel" in flat and "nve_mx.cuh" not in flat
+    assert "const In::storage* __restrict__ grad" in source("dgelu", dtype="bf16")
+    assert "const In::storage* __restrict__ grad" not in flat
+    gated = source("swiglu", dtype="bf16")
+    assert "tiled kernel" in gated and "nve_reduce.cuh" not in gated and "__shared__" not in gated
+    rowwise = source("gelu", dtype="fp8", scaling="mxfp8")
+    assert "tiled kernel" in rowwise and "__shfl_xor_sync" in rowwise
+    assert "part[kOuts]" not in rowwise  # no columnwise pass
+    both = source("dswiglu", dtype="fp8", scaling="mxfp8", layout="both", hidden_size=4096)
+    assert "const long long cols = 4096;" in both and "part[kOuts]" in both
+    assert "constexpr int kOuts = 2;" in both
+    clamped = source("clamped_swiglu", dtype="bf16")
+    assert "nve::clamped_silu(a, p.limit, p.alpha)" in clamped
+    e5m2 = source("gelu", dtype="e5m2", scaling="mxfp8")
+    assert "0x1.24924a0000000p-16f" in e5m2  # fp32(1 / 57344)
+
+
+def test_mxfp8_tile_is_one_columnwise_block_high():
+    for dtype in IN:
+        cfg = tile_config(make_key("gelu", in_dtype=dtype, out_dtype="fp8", scaling="mxfp8",
+                                   arch="sm_90"))  # fmt: skip
+        assert cfg.tile_rows() == 32
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "match"),
+    [
+        ({"in_dtype": "fp8_e4m3"}, "in_dtype", "fp8_e4m3"),
+        ({"out_dtype": "bf16", "scaling": "mxfp8"}, "scaling", "is not scaled"),
+        ({"scaling": "nvfp4"}, "scaling", "nvfp4"),
+        ({"layout": "both"}, "layout", "MXFP8 only"),
+        ({"scaling": "mxfp8", "hidden_size": 100}, "hidden_size", "multiple of 32"),
+    ],
+)
+def test_variant_errors(fields, field, match):
+    base = dict(op="dswiglu", in_dtype="bf16", out_dtype="fp8_e4m3", scaling="tensor",
+                layout="rowwise", hidden_size=None, arch="sm_90")  # fmt: skip
+    with pytest.raises(VariantError, match=match) as info:
+        KernelKey(**{**base, **fields})
+    assert info.value.field == field
+
+
+# -- argument checks, before any launch (fake arrays: reaching the GPU would fail) ------------
+
+
+def arr(shape, typestr="<u2", **kw):
+    return FakeCupyArray(shape, typestr, **kw)
+
+
+def scalars():
+    return {n: arr((1,), "<f4", ptr=0x2000 + 16 * i) for i, n in enumerate(("scale", "amax"))}
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    def k(op, **kw):
+        return ne.get_kernel(op, arch="sm_90", **kw)
+
+    return {
+        "gelu": k("gelu", dtype="bf16"),
+        "dgelu8": k("dgelu", dtype="fp8"),
+        "swiglu": k("swiglu", dtype="bf16", hidden_size=64),
+        "dswiglu": k("dswiglu", dtype="bf16"),
+        "clamped": k("clamped_swiglu", dtype="bf16"),
+        "dclamped": k("dclamped_swiglu", dtype="fp8"),
+        "mx_row": k("gelu", dtype="fp8", scaling="mxfp8"),
+        "mx_both": k("dswiglu", dtype="fp8", scaling="mxfp8", layout="both"),
+        "mx_col": k("swiglu", dtype="e5m2", scaling="mxfp8", layout="columnwise"),
+    }
+
+
+def test_kernel_classes(kernels):
+    assert type(kernels["gelu"]) is ActivationKernel
+    assert type(kernels["dgelu8"]) is ActivationGradKernel
+    assert type(kernels["swiglu"]) is ActivationKernel
+    assert type(kernels["dswiglu"]) is ActivationGradKernel
+    assert type(kernels["clamped"]) is ClampedSwiGLUKernel
+    assert type(kernels["dclamped"]) is ClampedSwiGLUGradKernel
+
+
+def test_rank_and_gated_shapes(kernels):
+    with pytest.raises(ArgumentError, match="x: must have at least one dimension"):
+        kernels["swiglu"](arr(()))
+    with pytest.raises(ArgumentError, match="last dimension is 127.*must be even"):
+        kernels["dswiglu"](arr((4, 63)), arr((4, 127)))
+    with pytest.raises(ArgumentError, match=r"specialized for hidden_size=64 \(last dimension 2"):
+        kernels["swiglu"](arr((4, 64)), arr((4, 32)))
+    with pytest.raises(ArgumentError, match=r"out: has shape \(4, 128\); expected \(4, 64\)"):
+        kernels["swiglu"](arr((4, 128)), arr((4, 128)))
+
+
+def test_backward_grad_checks(kernels):
+    x, out = arr((4, 128)), arr((4, 128))
+    with pytest.raises(ArgumentError, match=r"grad: has shape \(4, 128\); expected \(4, 64\)"):
+        kernels["dswiglu"](arr((4, 128)), x, out)
+    with pytest.raises(ArgumentError, match="grad: has dtype <f4.*takes bf16"):
+        kernels["dswiglu"](arr((4, 64), "<f4"), x, out)
+    with pytest.raises(ArgumentError, match="grad: is on device 1"):
+        kernels["dswiglu"](arr((4, 64), device=1), x, out)
+    with pytest.raises(ArgumentError, match="x: has dtype <f2"):
+        kernels["dgelu8"](arr((4, 64)), arr((4, 64), "<f2"), arr((4, 64), "|u1"), **scalars())
+
+
+def test_mismatched_and_fp8_input_dtypes(kernels):
+    with pytest.raises(ArgumentError, match="x: has dtype .u1; .* takes bf16"):
+        kernels["gelu"](arr((4, 64), "|u1"), arr((4, 64)))
+    with pytest.raises(ArgumentError, match="out: has dtype <f4"):
+        kernels["gelu"](arr((4, 64)), arr((4, 64), "<f4"))
+
+
+def test_tensor_scaling_needs_scale_and_amax(kernels):
+    g, x, y = arr((4, 64)), arr((4, 64)), arr((4, 64), "|u1")
+    with pytest.raises(ArgumentError, match="scale: is required"):
+        kernels["dgelu8"](g, x, y, amax=scalars()["amax"])
+    with pytest.raises(ArgumentError, match="amax: is required"):
+        kernels["dgelu8"](g, x, y, scale=scalars()["scale"])
+    with pytest.raises(ArgumentError, match="scale: .*no scaling"):
+        kernels["gelu"](x, arr((4, 64)), scale=scalars()["scale"])
+
+
+def test_clamped_swiglu_parameters(kernels):
+    x, y = arr((4, 128)), arr((4, 64))
+    with pytest.raises(ArgumentError, match="limit: is required"):
+        kernels["clamped"](x, y)
+    with pytest.raises(ArgumentError, match="limit: must be > 0"):
+        kernels["clamped"](x, y, limit=-1.0)
+    with pytest.raises(ArgumentError, match="alpha: must be finite"):
+        kernels["clamped"](x, y, limit=7.0, alpha=float("nan"))
+    with pytest.raises(ArgumentTypeError, match="linear_offset: must be a real number"):
+        kernels["clamped"](x, y, limit=7.0, linear_offset="1")
+    with pytest.raises(ArgumentError, match="limit: is required"):
+        kernels["dclamped"](arr((4, 64)), x, arr((4, 128), "|u1"), **scalars())
+
+
+def mx_out(shape, layout, **overrides):
+    rows, cols = shape
+    fields = {}
+    for i, direction in enumerate(("rowwise", "columnwise")):
+        if layout in (direction, "both"):
+            fields[direction] = arr(shape, "|u1", ptr=0x100000 * (i + 1))
+            s = mxfp8_scale_shape(rows, cols, direction)
+            fields[direction + "_scale"] = arr(s, "|u1", ptr=0x800000 * (i + 1))
+    fields.update(overrides)
+    return MXFP8Output(**fields)
+
+
+def test_mxfp8_dimensions_must_be_multiples_of_32(kernels):
+    with pytest.raises(ArgumentError, match="last dimension to be a multiple of 32.*it is 48"):
+        kernels["mx_row"](arr((8, 48)), mx_out((8, 48), "rowwise"))
+    with pytest.raises(ArgumentError, match="hidden size H to be a multiple of 32.*it is 48"):
+        kernels["mx_both"](arr((64, 48)), arr((64, 96)), mx_out((64, 96), "both"))
+    with pytest.raises(ArgumentError, match="number of rows.*multiple of 32.*it is 40"):
+        kernels["mx_both"](arr((40, 64)), arr((40, 128)), mx_out((40, 128), "both"))
+    with pytest.raises(ArgumentError, match="columnwise output needs the number of rows"):
+        kernels["mx_col"](arr((5, 8, 128)), mx_out((40, 64), "columnwise"))
+
+
+def test_mxfp8_output_buffers(kernels):
+    k = kernels["mx_both"]
+    g, x = arr((64, 32)), arr((64, 64))
+    with pytest.raises(ArgumentTypeError, match="out: for MXFP8 output, expected None or an"):
+        k(g, x, arr((64, 64), "|u1"))
+    with pytest.raises(ArgumentError, match=r"out.rowwise_scale: has shape \(64, 3\); expected "
+                       r"\(128, 4\) .* or \(64, 2\)"):  # fmt: skip
+        k(g, x, mx_out((64, 64), "both", rowwise_scale=arr((64, 3), "|u1")))
+    with pytest.raises(ArgumentError, match="out.columnwise_scale: has dtype <u2; E8M0 scales"):
+        k(g, x, mx_out((64, 64), "both", columnwise_scale=arr((4, 128))))
+    with pytest.raises(ArgumentError, match="out.columnwise: has shape"):
+        k(g, x, mx_out((64, 64), "both", columnwise=arr((64, 32), "|u1")))
+    with pytest.raises(ArgumentError, match="out.rowwise: has dtype <u2"):
+        k(g, x, mx_out((64, 64), "both", rowwise=arr((64, 64))))
+    with pytest.raises(ArgumentError, match="out.columnwise: is given, but .* layout is 'rowwise'"):
+        kernels["mx_row"](arr((8, 64)), mx_out((8, 64), "both"))
+    with pytest.raises(ArgumentError, match="out.rowwise_scale: is on device 2"):
+        k(g, x, mx_out((64, 64), "both", rowwise_scale=arr((128, 4), "|u1", device=2)))
+    with pytest.raises(ArgumentError, match="x: must be 16-byte aligned for MXFP8"):
+        k(g, arr((64, 64), ptr=0x7F0000000002), mx_out((64, 64), "both"))
+    with pytest.raises(ArgumentError, match="scale: .*MXFP8 scales are computed per block"):
+        k(g, x, mx_out((64, 64), "both"), scale=scalars()["scale"])
+    # every check passes with compact (unpadded) scale tensors: the call reaches the device
+    compact = mx_out((64, 64), "both", rowwise_scale=arr((64, 2), "|u1"),
+                     columnwise_scale=arr((2, 64), "|u1"))  # fmt: skip
+    with pytest.raises(NoDeviceError):
+        k(g, x, compact, stream=0)
+
+
+def test_non_mxfp8_kernel_refuses_mxfp8_output(kernels):
+    with pytest.raises(ArgumentTypeError, match="is not MXFP8"):
+        kernels["gelu"](arr((4, 64)), MXFP8Output())
+
+
+def test_mxfp8_allocation_needs_a_library(kernels, monkeypatch):
+    from nvrtc_engine import driver
+
+    monkeypatch.setattr(driver, "pointer_device", lambda ptr: 0)
+    with pytest.raises(ArgumentTypeError, match="out.rowwise: is required"):
+        kernels["mx_row"](FakeCaiArray((8, 64), "<u2"))
+    out = MXFP8Output(rowwise=FakeCaiArray((8, 64), "|u1"))
+    with pytest.raises(ArgumentTypeError, match="out.rowwise_scale: is required"):
+        kernels["mx_row"](FakeCaiArray((8, 64), "<u2"), out)
