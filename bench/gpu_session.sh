@@ -14,7 +14,12 @@ export PYTHONUNBUFFERED=1 NVRTC_ENGINE_CACHE_DIR=/tmp/nvrtc-engine-cache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 for step in "$@"; do
   case "$step" in
-    tests) python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -40 ;;
+    tests)  # one pytest per GPU test file, so a crash in one does not hide the others
+      for f in ${GPU_TESTS:-tests/test_gpu_*.py}; do
+        timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider --timeout=200 "$f" \
+          >> "$OUT/gpu_tests.log" 2>&1; echo "$f rc=$?"
+      done
+      grep -E "^(FAILED|ERROR)|passed|failed|Fatal|Error:" "$OUT/gpu_tests.log" | tail -40 ;;
     alltests) python3 -m pytest -q -p no:cacheprovider 2>&1 | tee "$OUT/all_tests.log" | tail -40 ;;
     sanitize)
       compute-sanitizer --tool memcheck --error-exitcode 9 python3 bench/sanitize_kernels.py 2>&1 | tail -5

@@ -304,6 +304,8 @@ def launch(function: Any, grid: int, block: int, stream: int, params: Any, shmem
         vp = fast.void_p
         if type(function) is not vp:
             function = vp(int(function))
+        if type(params) is int:  # a bare address: ctypes would pass it as a 32-bit int
+            params = vp(params)
         err = fast.launch(function, grid, 1, 1, block, 1, 1, shmem, vp(stream), params, None)
         if err:
             check((_drv().CUresult(err),), "cuLaunchKernel")
