@@ -236,7 +236,8 @@ def measure_case(op: str, output: str, args: argparse.Namespace, torch_fn: Calla
         "engine": lambda: engine_call(op, output, inputs, shape),
         "eager": lambda: torch_call(math, output, inputs),
     }
-    if not args.no_compile:
+    compile_ops = [o for o in args.compile_ops.split(",") if o]
+    if not args.no_compile and (not compile_ops or op in compile_ops):
         makers["compile"] = lambda: torch_call(torch.compile(math), output, inputs)
     for name, make in makers.items():
         try:
@@ -281,6 +282,11 @@ def main() -> int:
     parser.add_argument("--ops", default="", help="comma-separated subset of ops (default all)")
     parser.add_argument("--repeat", type=int, default=30, help="timed runs per measurement")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument(
+        "--compile-ops",
+        default="",
+        help="comma-separated ops to also run under torch.compile (default all)",
+    )
     args = parser.parse_args()
     import torch
 

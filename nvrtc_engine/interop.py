@@ -101,8 +101,8 @@ def _from_torch(obj: Any, name: str) -> Array:
     dtypes = _TORCH_DTYPES.get(dt)
     if dtypes is None:
         dtypes = _torch_dtypes(sys.modules["torch"]).get(dt, ())
-    # torch.Size is a tuple: kept as is, no copy
-    return Array(obj.data_ptr(), obj.shape, dtypes, dt, device, obj.is_contiguous(), "torch", obj)
+    return Array(obj.data_ptr(), tuple(obj.shape), dtypes, dt, device, obj.is_contiguous(),
+                 "torch", obj)  # fmt: skip
 
 
 def _from_cai(obj: Any, name: str, kind: str) -> Array:
