@@ -46,6 +46,9 @@ print("first get_kernel", (time.perf_counter() - t) * 1e3, "ms", k.origin); pr.d
 pstats.Stats(pr).sort_stats("cumulative").print_stats(25)
 PY
       ;;
-    *.py) python3 "bench/$step" 2>&1 | tee "$OUT/${step%.py}.txt" | tail -40 ;;
+    *.py*)  # script.py@--flag=value@--other: arguments after '@'
+      script=${step%%@*}; args=""; [ "$script" != "$step" ] && args=${step#*@}
+      timeout ${BENCH_TIMEOUT:-500} python3 "bench/$script" ${args//@/ } 2>&1 \
+        | tee "$OUT/${script%.py}.txt" | tail -${BENCH_TAIL:-30} ;;
   esac
 done
