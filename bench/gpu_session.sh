@@ -11,7 +11,7 @@ else
   export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1 NVRTC_ENGINE_CACHE_DIR=/tmp/nvrtc-engine-cache
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 for step in "$@"; do
   case "$step" in
     tests)  # one pytest per GPU test file, so a crash in one does not hide the others
@@ -26,7 +26,7 @@ for step in "$@"; do
       echo "memcheck rc=${PIPESTATUS[0]}"
       compute-sanitizer --tool racecheck --error-exitcode 9 python3 bench/sanitize_kernels.py 2>&1 | tail -5
       echo "racecheck rc=${PIPESTATUS[0]}" ;;
-    demo) python3 -m nvrtc_engine.cli demo 2>&1 | tee "$OUT/demo.txt"; echo "demo rc=${PIPESTATUS[0]}" ;;
+    demo) python3 -m nvrtc_engine.cli demo 2>&1; echo "demo rc=$?" ;;
     sass)  # SASS of the default GELU kernels, for instruction counts
       python3 - <<'PY'
 import os, nvrtc_engine as ne
@@ -49,6 +49,6 @@ PY
     *.py*)  # script.py@--flag=value@--other: arguments after '@'
       script=${step%%@*}; args=""; [ "$script" != "$step" ] && args=${step#*@}
       timeout ${BENCH_TIMEOUT:-500} python3 "bench/$script" ${args//@/ } 2>&1 \
-        | tee "$OUT/${script%.py}.txt" | tail -${BENCH_TAIL:-30} ;;
+        | tail -${BENCH_TAIL:-30} ;;
   esac
 done
