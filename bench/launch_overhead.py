@@ -74,7 +74,7 @@ def main() -> int:
         ctypes.c_uint(256),
         ctypes.c_uint(0),
     )
-    c_stream, c_params = ctypes.c_void_p(stream), ctypes.c_void_p(params)
+    c_stream, c_params = ctypes.c_void_p(stream), params  # pack() gives a c_void_p
     vp, ll, i32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
 
     def raw_tuples():
