@@ -30,6 +30,8 @@ from .errors import (
 from .kernel import Kernel
 from .key import KernelKey
 from .ops import registered_ops
+from .ops.mxfp8 import MXFP8Output
+from .prewarm import PrewarmReport, prewarm  # the function shadows the submodule's name
 
 __all__ = [
     "ArgumentError",
@@ -44,8 +46,10 @@ __all__ = [
     "HeaderNotFoundError",
     "Kernel",
     "KernelKey",
+    "MXFP8Output",
     "NoDeviceError",
     "NvrtcEngineError",
+    "PrewarmReport",
     "VariantError",
     "__version__",
     "cache_info",
@@ -53,5 +57,6 @@ __all__ = [
     "configure",
     "get_kernel",
     "make_key",
+    "prewarm",
     "registered_ops",
 ]

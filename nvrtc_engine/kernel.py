@@ -151,21 +151,42 @@ class Kernel:
         return obj, a
 
     def _tensor_scaling(
-        self, scale: Any, amax: Any, scale_inv: Any, like: Array
+        self,
+        scale: Any,
+        amax: Any,
+        scale_inv: Any,
+        like: Array,
+        names: tuple[str, str, str] = ("scale", "amax", "scale_inv"),
     ) -> tuple[int, int, int]:
-        """Pointers of the tensor-scaling buffers (scale and amax required, scale_inv 0 if
-        omitted); raises :class:`~nvrtc_engine.ArgumentError` naming the one at fault."""
+        """Pointers of the tensor-scaling buffers ``(scale, amax, scale_inv)``.
+
+        Tensor-scaled output needs ``scale`` and ``amax`` (``scale_inv`` optional, 0 when
+        omitted); any other scaling takes none of them (all 0). Raises
+        :class:`~nvrtc_engine.ArgumentError` naming the argument at fault (``names`` gives
+        the names to use, e.g. ``scales[3]`` for a list argument).
+        """
+        key = self.key
+        if key.scaling != "tensor":
+            for value, name in zip((scale, amax, scale_inv), names, strict=True):
+                if value is not None:
+                    why = {"mxfp8": "MXFP8 scales are computed per block",
+                           "nvfp4": "NVFP4 scales are computed per block"}.get(
+                        key.scaling, "its output is not scaled")  # fmt: skip
+                    raise ArgumentError(name, f"{key} has no scaling argument ({why}); "
+                                        "scale/amax/scale_inv are only for tensor-scaled FP8 "
+                                        "outputs")  # fmt: skip
+            return 0, 0, 0
         if scale is None:
-            raise ArgumentError("scale", f"is required for tensor-scaled {self.key.out_dtype} "
+            raise ArgumentError(names[0], f"is required for tensor-scaled {key.out_dtype} "
                                 "output (fp32 device array, element 0)")  # fmt: skip
         if amax is None:
-            raise ArgumentError("amax", "is required for tensor scaling (fp32 device array "
+            raise ArgumentError(names[1], "is required for tensor scaling (fp32 device array "
                                 "to max-reduce into; zero it first)")  # fmt: skip
-        scale_ptr = self._scalar_buffer(scale, "scale", like)
-        amax_ptr = self._scalar_buffer(amax, "amax", like)
+        scale_ptr = self._scalar_buffer(scale, names[0], like)
+        amax_ptr = self._scalar_buffer(amax, names[1], like)
         if scale_inv is None:
             return scale_ptr, amax_ptr, 0
-        return scale_ptr, amax_ptr, self._scalar_buffer(scale_inv, "scale_inv", like)
+        return scale_ptr, amax_ptr, self._scalar_buffer(scale_inv, names[2], like)
 
     def _scalar_buffer(self, obj: Any, name: str, like: Array) -> int:
         """A device fp32 buffer of at least one element (scale, amax, scale_inv)."""

@@ -231,26 +231,6 @@ class _Launcher(Kernel):
 
     # -- checks ---------------------------------------------------------------------------
 
-    def _scaling_args(self, scale: Any, amax: Any, scale_inv: Any, like: Array) -> tuple[int, ...]:
-        key = self.key
-        if self._tensor:
-            if scale is None:
-                raise ArgumentError("scale", f"is required for tensor-scaled {key.out_dtype} "
-                                    "output (fp32 device array, element 0)")  # fmt: skip
-            if amax is None:
-                raise ArgumentError("amax", "is required for tensor scaling (fp32 device array "
-                                    "to max-reduce into; zero it first)")  # fmt: skip
-            scale_inv_ptr = 0
-            if scale_inv is not None:
-                scale_inv_ptr = self._scalar_buffer(scale_inv, "scale_inv", like)
-            return (self._scalar_buffer(scale, "scale", like),
-                    self._scalar_buffer(amax, "amax", like), scale_inv_ptr)  # fmt: skip
-        if scale is not None or amax is not None or scale_inv is not None:
-            what = "MXFP8 scales are computed per block" if self._mx else "it has no scaling"
-            raise ArgumentError("scale", f"{key}: {what}; scale/amax/scale_inv are only for "
-                                "tensor-scaled FP8 outputs")  # fmt: skip
-        return (0, 0, 0)
-
     def _shapes(self, xa: Array) -> tuple[int, int, tuple[int, ...]]:
         """(rows, cols, output shape) of input ``x``; cols is H for gated ops."""
         shape = xa.shape
@@ -326,7 +306,7 @@ class _Launcher(Kernel):
                 raise ArgumentTypeError("out", f"{self.key} is not MXFP8; pass an array")
             out, oa = self._output(out, "out", xa, out_shape, self._out)
             y_ptr, y_col_ptr = oa.ptr, 0
-        scale_ptr, amax_ptr, scale_inv_ptr = self._scaling_args(scale, amax, scale_inv, xa)
+        scale_ptr, amax_ptr, scale_inv_ptr = self._tensor_scaling(scale, amax, scale_inv, xa)
         if rows == 0 or cols == 0:
             return out
         handle = stream_handle(stream, xa)

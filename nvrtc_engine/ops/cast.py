@@ -309,9 +309,7 @@ class CastTransposeKernel(CastKernelBase):
             act_ptr = aa.ptr
         elif act_input is not None:
             raise ArgumentError("act_input", f"{key.op} takes no act_input")
-        scale_ptr, amax_ptr, scale_inv_ptr = self._tensor_scaling(
-            xa, scale, amax, scale_inv, ("scale", "amax", "scale_inv")
-        )
+        scale_ptr, amax_ptr, scale_inv_ptr = self._tensor_scaling(scale, amax, scale_inv, xa)
         out, oa = self._output(out, "out", xa, (m, width), self._out)
         out_t, ta = self._output(out_t, "out_t", xa, (width, m), self._out)
         partial_ptr = 0
@@ -430,9 +428,10 @@ class MultiCastTransposeKernel(CastKernelBase):
             qt, ta = self._output(pair[1] if pair else None, f"outs[{i}][1]", xa, (k, m),
                                   self._out)  # fmt: skip
             ptrs = self._tensor_scaling(
-                xa, scales[i] if scales is not None else None,
+                scales[i] if scales is not None else None,
                 amaxes[i] if amaxes is not None else None,
                 scale_invs[i] if scale_invs is not None else None,
+                xa,
                 (f"scales[{i}]", f"amaxes[{i}]", f"scale_invs[{i}]"),
             )  # fmt: skip
             results.append((q, qt))

@@ -100,32 +100,6 @@ class CastKernelBase(Kernel):
         self._same_device(a, name, like)
         return obj, a
 
-    def _tensor_scaling(
-        self, like: Array, scale: Any, amax: Any, scale_inv: Any, names: tuple[str, str, str]
-    ) -> tuple[int, int, int]:
-        """Pointers of the tensor-scaling buffers (0 where not used).
-
-        Tensor-scaled FP8 output needs ``scale`` and ``amax``; ``scale_inv`` is optional.
-        Unscaled output takes none of them.
-        """
-        key = self.key
-        if key.scaling == "tensor":
-            if scale is None:
-                raise ArgumentError(names[0], f"is required for tensor-scaled {key.out_dtype} "
-                                    "output (fp32 device array, element 0)")  # fmt: skip
-            if amax is None:
-                raise ArgumentError(names[1], "is required for tensor scaling (fp32 device array "
-                                    "to max-reduce into; zero it first)")  # fmt: skip
-            s = self._scalar_buffer(scale, names[0], like)
-            m = self._scalar_buffer(amax, names[1], like)
-            si = 0 if scale_inv is None else self._scalar_buffer(scale_inv, names[2], like)
-            return s, m, si
-        for value, name in zip((scale, amax, scale_inv), names, strict=True):
-            if value is not None:
-                raise ArgumentError(name, f"{key} has no scaling; scale/amax/scale_inv are "
-                                    "only for tensor-scaled FP8 outputs")  # fmt: skip
-        return 0, 0, 0
-
     def _launch(self, like: Array, stream: Any, calls: list[tuple[int, int, int, int]]) -> None:
         """Launch ``(function index, grid, block, params)`` in order on one stream."""
         handle = stream_handle(stream, like)

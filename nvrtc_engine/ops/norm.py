@@ -455,12 +455,8 @@ class _NormFwdKernel(_NormKernel):
         rsigma, rsa = self._output(rsigma, "rsigma", xa, xa.shape[:-1], _FP32)
         scale_ptr = amax_ptr = scale_inv_ptr = mx_ptr = 0
         mx_stride, mx_rows = 0, 0
-        if key.scaling == "tensor":
-            scale_ptr, amax_ptr, scale_inv_ptr = self._tensor_scaling(scale, amax, scale_inv, xa)
-        elif key.scaling == "mxfp8":
-            if scale is not None or amax is not None:
-                raise ArgumentError("scale", "MXFP8 output computes its own block scales; "
-                                    "scale and amax are for tensor scaling")  # fmt: skip
+        if key.scaling == "mxfp8":  # scale_inv receives the block scales
+            self._tensor_scaling(scale, amax, None, xa)
             shape = mxfp8_scale_shape(rows, hidden, "rowwise")
             if scale_inv is None:
                 scale_inv = allocate_like(xa, shape, _BYTES, "scale_inv")
@@ -468,9 +464,8 @@ class _NormFwdKernel(_NormKernel):
                     scale_inv = scale_inv.view(sys.modules["torch"].uint8)
             mx_ptr = self._like(scale_inv, "scale_inv", xa, shape, _BYTES).ptr
             mx_rows, mx_stride = shape
-        elif scale is not None or amax is not None or scale_inv is not None:
-            raise ArgumentError("scale", f"{key} has no scaling; scale/amax/scale_inv are only "
-                                "for FP8 outputs")  # fmt: skip
+        else:
+            scale_ptr, amax_ptr, scale_inv_ptr = self._tensor_scaling(scale, amax, scale_inv, xa)
         if rows == 0:
             return out, mu, rsigma, scale_inv
         handle = stream_handle(stream, xa)
