@@ -22,7 +22,7 @@ from typing import Any
 from .dtypes import DTYPES, DType
 from .errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["Array", "allocate_like", "as_array", "stream_handle"]
+__all__ = ["Array", "allocate_bytes", "allocate_like", "as_array", "stream_handle"]
 
 _TYPESTR_DTYPES: dict[str, tuple[str, ...]] = {
     "<f4": ("fp32",), "<f2": ("fp16",), "<u2": ("bf16",), "|u1": ("fp8_e4m3", "fp8_e5m2"),
@@ -203,6 +203,27 @@ def allocate_like(like: Array, shape: tuple[int, ...], dtype: DType, name: str =
         name,
         "is required: the input is neither a torch tensor nor a CuPy array, so the kernel "
         "cannot allocate its output",
+    )
+
+
+def allocate_bytes(like: Array, shape: tuple[int, ...], name: str, what: str = "it") -> Any:
+    """An uninitialized ``uint8`` array of ``shape`` on ``like``'s device, from its library
+    (block scales, packed FP4 data, workspaces).
+
+    Raises :class:`~nvrtc_engine.ArgumentTypeError` naming ``name`` when the input's library
+    cannot allocate (``what`` says what the caller should pass instead).
+    """
+    if like.kind == "torch":
+        torch = sys.modules["torch"]
+        return torch.empty(shape, dtype=torch.uint8, device=like.obj.device)
+    if like.kind == "cupy":
+        cupy = sys.modules["cupy"]
+        with cupy.cuda.Device(like.device):
+            return cupy.empty(shape, dtype="uint8")
+    raise ArgumentTypeError(
+        name,
+        "is required: the input is neither a torch tensor nor a CuPy array, so the kernel "
+        f"cannot allocate {what}",
     )
 
 

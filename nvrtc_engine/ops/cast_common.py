@@ -7,12 +7,11 @@ Every check here raises :class:`~nvrtc_engine.ArgumentError` or
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 from .. import driver
-from ..errors import ArgumentError, ArgumentTypeError, VariantError
-from ..interop import Array, as_array, stream_handle
+from ..errors import ArgumentError, VariantError
+from ..interop import Array, allocate_bytes, as_array, stream_handle
 from ..kernel import Kernel
 
 if TYPE_CHECKING:
@@ -24,7 +23,6 @@ __all__ = [
     "INT32_MAX",
     "CastKernelBase",
     "aligned16",
-    "allocate_bytes",
     "ceil_div",
     "validate_sets",
 ]
@@ -107,26 +105,6 @@ class CastKernelBase(Kernel):
         driver.make_current(loaded.device)
         for index, grid, block, params in calls:
             driver.launch(loaded.functions[index], grid, block, handle, params)
-
-
-def allocate_bytes(like: Array, shape: tuple[int, ...], name: str) -> Any:
-    """An uninitialized uint8 array of ``shape`` on ``like``'s device, from its library.
-
-    Raises :class:`~nvrtc_engine.ArgumentTypeError` naming ``name`` when the input's
-    library cannot allocate (pass the output explicitly).
-    """
-    if like.kind == "torch":
-        torch = sys.modules["torch"]
-        return torch.empty(shape, dtype=torch.uint8, device=like.obj.device)
-    if like.kind == "cupy":
-        cupy = sys.modules["cupy"]
-        with cupy.cuda.Device(like.device):
-            return cupy.empty(shape, dtype="uint8")
-    raise ArgumentTypeError(
-        name,
-        "is required: the input is neither a torch tensor nor a CuPy array, so the kernel "
-        "cannot allocate it",
-    )
 
 
 def _device_of(a: Array, name: str) -> int:

@@ -10,13 +10,12 @@ padding holds zeros; kernels write only the unpadded region of a scale tensor.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import driver
 from ..errors import ArgumentError, ArgumentTypeError
-from ..interop import Array, as_array
+from ..interop import Array, allocate_bytes, as_array
 from .blockscale import mxfp8_scale_shape
 
 if TYPE_CHECKING:
@@ -70,21 +69,6 @@ _DIRECTIONS = {"rowwise": ("rowwise",), "columnwise": ("columnwise",),
                "both": ("rowwise", "columnwise")}  # fmt: skip
 
 
-def _allocate_bytes(like: Array, shape: tuple[int, int], name: str) -> Any:
-    if like.kind == "torch":
-        torch = sys.modules["torch"]
-        return torch.empty(shape, dtype=torch.uint8, device=like.obj.device)
-    if like.kind == "cupy":
-        cupy = sys.modules["cupy"]
-        with cupy.cuda.Device(like.device):
-            return cupy.empty(shape, dtype="uint8")
-    raise ArgumentTypeError(
-        name,
-        "is required: the input is neither a torch tensor nor a CuPy array, so the kernel "
-        "cannot allocate the MXFP8 scales (pass an MXFP8Output with every buffer)",
-    )
-
-
 def _is_bytes(a: Array) -> bool:
     # uint8 arrays describe themselves as raw FP8 storage (both formats); torch also has a
     # dedicated E8M0 dtype.
@@ -97,7 +81,9 @@ def _scale_buffer(
     """(array, pointer, row stride in bytes, allocated here) for one scale tensor."""
     padded = mxfp8_scale_shape(rows, cols, direction)
     if obj is None:
-        obj = _allocate_bytes(like, padded, name)
+        obj = allocate_bytes(
+            like, padded, name, "the MXFP8 scales (pass an MXFP8Output with every buffer)"
+        )
         return obj, as_array(obj, name).ptr, padded[1], True
     a = as_array(obj, name)
     if not _is_bytes(a):
