@@ -280,9 +280,10 @@ def prewarm_section() -> str | None:
         rows.append(["warm: of which NVRTC bindings + library load", f"{w['nvrtc_load_ms']:.0f}",
                      "-"])  # fmt: skip
         rows.append(["warm: import nvrtc_engine (not included)", f"{w['import_ms']:.0f}", "-"])
+        count = len(d["variants"]) if isinstance(d["variants"], list) else d["variants"]
         parts += [
             f"`python bench/prewarm.py` on {d['cpus']} CPUs, NVRTC {d['nvrtc']}, "
-            f"{d['variants']} variants, {d['date'][:10]}; data: `bench/results/{f.name}`. "
+            f"{count} variants, {d['date'][:10]}; data: `bench/results/{f.name}`. "
             f"Targets (issue 6): cold <= {d['targets']['cold_s']} s, warm <= "
             f"{d['targets']['warm_ready_ms']:.0f} ms.",
             md_table(["run", "ms", "median compile ms"], rows),

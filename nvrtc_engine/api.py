@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from . import driver
 from .dtypes import DTYPES, dtype_name
 from .engine import CacheInfo, default_engine
-from .errors import NoDeviceError
+from .errors import NoDeviceError, VariantError
 from .kernel import Kernel
 from .key import KernelKey
 
@@ -53,11 +54,12 @@ def make_key(
     """
     if dtype is not None and out_dtype is not None:
         raise TypeError("give dtype (the output dtype) or out_dtype, not both")
-    out = (
-        dtype_name(out_dtype if out_dtype is not None else dtype, "dtype")
-        if (dtype is not None or out_dtype is not None)
-        else None
-    )
+    if out_dtype is not None:
+        out: str | None = dtype_name(out_dtype, "out_dtype")
+    elif dtype is not None:
+        out = dtype_name(dtype, "dtype")
+    else:
+        out = None
     if in_dtype is not None:
         inp = dtype_name(in_dtype, "in_dtype")
     elif out is not None and not DTYPES[out].needs_scaling:
@@ -69,6 +71,18 @@ def make_key(
     from .ops import get_spec
 
     spec = get_spec(op)
+    if isinstance(flags.get("flags"), dict):  # flags={"zero_centered_gamma": True}, as in files
+        flags = {**flags.pop("flags"), **flags}
+    for name in flags:
+        if name not in spec.flags:
+            fields = ["dtype", "in_dtype", "out_dtype", "scaling", "layout", "hidden_size",
+                      "arch", "device"]  # fmt: skip
+            close = difflib.get_close_matches(name, fields + list(spec.flags), n=1)
+            raise VariantError(
+                name, flags[name], fields + sorted(spec.flags),
+                f"not a key field or a flag of {op!r}"
+                + (f"; did you mean {close[0]}?" if close else ""),
+            )  # fmt: skip
     return KernelKey(
         op=op,
         in_dtype=inp,

@@ -130,13 +130,18 @@ def export_bundle(path: str | os.PathLike[str]) -> BundleReport:
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "entries": records,
     }
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir():
+        raise IsADirectoryError(f"{target} is a directory; give the bundle's file name")
+    target.parent.mkdir(parents=True, exist_ok=True)  # FileExistsError if a file is in the way
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zf:
             zf.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
             for member, value in files:
                 zf.writestr(member, value)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600; a bundle is meant to be shared
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -52,6 +52,7 @@ __all__ = [
 ]
 
 SCHEMA = 1
+ENTRIES_DIR = "entries"  # diskcache's directory inside the cache directory
 MAGIC = b"NVRTCENGINE\x01"
 # Lock files are named by the first hex digits of the digest: at most 16**3 = 4096 empty
 # files however many entries come and go; two keys share a lock 1 time in 4096.
@@ -247,8 +248,10 @@ class DiskCache:
             import diskcache
 
             directory.mkdir(parents=True, exist_ok=True)
+            # entries/ is diskcache's; locks/ beside it, so diskcache's index check (verify)
+            # never takes the lock files for orphans
             store = diskcache.Cache(
-                str(directory),
+                str(directory / ENTRIES_DIR),
                 size_limit=size_limit,
                 eviction_policy="least-recently-used",
                 timeout=60,

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ._version import __version__
+
 __all__ = ["main"]
 
 
@@ -124,16 +126,25 @@ def _cache_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nvrtc-engine",
         description="Run-time specialized CUDA kernels, compiled with NVRTC and cached on disk.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="compile, cache, and (with a GPU) run and check kernels")
     demo.add_argument("--arch", help="compile target, e.g. sm_90 (default: this GPU's, or sm_90)")
-    demo.add_argument("--tokens", type=int, default=8192, help="rows of the test input (8192)")
+    demo.add_argument("--tokens", type=_positive_int, default=8192,
+                      help="rows of the test input (8192)")  # fmt: skip
     demo.add_argument("--no-run", action="store_true", help="compile and cache only")
     demo.add_argument("--seed", type=int, default=0, help="random seed for the inputs")
     demo.set_defaults(func=_cmd_demo)
@@ -180,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (NvrtcEngineError, ValueError) as exc:
+    except (NvrtcEngineError, ValueError, OSError) as exc:
         print(f"nvrtc-engine: error: {exc}", file=sys.stderr)
         return 2
 

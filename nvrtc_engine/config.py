@@ -126,7 +126,8 @@ def _parse_seconds(name: str, raw: str) -> float:
 
 
 def _path(raw: str | None) -> Path | None:
-    return Path(raw).expanduser() if raw else None
+    """``~`` expanded and made absolute (a relative path would follow the working directory)."""
+    return Path(raw).expanduser().absolute() if raw else None
 
 
 def from_environment(env: dict[str, str] | None = None) -> Settings:

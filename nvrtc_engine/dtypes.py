@@ -93,7 +93,7 @@ _ALIASES: dict[str, str] = {
     "fp8": "fp8_e4m3", "e4m3": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",
     "float8_e4m3fn": "fp8_e4m3", "float8_e4m3": "fp8_e4m3",
     "e5m2": "fp8_e5m2", "fp8_e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2",
-    "e2m1": "fp4_e2m1", "fp4_e2m1": "fp4_e2m1", "float4_e2m1fn": "fp4_e2m1",
+    "fp4": "fp4_e2m1", "e2m1": "fp4_e2m1", "fp4_e2m1": "fp4_e2m1", "float4_e2m1fn": "fp4_e2m1",
     "float4_e2m1fn_x2": "fp4_e2m1",
 }  # fmt: skip
 

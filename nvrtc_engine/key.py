@@ -36,6 +36,8 @@ def parse_arch(value: Any) -> str:
     Raises :class:`VariantError` for anything else, naming the accepted forms.
     """
     text = f"sm_{value}" if isinstance(value, int) and not isinstance(value, bool) else value
+    if isinstance(text, str) and text.strip().isdigit():  # "90" from a command line
+        text = f"sm_{text.strip()}"
     m = _ARCH_RE.match(text.strip().lower()) if isinstance(text, str) else None
     if m is None or int(m.group(1)) < 80:
         raise VariantError(

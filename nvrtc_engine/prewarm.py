@@ -275,6 +275,7 @@ def prewarm(
         raise TypeError(f"workers must be an int, got {workers!r}")
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    config.settings()  # a malformed environment variable is one ValueError, not N failures
     start = time.perf_counter()
     keys = resolve_variants(variants, arch=arch, default_arch=_default_arch)
     order = {key: i for i, key in enumerate(keys)}

@@ -168,3 +168,18 @@ def test_export_needs_a_disk_cache_with_entries(tmp_path, monkeypatch):
     ne.clear_cache()
     with pytest.raises(BundleError, match="no disk cache"):
         export_bundle(tmp_path / "b.zip")
+
+
+def test_bundle_file_mode_follows_the_umask(tmp_path):
+    import os
+    import stat
+
+    from nvrtc_engine.bundle import export_bundle
+
+    ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    old = os.umask(0o022)
+    try:
+        export_bundle(tmp_path / "b.zip")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "b.zip").stat().st_mode) == 0o644

@@ -125,3 +125,40 @@ def _variant_file(tmp_path):
     path = tmp_path / "variants.toml"
     path.write_text(VARIANTS)
     return str(path)
+
+
+def test_cli_arch_number_version_and_os_errors(capsys, tmp_path):
+    import pytest
+
+    assert main(["demo", "--arch", "90", "--no-run"]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert "nvrtc-engine" in capsys.readouterr().out
+    assert main(["cache", "export", str(tmp_path)]) == 2  # a directory, not a file name
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_verify_keeps_lock_files(isolated_cache, capsys):
+    import nvrtc_engine as ne
+
+    ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    locks = list((isolated_cache / "locks").glob("*.lock"))
+    assert locks
+    assert main(["cache", "verify"]) == 0
+    assert "lock" not in capsys.readouterr().out
+    assert all(p.exists() for p in locks)
+
+
+def test_malformed_environment_is_one_error_for_prewarm(monkeypatch, capsys, tmp_path):
+    from nvrtc_engine import config
+
+    listing = tmp_path / "v.toml"
+    listing.write_text("[[variants]]\nop = 'gelu'\nout_dtype = ['bf16', 'fp16']\n")
+    monkeypatch.setenv("NVRTC_ENGINE_WORKERS", "0")
+    monkeypatch.setattr(config, "_current", None)  # read the environment again
+    assert main(["prewarm", str(listing), "--arch", "sm_90", "--no-progress"]) == 2
+    assert "NVRTC_ENGINE_WORKERS" in capsys.readouterr().err
+    monkeypatch.delenv("NVRTC_ENGINE_WORKERS")  # before the cache fixture reads it again
+    monkeypatch.setattr(config, "_current", None)

@@ -25,7 +25,7 @@ def test_names_aliases_and_objects(value, name):
     assert dtype(value) is DTYPES[name]
 
 
-@pytest.mark.parametrize("bad", ["int8", "fp4", "float64", np.int32, 3])
+@pytest.mark.parametrize("bad", ["int8", "fp6", "float64", np.int32, 3])
 def test_unknown_dtype_lists_allowed(bad):
     with pytest.raises(VariantError) as info:
         dtype_name(bad, "in_dtype")

@@ -60,7 +60,7 @@ def test_dtype_objects_accepted():
     [
         ("op", "gelu2", "gelu"),
         ("in_dtype", "int8", "bf16"),
-        ("out_dtype", "fp4", "fp8_e4m3"),
+        ("out_dtype", "fp6", "fp8_e4m3"),
         ("scaling", "block", "tensor"),
         ("layout", "diagonal", "rowwise"),
         ("hidden_size", 0, "None or an int"),
@@ -160,3 +160,13 @@ def test_errors_pickle_round_trip():
     err = VariantError("arch", "sm_70", ["sm_80"])
     again = pickle.loads(pickle.dumps(err))
     assert type(again) is VariantError and again.field == "arch" and str(again) == str(err)
+
+
+def test_unknown_keyword_is_named_with_a_suggestion():
+    with pytest.raises(VariantError, match="did you mean hidden_size") as info:
+        make_key("gelu", dtype="bf16", hidden=4096, arch="sm_90")
+    assert info.value.field == "hidden"
+    with pytest.raises(VariantError) as info:
+        make_key("gelu", out_dtype="int8", arch="sm_90")
+    assert info.value.field == "out_dtype"
+    assert make_key("gelu", dtype="bf16", arch="90").arch == "sm_90"  # a command-line string

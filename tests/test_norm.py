@@ -125,7 +125,7 @@ def test_key_names_and_parse():
         ("layernorm_fwd", {"in_dtype": "bf16", "out_dtype": "fp8", "layout": "columnwise"},
          "layout"),
         ("rmsnorm_fwd", {"in_dtype": "fp32", "fp32_gamma": True}, "fp32_gamma"),
-        ("rmsnorm_fwd", {"in_dtype": "bf16", "approximate": True}, "flags"),
+        ("rmsnorm_fwd", {"in_dtype": "bf16", "approximate": True}, "approximate"),
         ("layernorm_bwd", {"in_dtype": "bf16", "out_dtype": "fp32"}, "out_dtype"),
         ("layernorm_bwd", {"in_dtype": "bf16", "out_dtype": "fp8"}, "out_dtype"),
         ("rmsnorm_bwd", {"in_dtype": "bf16", "scaling": "tensor"}, "scaling"),
