@@ -18,7 +18,6 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from . import config
@@ -314,8 +313,3 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
-
-
-def cache_directory() -> Path:
-    """The disk cache directory the current settings point at (whether usable or not)."""
-    return config.settings().resolved_cache_dir()
