@@ -75,10 +75,12 @@ def environment_values(names: Sequence[str]) -> dict[str, str | None]:
     return {name: os.environ.get(name) for name in names}
 
 
-@dataclass(frozen=True)
 class _Library:
-    version: str
-    record: dict[str, Any] | None
+    __slots__ = ("record", "version")
+
+    def __init__(self, version: str, record: dict[str, Any] | None) -> None:
+        self.version = version
+        self.record = record
 
 
 def _library_record() -> dict[str, Any] | None:
