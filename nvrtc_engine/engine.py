@@ -318,7 +318,7 @@ class Engine:
         header, artifact, file = found
         if not _artifact_is_for(key, header, artifact, record):
             return None
-        found_index.touch(name, fingerprint, self._entry_file(disk, key, artifact, file))
+        found_index.touch(name, record, self._entry_file(disk, key, artifact, file))
         return artifact
 
     def _entry_file(

@@ -8,13 +8,16 @@ computation gave and the file that holds the entry, so that a fresh process read
 the entry directly.
 
 One small JSON file per key, ``<cache dir>/index/<key>.json``, written atomically (a new file
-renamed over the old one), holding up to :data:`KEEP` records (the most recent first), each::
+renamed over the old one), holding up to :data:`KEEP` records (the most recent first; one
+per fingerprint and NVRTC/CUDA header record), each::
 
     fingerprint   see environment_fingerprint()
     digest        the cache digest the slow path computed
     file          the entry's value file under <cache dir>/entries/ (diskcache's name)
-    nvrtc         the libnvrtc that computed it: path, [size, mtime_ns], the environment
-                  variables that steer the library search, /etc/ld.so.cache's [size, mtime_ns]
+    nvrtc         the libnvrtc that computed it: path, [size, mtime_ns], how cuda.pathfinder
+                  found it, the environment variables that steer the library search and,
+                  unless it came from a site-packages wheel (the first search step),
+                  /etc/ld.so.cache's [size, mtime_ns]
     cuda_headers  for kernels that include CUDA headers: the version file's path and
                   [size, mtime_ns], the settings/variables that steer the header search
     nvrtc_version the NVRTC version (the loaded library's, which must be the entry's)
@@ -190,7 +193,10 @@ def _nvrtc_current(record: Any) -> bool:
         _env_matches(record.get("env"), environment_values(LIBRARY_ENV))
         and record.get("stat") is not None
         and _stat(record["path"]) == record.get("stat")
-        and _stat("/etc/ld.so.cache") == record.get("ld_so_cache")
+        and (
+            record.get("found_via") == "site-packages"  # the first search step
+            or _stat("/etc/ld.so.cache") == record.get("ld_so_cache")
+        )
     )
 
 
@@ -228,11 +234,18 @@ class Record:
     ``nvrtc_path`` and ``nvrtc_version`` (the library that computed the digest) and ``stale``
     (its last counted use is older than :data:`REFRESH_S`)."""
 
-    __slots__ = ("digest", "file", "nvrtc_path", "nvrtc_version", "stale")
+    __slots__ = ("digest", "file", "fingerprint", "nvrtc_path", "nvrtc_version", "stale")
 
     def __init__(
-        self, digest: str, file: str | None, nvrtc_path: str, nvrtc_version: str, stale: bool
+        self,
+        fingerprint: str,
+        digest: str,
+        file: str | None,
+        nvrtc_path: str,
+        nvrtc_version: str,
+        stale: bool,
     ) -> None:
+        self.fingerprint = fingerprint
         self.digest = digest
         self.file = file
         self.nvrtc_path = nvrtc_path
@@ -267,21 +280,18 @@ class KeyIndex:
         """The record for ``key_name`` under ``fingerprint`` whose files and environment are
         unchanged, or ``None``."""
         for r in self._records(key_name):
-            if r.get("fingerprint") != fingerprint:
+            if r.get("fingerprint") != fingerprint or not _well_formed(r):
                 continue
-            digest, file, version = r.get("digest"), r.get("file"), r.get("nvrtc_version")
-            if not (isinstance(digest, str) and len(digest) == 64 and isinstance(version, str)):
-                return None
-            if file is not None and not (isinstance(file, str) and _FILE_RE.match(file)):
-                return None
-            if not _nvrtc_current(r.get("nvrtc")):
-                return None
+            if not _nvrtc_current(r["nvrtc"]):
+                continue
             headers = r.get("cuda_headers")
             if headers is not None and not _headers_current(headers):
-                return None
+                continue
             used = r.get("used")
             stale = not isinstance(used, (int, float)) or not 0 <= time.time() - used < REFRESH_S
-            return Record(digest, file, r["nvrtc"]["path"], version, stale)
+            return Record(
+                fingerprint, r["digest"], r["file"], r["nvrtc"]["path"], r["nvrtc_version"], stale
+            )
         return None
 
     def read(self, record: Record) -> bytes | None:
@@ -315,15 +325,19 @@ class KeyIndex:
             "cuda_headers": cuda_headers,
             "used": time.time(),
         }
-        others = [r for r in self._records(key_name) if r.get("fingerprint") != fingerprint]
+        others = [
+            r
+            for r in self._records(key_name)
+            if _well_formed(r) and not _same_environment(r, record)
+        ]
         data = {"format": FORMAT, "key": key_name, "records": [record, *others][:KEEP]}
         return self._replace(self._path(key_name), json.dumps(data).encode())
 
-    def touch(self, key_name: str, fingerprint: str, file: str | None) -> None:
-        """Mark ``key_name``'s record under ``fingerprint`` as used now, entry in ``file``."""
+    def touch(self, key_name: str, record: Record, file: str | None) -> None:
+        """Mark the index record ``record`` as used now, its entry in ``file``."""
         records = self._records(key_name)
         for r in records:
-            if r.get("fingerprint") == fingerprint:
+            if r.get("fingerprint") == record.fingerprint and r.get("digest") == record.digest:
                 r["used"] = time.time()
                 r["file"] = file
                 data = {"format": FORMAT, "key": key_name, "records": records[:KEEP]}
@@ -402,6 +416,27 @@ class KeyIndex:
                 else:
                     self.drop(key_name)
         return problems
+
+
+def _well_formed(r: dict[str, Any]) -> bool:
+    """Whether a record has every field, of the right type (else it is ignored, and dropped
+    on the next write)."""
+    digest, file, nvrtc = r.get("digest"), r.get("file"), r.get("nvrtc")
+    return (
+        isinstance(r.get("fingerprint"), str)
+        and isinstance(digest, str)
+        and len(digest) == 64
+        and isinstance(r.get("nvrtc_version"), str)
+        and (file is None or (isinstance(file, str) and _FILE_RE.match(file) is not None))
+        and isinstance(nvrtc, dict)
+        and isinstance(nvrtc.get("path"), str)
+        and "cuda_headers" in r
+    )
+
+
+def _same_environment(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two records describe the same environment (one replaces the other)."""
+    return all(a.get(f) == b.get(f) for f in ("fingerprint", "nvrtc", "cuda_headers"))
 
 
 def _older_than(path: str, seconds: float) -> bool:

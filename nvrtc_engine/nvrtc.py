@@ -91,17 +91,20 @@ def _library_record() -> dict[str, Any] | None:
     try:
         from cuda import pathfinder
 
-        path = os.path.realpath(pathfinder.load_nvidia_dynamic_lib("nvrtc").abs_path)
+        loaded = pathfinder.load_nvidia_dynamic_lib("nvrtc")
+        path = os.path.realpath(loaded.abs_path)
     except Exception:
         return None
     stat = file_stat(path)
     if stat is None:
         return None
+    found_via = str(getattr(loaded, "found_via", ""))
     return {
         "path": path,
         "stat": stat,
+        "found_via": found_via,
         "env": environment_values(LIBRARY_ENV),
-        "ld_so_cache": file_stat("/etc/ld.so.cache"),
+        "ld_so_cache": None if found_via == "site-packages" else file_stat("/etc/ld.so.cache"),
     }
 
 

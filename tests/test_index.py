@@ -301,12 +301,36 @@ def test_an_old_record_reads_through_diskcache_and_is_refreshed(isolated_cache):
 
 
 def test_records_of_other_environments_are_kept(isolated_cache):
+    """Another fingerprint, or the same one with another libnvrtc (a host or container sharing
+    the directory): both records stay, each process uses its own."""
     Engine().get(KEY)
-    _rewrite_records(isolated_cache, KEY, lambda r: r.update(fingerprint="elsewhere"))
+    (mine,) = _records(isolated_cache, KEY)
+    elsewhere = {**mine, "fingerprint": "elsewhere"}
+    other_lib = {**mine, "nvrtc": {**mine["nvrtc"], "stat": [1, 2]}, "digest": "f" * 64}
+    data = {"format": 1, "key": str(KEY), "records": [other_lib, elsewhere]}
+    _index_file(isolated_cache, KEY).write_text(json.dumps(data))
     index.reset()
-    assert Engine().get(KEY).origin == "disk"
+    engine = Engine()
+    assert engine.get(KEY).origin == "disk" and engine.compiles == 0
     records = _records(isolated_cache, KEY)
-    assert [r["fingerprint"] for r in records] == [environment_fingerprint(), "elsewhere"]
+    assert [(r["fingerprint"], r["digest"]) for r in records] == [
+        (mine["fingerprint"], mine["digest"]),
+        (mine["fingerprint"], "f" * 64),
+        ("elsewhere", mine["digest"]),
+    ]
+    assert Engine()._from_index(KEY).digest == mine["digest"]
+
+
+@pytest.mark.parametrize("found_via", ["site-packages", "system-search"])
+def test_ld_so_cache_matters_only_outside_site_packages(isolated_cache, monkeypatch, found_via):
+    Engine().get(KEY)
+    _rewrite_records(
+        isolated_cache, KEY, lambda r: r["nvrtc"].update(found_via=found_via, ld_so_cache=[1, 2])
+    )
+    real = index._stat
+    monkeypatch.setattr(index, "_stat", lambda p: [1, 3] if p == "/etc/ld.so.cache" else real(p))
+    hit = Engine()._from_index(KEY) is not None
+    assert hit == (found_via == "site-packages")
 
 
 def test_verify_drops_records_of_missing_entries_and_clear_removes_the_index(isolated_cache):
