@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +76,8 @@ class Settings:
         """Where rendered sources go for debugging (failed compiles, or all with dump_source)."""
         if self.debug_dir is not None:
             return self.debug_dir
+        import tempfile  # (imported here: package import stays light)
+
         user = os.environ.get("USER") or str(os.getuid() if hasattr(os, "getuid") else "user")
         return Path(tempfile.gettempdir()) / f"nvrtc_engine-{user}"
 

@@ -25,7 +25,6 @@ Layouts and semantics: ``docs/cast.md``.
 
 from __future__ import annotations
 
-import ctypes
 import struct
 import threading
 from collections.abc import Sequence
@@ -359,6 +358,8 @@ class _TablePack:
         try:
             return self._local.slots
         except AttributeError:
+            import ctypes  # (first launch in this thread: not imported with the package)
+
             data = ctypes.create_string_buffer(_TABLE_BYTES)
             ptrs = (ctypes.c_void_p * 1)(ctypes.addressof(data))
             self._local.keep = (data, ptrs)
