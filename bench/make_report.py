@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,43 +81,135 @@ def launch_section() -> str | None:
     )
 
 
+def _best_and_default(
+    rows: list[dict[str, Any]], group: Callable[[dict[str, Any]], tuple], score: str
+) -> list[tuple[tuple, str, dict[str, Any]]]:
+    """Per group of rows: the best by ``score`` and the row marked ``default`` (if any)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(group(r), []).append(r)
+    out = []
+    for g, rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        rs = sorted(rs, key=lambda r: -r[score])
+        out.append((g, "best", rs[0]))
+        chosen = next((r for r in rs if r.get("default")), None)
+        if chosen is not None and chosen is not rs[0]:
+            out.append((g, "default", chosen))
+    return out
+
+
 def tuning_section() -> str | None:
     d = load("activation_tuning")
-    if d is None:
+    if d is None or "chunk_bytes" not in d["rows"][0]:
         return None
-    best: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in d["rows"]:
-        best.setdefault((r["fn"], r["out"]), []).append(r)
     rows = []
-    for (fn, out), rs in sorted(best.items()):
-        rs = sorted(rs, key=lambda r: -r["gbps"])
-        chosen = next((r for r in rs if r.get("default")), None)
-        capped = max((r for r in rs if r["blocks_per_sm"] != "one pass"), key=lambda r: r["gbps"])
-        for tag, r in (("best", rs[0]), ("default", chosen), ("best capped grid", capped)):
-            if r is not None:
-                rows.append(
-                    [
-                        fn,
-                        out,
-                        tag,
-                        r["threads"],
-                        r["unroll"],
-                        r["blocks_per_sm"],
-                        f"{r['pct']:.1f}%",
-                    ]
-                )
-    return "\n\n".join(
-        [
-            "## Activation launch configuration",
-            source(d, "activation_tuning.py"),
-            "Sweep of threads per block x 16-byte chunks per thread x grid (a single pass, or "
-            "capped at N blocks per SM and looped), GELU and the identity function through the "
-            "same template, bf16 input; % of the device copy bandwidth.",
+    for (fn, out), tag, r in _best_and_default(d["rows"], lambda r: (r["fn"], r["out"]), "pct"):
+        rounds = " / ".join(f"{p:.1f}" for p in r["pct_rounds"])
+        hints, guard = ("on" if r[f] else "off" for f in ("streaming", "amax_guard"))
+        row = [fn, out, tag, r["threads"], r["unroll"], r["chunk_bytes"], hints, guard]
+        rows.append([*row, f"{r['pct']:.1f}%", rounds])
+    parts = [
+        "## Activation launch configuration",
+        source(d, "activation_tuning.py"),
+        "Flat kernel sweep: threads per block x chunks in flight per thread x input bytes per "
+        "chunk x streaming cache hints x guarded amax atomic (FP8 only), GELU and the identity "
+        "function through the same template, bf16 input 16384 x 8192, one-pass grid; % of the "
+        f"device copy bandwidth, median of {d.get('rounds', 1)} rounds (each round's figure "
+        "after it).",
+        md_table(
+            [
+                "function",
+                "output",
+                "",
+                "threads",
+                "unroll",
+                "chunk bytes",
+                "hints",
+                "amax guard",
+                "% of copy",
+                "rounds",
+            ],
+            rows,
+        ),
+    ]
+    t = load("activation_tile_tuning")
+    if t is not None:
+        trows = []
+        for (op, out), tag, r in _best_and_default(
+            t["rows"], lambda r: (r["op"], r["output"]), "gbps"
+        ):
+            trows.append([op, out, tag, r["threads"], r["chunks_per_row"], r["iters"],
+                          f"{r['pct']:.1f}%"])  # fmt: skip
+        parts += [
+            "Tiled kernel sweep (`python bench/activation_tile_tuning.py`; data: "
+            "`bench/results/activation_tile_tuning.json`): every tile shape; the default row "
+            "is the shape this data chose (the file was measured before the defaults changed).",
             md_table(
-                ["function", "output", "", "threads", "chunks/thread", "grid", "% of copy"], rows
+                ["op", "output", "", "threads", "chunks/row", "chunks/thread", "% of copy"], trows
             ),
         ]
-    )
+    return "\n\n".join(parts)
+
+
+def norm_tuning_section() -> str | None:
+    d = load("norm_tuning")
+    if d is None:
+        return None
+    rows = []
+    for (nm, h, direction, out, grid), tag, r in _best_and_default(
+        d["rows"],
+        lambda r: (
+            r["norm"],
+            r["hidden"],
+            r["direction"],
+            r["out"],
+            r["grid"] if r["direction"] == "fwd" else "-",
+        ),
+        "pct",
+    ):
+        if tag != "best":
+            continue
+        rows.append([nm, h, direction, out, grid, f"w{r['warps']} r{r['rows']} j{r['iters']}",
+                     f"{r['pct']:.1f}%"])  # fmt: skip
+    return "\n\n".join([
+        "## Norm launch configuration",
+        source(d, "norm_tuning.py"),
+        "Best register layout (warps per row w, rows per CTA r, 16-byte accesses per thread j) "
+        "per case, bf16 input, 16384 rows; forward with a persistent grid and with one CTA per "
+        "row group (the default now), backward with its best number of CTAs per SM; % of the "
+        "device copy bandwidth (x, z forward; x, dz, dx backward). This file is the second "
+        "sweep, taken with two changes under test: the forward held x as stored (16-bit) "
+        "instead of fp32, since reverted (it read 1-7% slower for FP8 outputs than the first "
+        "sweep, within noise for bf16), and the backward prefetched the next row (kept: +1-5% "
+        "at H = 4096 and 8192; at H = 14336 the only layout tried, w14 j4 without a cluster, "
+        "spilled registers, which the register estimate now rules out; the default there is a "
+        "2-CTA cluster).",
+        md_table(["norm", "H", "pass", "output", "grid", "layout", "% of copy"], rows),
+    ])  # fmt: skip
+
+
+def cast_tuning_section() -> str | None:
+    d = load("cast_tuning")
+    if d is None:
+        return None
+    rows = []
+    for (op, stream), tag, r in _best_and_default(
+        d["rows"], lambda r: (r["op"], r["streaming"]), "pct"
+    ):
+        shape = "-"
+        if r["threads"]:
+            tile = f"{r['tile_rows']} x {r['tile_cols']}"
+            shape = f"{r['threads']} thr, {tile}, {r['min_blocks']}/SM"
+        rows.append([op, "on" if stream else "off", tag, shape, f"{r['pct']:.1f}%"])
+    return "\n\n".join([
+        "## Cast tile shapes",
+        source(d, "cast_tuning.py"),
+        "bf16 16384 x 8192 to fp8_e4m3: every tile shape the template accepts (threads, tile "
+        "rows x columns, blocks per SM the registers are capped for), and the quantize kernels "
+        "with and without streaming cache hints; the default rows are the shapes used before "
+        "this sweep chose new ones.",
+        md_table(["op", "hints", "", "shape", "% of copy"], rows),
+    ])  # fmt: skip
 
 
 def compile_section() -> str | None:
@@ -401,10 +494,47 @@ def bandwidth_plot() -> str | None:
     return "![bandwidth per family](img/bandwidth.png)"
 
 
+def timing_section() -> str:
+    return "\n\n".join([
+        "## How kernels are timed",
+        "Every GPU figure comes from `bench/common.py`'s `cuda_time_ms`: CUDA events around "
+        "10 back-to-back calls, divided by 10, median of 20 such samples after 5 warm-up calls; "
+        "the copy bandwidth is a torch `copy_` of 1 GiB timed the same way (bytes read + "
+        "written). Until 2026-11-29 each sample was a single call between two events, which "
+        "read a 0.13 ms kernel 5-15% slower than the batched figure for the same code; the "
+        "results in this report are all from the batched method unless a section says "
+        "otherwise.",
+    ])  # fmt: skip
+
+
+def profile_section() -> str | None:
+    d = load("profile_kernels")
+    if d is None:
+        return None
+    rows = []
+    for name, m in d["kernels"].items():
+        rows.append([f"`{name}`", m.get("DRAM Throughput", "-"),
+                     m.get("Compute (SM) Throughput", "-"), m.get("Registers Per Thread", "-"),
+                     m.get("Achieved Occupancy", "-"),
+                     m.get("Local Memory Spilling Requests", "-")])  # fmt: skip
+    return "\n\n".join([
+        "## Hardware counters of the slow kernels",
+        f"`{d['tool']}`; data: `bench/results/profile_kernels.json` ({d['date']}, {d['gpu']}; "
+        "the kernels as they were before the tile shapes and norm layouts above changed).",
+        md_table(["kernel", "DRAM", "SM", "registers", "occupancy", "local spills"], rows),
+        "Reading: the MXFP8 activation and NVFP4 kernels and the FP8 norm forward are bound by "
+        "instruction issue (SM throughput 75-90%, DRAM 37-58%); the norm backward spilled "
+        "registers at the 128-register cap of its 512-thread CTAs (fixed since: the register "
+        "estimate now keeps such layouts out); cast_transpose_dbias ran at 12.5% occupancy "
+        "(255 registers).",
+    ])  # fmt: skip
+
+
 def main() -> int:
-    builders = (bandwidth_plot, gelu_section, activation_family_section, norm_section,
-                cast_section, tuning_section, compile_section, launch_section, prewarm_section,
-                fanout_section)  # fmt: skip
+    builders = (bandwidth_plot, timing_section, gelu_section, activation_family_section,
+                norm_section, cast_section, tuning_section, norm_tuning_section,
+                cast_tuning_section, profile_section, compile_section, launch_section,
+                prewarm_section, fanout_section)  # fmt: skip
     sections = [s for s in (b() for b in builders) if s]
     text = "\n\n".join(
         [
