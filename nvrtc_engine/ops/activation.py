@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from .. import driver
 from ..errors import ArgumentError, ArgumentTypeError, VariantError
 from ..interop import Array, stream_handle
-from ..kernel import Kernel
+from ..kernel import Float, Kernel, Ptr
 from ..key import LAYOUTS
 from .base import OpSpec
 from .blockscale import MXFP8_BLOCK
@@ -52,6 +52,10 @@ __all__ = [
 ]
 
 MAX_GRID = 2**31 - 1  # CUDA's limit on gridDim.x; the kernels loop over what is left
+# Launch parameters taken from the array arguments (grad, x, out, scale, amax, scale_inv) and
+# from clamped SwiGLU's floats (limit, alpha, linear_offset); see Kernel._submit.
+_GRAD, _X, _OUT, _SCALE, _AMAX, _SCALE_INV = (Ptr(i) for i in range(6))
+_CLAMP = (Float(0), Float(1), Float(2))
 KINDS: tuple[str, ...] = ("act", "dact", "gated", "dgated")
 CLAMPED_SWIGLU_ALPHA = 1.702
 CLAMPED_SWIGLU_LINEAR_OFFSET = 1.0
@@ -286,12 +290,17 @@ class _Launcher(Kernel):
     # -- launch ---------------------------------------------------------------------------
 
     def _run(self, grad: Any, x: Any, out: Any, scale: Any, amax: Any, scale_inv: Any,
-             stream: Any, limit: float, alpha: float, linear_offset: float) -> Any:  # fmt: skip
+             stream: Any, floats: tuple[float, ...], key: Any) -> Any:  # fmt: skip
+        """The generic path: check every argument, then launch (``floats``: clamped SwiGLU's
+        ``(limit, alpha, linear_offset)``, else empty; ``key``: the plan key from
+        :meth:`_fast`)."""
+        given = (grad, x, out, scale, amax, scale_inv)
         xa = self._input(x, "x", self._in)
         rows, cols, out_shape = self._shapes(xa)
         g_ptr = self._grad(grad, xa, cols).ptr if self._backward else 0
         bound = None
         if self._mx:
+            key = None  # the scale tensors it allocates are zeroed first: no plan
             bound = bind_mxfp8_output(out, xa, out_shape, self._out, self.key.layout,
                                       self._output)  # fmt: skip
             out = bound.result
@@ -309,33 +318,35 @@ class _Launcher(Kernel):
         scale_ptr, amax_ptr, scale_inv_ptr = self._tensor_scaling(scale, amax, scale_inv, xa)
         if rows == 0 or cols == 0:
             return out
-        handle = stream_handle(stream, xa)
-        loaded = self.loaded(xa.device)
+        clamp = _CLAMP if floats else (0.0, 0.0, 0.0)  # limit, alpha, linear_offset
         if self._tiled:
             aligned = ((xa.ptr | g_ptr | y_ptr | y_col_ptr) & 15) == 0 and cols % self._vec == 0
             grid = min(-(-rows // self._tile_rows) * -(-cols // self._tile_cols), MAX_GRID)
             s_row = (bound.rowwise_scale, bound.rowwise_scale_stride) if bound else (0, 0)
             s_col = (bound.columnwise_scale, bound.columnwise_scale_stride) if bound else (0, 0)
-            params = self._tile_params.pack(
-                xa.ptr, g_ptr, y_ptr, y_col_ptr, s_row[0], s_col[0], rows, cols, s_row[1],
-                s_col[1], scale_ptr, amax_ptr, scale_inv_ptr, limit, alpha, linear_offset,
-                int(aligned),
+            pack = self._tile_params
+            values = (
+                _X, _GRAD, _OUT if bound is None else y_ptr, y_col_ptr, s_row[0], s_col[0], rows,
+                cols, s_row[1], s_col[1], _SCALE, _AMAX, _SCALE_INV, *clamp, int(aligned),
             )  # fmt: skip
         else:
             n = xa.numel
             aligned = ((xa.ptr | g_ptr | y_ptr) & 15) == 0
             grid = min(-(-n // (self._per_block if aligned else self._threads)), MAX_GRID)
+            values = (_X, _OUT, n, _SCALE, _AMAX, _SCALE_INV, int(aligned))
+            pack = self._flat_params
             if self._backward:
-                params = self._flat_grad_params.pack(
-                    xa.ptr, y_ptr, n, scale_ptr, amax_ptr, scale_inv_ptr, int(aligned), g_ptr
-                )
-            else:
-                params = self._flat_params.pack(xa.ptr, y_ptr, n, scale_ptr, amax_ptr,
-                                                scale_inv_ptr, int(aligned))  # fmt: skip
-        driver.make_current(loaded.device)
-        if bound is not None and bound.fresh:
+                pack = self._flat_grad_params
+                values = (*values, _GRAD)
+        if bound is not None and bound.fresh:  # zeroed on the launch stream, before the kernel
+            handle = stream_handle(stream, xa)
+            driver.make_current(self.loaded(xa.device).device)
             zero_fresh_scales(bound, handle)
-        driver.launch(loaded.functions[0], grid, self._threads, handle, params)
+            stream = handle
+        tensors = (grad, x, out, scale, amax, scale_inv)
+        ptrs = (g_ptr, xa.ptr, y_ptr, scale_ptr, amax_ptr, scale_inv_ptr)
+        self._submit(key, given, tensors, ptrs, floats, stream, xa,
+                     [(0, grid, self._threads, pack, values)])  # fmt: skip
         return out
 
 
@@ -397,7 +408,10 @@ class ActivationKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        return self._run(None, x, out, scale, amax, scale_inv, stream, 0.0, 0.0, 0.0)
+        done, key = self._fast((None, x, out, scale, amax, scale_inv), (), stream)
+        if done is not None:
+            return done[2]
+        return self._run(None, x, out, scale, amax, scale_inv, stream, (), key)
 
 
 class ActivationGradKernel(_Launcher):
@@ -433,7 +447,10 @@ class ActivationGradKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        return self._run(grad, x, out, scale, amax, scale_inv, stream, 0.0, 0.0, 0.0)
+        done, key = self._fast((grad, x, out, scale, amax, scale_inv), (), stream)
+        if done is not None:
+            return done[2]
+        return self._run(grad, x, out, scale, amax, scale_inv, stream, (), key)
 
 
 class ClampedSwiGLUKernel(_Launcher):
@@ -463,8 +480,11 @@ class ClampedSwiGLUKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        params = _clamp_params(limit, alpha, linear_offset)
-        return self._run(None, x, out, scale, amax, scale_inv, stream, *params)
+        floats = _clamp_params(limit, alpha, linear_offset)
+        done, key = self._fast((None, x, out, scale, amax, scale_inv), floats, stream)
+        if done is not None:
+            return done[2]
+        return self._run(None, x, out, scale, amax, scale_inv, stream, floats, key)
 
 
 class ClampedSwiGLUGradKernel(_Launcher):
@@ -493,8 +513,11 @@ class ClampedSwiGLUGradKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        params = _clamp_params(limit, alpha, linear_offset)
-        return self._run(grad, x, out, scale, amax, scale_inv, stream, *params)
+        floats = _clamp_params(limit, alpha, linear_offset)
+        done, key = self._fast((grad, x, out, scale, amax, scale_inv), floats, stream)
+        if done is not None:
+            return done[2]
+        return self._run(grad, x, out, scale, amax, scale_inv, stream, floats, key)
 
 
 _PLAIN = (

@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any
 from .. import driver
 from ..dtypes import DTYPES
 from ..errors import ArgumentError, VariantError
+from ..kernel import Ptr
 from ..key import LAYOUTS, arch_number
 from .base import FP8, HIGH_PRECISION, HW_FP8_ARCH, OpSpec
 from .blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 from .cast_common import CastKernelBase, aligned16, ceil_div, validate_sets
 
 if TYPE_CHECKING:
-    from ..kernel import Kernel
+    from ..kernel import Kernel, LaunchSpec
     from ..key import KernelKey
 
 __all__ = [
@@ -45,6 +46,9 @@ HW_FP4_ARCHS: tuple[int, ...] = (100, 101, 103, 107, 110, 120, 121)
 TILE_ROWS, TILE_COLS, THREADS = 64, 128, 256
 AMAX_THREADS, AMAX_UNROLL, AMAX_MAX_BLOCKS = 256, 4, 1024
 PAD_MAX_BLOCKS = 64
+# Pointer parameters from the array arguments (Kernel._submit): x, rowwise_data,
+# rowwise_scale_inv, columnwise_data, columnwise_scale_inv, amax, scale_inv, workspace.
+_P = tuple(Ptr(i) for i in range(8))
 
 
 def hardware_fp4(arch: str) -> bool:
@@ -174,6 +178,11 @@ class QuantizeKernel(CastKernelBase):
         scale_inv: Any = None, compute_amax: bool = True, workspace: Any = None,
         stream: Any = None,
     ) -> QuantizeResult:  # fmt: skip
+        args = (x, rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv, amax,
+                scale_inv, workspace)  # fmt: skip
+        done, plan_key = self._fast(args, (), stream, bool(compute_amax))
+        if done is not None:
+            return QuantizeResult(done[1], done[2], done[3], done[4], done[5], done[6])
         key = self.key
         xa = self._input(x, "x", self._in)
         m, k = self._matrix(xa, "x")
@@ -205,8 +214,8 @@ class QuantizeKernel(CastKernelBase):
             pad_items = max(pad_items, padded[0] * padded[1] - real[0] * real[1])
             setattr(res, f"{direction}_data", data)
             setattr(res, f"{direction}_scale_inv", scales)
-        amax_ptr = scale_inv_ptr = 0
-        calls: list[tuple[int, int, int, int]] = []
+        amax_ptr = scale_inv_ptr = ws_ptr = 0
+        launches: list[LaunchSpec] = []
         if self._fp4:
             if amax is None:
                 if not compute_amax:
@@ -219,7 +228,8 @@ class QuantizeKernel(CastKernelBase):
                 scale_inv_ptr = self._scalar_buffer(scale_inv, "scale_inv", xa)
                 res.scale_inv = scale_inv
             if compute_amax:
-                calls += self._amax_calls(xa, m * k, workspace, amax_ptr)
+                workspace, ws_ptr, calls = self._amax_calls(xa, m * k, workspace)
+                launches += calls
             elif workspace is not None:
                 raise ArgumentError("workspace", "is only used with compute_amax=True")
         else:
@@ -232,14 +242,17 @@ class QuantizeKernel(CastKernelBase):
         pad_blocks = min(ceil_div(pad_items, THREADS), PAD_MAX_BLOCKS)
         if tiles + pad_blocks:
             vec = self._vec(xa.ptr, ptrs, m, k)
-            params = self._params.pack(
-                xa.ptr, *ptrs["rowwise"], *ptrs["columnwise"], amax_ptr, scale_inv_ptr, m, k,
-                pads["rowwise"][1], pads["rowwise"][0], pads["columnwise"][1],
+            values = (
+                *_P[:7], m, k, pads["rowwise"][1], pads["rowwise"][0], pads["columnwise"][1],
                 pads["columnwise"][0], tiles, int(vec),
             )  # fmt: skip
-            calls.append((0, tiles + pad_blocks, THREADS, params))
-        if calls:
-            self._launch(xa, stream, calls)
+            launches.append((0, tiles + pad_blocks, THREADS, self._params, values))
+        if launches:
+            tensors = (x, res.rowwise_data, res.rowwise_scale_inv, res.columnwise_data,
+                       res.columnwise_scale_inv, res.amax, res.scale_inv, workspace)  # fmt: skip
+            addresses = (xa.ptr, *ptrs["rowwise"], *ptrs["columnwise"], amax_ptr, scale_inv_ptr,
+                         ws_ptr)  # fmt: skip
+            self._submit(plan_key, args, tensors, addresses, (), stream, xa, launches)
         return res
 
     def _vec(self, x_ptr: int, ptrs: dict[str, list[int]], m: int, k: int) -> bool:
@@ -248,9 +261,8 @@ class QuantizeKernel(CastKernelBase):
         ok = aligned16(x_ptr, ptrs["rowwise"][0], ptrs["columnwise"][0], k * self._in.itemsize)
         return ok and k % 16 == 0 and not (self._fp4 and self._colwise and m % 32)
 
-    def _amax_calls(
-        self, xa: Any, n: int, workspace: Any, amax_ptr: int
-    ) -> list[tuple[int, int, int, int]]:
+    def _amax_calls(self, xa: Any, n: int, workspace: Any) -> tuple[Any, int, list[LaunchSpec]]:
+        """The workspace (allocated when None), its address and the two amax launches."""
         if workspace is not None:
             wa = self._input(workspace, "workspace", DTYPES["fp32"])
             self._same_device(wa, "workspace", xa)
@@ -262,11 +274,12 @@ class QuantizeKernel(CastKernelBase):
         blocks = max(1, min(ceil_div(n, per_block), 4 * sms, AMAX_MAX_BLOCKS))
         if workspace is None:
             workspace, wa = self._output(None, "workspace", xa, (blocks,), DTYPES["fp32"])
-        aligned = aligned16(xa.ptr)
-        return [
-            (1, blocks, AMAX_THREADS, self._amax_params.pack(xa.ptr, n, wa.ptr, int(aligned))),
-            (2, 1, 1024, self._final_params.pack(wa.ptr, blocks, amax_ptr)),
+        aligned = int(aligned16(xa.ptr))
+        calls = [
+            (1, blocks, AMAX_THREADS, self._amax_params, (_P[0], n, _P[7], aligned)),
+            (2, 1, 1024, self._final_params, (_P[7], blocks, _P[5])),
         ]
+        return workspace, wa.ptr, calls
 
 
 QUANTIZE_SPEC = QuantizeSpec()
