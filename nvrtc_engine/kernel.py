@@ -4,39 +4,24 @@
 subclasses it with a ``__call__`` that binds arrays to parameters; this module holds what
 they share: lazy per-device loading, device checks, launch plans and the launch itself.
 
-Launch plans. A family's ``__call__`` first offers its array arguments to :meth:`Kernel._fast`.
-When every one is a ``torch.Tensor`` on a CUDA device (or None), their dtypes, shapes, devices,
-contiguity and pointer alignment (all 16-byte aligned, else each pointer's address modulo
-16) form the call's *plan key*. A call whose key was seen before runs its :class:`LaunchPlan`:
-allocate the outputs the caller left out, check the context, find the stream, write the
-pointers into this thread's copy of the pre-packed parameters and call ``cuLaunchKernel``,
-with no other check (every check the generic path makes depends only on the key). Anything
-else takes the family's generic path, which checks every argument, raises the errors, and
-hands its launches to :meth:`Kernel._submit`; with a plan key, that turns them into a plan
-for the next call.
+Launch plans (:mod:`nvrtc_engine.plans`): a family's ``__call__`` first offers its array
+arguments to :meth:`Kernel._fast`; a call with torch tensors whose plan key was seen before
+launches through its plan, any other takes the family's generic path, which checks every
+argument and hands its launches to :meth:`Kernel._submit`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import driver
-from .driver import _streams
 from .errors import ArgumentError
-from .interop import (
-    TORCH_TYPES,
-    Array,
-    allocate_like,
-    as_array,
-    explicit_stream,
-    stream_handle,
-    torch_stream_getter,
-)
+from .interop import Array, allocate_like, as_array, stream_handle
 from .key import arch_number
+from .plans import LaunchPlan, LaunchSpec, fast_path, resolve
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -44,11 +29,8 @@ if TYPE_CHECKING:
     from .dtypes import DType
     from .key import KernelKey
 
-__all__ = ["Artifact", "Float", "Kernel", "LaunchPlan", "Loaded", "Ptr"]
+__all__ = ["Artifact", "Kernel", "Loaded"]
 
-# A launch as a family describes it: (function index, grid, block, ParamPack, parameter
-# values: constants, Ptr and Float)
-LaunchSpec = tuple[int, int, int, "driver.ParamPack", "Sequence[Any]"]
 MAX_PLANS = 256  # plans kept per kernel (per distinct plan key); the oldest go first
 
 
@@ -154,37 +136,10 @@ class Kernel:
     def _fast(
         self, tensors: Sequence[Any], floats: Sequence[float], stream: Any, extra: Any = None
     ) -> tuple[Any, Any]:
-        """Run the call through its launch plan, if it has one.
-
-        ``tensors`` are the family's array arguments in a fixed order (None where omitted),
-        ``floats`` its per-call float parameters (already checked), ``extra`` anything else
-        the generic path's outcome depends on (hashable). Returns ``(tensors, key)``:
-        ``tensors`` with the omitted outputs allocated once the kernel has been launched,
-        else None, and then ``key`` is the plan key to hand to :meth:`_submit` (None when
-        the call cannot be planned: an argument that is not a CUDA ``torch.Tensor``).
-        """
-        key = [extra]
-        ptrs = []
-        low = 0
-        for t in tensors:
-            if t is None:
-                key.append(None)
-                ptrs.append(0)
-            elif type(t) in TORCH_TYPES and t.is_cuda:
-                p = t.data_ptr()
-                low |= p
-                ptrs.append(p)
-                key += (t.dtype, t.shape, t.get_device(), t.is_contiguous())
-            else:
-                return None, None
-        if low & 15:  # not all 16-byte aligned: the generic path decides per pointer
-            key.append(tuple([p & 15 for p in ptrs]))
-        key = tuple(key)
-        plan = self._launch_plans.get(key)
-        if plan is None:
-            return None, key
-        done = plan.run(tensors, ptrs, floats, stream)
-        return done, None if done is None else key
+        """Launch through the call's plan if it has one: see :func:`plans.fast_path`, which
+        makes this method for a number of array arguments (families set ``_fast =
+        fast_path(n)``; this one finds it on each call)."""
+        return fast_path(len(tensors))(self, tensors, floats, stream, extra)
 
     def _submit(
         self, key: Any, given: Sequence[Any], tensors: Sequence[Any], ptrs: Sequence[int],
@@ -193,15 +148,16 @@ class Kernel:
         """Launch what a family's generic path computed, in order, on one stream.
 
         ``launches``: ``(function index, grid, block, ParamPack, values)`` each, where a
-        value is a :class:`Ptr` (argument ``index``'s address plus ``offset``), a
-        :class:`Float` (``floats[index]``) or a constant. ``given`` are the array arguments
+        value is a :class:`~plans.Ptr` (argument ``index``'s address plus ``offset``), a
+        :class:`~plans.Float` (``floats[index]``) or a constant. ``given`` are the array arguments
         as passed, ``tensors`` as used (outputs allocated), ``ptrs`` their addresses (0 for
         None). With a plan key from :meth:`_fast` the launches become that key's
-        :class:`LaunchPlan` and run through it; otherwise they are packed and launched here
+        :class:`~plans.LaunchPlan` and run through it; otherwise they are packed and launched here
         (launches sharing a ParamPack must share its values: all are packed first).
         """
         if key is not None and launches:
-            plan = LaunchPlan.build(self.loaded(like.device), given, tensors, ptrs, launches)
+            loaded = self.loaded(like.device)
+            plan = LaunchPlan.build(self, loaded, given, tensors, ptrs, launches)
             if plan is not None:
                 plans = self._launch_plans
                 if len(plans) >= MAX_PLANS:  # evict the oldest (another thread may be too)
@@ -210,10 +166,7 @@ class Kernel:
                 plans[key] = plan
                 plan.run(tensors, list(ptrs), floats, stream, allocate=False)
                 return
-        calls = []
-        for index, grid, block, pack, values in launches:
-            packed = pack.pack(*(_value(v, ptrs, floats) for v in values))
-            calls.append((index, grid, block, packed))
+        calls = [(i, g, b, p.pack(*resolve(v, ptrs, floats))) for i, g, b, p, v in launches]
         self._launch(like, stream, calls)
 
     def _launch(self, like: Array, stream: Any, calls: list[tuple[int, int, int, int]]) -> None:
@@ -299,139 +252,6 @@ class Kernel:
         if a.device != like.device:
             raise ArgumentError(name, f"is on device {a.device}, the input on {like.device}")
         return a.ptr
-
-
-class Ptr:
-    """A pointer parameter of a launch (:meth:`Kernel._submit`): the address of array
-    argument ``index`` plus ``offset`` bytes."""
-
-    __slots__ = ("index", "offset")
-
-    def __init__(self, index: int, offset: int = 0) -> None:
-        self.index = index
-        self.offset = offset
-
-
-class Float:
-    """A float parameter of a launch that changes from call to call: ``floats[index]``."""
-
-    __slots__ = ("index",)
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-
-def _value(v: Any, ptrs: Sequence[int], floats: Sequence[float]) -> Any:
-    if type(v) is Ptr:
-        return ptrs[v.index] + v.offset
-    if type(v) is Float:
-        return floats[v.index]
-    return v
-
-
-class LaunchPlan:
-    """Everything a call's launches need that its plan key determines (see the module
-    docstring): the device and its context, the functions with their grids and blocks,
-    the parameters packed once (:class:`driver.Preset`) with the slots that take each
-    call's pointers and floats, and the outputs to allocate.
-
-    Built by :meth:`build` from the launches of a call that the generic path checked; run by
-    :meth:`run` for every later call with the same key.
-    """
-
-    __slots__ = ("allocs", "context", "device", "empty", "get_context", "launch", "launches",
-                 "ordinal", "raw_stream")  # fmt: skip
-
-    def __init__(self) -> None:
-        self.launches: list[tuple[Any, ...]] = []
-
-    @classmethod
-    def build(
-        cls, loaded: Loaded, given: Sequence[Any], tensors: Sequence[Any], ptrs: Sequence[int],
-        launches: Sequence[LaunchSpec],
-    ) -> LaunchPlan | None:  # fmt: skip
-        """The plan for these launches (see :meth:`Kernel._submit`), or None when they
-        cannot be replayed: an output allocated as something other than a ``torch.Tensor``,
-        or a non-zero pointer parameter that is not a :class:`Ptr`."""
-        torch = sys.modules["torch"]
-        plan = cls()
-        plan.allocs = []
-        for index, (arg, t) in enumerate(zip(given, tensors, strict=True)):
-            if arg is None and t is not None:  # allocated by the generic path: by each call
-                if type(t) not in TORCH_TYPES:
-                    return None
-                plan.allocs.append((index, t.shape, t.dtype, t.device, ptrs[index] & 15))
-        functions = loaded.functions
-        for function, grid, block, pack, values in launches:
-            direct: list[tuple[int, int]] = []
-            offset: list[tuple[int, int, int]] = []
-            fslots: list[tuple[int, int]] = []
-            image = []
-            for slot, (kind, value) in enumerate(zip(pack.kinds, values, strict=True)):
-                if type(value) is Ptr:
-                    if tensors[value.index] is not None:  # else 0 in every call of this key
-                        if value.offset:
-                            offset.append((slot, value.index, value.offset))
-                        else:
-                            direct.append((slot, value.index))
-                    value = ptrs[value.index] + value.offset
-                elif type(value) is Float:
-                    fslots.append((2 * slot, value.index))
-                    value = 0.0
-                elif kind == "P" and value:
-                    return None
-                image.append(value)
-            preset = pack.preset(image)
-            plan.launches.append((functions[function], grid, block, preset, preset.local,
-                                  tuple(direct), tuple(offset), tuple(fslots)))  # fmt: skip
-        drv = driver._drv()
-        plan.device = loaded.device
-        plan.context = loaded.device.context
-        plan.ordinal = loaded.device.ordinal
-        plan.get_context = drv.cuCtxGetCurrent
-        plan.launch = drv.cuLaunchKernel
-        plan.raw_stream = torch_stream_getter()
-        plan.empty = torch.empty
-        return plan
-
-    def run(
-        self, tensors: Sequence[Any], ptrs: list[int], floats: Sequence[float], stream: Any,
-        allocate: bool = True,
-    ) -> Sequence[Any] | None:  # fmt: skip
-        """Launch for ``tensors`` (at ``ptrs``, 0 for None); first allocate the outputs the
-        plan's call allocated (unless ``allocate`` is false). Returns ``tensors`` with them,
-        or None, launching nothing, when an allocation is not aligned as the planned one was
-        (the caller then takes the generic path)."""
-        if allocate and self.allocs:
-            tensors = list(tensors)
-            for index, shape, dtype, device, residue in self.allocs:
-                t = self.empty(shape, dtype=dtype, device=device)
-                p = t.data_ptr()
-                if p & 15 != residue:
-                    return None
-                tensors[index] = t
-                ptrs[index] = p
-        if self.get_context()[1] != self.context:
-            driver.make_current(self.device)
-        handle = self.raw_stream(self.ordinal) if stream is None else explicit_stream(stream)
-        cu_stream = _streams.get(handle)
-        if cu_stream is None:
-            cu_stream = driver.stream_object(handle)
-        for function, grid, block, preset, local, direct, offset, fslots in self.launches:
-            try:
-                slots, values, address = local.views
-            except AttributeError:
-                slots, values, address = preset.buffers()
-            for slot, index in direct:
-                slots[slot] = ptrs[index]
-            for slot, index, delta in offset:
-                slots[slot] = ptrs[index] + delta
-            for slot, index in fslots:
-                values[slot] = floats[index]
-            (err,) = self.launch(function, grid, 1, 1, block, 1, 1, 0, cu_stream, address, 0)
-            if err:
-                driver.check((err,), "cuLaunchKernel")
-        return tensors
 
 
 def _device_of(a: Array, name: str) -> int:

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from .. import driver
 from ..errors import ArgumentError, ArgumentTypeError, VariantError
 from ..interop import Array, stream_handle
-from ..kernel import Float, Kernel, Ptr
+from ..kernel import Kernel
 from ..key import LAYOUTS
+from ..plans import Float, Ptr, fast_path
 from .base import OpSpec
 from .blockscale import MXFP8_BLOCK
 from .mxfp8 import MXFP8Output, bind_mxfp8_output, zero_fresh_scales
@@ -206,6 +207,7 @@ class ActivationSpec(OpSpec):
 class _Launcher(Kernel):
     """Argument binding and launch shared by every activation kernel class."""
 
+    _fast = fast_path(6)  # grad, x, out, scale, amax, scale_inv
     _flat_params = driver.ParamPack("PPqPPPi")
     _flat_grad_params = driver.ParamPack("PPqPPPiP")
     _tile_params = driver.ParamPack("PPPPPPqqqqPPPfffi")

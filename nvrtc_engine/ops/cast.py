@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from .. import driver
 from ..dtypes import DTYPES
 from ..errors import ArgumentError, ArgumentTypeError, VariantError
-from ..kernel import Ptr
+from ..plans import Ptr, fast_path
 from .activation import ActivationSpec
 from .base import FP8, HIGH_PRECISION, OpSpec
 from .cast_common import INT32_MAX, CastKernelBase, aligned16, ceil_div, validate_sets
@@ -212,6 +212,7 @@ class TransposeKernel(CastKernelBase):
     :class:`~nvrtc_engine.ArgumentTypeError` before launching when an argument is wrong.
     """
 
+    _fast = fast_path(2)  # x, out
     _params = driver.ParamPack(_TILE_PARAMS)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -271,6 +272,7 @@ class CastTransposeKernel(CastKernelBase):
     before launching when an argument is wrong.
     """
 
+    _fast = fast_path(9)  # x, act_input, out, out_t, dbias, workspace, scale, amax, scale_inv
     _params = driver.ParamPack(_TILE_PARAMS)
     _dbias_params = driver.ParamPack("PqqP")
 

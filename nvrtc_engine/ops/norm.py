@@ -39,8 +39,9 @@ from .. import driver
 from ..dtypes import DTYPES, DType
 from ..errors import ArgumentError, ArgumentTypeError, CudaError, VariantError
 from ..interop import Array, allocate_like
-from ..kernel import Float, Kernel, Loaded, Ptr
+from ..kernel import Kernel, Loaded
 from ..key import arch_number
+from ..plans import Float, Ptr, fast_path
 from .base import FP8, HIGH_PRECISION, TYPE_TAGS, OpSpec
 from .blockscale import mxfp8_scale_shape
 
@@ -449,6 +450,7 @@ def _eps(value: Any) -> float:
 
 
 class _NormFwdKernel(_NormKernel):
+    _fast = fast_path(9)  # x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv
     _params = driver.ParamPack("PPPPPPPPPPqifiiiq")
 
     def _function_threads(self) -> tuple[int, ...]:
@@ -596,6 +598,7 @@ class _BwdPlan:
 
 
 class _NormBwdKernel(_NormKernel):
+    _fast = fast_path(10)  # dz, x, mu, rsigma, gamma, add, dx, dgamma, dbeta, workspace
     _params = driver.ParamPack("PPPPPPPPPPPqiiiiqi")
 
     def _function_threads(self) -> tuple[int, ...]:

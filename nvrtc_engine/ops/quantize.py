@@ -21,15 +21,16 @@ from typing import TYPE_CHECKING, Any
 from .. import driver
 from ..dtypes import DTYPES
 from ..errors import ArgumentError, VariantError
-from ..kernel import Ptr
 from ..key import LAYOUTS, arch_number
+from ..plans import Ptr, fast_path
 from .base import FP8, HIGH_PRECISION, HW_FP8_ARCH, OpSpec
 from .blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 from .cast_common import CastKernelBase, aligned16, ceil_div, validate_sets
 
 if TYPE_CHECKING:
-    from ..kernel import Kernel, LaunchSpec
+    from ..kernel import Kernel
     from ..key import KernelKey
+    from ..plans import LaunchSpec
 
 __all__ = [
     "HW_FP4_ARCHS",
@@ -153,6 +154,7 @@ class QuantizeKernel(CastKernelBase):
     launching when an argument is wrong.
     """
 
+    _fast = fast_path(8)  # x, rowwise data/scales, columnwise data/scales, amax, scale_inv, ws
     _params = driver.ParamPack("PPPPPPPqqqqqqqi")
     _amax_params = driver.ParamPack("PqPi")
     _final_params = driver.ParamPack("PiP")
