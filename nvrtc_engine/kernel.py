@@ -21,7 +21,7 @@ from . import driver
 from .errors import ArgumentError
 from .interop import Array, allocate_like, as_array, stream_handle
 from .key import arch_number
-from .plans import LaunchPlan, LaunchSpec, fast_path, resolve
+from .plans import LaunchPlan, LaunchSpec, fast_path
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -147,17 +147,18 @@ class Kernel:
     ) -> None:  # fmt: skip
         """Launch what a family's generic path computed, in order, on one stream.
 
-        ``launches``: ``(function index, grid, block, ParamPack, values)`` each, where a
-        value is a :class:`~plans.Ptr` (argument ``index``'s address plus ``offset``), a
-        :class:`~plans.Float` (``floats[index]``) or a constant. ``given`` are the array arguments
-        as passed, ``tensors`` as used (outputs allocated), ``ptrs`` their addresses (0 for
-        None). With a plan key from :meth:`_fast` the launches become that key's
-        :class:`~plans.LaunchPlan` and run through it; otherwise they are packed and launched here
-        (launches sharing a ParamPack must share its values: all are packed first).
+        ``launches``: ``(function index, grid, block, ParamPack, values, refs)`` each;
+        ``refs`` are ``(slot, ref)`` pairs naming the slots that hold an array argument's
+        address (:class:`~plans.Ptr`) or a per-call float (:class:`~plans.Float`).
+        ``given`` are the array arguments as passed, ``tensors`` as used (outputs
+        allocated), ``ptrs`` their addresses (0 for None). With a plan key from
+        :meth:`_fast` the launches become that key's :class:`~plans.LaunchPlan` and run
+        through it; otherwise they are packed and launched here (launches sharing a
+        ParamPack must share its values: all are packed first).
         """
         if key is not None and launches:
             loaded = self.loaded(like.device)
-            plan = LaunchPlan.build(self, loaded, given, tensors, ptrs, launches)
+            plan = LaunchPlan.build(self, loaded, given, tensors, ptrs, floats, launches)
             if plan is not None:
                 plans = self._launch_plans
                 if len(plans) >= MAX_PLANS:  # evict the oldest (another thread may be too)
@@ -166,7 +167,7 @@ class Kernel:
                 plans[key] = plan
                 plan.run(tensors, list(ptrs), floats, stream, allocate=False)
                 return
-        calls = [(i, g, b, p.pack(*resolve(v, ptrs, floats))) for i, g, b, p, v in launches]
+        calls = [(i, g, b, p.pack(*v)) for i, g, b, p, v, _ in launches]
         self._launch(like, stream, calls)
 
     def _launch(self, like: Array, stream: Any, calls: list[tuple[int, int, int, int]]) -> None:

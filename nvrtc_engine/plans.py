@@ -12,10 +12,13 @@ on that key (and on float arguments, which the family checks on every call), so:
   (an allocation aligned otherwise than the planned one sends the call to the generic path),
   make the device's context current if it is not, find the stream, write this call's
   pointers and floats into this thread's copy of the pre-packed parameters, launch;
-- any other call takes the generic path, which checks everything, raises the errors, and
-  hands its launches to ``Kernel._submit``: described with :class:`Ptr` (an argument's
-  address) and :class:`Float` (a per-call float) where they depend on the call, they become
-  the key's plan (:meth:`LaunchPlan.build`).
+- any other call takes the generic path, which checks everything, raises the errors, packs
+  the parameters and hands its launches to ``Kernel._submit``, each with its *references*:
+  which parameter slots hold an argument's address (:class:`Ptr`) or a per-call float
+  (:class:`Float`). With a plan key, :meth:`LaunchPlan.build` turns them into the key's plan,
+  after checking every reference against the value the generic path packed (a reference
+  that does not match is a bug: the call is launched as packed and not planned, with a
+  warning).
 
 Both hot functions are generated as straight-line Python (no loops, no tuple unpacking, the
 plan's constants bound as names): the key reader once per number of arguments, the launch
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from . import driver
@@ -38,16 +42,17 @@ if TYPE_CHECKING:
 
     from .kernel import Kernel, Loaded
 
-__all__ = ["Float", "LaunchPlan", "LaunchSpec", "Ptr", "fast_path", "resolve"]
+__all__ = ["Float", "LaunchPlan", "LaunchSpec", "Ptr", "Refs", "fast_path"]
 
 # A launch as a family describes it: (function index, grid, block, ParamPack, parameter
-# values: constants, Ptr and Float)
-LaunchSpec = tuple[int, int, int, "driver.ParamPack", "Sequence[Any]"]
+# values, references: (slot, Ptr or Float) for each slot that depends on the call)
+LaunchSpec = tuple[int, int, int, "driver.ParamPack", "Sequence[Any]", "Refs"]
+Refs = tuple[tuple[int, "Ptr | Float"], ...]
 
 
 class Ptr:
-    """A pointer parameter of a launch: the address of array argument ``index`` plus
-    ``offset`` bytes."""
+    """A reference: the parameter is the address of array argument ``index`` (in the
+    family's order) plus ``offset`` bytes (0 when the argument is None)."""
 
     __slots__ = ("index", "offset")
 
@@ -57,20 +62,12 @@ class Ptr:
 
 
 class Float:
-    """A float parameter of a launch that changes from call to call: ``floats[index]``."""
+    """A reference: the parameter is the call's float ``floats[index]``."""
 
     __slots__ = ("index",)
 
     def __init__(self, index: int) -> None:
         self.index = index
-
-
-def resolve(values: Sequence[Any], ptrs: Sequence[int], floats: Sequence[float]) -> list[Any]:
-    """``values`` with each :class:`Ptr` and :class:`Float` replaced by this call's value."""
-    return [
-        ptrs[v.index] + v.offset if type(v) is Ptr else floats[v.index] if type(v) is Float else v
-        for v in values
-    ]
 
 
 _READ = """\
@@ -125,6 +122,23 @@ def fast_path(count: int) -> Callable[..., tuple[Any, Any]]:
     return namespace["_fast"]
 
 
+_warned: set[str] = set()
+
+
+def _mismatch(kernel: Kernel, slot: int, ref: Ptr | Float | None) -> None:
+    """A family's references do not describe what it packed: warn once per kernel."""
+    if kernel.name not in _warned:
+        _warned.add(kernel.name)
+        what = "no reference" if ref is None else f"{type(ref).__name__}({ref.index})"
+        warnings.warn(
+            f"{kernel.name}: launch parameter {slot} does not match its reference ({what}); "
+            "calls take the checked path (a bug in nvrtc_engine: please report it)",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+    return None
+
+
 class LaunchPlan:
     """Everything a call's launches need that its plan key determines: the outputs to
     allocate (shape, dtype, device, address modulo 16), the device and its context, and per
@@ -143,11 +157,11 @@ class LaunchPlan:
     @classmethod
     def build(
         cls, kernel: Kernel, loaded: Loaded, given: Sequence[Any], tensors: Sequence[Any],
-        ptrs: Sequence[int], launches: Sequence[LaunchSpec],
+        ptrs: Sequence[int], floats: Sequence[float], launches: Sequence[LaunchSpec],
     ) -> LaunchPlan | None:  # fmt: skip
         """The plan for ``launches`` (see ``Kernel._submit``), or None when they cannot be
         replayed: an output allocated as something other than a ``torch.Tensor``, or a
-        non-zero pointer parameter that is not a :class:`Ptr`."""
+        reference that does not match the packed value (or a non-zero pointer with none)."""
         plan = cls()
         plan.device = loaded.device
         plan.allocs = []
@@ -157,22 +171,24 @@ class LaunchPlan:
                     return None
                 plan.allocs.append((index, t.shape, t.dtype, t.device, ptrs[index] & 15))
         plan.launches = []
-        for function, grid, block, pack, values in launches:
+        for function, grid, block, pack, values, refs in launches:
             writes: list[tuple[str, int, int, int]] = []  # (view, slot, source index, offset)
-            image = []
-            for slot, (kind, value) in enumerate(zip(pack.kinds, values, strict=True)):
-                if type(value) is Ptr:
-                    if tensors[value.index] is not None:  # else 0 in every call of this key
-                        writes.append(("slots", slot, value.index, value.offset))
-                    value = ptrs[value.index] + value.offset
-                elif type(value) is Float:
-                    writes.append(("values", 2 * slot, value.index, 0))
-                    value = 0.0
-                elif kind == "P" and value:
-                    return None
-                image.append(value)
+            referenced = set()
+            for slot, ref in refs:
+                referenced.add(slot)
+                if type(ref) is Float:
+                    if values[slot] != floats[ref.index]:
+                        return _mismatch(kernel, slot, ref)
+                    writes.append(("values", 2 * slot, ref.index, 0))
+                elif values[slot] != ptrs[ref.index] + (ref.offset if ptrs[ref.index] else 0):
+                    return _mismatch(kernel, slot, ref)
+                elif tensors[ref.index] is not None:  # else 0 in every call of this key
+                    writes.append(("slots", slot, ref.index, ref.offset))
+            for slot, kind in enumerate(pack.kinds):
+                if kind == "P" and values[slot] and slot not in referenced:
+                    return _mismatch(kernel, slot, None)
             function = loaded.functions[function]
-            plan.launches.append((function, grid, block, pack.preset(image), writes))
+            plan.launches.append((function, grid, block, pack.preset(values), writes))
         plan.source, namespace = plan._generate()
         exec(compile(plan.source, f"<launch plan of {kernel.name}>", "exec"), namespace)
         plan.run = namespace["run"]

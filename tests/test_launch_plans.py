@@ -676,3 +676,24 @@ def test_param_buffers_are_per_thread():
         t.join()
     for i in range(2):
         assert seen[i] == ((100 + i, i, 200 + i, float(i)), (300 + i, 2, 3, 2.0 * i))
+
+
+def test_a_reference_that_does_not_match_is_not_planned(env, monkeypatch):
+    """References that disagree with what the generic path packed (a bug) leave the call on
+    the generic path, with one warning per kernel."""
+    from nvrtc_engine import plans
+    from nvrtc_engine.ops import activation
+
+    monkeypatch.setattr(plans, "_warned", set())
+    x, y = env.tensor((2, 64)), env.tensor((2, 64))
+    swapped = ((0, plans.Ptr(2)), (1, plans.Ptr(1)))  # x and out swapped
+    missing = ((0, plans.Ptr(1)),)  # out's slot not described
+    for refs in (swapped, missing):
+        monkeypatch.setattr(activation, "_FLAT_REFS", refs)
+        kernel = env.attach(k("gelu", dtype="bf16"), 7)
+        plans._warned.clear()
+        with pytest.warns(RuntimeWarning, match="does not match its reference"):
+            for _ in range(3):
+                (launch,) = launched(env, lambda kernel=kernel: kernel(x, y))
+                assert launch[4][:2] == (x.data_ptr(), y.data_ptr())
+        assert not kernel._launch_plans

@@ -53,10 +53,13 @@ __all__ = [
 ]
 
 MAX_GRID = 2**31 - 1  # CUDA's limit on gridDim.x; the kernels loop over what is left
-# Launch parameters taken from the array arguments (grad, x, out, scale, amax, scale_inv) and
-# from clamped SwiGLU's floats (limit, alpha, linear_offset); see Kernel._submit.
+# Parameter slots that take the array arguments (grad, x, out, scale, amax, scale_inv) or
+# clamped SwiGLU's floats (limit, alpha, linear_offset), for launch plans (Kernel._submit).
 _GRAD, _X, _OUT, _SCALE, _AMAX, _SCALE_INV = (Ptr(i) for i in range(6))
-_CLAMP = (Float(0), Float(1), Float(2))
+_FLAT_REFS = ((0, _X), (1, _OUT), (3, _SCALE), (4, _AMAX), (5, _SCALE_INV))
+_FLAT_GRAD_REFS = (*_FLAT_REFS, (7, _GRAD))
+_TILE_REFS = ((0, _X), (1, _GRAD), (2, _OUT), (10, _SCALE), (11, _AMAX), (12, _SCALE_INV))
+_CLAMP_REFS = ((13, Float(0)), (14, Float(1)), (15, Float(2)))
 KINDS: tuple[str, ...] = ("act", "dact", "gated", "dgated")
 CLAMPED_SWIGLU_ALPHA = 1.702
 CLAMPED_SWIGLU_LINEAR_OFFSET = 1.0
@@ -320,26 +323,27 @@ class _Launcher(Kernel):
         scale_ptr, amax_ptr, scale_inv_ptr = self._tensor_scaling(scale, amax, scale_inv, xa)
         if rows == 0 or cols == 0:
             return out
-        clamp = _CLAMP if floats else (0.0, 0.0, 0.0)  # limit, alpha, linear_offset
+        limit, alpha, linear_offset = floats or (0.0, 0.0, 0.0)
         if self._tiled:
             aligned = ((xa.ptr | g_ptr | y_ptr | y_col_ptr) & 15) == 0 and cols % self._vec == 0
             grid = min(-(-rows // self._tile_rows) * -(-cols // self._tile_cols), MAX_GRID)
             s_row = (bound.rowwise_scale, bound.rowwise_scale_stride) if bound else (0, 0)
             s_col = (bound.columnwise_scale, bound.columnwise_scale_stride) if bound else (0, 0)
-            pack = self._tile_params
+            pack, refs = self._tile_params, _TILE_REFS + (_CLAMP_REFS if floats else ())
             values = (
-                _X, _GRAD, _OUT if bound is None else y_ptr, y_col_ptr, s_row[0], s_col[0], rows,
-                cols, s_row[1], s_col[1], _SCALE, _AMAX, _SCALE_INV, *clamp, int(aligned),
+                xa.ptr, g_ptr, y_ptr, y_col_ptr, s_row[0], s_col[0], rows, cols, s_row[1],
+                s_col[1], scale_ptr, amax_ptr, scale_inv_ptr, limit, alpha, linear_offset,
+                int(aligned),
             )  # fmt: skip
         else:
             n = xa.numel
             aligned = ((xa.ptr | g_ptr | y_ptr) & 15) == 0
             grid = min(-(-n // (self._per_block if aligned else self._threads)), MAX_GRID)
-            values = (_X, _OUT, n, _SCALE, _AMAX, _SCALE_INV, int(aligned))
-            pack = self._flat_params
+            pack, refs = self._flat_params, _FLAT_REFS
+            values = (xa.ptr, y_ptr, n, scale_ptr, amax_ptr, scale_inv_ptr, int(aligned))
             if self._backward:
-                pack = self._flat_grad_params
-                values = (*values, _GRAD)
+                pack, refs = self._flat_grad_params, _FLAT_GRAD_REFS
+                values = (*values, g_ptr)
         if bound is not None and bound.fresh:  # zeroed on the launch stream, before the kernel
             handle = stream_handle(stream, xa)
             driver.make_current(self.loaded(xa.device).device)
@@ -348,7 +352,7 @@ class _Launcher(Kernel):
         tensors = (grad, x, out, scale, amax, scale_inv)
         ptrs = (g_ptr, xa.ptr, y_ptr, scale_ptr, amax_ptr, scale_inv_ptr)
         self._submit(key, given, tensors, ptrs, floats, stream, xa,
-                     [(0, grid, self._threads, pack, values)])  # fmt: skip
+                     [(0, grid, self._threads, pack, values, refs)])  # fmt: skip
         return out
 
 

@@ -193,10 +193,13 @@ class TransposeSpec(TileSpec):
 
 
 _TILE_PARAMS = "PPPPPPPPqqi"  # x, act, q, qt, partial, scale, amax, scale_inv, M, K, vec
-# Pointer parameters from the array arguments (Kernel._submit), in the order the kernels take
-# them: transpose (x, out); cast_transpose (x, act_input, out, out_t, dbias, workspace, scale,
-# amax, scale_inv).
-_P = tuple(Ptr(i) for i in range(9))
+# Parameter slots that take the array arguments, for launch plans (Kernel._submit):
+# transpose (x, out); cast_transpose (x, act_input, out, out_t, dbias, workspace, scale, amax,
+# scale_inv), its tile kernel and its dbias kernel.
+_TRANSPOSE_REFS = ((0, Ptr(0)), (3, Ptr(1)))
+_TILE_REFS = ((0, Ptr(0)), (1, Ptr(1)), (2, Ptr(2)), (3, Ptr(3)), (4, Ptr(5)), (5, Ptr(6)),
+              (6, Ptr(7)), (7, Ptr(8)))  # fmt: skip
+_DBIAS_REFS = ((0, Ptr(5)), (3, Ptr(4)))
 
 
 class TransposeKernel(CastKernelBase):
@@ -234,9 +237,9 @@ class TransposeKernel(CastKernelBase):
         vec = aligned16(xa.ptr, oa.ptr, k * size, m * size)
         grid = ceil_div(m, self._cfg.tile_rows) * ceil_div(k, self._cfg.tile_cols)
         _check_grid(grid, "x")
-        values = (_P[0], 0, 0, _P[1], 0, 0, 0, 0, m, k, int(vec))
-        self._submit(key, given, (x, out), (xa.ptr, oa.ptr), (), stream, xa,
-                     [(0, grid, self._cfg.threads, self._params, values)])  # fmt: skip
+        values = (xa.ptr, 0, 0, oa.ptr, 0, 0, 0, 0, m, k, int(vec))
+        launch = (0, grid, self._cfg.threads, self._params, values, _TRANSPOSE_REFS)
+        self._submit(key, given, (x, out), (xa.ptr, oa.ptr), (), stream, xa, [launch])
         return out
 
 
@@ -345,11 +348,12 @@ class CastTransposeKernel(CastKernelBase):
             vec = aligned16(xa.ptr, act_ptr, oa.ptr, ta.ptr, k * isz, k * osz, m * osz)
             grid = ceil_div(m, self._cfg.tile_rows) * ceil_div(k, self._cfg.tile_cols)
             _check_grid(grid, "x")
-            values = (*_P[:4], _P[5], *_P[6:], m, k, int(vec))  # x act q qt partial s a si
-            launches.append((0, grid, self._cfg.threads, self._params, values))
+            values = (xa.ptr, act_ptr, oa.ptr, ta.ptr, partial_ptr, scale_ptr, amax_ptr,
+                      scale_inv_ptr, m, k, int(vec))  # fmt: skip
+            launches.append((0, grid, self._cfg.threads, self._params, values, _TILE_REFS))
         if self._dbias:
-            values = (_P[5], self.workspace_rows(m), k, _P[4])
-            launches.append((1, ceil_div(k, 32), 256, self._dbias_params, values))
+            values = (partial_ptr, self.workspace_rows(m), k, dbias_ptr)
+            launches.append((1, ceil_div(k, 32), 256, self._dbias_params, values, _DBIAS_REFS))
         tensors = (x, act_input, out, out_t, dbias, workspace, scale, amax, scale_inv)
         ptrs = (xa.ptr, act_ptr, oa.ptr, ta.ptr, dbias_ptr, partial_ptr, scale_ptr, amax_ptr,
                 scale_inv_ptr)  # fmt: skip

@@ -86,12 +86,15 @@ LOOP_BLOCK = 1024  # threads per CTA of the streaming kernels (forward, backward
 TILE_BLOCK = 256  # threads per CTA of the streaming backward (8 warps on a 32-access tile)
 TILE_CTAS_PER_SM = 4  # guess, to be measured: target CTAs of the streaming backward
 FINALIZE_BLOCK = 256
-# Launch parameters taken from the array arguments (Kernel._submit): forward (x, gamma, beta,
-# out, mu, rsigma, scale, amax, scale_inv) and eps; backward (dz, x, mu, rsigma, gamma, add,
-# dx, dgamma, dbeta, workspace).
-_F = tuple(Ptr(i) for i in range(9))
-_EPS = Float(0)
-_B = tuple(Ptr(i) for i in range(10))
+# Parameter slots that take the array arguments or eps, for launch plans (Kernel._submit).
+# Forward (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv): scale_inv is slot 8
+# with tensor scaling, slot 9 (the block scales) with MXFP8.
+_FWD_REFS = (*((i, Ptr(i)) for i in range(8)), (12, Float(0)))
+_FWD_TENSOR_REFS = (*_FWD_REFS, (8, Ptr(8)))
+_FWD_MXFP8_REFS = (*_FWD_REFS, (9, Ptr(8)))
+# Backward (dz, x, mu, rsigma, gamma, add, dx, dgamma, dbeta, workspace); slot 8, the row
+# sums inside the workspace, is added per call (its offset depends on the shapes).
+_BWD_REFS = (*((i, Ptr(i)) for i in range(7)), (7, Ptr(9)), (9, Ptr(7)), (10, Ptr(8)))
 
 
 @dataclass(frozen=True)
@@ -509,17 +512,17 @@ class _NormFwdKernel(_NormKernel):
             tpr = loop_threads_per_row(hidden)
             groups = -(-rows // (LOOP_BLOCK // tpr))
             grid = min(groups, dev.sm_count * dev.occupancy[0])
-        mx = key.scaling == "mxfp8"
         values = (
-            _F[0], _F[1], _F[2], _F[3], _F[4], _F[5], _F[6], _F[7], 0 if mx else _F[8],
-            _F[8] if mx else 0, rows, hidden, _EPS, int(aligned), tpr, mx_stride, mx_rows,
+            xa.ptr, ga.ptr, ba.ptr if ba is not None else 0, oa.ptr,
+            mua.ptr if mua is not None else 0, rsa.ptr, scale_ptr, amax_ptr, scale_inv_ptr,
+            mx_ptr, rows, hidden, eps_value, int(aligned), tpr, mx_stride, mx_rows,
         )  # fmt: skip
+        mx = key.scaling == "mxfp8"
         tensors = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
-        ptrs = (xa.ptr, ga.ptr, ba.ptr if ba is not None else 0, oa.ptr,
-                mua.ptr if mua is not None else 0, rsa.ptr, scale_ptr, amax_ptr,
-                mx_ptr if mx else scale_inv_ptr)  # fmt: skip
+        ptrs = (*values[:8], mx_ptr if mx else scale_inv_ptr)
+        refs = _FWD_MXFP8_REFS if mx else _FWD_TENSOR_REFS
         self._submit(plan_key, given, tensors, ptrs, (eps_value,), stream, xa,
-                     [(0, grid, cfg.threads, self._params, values)])  # fmt: skip
+                     [(0, grid, cfg.threads, self._params, values, refs)])  # fmt: skip
         return out, mu, rsigma, scale_inv
 
 
@@ -687,23 +690,22 @@ class _NormBwdKernel(_NormKernel):
         ])  # fmt: skip
         ntiles = -(-(hidden // (vec if aligned else 1)) // 32)  # loop mode: 32 accesses each
         values = (
-            _B[0], _B[1], _B[2], _B[3], _B[4], _B[5], _B[6], _B[9], Ptr(9, 4 * plan.stats_offset),
-            _B[7], _B[8], rows, hidden, int(aligned), plan.tpr, plan.parts, plan.chunk_rows,
-            ntiles,
+            dza.ptr, xa.ptr, mua.ptr if mua is not None else 0, rsa.ptr, ga.ptr,
+            adda.ptr if adda is not None else 0, dxa.ptr, wa.ptr, wa.ptr + 4 * plan.stats_offset,
+            dga.ptr, dba.ptr if dba is not None else 0, rows, hidden, int(aligned), plan.tpr,
+            plan.parts, plan.chunk_rows, ntiles,
         )  # fmt: skip
-        pack = self._params
+        p = (self._params, values, (*_BWD_REFS, (8, Ptr(9, 4 * plan.stats_offset))))
         launches = []
         if rows > 0 and cfg.mode == "regs":
-            launches.append((0, plan.parts * cfg.cluster, cfg.threads, pack, values))
+            launches.append((0, plan.parts * cfg.cluster, cfg.threads, *p))
         elif rows > 0:
-            launches.append((1, plan.stats_grid, LOOP_BLOCK, pack, values))
-            launches.append((0, plan.parts * ntiles, TILE_BLOCK, pack, values))
+            launches.append((1, plan.stats_grid, LOOP_BLOCK, *p))
+            launches.append((0, plan.parts * ntiles, TILE_BLOCK, *p))
         finalize_grid = spec.accumulators * -(-hidden // 32)
-        launches.append((-1, finalize_grid, FINALIZE_BLOCK, pack, values))
+        launches.append((-1, finalize_grid, FINALIZE_BLOCK, *p))
         tensors = (dz, x, mu, rsigma, gamma, add, dx, dgamma, dbeta, workspace)
-        ptrs = (dza.ptr, xa.ptr, mua.ptr if mua is not None else 0, rsa.ptr, ga.ptr,
-                adda.ptr if adda is not None else 0, dxa.ptr, dga.ptr,
-                dba.ptr if dba is not None else 0, wa.ptr)  # fmt: skip
+        ptrs = (*values[:7], dga.ptr, values[10], wa.ptr)
         self._submit(key, given, tensors, ptrs, (), stream, xa, launches)
         return dx, dgamma, dbeta
 

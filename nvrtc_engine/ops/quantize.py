@@ -47,9 +47,12 @@ HW_FP4_ARCHS: tuple[int, ...] = (100, 101, 103, 107, 110, 120, 121)
 TILE_ROWS, TILE_COLS, THREADS = 64, 128, 256
 AMAX_THREADS, AMAX_UNROLL, AMAX_MAX_BLOCKS = 256, 4, 1024
 PAD_MAX_BLOCKS = 64
-# Pointer parameters from the array arguments (Kernel._submit): x, rowwise_data,
-# rowwise_scale_inv, columnwise_data, columnwise_scale_inv, amax, scale_inv, workspace.
-_P = tuple(Ptr(i) for i in range(8))
+# Parameter slots that take the array arguments (x, rowwise_data, rowwise_scale_inv,
+# columnwise_data, columnwise_scale_inv, amax, scale_inv, workspace), for launch plans
+# (Kernel._submit): the quantize kernel, the amax kernel and its final reduction.
+_REFS = tuple((i, Ptr(i)) for i in range(7))
+_AMAX_REFS = ((0, Ptr(0)), (2, Ptr(7)))
+_FINAL_REFS = ((0, Ptr(7)), (2, Ptr(5)))
 
 
 def hardware_fp4(arch: str) -> bool:
@@ -230,7 +233,7 @@ class QuantizeKernel(CastKernelBase):
                 scale_inv_ptr = self._scalar_buffer(scale_inv, "scale_inv", xa)
                 res.scale_inv = scale_inv
             if compute_amax:
-                workspace, ws_ptr, calls = self._amax_calls(xa, m * k, workspace)
+                workspace, ws_ptr, calls = self._amax_calls(xa, m * k, workspace, amax_ptr)
                 launches += calls
             elif workspace is not None:
                 raise ArgumentError("workspace", "is only used with compute_amax=True")
@@ -245,10 +248,11 @@ class QuantizeKernel(CastKernelBase):
         if tiles + pad_blocks:
             vec = self._vec(xa.ptr, ptrs, m, k)
             values = (
-                *_P[:7], m, k, pads["rowwise"][1], pads["rowwise"][0], pads["columnwise"][1],
+                xa.ptr, *ptrs["rowwise"], *ptrs["columnwise"], amax_ptr, scale_inv_ptr, m, k,
+                pads["rowwise"][1], pads["rowwise"][0], pads["columnwise"][1],
                 pads["columnwise"][0], tiles, int(vec),
             )  # fmt: skip
-            launches.append((0, tiles + pad_blocks, THREADS, self._params, values))
+            launches.append((0, tiles + pad_blocks, THREADS, self._params, values, _REFS))
         if launches:
             tensors = (x, res.rowwise_data, res.rowwise_scale_inv, res.columnwise_data,
                        res.columnwise_scale_inv, res.amax, res.scale_inv, workspace)  # fmt: skip
@@ -263,7 +267,9 @@ class QuantizeKernel(CastKernelBase):
         ok = aligned16(x_ptr, ptrs["rowwise"][0], ptrs["columnwise"][0], k * self._in.itemsize)
         return ok and k % 16 == 0 and not (self._fp4 and self._colwise and m % 32)
 
-    def _amax_calls(self, xa: Any, n: int, workspace: Any) -> tuple[Any, int, list[LaunchSpec]]:
+    def _amax_calls(
+        self, xa: Any, n: int, workspace: Any, amax_ptr: int
+    ) -> tuple[Any, int, list[LaunchSpec]]:
         """The workspace (allocated when None), its address and the two amax launches."""
         if workspace is not None:
             wa = self._input(workspace, "workspace", DTYPES["fp32"])
@@ -276,11 +282,12 @@ class QuantizeKernel(CastKernelBase):
         blocks = max(1, min(ceil_div(n, per_block), 4 * sms, AMAX_MAX_BLOCKS))
         if workspace is None:
             workspace, wa = self._output(None, "workspace", xa, (blocks,), DTYPES["fp32"])
-        aligned = int(aligned16(xa.ptr))
+        aligned = aligned16(xa.ptr)
         calls = [
-            (1, blocks, AMAX_THREADS, self._amax_params, (_P[0], n, _P[7], aligned)),
-            (2, 1, 1024, self._final_params, (_P[7], blocks, _P[5])),
-        ]
+            (1, blocks, AMAX_THREADS, self._amax_params, (xa.ptr, n, wa.ptr, int(aligned)),
+             _AMAX_REFS),
+            (2, 1, 1024, self._final_params, (wa.ptr, blocks, amax_ptr), _FINAL_REFS),
+        ]  # fmt: skip
         return workspace, wa.ptr, calls
 
 
