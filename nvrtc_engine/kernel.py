@@ -21,7 +21,7 @@ from . import driver
 from .errors import ArgumentError
 from .interop import Array, allocate_like, as_array, stream_handle
 from .key import arch_number
-from .plans import LaunchPlan, LaunchSpec, fast_path
+from .plans import NO_PLAN, LaunchPlan, LaunchSpec, fast_path
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -89,7 +89,8 @@ class Kernel:
         self.origin = origin
         self._loaded: dict[int, Loaded] = {}
         self._lock = threading.Lock()
-        self._launch_plans: dict[Any, LaunchPlan] = {}
+        self._launch_plans: dict[Any, LaunchPlan] = {}  # by plan key
+        self._last_plan = NO_PLAN  # the plan of the last planned call, checked first
 
     def __repr__(self) -> str:
         return (f"<Kernel {self.key} {self.artifact.kind} {len(self.artifact.image)} B "
@@ -164,6 +165,7 @@ class Kernel:
                 if len(plans) >= MAX_PLANS:  # evict the oldest (another thread may be too)
                     with contextlib.suppress(KeyError, RuntimeError, StopIteration):
                         del plans[next(iter(plans))]
+                plan.key = key
                 plans[key] = plan
                 plan.run(tensors, list(ptrs), floats, stream, allocate=False)
                 return
