@@ -23,7 +23,7 @@ on that key (and on float arguments, which the family checks on every call), so:
 Both hot functions are generated as straight-line Python (no loops, no tuple unpacking, the
 plan's constants bound as names): the key reader once per number of arguments, the launch
 function once per plan; and the kernel's last plan is tried before its dictionary of plans.
-Together that takes about a third off a loop over arguments and slots with a dictionary
+Together that takes about a quarter off a loop over arguments and slots with a dictionary
 lookup (bench/launch_overhead.py).
 """
 
