@@ -5,10 +5,16 @@
 Runs on any machine (no GPU needed). With an empty cache directory it measures:
   - the first get_kernel in the process (NVRTC library load, Jinja set-up, cache open),
   - cold compiles of 14 further distinct GELU variants (median, NVRTC time and get_kernel
-    wall time: render + digest + compile + verified store),
-  - a new process that finds them on disk: import time, its first get_kernel (one-time
-    set-up included) and the per-key disk hit (render, digest, read, verify),
+    wall time: render + digest + compile + verified store + key index record),
+  - a new process that finds them on disk (3 runs, medians): `import nvrtc_engine`, its first
+    get_kernel (all one-time set-up included: settings, the key index's environment
+    fingerprint, reading and verifying the entry) and the per-key disk hit after that (key
+    index record, read, verify); and which of Jinja2, the NVRTC bindings and diskcache that
+    process imported (none, when the key index answers),
   - get_kernel from memory (same arguments again), in microseconds.
+The new processes run with the package's bytecode cached (in a temporary PYTHONPYCACHEPREFIX,
+filled by one process first), as an installed wheel has it; the import is also timed without
+bytecode (PYTHONDONTWRITEBYTECODE=1: every module compiled from source).
 Writes bench/results/compile_latency-<tag>.json.
 """
 
@@ -46,10 +52,22 @@ for i, o in pairs:
     k = ne.get_kernel("gelu", in_dtype=i, out_dtype=o, arch=arch)
     times.append((time.perf_counter() - s) * 1e3)
     assert k.origin == "disk", k.origin
+loaded = [m for m in ("jinja2", "cuda.bindings.nvrtc", "diskcache") if m in sys.modules]
 info = ne.cache_info()
 print(json.dumps({"import_ms": (t1 - t0) * 1e3, "get_ms": times, "compiles": info.compiles,
-                  "disk_hits": info.disk_hits}))
+                  "disk_hits": info.disk_hits, "loaded": loaded}))
 """
+
+
+def _warm_process(pairs: list, arch: str, env: dict[str, str]) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", _WARM, json.dumps(pairs), arch],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
@@ -75,18 +93,15 @@ def main() -> int:
         wall_ms.append((time.perf_counter() - start) * 1e3)
         nvrtc_ms.append(k.artifact.compile_ms)
         assert k.origin == "compiled"
-    # 3. a new process finds them all on disk
-    warm_runs = []
-    for _ in range(3):
-        done = subprocess.run(
-            [sys.executable, "-c", _WARM, json.dumps(PAIRS), args.arch],
-            capture_output=True,
-            text=True,
-            check=True,
-            env=os.environ,
-        )
-        warm_runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    assert all(r["compiles"] == 0 for r in warm_runs)
+    # 3. a new process finds them all on disk (the key index written by steps 1-2)
+    with_bytecode = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    with_bytecode["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="nvrtc-engine-pyc-")
+    _warm_process(PAIRS, args.arch, with_bytecode)  # writes the bytecode
+    warm_runs = [_warm_process(PAIRS, args.arch, with_bytecode) for _ in range(3)]
+    no_bytecode = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    no_bytecode.pop("PYTHONPYCACHEPREFIX", None)
+    source_runs = [_warm_process(PAIRS, args.arch, no_bytecode) for _ in range(3)]
+    assert all(r["compiles"] == 0 for r in warm_runs + source_runs)
     per_key = [t for r in warm_runs for t in r["get_ms"][1:]]
     # 4. memory hits
     calls = 20000
@@ -108,6 +123,11 @@ def main() -> int:
         "warm_import_ms": statistics.median(r["import_ms"] for r in warm_runs),
         "warm_first_get_kernel_ms": statistics.median(r["get_ms"][0] for r in warm_runs),
         "warm_disk_hit_median_ms": statistics.median(per_key),
+        "warm_imported": sorted({m for r in warm_runs for m in r["loaded"]}),
+        "warm_import_no_bytecode_ms": statistics.median(r["import_ms"] for r in source_runs),
+        "warm_first_get_kernel_no_bytecode_ms": statistics.median(
+            r["get_ms"][0] for r in source_runs
+        ),
         "memory_get_kernel_us": memo_us,
         "memory_get_kernel_by_key_us": key_us,
     }
@@ -116,7 +136,7 @@ def main() -> int:
         {"what": "first compile in process (NVRTC init), wall", "value": first_wall, "unit": "ms"},
         {"what": f"cold compile, NVRTC, median of {len(nvrtc_ms)}",
          "value": result["cold_compile_nvrtc_median_ms"], "unit": "ms"},
-        {"what": "cold get_kernel wall (render+digest+compile+store), median",
+        {"what": "cold get_kernel wall (render+digest+compile+store+index), median",
          "value": result["cold_get_kernel_wall_median_ms"], "unit": "ms"},
         {"what": "new process: import nvrtc_engine", "value": result["warm_import_ms"],
          "unit": "ms"},
@@ -124,6 +144,10 @@ def main() -> int:
          "value": result["warm_first_get_kernel_ms"], "unit": "ms"},
         {"what": "new process: disk hit per key, median",
          "value": result["warm_disk_hit_median_ms"], "unit": "ms"},
+        {"what": "new process, no bytecode: import nvrtc_engine",
+         "value": result["warm_import_no_bytecode_ms"], "unit": "ms"},
+        {"what": "new process, no bytecode: first get_kernel",
+         "value": result["warm_first_get_kernel_no_bytecode_ms"], "unit": "ms"},
         {"what": "get_kernel from memory (same arguments)", "value": memo_us, "unit": "us"},
         {"what": "get_kernel(KernelKey) from memory", "value": key_us, "unit": "us"},
     ]  # fmt: skip
@@ -134,6 +158,8 @@ def main() -> int:
     print(
         common.table(rows, [("what", "measure", ""), ("value", "value", ".2f"), ("unit", "", "")])
     )
+    imported = ", ".join(result["warm_imported"]) or "none"
+    print(f"new process imported (of jinja2, cuda.bindings.nvrtc, diskcache): {imported}")
     print(f"\nwrote {path}")
     return 0
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session on a machine without network: install carried wheels (.whl/), then run the
 # GPU tests, compute-sanitizer on the kernels, the benchmarks and the demo. Logs go to $OUT.
+# NVRTC_ENGINE_CACHE_DIR (default /tmp/nvrtc-engine-cache), BENCH_TIMEOUT, BENCH_TAIL and
+# BENCH_CPUS tune the steps.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -10,7 +12,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH=$PWD
 fi
-export PYTHONUNBUFFERED=1 NVRTC_ENGINE_CACHE_DIR=/tmp/nvrtc-engine-cache
+export PYTHONUNBUFFERED=1 NVRTC_ENGINE_CACHE_DIR=${NVRTC_ENGINE_CACHE_DIR:-/tmp/nvrtc-engine-cache}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 for step in "$@"; do
   case "$step" in
@@ -21,11 +23,17 @@ for step in "$@"; do
       done
       grep -E "^(FAILED|ERROR)|passed|failed|Fatal|Error:" "$OUT/gpu_tests.log" | tail -40 ;;
     alltests) python3 -m pytest -q -p no:cacheprovider 2>&1 | tee "$OUT/all_tests.log" | tail -40 ;;
-    sanitize)
-      compute-sanitizer --tool memcheck --error-exitcode 9 python3 bench/sanitize_kernels.py 2>&1 | tail -5
-      echo "memcheck rc=${PIPESTATUS[0]}"
-      compute-sanitizer --tool racecheck --error-exitcode 9 python3 bench/sanitize_kernels.py 2>&1 | tail -5
-      echo "racecheck rc=${PIPESTATUS[0]}" ;;
+    sanitize)  # activation kernels (no torch), then the norm and cast families (torch's own
+      # kernels filtered out by name)
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --error-exitcode 9 python3 bench/sanitize_kernels.py \
+          > "$OUT/sanitize_$tool.log" 2>&1
+        echo "activation $tool rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
+        compute-sanitizer --tool $tool --error-exitcode 9 \
+          --kernel-regex 'kns=^(layernorm|rmsnorm|cast|transpose|multi|quantize|dswiglu)' \
+          python3 bench/sanitize_families.py >> "$OUT/sanitize_$tool.log" 2>&1
+        echo "norm+cast $tool rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
+      done ;;
     demo) python3 -m nvrtc_engine.cli demo 2>&1; echo "demo rc=$?" ;;
     sass)  # SASS of the default GELU kernels, for instruction counts
       python3 - <<'PY'
@@ -48,7 +56,8 @@ PY
       ;;
     *.py*)  # script.py@--flag=value@--other: arguments after '@'
       script=${step%%@*}; args=""; [ "$script" != "$step" ] && args=${step#*@}
-      timeout ${BENCH_TIMEOUT:-500} python3 "bench/$script" ${args//@/ } 2>&1 \
+      # BENCH_CPUS: a CPU list (taskset) the script is confined to, e.g. 0-15 for a 16-CPU host
+      ${BENCH_CPUS:+taskset -c $BENCH_CPUS} timeout ${BENCH_TIMEOUT:-500} python3 "bench/$script" ${args//@/ } 2>&1 \
         | tail -${BENCH_TAIL:-30} ;;
   esac
 done

@@ -10,6 +10,7 @@ Importing the package starts neither CUDA nor NVRTC; both start on first use. Se
 
 from __future__ import annotations
 
+from . import _loaded  # noqa: F401  (first: the import time)
 from ._version import __version__
 from .api import cache_info, clear_cache, get_kernel, make_key
 from .config import configure

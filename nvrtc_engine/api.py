@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from . import driver
@@ -77,6 +76,8 @@ def make_key(
         if name not in spec.flags:
             fields = ["dtype", "in_dtype", "out_dtype", "scaling", "layout", "hidden_size",
                       "arch", "device"]  # fmt: skip
+            import difflib  # (an error path: not imported with the package)
+
             close = difflib.get_close_matches(name, fields + list(spec.flags), n=1)
             raise VariantError(
                 name, flags[name], fields + sorted(spec.flags),

@@ -77,9 +77,13 @@ def _disk(path: str, what: str) -> Any:
     return disk
 
 
-def _expected_digest(name: str) -> str:
-    """The digest this installation computes for the kernel named ``name``."""
-    return default_engine().artifact_digest(KernelKey.parse(name))[3]
+def _expected(name: str) -> tuple[str, bool]:
+    """The digest this installation computes for the kernel named ``name``, and whether its
+    source includes CUDA headers."""
+    rendered, _options, _header_version, digest = default_engine().artifact_digest(
+        KernelKey.parse(name)
+    )
+    return digest, bool(rendered.cuda_headers)
 
 
 def export_bundle(path: str | os.PathLike[str]) -> BundleReport:
@@ -104,7 +108,7 @@ def export_bundle(path: str | os.PathLike[str]) -> BundleReport:
             skipped.append(f"{name}: built by NVRTC {artifact.nvrtc_version}, this is {nv}")
             continue
         try:
-            current = _expected_digest(name) == digest
+            current = _expected(name)[0] == digest
         except Exception as exc:  # an op this installation lacks, headers missing
             skipped.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
@@ -170,8 +174,9 @@ def _read_manifest(zf: zipfile.ZipFile, where: str) -> dict[str, Any]:
     return manifest
 
 
-def _verified(zf: zipfile.ZipFile, record: Any, nv: str, where: str) -> tuple[str, Artifact]:
-    """One manifest record, checked against its file and this installation."""
+def _verified(zf: zipfile.ZipFile, record: Any, nv: str, where: str) -> tuple[str, Artifact, bool]:
+    """One manifest record, checked against its file and this installation; returns the
+    key's name, the artifact and whether its source includes CUDA headers."""
     if not isinstance(record, dict) or not isinstance(record.get("key"), str):
         raise BundleError(where, None, f"damaged manifest record {record!r}")
     name = record["key"]
@@ -193,7 +198,7 @@ def _verified(zf: zipfile.ZipFile, record: Any, nv: str, where: str) -> tuple[st
     if header.get("key") != name or artifact.nvrtc_version != nv:
         raise BundleError(where, name, "the entry's own header disagrees with the manifest")
     try:
-        expected = _expected_digest(name)
+        expected, cuda_headers = _expected(name)
     except Exception as exc:
         raise BundleError(where, name, f"this installation cannot build it: {exc}") from None
     if expected != digest:
@@ -203,7 +208,7 @@ def _verified(zf: zipfile.ZipFile, record: Any, nv: str, where: str) -> tuple[st
             "digest differs from the one this installation computes (the bundle was built "
             "from other templates or headers, or was altered)",
         )
-    return name, artifact
+    return name, artifact, cuda_headers
 
 
 def import_bundle(path: str | os.PathLike[str]) -> BundleReport:
@@ -229,7 +234,10 @@ def import_bundle(path: str | os.PathLike[str]) -> BundleReport:
                 "(kernels are never shared across NVRTC versions)",
             )
         verified = [_verified(zf, record, nv, where) for record in manifest["entries"]]
-    for name, artifact in verified:
+    engine = default_engine()
+    for name, artifact, cuda_headers in verified:
         if not disk.put(name, artifact):
             raise BundleError(where, name, f"cannot write to the disk cache at {disk.directory}")
-    return BundleReport(where, tuple(name for name, _ in verified), nv)
+        # the key index points at the new entry (its value file changed if it was there)
+        engine.remember(disk, KernelKey.parse(name), artifact, None, cuda_headers)
+    return BundleReport(where, tuple(name for name, _, _ in verified), nv)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CacheWarning
+from .index import KeyIndex
 from .kernel import Artifact
 
 __all__ = [
@@ -250,10 +251,14 @@ class DiskCache:
             directory.mkdir(parents=True, exist_ok=True)
             # entries/ is diskcache's; locks/ beside it, so diskcache's index check (verify)
             # never takes the lock files for orphans
+            # disk_min_file_size=0: every value in its own file (diskcache's default keeps
+            # values under 32 KiB, most cubins, inside SQLite), so that the key index can
+            # read an entry without importing diskcache or opening SQLite
             store = diskcache.Cache(
                 str(directory / ENTRIES_DIR),
                 size_limit=size_limit,
                 eviction_policy="least-recently-used",
+                disk_min_file_size=0,
                 timeout=60,
             )
             return cls(directory, store)
@@ -263,17 +268,42 @@ class DiskCache:
 
     def get(self, digest: str) -> Artifact | None:
         """The verified artifact for ``digest``, or ``None`` (missing, damaged, unreadable)."""
+        found = self.get_located(digest)
+        return found[1] if found is not None else None
+
+    def get_located(self, digest: str) -> tuple[dict[str, Any], Artifact, str | None] | None:
+        """``(header, artifact, file)`` for ``digest``, verified, or ``None`` (missing, damaged,
+        unreadable: a damaged entry is removed). ``file`` is the entry's value file relative to
+        ``entries/`` (``None`` for a value kept inside SQLite); the key index records it."""
+        file = None
         try:
-            value = self._store.get(digest, default=None, retry=True)
+            # read=True: a file handle for a value kept in a file (whose name the index
+            # records), the value itself for one kept inside SQLite
+            value = self._store.get(digest, default=None, read=True, retry=True)
+            if value is None:
+                return None
+            if hasattr(value, "read"):
+                with value as handle:
+                    value = handle.read()
+                    file = self._relative(getattr(handle, "name", None))
         except Exception:
             value = b"unreadable"
-        if value is None:
-            return None
         decoded = decode_entry(value, digest)
         if decoded is None:
             self.delete(digest)
             return None
-        return decoded[1]
+        return decoded[0], decoded[1], file
+
+    def _relative(self, name: Any) -> str | None:
+        if not isinstance(name, str):
+            return None
+        rel = os.path.relpath(name, self._store.directory)
+        return rel.replace(os.sep, "/") if not rel.startswith(os.pardir) else None
+
+    @property
+    def index(self) -> KeyIndex:
+        """The key index of this directory (:mod:`nvrtc_engine.index`)."""
+        return KeyIndex(self.directory, ENTRIES_DIR)
 
     def put(self, key_name: str, artifact: Artifact) -> bool:
         """Store ``artifact`` under its digest; ``False`` if the cache is not writable."""
@@ -414,6 +444,7 @@ class DiskCache:
         problems = self._check_index(fix)
         if fix and problems:  # removing orphan files can leave directories to remove
             problems += self._check_index(fix)
+        problems += self.index.check(set(self.digests()), fix=fix)
         return VerifyReport(checked, tuple(bad), tuple(problems))
 
     def _check_index(self, fix: bool) -> list[str]:
@@ -427,6 +458,8 @@ class DiskCache:
                 return [f"index check failed: {type(exc).__name__}: {exc}"]
 
     def clear(self) -> int:
+        """Remove every entry and the key index; returns the number of entries removed."""
+        self.index.clear()
         try:
             return int(self._store.clear(retry=True))
         except Exception:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,9 +66,7 @@ class Settings:
         """
         if self.cache_dir is not None:
             return self.cache_dir
-        import platformdirs
-
-        path = Path(platformdirs.user_cache_dir("nvrtc_engine", appauthor=False))
+        path = Path(default_cache_dir())
         if not path.is_absolute():
             raise OSError(f"no home directory for the default cache directory (got {path})")
         return path
@@ -77,8 +75,29 @@ class Settings:
         """Where rendered sources go for debugging (failed compiles, or all with dump_source)."""
         if self.debug_dir is not None:
             return self.debug_dir
+        import tempfile  # (imported here: package import stays light)
+
         user = os.environ.get("USER") or str(os.getuid() if hasattr(os, "getuid") else "user")
         return Path(tempfile.gettempdir()) / f"nvrtc_engine-{user}"
+
+
+def default_cache_dir() -> str:
+    """platformdirs' user cache directory for ``nvrtc_engine``.
+
+    On Linux its rule is computed here (``$XDG_CACHE_HOME``, or ``~/.cache`` when that is
+    unset, blank or relative, then the application name): importing platformdirs costs
+    about 5 ms (it imports ``tempfile``), and a whole warm ``get_kernel`` in a new process is
+    meant to cost less. tests/test_config.py checks the two agree. Elsewhere platformdirs
+    answers.
+    """
+    if sys.platform.startswith("linux"):
+        base = os.environ.get("XDG_CACHE_HOME", "").strip()
+        if not os.path.isabs(base):  # unset, blank or relative: the XDG spec ignores it
+            base = os.path.expanduser("~/.cache")
+        return os.path.join(base, "nvrtc_engine")
+    import platformdirs
+
+    return platformdirs.user_cache_dir("nvrtc_engine", appauthor=False)
 
 
 def _parse_bool(name: str, raw: str) -> bool:

@@ -6,6 +6,11 @@ render, a compile, disk I/O or a wait for another process, so builds of differen
 in parallel. Across processes, a per-digest file lock around "look on disk again, compile,
 store" (:meth:`DiskCache.lock`) makes each kernel compile once.
 
+Disk lookups go through the key index first (:mod:`nvrtc_engine.index`): a key already
+built in this environment is read from its entry file and verified without rendering, loading
+NVRTC or opening diskcache. An index miss takes the full path (render, digest, disk, compile)
+and records the key's digest in the index afterwards.
+
 Fork: a child inherits the memory cache (its kernels load lazily, per process), gets fresh
 locks, and opens its own connection to the disk cache (SQLite connections must not cross a
 fork; the parent's is closed before forking and reopens by itself on next use).
@@ -20,10 +25,11 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from . import config
-from .cache import DiskCache, compute_digest, warn_unusable
+from . import config, index, nvrtc
+from .cache import ENTRIES_DIR, DiskCache, compute_digest, decode_entry, target_arch, warn_unusable
+from .index import KeyIndex, environment_fingerprint
 from .kernel import Artifact, Kernel
-from .key import KernelKey
+from .key import KernelKey, arch_number
 from .nvrtc import CompileOptions, compile_source, compile_target, find_cuda_include_dir
 from .nvrtc import nvrtc_version as _nvrtc_version
 from .render import render
@@ -80,6 +86,7 @@ class Engine:
         self._calls: dict[Any, Kernel] = {}  # get_kernel argument tuples -> kernel
         self._inflight: dict[KernelKey, _Flight] = {}
         self._disk: DiskCache | None = _UNOPENED
+        self._index: tuple[Any, KeyIndex | None] = (None, None)  # (settings, index)
         self.hits = self.disk_hits = self.misses = self.compiles = 0
         _engines.add(self)
 
@@ -119,6 +126,33 @@ class Engine:
                 disk = self._disk
         return disk
 
+    def key_index(self) -> KeyIndex | None:
+        """The key index of the disk cache directory, without opening the disk cache;
+        ``None`` when the disk cache is disabled or known to be unusable."""
+        disk = self._disk
+        if disk is None:
+            return None
+        if disk is not _UNOPENED:
+            return disk.index
+        s = config.settings()
+        known_for, found = self._index
+        if known_for is not s:
+            found = None
+            if not s.disable_disk_cache:
+                try:
+                    found = KeyIndex(s.resolved_cache_dir(), ENTRIES_DIR)
+                except Exception:  # no home directory: disk() will say so
+                    found = None
+            self._index = (s, found)
+        return found
+
+    def _disk_exists(self) -> bool:
+        """Whether the configured cache directory holds a cache (opening nothing)."""
+        found = self.key_index()
+        return found is not None and (
+            found.directory.is_dir() or (found.directory.parent / ENTRIES_DIR).is_dir()
+        )
+
     def info(self) -> CacheInfo:
         disk = self.disk()
         return CacheInfo(
@@ -141,8 +175,12 @@ class Engine:
                 self._calls.clear()
                 self.hits = self.disk_hits = self.misses = self.compiles = 0
             opened = self._disk
+        if disk and opened is _UNOPENED and self._disk_exists():
+            opened = self.disk()  # kernels may have come through the index alone
         if disk and opened is not _UNOPENED and opened is not None:
             opened.clear()
+        if disk:
+            index.reset()
         if disk:
             with self._lock:
                 if self._disk is not _UNOPENED and self._disk is not None:
@@ -220,20 +258,109 @@ class Engine:
         compile, store", so processes sharing a cache directory compile each key once.
         Touches no GPU: prewarm's worker processes call this.
         """
+        artifact = self._from_index(key)
+        if artifact is not None:
+            self.disk_hits += 1
+            return artifact, "disk"
         rendered, options, _header_version, digest = self.artifact_digest(key)
         disk = self.disk()
         if disk is None:
             return self._compile(key, rendered, options, digest), "compiled"
-        artifact = disk.get(digest)
-        if artifact is None:
+        found = disk.get_located(digest)
+        if found is None:
             with disk.lock(digest, config.settings().lock_timeout):
-                artifact = disk.get(digest)  # another process may have stored it meanwhile
-                if artifact is None:
+                found = disk.get_located(digest)  # another process may have stored it
+                if found is None:
                     artifact = self._compile(key, rendered, options, digest)
-                    disk.put(str(key), artifact)
+                    if disk.put(str(key), artifact):
+                        self.remember(disk, key, artifact, None, rendered.cuda_headers)
                     return artifact, "compiled"
+        _header, artifact, file = found
+        self.remember(disk, key, artifact, file, rendered.cuda_headers)
         self.disk_hits += 1
         return artifact, "disk"
+
+    # -- the key index ----------------------------------------------------------------------
+
+    def _from_index(self, key: KernelKey) -> Artifact | None:
+        """``key``'s artifact through the key index (verified), or ``None`` (index miss)."""
+        found_index = self.key_index()
+        if found_index is None:
+            return None
+        fingerprint = environment_fingerprint()
+        if fingerprint is None:
+            return None
+        name = str(key)
+        record = found_index.lookup(name, fingerprint)
+        if record is None:
+            return None
+        if nvrtc.loaded():  # this process's NVRTC must be the one the record names
+            lib = nvrtc.library_record()
+            if lib is None or lib["path"] != record.nvrtc_path:
+                return None
+            if _nvrtc_version() != record.nvrtc_version:
+                return None
+        if record.file is not None and not record.stale:
+            value = found_index.read(record)
+            decoded = decode_entry(value, record.digest) if value is not None else None
+            if decoded is None:
+                return None
+            header, artifact = decoded
+            return artifact if _artifact_is_for(key, header, artifact, record) else None
+        # no entry file recorded, or the last counted use is old: read through diskcache,
+        # which verifies, counts the use for eviction, and says where the entry is now
+        disk = self.disk()
+        if disk is None:
+            return None
+        found = disk.get_located(record.digest)
+        if found is None:
+            return None
+        header, artifact, file = found
+        if not _artifact_is_for(key, header, artifact, record):
+            return None
+        found_index.touch(name, record, self._entry_file(disk, key, artifact, file))
+        return artifact
+
+    def _entry_file(
+        self, disk: DiskCache, key: KernelKey, artifact: Artifact, file: str | None
+    ) -> str | None:
+        """The entry's value file; an entry kept inside SQLite (stored before values all went
+        to files) is stored again, into a file."""
+        if file is None and disk.put(str(key), artifact):
+            found = disk.get_located(artifact.digest)
+            file = found[2] if found is not None else None
+        return file
+
+    def remember(
+        self,
+        disk: DiskCache,
+        key: KernelKey,
+        artifact: Artifact,
+        file: str | None,
+        cuda_headers: bool,
+    ) -> None:
+        """Record ``key`` -> ``artifact.digest`` in the key index, after the full path found
+        or built it. Records nothing unless every input of the digest can be re-checked."""
+        fingerprint = environment_fingerprint()
+        if fingerprint is None:
+            return
+        lib = nvrtc.library_record()  # NVRTC is loaded: the digest needed its version
+        if lib is None or artifact.nvrtc_version != nvrtc.nvrtc_version():
+            return
+        headers = None
+        if cuda_headers:
+            include = find_cuda_include_dir()
+            if not index.headers_indexable(include):
+                return
+            headers = include.record
+        if file is None:
+            found = disk.get_located(artifact.digest)
+            if found is None:
+                return
+            file = self._entry_file(disk, key, artifact, found[2])
+        disk.index.write(
+            str(key), fingerprint, artifact.digest, file, lib, artifact.nvrtc_version, headers
+        )
 
     def _compile(
         self, key: KernelKey, rendered: Any, options: CompileOptions, digest: str
@@ -262,12 +389,17 @@ class Engine:
         if kernel is not None:
             self.hits += 1
             return kernel
-        disk = self.disk()
-        if disk is None:
-            return None
-        artifact = disk.get(self.artifact_digest(key)[3])
+        artifact = self._from_index(key)
         if artifact is None:
-            return None
+            disk = self.disk()
+            if disk is None:
+                return None
+            rendered, _options, _header_version, digest = self.artifact_digest(key)
+            found = disk.get_located(digest)
+            if found is None:
+                return None
+            _header, artifact, file = found
+            self.remember(disk, key, artifact, file, rendered.cuda_headers)
         self.disk_hits += 1
         return self.adopt(key, artifact, "disk")
 
@@ -281,6 +413,31 @@ class Engine:
     def in_memory(self, key: KernelKey) -> bool:
         """Whether the memory cache holds ``key`` (counts nothing)."""
         return key in self._memory
+
+
+def _artifact_is_for(
+    key: KernelKey, header: dict[str, Any], artifact: Artifact, record: Any
+) -> bool:
+    """Whether an entry reached through the index is ``key``'s: its own header names the key,
+    the key's symbols, the NVRTC version the record names, and the options this installation
+    compiles the key with (a cubin for the key's arch, or PTX for an older one)."""
+    if header.get("key") != str(key) or artifact.nvrtc_version != record.nvrtc_version:
+        return False
+    if artifact.digest != record.digest or artifact.symbols != key.spec.symbols(key):
+        return False
+    target = target_arch(artifact)
+    if artifact.kind == "cubin":
+        if target != key.arch:
+            return False
+    elif artifact.kind == "ptx":
+        number = target[len("compute_") :]
+        if not (target.startswith("compute_") and number.isdigit()):
+            return False
+        if int(number) >= arch_number(key.arch):
+            return False
+    else:
+        return False
+    return artifact.options == CompileOptions(arch=target).flags()
 
 
 _default: Engine | None = None

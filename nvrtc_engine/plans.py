@@ -20,6 +20,10 @@ on that key (and on float arguments, which the family checks on every call), so:
   that does not match is a bug: the call is launched as packed and not planned, with a
   warning).
 
+A plan also fixes what the generic path read from module-level launch settings when it was
+made (``activation.MAX_GRID``, ``norm.FWD_ONE_PASS``...): code that changes those at run time
+(tuning scripts) must use new ``Kernel`` objects or clear ``kernel._launch_plans``.
+
 Both hot functions are generated as straight-line Python (no loops, no tuple unpacking, the
 plan's constants bound as names): the key reader once per number of arguments, the launch
 function once per plan; and the kernel's last plan is tried before its dictionary of plans.

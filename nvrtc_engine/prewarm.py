@@ -23,8 +23,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import signal
-import statistics
 import sys
 import time
 import types
@@ -39,7 +37,6 @@ from .engine import default_engine
 from .errors import CacheWarning, CompileError
 from .kernel import Artifact
 from .key import KernelKey
-from .variants import resolve_variants
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -137,6 +134,8 @@ def default_workers(to_compile: int) -> int:
 
 
 def _worker_init(settings: config.Settings) -> None:
+    import signal
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
     warnings.simplefilter("ignore", CacheWarning)  # the parent warns once
     config.configure(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)})
@@ -275,6 +274,8 @@ def prewarm(
         raise TypeError(f"workers must be an int, got {workers!r}")
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    from .variants import resolve_variants  # (imported here: package import stays light)
+
     config.settings()  # a malformed environment variable is one ValueError, not N failures
     start = time.perf_counter()
     keys = resolve_variants(variants, arch=arch, default_arch=_default_arch)
@@ -315,6 +316,8 @@ def prewarm(
     finally:
         if bar is not None:
             bar.close()
+    import statistics
+
     return PrewarmReport(
         compiled=tuple(sorted(compiled, key=order.__getitem__)),
         cached=tuple(sorted(cached, key=order.__getitem__)),

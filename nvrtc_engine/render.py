@@ -4,11 +4,17 @@ Templates live in ``templates/`` (``<family>.cu.j2``) and the project's device h
 ``templates/include/*.cuh``; the helpers go to NVRTC as in-memory headers, so their bytes are
 part of every cache digest. In an installed wheel the templates sit inside the package
 (``nvrtc_engine/templates``); in a source checkout they are found beside the package.
+
+Every template file is read once per process (:func:`template_files`) and rendering only ever
+sees those bytes: the key index (:mod:`nvrtc_engine.index`) hashes the same snapshot into its
+fingerprint, so a digest it records always belongs to the templates that fingerprint names.
+A template edited while a process runs is seen by the next process.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +24,15 @@ if TYPE_CHECKING:
 
     from .key import KernelKey
 
-__all__ = ["RenderedSource", "environment", "helper_headers", "render", "templates_dir"]
+__all__ = [
+    "RenderedSource",
+    "environment",
+    "helper_headers",
+    "render",
+    "template_files",
+    "templates_digest",
+    "templates_dir",
+]
 
 
 @dataclass(frozen=True)
@@ -52,19 +66,49 @@ def templates_dir() -> Path:
 
 
 @functools.cache
+def template_files() -> dict[str, bytes]:
+    """Every file under :func:`templates_dir` (``"gelu.cu.j2"``, ``"include/nve_act.cuh"``:
+    relative POSIX names, sorted) with its bytes, read once per process."""
+    root = templates_dir()
+    files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in files}
+
+
+@functools.cache
+def templates_digest() -> str:
+    """SHA-256 (hex) over the names and bytes of :func:`template_files`."""
+    h = hashlib.sha256()
+    for name, data in template_files().items():
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+@functools.cache
 def helper_headers() -> tuple[tuple[str, str], ...]:
-    """The project's device helpers, ``(include name, text)``, read once per process."""
-    include = templates_dir() / "include"
-    return tuple((p.name, p.read_text(encoding="utf-8")) for p in sorted(include.glob("*.cuh")))
+    """The project's device helpers, ``(include name, text)``, from :func:`template_files`."""
+    return tuple(
+        (name[len("include/") :], data.decode("utf-8"))
+        for name, data in template_files().items()
+        if name.startswith("include/") and name.endswith(".cuh") and name.count("/") == 1
+    )
+
+
+def _load_template(name: str) -> tuple[str, str, Any] | None:
+    data = template_files().get(name)
+    if data is None:
+        return None
+    return data.decode("utf-8"), str(templates_dir() / name), lambda: True
 
 
 @functools.cache
 def environment() -> jinja2.Environment:
-    """The Jinja2 environment: strict about undefined names, no autoescaping."""
+    """The Jinja2 environment: strict about undefined names, no autoescaping; templates come
+    from :func:`template_files` (never re-read while the process runs)."""
     import jinja2
 
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        loader=jinja2.FunctionLoader(_load_template),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -173,6 +173,8 @@ def test_unreadable_value_file_is_a_miss_that_recompiles(monkeypatch):
     simulated so that it also runs as root (which reads any file)."""
     import diskcache.core
 
+    import nvrtc_engine.index as index_mod
+
     k = make_key("gelu", dtype="fp16", arch="sm_90")
     first = _engine_with_file_values().get(k)
     real_open = open
@@ -183,6 +185,7 @@ def test_unreadable_value_file_is_a_miss_that_recompiles(monkeypatch):
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(diskcache.core, "open", deny, raising=False)
+    monkeypatch.setattr(index_mod, "open", deny, raising=False)  # the key index reads it too
     engine = Engine()
     again = engine.get(k)
     assert again.origin == "compiled" and engine.compiles == 1
@@ -203,6 +206,7 @@ def test_database_error_on_read_is_a_miss(monkeypatch):
         raise sqlite3.DatabaseError("database disk image is malformed")
 
     monkeypatch.setattr(store, "get", broken)
+    engine.disk().index.clear()  # else the key index reads the entry without SQLite
     assert engine.get(k).origin == "compiled"
 
 

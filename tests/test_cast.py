@@ -579,19 +579,25 @@ def _slots(raw: bytes, kinds: str) -> list:
 def test_cast_transpose_dbias_launches(monkeypatch, kernels):
     rec = _Recorder(monkeypatch, {0: 88, 1: 32})
     k = kernels["dbias"]
-    m, n = 96, 320
+    cfg = tile_config(k.key)
+    m, n = cfg.tile_rows + 32, 320  # two tile rows, the second partial
+    parts = k.workspace_rows(m)
+    assert parts == 2
+    ws = fake((parts, n), F4, ptr=0x40000)
     args = dict(out=fake((m, n), U1, ptr=0x10000), out_t=fake((n, m), U1, ptr=0x20000),
-                dbias=fake((n,), ptr=0x30000), workspace=fake((2, n), F4, ptr=0x40000))  # fmt: skip
+                dbias=fake((n,), ptr=0x30000), workspace=ws)  # fmt: skip
     k(fake((m, n), ptr=0x50000), fake((m, n), ptr=0x60000), **args, **scalars())
     (i0, grid, block, p0), (i1, grid1, block1, p1) = rec.calls
-    assert (i0, grid, block) == (0, 2 * 3, 256) and (i1, grid1, block1) == (1, 10, 256)
+    tiles_c = -(-n // cfg.tile_cols)
+    assert (i0, grid, block) == (0, parts * tiles_c, cfg.threads)
+    assert (i1, grid1, block1) == (1, 10, 256)
     x, act, q, qt, part, s, a, si, mm, kk, vec = _slots(p0, "PPPPPPPPqqi")
     assert (x, act, q, qt, part) == (0x50000, 0x60000, 0x10000, 0x20000, 0x40000)
     assert (s, a, si) == (0x2000, 0x2040, 0x2080) and (mm, kk, vec) == (m, n, 1)
-    assert _slots(p1, "PqqP") == [0x40000, 2, n, 0x30000]
+    assert _slots(p1, "PqqP") == [0x40000, parts, n, 0x30000]
     rec.calls.clear()
     odd = {"out": fake((m, 33), U1), "out_t": fake((33, m), U1), "dbias": fake((33,)),
-           "workspace": fake((2, 33), F4)}  # fmt: skip
+           "workspace": fake((parts, 33), F4)}  # fmt: skip
     k(fake((m, 33), ptr=0x50000), fake((m, 33), ptr=0x60000), **odd, **scalars())
     assert _slots(rec.calls[0][3], "PPPPPPPPqqi")[-1] == 0  # unaligned rows: scalar path
 
@@ -629,6 +635,7 @@ def test_multi_cast_transpose_tables(monkeypatch, kernels):
     sc = [scalars() for _ in range(count)]
     k(xs, outs=outs, scales=[d["scale"] for d in sc], amaxes=[d["amax"] for d in sc])
     assert [c[:1] for c in rec.calls] == [(0,), (0,), (0,)]
+    cfg = tile_config(k.key)
     seen = 0
     for _, grid, block, table in rec.calls:
         n, _pad = struct.unpack_from("<ii", table, _ENTRY.size * MAX_TENSORS)
@@ -638,7 +645,7 @@ def test_multi_cast_transpose_tables(monkeypatch, kernels):
             i = seen + j
             assert entry[0] == 0x100000 * (i + 1) and entry[6:8] == (64 + i, 128)
             assert entry[8] == start and entry[9] == int((64 + i) % 16 == 0)
-            start += -(-(64 + i) // 64)
-        assert grid == start and block == 256
+            start += -(-(64 + i) // cfg.tile_rows)
+        assert grid == start and block == cfg.threads
         seen += n
     assert seen == count

@@ -55,11 +55,18 @@ def test_configure_and_reset(tmp_path):
     assert config.settings().cache_dir != tmp_path
 
 
-def test_default_cache_dir_is_platform_user_cache():
+@pytest.mark.parametrize("xdg", [None, "", "   ", "/tmp/xdg-cache", "relative/cache"])
+def test_default_cache_dir_is_platform_user_cache(monkeypatch, xdg):
     import platformdirs
 
-    expected = Path(platformdirs.user_cache_dir("nvrtc_engine", appauthor=False))
-    assert config.from_environment({}).resolved_cache_dir() == expected
+    if xdg is None:
+        monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+    expected = platformdirs.user_cache_dir("nvrtc_engine", appauthor=False)
+    assert config.default_cache_dir() == expected
+    if Path(expected).is_absolute():
+        assert config.from_environment({}).resolved_cache_dir() == Path(expected)
 
 
 def test_lock_timeout():
@@ -68,8 +75,6 @@ def test_lock_timeout():
 
 
 def test_no_home_for_the_default_cache_dir_is_an_error_not_a_relative_path(monkeypatch):
-    import platformdirs
-
-    monkeypatch.setattr(platformdirs, "user_cache_dir", lambda *a, **k: "~/.cache/nvrtc_engine")
+    monkeypatch.setattr(config, "default_cache_dir", lambda: "~/.cache/nvrtc_engine")
     with pytest.raises(OSError, match="no home directory"):
         config.from_environment({}).resolved_cache_dir()

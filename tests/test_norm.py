@@ -159,7 +159,7 @@ def test_launch_configurations_cover_rows_and_fit(op, dt, arch):
         assert (cfg.iters - 1) * per_row < accesses <= cfg.iters * per_row
         assert cfg.iters * cfg.vec <= MAX_ELEMENTS
         assert cfg.threads <= 1024 and cfg.warps <= 32
-        regs = _registers(spec.backward, spec.accumulators, cfg.iters * cfg.vec)
+        regs = _registers(spec.backward, spec.accumulators, cfg.iters * cfg.vec, itemsize)
         assert regs <= MAX_REGISTERS and fits_register_file(cfg.threads // 32, regs)
         assert cfg.cluster in (1, 2, 4, 8)
         assert cfg.cluster == 1 or (arch == "sm_90" and cfg.rows == 1)

@@ -81,6 +81,11 @@ class LaunchConfig:
 
     threads: int
     unroll: int
+    chunk_bytes: int = 16  # input bytes per chunk: 16 (one access) or 32 (two)
+
+    def vec(self, itemsize: int) -> int:
+        """Elements per chunk."""
+        return self.chunk_bytes // itemsize
 
 
 def launch_config(key: KernelKey) -> LaunchConfig:
@@ -97,13 +102,13 @@ class TileConfig:
     chunks per thread and input (the tile is ``iters * threads / chunks_per_row`` rows
     high). The grid covers the tiles in one pass.
 
-    Not yet measured for the tiled kernel; chosen by analogy with the flat kernel's sweep
-    (:class:`LaunchConfig`) and to be confirmed with ``bench/activation_tile_tuning.py``:
-    unscaled, one chunk per thread in blocks of 128 with a whole warp on 512 contiguous
-    bytes of a row; tensor scaling, few blocks (one amax atomic each): 256 threads x 4
-    chunks; MXFP8, a tile of exactly 32 rows (one columnwise block) in blocks of 128 with 8
-    chunks per row, 2 per thread, which keeps the dgated both-direction kernel's fp32 values
-    (2 outputs x 2 x 8) in registers.
+    Measured on the H200 (bench/activation_tile_tuning.py: swiglu, dswiglu and gelu, bf16
+    16384 x 8192 outputs, every shape; docs/performance.md): unscaled gated forward, 512
+    threads with a warp on 512 contiguous bytes of a row and one chunk each (71% of copy
+    bandwidth, 50% for the earlier 128-thread guess); gated backward, 256 threads with two
+    chunks (54% against 33%); tensor scaling, 128 threads with one chunk (71% against 65%);
+    MXFP8 rowwise, 256 threads with 16 chunks per row and 2 each (80% for swiglu); MXFP8
+    both, 128 threads with 16 chunks per row and 4 each (65% for swiglu, against 57%).
     """
 
     threads: int
@@ -119,11 +124,18 @@ class TileConfig:
 
 def tile_config(key: KernelKey) -> TileConfig:
     """The tiled kernel's configuration for ``key`` (see :class:`TileConfig`)."""
+    dgated = isinstance(key.spec, ActivationSpec) and key.spec.kind == "dgated"
     if key.scaling == "mxfp8":
-        return TileConfig(threads=128, chunks_per_row=8, iters=2)
+        if dgated:  # two outputs: 2 x 2 x 8 fp32 values per thread stay in registers
+            return TileConfig(threads=128, chunks_per_row=8, iters=2)
+        if key.layout == "rowwise":
+            return TileConfig(threads=256, chunks_per_row=16, iters=2)
+        return TileConfig(threads=128, chunks_per_row=16, iters=4)
     if key.scaling == "tensor":
+        return TileConfig(threads=128, chunks_per_row=32, iters=1)
+    if dgated:
         return TileConfig(threads=256, chunks_per_row=32, iters=2)
-    return TileConfig(threads=128, chunks_per_row=32, iters=1)
+    return TileConfig(threads=512, chunks_per_row=32, iters=1)
 
 
 def _fp32_literal(value: float) -> str:
@@ -179,7 +191,8 @@ class ActivationSpec(OpSpec):
 
     def render_context(self, key: KernelKey) -> dict[str, Any]:
         ctx = super().render_context(key)
-        vec = 16 // key.input.itemsize
+        tiled = self.tiled(key)
+        vec = 16 // key.input.itemsize if tiled else launch_config(key).vec(key.input.itemsize)
         mx = key.scaling == "mxfp8"
         ctx.update(
             kind=self.kind,
@@ -192,7 +205,7 @@ class ActivationSpec(OpSpec):
             colwise=mx and key.layout in ("columnwise", "both"),
             max_norm_rcp=_fp32_literal(1.0 / key.output.max_finite) if mx else "",
         )
-        if self.tiled(key):
+        if tiled:
             cfg = tile_config(key)
             ctx.update(structure="tile", threads=cfg.threads,
                        chunks_per_row=cfg.chunks_per_row, iters=cfg.iters)  # fmt: skip
@@ -235,6 +248,7 @@ class _Launcher(Kernel):
             self._tile_cols = cfg.tile_cols(self._vec)
         else:
             flat = launch_config(key)
+            self._vec = flat.vec(key.input.itemsize)
             self._threads = flat.threads
             self._per_block = flat.threads * flat.unroll * self._vec
 

@@ -25,7 +25,6 @@ Layouts and semantics: ``docs/cast.md``.
 
 from __future__ import annotations
 
-import ctypes
 import struct
 import threading
 from collections.abc import Sequence
@@ -85,12 +84,13 @@ class TileConfig:
     ``chunk`` consecutive elements of a row per step (16 bytes of the narrower of input and
     output, so both sides use 16-byte accesses) and writes 16 bytes of a transposed row.
 
-    Chosen by reasoning, not yet measured (bench/cast_bandwidth.py measures the result): 128
-    columns and 64 rows (32 when either side is fp32) give every thread 32 elements, 64
-    bytes of 2-byte input in flight per thread (16 KB per block), 32-byte-sector-complete rows
-    of the transposed output (64 fp8 or 128 bf16 bytes per tile row), at most 32 KB of
-    shared memory per block, and few enough blocks (M*K/8192) that the amax update stays
-    cheap. ``min_blocks`` 2 caps registers at 128 per thread.
+    Measured on the H200 (bench/cast_tuning.py, bf16 16384 x 8192 to fp8, every shape the
+    template accepts; docs/performance.md): tiles of 128 rows x 128 columns win for FP8
+    output (half the blocks of 64-row tiles, so half the amax updates and twice the bytes in
+    flight per block). cast_transpose: 512 threads, 4 blocks per SM (86.8% of copy bandwidth,
+    against 81.7% for the earlier 256 x 64-row guess); with dbias (and dact), 128 threads and
+    2 blocks per SM (54.5% against 33.9%): the column sums need registers. 16-bit and fp32
+    outputs keep 64 and 32 rows (shared memory: at most 32 KB per block).
     """
 
     threads: int
@@ -103,12 +103,15 @@ class TileConfig:
 def tile_config(key: KernelKey) -> TileConfig:
     """The tiled kernels' block shape for ``key`` (see :class:`TileConfig`)."""
     isz, osz = key.input.itemsize, key.output.itemsize
+    spec = key.spec
+    sums = isinstance(spec, TileSpec) and (spec.dbias or spec.gated)
+    rows = 128 if osz == 1 and isz <= 2 else 64 if max(isz, osz) <= 2 else 32
     return TileConfig(
-        threads=256,
-        tile_rows=64 if max(isz, osz) <= 2 else 32,
+        threads=128 if sums else 512 if rows == 128 else 256,
+        tile_rows=rows,
         tile_cols=128,
         chunk=16 // min(isz, osz),
-        min_blocks=3 if key.spec.gated else 4,
+        min_blocks=2 if sums else 4,
     )
 
 
@@ -377,6 +380,8 @@ class _TablePack:
         try:
             return self._local.slots
         except AttributeError:
+            import ctypes  # (first launch in this thread: not imported with the package)
+
             data = ctypes.create_string_buffer(_TABLE_BYTES)
             ptrs = (ctypes.c_void_p * 1)(ctypes.addressof(data))
             self._local.keep = (data, ptrs)

@@ -71,17 +71,28 @@ _FP32 = DTYPES["fp32"]
 _BYTES = DTYPES["fp8_e4m3"]  # uint8 storage: E8M0 scale bytes are accepted like FP8 data
 REGISTER_FILE = 65536  # 32-bit registers per SM (sm_80 ... sm_100)
 MAX_THREADS = 1024
+MAX_GRID = 2**31 - 1  # CUDA's limit on gridDim.x
 MAX_REGISTERS = 255
 # Guess, to be measured (ptxas -v on the variants of tests/test_norm.py): registers a thread
 # needs besides the row values it holds (addresses, indices, row statistics, loop state).
 OVERHEAD_REGISTERS = 40
-# Guess, to be measured: bytes of one row tensor a thread should hold per row (four 16-byte
-# accesses forward, two backward, where the backward kernel also holds dz and column sums).
+# The backward needs more (bench/profile_kernels.py under ncu: w16 j2 at H=8192, estimated
+# 120 with the above, spilled at the 128-register cap of a 512-thread CTA).
+BWD_OVERHEAD_REGISTERS = 64
+# Bytes of one row tensor a thread should hold per row (four 16-byte accesses forward, two
+# backward, where the backward kernel also holds dz and column sums). bench/norm_tuning.py
+# (H200, bf16, H = 4096 / 8192 / 14336): the forward layouts this gives are within 1-3% of
+# the best of every (warps, rows) layout.
 TARGET_BYTES = {"fwd": 64, "bwd": 32}
 MAX_ELEMENTS = 64  # row elements per thread per tensor; also bounds the summation depth
-# Guess, to be measured: backward CTAs per SM in the persistent grid. More CTAs hide latency
-# but each adds a partial row of dgamma/dbeta that the finalize kernel reads back.
+# Backward CTAs per SM in the persistent grid: each adds a partial row of dgamma/dbeta that
+# the finalize kernel reads back. bench/norm_tuning.py measured 2, 4 and 8 within 0.5% of
+# each other (the register budget allows no more than 2 for most layouts anyway).
 BWD_CTAS_PER_SM = 2
+# Forward grid: False, a persistent grid (SMs x occupancy CTAs looping over rows); True, one
+# CTA (cluster) per row group, scheduled by the hardware. bench/norm_tuning.py (H200): one
+# pass 87-96% of copy bandwidth for bf16 at H >= 4096, persistent 82-91%.
+FWD_ONE_PASS = True
 LOOP_BLOCK = 1024  # threads per CTA of the streaming kernels (forward, backward row sums)
 TILE_BLOCK = 256  # threads per CTA of the streaming backward (8 warps on a 32-access tile)
 TILE_CTAS_PER_SM = 4  # guess, to be measured: target CTAs of the streaming backward
@@ -108,8 +119,8 @@ class LaunchConfig:
     ``loop`` mode ``vec`` is the widest access (16 bytes of x), used at run time when the
     hidden size is a multiple of it and every pointer is 16-byte aligned.
 
-    Chosen by :func:`launch_config`; the thresholds there are guesses until measured on the
-    H200 (bench/norm_bandwidth.py compares the specialized and general kernels).
+    Chosen by :func:`launch_config`; bench/norm_tuning.py sweeps the layouts on the H200 and
+    bench/norm_bandwidth.py compares the specialized and general kernels.
     """
 
     mode: str
@@ -151,11 +162,14 @@ def fits_register_file(warps: int, regs: int) -> bool:
     return -(-warps // 4) * 4 * 32 * regs <= REGISTER_FILE
 
 
-def _registers(backward: bool, accumulators: int, elements: int) -> int:
-    """Estimated registers per thread holding ``elements`` values of each row tensor, rounded
-    up to the allocation unit (8 per thread)."""
-    if backward:  # x -> xhat, dz -> dy, and the column sums
-        regs = (2 + accumulators) * elements + OVERHEAD_REGISTERS
+def _registers(backward: bool, accumulators: int, elements: int, itemsize: int = 4) -> int:
+    """Estimated registers per thread holding ``elements`` values of each row tensor (x of
+    ``itemsize`` bytes), rounded up to the allocation unit (8 per thread): the forward holds
+    x in fp32; the backward xhat, dy and the column sums in fp32 plus the next row's x and dz
+    as stored (prefetched)."""
+    if backward:
+        stored = -(-elements * itemsize // 4)
+        regs = (2 + accumulators) * elements + 2 * stored + BWD_OVERHEAD_REGISTERS
     else:
         regs = elements + OVERHEAD_REGISTERS
     return -(-regs // 8) * 8
@@ -165,7 +179,7 @@ def _registers(backward: bool, accumulators: int, elements: int) -> int:
 def launch_config(key: KernelKey) -> LaunchConfig:
     """The launch configuration of a norm variant (see :class:`LaunchConfig`).
 
-    Heuristic (every threshold a guess to be measured): the access width is the widest that
+    Heuristic (thresholds checked against bench/norm_tuning.py): the access width is the widest that
     divides H (16 bytes of x at most). Each thread should hold about ``TARGET_BYTES`` of a row
     tensor; the fewest warps per row that achieve it are used, up to 32. A layout must fit:
     at most 1024 threads per CTA, and the estimated registers (:data:`OVERHEAD_REGISTERS` plus
@@ -197,7 +211,7 @@ def launch_config(key: KernelKey) -> LaunchConfig:
             if warps > 32 or (cluster > 1 and warps * 32 * cluster > accesses):
                 continue
             iters = -(-accesses // (32 * cluster * warps))  # balance the threads' shares
-            regs = _registers(spec.backward, spec.accumulators, iters * vec)
+            regs = _registers(spec.backward, spec.accumulators, iters * vec, itemsize)
             if regs > MAX_REGISTERS or not fits_register_file(warps, regs):
                 continue
             rows = 1
@@ -506,12 +520,13 @@ class _NormFwdKernel(_NormKernel):
         if cfg.mode == "regs":
             tpr = 0
             groups = -(-rows // cfg.rows)
-            clusters = min(groups, max(1, dev.sm_count * dev.occupancy[0] // cfg.cluster))
-            grid = clusters * cfg.cluster
+            persistent = max(1, dev.sm_count * dev.occupancy[0] // cfg.cluster)
+            clusters = groups if FWD_ONE_PASS else persistent
+            grid = min(groups, clusters, MAX_GRID // cfg.cluster) * cfg.cluster
         else:
             tpr = loop_threads_per_row(hidden)
             groups = -(-rows // (LOOP_BLOCK // tpr))
-            grid = min(groups, dev.sm_count * dev.occupancy[0])
+            grid = min(groups, MAX_GRID if FWD_ONE_PASS else dev.sm_count * dev.occupancy[0])
         values = (
             xa.ptr, ga.ptr, ba.ptr if ba is not None else 0, oa.ptr,
             mua.ptr if mua is not None else 0, rsa.ptr, scale_ptr, amax_ptr, scale_inv_ptr,

@@ -23,8 +23,13 @@ __device__ __forceinline__ float block_max(float v) {
 }
 
 // amax is >= 0, so its bits order like ints; NaN inputs are dropped by fmaxf, as in
-// TransformerEngine's amax reduction.
+// TransformerEngine's amax reduction. The word only grows, so a value no larger than what it
+// already holds changes nothing: reading it first skips most atomics when many blocks end
+// at once (all but the blocks that raise the running maximum).
 __device__ __forceinline__ void atomic_max_nonneg(float* addr, float v) {
+#ifndef NVE_AMAX_UNGUARDED
+  if (__float_as_int(v) <= *reinterpret_cast<volatile int*>(addr)) return;
+#endif
   atomicMax(reinterpret_cast<int*>(addr), __float_as_int(v));
 }
 

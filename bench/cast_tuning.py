@@ -1,0 +1,161 @@
+"""Block-shape and code-generation sweep behind the cast family's defaults (``tile_config``
+in nvrtc_engine/ops/cast.py, ``CODEGEN`` in nvrtc_engine/ops/base.py).
+
+    python bench/cast_tuning.py [--m 16384] [--k 8192] [--rounds 2]
+
+bf16 input ``M x K``. For cast_transpose, cast_transpose_dbias and
+cast_transpose_dbias_dgelu to fp8_e4m3 (tensor scaling): every tile shape (threads x tile
+rows x tile columns x register cap) that the template accepts. For the MXFP8 (rowwise, both) and
+NVFP4 (rowwise, amax given) quantize kernels: with and without streaming hints. Each sweep
+runs ``--rounds`` times; rows give every round and the median. GB/s counts each tensor once
+(as bench/cast_bandwidth.py does). Writes bench/results/cast_tuning.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Variants differ by monkeypatched configurations that neither the key nor the key index's
+# environment fingerprint sees: compile each in memory, never reuse a disk entry.
+os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"
+
+import common
+
+SHAPES = list(itertools.product([128, 256, 512], [32, 64, 128], [64, 128], [1, 2, 4]))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--m", type=int, default=16384)
+    parser.add_argument("--k", type=int, default=8192)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    import torch
+
+    import nvrtc_engine as ne
+    import nvrtc_engine.ops.cast as cast
+    from nvrtc_engine.engine import Engine
+    from nvrtc_engine.errors import CompileError
+    from nvrtc_engine.ops.base import CODEGEN
+    from nvrtc_engine.ops.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
+
+    m, k = args.m, args.k
+    n = m * k
+    dev = "cuda"
+    x = torch.randn(m, k, device=dev).to(torch.bfloat16)
+    act = torch.randn(m, k, device=dev).to(torch.bfloat16)
+    tensor = {"scale": torch.full((1,), 2.0, device=dev), "amax": torch.zeros(1, device=dev),
+              "scale_inv": torch.empty(1, device=dev)}  # fmt: skip
+    q = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=dev)
+    qt = torch.empty(k, m, dtype=torch.float8_e4m3fn, device=dev)
+    q_col = torch.empty_like(q)
+    dbias = torch.empty(k, dtype=torch.bfloat16, device=dev)
+
+    def u8(shape: tuple[int, ...]) -> Any:
+        return torch.empty(shape, dtype=torch.uint8, device=dev)
+
+    mx_r, mx_c = u8(mxfp8_scale_shape(m, k, "rowwise")), u8(mxfp8_scale_shape(m, k, "columnwise"))
+    fp4_data, fp4_scales = u8((m, k // 2)), u8(nvfp4_scale_shape(m, k, "rowwise"))
+    fp4_amax = x.float().abs().amax().reshape(1)
+    copy = common.copy_bandwidth_gbps()
+    chosen, codegen = cast.tile_config, dict(CODEGEN)
+
+    cases: list[tuple] = []
+    for op, (threads, rows, cols, min_blocks), streaming in itertools.product(
+        ["cast_transpose", "cast_transpose_dbias", "cast_transpose_dbias_dgelu"], SHAPES, [False]
+    ):
+        cases.append((op, threads, rows, cols, min_blocks, streaming))
+    for op, streaming in itertools.product(["mxfp8 rowwise", "mxfp8 both", "nvfp4 rowwise"],
+                                           [False, True]):  # fmt: skip
+        cases.append((op, 0, 0, 0, 0, streaming))
+    calls: dict[tuple, Any] = {}
+    results: dict[tuple, list[float]] = {}
+    nbytes: dict[str, int] = {"cast_transpose": 4 * n, "cast_transpose_dbias": 4 * n + 2 * k,
+                              "cast_transpose_dbias_dgelu": 6 * n + 2 * k,
+                              "mxfp8 rowwise": 3 * n + n // 32, "mxfp8 both": 4 * n + n // 16,
+                              "nvfp4 rowwise": 2 * n + n // 2 + n // 16}  # fmt: skip
+    for rnd in range(args.rounds):
+        for case in cases:
+            op, threads, rows, cols, min_blocks, streaming = case
+            if case not in calls:
+                CODEGEN.update(streaming=streaming)
+                engine = Engine()
+                calls[case] = None
+                try:
+                    if op.startswith("cast"):
+                        cfg = cast.TileConfig(threads, rows, cols, 16, min_blocks)
+                        cast.tile_config = lambda key, cfg=cfg: cfg
+                        kern = engine.get(ne.make_key(op, dtype="fp8"))
+                        if op == "cast_transpose":
+                            calls[case] = lambda kern=kern: kern(x, out=q, out_t=qt, **tensor)
+                        elif op == "cast_transpose_dbias_dgelu":
+                            ws = torch.empty(kern.workspace_rows(m), k, device=dev)
+                            calls[case] = lambda kern=kern, ws=ws: kern(
+                                x, act, out=q, out_t=qt, dbias=dbias, workspace=ws, **tensor
+                            )
+                        else:
+                            ws = torch.empty(kern.workspace_rows(m), k, device=dev)
+                            calls[case] = lambda kern=kern, ws=ws: kern(
+                                x, out=q, out_t=qt, dbias=dbias, workspace=ws, **tensor
+                            )
+                    elif op.startswith("mxfp8"):
+                        layout = op.split()[1]
+                        kern = engine.get(ne.make_key("quantize", dtype="fp8", layout=layout))
+                        extra = {"columnwise_data": q_col, "columnwise_scale_inv": mx_c}
+                        if layout != "both":
+                            extra = {}
+                        calls[case] = lambda kern=kern, e=extra: kern(
+                            x, rowwise_data=q, rowwise_scale_inv=mx_r, **e
+                        )
+                    else:
+                        kern = engine.get(ne.make_key("quantize", dtype="fp4_e2m1"))
+                        calls[case] = lambda kern=kern: kern(
+                            x, rowwise_data=fp4_data, rowwise_scale_inv=fp4_scales,
+                            amax=fp4_amax, compute_amax=False,
+                        )  # fmt: skip
+                except CompileError:  # a tile shape the template's static_asserts refuse
+                    pass
+                finally:
+                    cast.tile_config = chosen
+                    CODEGEN.update(codegen)
+            if calls[case] is not None:
+                results.setdefault(case, []).append(common.cuda_time_ms(calls[case]))
+        print(f"round {rnd + 1}/{args.rounds} done", flush=True)
+    out = []
+    for case, times in results.items():
+        op, threads, rows, cols, min_blocks, streaming = case
+        ms = statistics.median(times)
+        default = streaming == codegen["streaming"] and (
+            not op.startswith("cast")
+            or chosen(ne.make_key(op, dtype="fp8"))
+            == cast.TileConfig(threads, rows, cols, 16, min_blocks)
+        )
+        out.append({"op": op, "threads": threads, "tile_rows": rows, "tile_cols": cols,
+                    "min_blocks": min_blocks, "streaming": streaming, "ms_rounds": times,
+                    "ms": ms, "pct": 100 * nbytes[op] / (ms * 1e-3) / 1e9 / copy,
+                    "default": default})  # fmt: skip
+    out.sort(key=lambda r: (r["op"], r["ms"]))
+    info = {**common.gpu_info(), "copy_gbps": copy, "shape": [m, k], "rounds": args.rounds}
+    path = common.write_results("cast_tuning", {**info, "rows": out})
+    shown = [r for i, r in enumerate(out)
+             if r["default"] or sum(q["op"] == r["op"] for q in out[:i]) < 5]  # fmt: skip
+    print(f"device copy {copy:.0f} GB/s")
+    columns = [
+        ("default", "default", ""), ("op", "op", ""), ("threads", "thr", ""),
+        ("tile_rows", "rows", ""), ("tile_cols", "cols", ""), ("min_blocks", "minb", ""),
+        ("streaming", "stream", ""), ("ms", "ms", ".4f"), ("pct", "% copy", ".1f"),
+    ]  # fmt: skip
+    print(common.table(shown, columns))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
