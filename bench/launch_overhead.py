@@ -1,60 +1,158 @@
-"""Host time per launch, piece by piece, for a small kernel with torch tensors.
+"""Host time per launch, piece by piece, for small kernels with torch tensors.
 
-    python bench/launch_overhead.py
+    python bench/launch_overhead.py            # on a GPU host (torch, CUDA)
+    python bench/launch_overhead.py --cpu      # no GPU: stub libcuda + fake torch tensors
 
-Times (microseconds per call, best of 5 x 5000 calls, GPU not waited on): the whole
-Kernel.__call__, each step it takes (array adaptation, stream lookup, parameter packing,
-context check, the driver call through cuda.bindings and through ctypes), a plain
-torch.nn.functional.gelu, and a raw cuLaunchKernel with per-call argument tuples.
-Writes bench/results/launch_overhead.json.
+Times (microseconds per call, best of --repeat x --calls calls, GPU not waited on): the
+whole Kernel.__call__ of a GELU bf16 kernel on a (1, 1024) tensor (the planned fast path, the
+generic path, with allocation), one small call of each family, each step of a launch (array
+adaptation, stream lookup, parameter packing, context check, the driver call through
+cuda.bindings and through ctypes), a plain torch.nn.functional.gelu, and a raw cuLaunchKernel
+with per-call argument tuples. Writes bench/results/launch_overhead.json.
+
+--cpu measures the Python side only: tests/host_cuda/libcuda_stub.c stands in for libcuda (so
+cuda.bindings and ctypes still convert every argument; the stub's cuLaunchKernel returns at
+once, where the real driver takes ~1.5-2 us) and tests/fake_torch.py for torch (its tensors'
+attributes are plain Python, roughly as cheap as torch's). Writes
+bench/results/launch_overhead-cpu.json. Runs against any version of nvrtc_engine on the
+path, so `PYTHONPATH=<old checkout> python bench/launch_overhead.py --cpu --name
+launch_overhead-cpu-baseline` gives the baseline column of docs/performance.md.
 """
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
+HERE = Path(__file__).resolve().parent
 
-def per_call_us(fn, calls: int = 5000) -> float:
-    import torch
 
+def per_call_us(fn: Callable[[], Any], sync: Callable[[], Any], calls: int, repeat: int) -> float:
     for _ in range(200):
         fn()
-    torch.cuda.synchronize()
+    sync()
     best = float("inf")
-    for _ in range(5):
+    for _ in range(repeat):
         start = time.perf_counter()
         for _ in range(calls):
             fn()
         best = min(best, (time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
+        sync()
     return best
 
 
+def version(package: Any) -> str:
+    """The package's version, and its git commit when it is a checkout."""
+    import subprocess
+
+    text = str(getattr(package, "__version__", "?"))
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=Path(package.__file__).parent,
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return text
+    return f"{text} at {commit}"
+
+
+def cpu_environment() -> Any:
+    """Stub libcuda and fake torch (tests/): returns the fake torch module."""
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    import fake_torch
+    import stub_driver
+
+    stub_driver.load()  # before cuda.bindings opens the driver
+    torch = fake_torch.module(current_stream=0x5000)
+    sys.modules["torch"] = torch
+    return torch
+
+
+def family_cases(ne: Any, torch: Any, cuda: Any) -> dict[str, Callable[[], Any]]:
+    """One small call of each family (plus GELU with tensor-scaled FP8 output)."""
+    bf16, fp32, fp8 = torch.bfloat16, torch.float32, torch.float8_e4m3fn
+
+    def empty(*shape: int, dtype: Any) -> Any:
+        return torch.empty(shape, dtype=dtype, device=cuda)
+
+    x = empty(1, 1024, dtype=bf16)
+    s, a, si = (empty(1, dtype=fp32) for _ in range(3))
+    gelu_fp8 = ne.get_kernel("gelu", dtype="fp8")
+    y8 = empty(1, 1024, dtype=fp8)
+    dgelu = ne.get_kernel("dgelu", dtype="bf16")
+    g, dx = empty(1, 1024, dtype=bf16), empty(1, 1024, dtype=bf16)
+    swiglu = ne.get_kernel("swiglu", dtype="bf16")
+    h, sw = empty(4, 2048, dtype=bf16), empty(4, 1024, dtype=bf16)
+    rms = ne.get_kernel("rmsnorm_fwd", in_dtype="bf16", hidden_size=1024)
+    xr, gamma = empty(4, 1024, dtype=bf16), empty(1024, dtype=bf16)
+    z, rs = empty(4, 1024, dtype=bf16), empty(4, dtype=fp32)
+    ct = ne.get_kernel("cast_transpose", dtype="fp8")
+    xc, q, qt = empty(128, 128, dtype=bf16), empty(128, 128, dtype=fp8), empty(128, 128, dtype=fp8)
+    return {
+        "gelu bf16->fp8, tensor scaling (x, out, scale, amax, scale_inv)":
+            lambda: gelu_fp8(x, y8, scale=s, amax=a, scale_inv=si),
+        "dgelu bf16 (grad, x, out)": lambda: dgelu(g, x, dx),
+        "swiglu bf16 (x, out), (4, 2048)": lambda: swiglu(h, sw),
+        "rmsnorm_fwd bf16 h1024 (x, gamma, out=, rsigma=), (4, 1024)":
+            lambda: rms(xr, gamma, out=z, rsigma=rs),
+        "cast_transpose bf16->fp8 (x, out=, out_t=, scale, amax), (128, 128)":
+            lambda: ct(xc, out=q, out_t=qt, scale=s, amax=a),
+    }  # fmt: skip
+
+
 def main() -> int:
-    import torch
-    import torch.nn.functional as F
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpu", action="store_true", help="stub libcuda and fake torch")
+    parser.add_argument("--calls", type=int, default=5000, help="calls per timing")
+    parser.add_argument("--repeat", type=int, default=5, help="timings; the best is kept")
+    parser.add_argument(
+        "--label",
+        help="what was measured, e.g. 'main at 7f43cc5' (default: the package version and, in "
+        "a git checkout, its commit)",
+    )
+    parser.add_argument(
+        "--name",
+        help="results file name (default launch_overhead, with --cpu "
+        "launch_overhead-cpu; the baseline for docs: launch_overhead-cpu-baseline)",
+    )
+    args = parser.parse_args()
+
+    if args.cpu:
+        torch = cpu_environment()
+        sync = lambda: None  # noqa: E731
+        cuda = torch.device("cuda", 0)
+    else:
+        import torch
+
+        sync = torch.cuda.synchronize
+        cuda = torch.device("cuda", torch.cuda.current_device())
     from cuda.bindings import driver as cu
 
     import nvrtc_engine as ne
     from nvrtc_engine import driver, interop
 
-    x = torch.randn(1, 1024, device="cuda").to(torch.bfloat16)
-    out = torch.empty_like(x)
+    x = torch.empty((1, 1024), dtype=torch.bfloat16, device=cuda)
+    out = torch.empty((1, 1024), dtype=torch.bfloat16, device=cuda)
     kernel = ne.get_kernel("gelu", dtype="bf16")
-    dev = torch.cuda.current_device()
+    for _ in range(2):  # the first call loads the module, the second plans the call
+        kernel(x, out)
+    dev = cuda.index
     loaded = kernel.loaded(dev)
     func = loaded.functions[0]
     threads = kernel._threads  # the block size the kernel was compiled for
-    stream = torch.cuda.current_stream().cuda_stream
+    stream = torch._C._cuda_getCurrentRawStream(dev)
     pack = driver.ParamPack("PPqPPPi")
     params = pack.pack(x.data_ptr(), out.data_ptr(), 1024, 0, 0, 0, 1)
+    address = params if isinstance(params, int) else params.value  # c_void_p before the plans
     xa = interop.as_array(x, "x")
     libcuda = ctypes.CDLL("libcuda.so.1")
     launch = libcuda.cuLaunchKernel
@@ -66,45 +164,95 @@ def main() -> int:
     )
     func_int = int(func)
     stream_obj = cu.CUstream(stream)
-    raw = libcuda.cuLaunchKernel  # a second handle without argtypes: pre-built ctypes args
+    raw = ctypes.CDLL("libcuda.so.1").cuLaunchKernel  # no argtypes: pre-built ctypes args
     raw.restype = ctypes.c_int
-    c_func, c_one, c_256, c_zero = (
-        ctypes.c_void_p(func_int),
-        ctypes.c_uint(1),
-        ctypes.c_uint(256),
-        ctypes.c_uint(0),
-    )
-    c_stream, c_params = ctypes.c_void_p(stream), params  # pack() gives a c_void_p
+    c_func, c_one, c_block, c_zero = (ctypes.c_void_p(func_int), ctypes.c_uint(1),
+                                      ctypes.c_uint(threads), ctypes.c_uint(0))  # fmt: skip
+    c_stream, c_params = ctypes.c_void_p(stream), ctypes.c_void_p(address)
     vp, ll, i32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
 
-    def raw_tuples():
+    def raw_tuples() -> None:
         args = ((x.data_ptr(), out.data_ptr(), 1024, 0, 0, 0, 1), (vp, vp, ll, vp, vp, vp, i32))
         cu.cuLaunchKernel(func, 1, 1, 1, threads, 1, 1, 0, stream, args, 0)
 
-    cases = {
+    generic = ne.get_kernel("gelu", dtype="bf16", hidden_size=1024)  # another Kernel object
+    if hasattr(generic, "_fast"):  # launch plans: switch them off for this one
+        generic._fast = lambda *args, **kwargs: (None, None)
+
+    cases: dict[str, Callable[[], Any]] = {
         "Kernel.__call__(x, out)": lambda: kernel(x, out),
         "Kernel.__call__(x) (allocates)": lambda: kernel(x),
-        "torch.nn.functional.gelu(x)": lambda: F.gelu(x, approximate="tanh"),
-        "raw cuLaunchKernel, argument tuples": raw_tuples,
+        "Kernel.__call__(x, out), generic path (no launch plan)": lambda: generic(x, out),
+    }
+    if not args.cpu:
+        import torch.nn.functional as F
+
+        cases["torch.nn.functional.gelu(x)"] = lambda: F.gelu(x, approximate="tanh")
+        if hasattr(F, "rms_norm"):
+            xr = torch.empty((4, 1024), dtype=torch.bfloat16, device=cuda)
+            w = torch.ones(1024, dtype=torch.bfloat16, device=cuda)
+            cases["torch.nn.functional.rms_norm (4, 1024)"] = lambda: F.rms_norm(xr, (1024,), w)
+    cases["raw cuLaunchKernel, argument tuples"] = raw_tuples
+    cases.update(family_cases(ne, torch, cuda))
+    cases.update({
         "step: interop.as_array(x)": lambda: interop.as_array(x, "x"),
         "step: stream_handle(None)": lambda: interop.stream_handle(None, xa),
+        "step: torch current raw stream": lambda: torch._C._cuda_getCurrentRawStream(dev),
         "step: ParamPack.pack": lambda: pack.pack(x.data_ptr(), out.data_ptr(), 1024, 0, 0, 0, 1),
         "step: driver.make_current": lambda: driver.make_current(loaded.device),
         "step: cuCtxGetCurrent": cu.cuCtxGetCurrent,
         "step: cuLaunchKernel (cuda.bindings, packed params)":
-            lambda: cu.cuLaunchKernel(func, 1, 1, 1, threads, 1, 1, 0, stream, params, 0),
+            lambda: cu.cuLaunchKernel(func, 1, 1, 1, threads, 1, 1, 0, stream, address, 0),
         "step: cuLaunchKernel (ctypes, packed params)":
-            lambda: launch(func_int, 1, 1, 1, threads, 1, 1, 0, stream, params, None),
+            lambda: launch(func_int, 1, 1, 1, threads, 1, 1, 0, stream, address, None),
         "step: cuLaunchKernel (cuda.bindings, CUstream object)":
-            lambda: cu.cuLaunchKernel(func, 1, 1, 1, threads, 1, 1, 0, stream_obj, params, 0),
+            lambda: cu.cuLaunchKernel(func, 1, 1, 1, threads, 1, 1, 0, stream_obj, address, 0),
         "step: cuLaunchKernel (ctypes, pre-built ctypes args)":
-            lambda: raw(c_func, c_one, c_one, c_one, c_256, c_one, c_one, c_zero, c_stream,
+            lambda: raw(c_func, c_one, c_one, c_one, c_block, c_one, c_one, c_zero, c_stream,
                         c_params, None),
         "step: x.data_ptr()": x.data_ptr,
         "step: kernel.loaded(dev)": lambda: kernel.loaded(dev),
-    }  # fmt: skip
-    rows = [{"case": name, "us": per_call_us(fn)} for name, fn in cases.items()]
-    path = common.write_results("launch_overhead", {**common.gpu_info(), "rows": rows})
+    })  # fmt: skip
+    if hasattr(driver.ParamPack, "preset"):  # the launch-plan pieces
+        preset = pack.preset((x.data_ptr(), out.data_ptr(), 1024, 0, 0, 0, 1))
+        xp, yp = x.data_ptr(), out.data_ptr()
+
+        def preset_write() -> None:
+            slots, _, _ = preset.buffers()
+            slots[0] = xp
+            slots[1] = yp
+
+        context = loaded.device.context
+        cases["step: context check (cuCtxGetCurrent, compare)"] = lambda: (
+            cu.cuCtxGetCurrent()[1] != context
+        )
+        cases["step: Preset.buffers + 2 pointer slots"] = preset_write
+        cases["step: driver.stream_object(handle)"] = lambda: driver.stream_object(stream)
+        key, plan = next(iter(kernel._launch_plans.items()))
+        tensors = (None, x, out, None, None, None)
+        cases["step: Kernel._fast (key, plan lookup, plan.run)"] = lambda: kernel._fast(
+            tensors, (), None
+        )
+        cases["step: plan key lookup (a new key tuple)"] = lambda: kernel._launch_plans.get(
+            tuple(list(key))
+        )
+        ptrs = [0, xp, yp, 0, 0, 0]
+        cases["step: LaunchPlan.run"] = lambda: plan.run(tensors, ptrs, (), None)
+
+    rows = []
+    for name, fn in cases.items():
+        rows.append({"case": name, "us": per_call_us(fn, sync, args.calls, args.repeat)})
+        print(f"{rows[-1]['us']:8.2f}  {name}", file=sys.stderr)
+    import nvrtc_engine
+
+    info: dict[str, Any] = {"nvrtc_engine": str(Path(nvrtc_engine.__file__).parent),
+                            "version": args.label or version(nvrtc_engine)}  # fmt: skip
+    if args.cpu:
+        info.update(mode="cpu: stub libcuda, fake torch (Python-side time only)")
+        path = common.write_results(args.name or "launch_overhead-cpu", {**info, "rows": rows})
+    else:
+        payload = {**common.gpu_info(), **info, "rows": rows}
+        path = common.write_results(args.name or "launch_overhead", payload)
     print(common.table(rows, [("case", "host time per call", ""), ("us", "us", ".2f")]))
     print(f"wrote {path}")
     return 0

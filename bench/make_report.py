@@ -66,19 +66,49 @@ def gelu_section() -> str | None:
 
 def launch_section() -> str | None:
     d = load("launch_overhead")
-    if d is None:
+    cpu = load("launch_overhead-cpu")
+    if d is None and cpu is None:
         return None
-    rows = [[r["case"], f"{r['us']:.2f}"] for r in d["rows"]]
-    return "\n\n".join(
-        [
-            "## Launch overhead",
+    parts = ["## Launch overhead"]
+    if d is not None:
+        rows = [[r["case"], f"{r['us']:.2f}"] for r in d["rows"]]
+        if "version" in d:
+            what = (
+                f"Measured version: {d['version']}. `Kernel.__call__(x, out)` is a GELU bf16 "
+                "kernel on a (1, 1024) tensor from the third call on, through its launch plan "
+                "(docs/architecture.md#launch); the generic path is the same call with plans "
+                "switched off (what CuPy arrays and first calls take); the family rows are one "
+                "small call each"
+            )
+        else:
+            what = (
+                "Measured before launch plans. `Kernel.__call__` runs a GELU bf16 kernel on a "
+                "(1, 1024) tensor"
+            )
+        parts += [
             source(d, "launch_overhead.py"),
-            "Host time per call for a GELU bf16 kernel on a (1, 1024) tensor, GPU not waited "
-            "on (best of 5 x 5000 calls); `step:` rows time one piece of the launch path alone. "
-            "Target: `Kernel.__call__` with torch tensors <= 5 us.",
+            "Host time per call, GPU not waited on (best of 5 x 5000 calls). "
+            f"{what}; `step:` rows time one piece of a launch alone. Target: "
+            "`Kernel.__call__` with torch tensors <= 5 us.",
             md_table(["call", "us"], rows),
         ]
-    )
+    if cpu is not None:
+        base = load("launch_overhead-cpu-baseline") or {"rows": []}
+        before = {r["case"]: r["us"] for r in base["rows"]}
+        rows = [[r["case"], f"{r['us']:.2f}",
+                 f"{before[r['case']]:.2f}" if r["case"] in before else "-"]
+                for r in cpu["rows"]]  # fmt: skip
+        parts += [
+            f"Python side only, measured {cpu['date'][:10]} on {cpu['cpus']} CPUs "
+            f"({cpu['cpu_model']}), no GPU: `python bench/launch_overhead.py --cpu` (data: "
+            "`bench/results/launch_overhead-cpu*.json`). A stub libcuda "
+            "(tests/host_cuda/libcuda_stub.c) returns at once from every call, so cuda.bindings "
+            "and ctypes still convert their arguments but the driver's own time (~1-2 us per "
+            "launch) is missing; tensors are tests/fake_torch.py's. The baseline column is "
+            f"the same script run against {base.get('version', 'the previous version')}.",
+            md_table(["call", "us", "baseline us"], rows),
+        ]
+    return "\n\n".join(parts)
 
 
 def _best_and_default(

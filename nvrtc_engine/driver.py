@@ -21,14 +21,15 @@ __all__ = [
     "Device",
     "DeviceBuffer",
     "ParamPack",
+    "Preset",
     "current_device",
-    "function_handle",
     "device_count",
     "get_device",
     "launch",
     "load_function",
     "make_current",
     "pointer_device",
+    "stream_object",
     "synchronize",
     "time_launches",
 ]
@@ -39,10 +40,17 @@ _init_error: BaseException | None = None
 _devices: dict[int, Device] = {}
 
 
-def _drv() -> Any:
-    from cuda.bindings import driver
+_bindings: Any = None
 
-    return driver
+
+def _drv() -> Any:
+    """``cuda.bindings.driver``, imported on first use."""
+    global _bindings
+    if _bindings is None:
+        from cuda.bindings import driver
+
+        _bindings = driver
+    return _bindings
 
 
 def check(result: Any, call: str) -> Any:
@@ -104,7 +112,6 @@ class Device:
     sm_count: int
     handle: Any
     context: Any
-    context_address: int = 0
 
     @property
     def arch(self) -> str:
@@ -147,7 +154,7 @@ def get_device(ordinal: int) -> Device:
         raw_name = check(drv.cuDeviceGetName(256, handle), "cuDeviceGetName")
         ctx = check(drv.cuDevicePrimaryCtxRetain(handle), "cuDevicePrimaryCtxRetain")
         dev = Device(ordinal, raw_name.split(b"\0", 1)[0].decode(), int(major), int(minor),
-                     int(sms), handle, ctx, int(ctx))  # fmt: skip
+                     int(sms), handle, ctx)  # fmt: skip
         _devices[ordinal] = dev
         return dev
 
@@ -175,17 +182,14 @@ def current_device() -> int:
 
 
 def make_current(dev: Device) -> None:
-    """Make ``dev``'s primary context current on this thread if it is not already."""
-    fast = _fast_api()
-    if fast:
-        out = fast.ctx_out
-        if fast.ctx_get_current(fast.ctx_out_ref) == 0 and out.value == dev.context_address:
-            return
-    else:
-        err, ctx = _drv().cuCtxGetCurrent()
-        if int(err) == 0 and ctx is not None and int(ctx) == dev.context_address:
-            return
-    check(_drv().cuCtxSetCurrent(dev.context), "cuCtxSetCurrent")
+    """Make ``dev``'s primary context current on this thread if it is not already.
+
+    One ``cuCtxGetCurrent`` per call (PyTorch, CuPy or the caller may have switched the
+    thread's context since the last launch, so the answer is never cached).
+    """
+    drv = _drv()
+    if drv.cuCtxGetCurrent()[1] != dev.context:
+        check(drv.cuCtxSetCurrent(dev.context), "cuCtxSetCurrent")
 
 
 def load_function(dev: Device, image: bytes, symbol: str) -> tuple[Any, Any]:
@@ -212,107 +216,108 @@ def pointer_device(ptr: int) -> int:
 
 
 class ParamPack:
-    """Packs kernel parameters into a per-thread buffer, once per launch, with one call.
+    """The parameter list of one kernel: packs values into a per-thread buffer.
 
     ``kinds`` has one letter per kernel parameter: ``P`` pointer, ``q`` int64, ``i`` int32,
-    ``f`` float32. Each parameter gets an 8-byte slot; :meth:`pack` writes the values and
-    returns the ``void*[]`` that ``cuLaunchKernel`` takes (as a ctypes pointer, accepted by
-    :func:`launch`). The buffer is thread-local, so concurrent launches of one kernel from
-    several threads do not race; the driver copies the values at launch.
+    ``f`` float32. Each parameter gets an 8-byte slot (an int32 or float32 in its first four
+    bytes). :meth:`pack` writes every value with one ``struct.pack_into`` and returns the
+    address of the ``void*[]`` that ``cuLaunchKernel`` takes (an int, as :func:`launch` takes
+    it); :meth:`preset` packs the values once for a launch plan, whose calls rewrite only the
+    slots that change. Buffers are thread-local, so concurrent launches of one kernel from
+    several threads do not race; the driver copies the values at launch, so a buffer is free
+    again as soon as ``cuLaunchKernel`` returns.
     """
 
     _SLOT = {"P": "Q", "q": "q", "i": "i4x", "f": "f4x"}
 
     def __init__(self, kinds: str) -> None:
+        self.kinds = kinds
         self._struct = struct.Struct("<" + "".join(self._SLOT[k] for k in kinds))
-        self._count = len(kinds)
         self._local = threading.local()
 
-    def _buffers(self) -> tuple[Any, Any]:
-        import ctypes
-
-        data = ctypes.create_string_buffer(max(8, self._struct.size))
-        base = ctypes.addressof(data)
-        ptrs = (ctypes.c_void_p * max(1, self._count))(*(base + 8 * i for i in range(self._count)))
-        self._local.keep = (data, ptrs)
-        self._local.slots = (data, ctypes.c_void_p(ctypes.addressof(ptrs)))
-        return self._local.slots
-
-    def pack(self, *values: Any) -> Any:
+    def pack(self, *values: Any) -> int:
+        """Write ``values`` (one per parameter) and return the ``void*[]`` address."""
         try:
             data, address = self._local.slots
         except AttributeError:
-            data, address = self._buffers()
+            data, _, _, address = _param_buffers(self._struct.size, bytes(self._struct.size))
+            self._local.slots = (data, address)
         self._struct.pack_into(data, 0, *values)
         return address
 
+    def preset(self, values: tuple[Any, ...] | list[Any]) -> Preset:
+        """``values`` packed once (see :class:`Preset`)."""
+        return Preset(self._struct.pack(*values))
 
-class _FastAPI:
-    """ctypes entry points into libcuda for the two calls on every launch.
 
-    cuda.bindings converts each argument of ``cuLaunchKernel`` into a wrapper object (about
-    4 us a call, bench/launch_overhead.py); a ctypes call with pre-built pointer arguments
-    skips that. Everything else goes through cuda.bindings.
+class Preset:
+    """A packed parameter list for repeated launches that change only some slots.
+
+    :meth:`buffers` gives this thread's copy as ``(slots, floats, address)``: ``slots`` a
+    ``uint64`` view of the 8-byte slots (``slots[i] = pointer``), ``floats`` a ``float32``
+    view (slot ``i``'s value is ``floats[2 * i]``) and ``address`` the ``void*[]`` for
+    ``cuLaunchKernel``. Each thread's copy starts from the packed image; a launch writes the
+    slots that change and launches before another launch of the same thread reuses it.
     """
 
-    def __init__(self, lib: Any) -> None:
-        import ctypes
+    __slots__ = ("_image", "local")
 
-        self.launch = lib.cuLaunchKernel
-        self.launch.restype = ctypes.c_int
-        self.ctx_get_current = lib.cuCtxGetCurrent
-        self.ctx_get_current.restype = ctypes.c_int
-        self.ctx_out = ctypes.c_void_p()
-        self.ctx_out_ref = ctypes.byref(self.ctx_out)
-        self.void_p = ctypes.c_void_p
+    def __init__(self, image: bytes) -> None:
+        self._image = image
+        self.local = threading.local()  # .views: this thread's (slots, floats, address)
 
-
-_fast: _FastAPI | bool | None = None
-
-
-def _fast_api() -> _FastAPI | None:
-    """The ctypes fast path, or None where libcuda cannot be opened by name (then
-    cuda.bindings is used)."""
-    global _fast
-    if _fast is None:
-        import ctypes
-
+    def buffers(self) -> tuple[memoryview, memoryview, int]:
         try:
-            _init()
-            _fast = _FastAPI(ctypes.CDLL("libcuda.so.1"))
-        except (OSError, NoDeviceError, AttributeError):
-            _fast = False
-    return _fast or None
+            return self.local.views
+        except AttributeError:
+            _, slots, floats, address = _param_buffers(len(self._image), self._image)
+            self.local.views = (slots, floats, address)
+            return self.local.views
 
 
-def function_handle(function: Any) -> Any:
-    """A ``CUfunction`` as the pre-built ctypes pointer :func:`launch` takes fastest."""
+def _param_buffers(size: int, image: bytes) -> tuple[Any, memoryview, memoryview, int]:
+    """One ctypes buffer holding the slots (initialized to ``image``) followed by the
+    ``void*[]`` pointing at each slot; returns it, its uint64 and float32 views (which keep it
+    alive) and the address of the ``void*[]``."""
     import ctypes
 
-    return ctypes.c_void_p(int(function))
+    count = max(1, size // 8)
+    data = (ctypes.c_uint64 * (2 * count))()
+    ctypes.memmove(data, image, size)
+    base = ctypes.addressof(data)
+    for i in range(count):
+        data[count + i] = base + 8 * i
+    raw = memoryview(data).cast("B")
+    return data, raw.cast("Q"), raw.cast("f"), base + 8 * count
+
+
+_streams: dict[int, Any] = {}
+
+
+def stream_object(handle: int) -> Any:
+    """The ``CUstream`` for an int handle, made once per handle (cuda.bindings converts an int
+    argument into a new ``CUstream`` on every call, which costs more than the lookup)."""
+    stream = _streams.get(handle)
+    if stream is None:
+        if len(_streams) >= 1024:  # streams come and go; handles are only ever re-wrapped
+            _streams.clear()
+        stream = _streams[handle] = _drv().CUstream(handle)
+    return stream
 
 
 def launch(function: Any, grid: int, block: int, stream: int, params: Any, shmem: int = 0) -> None:
     """``cuLaunchKernel`` with a 1-D grid and block.
 
-    ``function`` is a ``CUfunction`` or (faster) its :func:`function_handle`; ``params`` is
-    what :meth:`ParamPack.pack` returns; ``stream`` an int handle. Raises
-    :class:`~nvrtc_engine.CudaError` when the launch is refused.
+    ``function`` is a ``CUfunction``; ``params`` the ``void*[]`` address that
+    :meth:`ParamPack.pack` returns (an int; a ``ctypes.c_void_p`` is accepted); ``stream``
+    an int handle. Raises :class:`~nvrtc_engine.CudaError` when the launch is refused.
     """
-    fast = _fast_api()
-    if fast is not None:
-        vp = fast.void_p
-        if type(function) is not vp:
-            function = vp(int(function))
-        if type(params) is int:  # a bare address: ctypes would pass it as a 32-bit int
-            params = vp(params)
-        err = fast.launch(function, grid, 1, 1, block, 1, 1, shmem, vp(stream), params, None)
-        if err:
-            check((_drv().CUresult(err),), "cuLaunchKernel")
-        return
-    address = params.value if hasattr(params, "value") else params
-    (err,) = _drv().cuLaunchKernel(function, grid, 1, 1, block, 1, 1, shmem, stream, address, 0)
-    if int(err) != 0:
+    if type(params) is not int:
+        params = params.value
+    (err,) = _drv().cuLaunchKernel(
+        function, grid, 1, 1, block, 1, 1, shmem, stream_object(stream), params, 0
+    )
+    if err:
         check((err,), "cuLaunchKernel")
 
 

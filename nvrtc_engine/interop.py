@@ -22,7 +22,16 @@ from typing import Any
 from .dtypes import DTYPES, DType
 from .errors import ArgumentError, ArgumentTypeError
 
-__all__ = ["Array", "allocate_bytes", "allocate_like", "as_array", "stream_handle"]
+__all__ = [
+    "TORCH_TYPES",
+    "Array",
+    "allocate_bytes",
+    "allocate_like",
+    "as_array",
+    "explicit_stream",
+    "stream_handle",
+    "torch_stream_getter",
+]
 
 _TYPESTR_DTYPES: dict[str, tuple[str, ...]] = {
     "<f4": ("fp32",), "<f2": ("fp16",), "<u2": ("bf16",), "|u1": ("fp8_e4m3", "fp8_e5m2"),
@@ -33,6 +42,10 @@ _DLPACK_DTYPES: dict[tuple[int, int], tuple[str, ...]] = {
     (10, 8): ("fp8_e4m3",), (12, 8): ("fp8_e5m2",), (1, 8): ("fp8_e4m3", "fp8_e5m2"),
 }  # fmt: skip
 _TORCH_DTYPES: dict[Any, tuple[str, ...]] = {}
+# Exactly torch.Tensor and torch.nn.Parameter once PyTorch has been seen (filled by the first
+# tensor argument): the classes whose attributes the launch plans read directly (subclasses,
+# e.g. wrapper tensors, take the generic path).
+TORCH_TYPES: set[type] = set()
 
 
 class Array:
@@ -101,6 +114,11 @@ def _from_torch(obj: Any, name: str) -> Array:
     dtypes = _TORCH_DTYPES.get(dt)
     if dtypes is None:
         dtypes = _torch_dtypes(sys.modules["torch"]).get(dt, ())
+    cls = type(obj)
+    if cls not in TORCH_TYPES:
+        torch = sys.modules["torch"]
+        if cls is torch.Tensor or cls is torch.nn.Parameter:
+            TORCH_TYPES.add(cls)
     return Array(obj.data_ptr(), tuple(obj.shape), dtypes, dt, device, obj.is_contiguous(),
                  "torch", obj)  # fmt: skip
 
@@ -234,14 +252,18 @@ def stream_handle(stream: Any, like: Array) -> int:
     """
     if stream is None:
         if like.kind == "torch":
-            torch_c = sys.modules["torch"]._C
-            getter = getattr(torch_c, "_cuda_getCurrentRawStream", None)
-            if getter is not None:
-                return int(getter(like.device))
-            return int(sys.modules["torch"].cuda.current_stream(like.device).cuda_stream)
+            return int(torch_stream_getter()(like.device))
         if like.kind == "cupy":
             return int(sys.modules["cupy"].cuda.get_current_stream().ptr)
         return 0
+    return explicit_stream(stream)
+
+
+def explicit_stream(stream: Any) -> int:
+    """The handle of a stream given explicitly (anything but None; see the module docstring).
+
+    Raises :class:`~nvrtc_engine.ArgumentTypeError` for anything that is not a stream.
+    """
     if isinstance(stream, int) and not isinstance(stream, bool):
         return stream
     proto = getattr(stream, "__cuda_stream__", None)
@@ -259,3 +281,24 @@ def stream_handle(stream: Any, like: Array) -> int:
         "expected None, an int handle, an object with __cuda_stream__, a torch.cuda.Stream, "
         f"a CuPy stream or a CUstream; got {type(stream).__qualname__}",
     )
+
+
+_raw_stream: Any = None
+
+
+def torch_stream_getter() -> Any:
+    """``device -> handle`` of PyTorch's current stream on a device: the cheapest call there
+    is (``torch._C._cuda_getCurrentRawStream``), or ``torch.cuda.current_stream`` where
+    that private function is missing. PyTorch must be imported."""
+    global _raw_stream
+    if _raw_stream is None:
+        torch = sys.modules["torch"]
+        getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if getter is None:
+            current = torch.cuda.current_stream
+
+            def getter(device: int) -> int:
+                return int(current(device).cuda_stream)
+
+        _raw_stream = getter
+    return _raw_stream

@@ -2,25 +2,36 @@
 
 :class:`Kernel` is what :func:`~nvrtc_engine.get_kernel` returns. Each kernel family
 subclasses it with a ``__call__`` that binds arrays to parameters; this module holds what
-they share: lazy per-device loading, device checks, and the launch itself.
+they share: lazy per-device loading, device checks, launch plans and the launch itself.
+
+Launch plans (:mod:`nvrtc_engine.plans`): a family's ``__call__`` first offers its array
+arguments to :meth:`Kernel._fast`; a call with torch tensors whose plan key was seen before
+launches through its plan, any other takes the family's generic path, which checks every
+argument and hands its launches to :meth:`Kernel._submit`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import driver
 from .errors import ArgumentError
-from .interop import Array, allocate_like, as_array
+from .interop import Array, allocate_like, as_array, stream_handle
 from .key import arch_number
+from .plans import NO_PLAN, LaunchPlan, LaunchSpec, fast_path
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .dtypes import DType
     from .key import KernelKey
 
 __all__ = ["Artifact", "Kernel", "Loaded"]
+
+MAX_PLANS = 256  # plans kept per kernel (per distinct plan key); the oldest go first
 
 
 @dataclass(frozen=True)
@@ -43,14 +54,12 @@ class Artifact:
 
 @dataclass(frozen=True)
 class Loaded:
-    """A kernel loaded on one device: the device, its module, its functions (``CUfunction``,
-    for driver calls such as attributes) and their launch handles (for :func:`driver.launch`).
-    """
+    """A kernel loaded on one device: the device, its module and its functions
+    (``CUfunction``, in the order of the artifact's symbols)."""
 
     device: driver.Device
     functions: tuple[Any, ...]
     module: Any
-    handles: tuple[Any, ...] = ()
 
 
 def runs_on(key_arch: str, device_arch: str) -> bool:
@@ -80,6 +89,8 @@ class Kernel:
         self.origin = origin
         self._loaded: dict[int, Loaded] = {}
         self._lock = threading.Lock()
+        self._launch_plans: dict[Any, LaunchPlan] = {}  # by plan key
+        self._last_plan = NO_PLAN  # the plan of the last planned call, checked first
 
     def __repr__(self) -> str:
         return (f"<Kernel {self.key} {self.artifact.kind} {len(self.artifact.image)} B "
@@ -117,14 +128,58 @@ class Kernel:
                     functions.append(driver.check(
                         driver._drv().cuModuleGetFunction(module, symbol.encode()),
                         "cuModuleGetFunction"))  # fmt: skip
-                got = Loaded(
-                    dev,
-                    tuple(functions),
-                    module,
-                    tuple(driver.function_handle(f) for f in functions),
-                )
+                got = Loaded(dev, tuple(functions), module)
                 self._loaded[device] = got
         return got
+
+    # Launching: plans (the fast path) and the generic launch --------------------------------
+
+    def _fast(
+        self, tensors: Sequence[Any], floats: Sequence[float], stream: Any, extra: Any = None
+    ) -> tuple[Any, Any]:
+        """Launch through the call's plan if it has one: see :func:`plans.fast_path`, which
+        makes this method for a number of array arguments (families set ``_fast =
+        fast_path(n)``; this one finds it on each call)."""
+        return fast_path(len(tensors))(self, tensors, floats, stream, extra)
+
+    def _submit(
+        self, key: Any, given: Sequence[Any], tensors: Sequence[Any], ptrs: Sequence[int],
+        floats: Sequence[float], stream: Any, like: Array, launches: Sequence[LaunchSpec],
+    ) -> None:  # fmt: skip
+        """Launch what a family's generic path computed, in order, on one stream.
+
+        ``launches``: ``(function index, grid, block, ParamPack, values, refs)`` each;
+        ``refs`` are ``(slot, ref)`` pairs naming the slots that hold an array argument's
+        address (:class:`~plans.Ptr`) or a per-call float (:class:`~plans.Float`).
+        ``given`` are the array arguments as passed, ``tensors`` as used (outputs
+        allocated), ``ptrs`` their addresses (0 for None). With a plan key from
+        :meth:`_fast` the launches become that key's :class:`~plans.LaunchPlan` and run
+        through it; otherwise they are packed and launched here (launches sharing a
+        ParamPack must share its values: all are packed first).
+        """
+        if key is not None and launches:
+            loaded = self.loaded(like.device)
+            plan = LaunchPlan.build(self, loaded, given, tensors, ptrs, floats, launches)
+            if plan is not None:
+                plans = self._launch_plans
+                if len(plans) >= MAX_PLANS:  # evict the oldest (another thread may be too)
+                    with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                        del plans[next(iter(plans))]
+                plan.key = key
+                plans[key] = plan
+                plan.run(tensors, list(ptrs), floats, stream, allocate=False)
+                return
+        calls = [(i, g, b, p.pack(*v)) for i, g, b, p, v, _ in launches]
+        self._launch(like, stream, calls)
+
+    def _launch(self, like: Array, stream: Any, calls: list[tuple[int, int, int, int]]) -> None:
+        """Launch ``(function index, grid, block, params)`` in order on one stream
+        (``params``: a :meth:`driver.ParamPack.pack` address)."""
+        handle = stream_handle(stream, like)
+        loaded = self.loaded(like.device)
+        driver.make_current(loaded.device)
+        for index, grid, block, params in calls:
+            driver.launch(loaded.functions[index], grid, block, handle, params)
 
     # Shared argument checks, used by the families' __call__ -----------------------------
 

@@ -27,6 +27,7 @@ from ..errors import ArgumentError, ArgumentTypeError, VariantError
 from ..interop import Array, stream_handle
 from ..kernel import Kernel
 from ..key import LAYOUTS
+from ..plans import Float, Ptr, fast_path
 from .base import OpSpec
 from .blockscale import MXFP8_BLOCK
 from .mxfp8 import MXFP8Output, bind_mxfp8_output, zero_fresh_scales
@@ -52,6 +53,13 @@ __all__ = [
 ]
 
 MAX_GRID = 2**31 - 1  # CUDA's limit on gridDim.x; the kernels loop over what is left
+# Parameter slots that take the array arguments (grad, x, out, scale, amax, scale_inv) or
+# clamped SwiGLU's floats (limit, alpha, linear_offset), for launch plans (Kernel._submit).
+_GRAD, _X, _OUT, _SCALE, _AMAX, _SCALE_INV = (Ptr(i) for i in range(6))
+_FLAT_REFS = ((0, _X), (1, _OUT), (3, _SCALE), (4, _AMAX), (5, _SCALE_INV))
+_FLAT_GRAD_REFS = (*_FLAT_REFS, (7, _GRAD))
+_TILE_REFS = ((0, _X), (1, _GRAD), (2, _OUT), (10, _SCALE), (11, _AMAX), (12, _SCALE_INV))
+_CLAMP_REFS = ((13, Float(0)), (14, Float(1)), (15, Float(2)))
 KINDS: tuple[str, ...] = ("act", "dact", "gated", "dgated")
 CLAMPED_SWIGLU_ALPHA = 1.702
 CLAMPED_SWIGLU_LINEAR_OFFSET = 1.0
@@ -215,6 +223,7 @@ class ActivationSpec(OpSpec):
 class _Launcher(Kernel):
     """Argument binding and launch shared by every activation kernel class."""
 
+    _fast = fast_path(6)  # grad, x, out, scale, amax, scale_inv
     _flat_params = driver.ParamPack("PPqPPPi")
     _flat_grad_params = driver.ParamPack("PPqPPPiP")
     _tile_params = driver.ParamPack("PPPPPPqqqqPPPfffi")
@@ -300,12 +309,17 @@ class _Launcher(Kernel):
     # -- launch ---------------------------------------------------------------------------
 
     def _run(self, grad: Any, x: Any, out: Any, scale: Any, amax: Any, scale_inv: Any,
-             stream: Any, limit: float, alpha: float, linear_offset: float) -> Any:  # fmt: skip
+             stream: Any, floats: tuple[float, ...], key: Any) -> Any:  # fmt: skip
+        """The generic path: check every argument, then launch (``floats``: clamped SwiGLU's
+        ``(limit, alpha, linear_offset)``, else empty; ``key``: the plan key from
+        :meth:`_fast`)."""
+        given = (grad, x, out, scale, amax, scale_inv)
         xa = self._input(x, "x", self._in)
         rows, cols, out_shape = self._shapes(xa)
         g_ptr = self._grad(grad, xa, cols).ptr if self._backward else 0
         bound = None
         if self._mx:
+            key = None  # the scale tensors it allocates are zeroed first: no plan
             bound = bind_mxfp8_output(out, xa, out_shape, self._out, self.key.layout,
                                       self._output)  # fmt: skip
             out = bound.result
@@ -323,14 +337,14 @@ class _Launcher(Kernel):
         scale_ptr, amax_ptr, scale_inv_ptr = self._tensor_scaling(scale, amax, scale_inv, xa)
         if rows == 0 or cols == 0:
             return out
-        handle = stream_handle(stream, xa)
-        loaded = self.loaded(xa.device)
+        limit, alpha, linear_offset = floats or (0.0, 0.0, 0.0)
         if self._tiled:
             aligned = ((xa.ptr | g_ptr | y_ptr | y_col_ptr) & 15) == 0 and cols % self._vec == 0
             grid = min(-(-rows // self._tile_rows) * -(-cols // self._tile_cols), MAX_GRID)
             s_row = (bound.rowwise_scale, bound.rowwise_scale_stride) if bound else (0, 0)
             s_col = (bound.columnwise_scale, bound.columnwise_scale_stride) if bound else (0, 0)
-            params = self._tile_params.pack(
+            pack, refs = self._tile_params, _TILE_REFS + (_CLAMP_REFS if floats else ())
+            values = (
                 xa.ptr, g_ptr, y_ptr, y_col_ptr, s_row[0], s_col[0], rows, cols, s_row[1],
                 s_col[1], scale_ptr, amax_ptr, scale_inv_ptr, limit, alpha, linear_offset,
                 int(aligned),
@@ -339,17 +353,20 @@ class _Launcher(Kernel):
             n = xa.numel
             aligned = ((xa.ptr | g_ptr | y_ptr) & 15) == 0
             grid = min(-(-n // (self._per_block if aligned else self._threads)), MAX_GRID)
+            pack, refs = self._flat_params, _FLAT_REFS
+            values = (xa.ptr, y_ptr, n, scale_ptr, amax_ptr, scale_inv_ptr, int(aligned))
             if self._backward:
-                params = self._flat_grad_params.pack(
-                    xa.ptr, y_ptr, n, scale_ptr, amax_ptr, scale_inv_ptr, int(aligned), g_ptr
-                )
-            else:
-                params = self._flat_params.pack(xa.ptr, y_ptr, n, scale_ptr, amax_ptr,
-                                                scale_inv_ptr, int(aligned))  # fmt: skip
-        driver.make_current(loaded.device)
-        if bound is not None and bound.fresh:
+                pack, refs = self._flat_grad_params, _FLAT_GRAD_REFS
+                values = (*values, g_ptr)
+        if bound is not None and bound.fresh:  # zeroed on the launch stream, before the kernel
+            handle = stream_handle(stream, xa)
+            driver.make_current(self.loaded(xa.device).device)
             zero_fresh_scales(bound, handle)
-        driver.launch(loaded.functions[0], grid, self._threads, handle, params)
+            stream = handle
+        tensors = (grad, x, out, scale, amax, scale_inv)
+        ptrs = (g_ptr, xa.ptr, y_ptr, scale_ptr, amax_ptr, scale_inv_ptr)
+        self._submit(key, given, tensors, ptrs, floats, stream, xa,
+                     [(0, grid, self._threads, pack, values, refs)])  # fmt: skip
         return out
 
 
@@ -411,7 +428,10 @@ class ActivationKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        return self._run(None, x, out, scale, amax, scale_inv, stream, 0.0, 0.0, 0.0)
+        done, key = self._fast((None, x, out, scale, amax, scale_inv), (), stream)
+        if done is not None:
+            return done[2]
+        return self._run(None, x, out, scale, amax, scale_inv, stream, (), key)
 
 
 class ActivationGradKernel(_Launcher):
@@ -447,7 +467,10 @@ class ActivationGradKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        return self._run(grad, x, out, scale, amax, scale_inv, stream, 0.0, 0.0, 0.0)
+        done, key = self._fast((grad, x, out, scale, amax, scale_inv), (), stream)
+        if done is not None:
+            return done[2]
+        return self._run(grad, x, out, scale, amax, scale_inv, stream, (), key)
 
 
 class ClampedSwiGLUKernel(_Launcher):
@@ -477,8 +500,11 @@ class ClampedSwiGLUKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        params = _clamp_params(limit, alpha, linear_offset)
-        return self._run(None, x, out, scale, amax, scale_inv, stream, *params)
+        floats = _clamp_params(limit, alpha, linear_offset)
+        done, key = self._fast((None, x, out, scale, amax, scale_inv), floats, stream)
+        if done is not None:
+            return done[2]
+        return self._run(None, x, out, scale, amax, scale_inv, stream, floats, key)
 
 
 class ClampedSwiGLUGradKernel(_Launcher):
@@ -507,8 +533,11 @@ class ClampedSwiGLUGradKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        params = _clamp_params(limit, alpha, linear_offset)
-        return self._run(grad, x, out, scale, amax, scale_inv, stream, *params)
+        floats = _clamp_params(limit, alpha, linear_offset)
+        done, key = self._fast((grad, x, out, scale, amax, scale_inv), floats, stream)
+        if done is not None:
+            return done[2]
+        return self._run(grad, x, out, scale, amax, scale_inv, stream, floats, key)
 
 
 _PLAIN = (

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import driver
 from ..errors import ArgumentError, VariantError
-from ..interop import Array, allocate_bytes, as_array, stream_handle
+from ..interop import Array, allocate_bytes, as_array
 from ..kernel import Kernel
 
 if TYPE_CHECKING:
@@ -97,14 +97,6 @@ class CastKernelBase(Kernel):
             a.device = _device_of(a, name)
         self._same_device(a, name, like)
         return obj, a
-
-    def _launch(self, like: Array, stream: Any, calls: list[tuple[int, int, int, int]]) -> None:
-        """Launch ``(function index, grid, block, params)`` in order on one stream."""
-        handle = stream_handle(stream, like)
-        loaded = self.loaded(like.device)
-        driver.make_current(loaded.device)
-        for index, grid, block, params in calls:
-            driver.launch(loaded.functions[index], grid, block, handle, params)
 
 
 def _device_of(a: Array, name: str) -> int:

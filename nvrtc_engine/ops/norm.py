@@ -38,9 +38,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 from .. import driver
 from ..dtypes import DTYPES, DType
 from ..errors import ArgumentError, ArgumentTypeError, CudaError, VariantError
-from ..interop import Array, allocate_like, stream_handle
+from ..interop import Array, allocate_like
 from ..kernel import Kernel, Loaded
 from ..key import arch_number
+from ..plans import Float, Ptr, fast_path
 from .base import FP8, HIGH_PRECISION, TYPE_TAGS, OpSpec
 from .blockscale import mxfp8_scale_shape
 
@@ -96,6 +97,15 @@ LOOP_BLOCK = 1024  # threads per CTA of the streaming kernels (forward, backward
 TILE_BLOCK = 256  # threads per CTA of the streaming backward (8 warps on a 32-access tile)
 TILE_CTAS_PER_SM = 4  # guess, to be measured: target CTAs of the streaming backward
 FINALIZE_BLOCK = 256
+# Parameter slots that take the array arguments or eps, for launch plans (Kernel._submit).
+# Forward (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv): scale_inv is slot 8
+# with tensor scaling, slot 9 (the block scales) with MXFP8.
+_FWD_REFS = (*((i, Ptr(i)) for i in range(8)), (12, Float(0)))
+_FWD_TENSOR_REFS = (*_FWD_REFS, (8, Ptr(8)))
+_FWD_MXFP8_REFS = (*_FWD_REFS, (9, Ptr(8)))
+# Backward (dz, x, mu, rsigma, gamma, add, dx, dgamma, dbeta, workspace); slot 8, the row
+# sums inside the workspace, is added per call (its offset depends on the shapes).
+_BWD_REFS = (*((i, Ptr(i)) for i in range(7)), (7, Ptr(9)), (9, Ptr(7)), (10, Ptr(8)))
 
 
 @dataclass(frozen=True)
@@ -434,6 +444,16 @@ class _NormKernel(Kernel):
         return v if self.config.mode == "regs" or hidden % v == 0 else 1
 
 
+def _valid_eps(value: Any) -> float | None:
+    """``eps`` as a float, or None where :func:`_eps` raises."""
+    if type(value) is float and 0.0 <= value < math.inf:
+        return value
+    try:
+        return _eps(value)
+    except ArgumentError:
+        return None
+
+
 def _eps(value: Any) -> float:
     if isinstance(value, bool):
         raise ArgumentError("eps", f"must be a float >= 0, got {value!r}")
@@ -447,6 +467,7 @@ def _eps(value: Any) -> float:
 
 
 class _NormFwdKernel(_NormKernel):
+    _fast = fast_path(9)  # x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv
     _params = driver.ParamPack("PPPPPPPPPPqifiiiq")
 
     def _function_threads(self) -> tuple[int, ...]:
@@ -456,6 +477,13 @@ class _NormFwdKernel(_NormKernel):
         self, x: Any, gamma: Any, beta: Any, eps: Any, out: Any, mu: Any, rsigma: Any,
         scale: Any, amax: Any, scale_inv: Any, stream: Any,
     ) -> tuple[Any, Any, Any, Any]:  # fmt: skip
+        given = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
+        eps_value = _valid_eps(eps)
+        plan_key = None
+        if eps_value is not None:  # else _eps raises below, after the array checks
+            done, plan_key = self._fast(given, (eps_value,), stream)
+            if done is not None:
+                return done[3], done[4], done[5], done[8]
         key = self.key
         xa = self._input(x, "x", self._in)
         rows, hidden = self._rows(xa, "x")
@@ -482,9 +510,7 @@ class _NormFwdKernel(_NormKernel):
             scale_ptr, amax_ptr, scale_inv_ptr = self._tensor_scaling(scale, amax, scale_inv, xa)
         if rows == 0:
             return out, mu, rsigma, scale_inv
-        handle = stream_handle(stream, xa)
-        loaded = self.loaded(xa.device)
-        dev = self._device(loaded)
+        dev = self._device(self.loaded(xa.device))
         cfg = self.config
         vec = self._vec(hidden)
         aligned = vec > 1 and _aligned([
@@ -501,13 +527,17 @@ class _NormFwdKernel(_NormKernel):
             tpr = loop_threads_per_row(hidden)
             groups = -(-rows // (LOOP_BLOCK // tpr))
             grid = min(groups, MAX_GRID if FWD_ONE_PASS else dev.sm_count * dev.occupancy[0])
-        params = self._params.pack(
+        values = (
             xa.ptr, ga.ptr, ba.ptr if ba is not None else 0, oa.ptr,
             mua.ptr if mua is not None else 0, rsa.ptr, scale_ptr, amax_ptr, scale_inv_ptr,
             mx_ptr, rows, hidden, eps_value, int(aligned), tpr, mx_stride, mx_rows,
         )  # fmt: skip
-        driver.make_current(loaded.device)
-        driver.launch(loaded.functions[0], grid, cfg.threads, handle, params)
+        mx = key.scaling == "mxfp8"
+        tensors = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
+        ptrs = (*values[:8], mx_ptr if mx else scale_inv_ptr)
+        refs = _FWD_MXFP8_REFS if mx else _FWD_TENSOR_REFS
+        self._submit(plan_key, given, tensors, ptrs, (eps_value,), stream, xa,
+                     [(0, grid, cfg.threads, self._params, values, refs)])  # fmt: skip
         return out, mu, rsigma, scale_inv
 
 
@@ -586,6 +616,7 @@ class _BwdPlan:
 
 
 class _NormBwdKernel(_NormKernel):
+    _fast = fast_path(10)  # dz, x, mu, rsigma, gamma, add, dx, dgamma, dbeta, workspace
     _params = driver.ParamPack("PPPPPPPPPPPqiiiiqi")
 
     def _function_threads(self) -> tuple[int, ...]:
@@ -632,6 +663,10 @@ class _NormBwdKernel(_NormKernel):
         self, dz: Any, x: Any, mu: Any, rsigma: Any, gamma: Any, add: Any, dx: Any, dgamma: Any,
         dbeta: Any, workspace: Any, stream: Any,
     ) -> tuple[Any, Any, Any]:  # fmt: skip
+        given = (dz, x, mu, rsigma, gamma, add, dx, dgamma, dbeta, workspace)
+        done, key = self._fast(given, (), stream)
+        if done is not None:
+            return done[6], done[7], done[8]
         spec = self.spec
         xa = self._input(x, "x", self._in)
         rows, hidden = self._rows(xa, "x")
@@ -651,9 +686,7 @@ class _NormBwdKernel(_NormKernel):
                 "array, so the kernel cannot allocate it",
             )  # fmt: skip
         wa = None if workspace is None else self._input(workspace, "workspace", _FP32)
-        handle = stream_handle(stream, xa)
-        loaded = self.loaded(xa.device)
-        dev = self._device(loaded)
+        dev = self._device(self.loaded(xa.device))
         plan = self._plan(dev, rows, hidden)
         if wa is None:
             workspace = allocate_like(xa, (max(1, plan.workspace),), _FP32, "workspace")
@@ -671,21 +704,24 @@ class _NormBwdKernel(_NormKernel):
             (adda, vec * in_size), (ga, vec * w_size),
         ])  # fmt: skip
         ntiles = -(-(hidden // (vec if aligned else 1)) // 32)  # loop mode: 32 accesses each
-        params = self._params.pack(
+        values = (
             dza.ptr, xa.ptr, mua.ptr if mua is not None else 0, rsa.ptr, ga.ptr,
             adda.ptr if adda is not None else 0, dxa.ptr, wa.ptr, wa.ptr + 4 * plan.stats_offset,
             dga.ptr, dba.ptr if dba is not None else 0, rows, hidden, int(aligned), plan.tpr,
             plan.parts, plan.chunk_rows, ntiles,
         )  # fmt: skip
-        fns = loaded.functions
-        driver.make_current(loaded.device)
+        p = (self._params, values, (*_BWD_REFS, (8, Ptr(9, 4 * plan.stats_offset))))
+        launches = []
         if rows > 0 and cfg.mode == "regs":
-            driver.launch(fns[0], plan.parts * cfg.cluster, cfg.threads, handle, params)
+            launches.append((0, plan.parts * cfg.cluster, cfg.threads, *p))
         elif rows > 0:
-            driver.launch(fns[1], plan.stats_grid, LOOP_BLOCK, handle, params)
-            driver.launch(fns[0], plan.parts * ntiles, TILE_BLOCK, handle, params)
+            launches.append((1, plan.stats_grid, LOOP_BLOCK, *p))
+            launches.append((0, plan.parts * ntiles, TILE_BLOCK, *p))
         finalize_grid = spec.accumulators * -(-hidden // 32)
-        driver.launch(fns[-1], finalize_grid, FINALIZE_BLOCK, handle, params)
+        launches.append((-1, finalize_grid, FINALIZE_BLOCK, *p))
+        tensors = (dz, x, mu, rsigma, gamma, add, dx, dgamma, dbeta, workspace)
+        ptrs = (*values[:7], dga.ptr, values[10], wa.ptr)
+        self._submit(key, given, tensors, ptrs, (), stream, xa, launches)
         return dx, dgamma, dbeta
 
 

@@ -22,6 +22,7 @@ from .. import driver
 from ..dtypes import DTYPES
 from ..errors import ArgumentError, VariantError
 from ..key import LAYOUTS, arch_number
+from ..plans import Ptr, fast_path
 from .base import FP8, HIGH_PRECISION, HW_FP8_ARCH, OpSpec
 from .blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 from .cast_common import CastKernelBase, aligned16, ceil_div, validate_sets
@@ -29,6 +30,7 @@ from .cast_common import CastKernelBase, aligned16, ceil_div, validate_sets
 if TYPE_CHECKING:
     from ..kernel import Kernel
     from ..key import KernelKey
+    from ..plans import LaunchSpec
 
 __all__ = [
     "HW_FP4_ARCHS",
@@ -45,6 +47,12 @@ HW_FP4_ARCHS: tuple[int, ...] = (100, 101, 103, 107, 110, 120, 121)
 TILE_ROWS, TILE_COLS, THREADS = 64, 128, 256
 AMAX_THREADS, AMAX_UNROLL, AMAX_MAX_BLOCKS = 256, 4, 1024
 PAD_MAX_BLOCKS = 64
+# Parameter slots that take the array arguments (x, rowwise_data, rowwise_scale_inv,
+# columnwise_data, columnwise_scale_inv, amax, scale_inv, workspace), for launch plans
+# (Kernel._submit): the quantize kernel, the amax kernel and its final reduction.
+_REFS = tuple((i, Ptr(i)) for i in range(7))
+_AMAX_REFS = ((0, Ptr(0)), (2, Ptr(7)))
+_FINAL_REFS = ((0, Ptr(7)), (2, Ptr(5)))
 
 
 def hardware_fp4(arch: str) -> bool:
@@ -149,6 +157,7 @@ class QuantizeKernel(CastKernelBase):
     launching when an argument is wrong.
     """
 
+    _fast = fast_path(8)  # x, rowwise data/scales, columnwise data/scales, amax, scale_inv, ws
     _params = driver.ParamPack("PPPPPPPqqqqqqqi")
     _amax_params = driver.ParamPack("PqPi")
     _final_params = driver.ParamPack("PiP")
@@ -174,6 +183,11 @@ class QuantizeKernel(CastKernelBase):
         scale_inv: Any = None, compute_amax: bool = True, workspace: Any = None,
         stream: Any = None,
     ) -> QuantizeResult:  # fmt: skip
+        args = (x, rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv, amax,
+                scale_inv, workspace)  # fmt: skip
+        done, plan_key = self._fast(args, (), stream, bool(compute_amax))
+        if done is not None:
+            return QuantizeResult(done[1], done[2], done[3], done[4], done[5], done[6])
         key = self.key
         xa = self._input(x, "x", self._in)
         m, k = self._matrix(xa, "x")
@@ -205,8 +219,8 @@ class QuantizeKernel(CastKernelBase):
             pad_items = max(pad_items, padded[0] * padded[1] - real[0] * real[1])
             setattr(res, f"{direction}_data", data)
             setattr(res, f"{direction}_scale_inv", scales)
-        amax_ptr = scale_inv_ptr = 0
-        calls: list[tuple[int, int, int, int]] = []
+        amax_ptr = scale_inv_ptr = ws_ptr = 0
+        launches: list[LaunchSpec] = []
         if self._fp4:
             if amax is None:
                 if not compute_amax:
@@ -219,7 +233,8 @@ class QuantizeKernel(CastKernelBase):
                 scale_inv_ptr = self._scalar_buffer(scale_inv, "scale_inv", xa)
                 res.scale_inv = scale_inv
             if compute_amax:
-                calls += self._amax_calls(xa, m * k, workspace, amax_ptr)
+                workspace, ws_ptr, calls = self._amax_calls(xa, m * k, workspace, amax_ptr)
+                launches += calls
             elif workspace is not None:
                 raise ArgumentError("workspace", "is only used with compute_amax=True")
         else:
@@ -232,14 +247,18 @@ class QuantizeKernel(CastKernelBase):
         pad_blocks = min(ceil_div(pad_items, THREADS), PAD_MAX_BLOCKS)
         if tiles + pad_blocks:
             vec = self._vec(xa.ptr, ptrs, m, k)
-            params = self._params.pack(
+            values = (
                 xa.ptr, *ptrs["rowwise"], *ptrs["columnwise"], amax_ptr, scale_inv_ptr, m, k,
                 pads["rowwise"][1], pads["rowwise"][0], pads["columnwise"][1],
                 pads["columnwise"][0], tiles, int(vec),
             )  # fmt: skip
-            calls.append((0, tiles + pad_blocks, THREADS, params))
-        if calls:
-            self._launch(xa, stream, calls)
+            launches.append((0, tiles + pad_blocks, THREADS, self._params, values, _REFS))
+        if launches:
+            tensors = (x, res.rowwise_data, res.rowwise_scale_inv, res.columnwise_data,
+                       res.columnwise_scale_inv, res.amax, res.scale_inv, workspace)  # fmt: skip
+            addresses = (xa.ptr, *ptrs["rowwise"], *ptrs["columnwise"], amax_ptr, scale_inv_ptr,
+                         ws_ptr)  # fmt: skip
+            self._submit(plan_key, args, tensors, addresses, (), stream, xa, launches)
         return res
 
     def _vec(self, x_ptr: int, ptrs: dict[str, list[int]], m: int, k: int) -> bool:
@@ -250,7 +269,8 @@ class QuantizeKernel(CastKernelBase):
 
     def _amax_calls(
         self, xa: Any, n: int, workspace: Any, amax_ptr: int
-    ) -> list[tuple[int, int, int, int]]:
+    ) -> tuple[Any, int, list[LaunchSpec]]:
+        """The workspace (allocated when None), its address and the two amax launches."""
         if workspace is not None:
             wa = self._input(workspace, "workspace", DTYPES["fp32"])
             self._same_device(wa, "workspace", xa)
@@ -263,10 +283,12 @@ class QuantizeKernel(CastKernelBase):
         if workspace is None:
             workspace, wa = self._output(None, "workspace", xa, (blocks,), DTYPES["fp32"])
         aligned = aligned16(xa.ptr)
-        return [
-            (1, blocks, AMAX_THREADS, self._amax_params.pack(xa.ptr, n, wa.ptr, int(aligned))),
-            (2, 1, 1024, self._final_params.pack(wa.ptr, blocks, amax_ptr)),
-        ]
+        calls = [
+            (1, blocks, AMAX_THREADS, self._amax_params, (xa.ptr, n, wa.ptr, int(aligned)),
+             _AMAX_REFS),
+            (2, 1, 1024, self._final_params, (wa.ptr, blocks, amax_ptr), _FINAL_REFS),
+        ]  # fmt: skip
+        return workspace, wa.ptr, calls
 
 
 QUANTIZE_SPEC = QuantizeSpec()

@@ -1,0 +1,264 @@
+"""Launch plans: what a kernel call with torch tensors needs once its arguments are checked.
+
+A family's ``__call__`` first offers its array arguments to ``Kernel._fast`` (a function
+made by :func:`fast_path` for the family's number of array arguments). When every one is a
+``torch.Tensor`` (exactly that class, or ``nn.Parameter``) on a CUDA device, or None, their
+dtypes, shapes, device indices and contiguity, which ones are None, the family's ``extra``
+and the pointers' alignment (one marker when all are 16-byte aligned, else each address
+modulo 16) form the call's *plan key*. Every check of a family's generic path depends only
+on that key (and on float arguments, which the family checks on every call), so:
+
+- a key seen before runs its :class:`LaunchPlan`: allocate the outputs the caller left out
+  (an allocation aligned otherwise than the planned one sends the call to the generic path),
+  make the device's context current if it is not, find the stream, write this call's
+  pointers and floats into this thread's copy of the pre-packed parameters, launch;
+- any other call takes the generic path, which checks everything, raises the errors, packs
+  the parameters and hands its launches to ``Kernel._submit``, each with its *references*:
+  which parameter slots hold an argument's address (:class:`Ptr`) or a per-call float
+  (:class:`Float`). With a plan key, :meth:`LaunchPlan.build` turns them into the key's plan,
+  after checking every reference against the value the generic path packed (a reference
+  that does not match is a bug: the call is launched as packed and not planned, with a
+  warning).
+
+A plan also fixes what the generic path read from module-level launch settings when it was
+made (``activation.MAX_GRID``, ``norm.FWD_ONE_PASS``...): code that changes those at run time
+(tuning scripts) must use new ``Kernel`` objects or clear ``kernel._launch_plans``.
+
+Both hot functions are generated as straight-line Python (no loops, no tuple unpacking, the
+plan's constants bound as names): the key reader once per number of arguments, the launch
+function once per plan; and the kernel's last plan is tried before its dictionary of plans.
+Together that takes about a quarter off a loop over arguments and slots with a dictionary
+lookup (bench/launch_overhead.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from . import driver
+from .driver import _streams
+from .interop import TORCH_TYPES, explicit_stream, torch_stream_getter
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from .kernel import Kernel, Loaded
+
+__all__ = ["NO_PLAN", "Float", "LaunchPlan", "LaunchSpec", "Ptr", "Refs", "fast_path"]
+
+# A launch as a family describes it: (function index, grid, block, ParamPack, parameter
+# values, references: (slot, Ptr or Float) for each slot that depends on the call)
+LaunchSpec = tuple[int, int, int, "driver.ParamPack", "Sequence[Any]", "Refs"]
+Refs = tuple[tuple[int, "Ptr | Float"], ...]
+
+
+class Ptr:
+    """A reference: the parameter is the address of array argument ``index`` (in the
+    family's order) plus ``offset`` bytes (0 when the argument is None)."""
+
+    __slots__ = ("index", "offset")
+
+    def __init__(self, index: int, offset: int = 0) -> None:
+        self.index = index
+        self.offset = offset
+
+
+class Float:
+    """A reference: the parameter is the call's float ``floats[index]``."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+_READ = """\
+    if t{i} is None:
+        k{i} = None
+        p{i} = 0
+    elif type(t{i}) in TORCH_TYPES and t{i}.is_cuda:
+        p{i} = t{i}.data_ptr()
+        k{i} = (t{i}.dtype, t{i}.shape, t{i}.get_device(), t{i}.is_contiguous())
+    else:
+        return None, None
+"""
+
+_FAST = """\
+def _fast(self, tensors, floats, stream, extra=None):
+    {names}, = tensors
+{reads}
+    if ({low}) & 15:
+        key = (extra, {parts}, ({residues},))
+    else:
+        key = (extra, {parts})
+    plan = self._last_plan
+    if plan.key != key:
+        plan = self._launch_plans.get(key)
+        if plan is None:
+            return None, key
+        self._last_plan = plan
+    done = plan.run(tensors, [{ptrs}], floats, stream)
+    return done, (key if done is not None else None)
+"""
+
+
+@functools.cache
+def fast_path(count: int) -> Callable[..., tuple[Any, Any]]:
+    """``Kernel._fast`` for calls with ``count`` array arguments:
+    ``_fast(self, tensors, floats, stream, extra=None) -> (done, key)``.
+
+    ``tensors``: the array arguments in the family's order (None where omitted);
+    ``floats``: the per-call floats (checked); ``extra``: anything else (hashable) the
+    generic path's outcome depends on. ``done`` is ``tensors`` with the omitted outputs
+    allocated, once launched through the key's plan; else None, and ``key`` is the plan
+    key to hand to ``Kernel._submit`` (None: not a call for a plan).
+    """
+    names = [f"t{i}" for i in range(count)]
+    source = _FAST.format(
+        names=", ".join(names),
+        reads="".join(_READ.format(i=i) for i in range(count)),
+        low=" | ".join(f"p{i}" for i in range(count)),
+        parts=", ".join(f"k{i}" for i in range(count)),
+        residues=", ".join(f"p{i} & 15" for i in range(count)),
+        ptrs=", ".join(f"p{i}" for i in range(count)),
+    )
+    namespace: dict[str, Any] = {"TORCH_TYPES": TORCH_TYPES}
+    exec(compile(source, f"<nvrtc_engine fast path, {count} arrays>", "exec"), namespace)
+    return namespace["_fast"]
+
+
+_warned: set[str] = set()
+
+
+def _mismatch(kernel: Kernel, slot: int, ref: Ptr | Float | None) -> None:
+    """A family's references do not describe what it packed: warn once per kernel."""
+    if kernel.name not in _warned:
+        _warned.add(kernel.name)
+        what = "no reference" if ref is None else f"{type(ref).__name__}({ref.index})"
+        warnings.warn(
+            f"{kernel.name}: launch parameter {slot} does not match its reference ({what}); "
+            "calls take the checked path (a bug in nvrtc_engine: please report it)",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+    return None
+
+
+class LaunchPlan:
+    """Everything a call's launches need that its plan key determines: the outputs to
+    allocate (shape, dtype, device, address modulo 16), the device and its context, and per
+    launch the function, grid, block, parameters packed once (:class:`driver.Preset`) and
+    the slots that take each call's pointers and floats.
+
+    :meth:`build` makes it from the launches of a call that the generic path checked;
+    ``run(tensors, ptrs, floats, stream, allocate=True)`` (generated for the plan) launches
+    for a call with the same key: ``ptrs`` are the arguments' addresses (0 for None), filled
+    in for the outputs it allocates (unless ``allocate`` is false). It returns ``tensors``
+    with those outputs, or None, launching nothing, when one is not aligned as planned.
+    """
+
+    __slots__ = ("allocs", "device", "key", "launches", "run", "source")
+
+    key: Any  # the plan key it was made for (set by Kernel._submit)
+
+    @classmethod
+    def build(
+        cls, kernel: Kernel, loaded: Loaded, given: Sequence[Any], tensors: Sequence[Any],
+        ptrs: Sequence[int], floats: Sequence[float], launches: Sequence[LaunchSpec],
+    ) -> LaunchPlan | None:  # fmt: skip
+        """The plan for ``launches`` (see ``Kernel._submit``), or None when they cannot be
+        replayed: an output allocated as something other than a ``torch.Tensor``, or a
+        reference that does not match the packed value (or a non-zero pointer with none)."""
+        plan = cls()
+        plan.device = loaded.device
+        plan.allocs = []
+        for index, (arg, t) in enumerate(zip(given, tensors, strict=True)):
+            if arg is None and t is not None:  # allocated by the generic path: by each call
+                if type(t) not in TORCH_TYPES:
+                    return None
+                plan.allocs.append((index, t.shape, t.dtype, t.device, ptrs[index] & 15))
+        plan.launches = []
+        for function, grid, block, pack, values, refs in launches:
+            writes: list[tuple[str, int, int, int]] = []  # (view, slot, source index, offset)
+            referenced = set()
+            for slot, ref in refs:
+                referenced.add(slot)
+                if type(ref) is Float:
+                    if values[slot] != floats[ref.index]:
+                        return _mismatch(kernel, slot, ref)
+                    writes.append(("values", 2 * slot, ref.index, 0))
+                elif values[slot] != ptrs[ref.index] + (ref.offset if ptrs[ref.index] else 0):
+                    return _mismatch(kernel, slot, ref)
+                elif tensors[ref.index] is not None:  # else 0 in every call of this key
+                    writes.append(("slots", slot, ref.index, ref.offset))
+            for slot, kind in enumerate(pack.kinds):
+                if kind == "P" and values[slot] and slot not in referenced:
+                    return _mismatch(kernel, slot, None)
+            function = loaded.functions[function]
+            plan.launches.append((function, grid, block, pack.preset(values), writes))
+        plan.source, namespace = plan._generate()
+        exec(compile(plan.source, f"<launch plan of {kernel.name}>", "exec"), namespace)
+        plan.run = namespace["run"]
+        return plan
+
+    def _generate(self) -> tuple[str, dict[str, Any]]:
+        """The source of :attr:`run` and the names it uses."""
+        drv = driver._drv()
+        device = self.device
+        names: dict[str, Any] = {
+            "get_context": drv.cuCtxGetCurrent, "cu_launch": drv.cuLaunchKernel,
+            "context": device.context, "device": device, "make_current": driver.make_current,
+            "raw_stream": torch_stream_getter(), "explicit_stream": explicit_stream,
+            "streams": _streams, "stream_object": driver.stream_object, "check": driver.check,
+            "empty": sys.modules["torch"].empty,
+        }  # fmt: skip
+        lines = ["def run(tensors, ptrs, floats, stream, allocate=True):"]
+        if self.allocs:
+            lines += ["    if allocate:", "        tensors = list(tensors)"]
+            for n, (index, shape, dtype, where, residue) in enumerate(self.allocs):
+                names.update({f"shape{n}": shape, f"dtype{n}": dtype, f"device{n}": where})
+                lines += [
+                    f"        t = empty(shape{n}, dtype=dtype{n}, device=device{n})",
+                    "        p = t.data_ptr()",
+                    f"        if p & 15 != {residue}:",
+                    "            return None",
+                    f"        tensors[{index}] = t",
+                    f"        ptrs[{index}] = p",
+                ]
+        lines += [
+            "    if get_context()[1] != context:",
+            "        make_current(device)",
+            f"    handle = raw_stream({device.ordinal}) if stream is None "
+            "else explicit_stream(stream)",
+            "    s = streams.get(handle)",
+            "    if s is None:",
+            "        s = stream_object(handle)",
+        ]
+        for n, (function, grid, block, preset, writes) in enumerate(self.launches):
+            names.update({f"function{n}": function, f"preset{n}": preset,
+                          f"local{n}": preset.local})  # fmt: skip
+            lines += [
+                "    try:",
+                f"        slots, values, address = local{n}.views",
+                "    except AttributeError:",
+                f"        slots, values, address = preset{n}.buffers()",
+            ]
+            for view, slot, index, offset in writes:
+                source = f"ptrs[{index}] + {offset}" if offset else (
+                    f"ptrs[{index}]" if view == "slots" else f"floats[{index}]")  # fmt: skip
+                lines.append(f"    {view}[{slot}] = {source}")
+            lines += [
+                f"    (err,) = cu_launch(function{n}, {grid}, 1, 1, {block}, 1, 1, 0, s, "
+                "address, 0)",
+                "    if err:",
+                '        check((err,), "cuLaunchKernel")',
+            ]
+        lines.append("    return tensors")
+        return "\n".join(lines) + "\n", names
+
+
+NO_PLAN = LaunchPlan()  # a kernel's last plan before it has one (its key matches no call)
+NO_PLAN.key = None

@@ -1,0 +1,121 @@
+/* A stand-in libcuda.so.1 for CPU tests and the CPU mode of bench/launch_overhead.py.
+ *
+ * Implements the driver calls nvrtc_engine makes on a launch (device queries, primary
+ * context, module loading, cuCtxGetCurrent/SetCurrent, cuLaunchKernel, ...) on one fake
+ * sm_90 device, so that cuda.bindings and ctypes run their real argument conversions with
+ * no GPU. cuLaunchKernel does nothing but record what it was given: the count of launches,
+ * the last function, grid, block, shared memory and stream, and its 8-byte parameter slots
+ * (copied at launch, as the driver does): as many as stub_count_params set for the function,
+ * else stub_param_count.
+ * Everything else cuda.bindings asks for through cuGetProcAddress is reported missing.
+ *
+ * Build: cc -O2 -shared -fPIC -Wl,-soname,libcuda.so.1 -o libcuda.so.1 libcuda_stub.c -ldl
+ * Load it with ctypes.CDLL(path, RTLD_GLOBAL) before cuda.bindings first opens the driver.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef uintptr_t handle_t;
+
+#define STUB_CONTEXT ((handle_t)0xC0DE0000)
+#define STUB_MAX_PARAMS 64
+
+/* What the last launch was given (read from Python through ctypes). */
+uint64_t stub_launches = 0;
+uint64_t stub_last_grid[3], stub_last_block[3], stub_last_shmem;
+handle_t stub_last_function, stub_last_stream;
+int stub_param_count = 0;
+int stub_last_count = 0;
+uint64_t stub_params[STUB_MAX_PARAMS];
+uint64_t stub_ctx_set_calls = 0;
+
+static __thread handle_t current_ctx = 0;
+static handle_t counted_function[256];
+static int counted_params[256], counted = 0;
+
+/* How many parameter slots launches of function f have (the driver knows; the stub not). */
+void stub_count_params(handle_t f, int n) {
+    for (int i = 0; i < counted; i++)
+        if (counted_function[i] == f) { counted_params[i] = n; return; }
+    if (counted < 256) { counted_function[counted] = f; counted_params[counted++] = n; }
+}
+static handle_t next_module = 0x10000;
+
+CUresult cuInit(unsigned flags) { return 0; }
+CUresult cuDriverGetVersion(int *version) { *version = 13000; return 0; }
+CUresult cuDeviceGetCount(int *count) { *count = 1; return 0; }
+CUresult cuDeviceGet(int *device, int ordinal) { *device = ordinal; return ordinal == 0 ? 0 : 101; }
+CUresult cuDeviceGetAttribute(int *value, int attribute, int device) {
+    switch (attribute) {
+    case 75: *value = 9; break;   /* COMPUTE_CAPABILITY_MAJOR */
+    case 76: *value = 0; break;   /* COMPUTE_CAPABILITY_MINOR */
+    case 16: *value = 132; break; /* MULTIPROCESSOR_COUNT */
+    default: *value = 0;
+    }
+    return 0;
+}
+CUresult cuDeviceGetName(char *name, int length, int device) {
+    snprintf(name, (size_t)length, "Stub sm_90 device");
+    return 0;
+}
+CUresult cuDevicePrimaryCtxRetain(handle_t *ctx, int device) { *ctx = STUB_CONTEXT; return 0; }
+CUresult cuDevicePrimaryCtxRelease(int device) { return 0; }
+CUresult cuCtxGetCurrent(handle_t *ctx) { *ctx = current_ctx; return 0; }
+CUresult cuCtxSetCurrent(handle_t ctx) { stub_ctx_set_calls++; current_ctx = ctx; return 0; }
+CUresult cuCtxGetDevice(int *device) { *device = 0; return current_ctx ? 0 : 201; }
+CUresult cuCtxSynchronize(void) { return 0; }
+CUresult cuModuleLoadData(handle_t *module, const void *image) { *module = next_module++; return 0; }
+CUresult cuModuleGetFunction(handle_t *function, handle_t module, const char *name) {
+    *function = module * 0x100 + (handle_t)(strlen(name) & 0xFF);
+    return 0;
+}
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, handle_t f, int threads, size_t shmem) {
+    *blocks = 2;
+    return 0;
+}
+CUresult cuPointerGetAttribute(void *data, int attribute, uint64_t ptr) {
+    *(int *)data = 0;
+    return ptr ? 0 : 1;
+}
+CUresult cuMemsetD8Async(uint64_t ptr, unsigned char value, size_t n, handle_t stream) { return 0; }
+CUresult cuGetErrorString(CUresult error, const char **text) { *text = "stub error"; return 0; }
+CUresult cuGetErrorName(CUresult error, const char **text) { *text = "STUB_ERROR"; return 0; }
+
+CUresult cuLaunchKernel(handle_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shmem, handle_t stream, void **params, void **extra) {
+    if (current_ctx != STUB_CONTEXT) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+    stub_launches++;
+    stub_last_function = f;
+    stub_last_grid[0] = gx; stub_last_grid[1] = gy; stub_last_grid[2] = gz;
+    stub_last_block[0] = bx; stub_last_block[1] = by; stub_last_block[2] = bz;
+    stub_last_shmem = shmem;
+    stub_last_stream = stream;
+    int n = stub_param_count;
+    for (int i = 0; i < counted; i++)
+        if (counted_function[i] == f) n = counted_params[i];
+    stub_last_count = n < STUB_MAX_PARAMS ? n : STUB_MAX_PARAMS;
+    for (int i = 0; i < stub_last_count; i++)
+        memcpy(&stub_params[i], params[i], 8);
+    return 0;
+}
+
+/* NVRTC opens the driver too and asks for its private export tables: there are none. */
+CUresult cuGetExportTable(const void **table, const void *id) {
+    *table = NULL;
+    return 500; /* CUDA_ERROR_NOT_FOUND */
+}
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status) {
+    static void *self;
+    if (!self) self = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    *pfn = self ? dlsym(self, symbol) : NULL;
+    if (status) *status = *pfn ? 0 : 1;
+    return *pfn ? 0 : 500; /* CUDA_ERROR_NOT_FOUND */
+}
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags) {
+    return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
+}

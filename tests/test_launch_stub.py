@@ -1,0 +1,124 @@
+"""The real launch path (cuda.bindings, contexts, streams, parameter buffers) against a stub
+libcuda (tests/host_cuda/libcuda_stub.c), with fake torch tensors, in a subprocess of its own
+(the stub's fake device must not be seen by this process's GPU tests).
+
+For each call: the generic path's launch (the first call with torch tensors), the launch
+that builds the plan and the planned launch must give the driver the same function, grid,
+block, stream and parameter bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import stub_driver
+
+HERE = Path(__file__).resolve().parent
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, threading
+    import stub_driver, fake_torch
+    stub = stub_driver.load()
+    torch = fake_torch.module(current_stream=0x5000)
+    sys.modules["torch"] = torch
+    import nvrtc_engine as ne
+    from nvrtc_engine.ops.blockscale import nvfp4_scale_shape
+
+    D = fake_torch.DTYPES
+    base = [0x7A0000000000]
+
+    def T(shape, dtype="bfloat16", offset=0):
+        base[0] += 1 << 24
+        return fake_torch.Tensor(shape, D[dtype], ptr=base[0] + offset)
+
+    def launches_of(call, *nparams):
+        kernel = call.__defaults__[0] if call.__defaults__ else None
+        for function, n in zip(kernel.loaded(0).functions, nparams):
+            stub.record_params(n, function)
+        seen = []
+        for _ in range(3):  # generic path, planning, planned
+            before = stub.launches
+            call()
+            seen.append((stub.launches - before, stub.last()))
+        assert seen[0] == seen[1] == seen[2], seen
+        return seen[0]
+
+    x, y = T((4, 96)), T((4, 96))
+    gelu = ne.get_kernel("gelu", dtype="bf16")
+    count, last = launches_of(lambda k=gelu: k(x, y), 7)
+    assert count == 1 and last["params"] == (x.data_ptr(), y.data_ptr(), 384, 0, 0, 0, 1)
+    assert last["stream"] == 0x5000 and last["grid"] == (1, 1, 1) and last["block"][0] == 128
+    assert len(gelu._launch_plans) == 1
+    xu = T((4, 96), offset=2)
+    count, last = launches_of(lambda k=gelu: k(xu, y), 7)
+    assert last["params"][-1] == 0 and last["grid"][0] == 3
+
+    s, a = T((1,), "float32"), T((1,), "float32")
+    cases = [
+        (lambda k=ne.get_kernel("gelu", dtype="fp8"), y8=T((4, 96), "uint8"):
+            k(x, y8, scale=s, amax=a), 7),
+        (lambda k=ne.get_kernel("clamped_swiglu", dtype="bf16"), h=T((6, 256)), o=T((6, 128)):
+            k(h, o, limit=3.5, alpha=1.25), 17),
+        (lambda k=ne.get_kernel("rmsnorm_fwd", in_dtype="bf16", hidden_size=64), xr=T((4, 64)),
+            w=T((64,)), z=T((4, 64)), r=T((4,), "float32"): k(xr, w, 1e-6, z, r), 17),
+        (lambda k=ne.get_kernel("transpose", dtype="fp16"), xt=T((100, 70), "float16"),
+            o=T((70, 100), "float16"): k(xt, o), 11),
+    ]
+    for call, nparams in cases:
+        launches_of(call, nparams)
+
+    lb = ne.get_kernel("layernorm_bwd", in_dtype="bf16")
+    dz, xb, wb, mb, rb = T((8, 200)), T((8, 200)), T((200,)), T((8,), "float32"), T((8,), "float32")
+    dxb, dgb, dbb = T((8, 200)), T((200,)), T((200,))
+    ws = T((lb.workspace_elements(8, 200),), "float32")
+    count, last = launches_of(
+        lambda k=lb: k(dz, xb, mb, rb, wb, dxb, dgb, dbb, workspace=ws), 18, 18, 18
+    )
+    assert count == 3 and last["params"][7] < last["params"][8] < ws.data_ptr() + ws.numel() * 4
+
+    q = ne.get_kernel("quantize", dtype="fp4_e2m1", layout="rowwise")
+    xq, am = T((64, 128)), T((1,), "float32")
+    rd, rs = T((64, 64), "uint8"), T(nvfp4_scale_shape(64, 128, "rowwise"), "uint8")
+    count, last = launches_of(
+        lambda k=q: k(xq, rowwise_data=rd, rowwise_scale_inv=rs, amax=am), 15, 4, 3
+    )
+    assert count == 3 and last["params"][:3] == (xq.data_ptr(), rd.data_ptr(), rs.data_ptr())
+
+    # explicit streams, torch's current stream, another thread (no current context there)
+    gelu(x, y, stream=0x42)
+    assert stub.last()["stream"] == 0x42
+    gelu(x, y, stream=torch.cuda.Stream(0x43))
+    assert stub.last()["stream"] == 0x43
+    torch.streams[0] = 0x44
+    gelu(x, y)
+    assert stub.last()["stream"] == 0x44
+    sets = stub.context_sets
+    thread = threading.Thread(target=lambda: gelu(x, y))
+    thread.start()
+    thread.join()
+    assert stub.context_sets == sets + 1 and stub.last()["params"][0] == x.data_ptr()
+    y2 = gelu(x)
+    assert stub.last()["params"][1] == y2.data_ptr()
+    print("OK", stub.launches)
+    """
+)
+
+
+@pytest.mark.skipif(stub_driver.compiler() is None, reason="no C compiler for the stub libcuda")
+def test_real_bindings_against_the_stub_driver(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(HERE), str(HERE.parent), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    env["NVRTC_ENGINE_CACHE_DIR"] = str(tmp_path / "cache")
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("OK")
