@@ -19,7 +19,8 @@ fi
 export PYTHONUNBUFFERED=1
 ngpu=$(nvidia-smi -L | wc -l)
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$LOGS/gpus.txt"
-BENCHES=${BENCHES:-"gelu_bandwidth.py launch_overhead.py compile_latency.py@--tag=h200-host prewarm.py@--repeat=1 demo activation_bandwidth.py norm_bandwidth.py cast_bandwidth.py"}
+BENCHES=${BENCHES:-"gelu_bandwidth.py launch_overhead.py compile_latency.py@--tag=h200-host prewarm.py@--repeat=1 demo activation_bandwidth.py@--compile-ops=gelu,swiglu norm_bandwidth.py@--no-compile@--repeat=20 cast_bandwidth.py@--no-compile"}
+LIMIT=${LIMIT:-420}  # seconds for each of the two halves (tests, benchmarks)
 
 run_tests() {  # $1: the GPU the tests see
   export CUDA_VISIBLE_DEVICES=$1 NVRTC_ENGINE_CACHE_DIR=/tmp/cache-tests
@@ -42,9 +43,13 @@ fi
 # the benchmarks see 16 CPUs (the prewarm targets are for a 16-CPU host), the tests the rest
 CUDA_VISIBLE_DEVICES=0 NVRTC_ENGINE_CACHE_DIR=/tmp/cache-bench BENCH_TIMEOUT=${BENCH_TIMEOUT:-170} \
   BENCH_CPUS=${BENCH_CPUS:-0-15} \
-  BENCH_TAIL=${BENCH_TAIL:-60} OUT=$LOGS bash bench/gpu_session.sh $BENCHES > "$LOGS/bench.txt" 2>&1
+  BENCH_TAIL=${BENCH_TAIL:-60} OUT=$LOGS timeout "$LIMIT" bash bench/gpu_session.sh $BENCHES \
+  > "$LOGS/bench.txt" 2>&1
 if [ "$ngpu" -ge 2 ]; then
-  wait "$tests_pid"
+  waited=0
+  while kill -0 "$tests_pid" 2>/dev/null && [ "$waited" -lt 60 ]; do sleep 5; waited=$((waited + 5)); done
+  kill -- -"$tests_pid" 2>/dev/null; pkill -f "pytest -m gpu" 2>/dev/null; pkill -f compute-sanitizer
+  wait "$tests_pid" 2>/dev/null
   # the two-GPU test: one kernel launched on both devices
   NVRTC_ENGINE_CACHE_DIR=/tmp/cache-tests timeout 120 python3 -m pytest -m gpu -q \
     -p no:cacheprovider tests/test_gpu_prewarm.py -rs > "$LOGS/two_gpu.txt" 2>&1
