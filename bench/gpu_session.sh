@@ -29,8 +29,10 @@ for step in "$@"; do
         compute-sanitizer --tool $tool --error-exitcode 9 python3 bench/sanitize_kernels.py \
           > "$OUT/sanitize_$tool.log" 2>&1
         echo "activation $tool rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
-        compute-sanitizer --tool $tool --error-exitcode 9 \
-          --kernel-regex 'kns=^(layernorm|rmsnorm|cast|transpose|multi|quantize|dswiglu)' \
+        # --report-api-errors no: cuda.bindings probes driver entry points that this
+        # driver lacks (cuGetProcAddress answers "invalid argument"), which is not a fault
+        compute-sanitizer --tool $tool --error-exitcode 9 --report-api-errors no \
+          --kernel-name 'regex:^(layernorm|rmsnorm|cast|transpose|multi|quantize|dswiglu)' \
           python3 bench/sanitize_families.py >> "$OUT/sanitize_$tool.log" 2>&1
         echo "norm+cast $tool rc=$?"; tail -3 "$OUT/sanitize_$tool.log"
       done ;;
