@@ -324,13 +324,15 @@ def activation_family_section() -> str | None:
             "-" if r.get("speedup_vs_compile") is None else f"{r['speedup_vs_compile']:.2f}x",
         ])  # fmt: skip
     shape = "x".join(map(str, d["shape"]))
+    compiled = sorted({r["op"] for r in d["rows"] if r.get("compile_gbps") is not None})
     return "\n\n".join(
         [
             "## Activation family",
-            source(d, "activation_bandwidth.py --compile-ops=gelu --repeat=20"),
+            source(d, f"activation_bandwidth.py --compile-ops={','.join(compiled)}"),
             f"Input {shape} {d.get('input_dtype', 'bf16')} (gated ops: 2 x the hidden size); "
             f"device copy **{copy:.0f} GB/s** in the same run. torch.compile was measured for "
-            "`gelu` only in this run (device time); `-` = not measured. Targets (issue 3): "
+            f"{', '.join(f'`{op}`' for op in compiled)} only in this run (device time); `-` = "
+            "not measured. Targets (issue 3): "
             ">= 90% of copy for rowwise outputs, >= 80% for MXFP8 both, never slower than "
             "torch.compile.",
             md_table(
