@@ -8,7 +8,7 @@ from typing import Any
 from . import driver
 from .dtypes import DTYPES, dtype_name
 from .engine import CacheInfo, default_engine
-from .errors import NoDeviceError, VariantError
+from .errors import NoDeviceError, VariantError, did_you_mean
 from .kernel import Kernel
 from .key import KernelKey
 
@@ -21,7 +21,7 @@ def _device_arch(device: int | None) -> str:
         return driver.get_device(ordinal).arch
     except NoDeviceError as exc:
         raise NoDeviceError(
-            f"{exc}; pass arch='sm_90' (or another arch) to compile without a GPU"
+            f"{str(exc).rstrip('. ')}; pass arch='sm_90' (or another arch) to compile without a GPU"
         ) from None
 
 
@@ -76,13 +76,10 @@ def make_key(
         if name not in spec.flags:
             fields = ["dtype", "in_dtype", "out_dtype", "scaling", "layout", "hidden_size",
                       "arch", "device"]  # fmt: skip
-            import difflib  # (an error path: not imported with the package)
-
-            close = difflib.get_close_matches(name, fields + list(spec.flags), n=1)
+            close = did_you_mean(name, fields + list(spec.flags))
             raise VariantError(
                 name, flags[name], fields + sorted(spec.flags),
-                f"not a key field or a flag of {op!r}"
-                + (f"; did you mean {close[0]}?" if close else ""),
+                f"not a key field or a flag of {op!r}" + (f"; {close}" if close else ""),
             )  # fmt: skip
     return KernelKey(
         op=op,

@@ -19,6 +19,7 @@ failures). All of them survive pickling, so they cross process pools intact::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -46,6 +47,16 @@ class NvrtcEngineError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def did_you_mean(value: object, choices: Sequence[str]) -> str:
+    """``"did you mean X?"`` for the closest of ``choices`` to ``value``, or ``""``."""
+    if not isinstance(value, str):
+        return ""
+    import difflib  # (an error path: not imported with the package)
+
+    close = difflib.get_close_matches(value, list(choices), n=1)
+    return f"did you mean {close[0]}?" if close else ""
 
 
 class VariantError(NvrtcEngineError, ValueError):

@@ -170,3 +170,12 @@ def test_unknown_keyword_is_named_with_a_suggestion():
         make_key("gelu", out_dtype="int8", arch="sm_90")
     assert info.value.field == "out_dtype"
     assert make_key("gelu", dtype="bf16", arch="90").arch == "sm_90"  # a command-line string
+
+
+def test_unknown_op_names_the_closest_one():
+    with pytest.raises(VariantError, match="did you mean layernorm_fwd") as info:
+        make_key("layernorm_fw", arch="sm_90")
+    assert info.value.field == "op"
+    with pytest.raises(VariantError) as far:
+        make_key("zzzzzz", arch="sm_90")
+    assert "did you mean" not in str(far.value)

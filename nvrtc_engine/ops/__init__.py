@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import VariantError
+from ..errors import VariantError, did_you_mean
 from .activation import ACTIVATION_SPECS
 from .base import OpSpec
 from .cast import CAST_SPECS
@@ -24,5 +24,6 @@ def get_spec(op: str) -> OpSpec:
     """The spec of ``op``; raises :class:`~nvrtc_engine.VariantError` listing known ops."""
     spec = _REGISTRY.get(op) if isinstance(op, str) else None
     if spec is None:
-        raise VariantError("op", op, registered_ops())
+        ops = registered_ops()
+        raise VariantError("op", op, ops, did_you_mean(op, ops))
     return spec
