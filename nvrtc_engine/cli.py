@@ -79,6 +79,9 @@ def _cache_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    if rows:
+        print(f"{'key':<60} {'arch':<8} {'kind':<5} {'size':>10} {'compile':>11}  "
+              "NVRTC       digest")  # fmt: skip
     for r in rows:
         if "arch" not in r:
             print(f"{r['key']:<60} {r['digest'][:12]}")

@@ -140,6 +140,8 @@ def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 
             line += f" {r.gbps or 0:8.0f}  {r.check}"
         print(line, file=out)
     info = cache_info()
-    print(f"cache: {info.directory or 'memory only'} ({info.entries} entries, {info.bytes} bytes)",
-          file=out)  # fmt: skip
+    if info.directory:
+        print(f"cache: {info.directory} ({info.entries} entries, {info.bytes} bytes)", file=out)
+    else:
+        print(f"cache: memory only ({info.memory_entries} kernels held in this process)", file=out)
     return 0 if all(r.ok for r in rows) else 1

@@ -20,6 +20,20 @@ def test_demo_compiles_then_hits_the_cache(capsys, isolated_cache):
     assert capsys.readouterr().out.count("memory hit") == 4
 
 
+def test_demo_memory_only_counts_the_kernels_it_holds(capsys, monkeypatch, isolated_cache):
+    import nvrtc_engine as ne
+    from nvrtc_engine import config
+
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    ne.clear_cache(disk=False)
+    assert main(["demo", "--arch", "sm_90", "--no-run"]) == 0
+    out = capsys.readouterr().out
+    assert "cache: memory only (" in out and "kernels held in this process)" in out
+    held = int(out.split("cache: memory only (")[1].split()[0])
+    assert held >= 4
+
+
 def test_cache_info_and_clear(capsys):
     main(["demo", "--arch", "sm_89", "--no-run"])
     capsys.readouterr()
@@ -94,6 +108,7 @@ def test_cache_list_verify_export_import(capsys, tmp_path, isolated_cache):
     assert main(["cache", "list"]) == 0
     out = capsys.readouterr().out
     assert "gelu_bf16_e4m3_tensor_rowwise_hany_sm90" in out and "2 entries" in out
+    assert out.splitlines()[0].split()[:3] == ["key", "arch", "kind"]
     assert main(["cache", "list", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {r["arch"] for r in rows} == {"sm_90"} and all(r["bytes"] > 0 for r in rows)
