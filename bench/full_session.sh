@@ -9,13 +9,7 @@ set -u
 OUT=${OUT:-/tmp/out}
 LOGS=/tmp/session-logs
 mkdir -p "$OUT" "$LOGS"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
+. bench/wheels.sh
 export PYTHONUNBUFFERED=1
 ngpu=$(nvidia-smi -L | wc -l)
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$LOGS/gpus.txt"

@@ -5,13 +5,7 @@
 # BENCH_CPUS tune the steps.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
+. bench/wheels.sh
 export PYTHONUNBUFFERED=1 NVRTC_ENGINE_CACHE_DIR=${NVRTC_ENGINE_CACHE_DIR:-/tmp/nvrtc-engine-cache}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 for step in "$@"; do

@@ -308,6 +308,15 @@ class _Launcher(Kernel):
 
     # -- launch ---------------------------------------------------------------------------
 
+    def _call(self, grad: Any, x: Any, out: Any, scale: Any, amax: Any, scale_inv: Any,
+              stream: Any, floats: tuple[float, ...] = ()) -> Any:  # fmt: skip
+        """What every family class's ``__call__`` does: the call's launch plan if it has one,
+        else the generic path (which builds the plan). Returns the output."""
+        done, key = self._fast((grad, x, out, scale, amax, scale_inv), floats, stream)
+        if done is not None:
+            return done[2]
+        return self._run(grad, x, out, scale, amax, scale_inv, stream, floats, key)
+
     def _run(self, grad: Any, x: Any, out: Any, scale: Any, amax: Any, scale_inv: Any,
              stream: Any, floats: tuple[float, ...], key: Any) -> Any:  # fmt: skip
         """The generic path: check every argument, then launch (``floats``: clamped SwiGLU's
@@ -428,10 +437,7 @@ class ActivationKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        done, key = self._fast((None, x, out, scale, amax, scale_inv), (), stream)
-        if done is not None:
-            return done[2]
-        return self._run(None, x, out, scale, amax, scale_inv, stream, (), key)
+        return self._call(None, x, out, scale, amax, scale_inv, stream)
 
 
 class ActivationGradKernel(_Launcher):
@@ -467,10 +473,7 @@ class ActivationGradKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        done, key = self._fast((grad, x, out, scale, amax, scale_inv), (), stream)
-        if done is not None:
-            return done[2]
-        return self._run(grad, x, out, scale, amax, scale_inv, stream, (), key)
+        return self._call(grad, x, out, scale, amax, scale_inv, stream)
 
 
 class ClampedSwiGLUKernel(_Launcher):
@@ -501,10 +504,7 @@ class ClampedSwiGLUKernel(_Launcher):
         stream: Any = None,
     ) -> Any:
         floats = _clamp_params(limit, alpha, linear_offset)
-        done, key = self._fast((None, x, out, scale, amax, scale_inv), floats, stream)
-        if done is not None:
-            return done[2]
-        return self._run(None, x, out, scale, amax, scale_inv, stream, floats, key)
+        return self._call(None, x, out, scale, amax, scale_inv, stream, floats)
 
 
 class ClampedSwiGLUGradKernel(_Launcher):
@@ -534,10 +534,7 @@ class ClampedSwiGLUGradKernel(_Launcher):
         stream: Any = None,
     ) -> Any:
         floats = _clamp_params(limit, alpha, linear_offset)
-        done, key = self._fast((grad, x, out, scale, amax, scale_inv), floats, stream)
-        if done is not None:
-            return done[2]
-        return self._run(grad, x, out, scale, amax, scale_inv, stream, floats, key)
+        return self._call(grad, x, out, scale, amax, scale_inv, stream, floats)
 
 
 _PLAIN = (
