@@ -109,6 +109,40 @@ def family_cases(ne: Any, torch: Any, cuda: Any) -> dict[str, Callable[[], Any]]
     }  # fmt: skip
 
 
+def launch_floor() -> list[dict[str, Any]]:
+    """cuLaunchKernel's own host time, from C++ (bench/launch_floor.cu, built with nvcc when
+    there is one): the floor under any Python launch path. No rows without nvcc."""
+    import json
+    import shutil
+    import subprocess
+    import tempfile
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        print("no nvcc: launch floor not measured", file=sys.stderr)
+        return []
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "launch_floor"
+        build = [nvcc, "-O2", "-arch=sm_90", str(HERE / "launch_floor.cu"), "-o", str(exe),
+                 "-lcuda"]  # fmt: skip
+        subprocess.run(build, check=True, timeout=300)
+        out = subprocess.run([str(exe)], check=True, capture_output=True, text=True, timeout=300)
+    floor = json.loads(out.stdout)
+    what = {"one_param": "1 param", "seven_params": "7 params",
+            "legacy_stream": "legacy stream", "nonblocking_stream": "non-blocking stream"}  # fmt: skip
+    names = {}
+    for key in floor:  # e.g. seven_params_legacy_stream_5000_us
+        params, _, rest = key.partition("_params_" if "_params_" in key else "_param_")
+        params = "seven_params" if params == "seven" else "one_param"
+        stream, count = rest.removesuffix("_us").rsplit("_", 1)
+        names[key] = (f"floor: cuLaunchKernel from C++, {what[params]}, {what[stream]}, "
+                      f"runs of {count}")  # fmt: skip
+    rows = [{"case": names[k], "us": float(v)} for k, v in floor.items() if k in names]
+    for row in rows:
+        print(f"{row['us']:8.2f}  {row['case']}", file=sys.stderr)
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="stub libcuda and fake torch")
@@ -243,6 +277,8 @@ def main() -> int:
     for name, fn in cases.items():
         rows.append({"case": name, "us": per_call_us(fn, sync, args.calls, args.repeat)})
         print(f"{rows[-1]['us']:8.2f}  {name}", file=sys.stderr)
+    if not args.cpu:
+        rows += launch_floor()
     import nvrtc_engine
 
     info: dict[str, Any] = {"nvrtc_engine": str(Path(nvrtc_engine.__file__).parent),
