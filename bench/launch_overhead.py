@@ -128,8 +128,12 @@ def launch_floor() -> list[dict[str, Any]]:
         subprocess.run(build, check=True, timeout=300)
         out = subprocess.run([str(exe)], check=True, capture_output=True, text=True, timeout=300)
     floor = json.loads(out.stdout)
-    what = {"one_param": "1 param", "seven_params": "7 params",
-            "legacy_stream": "legacy stream", "nonblocking_stream": "non-blocking stream"}  # fmt: skip
+    what = {
+        "one_param": "1 param",
+        "seven_params": "7 params",
+        "legacy_stream": "legacy stream",
+        "nonblocking_stream": "non-blocking stream",
+    }
     names = {}
     for key in floor:  # e.g. seven_params_legacy_stream_5000_us
         params, _, rest = key.partition("_params_" if "_params_" in key else "_param_")
