@@ -11,7 +11,10 @@ Runs on any machine (no GPU needed). With an empty cache directory it measures:
     fingerprint, reading and verifying the entry) and the per-key disk hit after that (key
     index record, read, verify); and which of Jinja2, the NVRTC bindings and diskcache that
     process imported (none, when the key index answers),
-  - get_kernel from memory (same arguments again), in microseconds.
+  - get_kernel from memory (same arguments again), in microseconds,
+  - where a cold compile's time goes: NVRTC's own per-phase report (-time: C++ front end,
+    NVVM optimizer, PTX to SASS) for the same variants compiled again, and for an empty kernel
+    (the fixed cost of any compile), medians.
 The new processes run with the package's bytecode cached (in a temporary PYTHONPYCACHEPREFIX,
 filled by one process first), as an installed wheel has it; the import is also timed without
 bytecode (PYTHONDONTWRITEBYTECODE=1: every module compiled from source).
@@ -70,6 +73,37 @@ def _warm_process(pairs: list, arch: str, env: dict[str, str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _phases(arch: str) -> dict[str, dict[str, float]]:
+    """Median milliseconds per NVRTC phase (its -time report), for the GELU variants of PAIRS
+    and for an empty kernel; the compiles here are cold (NVRTC keeps nothing between them)."""
+    import csv
+    from collections import defaultdict
+
+    import nvrtc_engine as ne
+    from nvrtc_engine.nvrtc import CompileOptions, compile_source
+    from nvrtc_engine.render import render
+
+    empty = 'extern "C" __global__ void empty_kernel(float* y) {}\n'
+    out: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for what in ("gelu variants", "empty kernel"):
+            report = Path(tmp) / f"{what}.csv"
+            options = CompileOptions(arch=arch, extra=(f"-time={report}",))
+            totals = []
+            for i, o in PAIRS if what == "gelu variants" else PAIRS[:5]:
+                r = render(ne.make_key("gelu", in_dtype=i, out_dtype=o, arch=arch))
+                source, headers = (r.source, r.headers) if what == "gelu variants" else (empty, [])
+                totals.append(compile_source(r.name, source, headers, options).seconds * 1e3)
+            phases = defaultdict(list)
+            with report.open() as f:
+                for row in csv.reader(f):
+                    if len(row) >= 3 and row[0] != "File name":
+                        phases[row[1].strip()].append(float(row[2]))
+            out[what] = {p: statistics.median(v) for p, v in phases.items()}
+            out[what]["total (wall)"] = statistics.median(totals)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arch", default="sm_90")
@@ -110,6 +144,8 @@ def main() -> int:
     )) / calls * 1e6  # fmt: skip
     key = ne.make_key("gelu", dtype="fp8", arch=args.arch)
     key_us = min(timeit.repeat(lambda: ne.get_kernel(key), number=calls, repeat=5)) / calls * 1e6
+    # 5. where the time of a cold compile goes
+    phases = _phases(args.arch)
     tag = args.tag or ("h200-host" if ne.driver.device_count() else "dev-2core")
     result = {
         "arch": args.arch,
@@ -130,6 +166,7 @@ def main() -> int:
         ),
         "memory_get_kernel_us": memo_us,
         "memory_get_kernel_by_key_us": key_us,
+        "phases_ms": phases,
     }
     path = common.write_results(f"compile_latency-{tag}", result)
     rows = [
@@ -158,6 +195,9 @@ def main() -> int:
     print(
         common.table(rows, [("what", "measure", ""), ("value", "value", ".2f"), ("unit", "", "")])
     )
+    for what, by_phase in phases.items():
+        parts = ", ".join(f"{p} {ms:.1f}" for p, ms in by_phase.items())
+        print(f"NVRTC phases, {what}, median ms: {parts}")
     imported = ", ".join(result["warm_imported"]) or "none"
     print(f"new process imported (of jinja2, cuda.bindings.nvrtc, diskcache): {imported}")
     print(f"\nwrote {path}")
