@@ -178,6 +178,25 @@ def tuning_section() -> str | None:
                 ["op", "output", "", "threads", "chunks/row", "chunks/thread", "% of copy"], trows
             ),
         ]
+    r2 = load("activation_row_tuning")
+    if r2 is not None:
+        measured = [r for r in r2["rows"] if "gbps" in r]
+        rrows = []
+        for (op, out), tag, r in _best_and_default(
+            [r for r in measured if r["hidden_size"] is None], lambda r: (r["op"], r["output"]),
+            "gbps",
+        ):  # fmt: skip
+            rrows.append([op, out, tag, r["threads"], r["unroll"], f"{r['pct']:.1f}%"])
+        for r in measured:
+            if r["hidden_size"] is not None:
+                rrows.append([r["op"], r["output"], f"default, h={r['hidden_size']}",
+                              r["threads"], r["unroll"], f"{r['pct']:.1f}%"])  # fmt: skip
+        parts += [
+            "Row-flat kernel sweep (`python bench/activation_row_tuning.py`; data: "
+            "`bench/results/activation_row_tuning.json`): threads x chunks per thread, the "
+            "key's hidden_size unset (run-time H) but for the `h=` rows (H compiled in).",
+            md_table(["op", "output", "", "threads", "chunks/thread", "% of copy"], rrows),
+        ]
     return "\n\n".join(parts)
 
 

@@ -4,9 +4,11 @@
     compute-sanitizer --tool racecheck python3 bench/sanitize_kernels.py
 
 Uses DeviceBuffer (no PyTorch) so the sanitizer sees only these kernels. Shapes cover the
-vector path, the scalar tail and unaligned pointers of the flat GELU kernel, and the tiled
-activation kernel (gated ops, backward, MXFP8 rowwise and both, partial tiles, a grid
-smaller than the tiles so that blocks loop and reuse shared memory). Exits non-zero on a
+vector path, the scalar tail and unaligned pointers of the flat GELU kernel, the row-flat
+activation kernel (gated ops and MXFP8 rowwise, forward and backward: its vector path and
+its element path for H not a multiple of the vector width) and the tiled one (MXFP8
+columnwise and both, partial tiles); each with one pass and with a grid of 3 blocks that
+loop (the tiled kernel's blocks reuse shared memory). Exits non-zero on a
 wrong result.
 """
 
@@ -66,7 +68,8 @@ def device(host: np.ndarray, dtype: str) -> driver.DeviceBuffer:
 
 
 def run_tiled(key: ne.KernelKey, rows: int, cols: int, rng: np.random.Generator) -> None:
-    """One tiled-kernel launch (cols = H for gated ops), checked against the reference."""
+    """One launch of a row-flat or tiled kernel (cols = H for gated ops), checked against
+    the reference."""
     kernel = ne.get_kernel(key)
     kind = reference.op_kind(key.op)
     gated = kind in ("gated", "dgated")
@@ -119,6 +122,7 @@ def main() -> int:
         ("swiglu", dict(dtype="bf16")), ("dgeglu", dict(dtype="fp8")),
         ("dclamped_swiglu", dict(in_dtype="fp32", out_dtype="fp16")),
         ("gelu", dict(dtype="fp8", scaling="mxfp8", layout="rowwise")),
+        ("dgeglu", dict(dtype="fp8", scaling="mxfp8", layout="rowwise")),
         ("dswiglu", dict(dtype="fp8", scaling="mxfp8", layout="both")),
         ("dsilu", dict(in_dtype="fp32", out_dtype="e5m2", scaling="mxfp8", layout="columnwise")),
     ]  # fmt: skip

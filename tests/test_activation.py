@@ -26,6 +26,7 @@ from nvrtc_engine.ops.activation import (
     ClampedSwiGLUGradKernel,
     ClampedSwiGLUKernel,
     MXFP8Output,
+    row_config,
     tile_config,
 )
 from nvrtc_engine.ops.blockscale import mxfp8_scale_shape
@@ -141,9 +142,10 @@ def test_render_picks_the_kernel_structure():
     assert "const In::storage* __restrict__ grad" in source("dgelu", dtype="bf16")
     assert "const In::storage* __restrict__ grad" not in flat
     gated = source("swiglu", dtype="bf16")
-    assert "tiled kernel" in gated and "nve_reduce.cuh" not in gated and "__shared__" not in gated
+    assert "row-flat kernel" in gated and "nve_reduce.cuh" not in gated
+    assert "__shared__" not in gated
     rowwise = source("gelu", dtype="fp8", scaling="mxfp8")
-    assert "tiled kernel" in rowwise and "__shfl_xor_sync" in rowwise
+    assert "row-flat kernel" in rowwise and "__shfl_xor_sync" in rowwise
     assert "part[kOuts]" not in rowwise  # no columnwise pass
     both = source("dswiglu", dtype="fp8", scaling="mxfp8", layout="both", hidden_size=4096)
     assert "const long long cols = 4096;" in both and "part[kOuts]" in both
@@ -337,3 +339,87 @@ def test_mxfp8_allocation_needs_a_library(kernels, monkeypatch):
     out = MXFP8Output(rowwise=FakeCaiArray((8, 64), "|u1"))
     with pytest.raises(ArgumentTypeError, match="out.rowwise_scale: is required"):
         kernels["mx_row"](FakeCaiArray((8, 64), "<u2"), out)
+
+
+# -- kernel structures and launch geometry ------------------------------------------------
+
+
+def test_each_key_gets_its_kernel_structure():
+    def structure(op, **kw):
+        key = make_key(op, arch="sm_90", **kw)
+        return key.spec.structure(key)
+
+    assert structure("gelu", dtype="bf16") == "flat"
+    assert structure("dgelu", dtype="fp8") == "flat"
+    for op in ("swiglu", "dgeglu", "clamped_swiglu", "dclamped_swiglu"):
+        assert structure(op, dtype="bf16") == "rows"
+        assert structure(op, dtype="fp8") == "rows"
+    for op in ("gelu", "dsilu", "swiglu", "dswiglu"):
+        assert structure(op, dtype="fp8", scaling="mxfp8") == "rows"
+        assert structure(op, dtype="fp8", scaling="mxfp8", layout="both") == "tile"
+        assert structure(op, dtype="fp8", scaling="mxfp8", layout="columnwise") == "tile"
+    cfg = row_config(make_key("swiglu", dtype="bf16", arch="sm_90"))
+    assert cfg.chunk_bytes == 16 and cfg.threads % 32 == 0
+
+
+def _launches(kernel, monkeypatch, *args, **kwargs):
+    """The launches a call would submit (no driver: _submit is replaced)."""
+    seen = []
+    monkeypatch.setattr(kernel, "_fast", lambda *a: (None, None))
+    monkeypatch.setattr(kernel, "_submit", lambda *a: seen.extend(a[-1]))
+    kernel(*args, **kwargs)
+    return seen
+
+
+def test_row_flat_grid_and_aligned_flag(kernels, monkeypatch):
+    swiglu = kernels["swiglu"]  # bf16, hidden_size=64
+    cfg = row_config(swiglu.key)
+    rows = 1000
+    y = arr((rows, 64), ptr=0x7F0000100000)
+    ((_, grid, block, _, values, _),) = _launches(swiglu, monkeypatch, arr((rows, 128)), y)
+    assert block == cfg.threads and values[6:8] == (rows, 64) and values[-1] == 1
+    assert grid == -(-(rows * 64 // 8) // (cfg.threads * cfg.unroll))
+    # an unaligned pointer: the element path, one position per thread
+    x = arr((rows, 128), ptr=0x7F0000000002)
+    ((_, grid, _, _, values, _),) = _launches(swiglu, monkeypatch, x, y)
+    assert values[-1] == 0 and grid == -(-(rows * 64) // cfg.threads)
+    # H not a multiple of 8 elements: the element path
+    dswiglu = kernels["dswiglu"]
+    ((_, grid, _, _, values, _),) = _launches(dswiglu, monkeypatch, arr((3, 60)),
+                                              arr((3, 120)), arr((3, 120)))  # fmt: skip
+    assert values[-1] == 0 and values[6:8] == (3, 60) and grid == 1
+
+
+def test_row_flat_grid_is_capped_for_huge_tensors(kernels, monkeypatch):
+    """A tensor of more than 2^32 chunks: one pass, or at most MAX_GRID blocks that loop
+    (the kernel splits chunk indices with 64-bit division past 2^32)."""
+    import nvrtc_engine.ops.activation as activation_ops
+
+    kernel = kernels["mx_row"]
+    rows, cols = 2**22, 2**14  # 2^36 positions, 2^33 chunks
+    monkeypatch.setattr(activation_ops, "bind_mxfp8_output", lambda *a: _FakeBound())
+    cfg = row_config(kernel.key)
+    chunks = rows * cols // 8
+    assert chunks > 2**32
+    ((_, grid, _, _, values, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
+    assert grid == chunks // (cfg.threads * cfg.unroll)
+    assert values[6:8] == (rows, cols) and values[-1] == 1
+    monkeypatch.setattr(activation_ops, "MAX_GRID", 1000)
+    ((_, grid, _, _, _, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
+    assert grid == 1000
+
+
+class _FakeBound:
+    result = None
+    rowwise, rowwise_scale, rowwise_scale_stride = 0x7F0000100000, 0x7F0000200000, 512
+    columnwise = columnwise_scale = columnwise_scale_stride = 0
+    fresh = ()
+
+
+def test_row_flat_source_splits_chunks_by_row():
+    src = render(make_key("dswiglu", dtype="bf16", arch="sm_90", hidden_size=4096)).source
+    assert "row-flat kernel" in src and "const long long cols = 4096;" in src
+    assert "nve::tile_coords(stride, cpr, sr, sq);" in src
+    assert "nve::tile_coords(i, cols, r, cl);" in src  # the element path
+    mx = render(make_key("dswiglu", dtype="fp8", scaling="mxfp8", arch="sm_90")).source
+    assert "row-flat kernel" in mx and "__shfl_xor_sync" in mx and "if (aligned)" not in mx

@@ -262,6 +262,50 @@ def test_grid_smaller_than_the_tiles_loops(op, fields, rng, monkeypatch):
         check_unscaled_or_tensor(kernel, x, grad, rng)
 
 
+@pytest.mark.parametrize("config", [(256, 1), (128, 4), (1024, 2), (64, 8)])
+@pytest.mark.parametrize(
+    ("op", "fields"),
+    [
+        ("swiglu", dict(dtype="bf16")),
+        ("dswiglu", dict(dtype="fp8")),
+        ("clamped_swiglu", dict(in_dtype="fp16", out_dtype="fp32")),
+        ("gelu", dict(dtype="fp8", scaling="mxfp8")),
+        ("dgeglu", dict(in_dtype="fp32", out_dtype="fp8_e5m2", scaling="mxfp8")),
+    ],
+)
+def test_row_flat_kernel_steps_across_rows(op, fields, config, rng, monkeypatch):
+    """The row-flat kernel (gated ops, MXFP8 rowwise) walks chunks row by row: with several
+    launch configurations (the sweep in bench/activation_row_tuning.py may pick any), rows
+    of fewer chunks than a block, of a number of chunks that does not divide the block's,
+    and of more; one pass and a grid capped at 3 blocks that loop."""
+    from dataclasses import replace
+
+    from nvrtc_engine import config as ne_config
+    from nvrtc_engine.engine import Engine
+
+    threads, unroll = config
+    cfg = activation_ops.LaunchConfig(threads, unroll)
+    monkeypatch.setattr(activation_ops, "row_config", lambda key: cfg)
+    # memory only: the disk cache holds this key with the default configuration
+    monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
+                                                       disable_disk_cache=True))  # fmt: skip
+    key = ne.make_key(op, **fields)
+    assert key.spec.structure(key) == "rows"
+    mx = key.scaling == "mxfp8"
+    for cap in (activation_ops.MAX_GRID, 3):
+        monkeypatch.setattr(activation_ops, "MAX_GRID", cap)
+        kernel = Engine().get(key)  # a new kernel: no launch plan from another grid cap
+        assert kernel._threads == threads
+        for lead, cols in [((5,), 32), ((3, 7), 96), ((11,), 1056), ((2,), 4128)]:
+            if not mx and cols > 1000:
+                cols += 8  # not a multiple of 32 (still of 8)
+            x, grad = make_inputs(op, key.in_dtype, lead, cols, rng)
+            if mx:
+                check_mxfp8(kernel, x, grad)
+            else:
+                check_unscaled_or_tensor(kernel, x, grad, rng)
+
+
 # -- MXFP8 buffers ------------------------------------------------------------------------
 
 

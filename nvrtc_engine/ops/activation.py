@@ -10,8 +10,12 @@ Four kinds of op share one template (``templates/activation.cu.j2``), rendered p
 - ``dgated``: grad ``(..., H)``, x ``(..., 2H)`` -> ``[grad * act'(a) * b | grad * act(a)]``
   of shape ``(..., 2H)`` (dglu, ...).
 
-Plain ops without MXFP8 run a flat element-wise kernel (:class:`LaunchConfig`); gated ops and
-every MXFP8 output run a tiled kernel over rows (:class:`TileConfig`). Math:
+Three kernel structures (:meth:`ActivationSpec.structure`): plain ops without MXFP8 run a
+flat element-wise kernel (``flat``, :func:`launch_config`); gated and dgated ops without
+MXFP8, and every MXFP8 ``rowwise`` output, run the row-flat kernel (``rows``,
+:func:`row_config`): the flat kernel's 1-D chunk order with a row/column split of the chunk
+index; MXFP8 ``columnwise`` and ``both`` outputs run a tiled kernel of 32-row tiles
+(``tile``, :class:`TileConfig`). Math:
 ``templates/include/nve_act.cuh``; references: :mod:`nvrtc_engine.reference`.
 """
 
@@ -49,6 +53,7 @@ __all__ = [
     "MXFP8Output",
     "TileConfig",
     "launch_config",
+    "row_config",
     "tile_config",
 ]
 
@@ -67,10 +72,12 @@ CLAMPED_SWIGLU_LINEAR_OFFSET = 1.0
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """Flat kernel: threads per block and 16-byte input chunks per thread; the grid covers
-    the data in one pass (one block per ``threads * unroll`` chunks).
+    """Flat and row-flat kernels: threads per block and input chunks per thread; the grid
+    covers the data in one pass (one block per ``threads * unroll`` chunks).
+    :func:`launch_config` gives the flat kernel's (plain ops, ``none``/``tensor``),
+    :func:`row_config` the row-flat kernel's (gated ops, MXFP8 rowwise).
 
-    Measured on the H200 (bench/activation_tuning.py, 16384 x 8192 bf16, see
+    The flat kernel's, measured on the H200 (bench/activation_tuning.py, 16384 x 8192 bf16, see
     docs/performance.md): a single pass beat a grid capped at 4-16 blocks per SM and looped
     over, for every block size (the capped loop reached 75% of copy bandwidth even for the
     identity function, one pass 88-90%). Without amax, small blocks with one chunk each
@@ -95,20 +102,36 @@ def launch_config(key: KernelKey) -> LaunchConfig:
     return LaunchConfig(threads=128, unroll=1)
 
 
+def row_config(key: KernelKey) -> LaunchConfig:
+    """The row-flat kernel's configuration for ``key`` (gated and dgated ops without MXFP8,
+    MXFP8 rowwise outputs): threads per block and 16-byte input chunks in flight per thread
+    (``chunk_bytes`` is always 16: an MXFP8 block of 32 values is whole chunks). The grid
+    covers the chunks in one pass.
+
+    Not yet measured on the H200 (bench/activation_row_tuning.py sweeps threads x unroll);
+    a guess from register counts (ptxas, sm_90): with one chunk per thread every op but the
+    dgated ones needs 32-39 registers (full occupancy: 2048 threads, each with one chunk of
+    each input in flight, about 64 KiB per SM for gated ops), two chunks take 42-64 and
+    four 62-104 (dgated ops spill at 2). So one chunk each: 256 threads, or with tensor
+    scaling 1024 (fewer blocks, so fewer amax atomics).
+    """
+    if key.scaling == "tensor":
+        return LaunchConfig(threads=1024, unroll=1)
+    return LaunchConfig(threads=256, unroll=1)
+
+
 @dataclass(frozen=True)
 class TileConfig:
-    """Tiled kernel: ``threads`` per block, ``chunks_per_row`` 16-byte input chunks along a
-    tile row (the tile is ``chunks_per_row * 16 / itemsize`` positions wide) and ``iters``
-    chunks per thread and input (the tile is ``iters * threads / chunks_per_row`` rows
-    high). The grid covers the tiles in one pass.
+    """Tiled kernel (MXFP8 ``columnwise`` and ``both`` outputs): ``threads`` per block,
+    ``chunks_per_row`` 16-byte input chunks along a tile row (the tile is
+    ``chunks_per_row * 16 / itemsize`` positions wide) and ``iters`` chunks per thread and
+    input (the tile is ``iters * threads / chunks_per_row`` rows high: exactly 32, one
+    columnwise block). The grid covers the tiles in one pass.
 
-    Measured on the H200 (bench/activation_tile_tuning.py: swiglu, dswiglu and gelu, bf16
-    16384 x 8192 outputs, every shape; docs/performance.md): unscaled gated forward, 512
-    threads with a warp on 512 contiguous bytes of a row and one chunk each (71% of copy
-    bandwidth, 50% for the earlier 128-thread guess); gated backward, 256 threads with two
-    chunks (54% against 33%); tensor scaling, 128 threads with one chunk (71% against 65%);
-    MXFP8 rowwise, 256 threads with 16 chunks per row and 2 each (80% for swiglu); MXFP8
-    both, 128 threads with 16 chunks per row and 4 each (65% for swiglu, against 57%).
+    Measured on the H200 (bench/activation_tile_tuning.py, bf16 16384 x 8192 outputs;
+    docs/performance.md): MXFP8 both, 128 threads with 16 chunks per row and 4 each (65% of
+    copy bandwidth for swiglu, against 57% for the first guess). Gated and MXFP8 rowwise
+    outputs ran this kernel too before the row-flat one (:func:`row_config`) took them over.
     """
 
     threads: int
@@ -125,17 +148,9 @@ class TileConfig:
 def tile_config(key: KernelKey) -> TileConfig:
     """The tiled kernel's configuration for ``key`` (see :class:`TileConfig`)."""
     dgated = isinstance(key.spec, ActivationSpec) and key.spec.kind == "dgated"
-    if key.scaling == "mxfp8":
-        if dgated:  # two outputs: 2 x 2 x 8 fp32 values per thread stay in registers
-            return TileConfig(threads=128, chunks_per_row=8, iters=2)
-        if key.layout == "rowwise":
-            return TileConfig(threads=256, chunks_per_row=16, iters=2)
-        return TileConfig(threads=128, chunks_per_row=16, iters=4)
-    if key.scaling == "tensor":
-        return TileConfig(threads=128, chunks_per_row=32, iters=1)
-    if dgated:
-        return TileConfig(threads=256, chunks_per_row=32, iters=2)
-    return TileConfig(threads=512, chunks_per_row=32, iters=1)
+    if dgated:  # two outputs: 2 x 2 x 8 fp32 values per thread stay in registers
+        return TileConfig(threads=128, chunks_per_row=8, iters=2)
+    return TileConfig(threads=128, chunks_per_row=16, iters=4)
 
 
 def _fp32_literal(value: float) -> str:
@@ -174,9 +189,12 @@ class ActivationSpec(OpSpec):
     def backward(self) -> bool:
         return self.kind in ("dact", "dgated")
 
-    def tiled(self, key: KernelKey) -> bool:
-        """Whether ``key`` runs the tiled kernel (gated ops, MXFP8) or the flat one."""
-        return self.gated or key.scaling == "mxfp8"
+    def structure(self, key: KernelKey) -> str:
+        """The kernel structure of ``key``: ``tile`` for MXFP8 columnwise and both outputs,
+        ``rows`` for gated ops and MXFP8 rowwise outputs, else ``flat``."""
+        if key.scaling == "mxfp8":
+            return "rows" if key.layout == "rowwise" else "tile"
+        return "rows" if self.gated else "flat"
 
     def validate(self, key: KernelKey) -> None:
         super().validate(key)
@@ -191,8 +209,9 @@ class ActivationSpec(OpSpec):
 
     def render_context(self, key: KernelKey) -> dict[str, Any]:
         ctx = super().render_context(key)
-        tiled = self.tiled(key)
-        vec = 16 // key.input.itemsize if tiled else launch_config(key).vec(key.input.itemsize)
+        structure = self.structure(key)
+        flat = structure == "flat"
+        vec = launch_config(key).vec(key.input.itemsize) if flat else 16 // key.input.itemsize
         mx = key.scaling == "mxfp8"
         ctx.update(
             kind=self.kind,
@@ -205,13 +224,15 @@ class ActivationSpec(OpSpec):
             colwise=mx and key.layout in ("columnwise", "both"),
             max_norm_rcp=_fp32_literal(1.0 / key.output.max_finite) if mx else "",
         )
-        if tiled:
+        if structure == "tile":
             cfg = tile_config(key)
             ctx.update(structure="tile", threads=cfg.threads,
                        chunks_per_row=cfg.chunks_per_row, iters=cfg.iters)  # fmt: skip
         else:
-            cfg2 = launch_config(key)
-            ctx.update(structure="flat", threads=cfg2.threads, unroll=cfg2.unroll)
+            cfg2 = launch_config(key) if flat else row_config(key)
+            if not flat and cfg2.chunk_bytes != 16:
+                raise ValueError(f"the row-flat kernel moves 16-byte chunks, not {cfg2}")
+            ctx.update(structure=structure, threads=cfg2.threads, unroll=cfg2.unroll)
         return ctx
 
     def kernel_class(self) -> type[Kernel]:
@@ -239,15 +260,15 @@ class _Launcher(Kernel):
         self._backward = spec.backward
         self._tensor = key.scaling == "tensor"
         self._mx = key.scaling == "mxfp8"
-        self._tiled = spec.tiled(key)
+        self._structure = spec.structure(key)
         self._vec = 16 // key.input.itemsize
-        if self._tiled:
+        if self._structure == "tile":
             cfg = tile_config(key)
             self._threads = cfg.threads
             self._tile_rows = cfg.tile_rows()
             self._tile_cols = cfg.tile_cols(self._vec)
         else:
-            flat = launch_config(key)
+            flat = launch_config(key) if self._structure == "flat" else row_config(key)
             self._vec = flat.vec(key.input.itemsize)
             self._threads = flat.threads
             self._per_block = flat.threads * flat.unroll * self._vec
@@ -308,6 +329,19 @@ class _Launcher(Kernel):
 
     # -- launch ---------------------------------------------------------------------------
 
+    def _grid(self, rows: int, cols: int, aligned: bool) -> int:
+        """Blocks to launch for ``rows x cols`` positions (flat: ``rows`` = all elements,
+        ``cols`` = 1): one pass over the chunks (``flat``, ``rows``; over the positions when
+        not ``aligned``) or the tiles (``tile``), at most :data:`MAX_GRID` (the kernels loop
+        over what is left)."""
+        if self._structure == "tile":
+            blocks = -(-rows // self._tile_rows) * -(-cols // self._tile_cols)
+        elif aligned:  # rows: cols % vec == 0 here
+            blocks = -(-(rows * cols) // self._per_block)
+        else:
+            blocks = -(-(rows * cols) // self._threads)
+        return max(1, min(blocks, MAX_GRID))
+
     def _call(self, grad: Any, x: Any, out: Any, scale: Any, amax: Any, scale_inv: Any,
               stream: Any, floats: tuple[float, ...] = ()) -> Any:  # fmt: skip
         """What every family class's ``__call__`` does: the call's launch plan if it has one,
@@ -347,9 +381,9 @@ class _Launcher(Kernel):
         if rows == 0 or cols == 0:
             return out
         limit, alpha, linear_offset = floats or (0.0, 0.0, 0.0)
-        if self._tiled:
+        if self._structure != "flat":
             aligned = ((xa.ptr | g_ptr | y_ptr | y_col_ptr) & 15) == 0 and cols % self._vec == 0
-            grid = min(-(-rows // self._tile_rows) * -(-cols // self._tile_cols), MAX_GRID)
+            grid = self._grid(rows, cols, aligned)
             s_row = (bound.rowwise_scale, bound.rowwise_scale_stride) if bound else (0, 0)
             s_col = (bound.columnwise_scale, bound.columnwise_scale_stride) if bound else (0, 0)
             pack, refs = self._tile_params, _TILE_REFS + (_CLAMP_REFS if floats else ())
@@ -361,7 +395,7 @@ class _Launcher(Kernel):
         else:
             n = xa.numel
             aligned = ((xa.ptr | g_ptr | y_ptr) & 15) == 0
-            grid = min(-(-n // (self._per_block if aligned else self._threads)), MAX_GRID)
+            grid = self._grid(n, 1, aligned)
             pack, refs = self._flat_params, _FLAT_REFS
             values = (xa.ptr, y_ptr, n, scale_ptr, amax_ptr, scale_inv_ptr, int(aligned))
             if self._backward:
