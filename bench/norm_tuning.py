@@ -1,15 +1,19 @@
-"""Launch-configuration sweep behind the specialized norm kernels' defaults
-(``launch_config``, ``FWD_ONE_PASS`` and ``BWD_CTAS_PER_SM`` in nvrtc_engine/ops/norm.py).
+"""Launch-configuration sweep behind the specialized norm kernels' defaults (``launch_config``,
+``TARGET_BYTES``, ``FWD_HOLD_WEIGHTS``, ``FWD_GROUPS_PER_CTA``, ``BWD_PREFETCH``,
+``BWD_PACKED``, ``BWD_CLUSTERS`` and ``BWD_CTAS_PER_SM`` in nvrtc_engine/ops/norm.py).
 
-    python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336] [--rounds 2]
+    python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
 
-For LayerNorm and RMSNorm, bf16 input, at each hidden size: the forward to bf16 and to
-fp8_e4m3 (tensor scaling) for every register layout (warps per row x rows per CTA, the
-accesses per thread following from them; at most 16 accesses of 8 elements) with a
-persistent grid (SMs x occupancy CTAs looping over rows) and with one CTA per row group;
-the backward for every layout with 2, 4 and 8 CTAs per SM (the number of partial dgamma
-rows). Each sweep runs ``--rounds`` times; rows give every round and the median. GB/s counts
-x, z (forward) and x, dz, dx (backward) once. Writes bench/results/norm_tuning.json.
+For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
+2048, from H = 65536 on): the forward to bf16 and to fp8_e4m3 (tensor scaling) for the
+default layout and its neighbours (half and twice the accesses per thread), each with the
+weights reloaded per row and held in registers (``h``: 2, 4 or 8 row groups per CTA, a
+host-side choice); the backward for the same layouts, each with the code switches
+(prefetch, packed, the register cap) and 2 or 8 CTAs per SM; at H = 65536 also every
+cluster layout of the backward and the general kernel (``loop``) in both directions. Each
+sweep runs ``--rounds`` times; rows give every round and the median; a ``*`` marks the
+current default. GB/s counts x, z (forward) and x, dz, dx (backward) once. Writes
+bench/results/norm_tuning.json. About 3-4 minutes on an H200 (most of it NVRTC compiles).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,28 +34,76 @@ os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"
 import common
 
 EPS = 1e-5
-VEC = 8  # bf16: 16-byte accesses
 
 
-def layouts(hidden: int, backward: bool) -> list[tuple[int, int, int]]:
-    """(warps, rows, iters) register layouts for ``hidden`` (one CTA per row group)."""
-    accesses = hidden // VEC
-    out = []
-    for warps in range(1, 33):
-        iters = -(-accesses // (32 * warps))
-        fewer = -(-accesses // (32 * (warps - 1))) if warps > 1 else 0
-        if iters > (4 if backward else 16) or fewer == iters:
-            continue  # too many registers, or the same shares with fewer warps
-        for rows in (1, 2, 4):
-            if rows * warps * 32 <= (512 if backward else 1024) and (rows == 1 or warps <= 4):
-                out.append((warps, rows, iters))
+def candidates(norm: Any, key: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """(LaunchConfig, host settings) pairs to time for ``key``; the default comes first."""
+    spec = key.spec
+    default = norm.launch_config(key)
+    out: list[tuple[Any, dict[str, Any]]] = []
+
+    def add(cfg: Any, **host: Any) -> None:
+        if (cfg, host) not in out:
+            out.append((cfg, host))
+
+    layouts = []
+    if default.mode == "regs":
+        layouts.append(default)
+        accesses = key.hidden_size // default.vec
+        # forward: half and twice the accesses per thread; backward: the other of 2 and 4
+        other = [2 if default.iters >= 4 else 4] if spec.backward else []
+        for iters in other or [default.iters // 2, default.iters * 2]:
+            if iters < 1 or iters == default.iters or default.cluster > 1:
+                continue
+            warps = -(-accesses // (32 * iters))
+            iters = -(-accesses // (32 * warps))
+            if warps <= 32 and iters * default.vec <= 64:
+                layouts.append(norm.LaunchConfig("regs", default.vec, warps, 1, iters, 1))
+    if spec.backward and default.mode == "loop":  # the cluster layouts (BWD_CLUSTERS)
+        for cluster in (2, 4, 8):
+            accesses = key.hidden_size // default.vec
+            warps = -(-accesses // (32 * cluster * 4))
+            if warps <= 32 and warps * 32 * cluster <= accesses:
+                layouts.append(norm.LaunchConfig("regs", default.vec, warps, 1, 4, cluster))
+    for lay in layouts:
+        base = dict(mode="regs", vec=lay.vec, warps=lay.warps, rows=lay.rows, iters=lay.iters,
+                    cluster=lay.cluster)  # fmt: skip
+        threads = -(-lay.rows * lay.warps // 4) * 4 * 32
+        if spec.backward:
+            # (prefetch, packed, capped): the former code; no prefetch with and without the
+            # register cap; packed with the cap (ptxas -v: the prefetch spills once capped)
+            switches = [(True, False, False), (False, False, True), (False, False, False),
+                        (False, True, True)]  # fmt: skip
+            if lay.cluster > 1:
+                switches = switches[:3]
+            for prefetch, packed, capped in switches:
+                regs = norm._registers(True, spec.accumulators, lay.iters * lay.vec, 2,
+                                       prefetch=prefetch, packed=packed)  # fmt: skip
+                cap = norm.REGISTER_FILE // (threads * regs)
+                cfg = norm.LaunchConfig(**base, prefetch=prefetch, packed=packed,
+                                        min_ctas=cap if capped and cap > 1 else 0)  # fmt: skip
+                for per_sm in (2, 8):
+                    add(cfg, BWD_CTAS_PER_SM=per_sm)
+        else:
+            add(norm.LaunchConfig(**base))
+            weights = 1 if spec.rms else 2
+            regs = norm._registers(False, 0, lay.iters * lay.vec, 2, weights=weights)
+            cap = norm.REGISTER_FILE // (threads * regs)
+            held = norm.LaunchConfig(**base, hold=True, min_ctas=cap if cap > 1 else 0)
+            for groups in (2, 4, 8):
+                add(held, FWD_GROUPS_PER_CTA=groups)
+    if default.mode == "loop" or key.hidden_size >= 65536:
+        add(norm.LaunchConfig("loop", 8))
+    if default not in [c for c, _ in out]:
+        add(default)
     return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=16384)
-    parser.add_argument("--hidden", default="4096,8192,14336")
+    parser.add_argument("--big-tokens", type=int, default=2048)
+    parser.add_argument("--hidden", default="4096,8192,14336,65536")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--norms", default="layernorm,rmsnorm")
     args = parser.parse_args()
@@ -59,20 +112,23 @@ def main() -> int:
     import nvrtc_engine as ne
     import nvrtc_engine.ops.norm as norm
     from nvrtc_engine.engine import Engine
+    from nvrtc_engine.plans import NO_PLAN
 
+    started = time.perf_counter()
     copy = common.copy_bandwidth_gbps()
-    chosen, one_pass, per_sm = norm.launch_config, norm.FWD_ONE_PASS, norm.BWD_CTAS_PER_SM
-    n = args.tokens
+    chosen = norm.launch_config
+    host_defaults = {name: getattr(norm, name) for name in ("BWD_CTAS_PER_SM",
+                                                            "FWD_GROUPS_PER_CTA")}  # fmt: skip
     bf16 = torch.bfloat16
     scale = torch.full((1,), 2.0, device="cuda")
     amax = torch.zeros(1, device="cuda")
     scale_inv = torch.empty(1, device="cuda")
     results: dict[tuple, list[float]] = {}
-    kernels: dict[tuple, Any] = {}
     meta: dict[tuple, dict] = {}
 
     def sweep(h: int) -> None:
         """Every case at hidden size ``h``, ``args.rounds`` times, on one set of buffers."""
+        n = args.big_tokens if h >= 65536 else args.tokens
         x = torch.randn(n, h, device="cuda").to(bf16)
         x += torch.randn(n, 1, device="cuda").to(bf16) * 3  # row offsets
         dz = torch.randn(n, h, device="cuda").to(bf16)
@@ -83,39 +139,47 @@ def main() -> int:
         b = (torch.randn(h, device="cuda") * 0.1).to(bf16)
         dw, db = torch.empty_like(w), torch.empty_like(b)
         fp8 = {"scale": scale, "amax": amax, "scale_inv": scale_inv}
-        cases = []
+        cases = []  # (norm, h, direction, out, cfg, host settings as a tuple)
+        defaults = {}
         for nm in args.norms.split(","):
-            for lay in layouts(h, False):
-                for grid in (False, True):
-                    for out in ("bf16", "fp8"):
-                        cases.append((nm, h, "fwd", out, lay, grid))
-            for lay in layouts(h, True):
-                for ctas in (2, 4, 8):
-                    cases.append((nm, h, "bwd", "bf16", lay, ctas))
+            for direction, out, extra in (("fwd", "bf16", {}), ("fwd", "fp8_e4m3", {"scaling":
+                                          "tensor"}), ("bwd", "bf16", {})):  # fmt: skip
+                key = ne.make_key(f"{nm}_{direction}", in_dtype="bf16", out_dtype=out,
+                                  hidden_size=h, **extra)  # fmt: skip
+                defaults[(nm, direction, out)] = chosen(key)
+                for cfg, host in candidates(norm, key):
+                    cases.append((nm, h, direction, out, cfg, tuple(sorted(host.items()))))
+        kernels: dict[tuple, Any] = {}
         workspaces: dict[tuple, Any] = {}
         for rnd in range(args.rounds):
             for case in cases:
-                nm, _, direction, out, (warps, rows, iters), grid = case
-                cfg = norm.LaunchConfig("regs", VEC, warps, rows, iters, 1)
-                norm.launch_config = lambda key, cfg=cfg: cfg
-                norm.FWD_ONE_PASS = bool(grid) if direction == "fwd" else one_pass
-                norm.BWD_CTAS_PER_SM = grid if direction == "bwd" else per_sm
+                nm, _, direction, out, cfg, host = case
                 ln = nm == "layernorm"
-                if case not in kernels:
+                kkey = case[:5]
+                if kkey not in kernels:
+                    norm.launch_config = lambda key, cfg=cfg: cfg
                     try:
-                        kernels[case] = Engine().get(ne.make_key(
-                            f"{nm}_{direction}", in_dtype="bf16", out_dtype=out, hidden_size=h
+                        extra = {"scaling": "tensor"} if out != "bf16" else {}
+                        kernels[kkey] = Engine().get(ne.make_key(
+                            f"{nm}_{direction}", in_dtype="bf16", out_dtype=out, hidden_size=h,
+                            **extra,
                         ))  # fmt: skip
                     except Exception as exc:  # e.g. a layout over the register budget
-                        kernels[case] = None
+                        kernels[kkey] = None
                         print(f"{case}: {type(exc).__name__}: {exc}"[:300])
-                k = kernels[case]
+                    finally:
+                        norm.launch_config = chosen
+                k = kernels[kkey]
                 if k is None:
                     continue
+                for name, value in {**host_defaults, **dict(host)}.items():
+                    setattr(norm, name, value)
+                k._launch_plans.clear()  # host settings change the grid: no cached plan
+                k._last_plan = NO_PLAN
                 if direction == "fwd":
-                    zz, kw = (z8, fp8) if out == "fp8" else (z, {})
+                    zz, kw = (z8, fp8) if out != "bf16" else (z, {})
                     args_ = (x, w, b, EPS, zz, mu, rs) if ln else (x, w, EPS, zz, rs)
-                    nbytes = n * h * (2 + (1 if out == "fp8" else 2))
+                    nbytes = n * h * (2 + (1 if out != "bf16" else 2))
                 else:
                     if case not in workspaces:
                         dev = torch.cuda.current_device()
@@ -125,42 +189,49 @@ def main() -> int:
                     args_ = (dz, x, mu, rs, w, dx, dw, db) if ln else (dz, x, rs, w, dx, dw)
                     nbytes = 3 * n * h * 2
                 ms = common.cuda_time_ms(lambda k=k, a=args_, kw=kw: k(*a, **kw))
+                for name, value in host_defaults.items():
+                    setattr(norm, name, value)
                 results.setdefault(case, []).append(ms)
-                meta[case] = {"bytes": nbytes, "symbol": k.artifact.symbols[0]}
-            print(f"H={h} round {rnd + 1}/{args.rounds} done", flush=True)
+                is_default = cfg == defaults[(nm, direction, out)] and all(
+                    host_defaults.get(name) == value for name, value in host
+                )
+                meta[case] = {"bytes": nbytes, "symbol": k.artifact.symbols[0], "tokens": n,
+                              "default": is_default}  # fmt: skip
+            print(f"H={h} round {rnd + 1}/{args.rounds} done ({len(cases)} cases, "
+                  f"{time.perf_counter() - started:.0f} s)", flush=True)  # fmt: skip
 
     for h in (int(v) for v in args.hidden.split(",")):
         sweep(h)
         torch.cuda.empty_cache()
-    norm.launch_config, norm.FWD_ONE_PASS, norm.BWD_CTAS_PER_SM = chosen, one_pass, per_sm
     rows_out = []
     for case, times in results.items():
-        nm, h, direction, out, (warps, rows, iters), grid = case
+        nm, h, direction, out, cfg, host = case
         ms = statistics.median(times)
         nbytes = meta[case]["bytes"]
         rows_out.append({
-            "norm": nm, "hidden": h, "tokens": n, "direction": direction, "out": out,
-            "warps": warps, "rows": rows, "iters": iters,
-            "grid": ("one pass" if grid else "persistent") if direction == "fwd" else grid,
+            "norm": nm, "hidden": h, "tokens": meta[case]["tokens"], "direction": direction,
+            "out": "fp8" if out != "bf16" else out, "config": cfg.tag,
+            "host": ",".join(f"{k}={v}" for k, v in host), "default": meta[case]["default"],
             "ms_rounds": times, "ms": ms, "pct": 100 * nbytes / (ms * 1e-3) / 1e9 / copy,
             "symbol": meta[case]["symbol"],
         })  # fmt: skip
     rows_out.sort(key=lambda r: (r["norm"], r["hidden"], r["direction"], r["out"], r["ms"]))
-    info = {**common.gpu_info(), "copy_gbps": copy, "rounds": args.rounds}
+    info = {**common.gpu_info(), "copy_gbps": copy, "rounds": args.rounds,
+            "seconds": time.perf_counter() - started}  # fmt: skip
     path = common.write_results("norm_tuning", {**info, "rows": rows_out})
     shown = []
     for i, r in enumerate(rows_out):
         group = (r["norm"], r["hidden"], r["direction"], r["out"])
         rank = sum((q["norm"], q["hidden"], q["direction"], q["out"]) == group
                    for q in rows_out[:i])  # fmt: skip
-        if rank < 3:
-            shown.append(r)
-    print(f"device copy {copy:.0f} GB/s")
+        if rank < 4 or r["default"]:
+            shown.append({**r, "mark": "*" if r["default"] else ""})
+    print(f"device copy {copy:.0f} GB/s; * = current default")
     columns = [("norm", "norm", ""), ("hidden", "H", ""), ("direction", "dir", ""),
-               ("out", "out", ""), ("warps", "w", ""), ("rows", "r", ""), ("iters", "j", ""),
-               ("grid", "grid", ""), ("ms", "ms", ".4f"), ("pct", "% copy", ".1f")]  # fmt: skip
+               ("out", "out", ""), ("config", "config", ""), ("host", "host", ""),
+               ("mark", "", ""), ("ms", "ms", ".4f"), ("pct", "% copy", ".1f")]  # fmt: skip
     print(common.table(shown, columns))
-    print(f"wrote {path}")
+    print(f"wrote {path} in {time.perf_counter() - started:.0f} s")
     return 0
 
 

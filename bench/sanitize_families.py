@@ -6,8 +6,11 @@
 
 ``--list`` prints the case names; ``--case SUBSTRING`` runs only the matching cases (one
 process per case isolates a failure). Norms: LayerNorm/RMSNorm forward (bf16, FP8 tensor
-scaling, MXFP8) and backward, specialized (including a thread-block cluster at H = 14336 on
-sm_90) and general, with odd hidden sizes and rows that do not fill a CTA. Cast family:
+scaling, MXFP8) and backward, specialized and general, with odd hidden sizes and rows that
+do not fill a CTA; the code switches of nvrtc_engine/ops/norm.py that the defaults leave
+off (``norm_switch_*``: backward prefetch, packed rows, clusters; forward weights held in
+registers for bf16 and MXFP8 output, the held path with several row groups per CTA). The
+disk cache is off: switched kernels share keys with the defaults. Cast family:
 cast_transpose (+ dbias, + dgelu, gated dswiglu), transpose, multi_cast_transpose and
 MXFP8/NVFP4 quantize in every layout, on shapes that leave partial tiles. Correctness is the
 GPU tests' job; this only runs the kernels.
@@ -16,8 +19,13 @@ GPU tests' job; this only runs the kernels.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
+
+# The norm_switch_* cases build kernels under monkeypatched module switches, which the key
+# does not see: keep every kernel in memory, never in (or from) the disk cache.
+os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"
 
 
 def cases() -> dict[str, Callable[[], None]]:
@@ -61,6 +69,7 @@ def cases() -> dict[str, Callable[[], None]]:
             if h % 32 == 0:
                 out[f"{tag}_fwd_mxfp8"] = lambda f=fwd: f(out_dtype="fp8", scaling="mxfp8")
             out[f"{tag}_bwd"] = bwd
+    out.update(norm_switch_cases(t, tensor))
     for m, k in [(31, 33), (130, 260), (1, 1), (256, 512)]:
         tag = f"{m}x{k}"
         out[f"cast_transpose_{tag}"] = lambda m=m, k=k: ne.get_kernel(
@@ -87,6 +96,63 @@ def cases() -> dict[str, Callable[[], None]]:
                 "quantize", dtype="fp8", layout=lay)(t(m, k))  # fmt: skip
             out[f"quantize_nvfp4_{layout}_{tag}"] = lambda m=m, k=k, lay=layout: ne.get_kernel(
                 "quantize", dtype="fp4_e2m1", layout=lay)(t(m, k))  # fmt: skip
+    return out
+
+
+def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], None]]:
+    """Norm kernels built with non-default switches, each on a fresh engine."""
+    import torch
+
+    import nvrtc_engine as ne
+    import nvrtc_engine.ops.norm as norm
+    from nvrtc_engine.engine import Engine
+
+    def switched(values, op, hidden, **fields):
+        saved = {name: getattr(norm, name) for name in values}
+        try:
+            for name, value in values.items():
+                setattr(norm, name, value)
+            norm.launch_config.cache_clear()
+            return Engine().get(ne.make_key(op, in_dtype="bf16", hidden_size=hidden, **fields))
+        finally:
+            for name, value in saved.items():
+                setattr(norm, name, value)
+            norm.launch_config.cache_clear()
+
+    out: dict[str, Callable[[], None]] = {}
+    bwd = {
+        "prefetch": {"BWD_PREFETCH": True, "BWD_PACKED": False},
+        "prefetch_packed": {"BWD_PREFETCH": True, "BWD_PACKED": True},
+        "packed": {"BWD_PREFETCH": False, "BWD_PACKED": True},
+        "clusters": {"BWD_CLUSTERS": True},
+    }
+    for label, values in bwd.items():
+        for rows, h in [(5, 4096), (7, 1000), (1003, 1024), (2, 14336)]:
+            for nm in ("layernorm", "rmsnorm"):
+
+                def run_bwd(values=values, rows=rows, h=h, nm=nm):
+                    k = switched(values, f"{nm}_bwd", h)
+                    x, dz, w = t(rows, h), t(rows, h), t(h)
+                    mu = torch.zeros(rows, device="cuda")
+                    rs = torch.ones(rows, device="cuda")
+                    k(dz, x, mu, rs, w) if nm == "layernorm" else k(dz, x, rs, w)
+
+                out[f"norm_switch_{label}_{nm}_bwd_h{h}x{rows}"] = run_bwd
+    held = {"FWD_HOLD_WEIGHTS": dict.fromkeys(norm.FWD_HOLD_WEIGHTS, True)}
+    for rows, h in [(3, 1000), (4099, 1024), (5, 4096), (2, 65536)]:
+        for nm in ("layernorm", "rmsnorm"):
+            for out_dtype, scaling in (("bf16", "none"), ("fp8", "tensor"), ("fp8", "mxfp8")):
+                if scaling == "mxfp8" and h % 32:
+                    continue
+
+                def run_fwd(rows=rows, h=h, nm=nm, out_dtype=out_dtype, scaling=scaling):
+                    k = switched(held, f"{nm}_fwd", h, out_dtype=out_dtype, scaling=scaling)
+                    x, w, b = t(rows, h), t(h), t(h)
+                    kw = tensor() if scaling == "tensor" else {}
+                    k(x, w, b, 1e-5, **kw) if nm == "layernorm" else k(x, w, 1e-5, **kw)
+
+                tag = f"{nm}_fwd_{out_dtype}_{scaling}_h{h}x{rows}"
+                out[f"norm_switch_held_{tag}"] = run_fwd
     return out
 
 

@@ -428,3 +428,78 @@ def test_cuda_graph_capture():
     for a, b in zip(out, eager, strict=True):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
     assert first.dx.shape == x.shape
+
+
+# ---- code switches of the specialized kernels (nvrtc_engine.ops.norm module defaults) ----
+
+
+@pytest.fixture
+def switches():
+    """Set norm switches for one test: ``switches(BWD_PREFETCH=True, ...)``; every kernel
+    got afterwards is built with them (each test has its own cache and engine)."""
+    import nvrtc_engine.ops.norm as norm
+
+    with pytest.MonkeyPatch.context() as mp:  # not the test's: that one holds the cache env
+
+        def apply(**values):
+            for name, value in values.items():
+                if name == "FWD_HOLD_WEIGHTS":
+                    value = dict.fromkeys(norm.FWD_HOLD_WEIGHTS, value)
+                mp.setattr(norm, name, value)
+            launch_config.cache_clear()
+            ne.clear_cache(disk=False)
+
+        yield apply
+    launch_config.cache_clear()
+    ne.clear_cache(disk=False)
+
+
+BWD_SWITCHES = [
+    {"BWD_PREFETCH": True, "BWD_PACKED": False},  # the former code
+    {"BWD_PREFETCH": True, "BWD_PACKED": True},
+    {"BWD_PREFETCH": False, "BWD_PACKED": True},
+    {"BWD_PREFETCH": False, "BWD_PACKED": False, "BWD_CLUSTERS": True, "BWD_CTAS_PER_SM": 2},
+]
+
+
+@pytest.mark.parametrize(
+    "values", BWD_SWITCHES, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
+)
+@pytest.mark.parametrize("op", BWD)
+def test_backward_code_switches(switches, op, values):
+    """Prefetch, packed rows, clusters, several rows per CTA, H not a multiple of the vector
+    width, rows that do not fill the last row group, N = 1, a large mean offset (fp32)."""
+    switches(**values)
+    for hidden, rows in ((1024, 1), (1024, 1003), (1001, 37), (4096, 300), (14336, 5)):
+        kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden)
+        cfg = kernel.config
+        assert cfg.mode == "loop" or cfg.prefetch == values["BWD_PREFETCH"]
+        assert kernel.artifact.symbols[0].endswith(cfg.tag)
+        x_host = reference.sample_input((rows, hidden), "bf16", seed(op, hidden, rows, "sw"))
+        run_backward(kernel, x_host)
+    if values.get("BWD_CLUSTERS") and arch() in ("sm_90", "sm_100"):
+        assert ne.get_kernel(op, in_dtype="bf16", hidden_size=65536).config.cluster > 1
+    x_host = (1e4 + seed("sw offset").standard_normal((13, 4096))).astype(np.float32)
+    run_backward(ne.get_kernel(op, in_dtype="fp32", hidden_size=4096), x_host)
+
+
+@pytest.mark.parametrize("hold", [True, False], ids=["held", "reloaded"])
+@pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
+def test_forward_weights_held_in_registers(switches, op, hold):
+    """gamma/beta held across row groups (FWD_HOLD_WEIGHTS; 4 row groups per CTA): several
+    rows per CTA, more row groups than CTAs, H odd, N = 1, fp32 gamma, a large mean offset."""
+    switches(FWD_HOLD_WEIGHTS=hold, FWD_GROUPS_PER_CTA=4)
+    cases = [(1024, 1), (1024, 9001), (1001, 4099), (4096, 3000), (14336, 7), (65536, 3)]
+    for hidden, rows in cases:
+        for out, scaling in (("bf16", "none"), ("fp8_e4m3", "tensor"), ("fp8_e5m2", "mxfp8")):
+            kernel = ne.get_kernel(op, in_dtype="bf16", out_dtype=out, scaling=scaling,
+                                   hidden_size=hidden)  # fmt: skip
+            assert kernel.artifact.symbols[0].endswith(kernel.config.tag)
+            x_host = reference.sample_input((rows, hidden), "bf16", seed(op, hidden, rows))
+            run_forward(kernel, x_host)
+    kernel = ne.get_kernel(op, in_dtype="bf16", out_dtype="fp8_e4m3", scaling="tensor",
+                           hidden_size=4096, fp32_gamma=True, zero_centered_gamma=True)  # fmt: skip
+    run_forward(kernel, reference.sample_input((513, 4096), "bf16", seed(op, "wf32")))
+    x_host = (1e4 + seed("held offset").standard_normal((600, 4096))).astype(np.float32)
+    run_forward(ne.get_kernel(op, in_dtype="fp32", out_dtype="fp8_e4m3", scaling="tensor",
+                              hidden_size=4096), x_host)  # fmt: skip

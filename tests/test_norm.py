@@ -21,12 +21,16 @@ from fakes import FakeCaiArray, FakeCupyArray
 import nvrtc_engine as ne
 from nvrtc_engine import ArgumentError, ArgumentTypeError, KernelKey, VariantError, make_key
 from nvrtc_engine import reference as ref
-from nvrtc_engine.ops import get_spec
+from nvrtc_engine.ops import get_spec, norm
 from nvrtc_engine.ops.norm import (
+    BWD_MAX_ELEMENTS,
     MAX_ELEMENTS,
     MAX_REGISTERS,
+    REGISTER_FILE,
+    LaunchConfig,
     _registers,
     fits_register_file,
+    gamma_dtype,
     launch_config,
     loop_threads_per_row,
 )
@@ -107,7 +111,7 @@ def test_key_names_and_parse():
     bwd = make_key("rmsnorm_bwd_add", dtype="fp16", arch="sm_100a", fp32_gamma=True)
     assert str(bwd) == "rmsnorm_bwd_add_fp16_fp16_none_rowwise_hany_sm100a_wf32"
     assert KernelKey.parse(str(bwd)) == bwd
-    assert key.spec.symbols(key) == (f"{key}_w4r1v8j4c1",)
+    assert key.spec.symbols(key) == (f"{key}_w4r1v8j4c1hm4",)  # FP8: weights held, 4 CTAs/SM
     assert bwd.spec.symbols(bwd) == (f"{bwd}_loop", f"{bwd}_loop_stats", f"{bwd}_loop_finalize")
     mx = make_key("rmsnorm_fwd", in_dtype="bf16", out_dtype="e5m2", scaling="mxfp8", arch="sm_90")
     assert mx.scaling == "mxfp8" and "mxfp8" in str(mx)
@@ -157,12 +161,21 @@ def test_launch_configurations_cover_rows_and_fit(op, dt, arch):
         accesses = hidden // cfg.vec
         per_row = 32 * cfg.warps * cfg.cluster
         assert (cfg.iters - 1) * per_row < accesses <= cfg.iters * per_row
-        assert cfg.iters * cfg.vec <= MAX_ELEMENTS
+        assert cfg.iters * cfg.vec <= (BWD_MAX_ELEMENTS if spec.backward else MAX_ELEMENTS)
         assert cfg.threads <= 1024 and cfg.warps <= 32
-        regs = _registers(spec.backward, spec.accumulators, cfg.iters * cfg.vec, itemsize)
+        key = make_key(op, in_dtype=dt, hidden_size=hidden, arch=arch)
+        w_size = ne.DTYPES[gamma_dtype(key)].itemsize
+        weights = (1 if spec.rms else 2) * w_size // itemsize if cfg.hold else 0
+        regs = _registers(spec.backward, spec.accumulators, cfg.iters * cfg.vec, itemsize,
+                          weights=weights, prefetch=cfg.prefetch, packed=cfg.packed)  # fmt: skip
         assert regs <= MAX_REGISTERS and fits_register_file(cfg.threads // 32, regs)
+        # the register cap (min CTAs per SM) is what the estimate allows, and no less
+        if cfg.min_ctas:
+            assert cfg.min_ctas >= 2
+            assert cfg.min_ctas * -(-cfg.threads // 128) * 128 * regs <= REGISTER_FILE
         assert cfg.cluster in (1, 2, 4, 8)
-        assert cfg.cluster == 1 or (arch == "sm_90" and cfg.rows == 1)
+        assert cfg.cluster == 1 or (arch == "sm_90" and cfg.rows == 1 and not spec.backward)
+        assert not cfg.hold or (not spec.backward and cfg.min_ctas >= 2)
     general = launch_config(make_key(op, in_dtype=dt, arch=arch))
     assert general.mode == "loop" and general.tag == "loop"
 
@@ -174,10 +187,84 @@ def test_configuration_choices():
     assert tag("layernorm_fwd", 4096) == "w4r1v8j4c1"  # 4 x 16-byte accesses per thread
     assert tag("layernorm_fwd", 768) == "w1r4v8j3c1"  # small rows: 4 rows per CTA
     assert tag("layernorm_fwd", 1001).startswith("w1r4v1")  # odd H: single elements
-    assert tag("layernorm_bwd", 4096) == "w8r1v8j2c1"
-    assert tag("layernorm_bwd", 65536).endswith("c8")  # a cluster of 8 CTAs per row
-    assert tag("layernorm_bwd", 65536, arch="sm_80") == "loop"  # no clusters before sm_90
+    assert tag("layernorm_fwd", 65536).endswith("c2")  # a cluster of 2 CTAs per row
+    # backward: no prefetch, the register estimate as a cap (3 CTAs of 168 registers)
+    assert tag("layernorm_bwd", 4096) == "w4r1v8j4c1nm3"
+    assert tag("rmsnorm_bwd", 4096) == "w8r1v8j2c1nm2"
+    assert tag("layernorm_bwd", 14336) == "loop"  # no cluster layouts in the backward
+    assert tag("layernorm_bwd", 65536) == "loop"
     assert tag("layernorm_fwd", 1 << 20) == "loop"
+
+
+def fp8_tag(op, hidden, arch="sm_90"):
+    key = make_key(op, in_dtype="bf16", out_dtype="fp8", hidden_size=hidden, arch=arch)
+    return launch_config(key).tag
+
+
+def test_held_weights_need_two_ctas_per_sm():
+    assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1hm4"  # gamma/beta in registers
+    assert fp8_tag("rmsnorm_fwd", 8192) == "w8r1v8j4c1hm2"
+    # H = 14336: 14 warps; with the weights held only one CTA would fit an SM
+    assert fp8_tag("layernorm_fwd", 14336) == "w14r1v8j4c1"
+    mx = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", scaling="mxfp8",
+                  hidden_size=4096, arch="sm_90")  # fmt: skip
+    assert launch_config(mx).tag == "w4r1v8j4c1"  # MXFP8: not held (FWD_HOLD_WEIGHTS)
+
+
+def test_switches_follow_the_module_defaults():
+    key = make_key("layernorm_bwd", in_dtype="bf16", hidden_size=4096, arch="sm_90")
+    big = make_key("layernorm_bwd", in_dtype="bf16", hidden_size=65536, arch="sm_90")
+    fp8 = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
+                   arch="sm_90")  # fmt: skip
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(norm, "BWD_PREFETCH", True)
+        monkeypatch.setattr(norm, "BWD_PACKED", True)
+        monkeypatch.setattr(norm, "BWD_CLUSTERS", True)
+        monkeypatch.setitem(norm.FWD_HOLD_WEIGHTS, "tensor", False)
+        launch_config.cache_clear()
+        try:
+            cfg = launch_config(key)
+            assert cfg.prefetch and cfg.packed and cfg.tag.startswith("w4r1v8j4c1k")
+            assert "n" not in cfg.tag[len("w4r1v8j4c1") :]
+            assert launch_config(big).cluster > 1 and launch_config(big).prefetch
+            assert launch_config(fp8).tag == "w4r1v8j4c1"
+            fp32 = make_key("layernorm_bwd", in_dtype="fp32", hidden_size=4096, arch="sm_90")
+            assert not launch_config(fp32).packed  # packing saves nothing for fp32 x
+            source = render(key).source
+            assert "xc[j][i] = xn[j][i];" in source and "fetch(grp + pos.nclusters);" in source
+        finally:
+            launch_config.cache_clear()
+    source = render(key).source
+    assert "fetch(grp);" in source and "xc[j][i]" not in source
+    assert "__launch_bounds__(THREADS, 3)" in source
+    held = render(fp8).source
+    assert "Held<Wt::storage, V> gh[J];" in held and "__launch_bounds__(THREADS, 4)" in held
+    plain = render(make_key("layernorm_fwd", in_dtype="bf16", hidden_size=4096, arch="sm_90"))
+    assert "Held<" not in plain.source and "__launch_bounds__(THREADS)\n" in plain.source
+
+
+def test_tags_name_every_code_switch():
+    base = LaunchConfig("regs", 8, 4, 1, 4, 1)
+    assert base.tag == "w4r1v8j4c1"
+    assert LaunchConfig("regs", 8, 4, 1, 4, 1, hold=True, min_ctas=4).tag == "w4r1v8j4c1hm4"
+    assert LaunchConfig("regs", 8, 4, 1, 4, 1, packed=True).tag == "w4r1v8j4c1k"
+    assert LaunchConfig("regs", 8, 4, 1, 4, 1, prefetch=False, min_ctas=1).tag == "w4r1v8j4c1n"
+    assert LaunchConfig("loop", 8, hold=True).tag == "loop"
+    tags = {LaunchConfig("regs", 8, 4, 1, 4, 1, h, p, k, m).tag
+            for h in (False, True) for p in (False, True) for k in (False, True)
+            for m in (0, 2, 3)}  # fmt: skip
+    assert len(tags) == 2 * 2 * 2 * 3  # distinct code, distinct symbol
+
+
+def test_register_estimate():
+    # forward: x in fp32 plus overhead; held bf16 gamma and beta: 2 x 16 registers more
+    assert _registers(False, 0, 32, 2) == 72
+    assert _registers(False, 0, 32, 2, weights=2) == 104
+    # backward LN (2 sums), 32 elements of bf16: ptxas -v needs 168 without the prefetch
+    assert _registers(True, 2, 32, 2, prefetch=False) == 168
+    assert _registers(True, 2, 32, 2) == 224  # the prefetch: 32 stored registers + overhead
+    assert _registers(True, 2, 32, 2, prefetch=False, packed=True) == 136
+    assert _registers(True, 1, 16, 2, prefetch=False) == 88
 
 
 def test_loop_threads_per_row():
@@ -191,9 +278,9 @@ def test_loop_threads_per_row():
 
 
 def test_render_cluster_and_headers():
-    big = make_key("layernorm_bwd", in_dtype="bf16", hidden_size=65536, arch="sm_90")
+    big = make_key("layernorm_fwd", in_dtype="bf16", hidden_size=65536, arch="sm_90")
     r = render(big)
-    assert "__cluster_dims__(8, 1, 1)" in r.source and '#include "nve_cluster.cuh"' in r.source
+    assert "__cluster_dims__(2, 1, 1)" in r.source and '#include "nve_cluster.cuh"' in r.source
     assert not r.cuda_headers
     small = render(make_key("layernorm_bwd", in_dtype="bf16", hidden_size=4096, arch="sm_90"))
     assert "__cluster_dims__" not in small.source

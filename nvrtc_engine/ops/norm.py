@@ -18,9 +18,11 @@ Flags: ``zero_centered_gamma`` (short ``zcg``: multiply by gamma + 1) and ``fp32
 dtype). ``eps`` is a run-time argument.
 
 Specialization: with ``hidden_size`` the row lives in registers with compile-time trip counts
-(:func:`launch_config` picks warps per row, rows per CTA, access width and, on sm_90 and
-sm_100, CTAs per row as a thread block cluster); the choice is part of the kernel's symbol, e.g.
-``layernorm_fwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1``. When no register layout fits
+(:func:`launch_config` picks warps per row, rows per CTA, access width, forward on sm_90 and
+sm_100 CTAs per row as a thread block cluster, and code switches: weights held in registers,
+backward prefetch, packed rows, a register cap); the choice is part of the kernel's symbol,
+e.g. ``layernorm_fwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1`` or
+``layernorm_bwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1nm3``. When no register layout fits
 (and always for ``hidden_size=None``) the general kernel streams each row (symbol suffix
 ``loop``). Math as in TransformerEngine: fp32 compute, biased variance,
 ``rsigma = 1/sqrt(var + eps)``.
@@ -79,20 +81,54 @@ OVERHEAD_REGISTERS = 40
 # The backward needs more (bench/profile_kernels.py under ncu: w16 j2 at H=8192, estimated
 # 120 with the above, spilled at the 128-register cap of a 512-thread CTA).
 BWD_OVERHEAD_REGISTERS = 64
+# Without the prefetch (BWD_PREFETCH False): ptxas -v, sm_90, bf16, no spills at these caps:
+# LN w4j4 168 registers at 3 CTAs per SM (estimate 168), RMS w8j2 80-94 (estimate 104).
+BWD_OVERHEAD_NO_PREFETCH = 40
 # Bytes of one row tensor a thread should hold per row (four 16-byte accesses forward, two
 # backward, where the backward kernel also holds dz and column sums). bench/norm_tuning.py
 # (H200, bf16, H = 4096 / 8192 / 14336): the forward layouts this gives are within 1-3% of
 # the best of every (warps, rows) layout.
-TARGET_BYTES = {"fwd": 64, "bwd": 32}
+# LayerNorm backward (two column sums): the same sweep measured 4 accesses per thread ahead
+# of 2 (H=4096: w4j4 59.4% of copy against w8j2 44.7%; H=8192: w8j4 59.3% against w16j2
+# 50.8%); RMSNorm backward preferred 2-3.
+TARGET_BYTES = {"fwd": 64, "bwd": 32, "bwd2": 64}
 MAX_ELEMENTS = 64  # row elements per thread per tensor; also bounds the summation depth
-# Backward CTAs per SM in the persistent grid: each adds a partial row of dgamma/dbeta that
-# the finalize kernel reads back. bench/norm_tuning.py measured 2, 4 and 8 within 0.5% of
-# each other (the register budget allows no more than 2 for most layouts anyway).
-BWD_CTAS_PER_SM = 2
+# The backward holds at most this many (H=14336 at 4 x 8 per thread over a cluster of 2
+# measured below the general kernel; more per thread leaves too few warps per SM).
+BWD_MAX_ELEMENTS = 32
+# Backward CTAs per SM in the persistent grid (at most the occupancy): each adds a partial
+# row of dgamma/dbeta that the finalize kernel reads back. bench/norm_tuning.py measured 2,
+# 4 and 8 within 0.5% of each other when the occupancy was 1-2; the register caps now allow
+# 2-5, which 8 lets the grid use (guess, to be measured: the sweep tries 2 and 8).
+BWD_CTAS_PER_SM = 8
 # Forward grid: False, a persistent grid (SMs x occupancy CTAs looping over rows); True, one
 # CTA (cluster) per row group, scheduled by the hardware. bench/norm_tuning.py (H200): one
 # pass 87-96% of copy bandwidth for bf16 at H >= 4096, persistent 82-91%.
 FWD_ONE_PASS = True
+# Forward, per scaling: whether gamma/beta are loaded once per thread into registers (as
+# stored) and reused for every row group the CTA handles (symbol suffix ``h``); the one-pass
+# grid then gives each CTA up to FWD_GROUPS_PER_CTA row groups (never fewer CTAs than the
+# persistent grid), which also divides the tensor-scaling amax reductions and atomics by as
+# much. Guess, to be measured (bench/norm_tuning.py sweeps it): FP8 tensor scaling was
+# issue-bound under ncu (gamma/beta reloaded for every row), bf16 output was not.
+FWD_HOLD_WEIGHTS = {"none": False, "tensor": True, "mxfp8": False}
+FWD_GROUPS_PER_CTA = 4
+# Backward switches (bench/norm_tuning.py sweeps them). BWD_PREFETCH: load the next row
+# group's x and dz before the current row's arithmetic (symbol suffix ``n`` when off).
+# BWD_PACKED: keep the current row as stored (16-bit x: half the registers) and convert it
+# again in the second pass (suffix ``k``). Either way the register estimate becomes a cap
+# (``__launch_bounds__`` minimum CTAs, suffix ``m3``) so ptxas keeps the occupancy it
+# promises. Guess, to be measured: the backward was register-bound (42-69% of copy at 1-2
+# CTAs per SM). ptxas -v (sm_90, bf16): with the prefetch and a cap, LN at H=4096 (w4j4)
+# spilled (packed or not) while without it 168 registers fit 3 CTAs with no spill; the
+# packed form saved nothing once capped. So: no prefetch, not packed; more CTAs instead.
+BWD_PREFETCH = False
+BWD_PACKED = False
+# Backward rows split over a thread block cluster: bench/norm_bandwidth.py (H200, bf16)
+# measured the general kernel ahead of every cluster layout (H=14336: 44.7/54.1% against
+# 42.3/49.0% of copy for LN/RMS; H=65536: 50.7/55.0% against 21.8/25.5%), so by default a
+# backward row that does not fit one CTA takes the general kernel (symbol suffix ``loop``).
+BWD_CLUSTERS = False
 LOOP_BLOCK = 1024  # threads per CTA of the streaming kernels (forward, backward row sums)
 TILE_BLOCK = 256  # threads per CTA of the streaming backward (8 warps on a 32-access tile)
 TILE_CTAS_PER_SM = 4  # guess, to be measured: target CTAs of the streaming backward
@@ -115,7 +151,9 @@ class LaunchConfig:
     ``mode`` is ``"regs"`` (the row lives in registers; ``hidden_size`` compiled in) or
     ``"loop"`` (the row is streamed from memory; the general kernel). In ``regs`` mode a row
     is held by ``cluster`` CTAs (a thread block cluster, sm_90/sm_100) of ``warps`` warps
-    each; each thread holds ``iters`` accesses of ``vec`` elements; a CTA holds ``rows`` rows. In
+    each; each thread holds ``iters`` accesses of ``vec`` elements; a CTA holds ``rows`` rows.
+    ``hold``, ``prefetch``, ``packed`` and ``min_ctas`` switch code paths (see :attr:`tag`
+    and the module constants ``FWD_HOLD_WEIGHTS``, ``BWD_PREFETCH``, ``BWD_PACKED``). In
     ``loop`` mode ``vec`` is the widest access (16 bytes of x), used at run time when the
     hidden size is a multiple of it and every pointer is 16-byte aligned.
 
@@ -129,6 +167,10 @@ class LaunchConfig:
     rows: int = 1
     iters: int = 0
     cluster: int = 1
+    hold: bool = False  # forward: gamma/beta held in registers across row groups
+    prefetch: bool = True  # backward: the next row group's loads issued early
+    packed: bool = False  # backward: the current row kept as stored, converted twice
+    min_ctas: int = 0  # > 1: __launch_bounds__ asks ptxas for this many CTAs per SM
 
     @property
     def threads(self) -> int:
@@ -137,10 +179,15 @@ class LaunchConfig:
 
     @property
     def tag(self) -> str:
-        """The configuration as a symbol suffix: ``w4r1v8j4c1`` or ``loop``."""
+        """The configuration as a symbol suffix: ``w4r1v8j4c1`` or ``loop``; switches that
+        change the code follow: ``h`` (held weights), ``k`` (packed), ``n`` (no prefetch),
+        ``m2`` (at least 2 CTAs per SM: a register cap for ptxas)."""
         if self.mode == "loop":
             return "loop"
-        return f"w{self.warps}r{self.rows}v{self.vec}j{self.iters}c{self.cluster}"
+        switches = ("h" if self.hold else "") + ("k" if self.packed else "")
+        switches += "" if self.prefetch else "n"
+        switches += f"m{self.min_ctas}" if self.min_ctas > 1 else ""
+        return f"w{self.warps}r{self.rows}v{self.vec}j{self.iters}c{self.cluster}{switches}"
 
 
 def gamma_dtype(key: KernelKey) -> str:
@@ -162,17 +209,34 @@ def fits_register_file(warps: int, regs: int) -> bool:
     return -(-warps // 4) * 4 * 32 * regs <= REGISTER_FILE
 
 
-def _registers(backward: bool, accumulators: int, elements: int, itemsize: int = 4) -> int:
+def _registers(
+    backward: bool, accumulators: int, elements: int, itemsize: int = 4, *,
+    weights: int = 0, prefetch: bool = True, packed: bool = False,
+) -> int:  # fmt: skip
     """Estimated registers per thread holding ``elements`` values of each row tensor (x of
-    ``itemsize`` bytes), rounded up to the allocation unit (8 per thread): the forward holds
-    x in fp32; the backward xhat, dy and the column sums in fp32 plus the next row's x and dz
-    as stored (prefetched)."""
+    ``itemsize`` bytes), rounded up to the allocation unit (8 per thread).
+
+    Forward: x in fp32, plus ``weights`` tensors (gamma, beta) held as stored
+    (``itemsize`` bytes each: gamma's dtype) when they stay in registers. Backward: the
+    column sums in fp32; x and dz as xhat and dy in fp32 (``packed``: as stored); with
+    ``prefetch`` the next row's x and dz as stored too."""
+    stored = -(-elements * itemsize // 4)
     if backward:
-        stored = -(-elements * itemsize // 4)
-        regs = (2 + accumulators) * elements + 2 * stored + BWD_OVERHEAD_REGISTERS
+        row = 2 * stored if packed else 2 * elements
+        regs = accumulators * elements + row
+        regs += 2 * stored + BWD_OVERHEAD_REGISTERS if prefetch else BWD_OVERHEAD_NO_PREFETCH
     else:
-        regs = elements + OVERHEAD_REGISTERS
+        regs = elements + weights * stored + OVERHEAD_REGISTERS
     return -(-regs // 8) * 8
+
+
+def _switches(key: KernelKey) -> tuple[bool, bool, bool]:
+    """``(hold, prefetch, packed)`` for a key, from the module's defaults."""
+    spec = key.spec
+    assert isinstance(spec, NormSpec)
+    if spec.backward:
+        return False, BWD_PREFETCH, BWD_PACKED and key.input.itemsize < 4
+    return FWD_HOLD_WEIGHTS.get(key.scaling, False), True, False
 
 
 @functools.lru_cache(maxsize=1024)
@@ -189,8 +253,15 @@ def launch_config(key: KernelKey) -> LaunchConfig:
     are portable), the row split over a cluster of 2, 4 or 8 CTAs with the same shares; then
     larger shares (up to :data:`MAX_ELEMENTS` elements per thread), one CTA first. If nothing
     fits, the streaming kernel is used. Small rows are packed several to a CTA (forward 128
-    threads, backward 256).
+    threads). The backward takes no clusters unless :data:`BWD_CLUSTERS`.
+    Code switches (:data:`FWD_HOLD_WEIGHTS`, :data:`BWD_PREFETCH`, :data:`BWD_PACKED`) enter
+    the register estimate and the symbol (:attr:`LaunchConfig.tag`).
     """
+    return _layout(key, *_switches(key))
+
+
+def _layout(key: KernelKey, hold: bool, prefetch: bool, packed: bool) -> LaunchConfig:
+    """:func:`launch_config` for the given code switches."""
     spec = key.spec
     assert isinstance(spec, NormSpec)
     itemsize = key.input.itemsize
@@ -199,10 +270,14 @@ def launch_config(key: KernelKey) -> LaunchConfig:
     hidden = key.hidden_size
     vec = _vector_width(hidden, itemsize)
     accesses = hidden // vec
-    direction = "bwd" if spec.backward else "fwd"
+    direction = ("bwd2" if spec.accumulators > 1 else "bwd") if spec.backward else "fwd"
     start = max(1, TARGET_BYTES[direction] // (vec * itemsize))
     clusters = (1, 2, 4, 8) if 90 <= arch_number(key.arch) < 110 else (1,)
-    most = max(start, MAX_ELEMENTS // vec)
+    if spec.backward and not BWD_CLUSTERS:
+        clusters = (1,)
+    weights = (1 if spec.rms else 2) if hold else 0
+    w_size = DTYPES[gamma_dtype(key)].itemsize
+    most = max(start, (BWD_MAX_ELEMENTS if spec.backward else MAX_ELEMENTS) // vec)
     candidates = [(c, range(start, min(2 * start, most) + 1)) for c in clusters]
     candidates += [(c, range(2 * start + 1, most + 1)) for c in clusters]
     for cluster, shares in candidates:
@@ -211,19 +286,28 @@ def launch_config(key: KernelKey) -> LaunchConfig:
             if warps > 32 or (cluster > 1 and warps * 32 * cluster > accesses):
                 continue
             iters = -(-accesses // (32 * cluster * warps))  # balance the threads' shares
-            regs = _registers(spec.backward, spec.accumulators, iters * vec, itemsize)
+            regs = _registers(spec.backward, spec.accumulators, iters * vec, itemsize,
+                              weights=weights * w_size // itemsize, prefetch=prefetch,
+                              packed=packed)  # fmt: skip
             if regs > MAX_REGISTERS or not fits_register_file(warps, regs):
                 continue
             rows = 1
             if cluster == 1:
-                target = 256 if spec.backward else 128
+                target = 128  # threads; backward 256 measured slower (w4r2 at H=4096)
                 rows = max(1, target // (32 * warps))
                 while rows > 1 and (
                     not fits_register_file(rows * warps, regs)
                     or spec.accumulators * iters * vec * 32 * warps * 4 > 32768
                 ):
                     rows //= 2
-            return LaunchConfig("regs", vec, warps, rows, iters, cluster)
+            # The register cap the estimate allows (backward, held weights): without it ptxas
+            # takes up to 255 registers and the occupancy the estimate promised is lost.
+            ctas = REGISTER_FILE // (-(-rows * warps // 4) * 4 * 32 * regs)
+            if hold and ctas < 2:  # weights in registers only where 2+ CTAs still fit
+                return _layout(key, False, prefetch, packed)
+            ctas = ctas if (spec.backward or hold) and ctas > 1 else 0
+            return LaunchConfig("regs", vec, warps, rows, iters, cluster, hold, prefetch, packed,
+                                ctas)  # fmt: skip
     return LaunchConfig("loop", 16 // itemsize)
 
 
@@ -309,6 +393,10 @@ class NormSpec(OpSpec):
             rows=cfg.rows,
             iters=cfg.iters,
             cluster=cfg.cluster,
+            hold=cfg.hold,
+            prefetch=cfg.prefetch,
+            packed=cfg.packed,
+            min_ctas=cfg.min_ctas,
             tensor_scaling=key.scaling == "tensor",
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
@@ -522,6 +610,8 @@ class _NormFwdKernel(_NormKernel):
             groups = -(-rows // cfg.rows)
             persistent = max(1, dev.sm_count * dev.occupancy[0] // cfg.cluster)
             clusters = groups if FWD_ONE_PASS else persistent
+            if FWD_ONE_PASS and cfg.hold:  # several row groups per CTA, weights loaded once
+                clusters = max(min(groups, persistent), -(-groups // FWD_GROUPS_PER_CTA))
             grid = min(groups, clusters, MAX_GRID // cfg.cluster) * cfg.cluster
         else:
             tpr = loop_threads_per_row(hidden)
