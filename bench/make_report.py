@@ -92,6 +92,18 @@ def launch_section() -> str | None:
             "`Kernel.__call__` with torch tensors <= 5 us.",
             md_table(["call", "us"], rows),
         ]
+    short = load("launch_overhead-200")
+    if short is not None:
+        parts += [
+            f"The same script in runs of 200 calls (best of 20; `python bench/launch_overhead.py "
+            f"--calls 200 --repeat 20 --name launch_overhead-200`, {short['date'][:10]}, "
+            f"{short.get('gpu', 'GPU')}): a run of 5000 launches outgrows the GPU's queue of "
+            "pending launches, after which each launch waits for the GPU to retire one, so the "
+            "longer runs time the GPU as much as the host. The `floor:` rows are "
+            "cuLaunchKernel called from C++ (bench/launch_floor.cu, built with nvcc there): no "
+            "Python launch path can be faster than them.",
+            md_table(["call", "us"], [[r["case"], f"{r['us']:.2f}"] for r in short["rows"]]),
+        ]
     if cpu is not None:
         base = load("launch_overhead-cpu-baseline") or {"rows": []}
         before = {r["case"]: r["us"] for r in base["rows"]}
@@ -261,6 +273,9 @@ def cast_tuning_section() -> str | None:
     ])  # fmt: skip
 
 
+PHASES = ("CUDA C++ Frontend", "NVVM Optimizer", "PTX Translation", "total (wall)")
+
+
 def compile_section() -> str | None:
     rows = []
     for tag in ("dev-2core", "h200-host"):
@@ -287,6 +302,19 @@ def compile_section() -> str | None:
         )
     if not rows:
         return None
+    phase_rows = []
+    for tag in ("dev-2core", "h200-host"):
+        d = load(f"compile_latency-{tag}")
+        for what, phases in ((d or {}).get("phases_ms") or {}).items():
+            phase_rows.append([tag, what] + [f"{phases.get(p, float('nan')):.1f}" for p in PHASES])
+    phase_parts = []
+    if phase_rows:
+        phase_parts = [
+            "Where a cold compile's time goes: NVRTC's own report (`-time`), medians over the "
+            'same GELU variants compiled again, and over an empty kernel (`extern "C" '
+            "__global__ void k(float*) {}`): the fixed cost of any compile with these options.",
+            md_table(["host", "source", *PHASES], phase_rows),
+        ]
     return "\n\n".join(
         [
             "## Compile latency and cache hits",
@@ -318,6 +346,7 @@ def compile_section() -> str | None:
                 ],
                 rows,
             ),
+            *phase_parts,
         ]
     )
 
