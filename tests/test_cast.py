@@ -29,7 +29,7 @@ from nvrtc_engine.ops.cast import (
     _groups,
     tile_config,
 )
-from nvrtc_engine.ops.quantize import hardware_fp4
+from nvrtc_engine.ops.quantize import QuantizeConfig, hardware_fp4, quantize_config
 from nvrtc_engine.render import render, templates_dir
 
 ARCHS = ["sm_80", "sm_89", "sm_90", "sm_100a"]
@@ -525,6 +525,25 @@ def test_device_e2m1_software_path_matches_reference(fp4_helper):
     assert (out == ref.pack_e2m1(ref.e2m1_encode(v)[None, :])[0]).all()
 
 
+def test_device_e2m1_software_path_bit_patterns(fp4_helper):
+    """The arithmetic E2M1 conversion against the reference's nearest-value search on a
+    stride through all fp32 bit patterns, every pattern within 64 ulps of each midpoint,
+    E2M1 value and binade edge up to 8, and both signs."""
+    sweep = np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32)
+    marks = np.array([0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0,
+                      6.0, 8.0, 2.0**-126], np.float32).view(np.uint32)  # fmt: skip
+    near = (marks[:, None].astype(np.int64) + np.arange(-64, 65)).ravel().astype(np.uint32)
+    bits = np.concatenate([sweep, near, near | np.uint32(0x80000000)])
+    bits = np.append(bits, np.zeros(bits.size % 2, np.uint32))  # an even count
+    v = bits.view(np.float32)
+    out = np.zeros(v.size // 2, np.uint8)
+    fp4_helper.encode(_ptr(v), _ptr(out), ctypes.c_int(v.size))
+    with np.errstate(invalid="ignore"):  # signaling NaN patterns
+        want = ref.pack_e2m1(ref.e2m1_encode(v)[None, :])[0]
+    bad = np.nonzero(out != want)[0]
+    assert bad.size == 0, [(hex(bits[2 * i]), hex(bits[2 * i + 1])) for i in bad[:5]]
+
+
 def test_device_nvfp4_scale_helpers_match_reference(fp4_helper):
     b = np.arange(256, dtype=np.uint8)
     finite = (b & 0x7F) != 0x7F
@@ -622,6 +641,40 @@ def test_quantize_nvfp4_launches(monkeypatch):
     vals = _slots(pm, "PPPPPPPqqqqqqqi")
     assert vals[:7] == [0x5000, 0x1000, 0x3000, 0x2000, 0x4000, 0x6000, 0x7000]
     assert vals[7:] == [m, n, 4, 128, 4, 128, 1, 0]
+
+
+def test_quantize_configs():
+    both = make_key("quantize", dtype="fp8", layout="both", arch="sm_90")
+    assert quantize_config(both).mapping == "warp"
+    assert quantize_config(make_key("quantize", dtype="fp8", arch="sm_90")).mapping == "tile"
+    fp4 = make_key("quantize", dtype="fp4_e2m1", layout="both", arch="sm_90")
+    assert quantize_config(fp4).mapping == "tile"
+    cfg = QuantizeConfig("warp", 2, 4, 3)
+    assert (cfg.threads, cfg.tile) == (256, (64, 256))
+    assert (QuantizeConfig().threads, QuantizeConfig().tile) == (256, (64, 128))
+    src = render(both).source
+    assert "constexpr int kWR = 2;" in src and "kMinBlocks = 3;" in src
+
+
+def test_quantize_mxfp8_warp_mapping_launch(monkeypatch):
+    rec = _Recorder(monkeypatch, {0: 120})
+    k = ne.get_kernel("quantize", dtype="fp8", layout="both", arch="sm_90")
+    cfg = k._cfg
+    m, n = 100, 300
+    outs = {
+        "rowwise_data": fake((m, n), U1, ptr=0x1000),
+        "columnwise_data": fake((m, n), U1, ptr=0x2000),
+        "rowwise_scale_inv": fake(mxfp8_scale_shape(m, n, "rowwise"), U1, ptr=0x3000),
+        "columnwise_scale_inv": fake(mxfp8_scale_shape(m, n, "columnwise"), U1, ptr=0x4000),
+    }
+    k(fake((m, n), ptr=0x5000), **outs)
+    ((index, grid, block, params),) = rec.calls
+    rows, cols = cfg.tile
+    tiles = -(-m // rows) * -(-n // cols)
+    pr, pc = mxfp8_scale_shape(m, n, "rowwise"), mxfp8_scale_shape(m, n, "columnwise")
+    padding = max(pr[0] * pr[1] - m * -(-n // 32), pc[0] * pc[1] - -(-m // 32) * n)
+    assert (index, block) == (0, cfg.threads) and grid == tiles + -(-padding // cfg.threads)
+    assert _slots(params, "PPPPPPPqqqqqqqi")[-2:] == [tiles, 0]  # k % 16 != 0: scalar path
 
 
 def test_multi_cast_transpose_tables(monkeypatch, kernels):
