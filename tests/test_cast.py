@@ -17,8 +17,10 @@ import pytest
 from fakes import FakeCupyArray
 
 import nvrtc_engine as ne
-from nvrtc_engine import ArgumentError, ArgumentTypeError, VariantError, make_key
+from nvrtc_engine import ArgumentError, ArgumentTypeError, VariantError, config, make_key
 from nvrtc_engine import reference as ref
+from nvrtc_engine.engine import Engine
+from nvrtc_engine.ops import quantize
 from nvrtc_engine.ops.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 from nvrtc_engine.ops.cast import (
     _ENTRY,
@@ -29,7 +31,12 @@ from nvrtc_engine.ops.cast import (
     _groups,
     tile_config,
 )
-from nvrtc_engine.ops.quantize import QuantizeConfig, hardware_fp4, quantize_config
+from nvrtc_engine.ops.quantize import (
+    QUANTIZE_CANDIDATES,
+    QuantizeConfig,
+    hardware_fp4,
+    quantize_config,
+)
 from nvrtc_engine.render import render, templates_dir
 
 ARCHS = ["sm_80", "sm_89", "sm_90", "sm_100a"]
@@ -654,6 +661,18 @@ def test_quantize_configs():
     assert (QuantizeConfig().threads, QuantizeConfig().tile) == (256, (64, 128))
     src = render(both).source
     assert "constexpr int kWR = 2;" in src and "kMinBlocks = 3;" in src
+
+
+def test_every_quantize_candidate_compiles(monkeypatch):
+    """What bench/cast_tuning.py sweeps compiles (memory-only engine: the key does not see
+    the monkeypatched configuration)."""
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    assert len(set(QUANTIZE_CANDIDATES)) == len(QUANTIZE_CANDIDATES)
+    for cfg in QUANTIZE_CANDIDATES:
+        monkeypatch.setattr(quantize, "quantize_config", lambda key, cfg=cfg: cfg)
+        kernel = Engine().get(make_key("quantize", dtype="fp8", layout="both", arch="sm_90"))
+        assert kernel._cfg == cfg and kernel.artifact.image[:4] == b"\x7fELF"
 
 
 def test_quantize_mxfp8_warp_mapping_launch(monkeypatch):

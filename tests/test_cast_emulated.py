@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cast_edges import edge_input
 from fakes import FakeCupyArray
 
 import nvrtc_engine as ne
@@ -267,22 +268,8 @@ def _check_mxfp8_host(kernel, x, buf, in_dtype, out_dtype, layout):
         assert (data == want.view(np.uint8)).all(), (direction, m, k)
 
 
-def edge_input(shape, rng):
-    """bf16 test data with MXFP8 / NVFP4 edge cases: an all-zero 32 x 32 block, -0, values
-    near the fp32 minimum normal, exact E2M1 midpoints and values, both signs, and blocks
-    whose only large value sits in one row or one column."""
-    x = reference.sample_input(shape, "fp32", rng).astype(np.float64)
-    m, k = shape
-    x[: min(m, 32), : min(k, 32)] = 0.0
-    x[min(m, 32) - 1, 1 % k] = -0.0
-    picks = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 6.1875, 1e-38, 3e-39, 448.0, 1e6]
-    flat = x.reshape(-1)
-    at = rng.choice(flat.size, size=min(flat.size, 400), replace=False)
-    flat[at] = rng.choice(picks, size=at.size) * rng.choice([-1.0, 1.0], size=at.size)
-    xb = x.astype(ne.DTYPES["bf16"].numpy())
-    return xb, np.ascontiguousarray(xb).view(np.uint16)
-
-
+# A few of quantize.QUANTIZE_CANDIDATES (the GPU test checks them all), and the smallest
+# warp mapping.
 MX_CONFIGS = [
     quantize.QuantizeConfig(),
     quantize.QuantizeConfig("warp", 1, 1, 4),
@@ -305,7 +292,8 @@ def test_mxfp8_thread_mappings(emulate, monkeypatch, cfg, layout):
     assert kernel._cfg == cfg
     rng = np.random.default_rng(6)
     for m, k in [(31, 33), (96, 320), (64, 512), (40, 128)]:
-        x, buf = edge_input((m, k), rng)
+        x = edge_input((m, k), rng)
+        buf = np.ascontiguousarray(x).view(np.uint16)
         _check_mxfp8_host(kernel, x, buf, "bf16", "fp8_e4m3", layout)
 
 
@@ -317,9 +305,7 @@ def test_nvfp4_edge_values(emulate, layout):
     kernel = emulate(ne.get_kernel("quantize", dtype="fp4_e2m1", layout=layout, arch="sm_90"))
     rng = np.random.default_rng(7)
     for m, k in [(64, 128), (48, 80), (33, 31)]:
-        x, buf = edge_input((m, k), rng)
-        i, j = np.indices((m, k))
-        x[(i % 16) == (j % 16)] = 6.0  # every 16-element block, both ways, holds a 6
+        x = edge_input((m, k), rng, sixes=True)
         buf = np.ascontiguousarray(x).view(np.uint16)
         shape = (m, -(-k // 2)) if layout == "rowwise" else (k, -(-m // 2))
         data, scales = poison(shape, 1), poison(nvfp4_scale_shape(m, k, layout), 1)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HW_FP4_ARCHS",
+    "QUANTIZE_CANDIDATES",
     "QUANTIZE_SPEC",
     "QuantizeConfig",
     "QuantizeKernel",
@@ -90,6 +91,19 @@ class QuantizeConfig:
         if self.mapping == "tile":
             return TILE_ROWS, TILE_COLS
         return 32 * self.warp_rows, 64 * self.warp_cols
+
+
+# The configurations bench/cast_tuning.py sweeps for MXFP8 (and tests/test_gpu_cast.py checks
+# on the device): the tile mapping, and warp mappings of 128-512 threads whose register cap
+# (65536 / (threads * min_blocks)) is about 80 or more, as the warp mapping uses 80 registers
+# at sm_90, plus one capped at 64.
+QUANTIZE_CANDIDATES: tuple[QuantizeConfig, ...] = (
+    QuantizeConfig(),
+    *(QuantizeConfig("warp", wr, wc, mb)
+      for wr, wc, mb in [(1, 4, 4), (1, 4, 6), (2, 2, 4), (2, 2, 6), (2, 4, 2), (2, 4, 3),
+                         (2, 4, 4), (4, 2, 2), (4, 2, 3), (1, 8, 2), (1, 8, 3), (4, 4, 1),
+                         (2, 8, 1)]),
+)  # fmt: skip
 
 
 def quantize_config(key: KernelKey) -> QuantizeConfig:
