@@ -12,13 +12,15 @@ cap as blocks per SM; the default is ``quantize_config``'s), each with and witho
 hints; NVFP4 (rowwise, amax given): with and without streaming hints. ``--ops`` picks the
 groups (substrings of the op names: ``cast``, ``mxfp8``, ``nvfp4``). Each sweep runs
 ``--rounds`` times; rows give every round and the median. GB/s counts each tensor once (as
-bench/cast_bandwidth.py does). Writes bench/results/cast_tuning.json.
+bench/cast_bandwidth.py does). Writes bench/results/cast_tuning.json; with ``--ops``, the rows of
+the other groups already in that file (same shape) are kept.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import statistics
 import sys
@@ -172,6 +174,13 @@ def main() -> int:
         out.append(row)
     out.sort(key=lambda r: (r["op"], r["ms"]))
     info = {**common.gpu_info(), "copy_gbps": copy, "shape": [m, k], "rounds": args.rounds}
+    kept = []
+    previous = common.RESULTS / "cast_tuning.json"
+    if previous.exists():  # a partial sweep replaces only its own ops' rows
+        old = json.loads(previous.read_text())
+        if old.get("shape") == [m, k]:
+            kept = [r for r in old["rows"] if not any(g in r["op"] for g in groups)]
+    out = sorted(kept + out, key=lambda r: (r["op"], r["ms"]))
     path = common.write_results("cast_tuning", {**info, "rows": out})
     shown = [r for i, r in enumerate(out)
              if r["default"] or sum(q["op"] == r["op"] for q in out[:i]) < 5]  # fmt: skip
