@@ -660,7 +660,57 @@ def test_quantize_configs():
     assert (cfg.threads, cfg.tile) == (256, (64, 256))
     assert (QuantizeConfig().threads, QuantizeConfig().tile) == (256, (64, 128))
     src = render(both).source
-    assert "constexpr int kWR = 2;" in src and "kMinBlocks = 3;" in src
+    assert "constexpr int kWR = 2;" in src and "kMinBlocks = 2;" in src
+
+
+def _frame_sizes(image: bytes) -> dict[int, int]:
+    """Stack frame bytes per kernel symbol index (EIATTR_FRAME_SIZE in the cubin's .nv.info;
+    nonzero when ptxas spilled registers, as no kernel of this family uses local arrays)."""
+    shoff = int.from_bytes(image[0x28:0x30], "little")
+    shentsize, shnum, shstrndx = (
+        int.from_bytes(image[o : o + 2], "little") for o in (0x3A, 0x3C, 0x3E)
+    )
+    heads = [image[shoff + i * shentsize : shoff + (i + 1) * shentsize] for i in range(shnum)]
+    strtab = int.from_bytes(heads[shstrndx][24:32], "little")
+    sizes: dict[int, int] = {}
+    for h in heads:
+        name_at = strtab + int.from_bytes(h[0:4], "little")
+        if image[name_at : image.index(b"\0", name_at)] != b".nv.info":
+            continue
+        off, size = int.from_bytes(h[24:32], "little"), int.from_bytes(h[32:40], "little")
+        d, i = image[off : off + size], 0
+        while i < size:
+            fmt, attr = d[i], d[i + 1]
+            if fmt == 4:  # sized value
+                n = int.from_bytes(d[i + 2 : i + 4], "little")
+                if attr == 0x11:  # EIATTR_FRAME_SIZE: (symbol, bytes)
+                    sym, val = (
+                        int.from_bytes(d[i + 4 : i + 8], "little"),
+                        int.from_bytes(d[i + 8 : i + 12], "little"),
+                    )
+                    sizes[sym] = max(sizes.get(sym, 0), val)
+                i += 4 + n
+            else:
+                i += 4 if fmt in (2, 3) else 2
+    return sizes
+
+
+@pytest.mark.parametrize("layout", ["rowwise", "columnwise", "both"])
+@pytest.mark.parametrize("dtype", ["fp8", "fp4_e2m1"])
+def test_default_quantize_kernels_do_not_spill(dtype, layout):
+    image = ne.get_kernel("quantize", dtype=dtype, layout=layout, arch="sm_90").artifact.image
+    sizes = _frame_sizes(image)
+    assert sizes and not any(sizes.values()), sizes
+
+
+def test_frame_size_reader_sees_a_spill(monkeypatch):
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    monkeypatch.setattr(quantize, "quantize_config", lambda key: QuantizeConfig("warp", 2, 4, 4))
+    image = (
+        Engine().get(make_key("quantize", dtype="fp8", layout="both", arch="sm_90")).artifact.image
+    )
+    assert any(_frame_sizes(image).values())  # capped at 64 registers
 
 
 def test_every_quantize_candidate_compiles(monkeypatch):
