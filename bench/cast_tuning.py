@@ -1,20 +1,26 @@
 """Block-shape and code-generation sweep behind the cast family's defaults (``tile_config``
 in nvrtc_engine/ops/cast.py, ``CODEGEN`` in nvrtc_engine/ops/base.py).
 
-    python bench/cast_tuning.py [--m 16384] [--k 8192] [--rounds 2]
+    python bench/cast_tuning.py [--m 16384] [--k 8192] [--rounds 2] [--ops cast,mxfp8,nvfp4]
 
 bf16 input ``M x K``. For cast_transpose, cast_transpose_dbias and
 cast_transpose_dbias_dgelu to fp8_e4m3 (tensor scaling): every tile shape (threads x tile
-rows x tile columns x register cap) that the template accepts. For the MXFP8 (rowwise, both) and
-NVFP4 (rowwise, amax given) quantize kernels: with and without streaming hints. Each sweep
-runs ``--rounds`` times; rows give every round and the median. GB/s counts each tensor once
-(as bench/cast_bandwidth.py does). Writes bench/results/cast_tuning.json.
+rows x tile columns x register cap) that the template accepts. For the MXFP8 quantize kernels
+(rowwise, both): every configuration of ``QUANTIZE_CANDIDATES`` (nvrtc_engine/ops/quantize.py:
+the tile mapping, and warp mappings given as warps per block in rows x columns and a register
+cap as blocks per SM; the default is ``quantize_config``'s), each with and without streaming
+hints; NVFP4 (rowwise, amax given): with and without streaming hints. ``--ops`` picks the
+groups (substrings of the op names: ``cast``, ``mxfp8``, ``nvfp4``). Each sweep runs
+``--rounds`` times; rows give every round and the median. GB/s counts each tensor once (as
+bench/cast_bandwidth.py does). Writes bench/results/cast_tuning.json; with ``--ops``, the rows of
+the other groups already in that file (same shape) are kept.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import statistics
 import sys
@@ -36,11 +42,13 @@ def main() -> int:
     parser.add_argument("--m", type=int, default=16384)
     parser.add_argument("--k", type=int, default=8192)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--ops", default="cast,mxfp8,nvfp4", help="comma-separated groups")
     args = parser.parse_args()
     import torch
 
     import nvrtc_engine as ne
     import nvrtc_engine.ops.cast as cast
+    import nvrtc_engine.ops.quantize as quantize
     from nvrtc_engine.engine import Engine
     from nvrtc_engine.errors import CompileError
     from nvrtc_engine.ops.base import CODEGEN
@@ -66,15 +74,38 @@ def main() -> int:
     fp4_amax = x.float().abs().amax().reshape(1)
     copy = common.copy_bandwidth_gbps()
     chosen, codegen = cast.tile_config, dict(CODEGEN)
+    chosen_q = quantize.quantize_config
+    groups = args.ops.split(",")
 
     cases: list[tuple] = []
     for op, (threads, rows, cols, min_blocks), streaming in itertools.product(
         ["cast_transpose", "cast_transpose_dbias", "cast_transpose_dbias_dgelu"], SHAPES, [False]
     ):
         cases.append((op, threads, rows, cols, min_blocks, streaming))
-    for op, streaming in itertools.product(["mxfp8 rowwise", "mxfp8 both", "nvfp4 rowwise"],
-                                           [False, True]):  # fmt: skip
-        cases.append((op, 0, 0, 0, 0, streaming))
+    # Quantize rows: (op, mapping, warp rows, warp columns, blocks per SM, streaming).
+    for op, qcfg, streaming in itertools.product(["mxfp8 rowwise", "mxfp8 both"],
+                                                 quantize.QUANTIZE_CANDIDATES,
+                                                 [False, True]):  # fmt: skip
+        cases.append((op, qcfg.mapping, qcfg.warp_rows, qcfg.warp_cols, qcfg.min_blocks,
+                      streaming))  # fmt: skip
+    for streaming in (False, True):
+        cases.append(("nvfp4 rowwise", "tile", 2, 4, 4, streaming))  # QuantizeConfig()
+    cases = [c for c in cases if any(g in c[0] for g in groups)]
+
+    def quantize_call(engine: Any, op: str) -> Any:
+        if op.startswith("mxfp8"):
+            layout = op.split()[1]
+            kern = engine.get(ne.make_key("quantize", dtype="fp8", layout=layout))
+            extra = {"columnwise_data": q_col, "columnwise_scale_inv": mx_c}
+            if layout != "both":
+                extra = {}
+            return lambda: kern(x, rowwise_data=q, rowwise_scale_inv=mx_r, **extra)
+        kern = engine.get(ne.make_key("quantize", dtype="fp4_e2m1"))
+        return lambda: kern(
+            x, rowwise_data=fp4_data, rowwise_scale_inv=fp4_scales, amax=fp4_amax,
+            compute_amax=False,
+        )  # fmt: skip
+
     calls: dict[tuple, Any] = {}
     results: dict[tuple, list[float]] = {}
     nbytes: dict[str, int] = {"cast_transpose": 4 * n, "cast_transpose_dbias": 4 * n + 2 * k,
@@ -105,25 +136,15 @@ def main() -> int:
                             calls[case] = lambda kern=kern, ws=ws: kern(
                                 x, out=q, out_t=qt, dbias=dbias, workspace=ws, **tensor
                             )
-                    elif op.startswith("mxfp8"):
-                        layout = op.split()[1]
-                        kern = engine.get(ne.make_key("quantize", dtype="fp8", layout=layout))
-                        extra = {"columnwise_data": q_col, "columnwise_scale_inv": mx_c}
-                        if layout != "both":
-                            extra = {}
-                        calls[case] = lambda kern=kern, e=extra: kern(
-                            x, rowwise_data=q, rowwise_scale_inv=mx_r, **e
-                        )
-                    else:
-                        kern = engine.get(ne.make_key("quantize", dtype="fp4_e2m1"))
-                        calls[case] = lambda kern=kern: kern(
-                            x, rowwise_data=fp4_data, rowwise_scale_inv=fp4_scales,
-                            amax=fp4_amax, compute_amax=False,
-                        )  # fmt: skip
+                    else:  # quantize: (mapping, warp rows, warp columns, blocks per SM)
+                        qcfg = quantize.QuantizeConfig(threads, rows, cols, min_blocks)
+                        quantize.quantize_config = lambda key, qcfg=qcfg: qcfg
+                        calls[case] = quantize_call(engine, op)
                 except CompileError:  # a tile shape the template's static_asserts refuse
                     pass
                 finally:
                     cast.tile_config = chosen
+                    quantize.quantize_config = chosen_q
                     CODEGEN.update(codegen)
             if calls[case] is not None:
                 results.setdefault(case, []).append(common.cuda_time_ms(calls[case]))
@@ -132,24 +153,42 @@ def main() -> int:
     for case, times in results.items():
         op, threads, rows, cols, min_blocks, streaming = case
         ms = statistics.median(times)
-        default = streaming == codegen["streaming"] and (
-            not op.startswith("cast")
-            or chosen(ne.make_key(op, dtype="fp8"))
-            == cast.TileConfig(threads, rows, cols, 16, min_blocks)
-        )
-        out.append({"op": op, "threads": threads, "tile_rows": rows, "tile_cols": cols,
-                    "min_blocks": min_blocks, "streaming": streaming, "ms_rounds": times,
-                    "ms": ms, "pct": 100 * nbytes[op] / (ms * 1e-3) / 1e9 / copy,
-                    "default": default})  # fmt: skip
+        row = {"op": op, "streaming": streaming, "ms_rounds": times, "ms": ms,
+               "pct": 100 * nbytes[op] / (ms * 1e-3) / 1e9 / copy}  # fmt: skip
+        if op.startswith("cast"):
+            cfg = cast.TileConfig(threads, rows, cols, 16, min_blocks)
+            row.update(threads=threads, tile_rows=rows, tile_cols=cols, min_blocks=min_blocks,
+                       mapping="")  # fmt: skip
+            default = chosen(ne.make_key(op, dtype="fp8")) == cfg
+        else:
+            qcfg = quantize.QuantizeConfig(threads, rows, cols, min_blocks)
+            layout = op.split()[1]
+            key = ne.make_key("quantize", dtype="fp4_e2m1" if op.startswith("nvfp4") else "fp8",
+                              layout=layout)  # fmt: skip
+            want = chosen_q(key)
+            default = want == qcfg
+            row.update(threads=qcfg.threads, tile_rows=qcfg.tile[0], tile_cols=qcfg.tile[1],
+                       min_blocks=min_blocks if qcfg.mapping == "warp" else 4,
+                       mapping=qcfg.mapping)  # fmt: skip
+        row["default"] = default and streaming == codegen["streaming"]
+        out.append(row)
     out.sort(key=lambda r: (r["op"], r["ms"]))
     info = {**common.gpu_info(), "copy_gbps": copy, "shape": [m, k], "rounds": args.rounds}
+    kept = []
+    previous = common.RESULTS / "cast_tuning.json"
+    if previous.exists():  # a partial sweep replaces only its own ops' rows
+        old = json.loads(previous.read_text())
+        if old.get("shape") == [m, k]:
+            kept = [r for r in old["rows"] if not any(g in r["op"] for g in groups)]
+    out = sorted(kept + out, key=lambda r: (r["op"], r["ms"]))
     path = common.write_results("cast_tuning", {**info, "rows": out})
     shown = [r for i, r in enumerate(out)
              if r["default"] or sum(q["op"] == r["op"] for q in out[:i]) < 5]  # fmt: skip
     print(f"device copy {copy:.0f} GB/s")
     columns = [
-        ("default", "default", ""), ("op", "op", ""), ("threads", "thr", ""),
-        ("tile_rows", "rows", ""), ("tile_cols", "cols", ""), ("min_blocks", "minb", ""),
+        ("default", "default", ""), ("op", "op", ""), ("mapping", "map", ""),
+        ("threads", "thr", ""), ("tile_rows", "rows", ""), ("tile_cols", "cols", ""),
+        ("min_blocks", "minb", ""),
         ("streaming", "stream", ""), ("ms", "ms", ".4f"), ("pct", "% copy", ".1f"),
     ]  # fmt: skip
     print(common.table(shown, columns))

@@ -261,13 +261,16 @@ def cast_tuning_section() -> str | None:
         if r["threads"]:
             tile = f"{r['tile_rows']} x {r['tile_cols']}"
             shape = f"{r['threads']} thr, {tile}, {r['min_blocks']}/SM"
+            if r.get("mapping"):  # quantize: tile or warp mapping
+                shape = f"{r['mapping']}: {shape}"
         rows.append([op, "on" if stream else "off", tag, shape, f"{r['pct']:.1f}%"])
     return "\n\n".join([
         "## Cast tile shapes",
         source(d, "cast_tuning.py"),
         "bf16 16384 x 8192 to fp8_e4m3: every tile shape the template accepts (threads, tile "
-        "rows x columns, blocks per SM the registers are capped for), and the quantize kernels "
-        "with and without streaming cache hints; the default rows are the shapes used before "
+        "rows x columns, blocks per SM the registers are capped for), and the quantize kernels' "
+        "thread mappings (tile, or warp with its block shape) with and without streaming cache "
+        "hints; the default rows are the shapes used before "
         "this sweep chose new ones.",
         md_table(["op", "hints", "", "shape", "% of copy"], rows),
     ])  # fmt: skip

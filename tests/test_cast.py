@@ -17,8 +17,10 @@ import pytest
 from fakes import FakeCupyArray
 
 import nvrtc_engine as ne
-from nvrtc_engine import ArgumentError, ArgumentTypeError, VariantError, make_key
+from nvrtc_engine import ArgumentError, ArgumentTypeError, VariantError, config, make_key
 from nvrtc_engine import reference as ref
+from nvrtc_engine.engine import Engine
+from nvrtc_engine.ops import quantize
 from nvrtc_engine.ops.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 from nvrtc_engine.ops.cast import (
     _ENTRY,
@@ -29,7 +31,12 @@ from nvrtc_engine.ops.cast import (
     _groups,
     tile_config,
 )
-from nvrtc_engine.ops.quantize import hardware_fp4
+from nvrtc_engine.ops.quantize import (
+    QUANTIZE_CANDIDATES,
+    QuantizeConfig,
+    hardware_fp4,
+    quantize_config,
+)
 from nvrtc_engine.render import render, templates_dir
 
 ARCHS = ["sm_80", "sm_89", "sm_90", "sm_100a"]
@@ -525,6 +532,25 @@ def test_device_e2m1_software_path_matches_reference(fp4_helper):
     assert (out == ref.pack_e2m1(ref.e2m1_encode(v)[None, :])[0]).all()
 
 
+def test_device_e2m1_software_path_bit_patterns(fp4_helper):
+    """The arithmetic E2M1 conversion against the reference's nearest-value search on a
+    stride through all fp32 bit patterns, every pattern within 64 ulps of each midpoint,
+    E2M1 value and binade edge up to 8, and both signs."""
+    sweep = np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32)
+    marks = np.array([0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0,
+                      6.0, 8.0, 2.0**-126], np.float32).view(np.uint32)  # fmt: skip
+    near = (marks[:, None].astype(np.int64) + np.arange(-64, 65)).ravel().astype(np.uint32)
+    bits = np.concatenate([sweep, near, near | np.uint32(0x80000000)])
+    bits = np.append(bits, np.zeros(bits.size % 2, np.uint32))  # an even count
+    v = bits.view(np.float32)
+    out = np.zeros(v.size // 2, np.uint8)
+    fp4_helper.encode(_ptr(v), _ptr(out), ctypes.c_int(v.size))
+    with np.errstate(invalid="ignore"):  # signaling NaN patterns
+        want = ref.pack_e2m1(ref.e2m1_encode(v)[None, :])[0]
+    bad = np.nonzero(out != want)[0]
+    assert bad.size == 0, [(hex(bits[2 * i]), hex(bits[2 * i + 1])) for i in bad[:5]]
+
+
 def test_device_nvfp4_scale_helpers_match_reference(fp4_helper):
     b = np.arange(256, dtype=np.uint8)
     finite = (b & 0x7F) != 0x7F
@@ -622,6 +648,102 @@ def test_quantize_nvfp4_launches(monkeypatch):
     vals = _slots(pm, "PPPPPPPqqqqqqqi")
     assert vals[:7] == [0x5000, 0x1000, 0x3000, 0x2000, 0x4000, 0x6000, 0x7000]
     assert vals[7:] == [m, n, 4, 128, 4, 128, 1, 0]
+
+
+def test_quantize_configs():
+    both = make_key("quantize", dtype="fp8", layout="both", arch="sm_90")
+    assert quantize_config(both).mapping == "warp"
+    assert quantize_config(make_key("quantize", dtype="fp8", arch="sm_90")).mapping == "tile"
+    fp4 = make_key("quantize", dtype="fp4_e2m1", layout="both", arch="sm_90")
+    assert quantize_config(fp4).mapping == "tile"
+    cfg = QuantizeConfig("warp", 2, 4, 3)
+    assert (cfg.threads, cfg.tile) == (256, (64, 256))
+    assert (QuantizeConfig().threads, QuantizeConfig().tile) == (256, (64, 128))
+    src = render(both).source
+    assert "constexpr int kWR = 2;" in src and "kMinBlocks = 2;" in src
+
+
+def _frame_sizes(image: bytes) -> dict[int, int]:
+    """Stack frame bytes per kernel symbol index (EIATTR_FRAME_SIZE in the cubin's .nv.info;
+    nonzero when ptxas spilled registers, as no kernel of this family uses local arrays)."""
+    shoff = int.from_bytes(image[0x28:0x30], "little")
+    shentsize, shnum, shstrndx = (
+        int.from_bytes(image[o : o + 2], "little") for o in (0x3A, 0x3C, 0x3E)
+    )
+    heads = [image[shoff + i * shentsize : shoff + (i + 1) * shentsize] for i in range(shnum)]
+    strtab = int.from_bytes(heads[shstrndx][24:32], "little")
+    sizes: dict[int, int] = {}
+    for h in heads:
+        name_at = strtab + int.from_bytes(h[0:4], "little")
+        if image[name_at : image.index(b"\0", name_at)] != b".nv.info":
+            continue
+        off, size = int.from_bytes(h[24:32], "little"), int.from_bytes(h[32:40], "little")
+        d, i = image[off : off + size], 0
+        while i < size:
+            fmt, attr = d[i], d[i + 1]
+            if fmt == 4:  # sized value
+                n = int.from_bytes(d[i + 2 : i + 4], "little")
+                if attr == 0x11:  # EIATTR_FRAME_SIZE: (symbol, bytes)
+                    sym, val = (
+                        int.from_bytes(d[i + 4 : i + 8], "little"),
+                        int.from_bytes(d[i + 8 : i + 12], "little"),
+                    )
+                    sizes[sym] = max(sizes.get(sym, 0), val)
+                i += 4 + n
+            else:
+                i += 4 if fmt in (2, 3) else 2
+    return sizes
+
+
+@pytest.mark.parametrize("layout", ["rowwise", "columnwise", "both"])
+@pytest.mark.parametrize("dtype", ["fp8", "fp4_e2m1"])
+def test_default_quantize_kernels_do_not_spill(dtype, layout):
+    image = ne.get_kernel("quantize", dtype=dtype, layout=layout, arch="sm_90").artifact.image
+    sizes = _frame_sizes(image)
+    assert sizes and not any(sizes.values()), sizes
+
+
+def test_frame_size_reader_sees_a_spill(monkeypatch):
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    monkeypatch.setattr(quantize, "quantize_config", lambda key: QuantizeConfig("warp", 2, 4, 4))
+    image = (
+        Engine().get(make_key("quantize", dtype="fp8", layout="both", arch="sm_90")).artifact.image
+    )
+    assert any(_frame_sizes(image).values())  # capped at 64 registers
+
+
+def test_every_quantize_candidate_compiles(monkeypatch):
+    """What bench/cast_tuning.py sweeps compiles (memory-only engine: the key does not see
+    the monkeypatched configuration)."""
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    assert len(set(QUANTIZE_CANDIDATES)) == len(QUANTIZE_CANDIDATES)
+    for cfg in QUANTIZE_CANDIDATES:
+        monkeypatch.setattr(quantize, "quantize_config", lambda key, cfg=cfg: cfg)
+        kernel = Engine().get(make_key("quantize", dtype="fp8", layout="both", arch="sm_90"))
+        assert kernel._cfg == cfg and kernel.artifact.image[:4] == b"\x7fELF"
+
+
+def test_quantize_mxfp8_warp_mapping_launch(monkeypatch):
+    rec = _Recorder(monkeypatch, {0: 120})
+    k = ne.get_kernel("quantize", dtype="fp8", layout="both", arch="sm_90")
+    cfg = k._cfg
+    m, n = 100, 300
+    outs = {
+        "rowwise_data": fake((m, n), U1, ptr=0x1000),
+        "columnwise_data": fake((m, n), U1, ptr=0x2000),
+        "rowwise_scale_inv": fake(mxfp8_scale_shape(m, n, "rowwise"), U1, ptr=0x3000),
+        "columnwise_scale_inv": fake(mxfp8_scale_shape(m, n, "columnwise"), U1, ptr=0x4000),
+    }
+    k(fake((m, n), ptr=0x5000), **outs)
+    ((index, grid, block, params),) = rec.calls
+    rows, cols = cfg.tile
+    tiles = -(-m // rows) * -(-n // cols)
+    pr, pc = mxfp8_scale_shape(m, n, "rowwise"), mxfp8_scale_shape(m, n, "columnwise")
+    padding = max(pr[0] * pr[1] - m * -(-n // 32), pc[0] * pc[1] - -(-m // 32) * n)
+    assert (index, block) == (0, cfg.threads) and grid == tiles + -(-padding // cfg.threads)
+    assert _slots(params, "PPPPPPPqqqqqqqi")[-2:] == [tiles, 0]  # k % 16 != 0: scalar path
 
 
 def test_multi_cast_transpose_tables(monkeypatch, kernels):

@@ -19,11 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cast_edges import edge_input
 from fakes import FakeCupyArray
 
 import nvrtc_engine as ne
-from nvrtc_engine import reference
-from nvrtc_engine.ops import cast_common
+from nvrtc_engine import config, reference
+from nvrtc_engine.engine import Engine
+from nvrtc_engine.ops import cast_common, quantize
 from nvrtc_engine.ops.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 from nvrtc_engine.render import render, templates_dir
 
@@ -244,22 +246,76 @@ def test_mxfp8(emulate, in_dtype, out_dtype, layout):
     rng = np.random.default_rng(4)
     for m, k in [(31, 33), (64, 256), (96, 320)]:
         x, buf = host_input((m, k), in_dtype, rng)
-        kw, outs = {}, {}
-        for direction in ("rowwise", "columnwise"):
-            if layout in (direction, "both"):
-                outs[direction] = (poison((m, k), 1), poison(mxfp8_scale_shape(m, k, direction), 1))
-                kw[f"{direction}_data"] = arr(outs[direction][0], out_dtype)
-                kw[f"{direction}_scale_inv"] = arr(outs[direction][1])
-        kernel(arr(buf, in_dtype), **kw)
-        for direction, (data, scales) in outs.items():
-            want, want_scales, _ = reference.mxfp8_quantize(x.astype(np.float64), out_dtype,
-                                                            direction)  # fmt: skip
-            r, c = mxfp8_scale_shape(m, k, direction, padded=False)
-            assert (scales[:r, :c] == want_scales).all(), (direction, m, k)
-            padding = scales.copy()
-            padding[:r, :c] = 0
-            assert not padding.any(), (direction, m, k)
-            assert (data == want.view(np.uint8)).all(), (direction, m, k)
+        _check_mxfp8_host(kernel, x, buf, in_dtype, out_dtype, layout)
+
+
+def _check_mxfp8_host(kernel, x, buf, in_dtype, out_dtype, layout):
+    m, k = x.shape
+    kw, outs = {}, {}
+    for direction in ("rowwise", "columnwise"):
+        if layout in (direction, "both"):
+            outs[direction] = (poison((m, k), 1), poison(mxfp8_scale_shape(m, k, direction), 1))
+            kw[f"{direction}_data"] = arr(outs[direction][0], out_dtype)
+            kw[f"{direction}_scale_inv"] = arr(outs[direction][1])
+    kernel(arr(buf, in_dtype), **kw)
+    for direction, (data, scales) in outs.items():
+        want, want_scales, _ = reference.mxfp8_quantize(x.astype(np.float64), out_dtype, direction)
+        r, c = mxfp8_scale_shape(m, k, direction, padded=False)
+        assert (scales[:r, :c] == want_scales).all(), (direction, m, k)
+        padding = scales.copy()
+        padding[:r, :c] = 0
+        assert not padding.any(), (direction, m, k)
+        assert (data == want.view(np.uint8)).all(), (direction, m, k)
+
+
+# A few of quantize.QUANTIZE_CANDIDATES (the GPU test checks them all), and the smallest
+# warp mapping.
+MX_CONFIGS = [
+    quantize.QuantizeConfig(),
+    quantize.QuantizeConfig("warp", 1, 1, 4),
+    quantize.QuantizeConfig("warp", 2, 4, 3),
+    quantize.QuantizeConfig("warp", 4, 2, 2),
+    quantize.QuantizeConfig("warp", 1, 8, 2),
+]
+
+
+@pytest.mark.parametrize("cfg", MX_CONFIGS, ids=lambda c: f"{c.mapping}{c.warp_rows}x{c.warp_cols}")
+@pytest.mark.parametrize("layout", ["rowwise", "columnwise", "both"])
+def test_mxfp8_thread_mappings(emulate, monkeypatch, cfg, layout):
+    """Every mapping bench/cast_tuning.py sweeps gives the reference's bytes, on edge values
+    and partial tiles (a monkeypatched configuration: memory-only engine)."""
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    monkeypatch.setattr(quantize, "quantize_config", lambda key: cfg)
+    kernel = emulate(Engine().get(ne.make_key("quantize", dtype="fp8", layout=layout,
+                                              arch="sm_90")))  # fmt: skip
+    assert kernel._cfg == cfg
+    rng = np.random.default_rng(6)
+    for m, k in [(31, 33), (96, 320), (64, 512), (40, 128)]:
+        x = edge_input((m, k), rng)
+        buf = np.ascontiguousarray(x).view(np.uint16)
+        _check_mxfp8_host(kernel, x, buf, "bf16", "fp8_e4m3", layout)
+
+
+@pytest.mark.parametrize("layout", ["rowwise", "columnwise"])
+def test_nvfp4_edge_values(emulate, layout):
+    """E2M1 midpoints, values above 6 * block scale (block scales rounded down), -0, tiny
+    values, both signs; amax 2688 makes S_enc 1, so blocks whose amax is 6 have multiplier 1
+    and their midpoints stay exact."""
+    kernel = emulate(ne.get_kernel("quantize", dtype="fp4_e2m1", layout=layout, arch="sm_90"))
+    rng = np.random.default_rng(7)
+    for m, k in [(64, 128), (48, 80), (33, 31)]:
+        x = edge_input((m, k), rng, sixes=True)
+        buf = np.ascontiguousarray(x).view(np.uint16)
+        shape = (m, -(-k // 2)) if layout == "rowwise" else (k, -(-m // 2))
+        data, scales = poison(shape, 1), poison(nvfp4_scale_shape(m, k, layout), 1)
+        kernel(arr(buf, "bf16"), **{f"{layout}_data": arr(data),
+                                    f"{layout}_scale_inv": arr(scales)},
+               amax=arr(f32(2688.0)), compute_amax=False)  # fmt: skip
+        want = reference.nvfp4_quantize(x.astype(np.float64), 2688.0, layout)
+        r, c = nvfp4_scale_shape(m, k, layout, padded=False)
+        assert (scales[:r, :c] == want.scales).all(), (m, k)
+        assert (data == want.data).all(), (m, k)
 
 
 @pytest.mark.parametrize(

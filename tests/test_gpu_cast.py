@@ -9,12 +9,15 @@ import numpy as np
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import reference
+from nvrtc_engine import config, reference
+from nvrtc_engine.engine import Engine
+from nvrtc_engine.ops import quantize
 from nvrtc_engine.ops.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 from nvrtc_engine.ops.cast import DACT_OPS, GATED_OPS
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
+from cast_edges import edge_input  # noqa: E402
 from test_gpu_gelu import poisoned, to_host, to_torch  # noqa: E402  (needs torch)
 
 # Shapes looped over inside each test (one compile per test): all bounds-checked, then
@@ -328,10 +331,14 @@ def test_mxfp8(in_dtype, out_dtype, layout):
     for_shapes([*SMALL, (64, 4096), *large], lambda shape: _check_mxfp8(kernel, rng, shape))
 
 
-def _check_mxfp8(kernel, rng, shape):
+def _check_mxfp8(kernel, rng, shape, edges=False):
     in_dtype, out_dtype, layout = kernel.key.in_dtype, kernel.key.out_dtype, kernel.key.layout
     m, k = shape
-    x_host = sample(shape, in_dtype, rng, small_block=32)
+    if edges:
+        assert in_dtype == "bf16"
+        x_host = edge_input(shape, rng)
+    else:
+        x_host = sample(shape, in_dtype, rng, small_block=32)
     outs = {}
     for direction in ("rowwise", "columnwise"):
         if layout in (direction, "both"):
@@ -351,6 +358,24 @@ def _check_mxfp8(kernel, rng, shape):
         assert (got.cpu().numpy()[: real[0], : real[1]] == scales).all(), f"{direction} scales"
         assert _padding_is_zero(got, real)
         assert (to_host(data, out_dtype).view(np.uint8) == want.view(np.uint8)).all(), direction
+
+
+@pytest.mark.parametrize("layout", ["rowwise", "both"])
+def test_mxfp8_every_tuning_candidate(monkeypatch, layout):
+    """Each configuration bench/cast_tuning.py may pick, compiled in memory (the key does not
+    see it), on awkward shapes and edge values, bytes equal to the reference."""
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    rng = rng_for("mxfp8 candidates", layout)
+    for cfg in quantize.QUANTIZE_CANDIDATES:
+        monkeypatch.setattr(quantize, "quantize_config", lambda key, cfg=cfg: cfg)
+        kernel = Engine().get(ne.make_key("quantize", dtype="fp8", layout=layout))
+        assert kernel._cfg == cfg
+        try:
+            for_shapes([*SMALL, (200, 1000), (256, 1024)],
+                       lambda shape, k=kernel: _check_mxfp8(k, rng, shape, edges=True))  # fmt: skip
+        except AssertionError as exc:
+            raise AssertionError(f"{cfg}: {exc}") from exc
 
 
 def test_mxfp8_both_8192x28672():
@@ -427,6 +452,23 @@ def _check_nvfp4(kernel, rng, shape):
     assert res.amax is amax and amax.item() == true_amax
     assert scale_inv.item() == float(reference.nvfp4_encode_scale(true_amax)[1])
     _nvfp4_check(res, x_host, true_amax, layout)
+
+
+@pytest.mark.parametrize("layout", ["rowwise", "columnwise", "both"])
+def test_nvfp4_edge_values(layout):
+    """Data and scales bit-exact on E2M1 midpoints (exact: amax 2688 gives S_enc 1 and every
+    block holds a 6), values above 6 x the block scale, zeros, -0, values near the fp32
+    minimum normal and negative values (tests/cast_edges.py)."""
+    rng = rng_for("nvfp4 edges", layout)
+    kernel = ne.get_kernel("quantize", dtype="fp4_e2m1", layout=layout)
+
+    def check(shape):
+        x_host = edge_input(shape, rng, sixes=True)
+        res = kernel(to_torch(x_host, "bf16"), amax=fp32(2688.0), compute_amax=False)
+        torch.cuda.synchronize()
+        _nvfp4_check(res, x_host, 2688.0, layout)
+
+    for_shapes([(64, 128), (48, 80), (33, 31), (256, 4096)], check)
 
 
 def test_nvfp4_with_given_amax_and_allocated_outputs():

@@ -34,17 +34,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HW_FP4_ARCHS",
+    "QUANTIZE_CANDIDATES",
     "QUANTIZE_SPEC",
+    "QuantizeConfig",
     "QuantizeKernel",
     "QuantizeResult",
     "QuantizeSpec",
     "hardware_fp4",
+    "quantize_config",
 ]
 
 # Archs whose arch-specific targets (sm_100a, sm_120f, ...) have cvt.rn.satfinite.e2m1x2.f32
 # (checked with NVRTC 13.5; the plain sm_100 / sm_120 targets and sm_90 do not).
 HW_FP4_ARCHS: tuple[int, ...] = (100, 101, 103, 107, 110, 120, 121)
-TILE_ROWS, TILE_COLS, THREADS = 64, 128, 256
+TILE_ROWS, TILE_COLS, THREADS = 64, 128, 256  # the tile mapping's block
 AMAX_THREADS, AMAX_UNROLL, AMAX_MAX_BLOCKS = 256, 4, 1024
 PAD_MAX_BLOCKS = 64
 # Parameter slots that take the array arguments (x, rowwise_data, rowwise_scale_inv,
@@ -53,6 +56,63 @@ PAD_MAX_BLOCKS = 64
 _REFS = tuple((i, Ptr(i)) for i in range(7))
 _AMAX_REFS = ((0, Ptr(0)), (2, Ptr(7)))
 _FINAL_REFS = ((0, Ptr(7)), (2, Ptr(5)))
+
+
+@dataclass(frozen=True)
+class QuantizeConfig:
+    """How the quantize kernel maps threads to a tile (``templates/cast.cu.j2``, quantize
+    section).
+
+    - ``mapping="tile"``: 256 threads per 64 x 128 tile, each thread 16 columns of two rows;
+      columnwise blocks go through the tile kept in shared memory (every NVFP4 kernel).
+    - ``mapping="warp"`` (MXFP8 only): a warp per 32 x 64 piece, each lane 8 columns of 8
+      rows; column maxima from registers and warp shuffles, no shared memory.
+      ``warp_rows x warp_cols`` warps per block (a ``32 warp_rows x 64 warp_cols`` tile),
+      ``min_blocks`` blocks per SM the registers are capped for.
+
+    Defaults (predicted, to be confirmed by bench/cast_tuning.py on the H200): the warp
+    mapping, 2 x 4 warps and 2 blocks per SM, for MXFP8 columnwise and both, where the tile
+    mapping's shared memory traffic was the limit (memory pipe 83% busy); the tile mapping
+    for MXFP8 rowwise (89.7% of copy bandwidth measured) and NVFP4. The warp mapping takes
+    128 registers at sm_90 without spilling; capped at 80 (3 blocks per SM) ptxas spills
+    about 300 bytes per thread (tests/test_cast.py checks the defaults' stack frames).
+    """
+
+    mapping: str = "tile"
+    warp_rows: int = 2
+    warp_cols: int = 4
+    min_blocks: int = 4
+
+    @property
+    def threads(self) -> int:
+        return THREADS if self.mapping == "tile" else 32 * self.warp_rows * self.warp_cols
+
+    @property
+    def tile(self) -> tuple[int, int]:
+        """(rows, columns) of a block's tile."""
+        if self.mapping == "tile":
+            return TILE_ROWS, TILE_COLS
+        return 32 * self.warp_rows, 64 * self.warp_cols
+
+
+# The configurations bench/cast_tuning.py sweeps for MXFP8 (and tests/test_gpu_cast.py checks
+# on the device): the tile mapping, and warp mappings of 128-512 threads with register caps
+# (65536 / (threads * min_blocks)) of 128 (no spills at sm_90), about 80-85 and 64 (these
+# spill: measured to see whether the occupancy pays for it).
+QUANTIZE_CANDIDATES: tuple[QuantizeConfig, ...] = (
+    QuantizeConfig(),
+    *(QuantizeConfig("warp", wr, wc, mb)
+      for wr, wc, mb in [(1, 4, 4), (1, 4, 6), (2, 2, 4), (2, 2, 6), (2, 4, 2), (2, 4, 3),
+                         (2, 4, 4), (4, 2, 2), (4, 2, 3), (1, 8, 2), (1, 8, 3), (4, 4, 1),
+                         (2, 8, 1)]),
+)  # fmt: skip
+
+
+def quantize_config(key: KernelKey) -> QuantizeConfig:
+    """The quantize kernel's thread mapping for ``key`` (see :class:`QuantizeConfig`)."""
+    if key.scaling == "mxfp8" and key.layout != "rowwise":
+        return QuantizeConfig("warp", 2, 4, 2)
+    return QuantizeConfig()
 
 
 def hardware_fp4(arch: str) -> bool:
@@ -93,6 +153,11 @@ class QuantizeSpec(OpSpec):
         ctx = super().render_context(key)
         fp4 = key.scaling == "nvfp4"
         soft = arch_number(key.arch) < HW_FP8_ARCH  # E4M3 / E5M2 conversions
+        cfg = quantize_config(key)
+        ctx.update(
+            mx_warp=cfg.mapping == "warp" and not fp4, warp_rows=cfg.warp_rows,
+            warp_cols=cfg.warp_cols, min_blocks=cfg.min_blocks,
+        )  # fmt: skip
         ctx.update(
             section="quantize", mx=not fp4, fp4=fp4, dact=None,
             rowwise=key.layout in ("rowwise", "both"), colwise=key.layout in ("columnwise", "both"),
@@ -171,6 +236,7 @@ class QuantizeKernel(CastKernelBase):
         self._rowwise = key.layout in ("rowwise", "both")
         self._colwise = key.layout in ("columnwise", "both")
         self._shape_fn = nvfp4_scale_shape if self._fp4 else mxfp8_scale_shape
+        self._cfg = quantize_config(key)
 
     def _data_shape(self, m: int, k: int, direction: str) -> tuple[int, int]:
         if not self._fp4:
@@ -243,8 +309,9 @@ class QuantizeKernel(CastKernelBase):
                     raise ArgumentError(name, "is only for NVFP4 (MXFP8 has no tensor scale)")
             if not compute_amax:
                 raise ArgumentError("compute_amax", "is only for NVFP4")
-        tiles = ceil_div(m, TILE_ROWS) * ceil_div(k, TILE_COLS)
-        pad_blocks = min(ceil_div(pad_items, THREADS), PAD_MAX_BLOCKS)
+        threads, (tile_rows, tile_cols) = self._cfg.threads, self._cfg.tile
+        tiles = ceil_div(m, tile_rows) * ceil_div(k, tile_cols)
+        pad_blocks = min(ceil_div(pad_items, threads), PAD_MAX_BLOCKS)
         if tiles + pad_blocks:
             vec = self._vec(xa.ptr, ptrs, m, k)
             values = (
@@ -252,7 +319,7 @@ class QuantizeKernel(CastKernelBase):
                 pads["rowwise"][1], pads["rowwise"][0], pads["columnwise"][1],
                 pads["columnwise"][0], tiles, int(vec),
             )  # fmt: skip
-            launches.append((0, tiles + pad_blocks, THREADS, self._params, values, _REFS))
+            launches.append((0, tiles + pad_blocks, threads, self._params, values, _REFS))
         if launches:
             tensors = (x, res.rowwise_data, res.rowwise_scale_inv, res.columnwise_data,
                        res.columnwise_scale_inv, res.amax, res.scale_inv, workspace)  # fmt: skip

@@ -5,7 +5,7 @@
 // rounds to nearest even and saturates to +-6; NaN gives +6 (0x7), as CUDA's cuda_fp4.h.
 // Two values pack into a byte, the first in the low nibble (torch float4_e2m1fn_x2). Archs
 // with the conversion instruction (sm_100a/f, sm_103a, sm_110a, sm_120a/f, ...) define
-// NVE_HW_FP4 and use cvt.rn.satfinite.e2m1x2.f32; others take the exact comparison path.
+// NVE_HW_FP4 and use cvt.rn.satfinite.e2m1x2.f32; others take the bit-exact software path.
 //
 // NVFP4 (16-element blocks, E4M3 block scales, fp32 tensor scale), all in fp32:
 //   S_enc = 448 * 6 / global_amax (1 if global_amax is 0 or S_enc is 0; at most FLT_MAX),
@@ -27,15 +27,22 @@ __device__ __forceinline__ unsigned int e2m1x2(float lo, float hi) {
   return r & 0xffu;
 }
 #else
-// Round-to-nearest-even by comparing |v| with the midpoints between E2M1 values (all exact
-// in fp32): a midpoint rounds to the even code, i.e. down at 0.25, 1.25, 2.5, 5 and up at
-// 0.75, 1.75, 3.5.
+// Round-to-nearest-even as a float -> minifloat conversion (E2M1: exponent bias 1, one
+// mantissa bit), a few integer and float operations instead of one compare per midpoint:
+// a = min(|v|, 6). For a >= 1 (codes 2..7) the fp32 bits' exponent and top
+// mantissa bit, (bits >> 22) - 252, rounded to nearest even on the 22 bits below by integer
+// addition (a carry moves into the exponent: 1.75 -> 2); for a < 1 (codes 0..2, steps of
+// 0.5) the float addition a + 2^22, whose ulp is 0.5, rounds to nearest even and leaves the
+// code in the low bits. Midpoints thus round down at 0.25, 1.25, 2.5, 5 and up at 0.75, 1.75,
+// 3.5, as the reference's nearest-value search. Sign bit from v; NaN (also signaling) gives
+// 0x7.
 __device__ __forceinline__ unsigned int e2m1(float v) {
-  const float a = fabsf(v);
-  if (a != a) return 0x7u;
-  const unsigned int code = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) +
-                            (a > 2.5f) + (a >= 3.5f) + (a > 5.f);
-  return code | ((__float_as_uint(v) >> 28) & 0x8u);
+  const float a = fminf(fabsf(v), 6.f);
+  const unsigned int b = __float_as_uint(a);
+  const unsigned int hi = (b + 0x1fffffu + ((b >> 22) & 1u) - (252u << 22)) >> 22;
+  const unsigned int lo = __float_as_uint(a + 4194304.f) - 0x4a800000u;
+  const unsigned int code = a < 1.f ? lo : hi;
+  return v == v ? code | ((__float_as_uint(v) >> 28) & 0x8u) : 0x7u;
 }
 __device__ __forceinline__ unsigned int e2m1x2(float lo, float hi) {
   return e2m1(lo) | (e2m1(hi) << 4);
