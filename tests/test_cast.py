@@ -652,7 +652,7 @@ def test_quantize_nvfp4_launches(monkeypatch):
 
 def test_quantize_configs():
     both = make_key("quantize", dtype="fp8", layout="both", arch="sm_90")
-    assert quantize_config(both).mapping == "warp"
+    assert quantize_config(both).mapping == "tile"  # measured faster (bench/cast_tuning.py)
     assert quantize_config(make_key("quantize", dtype="fp8", arch="sm_90")).mapping == "tile"
     fp4 = make_key("quantize", dtype="fp4_e2m1", layout="both", arch="sm_90")
     assert quantize_config(fp4).mapping == "tile"
@@ -660,7 +660,7 @@ def test_quantize_configs():
     assert (cfg.threads, cfg.tile) == (256, (64, 256))
     assert (QuantizeConfig().threads, QuantizeConfig().tile) == (256, (64, 128))
     src = render(both).source
-    assert "constexpr int kWR = 2;" in src and "kMinBlocks = 2;" in src
+    assert "kMinBlocks = 4;" in src
 
 
 def _frame_sizes(image: bytes) -> dict[int, int]:

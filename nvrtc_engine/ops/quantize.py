@@ -70,12 +70,12 @@ class QuantizeConfig:
       ``warp_rows x warp_cols`` warps per block (a ``32 warp_rows x 64 warp_cols`` tile),
       ``min_blocks`` blocks per SM the registers are capped for.
 
-    Defaults (predicted, to be confirmed by bench/cast_tuning.py on the H200): the warp
-    mapping, 2 x 4 warps and 2 blocks per SM, for MXFP8 columnwise and both, where the tile
-    mapping's shared memory traffic was the limit (memory pipe 83% busy); the tile mapping
-    for MXFP8 rowwise (89.7% of copy bandwidth measured) and NVFP4. The warp mapping takes
-    128 registers at sm_90 without spilling; capped at 80 (3 blocks per SM) ptxas spills
-    about 300 bytes per thread (tests/test_cast.py checks the defaults' stack frames).
+    Default: the tile mapping everywhere. Measured on the H200 (bench/cast_tuning.py, bf16
+    16384 x 8192, bench/results/cast_tuning.json): MXFP8 both 71.0% of copy bandwidth with
+    the tile mapping against 41.7-44.8% for every warp mapping swept; MXFP8 rowwise 89.7%
+    against 45.7-46.6%. The warp mapping takes 128 registers at sm_90 without spilling;
+    capped at 80 (3 blocks per SM) ptxas spills about 300 bytes per thread
+    (tests/test_cast.py checks the defaults' stack frames).
     """
 
     mapping: str = "tile"
@@ -110,8 +110,7 @@ QUANTIZE_CANDIDATES: tuple[QuantizeConfig, ...] = (
 
 def quantize_config(key: KernelKey) -> QuantizeConfig:
     """The quantize kernel's thread mapping for ``key`` (see :class:`QuantizeConfig`)."""
-    if key.scaling == "mxfp8" and key.layout != "rowwise":
-        return QuantizeConfig("warp", 2, 4, 2)
+    del key  # one mapping for every key (measured: see QuantizeConfig)
     return QuantizeConfig()
 
 
