@@ -4,7 +4,10 @@
 # benchmarks undisturbed; then the two-GPU test runs with both visible. Everything the
 # session writes (logs, bench/results/*.json) is packed into $OUT/session.tar.gz, and the
 # lines worth reading are in $OUT/summary.txt.
-#   BENCHES: benchmark steps for gpu_session.sh (default: the list below).
+#   BENCHES: benchmark steps for gpu_session.sh on GPU 0 (default: the list below).
+#   BENCHES1: benchmark steps for GPU 1 once its tests are done (default: none).
+#   GPU_TESTS: the GPU test files (default: every tests/test_gpu_*.py); SANITIZE=0 skips
+#   compute-sanitizer. WAIT1: seconds GPU 1 may run on after GPU 0 is done (default 60).
 set -u
 OUT=${OUT:-/tmp/out}
 LOGS=/tmp/session-logs
@@ -18,10 +21,15 @@ LIMIT=${LIMIT:-420}  # seconds for each of the two halves (tests, benchmarks)
 
 run_tests() {  # $1: the GPU the tests see
   export CUDA_VISIBLE_DEVICES=$1 NVRTC_ENGINE_CACHE_DIR=/tmp/cache-tests
-  ls tests/test_gpu_*.py | xargs -P 4 -I{} sh -c \
+  ls ${GPU_TESTS:-tests/test_gpu_*.py} | xargs -P 4 -I{} sh -c \
     'timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider {} > '"$LOGS"'/$(basename {}).log 2>&1; echo "{} rc=$?"'
   for f in "$LOGS"/test_gpu_*.log; do echo "$(basename "$f"): $(tail -1 "$f")"; done
-  OUT=$LOGS bash bench/gpu_session.sh sanitize
+  [ "${SANITIZE:-1}" = 1 ] && OUT=$LOGS bash bench/gpu_session.sh sanitize
+  if [ -n "${BENCHES1:-}" ]; then
+    # shellcheck disable=SC2086
+    NVRTC_ENGINE_CACHE_DIR=/tmp/cache-bench1 BENCH_TIMEOUT=${BENCH_TIMEOUT:-170} \
+      BENCH_TAIL=${BENCH_TAIL:-60} OUT=$LOGS bash bench/gpu_session.sh $BENCHES1 > "$LOGS/bench1.txt" 2>&1
+  fi
 }
 
 if [ "$ngpu" -ge 2 ]; then
@@ -41,7 +49,7 @@ CUDA_VISIBLE_DEVICES=0 NVRTC_ENGINE_CACHE_DIR=/tmp/cache-bench BENCH_TIMEOUT=${B
   > "$LOGS/bench.txt" 2>&1
 if [ "$ngpu" -ge 2 ]; then
   waited=0
-  while kill -0 "$tests_pid" 2>/dev/null && [ "$waited" -lt 60 ]; do sleep 5; waited=$((waited + 5)); done
+  while kill -0 "$tests_pid" 2>/dev/null && [ "$waited" -lt "${WAIT1:-60}" ]; do sleep 5; waited=$((waited + 5)); done
   kill -- -"$tests_pid" 2>/dev/null; pkill -f "pytest -m gpu" 2>/dev/null; pkill -f compute-sanitizer
   wait "$tests_pid" 2>/dev/null
   # the two-GPU test: one kernel launched on both devices
@@ -57,6 +65,7 @@ cp bench/results/*.json "$LOGS/" 2>/dev/null
   echo "== tests and sanitizer"; cat "$LOGS/gpu1.txt"
   echo "== two GPUs"; tail -5 "$LOGS/two_gpu.txt" 2>/dev/null
   echo "== benchmarks"; grep -vE "^\s*$" "$LOGS/bench.txt" | tail -150
+  [ -f "$LOGS/bench1.txt" ] && { echo "== benchmarks on GPU 1"; grep -vE "^\s*$" "$LOGS/bench1.txt" | tail -100; }
 } > "$OUT/summary.txt"
 tar -C "$LOGS" -czf "$OUT/session.tar.gz" .
 tail -60 "$OUT/summary.txt"
