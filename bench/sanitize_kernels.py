@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import itertools
 import sys
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 import nvrtc_engine as ne
-from nvrtc_engine import driver, reference
+from nvrtc_engine import config, driver, reference
+from nvrtc_engine.engine import Engine
 from nvrtc_engine.ops import activation
 from nvrtc_engine.ops.activation import MXFP8Output
 from nvrtc_engine.ops.blockscale import mxfp8_scale_shape
@@ -67,10 +70,11 @@ def device(host: np.ndarray, dtype: str) -> driver.DeviceBuffer:
     return buf
 
 
-def run_tiled(key: ne.KernelKey, rows: int, cols: int, rng: np.random.Generator) -> None:
-    """One launch of a row-flat or tiled kernel (cols = H for gated ops), checked against
-    the reference."""
-    kernel = ne.get_kernel(key)
+def run_tiled(key: ne.KernelKey, rows: int, cols: int, rng: np.random.Generator,
+              kernel: Any = None) -> None:  # fmt: skip
+    """One launch of a row-flat or tiled kernel (cols = H for gated ops; ``kernel``: one
+    of ``key`` built otherwise), checked against the reference."""
+    kernel = kernel or ne.get_kernel(key)
     kind = reference.op_kind(key.op)
     gated = kind in ("gated", "dgated")
     x_host = reference.sample_input((rows, 2 * cols if gated else cols), key.in_dtype, rng)
@@ -131,7 +135,7 @@ def main() -> int:
         key = ne.make_key(op, **fields)
         shapes = [(64, 96), (96, 160)] if key.scaling == "mxfp8" else [(7, 67), (33, 512)]
         if key.layout == "rowwise" and key.scaling == "mxfp8":
-            shapes.append((37, 64))
+            shapes += [(37, 64), (37, 128), (1, 96)]  # 128: compact scale rows
         for (rows, cols), grid in itertools.product(shapes, [max_grid, 3]):
             activation.MAX_GRID = grid  # 3: every block loops over several tiles
             try:
@@ -139,6 +143,24 @@ def main() -> int:
             finally:
                 activation.MAX_GRID = max_grid
             count += 1
+    # the row-flat kernel's owner mode (plain ops, MXFP8 rowwise: a thread per 32-value block)
+    chosen = activation.row_config
+    for op in ("gelu", "dsrelu"):
+        key = ne.make_key(op, dtype="fp8", scaling="mxfp8", layout="rowwise")
+        for cfg in (activation.LaunchConfig(128, 2, owner=True),
+                    activation.LaunchConfig(256, 1, owner=True)):  # fmt: skip
+            activation.row_config = lambda key, cfg=cfg: cfg
+            settings = config._current
+            # memory only: the disk cache holds this key with the default configuration
+            config._current = replace(config.settings(), disable_disk_cache=True)
+            try:
+                kernel = Engine().get(key)
+            finally:
+                activation.row_config = chosen
+                config._current = settings
+            for rows, cols in [(37, 64), (37, 128), (1, 96), (96, 160)]:
+                run_tiled(key, rows, cols, rng, kernel)
+                count += 1
     print(f"sanitize_kernels: {count} launches checked")
     return 0
 

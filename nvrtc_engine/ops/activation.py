@@ -53,6 +53,7 @@ __all__ = [
     "MXFP8Output",
     "TileConfig",
     "launch_config",
+    "magic",
     "row_config",
     "tile_config",
 ]
@@ -89,6 +90,10 @@ class LaunchConfig:
     threads: int
     unroll: int
     chunk_bytes: int = 16  # input bytes per chunk: 16 (one access) or 32 (two)
+    # Row-flat kernel, plain ops with MXFP8 rowwise output only: each thread owns whole
+    # 32-value blocks (``unroll`` of them: 64 contiguous bf16 bytes in, 32 FP8 bytes out, one
+    # E8M0 scale, no shuffles) instead of one 16-byte chunk per lane.
+    owner: bool = False
 
     def vec(self, itemsize: int) -> int:
         """Elements per chunk."""
@@ -102,22 +107,39 @@ def launch_config(key: KernelKey) -> LaunchConfig:
     return LaunchConfig(threads=128, unroll=1)
 
 
+def magic(d: int) -> tuple[int, int]:
+    """The magic pair ``(m, s)`` for unsigned division by ``d`` (1 <= d < 2^31) of any
+    ``0 <= n < 2^31``: ``n // d == (((n * m) >> 32) + n) >> s`` (``nve::magic_div``), with
+    ``s = ceil(log2 d)`` and ``m = floor(2^32 (2^s - d) / d) + 1`` (Granlund and Montgomery's
+    round-up method; ``m`` is never 0, which the kernels read as "no magic")."""
+    if not 1 <= d < 2**31:
+        raise ValueError(f"divisor must be in [1, 2^31), got {d}")
+    s = (d - 1).bit_length()
+    return (2**32 * (2**s - d)) // d + 1, s
+
+
 def row_config(key: KernelKey) -> LaunchConfig:
     """The row-flat kernel's configuration for ``key`` (gated and dgated ops without MXFP8,
     MXFP8 rowwise outputs): threads per block and 16-byte input chunks in flight per thread
     (``chunk_bytes`` is always 16: an MXFP8 block of 32 values is whole chunks). The grid
     covers the chunks in one pass.
 
-    Not yet measured on the H200 (bench/activation_row_tuning.py sweeps threads x unroll);
-    a guess from register counts (ptxas, sm_90): with one chunk per thread every op but the
-    dgated ones needs 32-39 registers (full occupancy: 2048 threads, each with one chunk of
-    each input in flight, about 64 KiB per SM for gated ops), two chunks take 42-64 and
-    four 62-104 (dgated ops spill at 2). So one chunk each: 256 threads, or with tensor
-    scaling 1024 (fewer blocks, so fewer amax atomics).
+    Measured on the H200 (bench/activation_row_tuning.py, bench/results/
+    activation_row_tuning.json: bf16 input 16384 x 2*8192 for gated ops, % of copy
+    bandwidth, hidden_size None unless said), before the kernel lost its run-time divisions
+    (one magic-number division per thread since, see :func:`magic`):
+
+    - no scaling: 256 threads x 1 chunk: swiglu 102.5%, geglu 102.2%, dswiglu 102.1%;
+    - tensor scaling: 128 x 4 (swiglu 95.9%, geglu 94.3%; the former 1024 x 1 gave
+      swiglu 70.5%, 79.6% with H=8192 compiled in: every block's amax atomic costs);
+    - MXFP8 rowwise: 128 x 4 (swiglu 90.4%, geglu 87.1%, dswiglu 82.1%; 256 x 1 gave
+      77.0% / 74.5% / 77.6%, 88.9% / 88.0% / 88.4% with H=8192 compiled in; gelu, a plain
+      op, reached only 60.0%, which the division-free flat addressing and compact scale
+      index are to fix; the ``owner`` mode is a candidate for it, not yet measured).
     """
-    if key.scaling == "tensor":
-        return LaunchConfig(threads=1024, unroll=1)
-    return LaunchConfig(threads=256, unroll=1)
+    if key.scaling == "none":
+        return LaunchConfig(threads=256, unroll=1)
+    return LaunchConfig(threads=128, unroll=4)
 
 
 @dataclass(frozen=True)
@@ -232,7 +254,11 @@ class ActivationSpec(OpSpec):
             cfg2 = launch_config(key) if flat else row_config(key)
             if not flat and cfg2.chunk_bytes != 16:
                 raise ValueError(f"the row-flat kernel moves 16-byte chunks, not {cfg2}")
-            ctx.update(structure=structure, threads=cfg2.threads, unroll=cfg2.unroll)
+            owner = structure == "rows" and cfg2.owner
+            if owner and (self.gated or not mx):
+                raise ValueError(f"owner mode is for plain ops with MXFP8 output, not {key}")
+            ctx.update(structure=structure, threads=cfg2.threads, unroll=cfg2.unroll,
+                       owner=owner)  # fmt: skip
         return ctx
 
     def kernel_class(self) -> type[Kernel]:
@@ -248,6 +274,7 @@ class _Launcher(Kernel):
     _flat_params = driver.ParamPack("PPqPPPi")
     _flat_grad_params = driver.ParamPack("PPqPPPiP")
     _tile_params = driver.ParamPack("PPPPPPqqqqPPPfffi")
+    _rows_params = driver.ParamPack("PPPPPPqqqqPPPfffiqqqqqii")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -271,7 +298,10 @@ class _Launcher(Kernel):
             flat = launch_config(key) if self._structure == "flat" else row_config(key)
             self._vec = flat.vec(key.input.itemsize)
             self._threads = flat.threads
-            self._per_block = flat.threads * flat.unroll * self._vec
+            self._unroll = flat.unroll
+            self._owner = self._structure == "rows" and flat.owner
+            # positions per block and iteration: chunks, or in owner mode 32-value blocks
+            self._per_block = flat.threads * flat.unroll * (32 if self._owner else self._vec)
 
     # -- checks ---------------------------------------------------------------------------
 
@@ -342,6 +372,26 @@ class _Launcher(Kernel):
             blocks = -(-(rows * cols) // self._threads)
         return max(1, min(blocks, MAX_GRID))
 
+    def _row_steps(self, rows: int, cols: int, grid: int, aligned: bool,
+                   s_row_stride: int) -> tuple[int, ...]:  # fmt: skip
+        """The row-flat kernel's per-shape values (all fixed by the plan key): the steps
+        ``(ur, uq)`` of ``threads`` chunks and ``(sr, sq)`` of one grid iteration as (rows,
+        chunk columns), the magic pair for its one division per thread (by the chunks per
+        row, in owner mode by the 32-value blocks per row; 0 when a dividend could reach
+        2^31), and whether the MXFP8 scales are compact (row stride ``cols / 32``: block k
+        has scale k)."""
+        if not aligned:  # the per-position path divides by itself
+            return 0, 0, 0, 0, 0, 0, 0
+        per = 32 if self._owner else self._vec
+        cpr = cols // per
+        units = rows * cpr
+        stride = grid * self._threads * self._unroll
+        ur, uq = divmod(self._threads, cpr)
+        sr, sq = divmod(stride, cpr)
+        m, s = magic(cpr) if units + stride < 2**31 else (0, 0)
+        compact = int(self._mx and not self._gated and s_row_stride == cols // MXFP8_BLOCK)
+        return ur, uq, sr, sq, m, s, compact
+
     def _call(self, grad: Any, x: Any, out: Any, scale: Any, amax: Any, scale_inv: Any,
               stream: Any, floats: tuple[float, ...] = ()) -> Any:  # fmt: skip
         """What every family class's ``__call__`` does: the call's launch plan if it has one,
@@ -392,6 +442,9 @@ class _Launcher(Kernel):
                 s_col[1], scale_ptr, amax_ptr, scale_inv_ptr, limit, alpha, linear_offset,
                 int(aligned),
             )  # fmt: skip
+            if self._structure == "rows":
+                pack = self._rows_params
+                values = (*values, *self._row_steps(rows, cols, grid, aligned, s_row[1]))
         else:
             n = xa.numel
             aligned = ((xa.ptr | g_ptr | y_ptr) & 15) == 0
