@@ -546,3 +546,25 @@ def test_plain_mxfp8_rowwise_compact_flag_and_owner_grid(kernels, monkeypatch):
     assert block == 128 and grid == -(-(rows * cols // 32) // 256)
     assert values[17:21] == (*divmod(128, cols // 32), *divmod(grid * 256, cols // 32))
     assert values[21:] == (*magic(cols // 32), 0)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_tile_kernel_compiles_with_either_column_scale_mode(arch, monkeypatch):
+    from dataclasses import replace
+
+    import nvrtc_engine.ops.activation as activation_ops
+    from nvrtc_engine import config as ne_config
+    from nvrtc_engine.engine import Engine
+
+    # memory only: the disk cache holds these keys with the default configuration
+    monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
+                                                       disable_disk_cache=True))  # fmt: skip
+    for col_owner in (True, False):
+        cfg = activation_ops.TileConfig(128, 16, 4, col_owner=col_owner)
+        monkeypatch.setattr(activation_ops, "tile_config", lambda key, cfg=cfg: cfg)
+        for op in ("gelu", "dswiglu"):
+            key = make_key(op, dtype="fp8", scaling="mxfp8", layout="both", arch=arch)
+            src = render(key).source
+            assert ("col_mult[p][c] =" in src) == col_owner
+            kernel = Engine().get(key)
+            assert kernel.artifact.image[:4] == b"\x7fELF"

@@ -374,6 +374,35 @@ def test_plain_mxfp8_rowwise_compact_and_padded_scales_agree(op, owner, rng, mon
         assert (ps[rows:] == 0xFF).all() and (ps[:, cols // 32 :] == 0xFF).all()
 
 
+@pytest.mark.parametrize("op", ["gelu", "swiglu", "dswiglu"])
+def test_tile_column_scale_modes_agree_bit_for_bit(op, rng, monkeypatch):
+    """MXFP8 both: columnwise scales computed by one thread per column (``col_owner``) or
+    by every thread for its own columns give the same bytes, for several tile shapes,
+    partial column tiles (H not a multiple of the tile width) and a looping grid."""
+    from dataclasses import replace
+
+    from nvrtc_engine import config as ne_config
+    from nvrtc_engine.engine import Engine
+
+    monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
+                                                       disable_disk_cache=True))  # fmt: skip
+    key = ne.make_key(op, dtype="fp8", scaling="mxfp8", layout="both")
+    for shape in [(64, 8, 4), (128, 16, 4), (256, 32, 4)]:
+        results = []
+        for col_owner in (True, False):
+            cfg = activation_ops.TileConfig(*shape, col_owner=col_owner)
+            monkeypatch.setattr(activation_ops, "tile_config", lambda key, cfg=cfg: cfg)
+            kernel = Engine().get(key)
+            for cap in (activation_ops.MAX_GRID, 3):
+                monkeypatch.setattr(activation_ops, "MAX_GRID", cap)
+                x, grad = make_inputs(op, "bf16", (96,), 160, np.random.default_rng(7))
+                res = check_mxfp8(kernel, x, grad)
+                results.append([t.view(torch.uint8).cpu() for t in res])
+        for got in results[1:]:
+            for a, b in zip(results[0], got, strict=True):
+                assert torch.equal(a, b), shape
+
+
 def test_mxfp8_allocated_scales_are_padded_with_zeros_on_a_side_stream(rng):
     kernel = ne.get_kernel("gelu", dtype="fp8", scaling="mxfp8", layout="both")
     x, _ = make_inputs("gelu", "bf16", (32,), 64, rng)  # padding: 96 rows, 2 + 64 columns

@@ -150,15 +150,21 @@ class TileConfig:
     input (the tile is ``iters * threads / chunks_per_row`` rows high: exactly 32, one
     columnwise block). The grid covers the tiles in one pass.
 
-    Measured on the H200 (bench/activation_tile_tuning.py, bf16 16384 x 8192 outputs;
-    docs/performance.md): MXFP8 both, 128 threads with 16 chunks per row and 4 each (65% of
-    copy bandwidth for swiglu, against 57% for the first guess). Gated and MXFP8 rowwise
-    outputs ran this kernel too before the row-flat one (:func:`row_config`) took them over.
+    Measured on the H200 (bench/activation_tile_tuning.py, bf16 16384 x 8192 outputs,
+    bench/results/activation_tile_tuning.json, before ``col_owner``): MXFP8 both, best for
+    every op 64 threads with 8 chunks per row and 4 each (swiglu 74.6% of copy bandwidth,
+    geglu 72.1%, gelu 55.6%, dswiglu 54.1%), against 72.5% / 70.9% / 54.0% for the former
+    128 x 16 x 4 (and dswiglu 53.2% for 128 x 8 x 2). Gated and MXFP8 rowwise outputs ran
+    this kernel too before the row-flat one (:func:`row_config`) took them over.
     """
 
     threads: int
     chunks_per_row: int
     iters: int
+    # Columnwise scales: one thread per tile column computes the E8M0 byte and multiplier
+    # (shared memory, one more barrier) instead of every thread of the column doing it for
+    # its kVec columns (kRpi-fold redundant E8M0 work, 8-byte scale stores).
+    col_owner: bool = True
 
     def tile_rows(self) -> int:
         return self.iters * self.threads // self.chunks_per_row
@@ -169,10 +175,7 @@ class TileConfig:
 
 def tile_config(key: KernelKey) -> TileConfig:
     """The tiled kernel's configuration for ``key`` (see :class:`TileConfig`)."""
-    dgated = isinstance(key.spec, ActivationSpec) and key.spec.kind == "dgated"
-    if dgated:  # two outputs: 2 x 2 x 8 fp32 values per thread stay in registers
-        return TileConfig(threads=128, chunks_per_row=8, iters=2)
-    return TileConfig(threads=128, chunks_per_row=16, iters=4)
+    return TileConfig(threads=64, chunks_per_row=8, iters=4)
 
 
 def _fp32_literal(value: float) -> str:
@@ -248,8 +251,8 @@ class ActivationSpec(OpSpec):
         )
         if structure == "tile":
             cfg = tile_config(key)
-            ctx.update(structure="tile", threads=cfg.threads,
-                       chunks_per_row=cfg.chunks_per_row, iters=cfg.iters)  # fmt: skip
+            ctx.update(structure="tile", threads=cfg.threads, chunks_per_row=cfg.chunks_per_row,
+                       iters=cfg.iters, col_owner=cfg.col_owner)  # fmt: skip
         else:
             cfg2 = launch_config(key) if flat else row_config(key)
             if not flat and cfg2.chunk_bytes != 16:
