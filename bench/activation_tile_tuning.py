@@ -9,10 +9,12 @@ For swiglu and geglu (bf16 input tokens x 2*hidden), gelu (tokens x hidden) and 
 MXFP8 both directions: times every tile shape (threads per block x 16-byte chunks per tile
 row x chunks per thread; MXFP8 tiles are exactly 32 rows high), with the columnwise scales
 computed by one thread per column (``col_owner``, the default) and, for the shapes of
-OLD_SCALES, by every thread for its own columns (the kernel before); each with hidden_size
-None and compiled in. Variants compile in parallel (8 threads, the configuration
-thread-local). GB/s counts each tensor once, MXFP8 scale bytes included. Prints the best
-shapes per case and the default's rank; writes bench/results/activation_tile_tuning.json.
+OLD_SCALES, by every thread for its own columns (the kernel before); for the shapes of
+PIPELINED also with 2, 4 and 8 tiles per block (the next tile's loads in flight during the
+current tile's outputs); each with hidden_size None and compiled in. Variants compile in
+parallel (8 threads, the configuration thread-local). GB/s counts each tensor once, MXFP8
+scale bytes included. Prints the best shapes per case and the default's rank; writes
+bench/results/activation_tile_tuning.json.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import common
 CASES = [("swiglu", "mxfp8 both"), ("geglu", "mxfp8 both"), ("gelu", "mxfp8 both"),
          ("dswiglu", "mxfp8 both")]  # fmt: skip
 OLD_SCALES = [(128, 16, 4), (128, 8, 2), (256, 16, 2)]  # also timed with col_owner=False
+PIPELINED = [(64, 8, 4), (128, 16, 4), (128, 8, 2)]  # also timed with tiles_per_block 2, 4, 8
 
 
 def shapes(mxfp8: bool) -> list[tuple[int, int, int]]:
@@ -96,6 +99,8 @@ def main() -> int:
             default = chosen(ne.make_key(op, **fields))
             configs = [activation.TileConfig(*s) for s in shapes(output.startswith("mxfp8"))]
             configs += [activation.TileConfig(*s, col_owner=False) for s in OLD_SCALES]
+            configs += [activation.TileConfig(*s, tiles_per_block=t)
+                        for s in PIPELINED for t in (2, 4, 8)]  # fmt: skip
             variants = list(itertools.product(configs, (None, args.hidden)))
 
             def build(variant, op=op, fields=fields):
@@ -111,7 +116,8 @@ def main() -> int:
             for (config, hidden_size), kernel in zip(variants, built, strict=True):
                 row = {"op": op, "output": output, "threads": config.threads,
                        "chunks_per_row": config.chunks_per_row, "iters": config.iters,
-                       "col_owner": config.col_owner, "hidden_size": hidden_size,
+                       "col_owner": config.col_owner,
+                       "tiles_per_block": config.tiles_per_block, "hidden_size": hidden_size,
                        "default": config == default}  # fmt: skip
                 rows.append(row)
                 if isinstance(kernel, str):
@@ -143,7 +149,8 @@ def main() -> int:
     print(common.table(shown, [
         ("default", "default", ""), ("rank", "rank", ""), ("op", "op", ""),
         ("output", "output", ""), ("threads", "thr", ""), ("chunks_per_row", "cpr", ""),
-        ("iters", "iters", ""), ("scales", "scales", ""), ("h", "h", ""), ("ms", "ms", ".4f"),
+        ("iters", "iters", ""), ("scales", "scales", ""), ("tiles_per_block", "tiles/blk", ""),
+        ("h", "h", ""), ("ms", "ms", ".4f"),
         ("gbps", "GB/s", ".0f"), ("pct", "% copy", ".1f"),
     ]))  # fmt: skip
     for r in rows:

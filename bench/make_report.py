@@ -171,6 +171,8 @@ def tuning_section() -> str | None:
         ):  # fmt: skip
             tag = f"{tag}, h={h}" if h is not None else tag
             iters = f"{r['iters']}" + ("" if r.get("col_owner", True) else " (scales per thread)")
+            if r.get("tiles_per_block", 1) > 1:
+                iters += f", {r['tiles_per_block']} tiles/block"
             trows.append([op, out, tag, r["threads"], r["chunks_per_row"], iters,
                           f"{r['pct']:.1f}%"])  # fmt: skip
         parts += [

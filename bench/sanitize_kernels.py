@@ -6,9 +6,10 @@
 Uses DeviceBuffer (no PyTorch) so the sanitizer sees only these kernels. Shapes cover the
 vector path, the scalar tail and unaligned pointers of the flat GELU kernel, the row-flat
 activation kernel (gated ops and MXFP8 rowwise, forward and backward: its vector path and
-its element path for H not a multiple of the vector width) and the tiled one (MXFP8
-columnwise and both, partial tiles); each with one pass and with a grid of 3 blocks that
-loop (the tiled kernel's blocks reuse shared memory). Exits non-zero on a
+its element path for H not a multiple of the vector width; owner mode for plain ops) and
+the tiled one (MXFP8 columnwise and both, partial tiles; several tiles per block with the
+next tile's loads in flight); each with one pass and with a grid of 3 blocks that loop
+(the tiled kernel's blocks reuse shared memory). Exits non-zero on a
 wrong result.
 """
 
@@ -161,6 +162,22 @@ def main() -> int:
             for rows, cols in [(37, 64), (37, 128), (1, 96), (96, 160)]:
                 run_tiled(key, rows, cols, rng, kernel)
                 count += 1
+    # the tiled kernel with several tiles per block (next tile's loads during the outputs)
+    chosen_tile = activation.tile_config
+    for op in ("gelu", "dswiglu"):
+        key = ne.make_key(op, dtype="fp8", scaling="mxfp8", layout="both")
+        tcfg = activation.TileConfig(64, 8, 4, tiles_per_block=3)
+        activation.tile_config = lambda key, tcfg=tcfg: tcfg
+        settings = config._current
+        config._current = replace(config.settings(), disable_disk_cache=True)
+        try:
+            kernel = Engine().get(key)
+        finally:
+            activation.tile_config = chosen_tile
+            config._current = settings
+        for rows, cols in [(64, 96), (96, 160), (32, 32)]:
+            run_tiled(key, rows, cols, rng, kernel)
+            count += 1
     print(f"sanitize_kernels: {count} launches checked")
     return 0
 

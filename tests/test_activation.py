@@ -568,3 +568,20 @@ def test_tile_kernel_compiles_with_either_column_scale_mode(arch, monkeypatch):
             assert ("col_mult[p][c] =" in src) == col_owner
             kernel = Engine().get(key)
             assert kernel.artifact.image[:4] == b"\x7fELF"
+
+
+def test_tile_grid_with_several_tiles_per_block(kernels, monkeypatch):
+    """tiles_per_block > 1: ceil(tiles / tiles_per_block) blocks (which loop, prefetching)."""
+    import nvrtc_engine.ops.activation as activation_ops
+    from nvrtc_engine.engine import Engine
+
+    cfg = activation_ops.TileConfig(64, 8, 4, tiles_per_block=3)
+    monkeypatch.setattr(activation_ops, "tile_config", lambda key: cfg)
+    key = kernels["mx_both"].key  # dswiglu bf16 -> MXFP8 both
+    assert "Software pipelining" in render(key).source
+    kernel = Engine().get(key)
+    monkeypatch.setattr(activation_ops, "bind_mxfp8_output", lambda *a: _FakeBound())
+    rows, cols = 320, 992  # 10 x 16 tiles of 32 x 64 (the last one partial)
+    ((_, grid, block, _, _, _),) = _launches(kernel, monkeypatch, arr((rows, cols)),
+                                             arr((rows, 2 * cols)))  # fmt: skip
+    assert block == 64 and grid == -(-(10 * -(-cols // 64)) // 3)

@@ -165,6 +165,10 @@ class TileConfig:
     # (shared memory, one more barrier) instead of every thread of the column doing it for
     # its kVec columns (kRpi-fold redundant E8M0 work, 8-byte scale stores).
     col_owner: bool = True
+    # Tiles per block: 1, one pass of the grid over the tiles, every load of a tile before
+    # its math; more, a grid of ceil(tiles / tiles_per_block) blocks that loop, each tile's
+    # loads issued while the previous tile's outputs are reduced and stored.
+    tiles_per_block: int = 1
 
     def tile_rows(self) -> int:
         return self.iters * self.threads // self.chunks_per_row
@@ -252,7 +256,8 @@ class ActivationSpec(OpSpec):
         if structure == "tile":
             cfg = tile_config(key)
             ctx.update(structure="tile", threads=cfg.threads, chunks_per_row=cfg.chunks_per_row,
-                       iters=cfg.iters, col_owner=cfg.col_owner)  # fmt: skip
+                       iters=cfg.iters, col_owner=cfg.col_owner,
+                       prefetch=cfg.tiles_per_block > 1)  # fmt: skip
         else:
             cfg2 = launch_config(key) if flat else row_config(key)
             if not flat and cfg2.chunk_bytes != 16:
@@ -297,6 +302,7 @@ class _Launcher(Kernel):
             self._threads = cfg.threads
             self._tile_rows = cfg.tile_rows()
             self._tile_cols = cfg.tile_cols(self._vec)
+            self._tiles_per_block = cfg.tiles_per_block
         else:
             flat = launch_config(key) if self._structure == "flat" else row_config(key)
             self._vec = flat.vec(key.input.itemsize)
@@ -368,7 +374,8 @@ class _Launcher(Kernel):
         not ``aligned``) or the tiles (``tile``), at most :data:`MAX_GRID` (the kernels loop
         over what is left)."""
         if self._structure == "tile":
-            blocks = -(-rows // self._tile_rows) * -(-cols // self._tile_cols)
+            tiles = -(-rows // self._tile_rows) * -(-cols // self._tile_cols)
+            blocks = -(-tiles // self._tiles_per_block)
         elif aligned:  # rows: cols % vec == 0 here
             blocks = -(-(rows * cols) // self._per_block)
         else:
