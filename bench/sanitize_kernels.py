@@ -115,6 +115,19 @@ def run_tiled(key: ne.KernelKey, rows: int, cols: int, rng: np.random.Generator,
     reference.check_close(y.to_host(), ref.y * factor, key.out_dtype, ref.tolerance * factor)
 
 
+def configured_kernel(key: ne.KernelKey, chooser: str, cfg: Any) -> Any:
+    """``key``'s kernel built with ``activation.<chooser>`` returning ``cfg``, in memory
+    only (the disk cache holds the key with its default configuration)."""
+    chosen, settings = getattr(activation, chooser), config._current
+    setattr(activation, chooser, lambda key: cfg)
+    config._current = replace(config.settings(), disable_disk_cache=True)
+    try:
+        return Engine().get(key)
+    finally:
+        setattr(activation, chooser, chosen)
+        config._current = settings
+
+
 def main() -> int:
     rng = np.random.default_rng(0)
     count = 0
@@ -144,38 +157,22 @@ def main() -> int:
             finally:
                 activation.MAX_GRID = max_grid
             count += 1
-    # the row-flat kernel's owner mode (plain ops, MXFP8 rowwise: a thread per 32-value block)
-    chosen = activation.row_config
-    for op in ("gelu", "dsrelu"):
-        key = ne.make_key(op, dtype="fp8", scaling="mxfp8", layout="rowwise")
+    # the row-flat kernel's owner mode (plain ops, MXFP8 rowwise: a thread per 32-value
+    # block) and the tiled kernel with several tiles per block (next tile's loads in flight)
+    extra = [
+        (op, "rowwise", "row_config", cfg, [(37, 64), (37, 128), (1, 96), (96, 160)])
+        for op in ("gelu", "dsrelu")
         for cfg in (activation.LaunchConfig(128, 2, owner=True),
-                    activation.LaunchConfig(256, 1, owner=True)):  # fmt: skip
-            activation.row_config = lambda key, cfg=cfg: cfg
-            settings = config._current
-            # memory only: the disk cache holds this key with the default configuration
-            config._current = replace(config.settings(), disable_disk_cache=True)
-            try:
-                kernel = Engine().get(key)
-            finally:
-                activation.row_config = chosen
-                config._current = settings
-            for rows, cols in [(37, 64), (37, 128), (1, 96), (96, 160)]:
-                run_tiled(key, rows, cols, rng, kernel)
-                count += 1
-    # the tiled kernel with several tiles per block (next tile's loads during the outputs)
-    chosen_tile = activation.tile_config
-    for op in ("gelu", "dswiglu"):
-        key = ne.make_key(op, dtype="fp8", scaling="mxfp8", layout="both")
-        tcfg = activation.TileConfig(64, 8, 4, tiles_per_block=3)
-        activation.tile_config = lambda key, tcfg=tcfg: tcfg
-        settings = config._current
-        config._current = replace(config.settings(), disable_disk_cache=True)
-        try:
-            kernel = Engine().get(key)
-        finally:
-            activation.tile_config = chosen_tile
-            config._current = settings
-        for rows, cols in [(64, 96), (96, 160), (32, 32)]:
+                    activation.LaunchConfig(256, 1, owner=True))
+    ] + [
+        (op, "both", "tile_config", activation.TileConfig(64, 8, 4, tiles_per_block=3),
+         [(64, 96), (96, 160), (32, 32)])
+        for op in ("gelu", "dswiglu")
+    ]  # fmt: skip
+    for op, layout, chooser, cfg, shapes in extra:
+        key = ne.make_key(op, dtype="fp8", scaling="mxfp8", layout=layout)
+        kernel = configured_kernel(key, chooser, cfg)
+        for rows, cols in shapes:
             run_tiled(key, rows, cols, rng, kernel)
             count += 1
     print(f"sanitize_kernels: {count} launches checked")
