@@ -2,7 +2,7 @@
 torch.compile of the same math.
 
     python bench/activation_bandwidth.py [--tokens 16384] [--hidden 8192] [--ops gelu,swiglu]
-                                         [--no-compile]
+                                         [--no-compile] [--kernels specialized|general]
 
 Measures, in one run, at tokens x hidden (default 16384 x 8192; gated ops read a
 tokens x 2*hidden input and write tokens x hidden), with bf16 input:
@@ -14,7 +14,10 @@ tokens x 2*hidden input and write tokens x hidden), with bf16 input:
 and for each the same math in torch eager and under torch.compile (FP8 cast, amax and E8M0
 block scales included; a compile failure is reported in the table, not fatal).
 GB/s counts each tensor read or written once (MXFP8 scale bytes included); outputs are
-preallocated. Writes bench/results/activation_bandwidth.json.
+preallocated. The engine's kernels are the specialized ones, hidden_size=hidden compiled in
+(what the engine is for: the model's H is known), unless ``--kernels general`` asks for
+hidden_size None (any size at run time); the JSON's "kernels" field and the table header say
+which. Writes bench/results/activation_bandwidth.json.
 """
 
 from __future__ import annotations
@@ -158,10 +161,16 @@ def kernel_fields(output: str) -> dict[str, str]:
 
 
 def engine_call(
-    op: str, output: str, inputs: tuple, shape: tuple[int, int], get_kernel: Callable | None = None
+    op: str,
+    output: str,
+    inputs: tuple,
+    shape: tuple[int, int],
+    get_kernel: Callable | None = None,
+    hidden_size: int | None = None,
 ) -> Callable:
     """A no-argument function launching the nvrtc_engine kernel into preallocated outputs
-    (``get_kernel(op, **fields)``: default ``nvrtc_engine.get_kernel``)."""
+    (``get_kernel(op, **fields)``: default ``nvrtc_engine.get_kernel``; ``hidden_size``,
+    when given, is one of the fields: the kernel specialized for it)."""
     import torch
 
     import nvrtc_engine as ne
@@ -170,7 +179,10 @@ def engine_call(
 
     get_kernel = get_kernel or ne.get_kernel
     dev = inputs[-1].device
-    kernel = get_kernel(op, **kernel_fields(output))
+    fields = kernel_fields(output)
+    if hidden_size is not None:
+        fields["hidden_size"] = hidden_size
+    kernel = get_kernel(op, **fields)
     kwargs: dict[str, Any] = {}
     if output == "bf16":
         out: Any = torch.empty(shape, dtype=torch.bfloat16, device=dev)
@@ -223,6 +235,11 @@ def make_inputs(op: str, tokens: int, hidden: int) -> tuple[tuple, tuple[int, in
     return inputs, (tuple(inputs[-1].shape) if backward_op else (tokens, hidden))
 
 
+def hidden_size(args: argparse.Namespace) -> int | None:
+    """The engine kernels' hidden_size field: H compiled in, or None (``--kernels general``)."""
+    return args.hidden if args.kernels == "specialized" else None
+
+
 def measure_case(op: str, output: str, args: argparse.Namespace, torch_fn: Callable) -> dict:
     """Time one op and output for nvrtc_engine, torch eager and torch.compile."""
     import torch
@@ -233,7 +250,7 @@ def measure_case(op: str, output: str, args: argparse.Namespace, torch_fn: Calla
     nbytes = traffic(op, output, t, h)
     row: dict[str, Any] = {"op": op, "output": output, "bytes": nbytes}
     makers = {
-        "engine": lambda: engine_call(op, output, inputs, shape),
+        "engine": lambda: engine_call(op, output, inputs, shape, hidden_size=hidden_size(args)),
         "eager": lambda: torch_call(math, output, inputs),
     }
     compile_ops = [o for o in args.compile_ops.split(",") if o]
@@ -287,6 +304,12 @@ def main() -> int:
         default="",
         help="comma-separated ops to also run under torch.compile (default all)",
     )
+    parser.add_argument(
+        "--kernels",
+        choices=["specialized", "general"],
+        default="specialized",
+        help="engine kernels with hidden_size=--hidden compiled in (default) or None",
+    )
     args = parser.parse_args()
     import torch
 
@@ -294,10 +317,12 @@ def main() -> int:
     copy, rows = measure(args)
     path = common.write_results("activation_bandwidth", {
         **common.gpu_info(), "shape": [args.tokens, args.hidden], "input_dtype": "bf16",
-        "copy_gbps": copy, "rows": rows,
+        "copy_gbps": copy, "kernels": args.kernels, "hidden_size": hidden_size(args),
+        "rows": rows,
     })  # fmt: skip
     print(f"device copy: {copy:.0f} GB/s   {args.tokens} tokens x {args.hidden} hidden, "
-          "bf16 input (gated ops: 2 x hidden)")  # fmt: skip
+          f"bf16 input (gated ops: 2 x hidden); engine kernels {args.kernels} "
+          f"(hidden_size={hidden_size(args) or 'None'})")  # fmt: skip
     print(common.table(rows, [
         ("op", "op", ""), ("output", "output", ""), ("engine_ms", "ms", ".4f"),
         ("engine_gbps", "GB/s", ".0f"), ("engine_pct_of_copy", "% of copy", ".1f"),

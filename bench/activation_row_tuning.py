@@ -2,16 +2,18 @@
 nvrtc_engine/ops/activation.py: gated and dgated ops without MXFP8, MXFP8 rowwise outputs).
 
     python bench/activation_row_tuning.py [--tokens 16384] [--hidden 8192] [--rounds 2]
-                                          [--repeat 20]
+                                          [--repeat 20] [--workers 8]
 
-For swiglu and geglu (bf16 input tokens x 2*hidden) to bf16, to fp8_e4m3 with tensor scaling
-and to MXFP8 rowwise; gelu (tokens x hidden) to MXFP8 rowwise; dswiglu to bf16 and to MXFP8
-rowwise: times every threads-per-block x chunks-in-flight-per-thread configuration, with the
-key's hidden_size None (the run-time size, as bench/activation_bandwidth.py uses) and, for
-the default configuration, also compiled in (``hidden_size=hidden``). The whole sweep runs
-``--rounds`` times (median reported, spread shown). GB/s counts each tensor once, MXFP8
-scale bytes included. Prints the best configurations per case and the default's rank;
-writes bench/results/activation_row_tuning.json.
+For swiglu, geglu and dswiglu (bf16 input tokens x 2*hidden) to bf16, to fp8_e4m3 with tensor
+scaling and to MXFP8 rowwise, and gelu and dgelu (tokens x hidden) to MXFP8 rowwise (plain
+ops without MXFP8 run the flat kernel, not this one): times every threads-per-block x
+chunks-in-flight-per-thread configuration of CANDIDATES, each with the key's hidden_size None
+(the run-time size) and compiled in (``hidden_size=hidden``); for the plain ops also the
+``owner`` mode (a thread owns whole 32-value blocks; ``unroll`` counts blocks). Variants
+compile in parallel (``--workers`` threads, each with its configuration thread-local), then
+the whole sweep runs ``--rounds`` times (median reported, spread shown). GB/s counts each
+tensor once, MXFP8 scale bytes included. Prints the best configurations per case and the
+default's rank; writes bench/results/activation_row_tuning.json.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import itertools
 import os
 import statistics
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -32,14 +36,16 @@ import activation_bandwidth as ab
 import activation_tile_tuning as tt
 import common
 
-CASES = [("swiglu", "bf16"), ("swiglu", "fp8 tensor"), ("swiglu", "mxfp8 rowwise"),
-         ("geglu", "bf16"), ("geglu", "fp8 tensor"), ("geglu", "mxfp8 rowwise"),
-         ("gelu", "mxfp8 rowwise"), ("dswiglu", "bf16"), ("dswiglu", "mxfp8 rowwise")]  # fmt: skip
-THREADS = [128, 256, 512, 1024]
-UNROLL = [1, 2, 4, 8]
+CASES = [(op, out) for op in ("swiglu", "geglu", "dswiglu")
+         for out in ("bf16", "fp8 tensor", "mxfp8 rowwise")]  # fmt: skip
+CASES += [("gelu", "mxfp8 rowwise"), ("dgelu", "mxfp8 rowwise")]
+# (threads, unroll): around the measured optima (256 x 1 without scaling, 128 x 4 otherwise)
+CANDIDATES = [(128, 1), (128, 2), (128, 4), (256, 1), (256, 2), (256, 4), (512, 1), (512, 2)]
+OWNER = [(128, 1), (128, 2), (256, 1), (256, 2)]  # plain ops, MXFP8: blocks per thread
 
 
 def main() -> int:
+    sys.argv, workers = _pop_workers(sys.argv)
     args = tt.parse_args(__doc__, rounds=True)
     import torch
 
@@ -49,6 +55,8 @@ def main() -> int:
 
     copy = common.copy_bandwidth_gbps()
     chosen = activation.row_config
+    local = threading.local()  # each compiling thread's configuration
+    activation.row_config = lambda key: local.config
     started = time.perf_counter()
     rows = []
     try:
@@ -57,31 +65,45 @@ def main() -> int:
             nbytes = ab.traffic(op, output, args.tokens, args.hidden)
             fields = ab.kernel_fields(output)
             default = chosen(ne.make_key(op, **fields))
-            variants = [(t, u, None) for t, u in itertools.product(THREADS, UNROLL)]
-            variants.append((default.threads, default.unroll, args.hidden))
+            configs = [activation.LaunchConfig(t, u) for t, u in CANDIDATES]
+            if op in ("gelu", "dgelu"):
+                configs += [activation.LaunchConfig(t, u, owner=True) for t, u in OWNER]
+            variants = list(itertools.product(configs, (None, args.hidden)))
+
+            def build(variant, op=op, fields=fields):
+                config, hidden_size = variant
+                local.config = config
+                engine = Engine()  # a fresh memory cache: the configuration is rendered anew
+                try:
+                    kernel = engine.get(ne.make_key(op, hidden_size=hidden_size, **fields))
+                except Exception as exc:  # a configuration that does not compile
+                    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                return kernel
+
+            with ThreadPoolExecutor(workers) as pool:
+                built = list(pool.map(build, variants))
             calls = {}
-            for threads, unroll, hidden_size in variants:
-                config = activation.LaunchConfig(threads, unroll)
-                row = {"op": op, "output": output, "threads": threads, "unroll": unroll,
+            for (config, hidden_size), kernel in zip(variants, built, strict=True):
+                row = {"op": op, "output": output, "threads": config.threads,
+                       "unroll": config.unroll, "owner": config.owner,
                        "hidden_size": hidden_size, "default": config == default,
                        "ms_rounds": []}  # fmt: skip
-                activation.row_config = lambda key, config=config: config
-                engine = Engine()  # a fresh memory cache: the configuration is rendered anew
-
-                def get(op_, engine=engine, hidden_size=hidden_size, **kw):
-                    return engine.get(ne.make_key(op_, hidden_size=hidden_size, **kw))
-
-                try:
-                    fn = ab.engine_call(op, output, inputs, shape, get_kernel=get)
-                    fn()  # load the module and launch once while the configuration holds
-                    torch.cuda.synchronize()
-                except Exception as exc:  # a configuration that does not compile or launch
-                    row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-                finally:
-                    activation.row_config = chosen
                 rows.append(row)
-                if "error" not in row:
-                    calls[len(rows) - 1] = fn
+                if isinstance(kernel, str):
+                    row["error"] = kernel
+                    continue
+                try:
+
+                    def get(*_, kernel=kernel, **__):
+                        return kernel
+
+                    fn = ab.engine_call(op, output, inputs, shape, get_kernel=get)
+                    fn()  # load the module and launch once
+                    torch.cuda.synchronize()
+                except Exception as exc:  # a configuration that does not launch
+                    row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                    continue
+                calls[len(rows) - 1] = fn
             for _ in range(args.rounds):
                 for i, fn in calls.items():
                     rows[i]["ms_rounds"].append(common.cuda_time_ms(fn, repeat=args.repeat))
@@ -101,19 +123,33 @@ def main() -> int:
         **common.gpu_info(), "copy_gbps": copy, "shape": [args.tokens, args.hidden],
         "rounds": args.rounds, "rows": rows,
     })  # fmt: skip
-    shown = [{**r, "h": r["hidden_size"] or "any"} for r in tt.ranked(rows, 5)]
+    shown = [{**r, "h": r["hidden_size"] or "any", "mode": "owner" if r["owner"] else "lane"}
+             for r in tt.ranked(rows, 5)]  # fmt: skip
     print(f"device copy {copy:.0f} GB/s")
     print(common.table(shown, [
         ("default", "default", ""), ("rank", "rank", ""), ("op", "op", ""),
         ("output", "output", ""), ("threads", "thr", ""), ("unroll", "unroll", ""),
-        ("h", "h", ""), ("ms", "ms", ".4f"), ("gbps", "GB/s", ".0f"), ("pct", "% copy", ".1f"),
-        ("spread", "+-", ".1f"),
+        ("mode", "mode", ""), ("h", "h", ""), ("ms", "ms", ".4f"), ("gbps", "GB/s", ".0f"),
+        ("pct", "% copy", ".1f"), ("spread", "+-", ".1f"),
     ]))  # fmt: skip
     for r in rows:
         if "error" in r:
             print(f"{r['op']} {r['output']} {r['threads']}x{r['unroll']}: {r['error']}")
     print(f"wrote {path}")
     return 0
+
+
+def _pop_workers(argv: list[str]) -> tuple[list[str], int]:
+    """``--workers N`` (compile threads, default 8) taken out of argv before tt.parse_args."""
+    out, workers, i = [], 8, 0
+    while i < len(argv):
+        if argv[i] == "--workers" and i + 1 < len(argv):
+            workers = int(argv[i + 1])
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out, workers
 
 
 if __name__ == "__main__":

@@ -7,8 +7,13 @@ bench/activation_row_tuning.py.
 
 For swiglu and geglu (bf16 input tokens x 2*hidden), gelu (tokens x hidden) and dswiglu to
 MXFP8 both directions: times every tile shape (threads per block x 16-byte chunks per tile
-row x chunks per thread; MXFP8 tiles are exactly 32 rows high). GB/s counts each tensor
-once, MXFP8 scale bytes included. Prints the best shapes per case and the default's rank; writes
+row x chunks per thread; MXFP8 tiles are exactly 32 rows high), with the columnwise scales
+computed by one thread per column (``col_owner``, the default) and, for the shapes of
+OLD_SCALES, by every thread for its own columns (the kernel before); for the shapes of
+PIPELINED also with 2, 4 and 8 tiles per block (the next tile's loads in flight during the
+current tile's outputs); each with hidden_size None and compiled in. Variants compile in
+parallel (8 threads, the configuration thread-local). GB/s counts each tensor once, MXFP8
+scale bytes included. Prints the best shapes per case and the default's rank; writes
 bench/results/activation_tile_tuning.json.
 """
 
@@ -30,6 +35,8 @@ import common
 
 CASES = [("swiglu", "mxfp8 both"), ("geglu", "mxfp8 both"), ("gelu", "mxfp8 both"),
          ("dswiglu", "mxfp8 both")]  # fmt: skip
+OLD_SCALES = [(128, 16, 4), (128, 8, 2), (256, 16, 2)]  # also timed with col_owner=False
+PIPELINED = [(64, 8, 4), (128, 16, 4), (128, 8, 2)]  # also timed with tiles_per_block 2, 4, 8
 
 
 def shapes(mxfp8: bool) -> list[tuple[int, int, int]]:
@@ -70,6 +77,9 @@ def ranked(rows: list[dict], keep: int) -> list[dict]:
 
 def main() -> int:
     args = parse_args(__doc__)
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
     import torch
 
     import nvrtc_engine as ne
@@ -78,36 +88,53 @@ def main() -> int:
 
     copy = common.copy_bandwidth_gbps()
     chosen = activation.tile_config
+    local = threading.local()  # each compiling thread's configuration
+    activation.tile_config = lambda key: local.config
     rows = []
     try:
         for op, output in CASES:
             inputs, shape = ab.make_inputs(op, args.tokens, args.hidden)
             nbytes = ab.traffic(op, output, args.tokens, args.hidden)
-            mx = output.startswith("mxfp8")
-            default = chosen(ne.make_key(op, **ab.kernel_fields(output)))
-            for threads, cpr, iters in shapes(mx):
-                config = activation.TileConfig(threads, cpr, iters)
-                activation.tile_config = lambda key, config=config: config
-                engine = Engine()  # a fresh memory cache: the new shape is rendered anew
+            fields = ab.kernel_fields(output)
+            default = chosen(ne.make_key(op, **fields))
+            configs = [activation.TileConfig(*s) for s in shapes(output.startswith("mxfp8"))]
+            configs += [activation.TileConfig(*s, col_owner=False) for s in OLD_SCALES]
+            configs += [activation.TileConfig(*s, tiles_per_block=t)
+                        for s in PIPELINED for t in (2, 4, 8)]  # fmt: skip
+            variants = list(itertools.product(configs, (None, args.hidden)))
 
-                def get(op_, engine=engine, **fields):
-                    return engine.get(ne.make_key(op_, **fields))
+            def build(variant, op=op, fields=fields):
+                config, hidden_size = variant
+                local.config = config
+                try:  # a fresh memory cache: the new shape is rendered anew
+                    return Engine().get(ne.make_key(op, hidden_size=hidden_size, **fields))
+                except Exception as exc:  # a shape that does not compile
+                    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
 
-                row = {"op": op, "output": output, "threads": threads, "chunks_per_row": cpr,
-                       "iters": iters}  # fmt: skip
+            with ThreadPoolExecutor(8) as pool:
+                built = list(pool.map(build, variants))
+            for (config, hidden_size), kernel in zip(variants, built, strict=True):
+                row = {"op": op, "output": output, "threads": config.threads,
+                       "chunks_per_row": config.chunks_per_row, "iters": config.iters,
+                       "col_owner": config.col_owner,
+                       "tiles_per_block": config.tiles_per_block, "hidden_size": hidden_size,
+                       "default": config == default}  # fmt: skip
+                rows.append(row)
+                if isinstance(kernel, str):
+                    row["error"] = kernel
+                    continue
+
+                def get(*_, kernel=kernel, **__):
+                    return kernel
+
                 try:
                     fn = ab.engine_call(op, output, inputs, shape, get_kernel=get)
-                    activation.tile_config = chosen  # the call needs no config any more
                     ms = common.cuda_time_ms(fn, repeat=args.repeat)
-                except Exception as exc:  # a shape that does not compile or launch
+                except Exception as exc:  # a shape that does not launch
                     row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-                    rows.append(row)
                     continue
-                finally:
-                    activation.tile_config = chosen
                 gbps = nbytes / (ms * 1e-3) / 1e9
-                row.update(ms=ms, gbps=gbps, pct=100 * gbps / copy, default=config == default)
-                rows.append(row)
+                row.update(ms=ms, gbps=gbps, pct=100 * gbps / copy)
             del inputs
             torch.cuda.empty_cache()
     finally:
@@ -116,13 +143,15 @@ def main() -> int:
         **common.gpu_info(), "copy_gbps": copy, "shape": [args.tokens, args.hidden],
         "rows": rows,
     })  # fmt: skip
-    shown = ranked(rows, 4)
+    shown = [{**r, "h": r["hidden_size"] or "any", "scales": "col" if r["col_owner"] else "own"}
+             for r in ranked(rows, 4)]  # fmt: skip
     print(f"device copy {copy:.0f} GB/s")
     print(common.table(shown, [
         ("default", "default", ""), ("rank", "rank", ""), ("op", "op", ""),
         ("output", "output", ""), ("threads", "thr", ""), ("chunks_per_row", "cpr", ""),
-        ("iters", "iters", ""), ("ms", "ms", ".4f"), ("gbps", "GB/s", ".0f"),
-        ("pct", "% copy", ".1f"),
+        ("iters", "iters", ""), ("scales", "scales", ""), ("tiles_per_block", "tiles/blk", ""),
+        ("h", "h", ""), ("ms", "ms", ".4f"),
+        ("gbps", "GB/s", ".0f"), ("pct", "% copy", ".1f"),
     ]))  # fmt: skip
     for r in rows:
         if "error" in r:

@@ -177,10 +177,15 @@ def tuning_section() -> str | None:
     t = load("activation_tile_tuning")
     if t is not None:
         trows = []
-        for (op, out), tag, r in _best_and_default(
-            t["rows"], lambda r: (r["op"], r["output"]), "gbps"
-        ):
-            trows.append([op, out, tag, r["threads"], r["chunks_per_row"], r["iters"],
+        for (op, out, h), tag, r in _best_and_default(
+            [r for r in t["rows"] if "gbps" in r],
+            lambda r: (r["op"], r["output"], r.get("hidden_size")), "gbps",
+        ):  # fmt: skip
+            tag = f"{tag}, h={h}" if h is not None else tag
+            iters = f"{r['iters']}" + ("" if r.get("col_owner", True) else " (scales per thread)")
+            if r.get("tiles_per_block", 1) > 1:
+                iters += f", {r['tiles_per_block']} tiles/block"
+            trows.append([op, out, tag, r["threads"], r["chunks_per_row"], iters,
                           f"{r['pct']:.1f}%"])  # fmt: skip
         parts += [
             "Tiled kernel sweep (`python bench/activation_tile_tuning.py`; data: "
@@ -194,15 +199,12 @@ def tuning_section() -> str | None:
     if r2 is not None:
         measured = [r for r in r2["rows"] if "gbps" in r]
         rrows = []
-        for (op, out), tag, r in _best_and_default(
-            [r for r in measured if r["hidden_size"] is None], lambda r: (r["op"], r["output"]),
-            "gbps",
-        ):  # fmt: skip
-            rrows.append([op, out, tag, r["threads"], r["unroll"], f"{r['pct']:.1f}%"])
-        for r in measured:
-            if r["hidden_size"] is not None:
-                rrows.append([r["op"], r["output"], f"default, h={r['hidden_size']}",
-                              r["threads"], r["unroll"], f"{r['pct']:.1f}%"])  # fmt: skip
+        for (op, out, h), tag, r in _best_and_default(
+            measured, lambda r: (r["op"], r["output"], r["hidden_size"]), "gbps"
+        ):
+            mode = " owner" if r.get("owner") else ""
+            tag = f"{tag}, h={h}" if h is not None else tag
+            rrows.append([op, out, tag, r["threads"], f"{r['unroll']}{mode}", f"{r['pct']:.1f}%"])
         parts += [
             "Row-flat kernel sweep (`python bench/activation_row_tuning.py`; data: "
             "`bench/results/activation_row_tuning.json`): threads x chunks per thread, the "

@@ -6,9 +6,10 @@
 Uses DeviceBuffer (no PyTorch) so the sanitizer sees only these kernels. Shapes cover the
 vector path, the scalar tail and unaligned pointers of the flat GELU kernel, the row-flat
 activation kernel (gated ops and MXFP8 rowwise, forward and backward: its vector path and
-its element path for H not a multiple of the vector width) and the tiled one (MXFP8
-columnwise and both, partial tiles); each with one pass and with a grid of 3 blocks that
-loop (the tiled kernel's blocks reuse shared memory). Exits non-zero on a
+its element path for H not a multiple of the vector width; owner mode for plain ops) and
+the tiled one (MXFP8 columnwise and both, partial tiles; several tiles per block with the
+next tile's loads in flight); each with one pass and with a grid of 3 blocks that loop
+(the tiled kernel's blocks reuse shared memory). Exits non-zero on a
 wrong result.
 """
 
@@ -16,11 +17,14 @@ from __future__ import annotations
 
 import itertools
 import sys
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 import nvrtc_engine as ne
-from nvrtc_engine import driver, reference
+from nvrtc_engine import config, driver, reference
+from nvrtc_engine.engine import Engine
 from nvrtc_engine.ops import activation
 from nvrtc_engine.ops.activation import MXFP8Output
 from nvrtc_engine.ops.blockscale import mxfp8_scale_shape
@@ -67,10 +71,11 @@ def device(host: np.ndarray, dtype: str) -> driver.DeviceBuffer:
     return buf
 
 
-def run_tiled(key: ne.KernelKey, rows: int, cols: int, rng: np.random.Generator) -> None:
-    """One launch of a row-flat or tiled kernel (cols = H for gated ops), checked against
-    the reference."""
-    kernel = ne.get_kernel(key)
+def run_tiled(key: ne.KernelKey, rows: int, cols: int, rng: np.random.Generator,
+              kernel: Any = None) -> None:  # fmt: skip
+    """One launch of a row-flat or tiled kernel (cols = H for gated ops; ``kernel``: one
+    of ``key`` built otherwise), checked against the reference."""
+    kernel = kernel or ne.get_kernel(key)
     kind = reference.op_kind(key.op)
     gated = kind in ("gated", "dgated")
     x_host = reference.sample_input((rows, 2 * cols if gated else cols), key.in_dtype, rng)
@@ -110,6 +115,19 @@ def run_tiled(key: ne.KernelKey, rows: int, cols: int, rng: np.random.Generator)
     reference.check_close(y.to_host(), ref.y * factor, key.out_dtype, ref.tolerance * factor)
 
 
+def configured_kernel(key: ne.KernelKey, chooser: str, cfg: Any) -> Any:
+    """``key``'s kernel built with ``activation.<chooser>`` returning ``cfg``, in memory
+    only (the disk cache holds the key with its default configuration)."""
+    chosen, settings = getattr(activation, chooser), config._current
+    setattr(activation, chooser, lambda key: cfg)
+    config._current = replace(config.settings(), disable_disk_cache=True)
+    try:
+        return Engine().get(key)
+    finally:
+        setattr(activation, chooser, chosen)
+        config._current = settings
+
+
 def main() -> int:
     rng = np.random.default_rng(0)
     count = 0
@@ -131,13 +149,31 @@ def main() -> int:
         key = ne.make_key(op, **fields)
         shapes = [(64, 96), (96, 160)] if key.scaling == "mxfp8" else [(7, 67), (33, 512)]
         if key.layout == "rowwise" and key.scaling == "mxfp8":
-            shapes.append((37, 64))
+            shapes += [(37, 64), (37, 128), (1, 96)]  # 128: compact scale rows
         for (rows, cols), grid in itertools.product(shapes, [max_grid, 3]):
             activation.MAX_GRID = grid  # 3: every block loops over several tiles
             try:
                 run_tiled(key, rows, cols, rng)
             finally:
                 activation.MAX_GRID = max_grid
+            count += 1
+    # the row-flat kernel's owner mode (plain ops, MXFP8 rowwise: a thread per 32-value
+    # block) and the tiled kernel with several tiles per block (next tile's loads in flight)
+    extra = [
+        (op, "rowwise", "row_config", cfg, [(37, 64), (37, 128), (1, 96), (96, 160)])
+        for op in ("gelu", "dsrelu")
+        for cfg in (activation.LaunchConfig(128, 2, owner=True),
+                    activation.LaunchConfig(256, 1, owner=True))
+    ] + [
+        (op, "both", "tile_config", activation.TileConfig(64, 8, 4, tiles_per_block=3),
+         [(64, 96), (96, 160), (32, 32)])
+        for op in ("gelu", "dswiglu")
+    ]  # fmt: skip
+    for op, layout, chooser, cfg, shapes in extra:
+        key = ne.make_key(op, dtype="fp8", scaling="mxfp8", layout=layout)
+        kernel = configured_kernel(key, chooser, cfg)
+        for rows, cols in shapes:
+            run_tiled(key, rows, cols, rng, kernel)
             count += 1
     print(f"sanitize_kernels: {count} launches checked")
     return 0

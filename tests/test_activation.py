@@ -25,7 +25,9 @@ from nvrtc_engine.ops.activation import (
     ActivationKernel,
     ClampedSwiGLUGradKernel,
     ClampedSwiGLUKernel,
+    LaunchConfig,
     MXFP8Output,
+    magic,
     row_config,
     tile_config,
 )
@@ -377,17 +379,21 @@ def test_row_flat_grid_and_aligned_flag(kernels, monkeypatch):
     rows = 1000
     y = arr((rows, 64), ptr=0x7F0000100000)
     ((_, grid, block, _, values, _),) = _launches(swiglu, monkeypatch, arr((rows, 128)), y)
-    assert block == cfg.threads and values[6:8] == (rows, 64) and values[-1] == 1
+    assert block == cfg.threads and values[6:8] == (rows, 64) and values[16] == 1
     assert grid == -(-(rows * 64 // 8) // (cfg.threads * cfg.unroll))
+    # the per-shape steps and the magic pair for the division by 8 chunks per row
+    stride = grid * cfg.threads * cfg.unroll
+    assert values[17:21] == (*divmod(cfg.threads, 8), *divmod(stride, 8))
+    assert values[21:] == (*magic(8), 0)
     # an unaligned pointer: the element path, one position per thread
     x = arr((rows, 128), ptr=0x7F0000000002)
     ((_, grid, _, _, values, _),) = _launches(swiglu, monkeypatch, x, y)
-    assert values[-1] == 0 and grid == -(-(rows * 64) // cfg.threads)
+    assert values[16] == 0 and grid == -(-(rows * 64) // cfg.threads)
     # H not a multiple of 8 elements: the element path
     dswiglu = kernels["dswiglu"]
     ((_, grid, _, _, values, _),) = _launches(dswiglu, monkeypatch, arr((3, 60)),
                                               arr((3, 120)), arr((3, 120)))  # fmt: skip
-    assert values[-1] == 0 and values[6:8] == (3, 60) and grid == 1
+    assert values[16] == 0 and values[6:8] == (3, 60) and grid == 1
 
 
 def test_row_flat_grid_is_capped_for_huge_tensors(kernels, monkeypatch):
@@ -403,7 +409,8 @@ def test_row_flat_grid_is_capped_for_huge_tensors(kernels, monkeypatch):
     assert chunks > 2**32
     ((_, grid, _, _, values, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
     assert grid == chunks // (cfg.threads * cfg.unroll)
-    assert values[6:8] == (rows, cols) and values[-1] == 1
+    assert values[6:8] == (rows, cols) and values[16] == 1
+    assert values[21] == 0  # dividends past 2^31: no magic pair, the 64-bit division
     monkeypatch.setattr(activation_ops, "MAX_GRID", 1000)
     ((_, grid, _, _, _, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
     assert grid == 1000
@@ -419,7 +426,162 @@ class _FakeBound:
 def test_row_flat_source_splits_chunks_by_row():
     src = render(make_key("dswiglu", dtype="bf16", arch="sm_90", hidden_size=4096)).source
     assert "row-flat kernel" in src and "const long long cols = 4096;" in src
-    assert "nve::tile_coords(stride, cpr, sr, sq);" in src
+    assert "split(static_cast<long long>(blockIdx.x)" in src  # one division per thread
     assert "nve::tile_coords(i, cols, r, cl);" in src  # the element path
     mx = render(make_key("dswiglu", dtype="fp8", scaling="mxfp8", arch="sm_90")).source
     assert "row-flat kernel" in mx and "__shfl_xor_sync" in mx and "if (aligned)" not in mx
+
+
+# -- division-free row-flat kernel: magic numbers, E8M0, owner mode ----------------------
+
+
+def test_magic_division_is_exact():
+    """``magic(d)`` divides every n < 2^31 exactly (the device's ``nve::magic_div``):
+    every divisor up to 2^12 against edge and random dividends, and random divisors."""
+    import random
+
+    rng = random.Random(1)
+
+    def check(d):
+        m, s = magic(d)
+        assert 0 < m < 2**32 and 0 <= s <= 31
+        ns = {0, 1, d - 1, d, d + 1, 2**31 - 1, 2**31 - 2, (2**31 - 1) // d * d}
+        ns |= {q * d + r for q in (1, 2, 3, 2**31 // d - 1) for r in (0, d - 1)}
+        ns |= {rng.randrange(2**31) for _ in range(64)}
+        for n in ns:
+            if 0 <= n < 2**31:
+                t = (n * m) >> 32
+                assert t + n < 2**32  # the device sum does not overflow
+                assert (t + n) >> s == n // d, (n, d)
+
+    for d in range(1, 4097):
+        check(d)
+    for _ in range(2000):
+        check(rng.randrange(1, 2**31))
+    for k in range(31):
+        check(2**k)
+        if 2**k > 1:
+            check(2**k - 1)
+            check(2**k + 1)
+    with pytest.raises(ValueError):
+        magic(0)
+
+
+def _e8m0_reference(bits):
+    """numpy model of ``nve::e8m0_from_amax`` on the bits of v = amax * max_norm_rcp."""
+    import numpy as np
+
+    exponent = (bits >> 23) & 0xFF
+    mantissa = bits & 0x7FFFFF
+    is_zero = (bits & 0x7FFFFFFF) == 0
+    up = (mantissa != 0) & (exponent != 0xFE) & ~((exponent == 0) & (mantissa <= 0x400000))
+    e = exponent + up.astype(np.uint32)
+    e = np.where(is_zero, 0, e)
+    return np.where(exponent == 0xFF, np.where(mantissa != 0, 0xFF, 0xFE), e)
+
+
+def _e8m0_fast(bits):
+    """numpy model of ``nve::e8m0_from_amax_fast``."""
+    import numpy as np
+
+    b = bits & np.uint32(0x7FFFFFFF)
+    up = np.where(b < 0x800000, np.uint32(0x3FFFFF), np.uint32(0x7FFFFF))
+    e = np.minimum((b + up) >> np.uint32(23), np.uint32(0xFE))
+    return np.where(b > 0x7F800000, np.uint32(0xFF), e)
+
+
+def test_fast_e8m0_matches_the_reference_bit_for_bit():
+    """Both E8M0 functions are bit arithmetic on v's fp32 bits: every pattern with a step
+    of 2^10 (4M patterns, both signs, every exponent) plus every pattern near each binade
+    edge, subnormal half point, inf and NaN."""
+    import numpy as np
+
+    bits = [np.arange(0, 2**32, 2**10 + 1, dtype=np.uint64).astype(np.uint32)]
+    edges = [e << 23 for e in range(256)] + [0x400000, 0x7F800000, 0x7F7FFFFF, 0x7FFFFFFF]
+    for edge in edges:
+        for sign in (0, 0x80000000):
+            lo = max(edge - 4096, 0)
+            bits.append((np.arange(lo, min(edge + 4096, 2**31), dtype=np.uint64) | sign)
+                        .astype(np.uint32))  # fmt: skip
+    allbits = np.concatenate(bits)
+    np.testing.assert_array_equal(_e8m0_fast(allbits), _e8m0_reference(allbits))
+    # the published cases
+    f = np.array([0.0, -0.0, np.inf, np.nan, 1.0, 1.5, 2.0**-149, 2.0**-127, 3.0e38],
+                 dtype=np.float32).view(np.uint32)  # fmt: skip
+    assert list(_e8m0_fast(f)) == list(_e8m0_reference(f))
+    assert list(_e8m0_reference(f)[:5]) == [0, 0, 0xFE, 0xFF, 127]
+
+
+def test_owner_mode_is_for_plain_mxfp8_ops_only(monkeypatch):
+    import nvrtc_engine.ops.activation as activation_ops
+
+    monkeypatch.setattr(activation_ops, "row_config",
+                        lambda key: LaunchConfig(128, 2, owner=True))  # fmt: skip
+    src = render(make_key("gelu", dtype="fp8", scaling="mxfp8", arch="sm_90")).source
+    assert "Owner mode" in src and "__shfl_xor_sync" not in src
+    with pytest.raises(ValueError, match="owner mode"):
+        render(make_key("swiglu", dtype="fp8", scaling="mxfp8", arch="sm_90"))
+
+
+def test_plain_mxfp8_rowwise_compact_flag_and_owner_grid(kernels, monkeypatch):
+    import nvrtc_engine.ops.activation as activation_ops
+
+    kernel = kernels["mx_row"]
+    rows, cols = 64, 4096  # scale row stride 128 = cols / 32: compact
+    bound = type("B", (_FakeBound,), {"rowwise_scale_stride": 128})
+    monkeypatch.setattr(activation_ops, "bind_mxfp8_output", lambda *a: bound())
+    ((_, grid, _, _, values, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
+    assert values[-1] == (0 if kernel.key.spec.gated else 1)
+    bound.rowwise_scale_stride = 132  # padded: the row is computed
+    ((_, grid, _, _, values, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
+    assert values[-1] == 0 and values[21:23] == magic(cols // 8)
+    # owner mode: one thread per 32-value block and unroll step; the magic pair divides by
+    # the blocks per row
+    from nvrtc_engine.engine import Engine
+
+    monkeypatch.setattr(activation_ops, "row_config",
+                        lambda key: LaunchConfig(128, 2, owner=True))  # fmt: skip
+    owner = Engine().get(kernel.key)
+    ((_, grid, block, _, values, _),) = _launches(owner, monkeypatch, arr((rows, cols)))
+    assert block == 128 and grid == -(-(rows * cols // 32) // 256)
+    assert values[17:21] == (*divmod(128, cols // 32), *divmod(grid * 256, cols // 32))
+    assert values[21:] == (*magic(cols // 32), 0)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_tile_kernel_compiles_with_either_column_scale_mode(arch, monkeypatch):
+    from dataclasses import replace
+
+    import nvrtc_engine.ops.activation as activation_ops
+    from nvrtc_engine import config as ne_config
+    from nvrtc_engine.engine import Engine
+
+    # memory only: the disk cache holds these keys with the default configuration
+    monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
+                                                       disable_disk_cache=True))  # fmt: skip
+    for col_owner in (True, False):
+        cfg = activation_ops.TileConfig(128, 16, 4, col_owner=col_owner)
+        monkeypatch.setattr(activation_ops, "tile_config", lambda key, cfg=cfg: cfg)
+        for op in ("gelu", "dswiglu"):
+            key = make_key(op, dtype="fp8", scaling="mxfp8", layout="both", arch=arch)
+            src = render(key).source
+            assert ("col_mult[p][c] =" in src) == col_owner
+            kernel = Engine().get(key)
+            assert kernel.artifact.image[:4] == b"\x7fELF"
+
+
+def test_tile_grid_with_several_tiles_per_block(kernels, monkeypatch):
+    """tiles_per_block > 1: ceil(tiles / tiles_per_block) blocks (which loop, prefetching)."""
+    import nvrtc_engine.ops.activation as activation_ops
+    from nvrtc_engine.engine import Engine
+
+    cfg = activation_ops.TileConfig(64, 8, 4, tiles_per_block=3)
+    monkeypatch.setattr(activation_ops, "tile_config", lambda key: cfg)
+    key = kernels["mx_both"].key  # dswiglu bf16 -> MXFP8 both
+    assert "Software pipelining" in render(key).source
+    kernel = Engine().get(key)
+    monkeypatch.setattr(activation_ops, "bind_mxfp8_output", lambda *a: _FakeBound())
+    rows, cols = 320, 992  # 10 x 16 tiles of 32 x 64 (the last one partial)
+    ((_, grid, block, _, _, _),) = _launches(kernel, monkeypatch, arr((rows, cols)),
+                                             arr((rows, 2 * cols)))  # fmt: skip
+    assert block == 64 and grid == -(-(10 * -(-cols // 64)) // 3)

@@ -262,7 +262,9 @@ def test_grid_smaller_than_the_tiles_loops(op, fields, rng, monkeypatch):
         check_unscaled_or_tensor(kernel, x, grad, rng)
 
 
-@pytest.mark.parametrize("config", [(256, 1), (128, 4), (1024, 2), (64, 8)])
+@pytest.mark.parametrize(
+    "config", [(256, 1), (128, 4), (1024, 2), (64, 8), (128, 2, True), (256, 1, True)]
+)
 @pytest.mark.parametrize(
     ("op", "fields"),
     [
@@ -277,14 +279,16 @@ def test_row_flat_kernel_steps_across_rows(op, fields, config, rng, monkeypatch)
     """The row-flat kernel (gated ops, MXFP8 rowwise) walks chunks row by row: with several
     launch configurations (the sweep in bench/activation_row_tuning.py may pick any), rows
     of fewer chunks than a block, of a number of chunks that does not divide the block's,
-    and of more; one pass and a grid capped at 3 blocks that loop."""
+    and of more; one pass and a grid capped at 3 blocks that loop. Plain ops with MXFP8 also
+    in owner mode (a thread per 32-value block), and with compact scale rows (H a multiple
+    of 128: block k has scale k) as well as padded ones."""
     from dataclasses import replace
 
     from nvrtc_engine import config as ne_config
     from nvrtc_engine.engine import Engine
 
-    threads, unroll = config
-    cfg = activation_ops.LaunchConfig(threads, unroll)
+    threads, unroll, owner = (*config, False)[:3]
+    cfg = activation_ops.LaunchConfig(threads, unroll, owner=owner)
     monkeypatch.setattr(activation_ops, "row_config", lambda key: cfg)
     # memory only: the disk cache holds this key with the default configuration
     monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
@@ -292,11 +296,15 @@ def test_row_flat_kernel_steps_across_rows(op, fields, config, rng, monkeypatch)
     key = ne.make_key(op, **fields)
     assert key.spec.structure(key) == "rows"
     mx = key.scaling == "mxfp8"
+    if owner and key.spec.gated:
+        pytest.skip("owner mode is for plain ops")
     for cap in (activation_ops.MAX_GRID, 3):
         monkeypatch.setattr(activation_ops, "MAX_GRID", cap)
         kernel = Engine().get(key)  # a new kernel: no launch plan from another grid cap
         assert kernel._threads == threads
-        for lead, cols in [((5,), 32), ((3, 7), 96), ((11,), 1056), ((2,), 4128)]:
+        shapes = [((5,), 32), ((3, 7), 96), ((11,), 1056), ((2,), 4128), ((1,), 128),
+                  ((37,), 4096)]  # fmt: skip
+        for lead, cols in shapes:
             if not mx and cols > 1000:
                 cols += 8  # not a multiple of 32 (still of 8)
             x, grad = make_inputs(op, key.in_dtype, lead, cols, rng)
@@ -334,6 +342,69 @@ def test_mxfp8_user_buffers_padded_and_compact(rng):
     assert res2.rowwise_scale is compact.rowwise_scale
     assert torch.equal(res2.rowwise_scale, padded.rowwise_scale[:rows, : cols // 32])
     assert torch.equal(res2.columnwise.view(torch.uint8), padded.columnwise.view(torch.uint8))
+
+
+@pytest.mark.parametrize("owner", [False, True])
+@pytest.mark.parametrize("op", ["gelu", "dsrelu"])
+def test_plain_mxfp8_rowwise_compact_and_padded_scales_agree(op, owner, rng, monkeypatch):
+    """Plain ops, MXFP8 rowwise: scales in a compact buffer (row stride cols / 32, the flat
+    index) and in a padded one (the row computed) are bit for bit the same, in owner mode
+    and not, and the data too; odd row counts, one row, H of 3 and of 33 blocks."""
+    from dataclasses import replace
+
+    from nvrtc_engine import config as ne_config
+    from nvrtc_engine.engine import Engine
+
+    cfg = activation_ops.LaunchConfig(128, 2, owner=owner)
+    monkeypatch.setattr(activation_ops, "row_config", lambda key: cfg)
+    monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
+                                                       disable_disk_cache=True))  # fmt: skip
+    kernel = Engine().get(ne.make_key(op, dtype="fp8", scaling="mxfp8"))
+    for rows, cols in [(1, 96), (7, 96), (129, 1056), (3, 32)]:
+        x, grad = make_inputs(op, "bf16", (rows,), cols, rng)
+        shape = mxfp8_scale_shape(rows, cols, "rowwise")
+        padded = MXFP8Output(rowwise_scale=poisoned_bytes(shape))
+        shape = mxfp8_scale_shape(rows, cols, "rowwise", padded=False)
+        compact = MXFP8Output(rowwise_scale=poisoned_bytes(shape))
+        a = check_mxfp8(kernel, x, grad, out=padded)
+        b = check_mxfp8(kernel, x, grad, out=compact)
+        assert torch.equal(a.rowwise_scale[:rows, : cols // 32], b.rowwise_scale)
+        assert torch.equal(a.rowwise.view(torch.uint8), b.rowwise.view(torch.uint8))
+        ps = a.rowwise_scale.cpu().numpy()
+        assert (ps[rows:] == 0xFF).all() and (ps[:, cols // 32 :] == 0xFF).all()
+
+
+@pytest.mark.parametrize("layout", ["both", "columnwise"])
+@pytest.mark.parametrize("op", ["gelu", "swiglu", "dswiglu"])
+def test_tile_modes_agree_bit_for_bit(op, layout, rng, monkeypatch):
+    """MXFP8 columnwise and both: columnwise scales computed by one thread per column
+    (``col_owner``) or by every thread for its own columns, one tile per block or several
+    with the next tile's loads in flight (``tiles_per_block``, which also leaves blocks
+    with fewer tiles than others), give the same bytes, checked against the reference, for
+    several tile shapes, partial column tiles (H = 160) and a grid capped at 3 blocks."""
+    from dataclasses import replace
+
+    from nvrtc_engine import config as ne_config
+    from nvrtc_engine.engine import Engine
+
+    monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
+                                                       disable_disk_cache=True))  # fmt: skip
+    key = ne.make_key(op, dtype="fp8", scaling="mxfp8", layout=layout)
+    for shape in [(64, 8, 4), (128, 16, 4), (256, 32, 4)]:
+        results = []
+        for col_owner, tiles_per_block in [(True, 1), (False, 1), (True, 3), (False, 2)]:
+            cfg = activation_ops.TileConfig(*shape, col_owner=col_owner,
+                                            tiles_per_block=tiles_per_block)  # fmt: skip
+            monkeypatch.setattr(activation_ops, "tile_config", lambda key, cfg=cfg: cfg)
+            for cap in (activation_ops.MAX_GRID, 3):
+                monkeypatch.setattr(activation_ops, "MAX_GRID", cap)
+                kernel = Engine().get(key)  # a new kernel: reads MAX_GRID afresh
+                x, grad = make_inputs(op, "bf16", (160,), 160, np.random.default_rng(7))
+                res = check_mxfp8(kernel, x, grad)
+                results.append([t.view(torch.uint8).cpu() for t in res if t is not None])
+        for got in results[1:]:
+            for a, b in zip(results[0], got, strict=True):
+                assert torch.equal(a, b), shape
 
 
 def test_mxfp8_allocated_scales_are_padded_with_zeros_on_a_side_stream(rng):

@@ -53,6 +53,7 @@ __all__ = [
     "MXFP8Output",
     "TileConfig",
     "launch_config",
+    "magic",
     "row_config",
     "tile_config",
 ]
@@ -89,6 +90,10 @@ class LaunchConfig:
     threads: int
     unroll: int
     chunk_bytes: int = 16  # input bytes per chunk: 16 (one access) or 32 (two)
+    # Row-flat kernel, plain ops with MXFP8 rowwise output only: each thread owns whole
+    # 32-value blocks (``unroll`` of them: 64 contiguous bf16 bytes in, 32 FP8 bytes out, one
+    # E8M0 scale, no shuffles) instead of one 16-byte chunk per lane.
+    owner: bool = False
 
     def vec(self, itemsize: int) -> int:
         """Elements per chunk."""
@@ -102,22 +107,39 @@ def launch_config(key: KernelKey) -> LaunchConfig:
     return LaunchConfig(threads=128, unroll=1)
 
 
+def magic(d: int) -> tuple[int, int]:
+    """The magic pair ``(m, s)`` for unsigned division by ``d`` (1 <= d < 2^31) of any
+    ``0 <= n < 2^31``: ``n // d == (((n * m) >> 32) + n) >> s`` (``nve::magic_div``), with
+    ``s = ceil(log2 d)`` and ``m = floor(2^32 (2^s - d) / d) + 1`` (Granlund and Montgomery's
+    round-up method; ``m`` is never 0, which the kernels read as "no magic")."""
+    if not 1 <= d < 2**31:
+        raise ValueError(f"divisor must be in [1, 2^31), got {d}")
+    s = (d - 1).bit_length()
+    return (2**32 * (2**s - d)) // d + 1, s
+
+
 def row_config(key: KernelKey) -> LaunchConfig:
     """The row-flat kernel's configuration for ``key`` (gated and dgated ops without MXFP8,
     MXFP8 rowwise outputs): threads per block and 16-byte input chunks in flight per thread
     (``chunk_bytes`` is always 16: an MXFP8 block of 32 values is whole chunks). The grid
     covers the chunks in one pass.
 
-    Not yet measured on the H200 (bench/activation_row_tuning.py sweeps threads x unroll);
-    a guess from register counts (ptxas, sm_90): with one chunk per thread every op but the
-    dgated ones needs 32-39 registers (full occupancy: 2048 threads, each with one chunk of
-    each input in flight, about 64 KiB per SM for gated ops), two chunks take 42-64 and
-    four 62-104 (dgated ops spill at 2). So one chunk each: 256 threads, or with tensor
-    scaling 1024 (fewer blocks, so fewer amax atomics).
+    Measured on the H200 (bench/activation_row_tuning.py, bench/results/
+    activation_row_tuning.json: bf16 input 16384 x 2*8192 for gated ops, % of copy
+    bandwidth, hidden_size None unless said), before the kernel lost its run-time divisions
+    (one magic-number division per thread since, see :func:`magic`):
+
+    - no scaling: 256 threads x 1 chunk: swiglu 102.5%, geglu 102.2%, dswiglu 102.1%;
+    - tensor scaling: 128 x 4 (swiglu 95.9%, geglu 94.3%; the former 1024 x 1 gave
+      swiglu 70.5%, 79.6% with H=8192 compiled in: every block's amax atomic costs);
+    - MXFP8 rowwise: 128 x 4 (swiglu 90.4%, geglu 87.1%, dswiglu 82.1%; 256 x 1 gave
+      77.0% / 74.5% / 77.6%, 88.9% / 88.0% / 88.4% with H=8192 compiled in; gelu, a plain
+      op, reached only 60.0%, which the division-free flat addressing and compact scale
+      index are to fix; the ``owner`` mode is a candidate for it, not yet measured).
     """
-    if key.scaling == "tensor":
-        return LaunchConfig(threads=1024, unroll=1)
-    return LaunchConfig(threads=256, unroll=1)
+    if key.scaling == "none":
+        return LaunchConfig(threads=256, unroll=1)
+    return LaunchConfig(threads=128, unroll=4)
 
 
 @dataclass(frozen=True)
@@ -128,15 +150,25 @@ class TileConfig:
     input (the tile is ``iters * threads / chunks_per_row`` rows high: exactly 32, one
     columnwise block). The grid covers the tiles in one pass.
 
-    Measured on the H200 (bench/activation_tile_tuning.py, bf16 16384 x 8192 outputs;
-    docs/performance.md): MXFP8 both, 128 threads with 16 chunks per row and 4 each (65% of
-    copy bandwidth for swiglu, against 57% for the first guess). Gated and MXFP8 rowwise
-    outputs ran this kernel too before the row-flat one (:func:`row_config`) took them over.
+    Measured on the H200 (bench/activation_tile_tuning.py, bf16 16384 x 8192 outputs,
+    bench/results/activation_tile_tuning.json, before ``col_owner``): MXFP8 both, best for
+    every op 64 threads with 8 chunks per row and 4 each (swiglu 74.6% of copy bandwidth,
+    geglu 72.1%, gelu 55.6%, dswiglu 54.1%), against 72.5% / 70.9% / 54.0% for the former
+    128 x 16 x 4 (and dswiglu 53.2% for 128 x 8 x 2). Gated and MXFP8 rowwise outputs ran
+    this kernel too before the row-flat one (:func:`row_config`) took them over.
     """
 
     threads: int
     chunks_per_row: int
     iters: int
+    # Columnwise scales: one thread per tile column computes the E8M0 byte and multiplier
+    # (shared memory, one more barrier) instead of every thread of the column doing it for
+    # its kVec columns (kRpi-fold redundant E8M0 work, 8-byte scale stores).
+    col_owner: bool = True
+    # Tiles per block: 1, one pass of the grid over the tiles, every load of a tile before
+    # its math; more, a grid of ceil(tiles / tiles_per_block) blocks that loop, each tile's
+    # loads issued while the previous tile's outputs are reduced and stored.
+    tiles_per_block: int = 1
 
     def tile_rows(self) -> int:
         return self.iters * self.threads // self.chunks_per_row
@@ -147,10 +179,7 @@ class TileConfig:
 
 def tile_config(key: KernelKey) -> TileConfig:
     """The tiled kernel's configuration for ``key`` (see :class:`TileConfig`)."""
-    dgated = isinstance(key.spec, ActivationSpec) and key.spec.kind == "dgated"
-    if dgated:  # two outputs: 2 x 2 x 8 fp32 values per thread stay in registers
-        return TileConfig(threads=128, chunks_per_row=8, iters=2)
-    return TileConfig(threads=128, chunks_per_row=16, iters=4)
+    return TileConfig(threads=64, chunks_per_row=8, iters=4)
 
 
 def _fp32_literal(value: float) -> str:
@@ -226,13 +255,18 @@ class ActivationSpec(OpSpec):
         )
         if structure == "tile":
             cfg = tile_config(key)
-            ctx.update(structure="tile", threads=cfg.threads,
-                       chunks_per_row=cfg.chunks_per_row, iters=cfg.iters)  # fmt: skip
+            ctx.update(structure="tile", threads=cfg.threads, chunks_per_row=cfg.chunks_per_row,
+                       iters=cfg.iters, col_owner=cfg.col_owner,
+                       prefetch=cfg.tiles_per_block > 1)  # fmt: skip
         else:
             cfg2 = launch_config(key) if flat else row_config(key)
             if not flat and cfg2.chunk_bytes != 16:
                 raise ValueError(f"the row-flat kernel moves 16-byte chunks, not {cfg2}")
-            ctx.update(structure=structure, threads=cfg2.threads, unroll=cfg2.unroll)
+            owner = structure == "rows" and cfg2.owner
+            if owner and (self.gated or not mx):
+                raise ValueError(f"owner mode is for plain ops with MXFP8 output, not {key}")
+            ctx.update(structure=structure, threads=cfg2.threads, unroll=cfg2.unroll,
+                       owner=owner)  # fmt: skip
         return ctx
 
     def kernel_class(self) -> type[Kernel]:
@@ -248,6 +282,7 @@ class _Launcher(Kernel):
     _flat_params = driver.ParamPack("PPqPPPi")
     _flat_grad_params = driver.ParamPack("PPqPPPiP")
     _tile_params = driver.ParamPack("PPPPPPqqqqPPPfffi")
+    _rows_params = driver.ParamPack("PPPPPPqqqqPPPfffiqqqqqii")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -267,11 +302,15 @@ class _Launcher(Kernel):
             self._threads = cfg.threads
             self._tile_rows = cfg.tile_rows()
             self._tile_cols = cfg.tile_cols(self._vec)
+            self._tiles_per_block = cfg.tiles_per_block
         else:
             flat = launch_config(key) if self._structure == "flat" else row_config(key)
             self._vec = flat.vec(key.input.itemsize)
             self._threads = flat.threads
-            self._per_block = flat.threads * flat.unroll * self._vec
+            self._unroll = flat.unroll
+            self._owner = self._structure == "rows" and flat.owner
+            # positions per block and iteration: chunks, or in owner mode 32-value blocks
+            self._per_block = flat.threads * flat.unroll * (32 if self._owner else self._vec)
 
     # -- checks ---------------------------------------------------------------------------
 
@@ -335,12 +374,33 @@ class _Launcher(Kernel):
         not ``aligned``) or the tiles (``tile``), at most :data:`MAX_GRID` (the kernels loop
         over what is left)."""
         if self._structure == "tile":
-            blocks = -(-rows // self._tile_rows) * -(-cols // self._tile_cols)
+            tiles = -(-rows // self._tile_rows) * -(-cols // self._tile_cols)
+            blocks = -(-tiles // self._tiles_per_block)
         elif aligned:  # rows: cols % vec == 0 here
             blocks = -(-(rows * cols) // self._per_block)
         else:
             blocks = -(-(rows * cols) // self._threads)
         return max(1, min(blocks, MAX_GRID))
+
+    def _row_steps(self, rows: int, cols: int, grid: int, aligned: bool,
+                   s_row_stride: int) -> tuple[int, ...]:  # fmt: skip
+        """The row-flat kernel's per-shape values (all fixed by the plan key): the steps
+        ``(ur, uq)`` of ``threads`` chunks and ``(sr, sq)`` of one grid iteration as (rows,
+        chunk columns), the magic pair for its one division per thread (by the chunks per
+        row, in owner mode by the 32-value blocks per row; 0 when a dividend could reach
+        2^31), and whether the MXFP8 scales are compact (row stride ``cols / 32``: block k
+        has scale k)."""
+        if not aligned:  # the per-position path divides by itself
+            return 0, 0, 0, 0, 0, 0, 0
+        per = 32 if self._owner else self._vec
+        cpr = cols // per
+        units = rows * cpr
+        stride = grid * self._threads * self._unroll
+        ur, uq = divmod(self._threads, cpr)
+        sr, sq = divmod(stride, cpr)
+        m, s = magic(cpr) if units + stride < 2**31 else (0, 0)
+        compact = int(self._mx and not self._gated and s_row_stride == cols // MXFP8_BLOCK)
+        return ur, uq, sr, sq, m, s, compact
 
     def _call(self, grad: Any, x: Any, out: Any, scale: Any, amax: Any, scale_inv: Any,
               stream: Any, floats: tuple[float, ...] = ()) -> Any:  # fmt: skip
@@ -392,6 +452,9 @@ class _Launcher(Kernel):
                 s_col[1], scale_ptr, amax_ptr, scale_inv_ptr, limit, alpha, linear_offset,
                 int(aligned),
             )  # fmt: skip
+            if self._structure == "rows":
+                pack = self._rows_params
+                values = (*values, *self._row_steps(rows, cols, grid, aligned, s_row[1]))
         else:
             n = xa.numel
             aligned = ((xa.ptr | g_ptr | y_ptr) & 15) == 0

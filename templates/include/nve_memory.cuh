@@ -91,4 +91,11 @@ __device__ __forceinline__ void tile_coords(long long tile, long long per_row, l
   }
 }
 
+// n / d for 0 <= n < 2^31 with the host's magic pair (m, s) for d (d >= 1):
+// s = ceil(log2 d), m = floor(2^32 (2^s - d) / d) + 1 (nvrtc_engine.ops.activation.magic):
+// floor((umulhi(n, m) + n) / 2^s), whose sum cannot overflow for n < 2^31.
+__device__ __forceinline__ unsigned int magic_div(unsigned int n, unsigned int m, unsigned int s) {
+  return (__umulhi(n, m) + n) >> s;
+}
+
 }  // namespace nve
