@@ -12,8 +12,9 @@ host-side choice); the backward for the same layouts, each with the code switche
 (prefetch, packed, the register cap) and 2 or 8 CTAs per SM; at H = 65536 also every
 cluster layout of the backward and the general kernel (``loop``) in both directions. Each
 sweep runs ``--rounds`` times; rows give every round and the median; a ``*`` marks the
-current default. GB/s counts x, z (forward) and x, dz, dx (backward) once. Writes
-bench/results/norm_tuning.json. About 3-4 minutes on an H200 (most of it NVRTC compiles).
+current default (``norm.TUNED`` entries included). GB/s counts x, z (forward) and x, dz,
+dx (backward) once. Writes bench/results/norm_tuning.json. About 95 s on an H200 (2 rounds,
+most of it NVRTC compiles).
 """
 
 from __future__ import annotations

@@ -109,6 +109,7 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
     from nvrtc_engine.engine import Engine
 
     def switched(values, op, hidden, **fields):
+        values = {**values, "TUNED": {}}  # the rules alone, so the switches decide
         saved = {name: getattr(norm, name) for name in values}
         try:
             for name, value in values.items():

@@ -16,7 +16,7 @@ from test_gpu_gelu import poisoned, to_host, to_torch
 import nvrtc_engine as ne
 from nvrtc_engine import ArgumentError, reference
 from nvrtc_engine.ops.blockscale import mxfp8_scale_shape
-from nvrtc_engine.ops.norm import gamma_dtype, launch_config
+from nvrtc_engine.ops.norm import TUNED, gamma_dtype, launch_config
 from nvrtc_engine.reference.mx import e8m0_multiplier, e8m0_scale
 
 pytestmark = pytest.mark.gpu
@@ -440,6 +440,7 @@ def switches():
     import nvrtc_engine.ops.norm as norm
 
     with pytest.MonkeyPatch.context() as mp:  # not the test's: that one holds the cache env
+        mp.setattr(norm, "TUNED", {})  # the rules alone, so the switches decide
 
         def apply(**values):
             for name, value in values.items():
@@ -503,3 +504,26 @@ def test_forward_weights_held_in_registers(switches, op, hold):
     x_host = (1e4 + seed("held offset").standard_normal((600, 4096))).astype(np.float32)
     run_forward(ne.get_kernel(op, in_dtype="fp32", out_dtype="fp8_e4m3", scaling="tensor",
                               hidden_size=4096), x_host)  # fmt: skip
+
+
+@pytest.mark.parametrize("entry", sorted(TUNED), ids=lambda e: f"{e[0]}-h{e[1]}-{e[2]}")
+def test_tuned_defaults(entry):
+    """Each measured winner (norm.TUNED: held weights with 8 row groups per CTA, the LN
+    backward prefetch): rows that do not fill the last group, more groups than CTAs, N = 1,
+    a large mean offset, zero-centred gamma."""
+    op, hidden, scaling = entry
+    fwd = op.endswith("_fwd")
+    out = "fp8_e4m3" if scaling != "none" else "bf16"
+    fields = {"out_dtype": out, "scaling": scaling} if fwd else {}
+    kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden, **fields)
+    assert kernel.artifact.symbols[0].endswith(kernel.config.tag)
+    run = run_forward if fwd else run_backward
+    many = 4 * 132 * 8 + 3 if hidden <= 8192 else (700 if hidden < 65536 else 67)
+    for rows in (1, 5, many):
+        run(kernel, reference.sample_input((rows, hidden), "bf16", seed(op, hidden, rows, "t")))
+    rng = seed(op, hidden, "tuned offset")
+    run(kernel, (1e4 + 64 * rng.standard_normal((9, hidden))).astype(ne.DTYPES["bf16"].numpy()))
+    zcg = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden, zero_centered_gamma=True,
+                        **fields)  # fmt: skip
+    assert zcg.config.tag == kernel.config.tag
+    run(zcg, reference.sample_input((33, hidden), "bf16", seed(op, hidden, "zcg")))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import struct
 import sys
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ __all__ = [
     "gamma_dtype",
     "launch_config",
     "loop_threads_per_row",
+    "parse_tag",
 ]
 
 _FP32 = DTYPES["fp32"]
@@ -91,7 +93,9 @@ BWD_OVERHEAD_NO_PREFETCH = 40
 # LayerNorm backward (two column sums): the same sweep measured 4 accesses per thread ahead
 # of 2 (H=4096: w4j4 59.4% of copy against w8j2 44.7%; H=8192: w8j4 59.3% against w16j2
 # 50.8%); RMSNorm backward preferred 2-3.
-TARGET_BYTES = {"fwd": 64, "bwd": 32, "bwd2": 64}
+# bench/results/norm_tuning.json (H200, 2026-11-29): RMSNorm backward also best at 4 accesses
+# (w4j4n 76.6% at H=4096 against w8j2 68.1%; w8j4n 84.0% at H=8192 against w16j2 65.1%).
+TARGET_BYTES = {"fwd": 64, "bwd": 64, "bwd2": 64}
 MAX_ELEMENTS = 64  # row elements per thread per tensor; also bounds the summation depth
 # The backward holds at most this many (H=14336 at 4 x 8 per thread over a cluster of 2
 # measured below the general kernel; more per thread leaves too few warps per SM).
@@ -111,8 +115,11 @@ FWD_ONE_PASS = True
 # persistent grid), which also divides the tensor-scaling amax reductions and atomics by as
 # much. Guess, to be measured (bench/norm_tuning.py sweeps it): FP8 tensor scaling was
 # issue-bound under ncu (gamma/beta reloaded for every row), bf16 output was not.
-FWD_HOLD_WEIGHTS = {"none": False, "tensor": True, "mxfp8": False}
-FWD_GROUPS_PER_CTA = 4
+# bench/results/norm_tuning.json (H200): held weights lost for LayerNorm (FP8 at H=8192: 58.7%
+# held against 70.2% reloaded) and won for RMSNorm only at H >= 14336 with 8 row groups per
+# CTA (:data:`TUNED`); so none by default, 8 groups where held.
+FWD_HOLD_WEIGHTS = {"none": False, "tensor": False, "mxfp8": False}
+FWD_GROUPS_PER_CTA = 8
 # Backward switches (bench/norm_tuning.py sweeps them). BWD_PREFETCH: load the next row
 # group's x and dz before the current row's arithmetic (symbol suffix ``n`` when off).
 # BWD_PACKED: keep the current row as stored (16-bit x: half the registers) and convert it
@@ -122,13 +129,31 @@ FWD_GROUPS_PER_CTA = 4
 # CTAs per SM). ptxas -v (sm_90, bf16): with the prefetch and a cap, LN at H=4096 (w4j4)
 # spilled (packed or not) while without it 168 registers fit 3 CTAs with no spill; the
 # packed form saved nothing once capped. So: no prefetch, not packed; more CTAs instead.
+# bench/results/norm_tuning.json: without the cap as fast or faster (RMS H=4096 w4j4n 76.6%
+# against w4j4nm3 73.8%; LN 62.3% against 62.4%), so the backward sets no cap (BWD_CAP).
 BWD_PREFETCH = False
 BWD_PACKED = False
+BWD_CAP = False
 # Backward rows split over a thread block cluster: bench/norm_bandwidth.py (H200, bf16)
 # measured the general kernel ahead of every cluster layout (H=14336: 44.7/54.1% against
 # 42.3/49.0% of copy for LN/RMS; H=65536: 50.7/55.0% against 21.8/25.5%), so by default a
 # backward row that does not fit one CTA takes the general kernel (symbol suffix ``loop``).
 BWD_CLUSTERS = False
+# Measured winners that the rules above do not reproduce: (op, H, scaling) -> tag, for sm_90
+# with 16-bit x and 16-bit gamma (the sweep ran bf16); other keys take the rules. Figures:
+# % of copy bandwidth, bench/results/norm_tuning.json (H200, N=16384; N=2048 at H=65536),
+# the winner against the rule's layout of the time.
+TUNED: dict[tuple[str, int, str], str] = {
+    ("rmsnorm_fwd", 4096, "none"): "w8r1v8j2c1",  # 91.1 against w4j4 88.0
+    ("rmsnorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 96.2 against w14j4 93.2
+    ("rmsnorm_fwd", 65536, "none"): "w19r1v8j7c2h",  # 76.5 (8 groups) against 65.1
+    ("layernorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 91.0 against w14j4 90.0
+    ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1",  # 70.2 against w8j4 67.8 (held 58.7)
+    ("rmsnorm_fwd", 8192, "tensor"): "w4r1v8j8c1",  # 86.8 against w8j4 81.5 (held 80.8)
+    ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1h",  # 81.8 (8 groups) against 69.8
+    ("rmsnorm_fwd", 65536, "tensor"): "w19r1v8j7c2h",  # 57.8 (8 groups) against 50.6
+    ("layernorm_bwd", 8192, "none"): "w8r1v8j4c1",  # prefetch 59.8 against w8j4n 52.2
+}
 LOOP_BLOCK = 1024  # threads per CTA of the streaming kernels (forward, backward row sums)
 TILE_BLOCK = 256  # threads per CTA of the streaming backward (8 warps on a 32-access tile)
 TILE_CTAS_PER_SM = 4  # guess, to be measured: target CTAs of the streaming backward
@@ -255,9 +280,37 @@ def launch_config(key: KernelKey) -> LaunchConfig:
     fits, the streaming kernel is used. Small rows are packed several to a CTA (forward 128
     threads). The backward takes no clusters unless :data:`BWD_CLUSTERS`.
     Code switches (:data:`FWD_HOLD_WEIGHTS`, :data:`BWD_PREFETCH`, :data:`BWD_PACKED`) enter
-    the register estimate and the symbol (:attr:`LaunchConfig.tag`).
+    the register estimate and the symbol (:attr:`LaunchConfig.tag`). On sm_90 with 16-bit x
+    and gamma, the measured winners in :data:`TUNED` (bench/results/norm_tuning.json) take
+    precedence over these rules.
     """
-    return _layout(key, *_switches(key))
+    tuned = _tuned(key)
+    return tuned if tuned is not None else _layout(key, *_switches(key))
+
+
+_TAG = re.compile(r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(?:m(\d+))?")
+
+
+def parse_tag(tag: str) -> LaunchConfig:
+    """The :class:`LaunchConfig` a tag names (the inverse of :attr:`LaunchConfig.tag`)."""
+    if tag == "loop":
+        raise ValueError("a loop tag does not name the access width")
+    m = _TAG.fullmatch(tag)
+    if m is None:
+        raise ValueError(f"not a norm configuration tag: {tag!r}")
+    w, r, v, j, c = (int(g) for g in m.groups()[:5])
+    return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
+                        packed=bool(m[7]), min_ctas=int(m[9] or 0))  # fmt: skip
+
+
+def _tuned(key: KernelKey) -> LaunchConfig | None:
+    """The :data:`TUNED` configuration of a key, if it has one (sm_90, 16-bit x and gamma)."""
+    if key.hidden_size is None or arch_number(key.arch) != 90 or key.input.itemsize != 2:
+        return None
+    if DTYPES[gamma_dtype(key)].itemsize != 2:
+        return None
+    tag = TUNED.get((key.op, key.hidden_size, key.scaling))
+    return None if tag is None else parse_tag(tag)
 
 
 def _layout(key: KernelKey, hold: bool, prefetch: bool, packed: bool) -> LaunchConfig:
@@ -300,12 +353,12 @@ def _layout(key: KernelKey, hold: bool, prefetch: bool, packed: bool) -> LaunchC
                     or spec.accumulators * iters * vec * 32 * warps * 4 > 32768
                 ):
                     rows //= 2
-            # The register cap the estimate allows (backward, held weights): without it ptxas
-            # takes up to 255 registers and the occupancy the estimate promised is lost.
+            # The register cap the estimate allows (held weights; backward with BWD_CAP):
+            # without it ptxas may take up to 255 registers and lose the occupancy promised.
             ctas = REGISTER_FILE // (-(-rows * warps // 4) * 4 * 32 * regs)
             if hold and ctas < 2:  # weights in registers only where 2+ CTAs still fit
                 return _layout(key, False, prefetch, packed)
-            ctas = ctas if (spec.backward or hold) and ctas > 1 else 0
+            ctas = ctas if ((spec.backward and BWD_CAP) or hold) and ctas > 1 else 0
             return LaunchConfig("regs", vec, warps, rows, iters, cluster, hold, prefetch, packed,
                                 ctas)  # fmt: skip
     return LaunchConfig("loop", 16 // itemsize)
