@@ -76,6 +76,13 @@ class QuantizeConfig:
     against 45.7-46.6%. The warp mapping takes 128 registers at sm_90 without spilling;
     capped at 80 (3 blocks per SM) ptxas spills about 300 bytes per thread
     (tests/test_cast.py checks the defaults' stack frames).
+
+    Why the warp mapping measured slow (SASS at sm_90): its loads sat in one ``if (full)``
+    branch per row, and the compiler unpacked each row's 16-byte load into 16-bit registers
+    inside that branch, so every row waited a full memory latency before the next row's
+    load issued (8 serialized loads per thread). The branch is now outside the row loop
+    (the 8 loads issue back to back) and the data stays packed in 32-bit words
+    (``packed`` in the template); not yet measured, so the tile mapping stays the default.
     """
 
     mapping: str = "tile"
