@@ -49,6 +49,17 @@ inline int atomicMax(int* addr, int v) {
   return old;
 }
 
+// CUDA's integer min / max overloads used by the device helpers.
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+
+// The high 32 bits of the 64-bit product (CUDA's __umulhi).
+inline unsigned __umulhi(unsigned a, unsigned b) {
+  return static_cast<unsigned>((static_cast<unsigned long long>(a) * b) >> 32);
+}
+
 inline unsigned __float_as_uint(float f) {
   unsigned u;
   std::memcpy(&u, &f, 4);
