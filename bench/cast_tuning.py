@@ -10,10 +10,11 @@ rows x tile columns x register cap) that the template accepts, and for 128 x 128
 For the MXFP8 quantize kernels (rowwise, both): every configuration of
 ``QUANTIZE_CANDIDATES`` (nvrtc_engine/ops/quantize.py: the tile mapping, and warp mappings
 given as warps per block in rows x columns and a register cap as blocks per SM; the default
-is ``quantize_config``'s), each with and without streaming hints; NVFP4 (rowwise, amax given): with and without streaming hints. ``--ops`` picks the
-groups (substrings of the op names: ``cast``, ``mxfp8``, ``nvfp4``). Each sweep runs
-``--rounds`` times; rows give every round and the median. GB/s counts each tensor once (as
-bench/cast_bandwidth.py does). Writes bench/results/cast_tuning.json; with ``--ops``, the rows of
+is ``quantize_config``'s), each with and without streaming hints; NVFP4 (rowwise, amax given):
+with and without streaming hints. ``--ops`` picks the groups (substrings of the op names:
+``cast``, ``mxfp8``, ``nvfp4``). Each sweep runs ``--rounds`` times; rows give every round and
+the median. GB/s counts each tensor once (as bench/cast_bandwidth.py does). Writes
+bench/results/cast_tuning.json; with ``--ops``, the rows of
 the other groups already in that file (same shape) are kept.
 """
 
