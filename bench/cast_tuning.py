@@ -5,14 +5,16 @@ in nvrtc_engine/ops/cast.py, ``CODEGEN`` in nvrtc_engine/ops/base.py).
 
 bf16 input ``M x K``. For cast_transpose, cast_transpose_dbias and
 cast_transpose_dbias_dgelu to fp8_e4m3 (tensor scaling): every tile shape (threads x tile
-rows x tile columns x register cap) that the template accepts. For the MXFP8 quantize kernels
-(rowwise, both): every configuration of ``QUANTIZE_CANDIDATES`` (nvrtc_engine/ops/quantize.py:
-the tile mapping, and warp mappings given as warps per block in rows x columns and a register
-cap as blocks per SM; the default is ``quantize_config``'s), each with and without streaming
-hints; NVFP4 (rowwise, amax given): with and without streaming hints. ``--ops`` picks the
-groups (substrings of the op names: ``cast``, ``mxfp8``, ``nvfp4``). Each sweep runs
-``--rounds`` times; rows give every round and the median. GB/s counts each tensor once (as
-bench/cast_bandwidth.py does). Writes bench/results/cast_tuning.json; with ``--ops``, the rows of
+rows x tile columns x register cap) that the template accepts, and for 128 x 128 tiles the
+``load_group`` values of ``LOAD_GROUPS`` (``TileConfig.load_group``; 0 in the other rows).
+For the MXFP8 quantize kernels (rowwise, both): every configuration of
+``QUANTIZE_CANDIDATES`` (nvrtc_engine/ops/quantize.py: the tile mapping, and warp mappings
+given as warps per block in rows x columns and a register cap as blocks per SM; the default
+is ``quantize_config``'s), each with and without streaming hints; NVFP4 (rowwise, amax given):
+with and without streaming hints. ``--ops`` picks the groups (substrings of the op names:
+``cast``, ``mxfp8``, ``nvfp4``). Each sweep runs ``--rounds`` times; rows give every round and
+the median. GB/s counts each tensor once (as bench/cast_bandwidth.py does). Writes
+bench/results/cast_tuning.json; with ``--ops``, the rows of
 the other groups already in that file (same shape) are kept.
 """
 
@@ -35,6 +37,11 @@ os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"
 import common
 
 SHAPES = list(itertools.product([128, 256, 512], [32, 64, 128], [64, 128], [1, 2, 4]))
+# TileConfig.load_group candidates (0, all chunks at once, is every SHAPES row): the 128 x 128
+# tiles at 2 and 4 blocks per SM, each group size that divides a thread's chunks.
+LOAD_GROUPS = [(t, 128, 128, b, g)
+               for t, b, g in itertools.product([128, 256, 512], [2, 4], [1, 2, 4])
+               if g < 128 // (t // 8) and (128 // (t // 8)) % g == 0]  # fmt: skip
 
 
 def main() -> int:
@@ -81,15 +88,19 @@ def main() -> int:
     for op, (threads, rows, cols, min_blocks), streaming in itertools.product(
         ["cast_transpose", "cast_transpose_dbias", "cast_transpose_dbias_dgelu"], SHAPES, [False]
     ):
-        cases.append((op, threads, rows, cols, min_blocks, streaming))
+        cases.append((op, threads, rows, cols, min_blocks, streaming, 0))
+    for op, (threads, rows, cols, min_blocks, group) in itertools.product(
+        ["cast_transpose", "cast_transpose_dbias", "cast_transpose_dbias_dgelu"], LOAD_GROUPS
+    ):
+        cases.append((op, threads, rows, cols, min_blocks, False, group))
     # Quantize rows: (op, mapping, warp rows, warp columns, blocks per SM, streaming).
     for op, qcfg, streaming in itertools.product(["mxfp8 rowwise", "mxfp8 both"],
                                                  quantize.QUANTIZE_CANDIDATES,
                                                  [False, True]):  # fmt: skip
         cases.append((op, qcfg.mapping, qcfg.warp_rows, qcfg.warp_cols, qcfg.min_blocks,
-                      streaming))  # fmt: skip
+                      streaming, 0))  # fmt: skip
     for streaming in (False, True):
-        cases.append(("nvfp4 rowwise", "tile", 2, 4, 4, streaming))  # QuantizeConfig()
+        cases.append(("nvfp4 rowwise", "tile", 2, 4, 4, streaming, 0))  # QuantizeConfig()
     cases = [c for c in cases if any(g in c[0] for g in groups)]
 
     def quantize_call(engine: Any, op: str) -> Any:
@@ -114,14 +125,14 @@ def main() -> int:
                               "nvfp4 rowwise": 2 * n + n // 2 + n // 16}  # fmt: skip
     for rnd in range(args.rounds):
         for case in cases:
-            op, threads, rows, cols, min_blocks, streaming = case
+            op, threads, rows, cols, min_blocks, streaming, group = case
             if case not in calls:
                 CODEGEN.update(streaming=streaming)
                 engine = Engine()
                 calls[case] = None
                 try:
                     if op.startswith("cast"):
-                        cfg = cast.TileConfig(threads, rows, cols, 16, min_blocks)
+                        cfg = cast.TileConfig(threads, rows, cols, 16, min_blocks, group)
                         cast.tile_config = lambda key, cfg=cfg: cfg
                         kern = engine.get(ne.make_key(op, dtype="fp8"))
                         if op == "cast_transpose":
@@ -151,14 +162,14 @@ def main() -> int:
         print(f"round {rnd + 1}/{args.rounds} done", flush=True)
     out = []
     for case, times in results.items():
-        op, threads, rows, cols, min_blocks, streaming = case
+        op, threads, rows, cols, min_blocks, streaming, group = case
         ms = statistics.median(times)
-        row = {"op": op, "streaming": streaming, "ms_rounds": times, "ms": ms,
+        row = {"op": op, "streaming": streaming, "load_group": group, "ms_rounds": times, "ms": ms,
                "pct": 100 * nbytes[op] / (ms * 1e-3) / 1e9 / copy}  # fmt: skip
         if op.startswith("cast"):
-            cfg = cast.TileConfig(threads, rows, cols, 16, min_blocks)
+            cfg = cast.TileConfig(threads, rows, cols, 16, min_blocks, group)
             row.update(threads=threads, tile_rows=rows, tile_cols=cols, min_blocks=min_blocks,
-                       mapping="")  # fmt: skip
+                       load_group=group, mapping="")  # fmt: skip
             default = chosen(ne.make_key(op, dtype="fp8")) == cfg
         else:
             qcfg = quantize.QuantizeConfig(threads, rows, cols, min_blocks)
@@ -183,12 +194,14 @@ def main() -> int:
     out = sorted(kept + out, key=lambda r: (r["op"], r["ms"]))
     path = common.write_results("cast_tuning", {**info, "rows": out})
     shown = [r for i, r in enumerate(out)
-             if r["default"] or sum(q["op"] == r["op"] for q in out[:i]) < 5]  # fmt: skip
+             if r["default"] or sum(q["op"] == r["op"] for q in out[:i]) < 5
+             or not any(q["op"] == r["op"] and q.get("load_group") == r.get("load_group")
+                        for q in out[:i])]  # best of each load_group too  # fmt: skip
     print(f"device copy {copy:.0f} GB/s")
     columns = [
         ("default", "default", ""), ("op", "op", ""), ("mapping", "map", ""),
         ("threads", "thr", ""), ("tile_rows", "rows", ""), ("tile_cols", "cols", ""),
-        ("min_blocks", "minb", ""),
+        ("min_blocks", "minb", ""), ("load_group", "grp", ""),
         ("streaming", "stream", ""), ("ms", "ms", ".4f"), ("pct", "% copy", ".1f"),
     ]  # fmt: skip
     print(common.table(shown, columns))

@@ -88,6 +88,27 @@ def test_variant_compiles(op, in_dtype, out_dtype, layout, arch):
         assert symbol.encode() in image
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_load_groups_compile(monkeypatch, arch):
+    """``TileConfig.load_group`` values that divide a thread's chunks compile on every arch
+    (dbias with dact, and gated); others are refused by the template's static_assert."""
+    from nvrtc_engine.errors import CompileError
+    from nvrtc_engine.ops import cast
+
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    for op, group in [("cast_transpose_dbias_dgelu", 1), ("cast_transpose_dbias_dgelu", 2),
+                      ("dswiglu_cast_transpose", 4)]:  # fmt: skip
+        cfg = cast.TileConfig(128, 128, 128, 16, 2, group)  # 8 chunks per thread
+        monkeypatch.setattr(cast, "tile_config", lambda key, cfg=cfg: cfg)
+        kernel = Engine().get(make_key(op, dtype="fp8", arch=arch))
+        assert kernel._cfg == cfg and kernel.artifact.image[:4] == b"\x7fELF"
+    cfg = cast.TileConfig(128, 128, 128, 16, 2, 3)
+    monkeypatch.setattr(cast, "tile_config", lambda key: cfg)
+    with pytest.raises(CompileError, match="load_group"):
+        Engine().get(make_key("cast_transpose_dbias", dtype="fp8", arch=arch))
+
+
 @pytest.mark.parametrize(
     ("op", "fields"),
     [

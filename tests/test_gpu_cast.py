@@ -212,6 +212,55 @@ def test_gated_dact_cast_transpose(op, in_dtype, out_dtype):
 
 
 @pytest.mark.parametrize(
+    "op", ["cast_transpose", "cast_transpose_dbias", "cast_transpose_dbias_dgelu",
+           "dswiglu_cast_transpose"],
+)  # fmt: skip
+def test_every_load_group_gives_the_same_bytes(monkeypatch, op):
+    """``TileConfig.load_group`` (compiled in memory, the key does not see it) changes only
+    when chunks are loaded: q, qt, amax and dbias are the same bytes as with all chunks at
+    once (load_group 0), on edge-only, mixed and full-tile shapes; each also against the
+    reference."""
+    from nvrtc_engine.ops import cast
+
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    gated, dact = op in GATED_OPS, op in DACT_OPS
+    shapes = [(96, 320), (300, 1024), (1024, 2048)]
+    rng = rng_for("load groups", op)
+    inputs = []
+    for m, k in shapes:
+        g = reference.sample_input((m, k), "bf16", rng)
+        a = reference.sample_input((m, 2 * k if gated else k), "bf16", rng)
+        inputs.append((to_torch(g, "bf16"), to_torch(a, "bf16") if gated or dact else None))
+    first = None
+    for threads, blocks, groups in [(128, 2, [0, 1, 2, 4]), (256, 4, [0, 1, 2])]:
+        for group in groups:
+            cfg = cast.TileConfig(threads, 128, 128, 16, blocks, group)
+            monkeypatch.setattr(cast, "tile_config", lambda key, cfg=cfg: cfg)
+            kernel = Engine().get(ne.make_key(op, in_dtype="bf16", out_dtype="fp8_e4m3"))
+            assert kernel._cfg == cfg
+            got = []
+            for (x, a), (m, k) in zip(inputs, shapes, strict=True):
+                width = 2 * k if gated else k
+                out, out_t = poisoned((m, width), "fp8_e4m3"), poisoned((width, m), "fp8_e4m3")
+                kw = {"scale": torch.full((1,), 2.0, device="cuda"),
+                      "amax": torch.zeros(1, device="cuda"),
+                      "scale_inv": torch.empty(1, device="cuda")}  # fmt: skip
+                if "dbias" in op:
+                    kw["dbias"] = poisoned((k,), "bf16")
+                    kw["workspace"] = torch.full((kernel.workspace_rows(m), k), float("nan"),
+                                                 device="cuda")  # fmt: skip
+                kernel(x, *(() if a is None else (a,)), out=out, out_t=out_t, **kw)
+                torch.cuda.synchronize()
+                got.append([t.view(torch.uint8).cpu().numpy().tobytes()
+                            for t in (out, out_t, kw["amax"], kw.get("dbias", out))])  # fmt: skip
+            if first is None:
+                first = got
+            assert got == first, f"{cfg}: bytes differ from load_group 0"
+            for_shapes([(300, 1024)], lambda shape, k=kernel: _run_cast_transpose(k, rng, shape))
+
+
+@pytest.mark.parametrize(
     ("op", "shape"),
     [("cast_transpose", (4096, 4096)), ("cast_transpose_dbias", (4096, 4096)),
      ("cast_transpose_dbias_dgelu", (4096, 4096)), ("dswiglu_cast_transpose", (4096, 2048))],

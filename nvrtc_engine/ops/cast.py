@@ -91,6 +91,12 @@ class TileConfig:
     against 81.7% for the earlier 256 x 64-row guess); with dbias (and dact), 128 threads and
     2 blocks per SM (54.5% against 33.9%): the column sums need registers. 16-bit and fp32
     outputs keep 64 and 32 rows (shared memory: at most 32 KB per block).
+
+    ``load_group`` (0: all): a thread's ``tile_rows / (threads / (tile_cols / chunk))``
+    chunks are loaded and processed in groups of this many, two stages (the loads of the
+    next group are issued before the current group is computed), so about twice this many
+    chunks are live instead of all of them. Results are the same bytes for every value: each
+    thread adds its rows to the column sums in the same order.
     """
 
     threads: int
@@ -98,6 +104,7 @@ class TileConfig:
     tile_cols: int
     chunk: int
     min_blocks: int
+    load_group: int = 0
 
 
 def tile_config(key: KernelKey) -> TileConfig:
@@ -157,7 +164,7 @@ class TileSpec(OpSpec):
             act=self.act, gated=self.gated, multi=self.multi, max_tensors=MAX_TENSORS,
             tensor_scaling=key.scaling == "tensor", threads=cfg.threads,
             tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols, chunk=cfg.chunk,
-            min_blocks=cfg.min_blocks, mx=False, fp4=False, hw_fp4=False,
+            min_blocks=cfg.min_blocks, load_group=cfg.load_group, mx=False, fp4=False, hw_fp4=False,
         )  # fmt: skip
         return ctx
 
