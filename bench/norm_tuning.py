@@ -1,8 +1,10 @@
 """Launch-configuration sweep behind the specialized norm kernels' defaults (``launch_config``,
 ``TARGET_BYTES``, ``FWD_HOLD_WEIGHTS``, ``FWD_GROUPS_PER_CTA``, ``BWD_PREFETCH``,
-``BWD_PACKED``, ``BWD_CLUSTERS`` and ``BWD_CTAS_PER_SM`` in nvrtc_engine/ops/norm.py).
+``BWD_PACKED``, ``BWD_CLUSTERS``, ``BWD_CTAS_PER_SM`` and the round-3 switches in
+nvrtc_engine/ops/norm.py).
 
     python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
+                                [--round3-only]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
 2048, from H = 65536 on): the forward to bf16 and to fp8_e4m3 (tensor scaling) for the
@@ -10,7 +12,10 @@ default layout and its neighbours (half and twice the accesses per thread), each
 weights reloaded per row and held in registers (``h``: 2, 4 or 8 row groups per CTA, a
 host-side choice); the backward for the same layouts, each with the code switches
 (prefetch, packed, the register cap) and 2 or 8 CTAs per SM; at H = 65536 also every
-cluster layout of the backward and the general kernel (``loop``) in both directions. Each
+cluster layout of the backward and the general kernel (``loop``) in both directions. The
+round-3 code switches (``FWD_EARLY_WEIGHTS``, ``FWD_ONE_REDUCTION``, ``FWD_ACCUMULATORS``,
+``BWD_SHARED_SUMS``: :func:`round3_candidates`) are tried on each default layout;
+``--round3-only`` times just those and the defaults. Each
 sweep runs ``--rounds`` times; rows give every round and the median; a ``*`` marks the
 current default (``norm.TUNED`` entries included). GB/s counts x, z (forward) and x, dz,
 dx (backward) once. Writes bench/results/norm_tuning.json. About 95 s on an H200 (2 rounds,
@@ -37,8 +42,37 @@ import common
 EPS = 1e-5
 
 
-def candidates(norm: Any, key: Any) -> list[tuple[Any, dict[str, Any]]]:
-    """(LaunchConfig, host settings) pairs to time for ``key``; the default comes first."""
+def round3_candidates(norm: Any, key: Any, default: Any) -> list[Any]:
+    """The round-3 code switches on the default layout (``mode == "regs"`` only): forward
+    split sums (``a2``/``a4``), one (count, mean, M2) reduction (``u``, LayerNorm) and early
+    weight loads (``e``) at H <= 14336; backward column sums in shared memory (``s1``/``s2``),
+    uncapped and capped at 128 or 96 registers, at H <= 8192."""
+    import dataclasses
+
+    spec = key.spec
+    if default.mode != "regs" or default.hold:
+        return []
+    out = []
+    if not spec.backward and key.hidden_size <= 14336:
+        reduce = [False] if spec.rms else [False, True]
+        for early in (False, True):
+            for one in reduce:
+                for accs in (1, 2) if early else (1, 2, 4):
+                    out.append(dataclasses.replace(default, early=early, one_reduction=one,
+                                                   accumulators=accs))  # fmt: skip
+    elif spec.backward and key.hidden_size <= 8192:
+        threads = -(-default.rows * default.warps // 4) * 4 * 32
+        for shared in range(1, spec.accumulators + 1):
+            for regs in (0, 128, 96):
+                cap = norm.REGISTER_FILE // (threads * regs) if regs else 0
+                out.append(dataclasses.replace(default, shared_sums=shared,
+                                               min_ctas=cap if cap > 1 else 0))  # fmt: skip
+    return [c for c in out if c != default]
+
+
+def candidates(norm: Any, key: Any, round3_only: bool = False) -> list[tuple[Any, dict[str, Any]]]:
+    """(LaunchConfig, host settings) pairs to time for ``key``; the default comes first.
+    ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`)."""
     spec = key.spec
     default = norm.launch_config(key)
     out: list[tuple[Any, dict[str, Any]]] = []
@@ -46,6 +80,12 @@ def candidates(norm: Any, key: Any) -> list[tuple[Any, dict[str, Any]]]:
     def add(cfg: Any, **host: Any) -> None:
         if (cfg, host) not in out:
             out.append((cfg, host))
+
+    if round3_only:
+        add(default)
+        for cfg in round3_candidates(norm, key, default):
+            add(cfg)
+        return out
 
     layouts = []
     if default.mode == "regs":
@@ -97,6 +137,8 @@ def candidates(norm: Any, key: Any) -> list[tuple[Any, dict[str, Any]]]:
         add(norm.LaunchConfig("loop", 8))
     if default not in [c for c, _ in out]:
         add(default)
+    for cfg in round3_candidates(norm, key, default):
+        add(cfg)
     return out
 
 
@@ -107,6 +149,11 @@ def main() -> int:
     parser.add_argument("--hidden", default="4096,8192,14336,65536")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--norms", default="layernorm,rmsnorm")
+    parser.add_argument(
+        "--round3-only",
+        action="store_true",
+        help="time only the defaults and their round-3 code switches",
+    )
     args = parser.parse_args()
     import torch
 
@@ -148,7 +195,7 @@ def main() -> int:
                 key = ne.make_key(f"{nm}_{direction}", in_dtype="bf16", out_dtype=out,
                                   hidden_size=h, **extra)  # fmt: skip
                 defaults[(nm, direction, out)] = chosen(key)
-                for cfg, host in candidates(norm, key):
+                for cfg, host in candidates(norm, key, args.round3_only):
                     cases.append((nm, h, direction, out, cfg, tuple(sorted(host.items()))))
         kernels: dict[tuple, Any] = {}
         workspaces: dict[tuple, Any] = {}

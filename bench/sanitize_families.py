@@ -8,8 +8,9 @@
 process per case isolates a failure). Norms: LayerNorm/RMSNorm forward (bf16, FP8 tensor
 scaling, MXFP8) and backward, specialized and general, with odd hidden sizes and rows that
 do not fill a CTA; the code switches of nvrtc_engine/ops/norm.py that the defaults leave
-off (``norm_switch_*``: backward prefetch, packed rows, clusters; forward weights held in
-registers for bf16 and MXFP8 output, the held path with several row groups per CTA). The
+off (``norm_switch_*``: backward prefetch, packed rows, clusters, column sums in shared
+memory; forward weights held in registers for bf16 and MXFP8 output, the held path with
+several row groups per CTA, early weight loads, the one-reduction statistics, split sums). The
 disk cache is off: switched kernels share keys with the defaults. Cast family:
 cast_transpose (+ dbias, + dgelu, gated dswiglu), transpose, multi_cast_transpose and
 MXFP8/NVFP4 quantize in every layout, on shapes that leave partial tiles. Correctness is the
@@ -127,6 +128,8 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         "prefetch_packed": {"BWD_PREFETCH": True, "BWD_PACKED": True},
         "packed": {"BWD_PREFETCH": False, "BWD_PACKED": True},
         "clusters": {"BWD_CLUSTERS": True},
+        "shared_sums1": {"BWD_SHARED_SUMS": 1},
+        "shared_sums2_capped": {"BWD_SHARED_SUMS": 2, "BWD_CAP": True},
     }
     for label, values in bwd.items():
         for rows, h in [(5, 4096), (7, 1000), (1003, 1024), (2, 14336)]:
@@ -140,21 +143,31 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
                     k(dz, x, mu, rs, w) if nm == "layernorm" else k(dz, x, rs, w)
 
                 out[f"norm_switch_{label}_{nm}_bwd_h{h}x{rows}"] = run_bwd
-    held = {"FWD_HOLD_WEIGHTS": dict.fromkeys(norm.FWD_HOLD_WEIGHTS, True)}
-    for rows, h in [(3, 1000), (4099, 1024), (5, 4096), (2, 65536)]:
-        for nm in ("layernorm", "rmsnorm"):
-            for out_dtype, scaling in (("bf16", "none"), ("fp8", "tensor"), ("fp8", "mxfp8")):
-                if scaling == "mxfp8" and h % 32:
-                    continue
+    fwd = {
+        "held": {"FWD_HOLD_WEIGHTS": dict.fromkeys(norm.FWD_HOLD_WEIGHTS, True)},
+        # round 3: early weight loads, one (count, mean, M2) reduction, split sums
+        "early_one_a2": {"FWD_EARLY_WEIGHTS": True, "FWD_ONE_REDUCTION": True,
+                         "FWD_ACCUMULATORS": 2},
+        "one_a4": {"FWD_ONE_REDUCTION": True, "FWD_ACCUMULATORS": 4},
+    }  # fmt: skip
+    for label, values in fwd.items():
+        for rows, h in [(3, 1000), (4099, 1024), (5, 4096), (2, 65536)]:
+            for nm in ("layernorm", "rmsnorm"):
+                for out_dtype, scaling in (("bf16", "none"), ("fp8", "tensor"),
+                                           ("fp8", "mxfp8")):  # fmt: skip
+                    if scaling == "mxfp8" and h % 32:
+                        continue
 
-                def run_fwd(rows=rows, h=h, nm=nm, out_dtype=out_dtype, scaling=scaling):
-                    k = switched(held, f"{nm}_fwd", h, out_dtype=out_dtype, scaling=scaling)
-                    x, w, b = t(rows, h), t(h), t(h)
-                    kw = tensor() if scaling == "tensor" else {}
-                    k(x, w, b, 1e-5, **kw) if nm == "layernorm" else k(x, w, 1e-5, **kw)
+                    def run_fwd(values=values, rows=rows, h=h, nm=nm, out_dtype=out_dtype,
+                                scaling=scaling):  # fmt: skip
+                        k = switched(values, f"{nm}_fwd", h, out_dtype=out_dtype,
+                                     scaling=scaling)  # fmt: skip
+                        x, w, b = t(rows, h), t(h), t(h)
+                        kw = tensor() if scaling == "tensor" else {}
+                        k(x, w, b, 1e-5, **kw) if nm == "layernorm" else k(x, w, 1e-5, **kw)
 
-                tag = f"{nm}_fwd_{out_dtype}_{scaling}_h{h}x{rows}"
-                out[f"norm_switch_held_{tag}"] = run_fwd
+                    tag = f"{nm}_fwd_{out_dtype}_{scaling}_h{h}x{rows}"
+                    out[f"norm_switch_{label}_{tag}"] = run_fwd
     return out
 
 

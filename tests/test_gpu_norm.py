@@ -527,3 +527,82 @@ def test_tuned_defaults(entry):
                         **fields)  # fmt: skip
     assert zcg.config.tag == kernel.config.tag
     run(zcg, reference.sample_input((33, hidden), "bf16", seed(op, hidden, "zcg")))
+
+
+# Round-3 switches: early weight loads, one (count, mean, M2) reduction, split sums (forward);
+# column sums in shared memory, with and without a register cap (backward).
+FWD_ROUND3 = [
+    {"FWD_ACCUMULATORS": 2},
+    {"FWD_ACCUMULATORS": 4},
+    {"FWD_ONE_REDUCTION": True},
+    {"FWD_ONE_REDUCTION": True, "FWD_ACCUMULATORS": 4},
+    {"FWD_EARLY_WEIGHTS": True},
+    {"FWD_EARLY_WEIGHTS": True, "FWD_ONE_REDUCTION": True, "FWD_ACCUMULATORS": 2},
+]
+
+
+@pytest.mark.parametrize(
+    "values", FWD_ROUND3, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
+)
+@pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
+def test_forward_round3_switches(switches, op, values):
+    """Each forward switch against the float64 reference: several rows per CTA, H odd (the
+    last access of some threads past the row), N = 1, clusters (H = 65536), bf16 and FP8
+    (tensor, MXFP8) outputs, fp32 and zero-centred gamma, rows with a 1e4 mean offset."""
+    switches(**values)
+    cases = [(1024, 1), (1024, 1003), (1000, 37), (1001, 5), (4096, 300), (8192, 17),
+             (14336, 5), (65536, 2)]  # fmt: skip
+    for hidden, rows in cases:
+        for out, scaling in (("bf16", "none"), ("fp8_e4m3", "tensor"), ("fp8_e5m2", "mxfp8")):
+            if scaling == "mxfp8" and hidden % 32:
+                continue
+            kernel = ne.get_kernel(op, in_dtype="bf16", out_dtype=out, scaling=scaling,
+                                   hidden_size=hidden)  # fmt: skip
+            cfg = kernel.config
+            assert kernel.artifact.symbols[0].endswith(cfg.tag)
+            if cfg.mode == "regs":
+                assert cfg.accumulators == values.get("FWD_ACCUMULATORS", 1)
+            x_host = reference.sample_input((rows, hidden), "bf16", seed(op, hidden, rows, "r3"))
+            run_forward(kernel, x_host)
+    for hidden in (1000, 4096, 8192):
+        kernel = ne.get_kernel(op, in_dtype="bf16", out_dtype="fp8_e4m3", scaling="tensor",
+                               hidden_size=hidden, fp32_gamma=True,
+                               zero_centered_gamma=True)  # fmt: skip
+        run_forward(kernel, reference.sample_input((65, hidden), "bf16", seed(op, hidden, "z3")))
+        rng = seed(op, hidden, "r3 offset")
+        x_host = (1e4 + rng.standard_normal((600, hidden))).astype(np.float32)
+        run_forward(ne.get_kernel(op, in_dtype="fp32", hidden_size=hidden), x_host)
+        bf = (1e4 + 64 * rng.standard_normal((9, hidden))).astype(ne.DTYPES["bf16"].numpy())
+        run_forward(ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden), bf)
+
+
+@pytest.mark.parametrize("cap", [False, True], ids=["uncapped", "capped"])
+@pytest.mark.parametrize("shared", [1, 2])
+@pytest.mark.parametrize("op", BWD)
+def test_backward_shared_sums(switches, op, shared, cap):
+    """Column sums in shared memory (BWD_SHARED_SUMS), with BWD_CAP's register cap or not:
+    several rows per CTA (H = 1024), H odd, N = 1, zero-centred and fp32 gamma, a large mean
+    offset, and bit-identical results from two calls."""
+    switches(BWD_SHARED_SUMS=shared, BWD_CAP=cap)
+    for hidden, rows in ((1024, 1), (1024, 1003), (1000, 37), (1001, 5), (4096, 300),
+                         (8192, 9)):  # fmt: skip
+        kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden)
+        cfg = kernel.config
+        assert kernel.artifact.symbols[0].endswith(cfg.tag)
+        if cfg.mode == "regs":
+            assert cfg.shared_sums == min(shared, kernel.spec.accumulators)
+        x_host = reference.sample_input((rows, hidden), "bf16", seed(op, hidden, rows, "s3"))
+        run_backward(kernel, x_host)
+    kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=4096, zero_centered_gamma=True,
+                           fp32_gamma=True)  # fmt: skip
+    run_backward(kernel, reference.sample_input((77, 4096), "bf16", seed(op, "s3 zcg")))
+    x_host = (1e4 + seed(op, "s3 offset").standard_normal((13, 4096))).astype(np.float32)
+    run_backward(ne.get_kernel(op, in_dtype="fp32", hidden_size=4096), x_host)
+    kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=4096)
+    x_host = reference.sample_input((700, 4096), "bf16", seed(op, "s3 det"))
+    dz_host = reference.sample_input((700, 4096), "bf16", seed(op, "s3 det dz"))
+    first = run_backward(kernel, x_host, dz_host=dz_host)
+    got = [t.clone() for t in first if t is not None]
+    again = run_backward(kernel, x_host, dz_host=dz_host, check_result=False)
+    for a, b in zip(got, [t for t in again if t is not None], strict=True):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))

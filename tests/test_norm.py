@@ -622,3 +622,85 @@ def test_backward_grid_plans_cover_the_rows(op, hidden):
                 assert plan.stats_offset % 4 == 0 and plan.workspace == plan.stats_offset + 2 * rows
             assert plan.part_elements == nacc * plan.parts * h
             assert plan.workspace >= plan.part_elements
+
+
+ROUND3 = [
+    {"FWD_ACCUMULATORS": 4},
+    {"FWD_ONE_REDUCTION": True, "FWD_ACCUMULATORS": 2},
+    {"FWD_EARLY_WEIGHTS": True, "FWD_ONE_REDUCTION": True},
+    {"BWD_SHARED_SUMS": 1},
+    {"BWD_SHARED_SUMS": 2, "BWD_CAP": True},
+]
+
+
+@pytest.mark.parametrize(
+    "values", ROUND3, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
+)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_round3_switches_compile(monkeypatch, arch, values):
+    """The round-3 switches compile on every arch and name themselves in the symbol;
+    H = 1024 packs 4 rows per CTA, H = 1001 has a partial last access,
+    H = 65536 uses a cluster on sm_90/sm_100a (forward)."""
+    monkeypatch.setattr(norm, "TUNED", {})
+    for name, value in values.items():
+        monkeypatch.setattr(norm, name, value)
+    launch_config.cache_clear()
+    ne.clear_cache(disk=False)
+    try:
+        backward = "BWD_SHARED_SUMS" in values
+        ops = BWD if backward else FWD
+        for op in ops:
+            for hidden in (1001, 1024, 4096) + (() if backward else (65536,)):
+                out = "bf16" if backward else "fp8_e4m3"
+                scaling = "none" if backward else "tensor"
+                key = make_key(op, in_dtype="bf16", out_dtype=out, scaling=scaling,
+                               hidden_size=hidden, arch=arch)  # fmt: skip
+                cfg = launch_config(key)
+                assert cfg.mode == "regs" or (hidden == 65536 and arch in ("sm_80", "sm_89"))
+                if cfg.mode == "loop":
+                    continue
+                if backward:
+                    assert cfg.shared_sums == min(values["BWD_SHARED_SUMS"],
+                                                  get_spec(op).accumulators)  # fmt: skip
+                    assert f"s{cfg.shared_sums}" in cfg.tag
+                else:
+                    assert cfg.accumulators == values.get("FWD_ACCUMULATORS", 1)
+                    assert cfg.one_reduction == (values.get("FWD_ONE_REDUCTION", False)
+                                                 and op == "layernorm_fwd")  # fmt: skip
+                    assert cfg.early == values.get("FWD_EARLY_WEIGHTS", False)
+                kernel = compile_and_check(key)
+                assert kernel.artifact.symbols[0].endswith(cfg.tag)
+                source = render(key).source
+                assert ("row_stats(st" in source) == cfg.one_reduction
+                assert ("acc_sh[" in source) == (cfg.shared_sums > 0)
+    finally:
+        launch_config.cache_clear()
+        ne.clear_cache(disk=False)
+
+
+def test_round3_tags_round_trip():
+    base = LaunchConfig("regs", 8, 4, 1, 4, 1)
+    tags = set()
+    for early in (False, True):
+        for one in (False, True):
+            for accs in (1, 2, 4):
+                for shared in (0, 1, 2):
+                    for m in (0, 3):
+                        cfg = LaunchConfig("regs", 8, 4, 1, 4, 1, prefetch=False, min_ctas=m,
+                                           early=early, one_reduction=one, accumulators=accs,
+                                           shared_sums=shared)  # fmt: skip
+                        assert norm.parse_tag(cfg.tag) == cfg
+                        tags.add(cfg.tag)
+    assert len(tags) == 2 * 2 * 3 * 3 * 2
+    assert LaunchConfig("regs", 8, 4, 1, 4, 1, early=True, one_reduction=True,
+                        accumulators=2).tag == "w4r1v8j4c1eua2"  # fmt: skip
+    assert base.tag == "w4r1v8j4c1"
+
+
+def test_round3_defaults_are_off():
+    """Until measured, the defaults leave every round-3 switch off (the TUNED tags too)."""
+    assert not norm.FWD_EARLY_WEIGHTS and not norm.FWD_ONE_REDUCTION
+    assert norm.FWD_ACCUMULATORS == 1 and norm.BWD_SHARED_SUMS == 0
+    for op in FWD + BWD:
+        cfg = launch_config(make_key(op, in_dtype="bf16", hidden_size=4096, arch="sm_90"))
+        assert not (cfg.early or cfg.one_reduction or cfg.shared_sums) and cfg.accumulators == 1

@@ -20,16 +20,19 @@ dtype). ``eps`` is a run-time argument.
 Specialization: with ``hidden_size`` the row lives in registers with compile-time trip counts
 (:func:`launch_config` picks warps per row, rows per CTA, access width, forward on sm_90 and
 sm_100 CTAs per row as a thread block cluster, and code switches: weights held in registers,
-backward prefetch, packed rows, a register cap); the choice is part of the kernel's symbol,
-e.g. ``layernorm_fwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1`` or
-``layernorm_bwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1nm3``. When no register layout fits
-(and always for ``hidden_size=None``) the general kernel streams each row (symbol suffix
+backward prefetch, packed rows, a register cap; round 3, off by default: early weight loads,
+one (count, mean, M2) reduction, split sums, backward column sums in shared memory); the
+choice is part of the kernel's symbol, e.g.
+``layernorm_fwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1`` or
+``layernorm_bwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1nm3``. When no register layout
+fits (and always for ``hidden_size=None``) the general kernel streams each row (symbol suffix
 ``loop``). Math as in TransformerEngine: fp32 compute, biased variance,
 ``rsigma = 1/sqrt(var + eps)``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -139,6 +142,21 @@ BWD_CAP = False
 # 42.3/49.0% of copy for LN/RMS; H=65536: 50.7/55.0% against 21.8/25.5%), so by default a
 # backward row that does not fit one CTA takes the general kernel (symbol suffix ``loop``).
 BWD_CLUSTERS = False
+# Round-3 code switches (bench/norm_tuning.py sweeps them; all off by default until measured).
+# Forward (specialized kernel): FWD_EARLY_WEIGHTS issues the gamma/beta loads (kept as
+# stored) before the row reductions, so their latency overlaps them (symbol suffix ``e``);
+# FWD_ONE_REDUCTION (LayerNorm) replaces the two block reductions (sum, then squared
+# deviations) by one of per-thread (count, mean, M2) triples merged with Chan's parallel
+# formula (suffix ``u``; exact two-pass statistics per thread, so safe with large mean
+# offsets); FWD_ACCUMULATORS splits each thread's sums over 1, 2 or 4 independent chains
+# (suffix ``a2``/``a4``). Backward: BWD_SHARED_SUMS keeps the last 1 or 2 of the column-sum
+# arrays (dbeta, then dgamma) in thread-private shared memory instead of registers (suffix
+# ``s1``/``s2``), trading registers for occupancy. Guess, to be measured: the forward was
+# latency-bound (two 32-deep add chains, two barriers per row), the backward register-bound.
+FWD_EARLY_WEIGHTS = False
+FWD_ONE_REDUCTION = False
+FWD_ACCUMULATORS = 1
+BWD_SHARED_SUMS = 0
 # Measured winners that the rules above do not reproduce: (op, H, scaling) -> tag, for sm_90
 # with 16-bit x and 16-bit gamma (the sweep ran bf16); other keys take the rules. Figures:
 # % of copy bandwidth, bench/results/norm_tuning.json (H200, N=16384; N=2048 at H=65536),
@@ -196,6 +214,10 @@ class LaunchConfig:
     prefetch: bool = True  # backward: the next row group's loads issued early
     packed: bool = False  # backward: the current row kept as stored, converted twice
     min_ctas: int = 0  # > 1: __launch_bounds__ asks ptxas for this many CTAs per SM
+    early: bool = False  # forward: gamma/beta loaded before the row reductions
+    one_reduction: bool = False  # forward LayerNorm: (count, mean, M2) merged in one reduction
+    accumulators: int = 1  # forward: independent partial sums per thread (1, 2 or 4)
+    shared_sums: int = 0  # backward: column-sum arrays kept in shared memory (0, 1 or 2)
 
     @property
     def threads(self) -> int:
@@ -206,11 +228,16 @@ class LaunchConfig:
     def tag(self) -> str:
         """The configuration as a symbol suffix: ``w4r1v8j4c1`` or ``loop``; switches that
         change the code follow: ``h`` (held weights), ``k`` (packed), ``n`` (no prefetch),
-        ``m2`` (at least 2 CTAs per SM: a register cap for ptxas)."""
+        ``e`` (early weight loads), ``u`` (one reduction), ``a2`` (split sums), ``s1``
+        (column sums in shared memory), ``m2`` (at least 2 CTAs per SM: a register cap for
+        ptxas)."""
         if self.mode == "loop":
             return "loop"
         switches = ("h" if self.hold else "") + ("k" if self.packed else "")
         switches += "" if self.prefetch else "n"
+        switches += ("e" if self.early else "") + ("u" if self.one_reduction else "")
+        switches += f"a{self.accumulators}" if self.accumulators > 1 else ""
+        switches += f"s{self.shared_sums}" if self.shared_sums else ""
         switches += f"m{self.min_ctas}" if self.min_ctas > 1 else ""
         return f"w{self.warps}r{self.rows}v{self.vec}j{self.iters}c{self.cluster}{switches}"
 
@@ -285,10 +312,29 @@ def launch_config(key: KernelKey) -> LaunchConfig:
     precedence over these rules.
     """
     tuned = _tuned(key)
-    return tuned if tuned is not None else _layout(key, *_switches(key))
+    cfg = tuned if tuned is not None else _layout(key, *_switches(key))
+    return _round3_switches(key, cfg)
 
 
-_TAG = re.compile(r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(?:m(\d+))?")
+def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
+    """``cfg`` with the module's defaults for the round-3 switches (``FWD_EARLY_WEIGHTS``,
+    ``FWD_ONE_REDUCTION``, ``FWD_ACCUMULATORS``, ``BWD_SHARED_SUMS``) where they apply."""
+    spec = key.spec
+    assert isinstance(spec, NormSpec)
+    if cfg.mode != "regs":
+        return cfg
+    if spec.backward:
+        shared = min(BWD_SHARED_SUMS, spec.accumulators)
+        return dataclasses.replace(cfg, shared_sums=shared) if shared else cfg
+    return dataclasses.replace(
+        cfg, early=FWD_EARLY_WEIGHTS and not cfg.hold,
+        one_reduction=FWD_ONE_REDUCTION and not spec.rms, accumulators=FWD_ACCUMULATORS,
+    )  # fmt: skip
+
+
+_TAG = re.compile(
+    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(?:a(\d+))?(?:s(\d+))?(?:m(\d+))?"
+)
 
 
 def parse_tag(tag: str) -> LaunchConfig:
@@ -300,7 +346,9 @@ def parse_tag(tag: str) -> LaunchConfig:
         raise ValueError(f"not a norm configuration tag: {tag!r}")
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
-                        packed=bool(m[7]), min_ctas=int(m[9] or 0))  # fmt: skip
+                        packed=bool(m[7]), min_ctas=int(m[13] or 0), early=bool(m[9]),
+                        one_reduction=bool(m[10]), accumulators=int(m[11] or 1),
+                        shared_sums=int(m[12] or 0))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -450,6 +498,10 @@ class NormSpec(OpSpec):
             prefetch=cfg.prefetch,
             packed=cfg.packed,
             min_ctas=cfg.min_ctas,
+            early=cfg.early and not cfg.hold,
+            one_reduction=cfg.one_reduction and not self.rms,
+            accs=cfg.accumulators,
+            smem=min(cfg.shared_sums, self.accumulators),
             tensor_scaling=key.scaling == "tensor",
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
