@@ -12,7 +12,9 @@ computed by one thread per column (``col_owner``, the default) and, for the shap
 OLD_SCALES, by every thread for its own columns (the kernel before); for the shapes of
 PIPELINED also with 2, 4 and 8 tiles per block (the next tile's loads in flight during the
 current tile's outputs); for the shapes of CLAMPED with ``clamp_loads`` (1 and 2 tiles per
-block) and of BYTES with ``fp8_words=False`` (FP8 stored byte by byte, the kernel before);
+block), of BYTES with ``fp8_words=False`` (FP8 stored byte by byte, the kernel before) and
+of SPLIT with ``split_scales`` (rowwise E8M0 work split over a block's lanes, guarded and
+clamped loads);
 each with hidden_size None and compiled in. Variants compile in
 parallel (8 threads, the configuration thread-local). GB/s counts each tensor once, MXFP8
 scale bytes included. Prints the best shapes per case and the default's rank; writes
@@ -42,6 +44,7 @@ PIPELINED = [(64, 8, 4), (128, 16, 4), (128, 8, 2)]  # also timed with tiles_per
 # also timed with clamp_loads (no bounds checks or zero fill), 1 and 2 tiles per block
 CLAMPED = [(64, 8, 4), (128, 16, 4), (128, 8, 2), (64, 4, 2)]
 BYTES = [(64, 8, 4), (128, 16, 4)]  # also timed with fp8_words=False (FP8 stored as bytes)
+SPLIT = [(64, 8, 4), (128, 16, 4), (32, 4, 4)]  # also with split_scales (iters % 4 == 0)
 
 
 def shapes(mxfp8: bool) -> list[tuple[int, int, int]]:
@@ -126,6 +129,8 @@ def main() -> int:
                         for s in PIPELINED for t in (2, 4, 8)]  # fmt: skip
             configs += [activation.TileConfig(*s, clamp_loads=True, tiles_per_block=t)
                         for s in CLAMPED for t in (1, 2)]  # fmt: skip
+            configs += [activation.TileConfig(*s, clamp_loads=c, split_scales=True)
+                        for s in SPLIT for c in (False, True)]  # fmt: skip
             configs += [activation.TileConfig(*s, fp8_words=False) for s in BYTES]
             variants = list(itertools.product(configs, (None, args.hidden)))
 
@@ -145,6 +150,7 @@ def main() -> int:
                        "col_owner": config.col_owner,
                        "tiles_per_block": config.tiles_per_block,
                        "clamp_loads": config.clamp_loads, "fp8_words": config.fp8_words,
+                       "split_scales": config.split_scales,
                        "hidden_size": hidden_size,
                        "default": config == default}  # fmt: skip
                 rows.append(row)
@@ -173,18 +179,21 @@ def main() -> int:
     })  # fmt: skip
     shown = [{**r, "h": r["hidden_size"] or "any", "scales": "col" if r["col_owner"] else "own",
               "loads": "clamp" if r["clamp_loads"] else "guard",
-              "fp8": "words" if r["fp8_words"] else "bytes"}
+              "fp8": "words" if r["fp8_words"] else "bytes",
+              "split": "split" if r["split_scales"] else ""}
              for r in ranked(rows, 4)]  # fmt: skip
     print(f"device copy {copy:.0f} GB/s")
     print(common.table(shown, [
         ("default", "default", ""), ("rank", "rank", ""), ("op", "op", ""),
         ("output", "output", ""), ("threads", "thr", ""), ("chunks_per_row", "cpr", ""),
         ("iters", "iters", ""), ("scales", "scales", ""), ("tiles_per_block", "tiles/blk", ""),
-        ("loads", "loads", ""), ("fp8", "fp8", ""), ("h", "h", ""), ("ms", "ms", ".4f"),
+        ("loads", "loads", ""), ("fp8", "fp8", ""), ("split", "rows", ""), ("h", "h", ""),
+        ("ms", "ms", ".4f"),
         ("gbps", "GB/s", ".0f"), ("pct", "% copy", ".1f"),
     ]))  # fmt: skip
     switch_summary(rows, lambda r: ("clamp" if r["clamp_loads"] else "guard")
-                   + ("" if r["fp8_words"] else " bytes"))  # fmt: skip
+                   + ("" if r["fp8_words"] else " bytes")
+                   + (" split" if r["split_scales"] else ""))  # fmt: skip
     for r in rows:
         if "error" in r:
             print(f"{r['op']} {r['output']} {r['threads']}x{r['chunks_per_row']}x{r['iters']}: "

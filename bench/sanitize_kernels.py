@@ -170,7 +170,10 @@ def main() -> int:
         for op in ("gelu", "dswiglu")
         for cfg in (activation.TileConfig(64, 8, 4, tiles_per_block=3),
                     activation.TileConfig(64, 8, 4, clamp_loads=True),
-                    activation.TileConfig(128, 16, 4, clamp_loads=True, tiles_per_block=2))
+                    activation.TileConfig(128, 16, 4, clamp_loads=True, tiles_per_block=2),
+                    activation.TileConfig(64, 8, 4, split_scales=True),
+                    activation.TileConfig(64, 8, 4, clamp_loads=True, split_scales=True,
+                                          tiles_per_block=3))
     ] + [
         # split row scales (a block's lanes share the E8M0 work), FP8 stored as bytes
         (op, "rowwise", "row_config", cfg, [(37, 64), (37, 128), (1, 96), (96, 160)])

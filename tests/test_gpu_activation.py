@@ -380,8 +380,9 @@ def test_tile_modes_agree_bit_for_bit(op, layout, rng, monkeypatch):
     """MXFP8 columnwise and both: columnwise scales computed by one thread per column
     (``col_owner``) or by every thread for its own columns, one tile per block or several
     with the next tile's loads in flight (``tiles_per_block``, which also leaves blocks
-    with fewer tiles than others), loads clamped instead of guarded (``clamp_loads``) and
-    FP8 stored as words or as bytes (``fp8_words``) give the same bytes, checked against
+    with fewer tiles than others), loads clamped instead of guarded (``clamp_loads``), FP8
+    stored as words or as bytes (``fp8_words``) and the rowwise E8M0 work split over a
+    block's lanes (``split_scales``) give the same bytes, checked against
     the reference, for several tile shapes, partial column tiles (H = 160) and a grid
     capped at 3 blocks."""
     from dataclasses import replace
@@ -394,14 +395,16 @@ def test_tile_modes_agree_bit_for_bit(op, layout, rng, monkeypatch):
     key = ne.make_key(op, dtype="fp8", scaling="mxfp8", layout=layout)
     for shape in [(64, 8, 4), (128, 16, 4), (256, 32, 4)]:
         results = []
-        modes = [(True, 1, False, True), (False, 1, False, True), (True, 3, False, True),
-                 (False, 2, False, True), (True, 1, True, True), (True, 3, True, True),
-                 (False, 1, True, False), (True, 1, False, False)]  # fmt: skip
-        for col_owner, tiles_per_block, clamp_loads, fp8_words in modes:
+        modes = [(True, 1, False, True, False), (False, 1, False, True, False),
+                 (True, 3, False, True, False), (False, 2, False, True, False),
+                 (True, 1, True, True, False), (True, 3, True, True, True),
+                 (False, 1, True, False, True), (True, 1, False, False, True),
+                 (True, 1, True, True, True)]  # fmt: skip
+        for col_owner, tiles_per_block, clamp_loads, fp8_words, split in modes:
             cfg = activation_ops.TileConfig(*shape, col_owner=col_owner,
                                             tiles_per_block=tiles_per_block,
-                                            clamp_loads=clamp_loads,
-                                            fp8_words=fp8_words)  # fmt: skip
+                                            clamp_loads=clamp_loads, fp8_words=fp8_words,
+                                            split_scales=split)  # fmt: skip
             monkeypatch.setattr(activation_ops, "tile_config", lambda key, cfg=cfg: cfg)
             for cap in (activation_ops.MAX_GRID, 3):
                 monkeypatch.setattr(activation_ops, "MAX_GRID", cap)

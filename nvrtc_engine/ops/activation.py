@@ -185,6 +185,9 @@ class TileConfig:
     # 0 instead, whose values reach no stored byte (32-column blocks and columns past the
     # last are not stored). Drops the per-element predicated moves and selects.
     clamp_loads: bool = False
+    # MXFP8 both, ``iters`` a multiple of the lanes of a 32-value block (4 for 16-bit
+    # input): the rowwise E8M0 work split over a block's lanes, as LaunchConfig.split_scales.
+    split_scales: bool = False
 
     def tile_rows(self) -> int:
         return self.iters * self.threads // self.chunks_per_row
@@ -271,9 +274,13 @@ class ActivationSpec(OpSpec):
         )
         if structure == "tile":
             cfg = tile_config(key)
+            split = cfg.split_scales and key.layout == "both"
+            if split and cfg.iters % (32 // vec):
+                raise ValueError(f"split_scales needs iters a multiple of {32 // vec} (the "
+                                 f"lanes of a 32-value block), not {cfg}")  # fmt: skip
             ctx.update(structure="tile", threads=cfg.threads, chunks_per_row=cfg.chunks_per_row,
                        iters=cfg.iters, col_owner=cfg.col_owner,
-                       prefetch=cfg.tiles_per_block > 1, split_scales=False,
+                       prefetch=cfg.tiles_per_block > 1, split_scales=split,
                        clamp_loads=cfg.clamp_loads,
                        fp8_words=cfg.fp8_words and key.output.itemsize == 1)  # fmt: skip
         else:
