@@ -9,7 +9,10 @@ scaling and to MXFP8 rowwise, and gelu and dgelu (tokens x hidden) to MXFP8 roww
 ops without MXFP8 run the flat kernel, not this one): times every threads-per-block x
 chunks-in-flight-per-thread configuration of CANDIDATES, each with the key's hidden_size None
 (the run-time size) and compiled in (``hidden_size=hidden``); for the plain ops also the
-``owner`` mode (a thread owns whole 32-value blocks; ``unroll`` counts blocks). Variants
+``owner`` mode (a thread owns whole 32-value blocks; ``unroll`` counts blocks); for MXFP8
+rowwise also ``split_scales`` (SPLIT: a block's lanes share its E8M0 work) and for FP8
+outputs ``fp8_words=False`` (BYTES: FP8 stored byte by byte, the kernel before). A summary
+gives each case's best per mode. Variants
 compile in parallel (``--workers`` threads, each with its configuration thread-local), then
 the whole sweep runs ``--rounds`` times (median reported, spread shown). GB/s counts each
 tensor once, MXFP8 scale bytes included. Prints the best configurations per case and the
@@ -42,6 +45,9 @@ CASES += [("gelu", "mxfp8 rowwise"), ("dgelu", "mxfp8 rowwise")]
 # (threads, unroll): around the measured optima (256 x 1 without scaling, 128 x 4 otherwise)
 CANDIDATES = [(128, 1), (128, 2), (128, 4), (256, 1), (256, 2), (256, 4), (512, 1), (512, 2)]
 OWNER = [(128, 1), (128, 2), (256, 1), (256, 2)]  # plain ops, MXFP8: blocks per thread
+# MXFP8 rowwise, also timed with split_scales (unroll a multiple of 4: bf16 input) ...
+SPLIT = [(128, 4), (256, 4), (128, 8), (64, 8)]
+BYTES = [(128, 4), (256, 1)]  # ... and with fp8_words=False (FP8 stored as bytes, before)
 
 
 def main() -> int:
@@ -68,6 +74,10 @@ def main() -> int:
             configs = [activation.LaunchConfig(t, u) for t, u in CANDIDATES]
             if op in ("gelu", "dgelu"):
                 configs += [activation.LaunchConfig(t, u, owner=True) for t, u in OWNER]
+            if output == "mxfp8 rowwise":
+                configs += [activation.LaunchConfig(t, u, split_scales=True) for t, u in SPLIT]
+            if output != "bf16":
+                configs += [activation.LaunchConfig(t, u, fp8_words=False) for t, u in BYTES]
             variants = list(itertools.product(configs, (None, args.hidden)))
 
             def build(variant, op=op, fields=fields):
@@ -86,6 +96,7 @@ def main() -> int:
             for (config, hidden_size), kernel in zip(variants, built, strict=True):
                 row = {"op": op, "output": output, "threads": config.threads,
                        "unroll": config.unroll, "owner": config.owner,
+                       "split_scales": config.split_scales, "fp8_words": config.fp8_words,
                        "hidden_size": hidden_size, "default": config == default,
                        "ms_rounds": []}  # fmt: skip
                 rows.append(row)
@@ -123,8 +134,7 @@ def main() -> int:
         **common.gpu_info(), "copy_gbps": copy, "shape": [args.tokens, args.hidden],
         "rounds": args.rounds, "rows": rows,
     })  # fmt: skip
-    shown = [{**r, "h": r["hidden_size"] or "any", "mode": "owner" if r["owner"] else "lane"}
-             for r in tt.ranked(rows, 5)]  # fmt: skip
+    shown = [{**r, "h": r["hidden_size"] or "any", "mode": mode(r)} for r in tt.ranked(rows, 5)]
     print(f"device copy {copy:.0f} GB/s")
     print(common.table(shown, [
         ("default", "default", ""), ("rank", "rank", ""), ("op", "op", ""),
@@ -132,11 +142,18 @@ def main() -> int:
         ("mode", "mode", ""), ("h", "h", ""), ("ms", "ms", ".4f"), ("gbps", "GB/s", ".0f"),
         ("pct", "% copy", ".1f"), ("spread", "+-", ".1f"),
     ]))  # fmt: skip
+    tt.switch_summary(rows, mode)
     for r in rows:
         if "error" in r:
             print(f"{r['op']} {r['output']} {r['threads']}x{r['unroll']}: {r['error']}")
     print(f"wrote {path}")
     return 0
+
+
+def mode(r: dict) -> str:
+    """The row's kernel mode: owner / split (split_scales) / lane, " bytes" without fp8_words."""
+    m = "owner" if r["owner"] else "split" if r["split_scales"] else "lane"
+    return m + ("" if r["fp8_words"] else " bytes")
 
 
 def _pop_workers(argv: list[str]) -> tuple[list[str], int]:

@@ -11,7 +11,11 @@ row x chunks per thread; MXFP8 tiles are exactly 32 rows high), with the columnw
 computed by one thread per column (``col_owner``, the default) and, for the shapes of
 OLD_SCALES, by every thread for its own columns (the kernel before); for the shapes of
 PIPELINED also with 2, 4 and 8 tiles per block (the next tile's loads in flight during the
-current tile's outputs); each with hidden_size None and compiled in. Variants compile in
+current tile's outputs); for the shapes of CLAMPED with ``clamp_loads`` (1 and 2 tiles per
+block), of BYTES with ``fp8_words=False`` (FP8 stored byte by byte, the kernel before) and
+of SPLIT with ``split_scales`` (rowwise E8M0 work split over a block's lanes, guarded and
+clamped loads);
+each with hidden_size None and compiled in. Variants compile in
 parallel (8 threads, the configuration thread-local). GB/s counts each tensor once, MXFP8
 scale bytes included. Prints the best shapes per case and the default's rank; writes
 bench/results/activation_tile_tuning.json.
@@ -37,6 +41,10 @@ CASES = [("swiglu", "mxfp8 both"), ("geglu", "mxfp8 both"), ("gelu", "mxfp8 both
          ("dswiglu", "mxfp8 both")]  # fmt: skip
 OLD_SCALES = [(128, 16, 4), (128, 8, 2), (256, 16, 2)]  # also timed with col_owner=False
 PIPELINED = [(64, 8, 4), (128, 16, 4), (128, 8, 2)]  # also timed with tiles_per_block 2, 4, 8
+# also timed with clamp_loads (no bounds checks or zero fill), 1 and 2 tiles per block
+CLAMPED = [(64, 8, 4), (128, 16, 4), (128, 8, 2), (64, 4, 2)]
+BYTES = [(64, 8, 4), (128, 16, 4)]  # also timed with fp8_words=False (FP8 stored as bytes)
+SPLIT = [(64, 8, 4), (128, 16, 4), (32, 4, 4)]  # also with split_scales (iters % 4 == 0)
 
 
 def shapes(mxfp8: bool) -> list[tuple[int, int, int]]:
@@ -75,6 +83,24 @@ def ranked(rows: list[dict], keep: int) -> list[dict]:
     return shown
 
 
+def switch_summary(rows: list[dict], label) -> None:
+    """Per case and switch setting (``label(row)``): the best measured % of copy and the
+    configuration that reached it, so each switch's effect shows beside the ranking."""
+    best: dict = {}
+    for r in rows:
+        if "pct" in r:
+            k = (r["op"], r["output"], label(r))
+            if k not in best or r["pct"] > best[k]["pct"]:
+                best[k] = r
+    for (op, output, lab), r in sorted(best.items()):
+        shape = "x".join(str(r[f]) for f in ("threads", "chunks_per_row", "iters", "unroll")
+                         if f in r)  # fmt: skip
+        print(
+            f"switch {op} {output} [{lab}]: best {r['pct']:.1f}% ({shape}, "
+            f"h={r['hidden_size'] or 'any'})"
+        )
+
+
 def main() -> int:
     args = parse_args(__doc__)
     import threading
@@ -101,6 +127,11 @@ def main() -> int:
             configs += [activation.TileConfig(*s, col_owner=False) for s in OLD_SCALES]
             configs += [activation.TileConfig(*s, tiles_per_block=t)
                         for s in PIPELINED for t in (2, 4, 8)]  # fmt: skip
+            configs += [activation.TileConfig(*s, clamp_loads=True, tiles_per_block=t)
+                        for s in CLAMPED for t in (1, 2)]  # fmt: skip
+            configs += [activation.TileConfig(*s, clamp_loads=c, split_scales=True)
+                        for s in SPLIT for c in (False, True)]  # fmt: skip
+            configs += [activation.TileConfig(*s, fp8_words=False) for s in BYTES]
             variants = list(itertools.product(configs, (None, args.hidden)))
 
             def build(variant, op=op, fields=fields):
@@ -117,7 +148,10 @@ def main() -> int:
                 row = {"op": op, "output": output, "threads": config.threads,
                        "chunks_per_row": config.chunks_per_row, "iters": config.iters,
                        "col_owner": config.col_owner,
-                       "tiles_per_block": config.tiles_per_block, "hidden_size": hidden_size,
+                       "tiles_per_block": config.tiles_per_block,
+                       "clamp_loads": config.clamp_loads, "fp8_words": config.fp8_words,
+                       "split_scales": config.split_scales,
+                       "hidden_size": hidden_size,
                        "default": config == default}  # fmt: skip
                 rows.append(row)
                 if isinstance(kernel, str):
@@ -143,16 +177,23 @@ def main() -> int:
         **common.gpu_info(), "copy_gbps": copy, "shape": [args.tokens, args.hidden],
         "rows": rows,
     })  # fmt: skip
-    shown = [{**r, "h": r["hidden_size"] or "any", "scales": "col" if r["col_owner"] else "own"}
+    shown = [{**r, "h": r["hidden_size"] or "any", "scales": "col" if r["col_owner"] else "own",
+              "loads": "clamp" if r["clamp_loads"] else "guard",
+              "fp8": "words" if r["fp8_words"] else "bytes",
+              "split": "split" if r["split_scales"] else ""}
              for r in ranked(rows, 4)]  # fmt: skip
     print(f"device copy {copy:.0f} GB/s")
     print(common.table(shown, [
         ("default", "default", ""), ("rank", "rank", ""), ("op", "op", ""),
         ("output", "output", ""), ("threads", "thr", ""), ("chunks_per_row", "cpr", ""),
         ("iters", "iters", ""), ("scales", "scales", ""), ("tiles_per_block", "tiles/blk", ""),
-        ("h", "h", ""), ("ms", "ms", ".4f"),
+        ("loads", "loads", ""), ("fp8", "fp8", ""), ("split", "rows", ""), ("h", "h", ""),
+        ("ms", "ms", ".4f"),
         ("gbps", "GB/s", ".0f"), ("pct", "% copy", ".1f"),
     ]))  # fmt: skip
+    switch_summary(rows, lambda r: ("clamp" if r["clamp_loads"] else "guard")
+                   + ("" if r["fp8_words"] else " bytes")
+                   + (" split" if r["split_scales"] else ""))  # fmt: skip
     for r in rows:
         if "error" in r:
             print(f"{r['op']} {r['output']} {r['threads']}x{r['chunks_per_row']}x{r['iters']}: "

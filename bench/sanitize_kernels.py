@@ -6,11 +6,11 @@
 Uses DeviceBuffer (no PyTorch) so the sanitizer sees only these kernels. Shapes cover the
 vector path, the scalar tail and unaligned pointers of the flat GELU kernel, the row-flat
 activation kernel (gated ops and MXFP8 rowwise, forward and backward: its vector path and
-its element path for H not a multiple of the vector width; owner mode for plain ops) and
-the tiled one (MXFP8 columnwise and both, partial tiles; several tiles per block with the
-next tile's loads in flight); each with one pass and with a grid of 3 blocks that loop
-(the tiled kernel's blocks reuse shared memory). Exits non-zero on a
-wrong result.
+its element path for H not a multiple of the vector width; owner mode for plain ops; split
+row scales) and the tiled one (MXFP8 columnwise and both, partial tiles; several tiles per
+block with the next tile's loads in flight; clamped loads); each with one pass and with a
+grid of 3 blocks that loop (the tiled kernel's blocks reuse shared memory). Exits non-zero
+on a wrong result.
 """
 
 from __future__ import annotations
@@ -158,16 +158,28 @@ def main() -> int:
                 activation.MAX_GRID = max_grid
             count += 1
     # the row-flat kernel's owner mode (plain ops, MXFP8 rowwise: a thread per 32-value
-    # block) and the tiled kernel with several tiles per block (next tile's loads in flight)
+    # block) and split scales, the tiled kernel with several tiles per block (next tile's
+    # loads in flight) and with clamped loads
     extra = [
         (op, "rowwise", "row_config", cfg, [(37, 64), (37, 128), (1, 96), (96, 160)])
         for op in ("gelu", "dsrelu")
         for cfg in (activation.LaunchConfig(128, 2, owner=True),
                     activation.LaunchConfig(256, 1, owner=True))
     ] + [
-        (op, "both", "tile_config", activation.TileConfig(64, 8, 4, tiles_per_block=3),
-         [(64, 96), (96, 160), (32, 32)])
+        (op, "both", "tile_config", cfg, [(64, 96), (96, 160), (32, 32)])
         for op in ("gelu", "dswiglu")
+        for cfg in (activation.TileConfig(64, 8, 4, tiles_per_block=3),
+                    activation.TileConfig(64, 8, 4, clamp_loads=True),
+                    activation.TileConfig(128, 16, 4, clamp_loads=True, tiles_per_block=2),
+                    activation.TileConfig(64, 8, 4, split_scales=True),
+                    activation.TileConfig(64, 8, 4, clamp_loads=True, split_scales=True,
+                                          tiles_per_block=3))
+    ] + [
+        # split row scales (a block's lanes share the E8M0 work), FP8 stored as bytes
+        (op, "rowwise", "row_config", cfg, [(37, 64), (37, 128), (1, 96), (96, 160)])
+        for op in ("gelu", "dswiglu")
+        for cfg in (activation.LaunchConfig(128, 4, split_scales=True),
+                    activation.LaunchConfig(64, 8, split_scales=True, fp8_words=False))
     ]  # fmt: skip
     for op, layout, chooser, cfg, shapes in extra:
         key = ne.make_key(op, dtype="fp8", scaling="mxfp8", layout=layout)

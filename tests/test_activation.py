@@ -585,3 +585,65 @@ def test_tile_grid_with_several_tiles_per_block(kernels, monkeypatch):
     ((_, grid, block, _, _, _),) = _launches(kernel, monkeypatch, arr((rows, cols)),
                                              arr((rows, 2 * cols)))  # fmt: skip
     assert block == 64 and grid == -(-(10 * -(-cols // 64)) // 3)
+
+
+# -- SASS-driven switches: FP8 words, split row scales, clamped tile loads ---------------
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_instruction_saving_switches_compile(arch, monkeypatch):
+    """``fp8_words`` (flat, row-flat and tiled kernels), ``split_scales`` (row-flat MXFP8
+    rowwise) and ``clamp_loads`` (tiled MXFP8) render what they say and compile, on and
+    off, for every arch (sm_80: software FP8 conversion)."""
+    from dataclasses import replace
+
+    import nvrtc_engine.ops.activation as activation_ops
+    from nvrtc_engine import config as ne_config
+    from nvrtc_engine.engine import Engine
+
+    monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
+                                                       disable_disk_cache=True))  # fmt: skip
+    cases = []
+    for words, split in [(True, True), (False, False), (False, True)]:
+        cfg = LaunchConfig(128, 4, fp8_words=words, split_scales=split)
+        for op in ("gelu", "dswiglu"):
+            cases.append(("row_config", cfg, op, "mxfp8", "rowwise", words, split, False))
+        cases.append(("launch_config", cfg, "gelu", "tensor", "rowwise", words, False, False))
+    for words, clamp, split in [(True, True, True), (False, True, False), (True, False, True)]:
+        cfg = activation_ops.TileConfig(64, 8, 4, clamp_loads=clamp, fp8_words=words,
+                                        split_scales=split,
+                                        tiles_per_block=2 if words else 1)  # fmt: skip
+        for op in ("geglu", "dgelu"):
+            cases.append(("tile_config", cfg, op, "mxfp8", "both", words, split, clamp))
+        # columnwise: no rowwise scales to split
+        cases.append(("tile_config", cfg, "gelu", "mxfp8", "columnwise", words, False, clamp))
+    for fn, cfg, op, scaling, layout, words, split, clamp in cases:
+        monkeypatch.setattr(activation_ops, fn, lambda key, cfg=cfg: cfg)
+        key = make_key(op, dtype="fp8", scaling=scaling, layout=layout, arch=arch)
+        src = render(key).source
+        assert ("nve::convert_fp8_words<Out, N>" in src) == words, (fn, op, words)
+        assert ("Split scales:" in src or "split scales (TileConfig" in src) == split, (fn, op)
+        assert ("Clamped loads" in src) == clamp, (fn, op, clamp)
+        assert Engine().get(key).artifact.image[:4] == b"\x7fELF"
+
+
+def test_split_scales_need_whole_block_groups(monkeypatch):
+    """split_scales: unroll (tiled kernel: iters) must be a multiple of a block's lanes (4
+    for 16-bit input, 8 for fp32); owner mode and non-MXFP8 keys ignore it."""
+    import nvrtc_engine.ops.activation as activation_ops
+
+    monkeypatch.setattr(activation_ops, "row_config",
+                        lambda key: LaunchConfig(128, 4, split_scales=True))  # fmt: skip
+    with pytest.raises(ValueError, match="split_scales"):
+        render(make_key("gelu", in_dtype="fp32", out_dtype="fp8_e4m3", scaling="mxfp8",
+                        arch="sm_90"))  # fmt: skip
+    assert "Split scales:" not in render(make_key("swiglu", dtype="fp8", scaling="tensor",
+                                                  arch="sm_90")).source  # fmt: skip
+    tile = activation_ops.TileConfig(128, 16, 2, split_scales=True)  # iters 2 < 4 lanes
+    monkeypatch.setattr(activation_ops, "tile_config", lambda key: tile)
+    with pytest.raises(ValueError, match="split_scales"):
+        render(make_key("gelu", dtype="fp8", scaling="mxfp8", layout="both", arch="sm_90"))
+    owner = LaunchConfig(128, 2, owner=True, split_scales=True)
+    monkeypatch.setattr(activation_ops, "row_config", lambda key: owner)
+    assert "Split scales:" not in render(make_key("gelu", dtype="fp8", scaling="mxfp8",
+                                                  arch="sm_90")).source  # fmt: skip

@@ -94,6 +94,15 @@ class LaunchConfig:
     # 32-value blocks (``unroll`` of them: 64 contiguous bf16 bytes in, 32 FP8 bytes out, one
     # E8M0 scale, no shuffles) instead of one 16-byte chunk per lane.
     owner: bool = False
+    # FP8 outputs stored as 32-bit words built from the paired conversions
+    # (nve::convert_fp8_words) instead of a byte array the compiler repacks byte by byte: the
+    # same bytes, fewer instructions (sm_90 SASS, gelu MXFP8 rowwise: see docs/activations.md).
+    fp8_words: bool = True
+    # Row-flat kernel, MXFP8 rowwise, lane mode with ``unroll`` a multiple of the lanes of a
+    # 32-value block (4 for 16-bit input): each of a block's lanes computes the E8M0 scale of
+    # one of the block groups the lanes hold together (and stores its byte), and the
+    # multipliers are broadcast by shuffles, instead of every lane computing every scale.
+    split_scales: bool = False
 
     def vec(self, itemsize: int) -> int:
         """Elements per chunk."""
@@ -169,6 +178,16 @@ class TileConfig:
     # its math; more, a grid of ceil(tiles / tiles_per_block) blocks that loop, each tile's
     # loads issued while the previous tile's outputs are reduced and stored.
     tiles_per_block: int = 1
+    # FP8 outputs stored as 32-bit words (see :class:`LaunchConfig`); the same bytes.
+    fp8_words: bool = True
+    # Loads without bounds checks or zero fill: rows % 32 == 0 here (MXFP8 columnwise and
+    # both), so only a chunk past the last column can be outside the tensor; it loads column
+    # 0 instead, whose values reach no stored byte (32-column blocks and columns past the
+    # last are not stored). Drops the per-element predicated moves and selects.
+    clamp_loads: bool = False
+    # MXFP8 both, ``iters`` a multiple of the lanes of a 32-value block (4 for 16-bit
+    # input): the rowwise E8M0 work split over a block's lanes, as LaunchConfig.split_scales.
+    split_scales: bool = False
 
     def tile_rows(self) -> int:
         return self.iters * self.threads // self.chunks_per_row
@@ -255,9 +274,15 @@ class ActivationSpec(OpSpec):
         )
         if structure == "tile":
             cfg = tile_config(key)
+            split = cfg.split_scales and key.layout == "both"
+            if split and cfg.iters % (32 // vec):
+                raise ValueError(f"split_scales needs iters a multiple of {32 // vec} (the "
+                                 f"lanes of a 32-value block), not {cfg}")  # fmt: skip
             ctx.update(structure="tile", threads=cfg.threads, chunks_per_row=cfg.chunks_per_row,
                        iters=cfg.iters, col_owner=cfg.col_owner,
-                       prefetch=cfg.tiles_per_block > 1)  # fmt: skip
+                       prefetch=cfg.tiles_per_block > 1, split_scales=split,
+                       clamp_loads=cfg.clamp_loads,
+                       fp8_words=cfg.fp8_words and key.output.itemsize == 1)  # fmt: skip
         else:
             cfg2 = launch_config(key) if flat else row_config(key)
             if not flat and cfg2.chunk_bytes != 16:
@@ -265,8 +290,13 @@ class ActivationSpec(OpSpec):
             owner = structure == "rows" and cfg2.owner
             if owner and (self.gated or not mx):
                 raise ValueError(f"owner mode is for plain ops with MXFP8 output, not {key}")
+            split = cfg2.split_scales and mx and structure == "rows" and not owner
+            if split and cfg2.unroll % (32 // vec):
+                raise ValueError(f"split_scales needs unroll a multiple of {32 // vec} (the "
+                                 f"lanes of a 32-value block), not {cfg2}")  # fmt: skip
             ctx.update(structure=structure, threads=cfg2.threads, unroll=cfg2.unroll,
-                       owner=owner)  # fmt: skip
+                       owner=owner, split_scales=split,
+                       fp8_words=cfg2.fp8_words and key.output.itemsize == 1)  # fmt: skip
         return ctx
 
     def kernel_class(self) -> type[Kernel]:

@@ -97,4 +97,18 @@ template <typename T, int N> struct convert_n<T, N, true> {
   }
 };
 
+// N FP8 values (N % 4 == 0) as N / 4 32-bit words, byte i of the words = f[i] (little
+// endian): two paired conversions and one 16-bit merge per word, where converting to bytes
+// first (convert_n) makes the compiler split each pair and repack the bytes one by one.
+template <typename T, int N>
+__device__ __forceinline__ void convert_fp8_words(const float (&f)[N], unsigned int (&w)[N / 4]) {
+  static_assert(N % 4 == 0, "whole words");
+#pragma unroll
+  for (int k = 0; k < N / 4; ++k) {
+    const unsigned int lo = T::store2(f[4 * k], f[4 * k + 1]);
+    const unsigned int hi = T::store2(f[4 * k + 2], f[4 * k + 3]);
+    w[k] = lo | (hi << 16);
+  }
+}
+
 }  // namespace nve
