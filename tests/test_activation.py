@@ -146,9 +146,11 @@ def test_render_picks_the_kernel_structure():
     gated = source("swiglu", dtype="bf16")
     assert "row-flat kernel" in gated and "nve_reduce.cuh" not in gated
     assert "__shared__" not in gated
-    rowwise = source("gelu", dtype="fp8", scaling="mxfp8")
-    assert "row-flat kernel" in rowwise and "__shfl_xor_sync" in rowwise
+    rowwise = source("gelu", dtype="fp8", scaling="mxfp8")  # owner mode: a block per thread
+    assert "row-flat kernel" in rowwise and "__shfl_xor_sync" not in rowwise
     assert "part[kOuts]" not in rowwise  # no columnwise pass
+    gated_rowwise = source("swiglu", dtype="fp8", scaling="mxfp8")  # lane mode: shuffles
+    assert "row-flat kernel" in gated_rowwise and "__shfl_xor_sync" in gated_rowwise
     both = source("dswiglu", dtype="fp8", scaling="mxfp8", layout="both", hidden_size=4096)
     assert "const long long cols = 4096;" in both and "part[kOuts]" in both
     assert "constexpr int kOuts = 2;" in both
@@ -396,15 +398,25 @@ def test_row_flat_grid_and_aligned_flag(kernels, monkeypatch):
     assert values[16] == 0 and values[6:8] == (3, 60) and grid == 1
 
 
+def _lane_mode(kernel, monkeypatch):
+    """``kernel``'s key built in lane mode (128 x 4, a chunk per lane), whatever the default
+    mode of plain-op MXFP8 rowwise keys is."""
+    import nvrtc_engine.ops.activation as activation_ops
+    from nvrtc_engine.engine import Engine
+
+    monkeypatch.setattr(activation_ops, "row_config", lambda key: LaunchConfig(128, 4))
+    return Engine().get(kernel.key)
+
+
 def test_row_flat_grid_is_capped_for_huge_tensors(kernels, monkeypatch):
     """A tensor of more than 2^32 chunks: one pass, or at most MAX_GRID blocks that loop
     (the kernel splits chunk indices with 64-bit division past 2^32)."""
     import nvrtc_engine.ops.activation as activation_ops
 
-    kernel = kernels["mx_row"]
+    kernel = _lane_mode(kernels["mx_row"], monkeypatch)
     rows, cols = 2**22, 2**14  # 2^36 positions, 2^33 chunks
     monkeypatch.setattr(activation_ops, "bind_mxfp8_output", lambda *a: _FakeBound())
-    cfg = row_config(kernel.key)
+    cfg = activation_ops.row_config(kernel.key)
     chunks = rows * cols // 8
     assert chunks > 2**32
     ((_, grid, _, _, values, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
@@ -526,7 +538,7 @@ def test_owner_mode_is_for_plain_mxfp8_ops_only(monkeypatch):
 def test_plain_mxfp8_rowwise_compact_flag_and_owner_grid(kernels, monkeypatch):
     import nvrtc_engine.ops.activation as activation_ops
 
-    kernel = kernels["mx_row"]
+    kernel = _lane_mode(kernels["mx_row"], monkeypatch)
     rows, cols = 64, 4096  # scale row stride 128 = cols / 32: compact
     bound = type("B", (_FakeBound,), {"rowwise_scale_stride": 128})
     monkeypatch.setattr(activation_ops, "bind_mxfp8_output", lambda *a: bound())

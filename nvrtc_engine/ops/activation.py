@@ -134,20 +134,22 @@ def row_config(key: KernelKey) -> LaunchConfig:
     covers the chunks in one pass.
 
     Measured on the H200 (bench/activation_row_tuning.py, bench/results/
-    activation_row_tuning.json: bf16 input 16384 x 2*8192 for gated ops, % of copy
-    bandwidth, hidden_size None unless said), before the kernel lost its run-time divisions
-    (one magic-number division per thread since, see :func:`magic`):
+    activation_row_tuning.json: bf16 input, 16384 x 8192 outputs, gated inputs 2 x 8192,
+    % of copy bandwidth, with the magic-number division and FP8 words):
 
-    - no scaling: 256 threads x 1 chunk: swiglu 102.5%, geglu 102.2%, dswiglu 102.1%;
-    - tensor scaling: 128 x 4 (swiglu 95.9%, geglu 94.3%; the former 1024 x 1 gave
-      swiglu 70.5%, 79.6% with H=8192 compiled in: every block's amax atomic costs);
-    - MXFP8 rowwise: 128 x 4 (swiglu 90.4%, geglu 87.1%, dswiglu 82.1%; 256 x 1 gave
-      77.0% / 74.5% / 77.6%, 88.9% / 88.0% / 88.4% with H=8192 compiled in; gelu, a plain
-      op, reached only 60.0%, which the division-free flat addressing and compact scale
-      index are to fix; the ``owner`` mode is a candidate for it, not yet measured).
+    - no scaling: 256 threads x 1 chunk: swiglu 102.7%, geglu 103.1%, dswiglu 102.3%;
+    - tensor scaling: 128 x 4 (swiglu 102.1%, geglu 101.8%, dswiglu 104.0%; 1024 x 1
+      gave swiglu 70.5% in the first sweep: every block's amax atomic costs);
+    - MXFP8 rowwise, gated ops: 128 x 4 (swiglu 100.6%, geglu 100.5%, dswiglu 101.5%);
+    - MXFP8 rowwise, plain ops with 16-bit input: ``owner`` mode, 128 x 2 (gelu 96.5%,
+      dgelu 100.6%; lane mode 128 x 4 gave 95.3% / 99.2%, and 60.0% for gelu before the
+      flat addressing and compact scale index). Other input dtypes keep lane mode.
     """
     if key.scaling == "none":
         return LaunchConfig(threads=256, unroll=1)
+    plain = isinstance(key.spec, ActivationSpec) and key.spec.kind in ("act", "dact")
+    if key.scaling == "mxfp8" and plain and key.input.itemsize == 2:
+        return LaunchConfig(threads=128, unroll=2, owner=True)
     return LaunchConfig(threads=128, unroll=4)
 
 
@@ -160,11 +162,12 @@ class TileConfig:
     columnwise block). The grid covers the tiles in one pass.
 
     Measured on the H200 (bench/activation_tile_tuning.py, bf16 16384 x 8192 outputs,
-    bench/results/activation_tile_tuning.json, before ``col_owner``): MXFP8 both, best for
-    every op 64 threads with 8 chunks per row and 4 each (swiglu 74.6% of copy bandwidth,
-    geglu 72.1%, gelu 55.6%, dswiglu 54.1%), against 72.5% / 70.9% / 54.0% for the former
-    128 x 16 x 4 (and dswiglu 53.2% for 128 x 8 x 2). Gated and MXFP8 rowwise outputs ran
-    this kernel too before the row-flat one (:func:`row_config`) took them over.
+    bench/results/activation_tile_tuning.json): MXFP8 both, best for every op 128 threads
+    with 16 chunks per row and 4 each and ``clamp_loads`` (swiglu 96.3% of copy bandwidth,
+    geglu 96.1%, dswiglu 93.5%, gelu 84.5% with H run-time; with bounds-checked loads
+    93.1% / 90.7% / 80.3% / 82.1% at best, and before ``col_owner`` and FP8 words 74.6% /
+    72.1% / 54.1% / 55.6%). Gated and MXFP8 rowwise outputs ran this kernel too before the
+    row-flat one (:func:`row_config`) took them over.
     """
 
     threads: int
@@ -198,7 +201,8 @@ class TileConfig:
 
 def tile_config(key: KernelKey) -> TileConfig:
     """The tiled kernel's configuration for ``key`` (see :class:`TileConfig`)."""
-    return TileConfig(threads=64, chunks_per_row=8, iters=4)
+    del key  # one shape for every key (measured: see TileConfig)
+    return TileConfig(threads=128, chunks_per_row=16, iters=4, clamp_loads=True)
 
 
 def _fp32_literal(value: float) -> str:
