@@ -88,9 +88,11 @@ class TileConfig:
     template accepts; docs/performance.md): tiles of 128 rows x 128 columns win for FP8
     output (half the blocks of 64-row tiles, so half the amax updates and twice the bytes in
     flight per block). cast_transpose: 512 threads, 4 blocks per SM (86.8% of copy bandwidth,
-    against 81.7% for the earlier 256 x 64-row guess); with dbias (and dact), 128 threads and
-    2 blocks per SM (54.5% against 33.9%): the column sums need registers. 16-bit and fp32
-    outputs keep 64 and 32 rows (shared memory: at most 32 KB per block).
+    against 81.7% for the earlier 256 x 64-row guess). With dbias, chunks loaded one at a time
+    (``load_group`` 1): 128 threads and 4 blocks per SM (67.2%, against 57.4% for all loads
+    first at 2 per SM); with dbias and dact (and the gated ops, which also read act_input),
+    256 threads and 2 blocks per SM (cast_transpose_dbias_dgelu 59.5%, against 42.6%).
+    16-bit and fp32 outputs keep 64 and 32 rows (shared memory: at most 32 KB per block).
 
     ``load_group`` (0: all): a thread's ``tile_rows / (threads / (tile_cols / chunk))``
     chunks are loaded and processed in groups of this many, two stages (the loads of the
@@ -112,13 +114,23 @@ def tile_config(key: KernelKey) -> TileConfig:
     isz, osz = key.input.itemsize, key.output.itemsize
     spec = key.spec
     sums = isinstance(spec, TileSpec) and (spec.dbias or spec.gated)
+    reads_act = isinstance(spec, TileSpec) and (spec.dact is not None or spec.gated)
     rows = 128 if osz == 1 and isz <= 2 else 64 if max(isz, osz) <= 2 else 32
+    if sums:  # measured (bf16 -> fp8, 128-row tiles): see the class docstring
+        return TileConfig(
+            threads=256 if reads_act else 128,
+            tile_rows=rows,
+            tile_cols=128,
+            chunk=16 // min(isz, osz),
+            min_blocks=2 if reads_act else 4,
+            load_group=1,
+        )
     return TileConfig(
-        threads=128 if sums else 512 if rows == 128 else 256,
+        threads=512 if rows == 128 else 256,
         tile_rows=rows,
         tile_cols=128,
         chunk=16 // min(isz, osz),
-        min_blocks=2 if sums else 4,
+        min_blocks=4,
     )
 
 
