@@ -589,8 +589,9 @@ def test_backward_shared_sums(switches, op, shared, cap):
         kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden)
         cfg = kernel.config
         assert kernel.artifact.symbols[0].endswith(cfg.tag)
-        if cfg.mode == "regs":
-            assert cfg.shared_sums == min(shared, kernel.spec.accumulators)
+        if cfg.mode == "regs":  # as many arrays as fit in 48 KB of static shared memory
+            fits = (48 * 1024 - 1024) // (cfg.threads * cfg.vec * cfg.iters * 4)
+            assert cfg.shared_sums == min(shared, kernel.spec.accumulators, fits)
         x_host = reference.sample_input((rows, hidden), "bf16", seed(op, hidden, rows, "s3"))
         run_backward(kernel, x_host)
     kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=4096, zero_centered_gamma=True,

@@ -237,6 +237,7 @@ def test_switches_follow_the_module_defaults():
     fp8 = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
                    arch="sm_90")  # fmt: skip
     with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(norm, "TUNED", {})  # the rules, not the measured table
         monkeypatch.setattr(norm, "BWD_PREFETCH", True)
         monkeypatch.setattr(norm, "BWD_PACKED", True)
         monkeypatch.setattr(norm, "BWD_CLUSTERS", True)
@@ -256,6 +257,7 @@ def test_switches_follow_the_module_defaults():
         finally:
             launch_config.cache_clear()
     with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(norm, "TUNED", {})
         monkeypatch.setattr(norm, "BWD_CAP", True)
         monkeypatch.setitem(norm.FWD_HOLD_WEIGHTS, "tensor", True)
         launch_config.cache_clear()
@@ -698,9 +700,12 @@ def test_round3_tags_round_trip():
 
 
 def test_round3_defaults_are_off():
-    """Until measured, the defaults leave every round-3 switch off (the TUNED tags too)."""
+    """The round-3 switches are off by the rules (measured: no gain, bench/results/
+    norm_tuning.json); the one TUNED entry that uses one is LayerNorm backward at 4096
+    (column sums in shared memory, 65.6% against 62.6% of copy bandwidth)."""
     assert not norm.FWD_EARLY_WEIGHTS and not norm.FWD_ONE_REDUCTION
     assert norm.FWD_ACCUMULATORS == 1 and norm.BWD_SHARED_SUMS == 0
     for op in FWD + BWD:
         cfg = launch_config(make_key(op, in_dtype="bf16", hidden_size=4096, arch="sm_90"))
-        assert not (cfg.early or cfg.one_reduction or cfg.shared_sums) and cfg.accumulators == 1
+        assert not (cfg.early or cfg.one_reduction) and cfg.accumulators == 1
+        assert cfg.shared_sums == (2 if op == "layernorm_bwd" else 0)

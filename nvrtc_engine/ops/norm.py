@@ -157,6 +157,7 @@ FWD_EARLY_WEIGHTS = False
 FWD_ONE_REDUCTION = False
 FWD_ACCUMULATORS = 1
 BWD_SHARED_SUMS = 0
+STATIC_SMEM_BYTES = 48 * 1024  # static shared memory a CTA may declare
 # Measured winners that the rules above do not reproduce: (op, H, scaling) -> tag, for sm_90
 # with 16-bit x and 16-bit gamma (the sweep ran bf16); other keys take the rules. Figures:
 # % of copy bandwidth, bench/results/norm_tuning.json (H200, N=16384; N=2048 at H=65536),
@@ -171,6 +172,8 @@ TUNED: dict[tuple[str, int, str], str] = {
     ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1h",  # 81.8 (8 groups) against 69.8
     ("rmsnorm_fwd", 65536, "tensor"): "w19r1v8j7c2h",  # 57.8 (8 groups) against 50.6
     ("layernorm_bwd", 8192, "none"): "w8r1v8j4c1",  # prefetch 59.8 against w8j4n 52.2
+    ("layernorm_bwd", 4096, "none"): "w4r1v8j4c1ns2",  # column sums in shared memory 65.6
+    # against 62.6 (round-3 sweep)
 }
 LOOP_BLOCK = 1024  # threads per CTA of the streaming kernels (forward, backward row sums)
 TILE_BLOCK = 256  # threads per CTA of the streaming backward (8 warps on a 32-access tile)
@@ -324,7 +327,12 @@ def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
     if cfg.mode != "regs":
         return cfg
     if spec.backward:
-        shared = min(BWD_SHARED_SUMS, spec.accumulators)
+        # Column-sum arrays in shared memory: at most what fits in the 48 KB of static shared
+        # memory a CTA can have (4 bytes per element a thread holds, per array; 1 KB kept for
+        # the kernel's own reductions).
+        per_array = cfg.threads * cfg.vec * cfg.iters * 4
+        fits = max(0, (STATIC_SMEM_BYTES - 1024) // per_array)
+        shared = min(BWD_SHARED_SUMS, spec.accumulators, fits)
         return dataclasses.replace(cfg, shared_sums=shared) if shared else cfg
     return dataclasses.replace(
         cfg, early=FWD_EARLY_WEIGHTS and not cfg.hold,
