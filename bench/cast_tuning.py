@@ -7,15 +7,17 @@ bf16 input ``M x K``. For cast_transpose, cast_transpose_dbias and
 cast_transpose_dbias_dgelu to fp8_e4m3 (tensor scaling): every tile shape (threads x tile
 rows x tile columns x register cap) that the template accepts, and for 128 x 128 tiles the
 ``load_group`` values of ``LOAD_GROUPS`` (``TileConfig.load_group``; 0 in the other rows).
-For the MXFP8 quantize kernels (rowwise, both): every configuration of
+For the MXFP8 quantize kernels (rowwise, columnwise, both): every configuration of
 ``QUANTIZE_CANDIDATES`` (nvrtc_engine/ops/quantize.py: the tile mapping, and warp mappings
 given as warps per block in rows x columns and a register cap as blocks per SM; the default
-is ``quantize_config``'s), each with and without streaming hints; NVFP4 (rowwise, amax given):
-with and without streaming hints. ``--ops`` picks the groups (substrings of the op names:
-``cast``, ``mxfp8``, ``nvfp4``). Each sweep runs ``--rounds`` times; rows give every round and
-the median. GB/s counts each tensor once (as bench/cast_bandwidth.py does). Writes
-bench/results/cast_tuning.json; with ``--ops``, the rows of
-the other groups already in that file (same shape) are kept.
+is ``quantize_config``'s) with the fast path off, and the fast path (map ``fast``: the
+activation family's tiled kernel with the identity activation, ``quantize.MX_FAST_PATH``;
+rowwise through ``MX_FAST_ROWWISE``), each with and without streaming hints; NVFP4
+(rowwise, amax given): with and without streaming hints. ``--ops`` picks the groups
+(substrings of the op names: ``cast``, ``mxfp8``, ``nvfp4``). Each sweep runs ``--rounds``
+times; rows give every round and the median. GB/s counts each tensor once (as
+bench/cast_bandwidth.py does). Writes bench/results/cast_tuning.json; with ``--ops``, the
+rows of the other groups already in that file (same shape) are kept.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def main() -> int:
     import nvrtc_engine.ops.quantize as quantize
     from nvrtc_engine.engine import Engine
     from nvrtc_engine.errors import CompileError
+    from nvrtc_engine.ops.activation import tile_config
     from nvrtc_engine.ops.base import CODEGEN
     from nvrtc_engine.ops.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 
@@ -82,6 +85,7 @@ def main() -> int:
     copy = common.copy_bandwidth_gbps()
     chosen, codegen = cast.tile_config, dict(CODEGEN)
     chosen_q = quantize.quantize_config
+    fast_on, fast_rowwise = quantize.MX_FAST_PATH, quantize.MX_FAST_ROWWISE
     groups = args.ops.split(",")
 
     cases: list[tuple] = []
@@ -94,11 +98,13 @@ def main() -> int:
     ):
         cases.append((op, threads, rows, cols, min_blocks, False, group))
     # Quantize rows: (op, mapping, warp rows, warp columns, blocks per SM, streaming).
-    for op, qcfg, streaming in itertools.product(["mxfp8 rowwise", "mxfp8 both"],
-                                                 quantize.QUANTIZE_CANDIDATES,
+    mx_ops = ["mxfp8 rowwise", "mxfp8 columnwise", "mxfp8 both"]
+    for op, qcfg, streaming in itertools.product(mx_ops, quantize.QUANTIZE_CANDIDATES,
                                                  [False, True]):  # fmt: skip
         cases.append((op, qcfg.mapping, qcfg.warp_rows, qcfg.warp_cols, qcfg.min_blocks,
                       streaming, 0))  # fmt: skip
+    for op, streaming in itertools.product(mx_ops, [False, True]):  # the MXFP8 fast path
+        cases.append((op, "fast", 0, 0, 0, streaming, 0))
     for streaming in (False, True):
         cases.append(("nvfp4 rowwise", "tile", 2, 4, 4, streaming, 0))  # QuantizeConfig()
     cases = [c for c in cases if any(g in c[0] for g in groups)]
@@ -107,10 +113,12 @@ def main() -> int:
         if op.startswith("mxfp8"):
             layout = op.split()[1]
             kern = engine.get(ne.make_key("quantize", dtype="fp8", layout=layout))
-            extra = {"columnwise_data": q_col, "columnwise_scale_inv": mx_c}
-            if layout != "both":
-                extra = {}
-            return lambda: kern(x, rowwise_data=q, rowwise_scale_inv=mx_r, **extra)
+            outs = {}
+            if layout in ("rowwise", "both"):
+                outs.update(rowwise_data=q, rowwise_scale_inv=mx_r)
+            if layout in ("columnwise", "both"):
+                outs.update(columnwise_data=q_col, columnwise_scale_inv=mx_c)
+            return lambda: kern(x, **outs)
         kern = engine.get(ne.make_key("quantize", dtype="fp4_e2m1"))
         return lambda: kern(
             x, rowwise_data=fp4_data, rowwise_scale_inv=fp4_scales, amax=fp4_amax,
@@ -122,6 +130,7 @@ def main() -> int:
     nbytes: dict[str, int] = {"cast_transpose": 4 * n, "cast_transpose_dbias": 4 * n + 2 * k,
                               "cast_transpose_dbias_dgelu": 6 * n + 2 * k,
                               "mxfp8 rowwise": 3 * n + n // 32, "mxfp8 both": 4 * n + n // 16,
+                              "mxfp8 columnwise": 3 * n + n // 32,
                               "nvfp4 rowwise": 2 * n + n // 2 + n // 16}  # fmt: skip
     for rnd in range(args.rounds):
         for case in cases:
@@ -147,6 +156,9 @@ def main() -> int:
                             calls[case] = lambda kern=kern, ws=ws: kern(
                                 x, out=q, out_t=qt, dbias=dbias, workspace=ws, **tensor
                             )
+                    elif threads == "fast":  # the tiled kernel (rowwise: rendered in on request)
+                        quantize.MX_FAST_ROWWISE = True
+                        calls[case] = quantize_call(engine, op)
                     else:  # quantize: (mapping, warp rows, warp columns, blocks per SM)
                         qcfg = quantize.QuantizeConfig(threads, rows, cols, min_blocks)
                         quantize.quantize_config = lambda key, qcfg=qcfg: qcfg
@@ -156,9 +168,12 @@ def main() -> int:
                 finally:
                     cast.tile_config = chosen
                     quantize.quantize_config = chosen_q
+                    quantize.MX_FAST_ROWWISE = fast_rowwise
                     CODEGEN.update(codegen)
             if calls[case] is not None:
+                quantize.MX_FAST_PATH = threads == "fast"  # read per call
                 results.setdefault(case, []).append(common.cuda_time_ms(calls[case]))
+                quantize.MX_FAST_PATH = fast_on
         print(f"round {rnd + 1}/{args.rounds} done", flush=True)
     out = []
     for case, times in results.items():
@@ -171,13 +186,20 @@ def main() -> int:
             row.update(threads=threads, tile_rows=rows, tile_cols=cols, min_blocks=min_blocks,
                        load_group=group, mapping="")  # fmt: skip
             default = chosen(ne.make_key(op, dtype="fp8")) == cfg
+        elif threads == "fast":
+            layout = op.split()[1]
+            tcfg = tile_config(ne.make_key("quantize", dtype="fp8", layout=layout))
+            row.update(threads=tcfg.threads, tile_rows=tcfg.tile_rows(),
+                       tile_cols=tcfg.tile_cols(8), min_blocks=0, mapping="fast")  # fmt: skip
+            default = fast_on and (layout != "rowwise" or fast_rowwise)
         else:
             qcfg = quantize.QuantizeConfig(threads, rows, cols, min_blocks)
             layout = op.split()[1]
             key = ne.make_key("quantize", dtype="fp4_e2m1" if op.startswith("nvfp4") else "fp8",
                               layout=layout)  # fmt: skip
             want = chosen_q(key)
-            default = want == qcfg
+            fast = fast_on and op.startswith("mxfp8") and (layout != "rowwise" or fast_rowwise)
+            default = want == qcfg and not fast
             row.update(threads=qcfg.threads, tile_rows=qcfg.tile[0], tile_cols=qcfg.tile[1],
                        min_blocks=min_blocks if qcfg.mapping == "warp" else 4,
                        mapping=qcfg.mapping)  # fmt: skip

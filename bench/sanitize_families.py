@@ -71,7 +71,8 @@ def cases() -> dict[str, Callable[[], None]]:
                 out[f"{tag}_fwd_mxfp8"] = lambda f=fwd: f(out_dtype="fp8", scaling="mxfp8")
             out[f"{tag}_bwd"] = bwd
     out.update(norm_switch_cases(t, tensor))
-    # (96, 320): aligned rows, partial tiles (vectorized and bounds-checked lanes in one block)
+    # (96, 320): aligned rows, partial tiles (vectorized and bounds-checked lanes in one block);
+    # (256, 512): MXFP8 columnwise / both take the fast path (quantize.MX_FAST_PATH)
     for m, k in [(31, 33), (130, 260), (1, 1), (256, 512), (96, 320)]:
         tag = f"{m}x{k}"
         out[f"cast_transpose_{tag}"] = lambda m=m, k=k: ne.get_kernel(

@@ -370,6 +370,73 @@ def test_multi_table_layout_and_grouping():
     assert [len(g) for g in _groups(big)] == [2, 1]  # at most 2**31 - 1 tiles per launch
 
 
+def _between(text: str, start: str, end: str) -> str:
+    i = text.index(start)
+    return text[i : text.index(end, i) + len(end)]
+
+
+@pytest.mark.parametrize(("in_dtype", "out_dtype", "layout", "arch"),
+                         [("bf16", "fp8_e4m3", "both", "sm_90"),
+                          ("fp32", "fp8_e5m2", "columnwise", "sm_100a"),
+                          ("fp16", "fp8_e4m3", "both", "sm_80")])  # fmt: skip
+def test_mxfp8_fast_path_is_the_activation_tile_kernel(in_dtype, out_dtype, layout, arch):
+    """quantize's ``_tile`` function is rendered from the same Jinja source as the activation
+    family's MXFP8 tiled kernel: the same text but for the kernel name (and value(), the
+    identity there, gelu here)."""
+    fields = dict(in_dtype=in_dtype, out_dtype=out_dtype, layout=layout, arch=arch)
+    qk = make_key("quantize", **fields)
+    ak = make_key("gelu", scaling="mxfp8", **fields)
+    q, a = render(qk).source, render(ak).source
+    assert render(qk).symbols == (str(qk), f"{qk}_tile")
+    for start, end in [("// ---- tiled kernel", "\n  }\n}\n"), ("// N outputs to chunk", "\n}\n")]:
+        assert _between(q, start, end).replace(f"{qk}_tile", "K") == _between(
+            a, start, end
+        ).replace(str(ak), "K")
+    assert "return nve::identity(x);" in q
+
+
+def test_mxfp8_fast_path_keys():
+    """Which keys carry the ``_tile`` function (see quantize.mx_tile_config)."""
+    has = lambda **f: len(render(make_key("quantize", arch="sm_90", **f)).symbols) == 2  # noqa: E731
+    assert has(dtype="fp8", layout="both") and has(dtype="fp8", layout="columnwise")
+    assert has(dtype="fp8", layout="both", hidden_size=4096)
+    assert not has(dtype="fp8", layout="both", hidden_size=4000)
+    assert not has(dtype="fp8", layout="rowwise")
+    assert (
+        len(render(make_key("quantize", dtype="fp4_e2m1", layout="both", arch="sm_90")).symbols)
+        == 3
+    )
+
+
+def test_mxfp8_fast_path_launch(monkeypatch):
+    """Aligned M, K multiples of 128: function 1 (the tile kernel) with the activation tile
+    kernel's grid and parameters; otherwise, or with the switch off, function 0."""
+    rec = _Recorder(monkeypatch, {0: 120, 1: 120})
+    k = ne.get_kernel("quantize", dtype="fp8", layout="both", arch="sm_90")
+
+    def call(m, n, base=0x10000):
+        outs = {
+            "rowwise_data": fake((m, n), U1, ptr=base + 0x1000000),
+            "columnwise_data": fake((m, n), U1, ptr=base + 0x2000000),
+            "rowwise_scale_inv": fake(mxfp8_scale_shape(m, n, "rowwise"), U1, ptr=0x3000),
+            "columnwise_scale_inv": fake(mxfp8_scale_shape(m, n, "columnwise"), U1, ptr=0x4000),
+        }
+        del rec.calls[:]
+        k(fake((m, n), ptr=base), **outs)
+        return rec.calls
+
+    ((index, grid, block, raw),) = call(256, 384)
+    assert (index, grid, block) == (1, (256 // 32) * (384 // 128), 128)
+    p = _slots(raw, "PPPPPPqqqq")
+    assert p[:6] == [0x10000, 0, 0x1010000, 0x2010000, 0x3000, 0x4000]
+    assert p[6:10] == [256, 384, 384 // 32, 384]
+    assert call(200, 384)[0][0] == 0  # padding rows
+    assert call(256, 320)[0][0] == 0  # padding columns
+    assert call(256, 384, base=0x10008)[0][0] == 0  # unaligned
+    monkeypatch.setattr(quantize, "MX_FAST_PATH", False)
+    assert call(256, 384)[0][0] == 0
+
+
 def test_template_has_no_cuda_includes_besides_fp8():
     text = (templates_dir() / "cast.cu.j2").read_text()
     includes = {line.split()[1] for line in text.splitlines() if line.startswith("#include")}

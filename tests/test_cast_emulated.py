@@ -52,7 +52,13 @@ def _wrappers(kernel: ne.Kernel) -> str:
     quant = ["const IS*", "unsigned char*", "unsigned char*", "unsigned char*",
              "unsigned char*", "const float*", "float*"] + ["long long"] * 7 + ["int"]  # fmt: skip
     symbols = kernel.artifact.symbols
-    if kernel.key.op == "quantize":
+    if kernel.key.op == "quantize" and symbols[-1].endswith("_tile"):
+        # the MXFP8 fast path: the activation tile kernel (namespace nve_mx_tile)
+        act_tile = ["const IS*", "const IS*", "OS*", "OS*", "unsigned char*", "unsigned char*",
+                    "long long", "long long", "long long", "long long", "const float*",
+                    "float*", "float*", "float", "float", "float", "int"]  # fmt: skip
+        calls = [_call(symbols[0], quant), _call(f"nve_mx_tile::{symbols[1]}", act_tile)]
+    elif kernel.key.op == "quantize":
         calls = [_call(symbols[0], quant)]
         if len(symbols) > 1:
             calls += [_call(symbols[1], ["const IS*", "long long", "float*", "int"]),
@@ -97,10 +103,12 @@ def emulate(monkeypatch, tmp_path_factory):
     loaded = type("L", (), {"device": type("D", (), {"sm_count": 4})()})()
     monkeypatch.setattr(cast_common.CastKernelBase, "loaded", lambda self, device: loaded)
     libs: dict[int, ctypes.CDLL] = {}
+    launched: list[int] = []  # function indices, in launch order
 
     def launch(self, like, stream, calls):
         lib = libs[id(self)]
         for index, grid, block, params in calls:
+            launched.append(index)
             fn = getattr(lib, f"nve_launch_{index}")
             fn.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p]
             fn(grid, block, params)
@@ -111,6 +119,7 @@ def emulate(monkeypatch, tmp_path_factory):
         libs[id(kernel)] = host_library(kernel, tmp)
         return kernel
 
+    prepare.launched = launched
     return prepare
 
 
@@ -266,6 +275,92 @@ def _check_mxfp8_host(kernel, x, buf, in_dtype, out_dtype, layout):
         padding[:r, :c] = 0
         assert not padding.any(), (direction, m, k)
         assert (data == want.view(np.uint8)).all(), (direction, m, k)
+    return [a for pair in outs.values() for a in pair]
+
+
+# The MXFP8 fast path (quantize.MX_FAST_PATH): the activation family's tiled kernel with the
+# identity activation, for M, K multiples of 128 and aligned data; the quantize kernel else.
+FAST_SHAPES = [(128, 128), (256, 384), (128, 4096)]
+
+
+@pytest.mark.parametrize("layout", ["both", "columnwise"])
+@pytest.mark.parametrize(("in_dtype", "out_dtype"), [("bf16", "fp8_e4m3"), ("fp32", "fp8_e5m2"),
+                                                     ("fp16", "fp8_e4m3")])  # fmt: skip
+def test_mxfp8_fast_path(emulate, monkeypatch, in_dtype, out_dtype, layout):
+    """The fast path gives the reference's bytes (edge values: zeros, subnormals, maxima,
+    inf and NaN for bf16) and the quantize kernel's; shapes it cannot take fall back."""
+    kernel = emulate(ne.get_kernel("quantize", in_dtype=in_dtype, out_dtype=out_dtype,
+                                   layout=layout, arch="sm_90"))  # fmt: skip
+    assert kernel.artifact.symbols[1].endswith("_tile")
+    rng = np.random.default_rng(7)
+    for m, k in FAST_SHAPES:
+        if in_dtype == "bf16":
+            x = edge_input((m, k), rng)
+            buf = np.ascontiguousarray(x).view(np.uint16)
+        else:
+            x, buf = host_input((m, k), in_dtype, rng)
+        got = {}
+        for fast in (True, False):
+            monkeypatch.setattr(quantize, "MX_FAST_PATH", fast)
+            del emulate.launched[:]
+            got[fast] = _check_mxfp8_host(kernel, x, buf, in_dtype, out_dtype, layout)
+            assert emulate.launched == [1 if fast else 0], (fast, m, k)
+        for a, b in zip(got[True], got[False], strict=True):
+            assert (a == b).all(), (m, k)
+    monkeypatch.setattr(quantize, "MX_FAST_PATH", True)
+    for m, k in [(31, 33), (96, 320), (160, 128), (128, 96)]:  # fallback: padded scales
+        del emulate.launched[:]
+        x, buf = host_input((m, k), in_dtype, rng)
+        _check_mxfp8_host(kernel, x, buf, in_dtype, out_dtype, layout)
+        assert emulate.launched == [0], (m, k)
+
+
+@pytest.mark.parametrize("layout", ["both", "columnwise"])
+def test_mxfp8_fast_path_nan_inf(emulate, monkeypatch, layout):
+    """NaN and inf inputs: the fast path's bytes are the quantize kernel's (both drop NaN
+    from block maxima with fmaxf; an inf maximum gives scale 0xfe; the data keeps NaN)."""
+    kernel = emulate(ne.get_kernel("quantize", dtype="fp8", layout=layout, arch="sm_90"))
+    rng = np.random.default_rng(9)
+    m, k = 128, 256
+    _, buf = host_input((m, k), "bf16", rng)
+    buf[3, 5], buf[40, 7], buf[70, 200], buf[100, 100:132] = 0x7FC0, 0x7F80, 0xFF80, 0x7FC0
+    got = {}
+    for fast in (True, False):
+        monkeypatch.setattr(quantize, "MX_FAST_PATH", fast)
+        del emulate.launched[:]
+        kw, outs = {}, []
+        for direction in ("rowwise", "columnwise"):
+            if layout in (direction, "both"):
+                outs += [poison((m, k), 1), poison(mxfp8_scale_shape(m, k, direction), 1)]
+                kw[f"{direction}_data"], kw[f"{direction}_scale_inv"] = arr(outs[-2]), arr(outs[-1])
+        kernel(arr(buf, "bf16"), **kw)
+        assert emulate.launched == [1 if fast else 0]
+        got[fast] = outs
+    for a, b in zip(got[True], got[False], strict=True):
+        assert (a == b).all()
+
+
+def test_mxfp8_fast_path_unaligned_falls_back(emulate):
+    """A data pointer off 16 bytes takes the quantize kernel (same bytes)."""
+    kernel = emulate(ne.get_kernel("quantize", dtype="fp8", layout="both", arch="sm_90"))
+    rng = np.random.default_rng(8)
+    m, k = 128, 128
+    x, buf = host_input((m, k), "bf16", rng)
+    del emulate.launched[:]
+    kw, outs = {}, {}
+    for direction in ("rowwise", "columnwise"):
+        data = poison((m * k + 1,), 1)  # data at byte 1: unaligned
+        scales = poison(mxfp8_scale_shape(m, k, direction), 1)
+        outs[direction] = (data, scales)
+        view = FakeCupyArray((m, k), "|u1", ptr=data.ctypes.data + 1)
+        kw[f"{direction}_data"], kw[f"{direction}_scale_inv"] = view, arr(scales)
+    kernel(arr(buf, "bf16"), **kw)
+    assert emulate.launched == [0]
+    for direction, (data, scales) in outs.items():
+        want, want_scales, _ = reference.mxfp8_quantize(x.astype(np.float64), "fp8_e4m3",
+                                                        direction)  # fmt: skip
+        assert (scales == want_scales).all()
+        assert (data[1:].reshape(m, k) == want.view(np.uint8)).all()
 
 
 # A few of quantize.QUANTIZE_CANDIDATES (the GPU test checks them all), and the smallest

@@ -416,6 +416,7 @@ def test_mxfp8_every_tuning_candidate(monkeypatch, layout):
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
     config.reset()
     rng = rng_for("mxfp8 candidates", layout)
+    monkeypatch.setattr(quantize, "MX_FAST_PATH", False)  # the candidates, not the fast path
     for cfg in quantize.QUANTIZE_CANDIDATES:
         monkeypatch.setattr(quantize, "quantize_config", lambda key, cfg=cfg: cfg)
         kernel = Engine().get(ne.make_key("quantize", dtype="fp8", layout=layout))
@@ -425,6 +426,78 @@ def test_mxfp8_every_tuning_candidate(monkeypatch, layout):
                        lambda shape, k=kernel: _check_mxfp8(k, rng, shape, edges=True))  # fmt: skip
         except AssertionError as exc:
             raise AssertionError(f"{cfg}: {exc}") from exc
+
+
+def _quantize_both_paths(monkeypatch, kernel, x):
+    """The kernel's outputs for ``x`` with the MXFP8 fast path on and off (each output's
+    bytes), and which path each took (the tile function's launch spied on)."""
+    m, k = x.shape
+    calls = []
+    real = quantize.QuantizeKernel._tile_launch
+    monkeypatch.setattr(quantize.QuantizeKernel, "_tile_launch",
+                        lambda self, *a: calls.append(1) or real(self, *a))  # fmt: skip
+    got, took = {}, {}
+    for fast in (True, False):
+        monkeypatch.setattr(quantize, "MX_FAST_PATH", fast)
+        del calls[:]
+        outs = {}
+        for direction in ("rowwise", "columnwise"):
+            if kernel.key.layout in (direction, "both"):
+                outs[f"{direction}_data"] = poisoned((m, k), kernel.key.out_dtype)
+                outs[f"{direction}_scale_inv"] = poisoned_bytes(mxfp8_scale_shape(m, k, direction))
+        kernel(x, **outs)
+        torch.cuda.synchronize()
+        got[fast] = {name: t.view(torch.uint8).clone() for name, t in outs.items()}
+        took[fast] = bool(calls)
+    monkeypatch.setattr(quantize, "MX_FAST_PATH", True)
+    return got, took
+
+
+@pytest.mark.parametrize("layout", ["both", "columnwise"])
+@pytest.mark.parametrize(("in_dtype", "out_dtype"), [("bf16", "fp8_e4m3"), ("fp32", "fp8_e5m2"),
+                                                     ("fp16", "fp8_e4m3")])  # fmt: skip
+def test_mxfp8_fast_path_is_the_quantize_kernel(monkeypatch, in_dtype, out_dtype, layout):
+    """quantize.MX_FAST_PATH: the activation tile kernel with the identity activation gives
+    the quantize kernel's bytes, NaN and inf included (aligned shapes take it, others fall
+    back); both against the reference on the smaller shapes."""
+    kernel = ne.get_kernel("quantize", in_dtype=in_dtype, out_dtype=out_dtype, layout=layout)
+    rng = rng_for("mxfp8 fast", in_dtype, out_dtype, layout)
+    shapes = [(128, 128), (256, 384), (4096, 4096)]
+    if (in_dtype, layout) == ("bf16", "both"):
+        shapes.append((8192, 28672))
+    for m, k in [*shapes, (31, 33), (96, 320), (160, 128)]:
+        x_host = sample((m, k), in_dtype, rng, small_block=32) if m * k < 2**24 else None
+        if x_host is None:
+            x = torch.randn(m, k, device="cuda").to(getattr(torch, ne.DTYPES[in_dtype].torch_name))
+        else:
+            x = to_torch(x_host, in_dtype)
+        x[1 % m, 2 % k], x[40 % m, 3 % k] = float("nan"), float("inf")
+        x[70 % m, 100 % k], x[100 % m, :32] = float("-inf"), float("nan")
+        got, took = _quantize_both_paths(monkeypatch, kernel, x)
+        aligned = m % 128 == 0 and k % 128 == 0
+        assert took == {True: aligned, False: False}, (m, k)
+        for name in got[True]:
+            assert torch.equal(got[True][name], got[False][name]), (m, k, name)
+    for shape in [(128, 128), (256, 384), (31, 33), (96, 320)]:  # against the reference
+        for_shapes([shape], lambda sh: _check_mxfp8(kernel, rng, sh))
+
+
+def test_mxfp8_fast_path_rowwise(monkeypatch):
+    """The rowwise candidate (MX_FAST_ROWWISE, rendered into the key: memory-only engine)
+    gives the quantize kernel's bytes and the reference's."""
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    monkeypatch.setattr(quantize, "MX_FAST_ROWWISE", True)
+    kernel = Engine().get(ne.make_key("quantize", dtype="fp8", layout="rowwise"))
+    assert kernel.artifact.symbols[-1].endswith("_tile")
+    rng = rng_for("mxfp8 fast rowwise")
+    for m, k in [(128, 128), (4096, 4096), (31, 33)]:
+        x = to_torch(sample((m, k), "bf16", rng, small_block=32), "bf16")
+        got, took = _quantize_both_paths(monkeypatch, kernel, x)
+        assert took[True] == (m % 128 == 0 and k % 128 == 0)
+        for name in got[True]:
+            assert torch.equal(got[True][name], got[False][name]), (m, k, name)
+    for_shapes([(256, 384), (96, 320)], lambda sh: _check_mxfp8(kernel, rng, sh, edges=True))
 
 
 def test_mxfp8_both_8192x28672():

@@ -205,7 +205,22 @@ def tile_config(key: KernelKey) -> TileConfig:
     return TileConfig(threads=128, chunks_per_row=16, iters=4, clamp_loads=True)
 
 
-def _fp32_literal(value: float) -> str:
+def tile_render_context(key: KernelKey, cfg: TileConfig) -> dict[str, Any]:
+    """What ``templates/mxfp8_tile.j2`` (the MXFP8 tiled kernel) needs from ``cfg`` beside
+    the op's values: for the activation family's ``tile`` structure and for ``quantize``'s
+    MXFP8 fast path (:mod:`.quantize`, the identity activation)."""
+    vec = 16 // key.input.itemsize
+    split = cfg.split_scales and key.layout == "both"
+    if split and cfg.iters % (32 // vec):
+        raise ValueError(f"split_scales needs iters a multiple of {32 // vec} (the "
+                         f"lanes of a 32-value block), not {cfg}")  # fmt: skip
+    return dict(threads=cfg.threads, chunks_per_row=cfg.chunks_per_row, iters=cfg.iters,
+                col_owner=cfg.col_owner, prefetch=cfg.tiles_per_block > 1, split_scales=split,
+                clamp_loads=cfg.clamp_loads,
+                fp8_words=cfg.fp8_words and key.output.itemsize == 1)  # fmt: skip
+
+
+def fp32_literal(value: float) -> str:
     """A C++ hex float literal holding fp32(value) exactly."""
     (f32,) = struct.unpack("<f", struct.pack("<f", value))
     return f"{f32.hex()}f"
@@ -274,19 +289,10 @@ class ActivationSpec(OpSpec):
             mxfp8=mx,
             rowwise=mx and key.layout in ("rowwise", "both"),
             colwise=mx and key.layout in ("columnwise", "both"),
-            max_norm_rcp=_fp32_literal(1.0 / key.output.max_finite) if mx else "",
+            max_norm_rcp=fp32_literal(1.0 / key.output.max_finite) if mx else "",
         )
         if structure == "tile":
-            cfg = tile_config(key)
-            split = cfg.split_scales and key.layout == "both"
-            if split and cfg.iters % (32 // vec):
-                raise ValueError(f"split_scales needs iters a multiple of {32 // vec} (the "
-                                 f"lanes of a 32-value block), not {cfg}")  # fmt: skip
-            ctx.update(structure="tile", threads=cfg.threads, chunks_per_row=cfg.chunks_per_row,
-                       iters=cfg.iters, col_owner=cfg.col_owner,
-                       prefetch=cfg.tiles_per_block > 1, split_scales=split,
-                       clamp_loads=cfg.clamp_loads,
-                       fp8_words=cfg.fp8_words and key.output.itemsize == 1)  # fmt: skip
+            ctx.update(structure="tile", **tile_render_context(key, tile_config(key)))
         else:
             cfg2 = launch_config(key) if flat else row_config(key)
             if not flat and cfg2.chunk_bytes != 16:

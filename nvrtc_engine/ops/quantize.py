@@ -10,7 +10,9 @@ Part of the cast family (template ``templates/cast.cu.j2``, quantize section).
   the first in the low nibble; columnwise data is the transpose, ``(K, ceil(M/2))`` bytes.
 
 Scale tensors use :mod:`.blockscale`'s padded layouts; the kernel writes zeros into the
-padding. Layouts, formulas and examples: ``docs/cast.md``.
+padding. MXFP8 columnwise / both calls without padding (M and K multiples of 128, aligned
+data) run the activation family's tiled kernel with the identity activation instead, the
+same bytes (:data:`MX_FAST_PATH`). Layouts, formulas and examples: ``docs/cast.md``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..dtypes import DTYPES
 from ..errors import ArgumentError, VariantError
 from ..key import LAYOUTS, arch_number
 from ..plans import Ptr, fast_path
+from .activation import MAX_GRID, TileConfig, fp32_literal, tile_config, tile_render_context
 from .base import FP8, HIGH_PRECISION, HW_FP8_ARCH, OpSpec
 from .blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 from .cast_common import CastKernelBase, aligned16, ceil_div, validate_sets
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HW_FP4_ARCHS",
+    "MX_FAST_PATH",
+    "MX_FAST_ROWWISE",
     "QUANTIZE_CANDIDATES",
     "QUANTIZE_SPEC",
     "QuantizeConfig",
@@ -41,6 +46,7 @@ __all__ = [
     "QuantizeResult",
     "QuantizeSpec",
     "hardware_fp4",
+    "mx_tile_config",
     "quantize_config",
 ]
 
@@ -56,6 +62,20 @@ PAD_MAX_BLOCKS = 64
 _REFS = tuple((i, Ptr(i)) for i in range(7))
 _AMAX_REFS = ((0, Ptr(0)), (2, Ptr(7)))
 _FINAL_REFS = ((0, Ptr(7)), (2, Ptr(5)))
+# The MXFP8 fast path's kernel (the activation tile kernel's parameters: x, grad, y, y_col,
+# s_row, s_col, ...): x, rowwise data, columnwise data, rowwise scales, columnwise scales.
+_TILE_REFS = ((0, Ptr(0)), (2, Ptr(1)), (3, Ptr(3)), (4, Ptr(2)), (5, Ptr(4)))
+
+# MXFP8 fast path (docs/cast.md): keys with a ``_tile`` function (MXFP8 columnwise and both;
+# rowwise too with MX_FAST_ROWWISE) run the activation family's tiled kernel with the
+# identity activation (templates/mxfp8_tile.j2) for calls with M % 128 == 0, K % 128 == 0
+# and 16-byte aligned data; other calls, and every call with MX_FAST_PATH = False, the
+# quantize kernel. Same bytes either way (tests/test_cast_emulated.py, tests/test_gpu_cast.py).
+# Read per call (launch plans key on it); MX_FAST_ROWWISE is read when a key is rendered
+# (so it changes the source: tuning scripts set it with the disk cache off).
+MX_FAST_PATH = True
+MX_FAST_ROWWISE = False
+MX_FAST_ALIGN = 128  # M and K multiples of this: the scale tensors have no padding
 
 
 @dataclass(frozen=True)
@@ -121,6 +141,17 @@ def quantize_config(key: KernelKey) -> QuantizeConfig:
     return QuantizeConfig()
 
 
+def mx_tile_config(key: KernelKey) -> TileConfig | None:
+    """The MXFP8 fast path's tiled-kernel configuration for ``key`` (the activation family's
+    :func:`~nvrtc_engine.ops.activation.tile_config`), or None: no fast path (NVFP4, and
+    MXFP8 rowwise unless :data:`MX_FAST_ROWWISE`, a compiled-in K not a multiple of 128)."""
+    if key.scaling != "mxfp8" or (key.layout == "rowwise" and not MX_FAST_ROWWISE):
+        return None
+    if key.hidden_size is not None and key.hidden_size % MX_FAST_ALIGN:
+        return None  # no call could take it
+    return tile_config(key)
+
+
 def hardware_fp4(arch: str) -> bool:
     """Whether kernels for ``arch`` use the hardware E2M1 conversion."""
     return arch[-1] in "af" and arch_number(arch) in HW_FP4_ARCHS
@@ -153,7 +184,9 @@ class QuantizeSpec(OpSpec):
 
     def symbols(self, key: KernelKey) -> tuple[str, ...]:
         main = str(key)
-        return (main, f"{main}_amax", f"{main}_amax_final") if key.scaling == "nvfp4" else (main,)
+        if key.scaling == "nvfp4":
+            return (main, f"{main}_amax", f"{main}_amax_final")
+        return (main, f"{main}_tile") if mx_tile_config(key) is not None else (main,)
 
     def render_context(self, key: KernelKey) -> dict[str, Any]:
         ctx = super().render_context(key)
@@ -170,6 +203,14 @@ class QuantizeSpec(OpSpec):
             hw_fp4=fp4 and hardware_fp4(key.arch), max_norm=f"{key.output.max_finite:.1f}",
             soft_fp8=soft, cuda_headers=soft,
         )  # fmt: skip
+        tile = mx_tile_config(key)
+        ctx.update(mx_tile=tile is not None)
+        if tile is not None:  # the activation template's context for the identity op
+            ctx.update(
+                kind="act", gated=False, bwd=False, vec=16 // key.input.itemsize,
+                max_norm_rcp=fp32_literal(1.0 / key.output.max_finite),
+                **tile_render_context(key, tile),
+            )  # fmt: skip
         return ctx
 
     def kernel_class(self) -> type[Kernel]:
@@ -232,6 +273,7 @@ class QuantizeKernel(CastKernelBase):
     _params = driver.ParamPack("PPPPPPPqqqqqqqi")
     _amax_params = driver.ParamPack("PqPi")
     _final_params = driver.ParamPack("PiP")
+    _tile_params = driver.ParamPack("PPPPPPqqqqPPPfffi")  # the activation tile kernel's
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -243,6 +285,7 @@ class QuantizeKernel(CastKernelBase):
         self._colwise = key.layout in ("columnwise", "both")
         self._shape_fn = nvfp4_scale_shape if self._fp4 else mxfp8_scale_shape
         self._cfg = quantize_config(key)
+        self._tile = None if self._fp4 else mx_tile_config(key)
 
     def _data_shape(self, m: int, k: int, direction: str) -> tuple[int, int]:
         if not self._fp4:
@@ -257,7 +300,8 @@ class QuantizeKernel(CastKernelBase):
     ) -> QuantizeResult:  # fmt: skip
         args = (x, rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv, amax,
                 scale_inv, workspace)  # fmt: skip
-        done, plan_key = self._fast(args, (), stream, bool(compute_amax))
+        extra = bool(compute_amax) if self._tile is None else (bool(compute_amax), MX_FAST_PATH)
+        done, plan_key = self._fast(args, (), stream, extra)
         if done is not None:
             return QuantizeResult(done[1], done[2], done[3], done[4], done[5], done[6])
         key = self.key
@@ -318,7 +362,9 @@ class QuantizeKernel(CastKernelBase):
         threads, (tile_rows, tile_cols) = self._cfg.threads, self._cfg.tile
         tiles = ceil_div(m, tile_rows) * ceil_div(k, tile_cols)
         pad_blocks = min(ceil_div(pad_items, threads), PAD_MAX_BLOCKS)
-        if tiles + pad_blocks:
+        if self._tile_fits(xa.ptr, ptrs, pads, m, k):
+            launches.append(self._tile_launch(xa.ptr, ptrs, pads, m, k))
+        elif tiles + pad_blocks:
             vec = self._vec(xa.ptr, ptrs, m, k)
             values = (
                 xa.ptr, *ptrs["rowwise"], *ptrs["columnwise"], amax_ptr, scale_inv_ptr, m, k,
@@ -333,6 +379,34 @@ class QuantizeKernel(CastKernelBase):
                          ws_ptr)  # fmt: skip
             self._submit(plan_key, args, tensors, addresses, (), stream, xa, launches)
         return res
+
+    def _tile_fits(self, x_ptr: int, ptrs: dict[str, list[int]],
+                   pads: dict[str, tuple[int, int]], m: int, k: int) -> bool:  # fmt: skip
+        """Whether this call takes the MXFP8 fast path (see :data:`MX_FAST_PATH`): the key has
+        the tile function, the switch is on, no scale padding (M, K multiples of 128, so
+        the padded scale tensors are exactly (M, K/32) and (M/32, K)), aligned data."""
+        if self._tile is None or not MX_FAST_PATH or m <= 0 or k <= 0:
+            return False
+        if m % MX_FAST_ALIGN or k % MX_FAST_ALIGN:
+            return False
+        for direction, (rows, cols) in (("rowwise", (m, k // 32)), ("columnwise", (m // 32, k))):
+            if ptrs[direction][0] and pads[direction] != (rows, cols):
+                return False  # cannot happen for M, K multiples of 128; checked all the same
+        return aligned16(x_ptr, ptrs["rowwise"][0], ptrs["columnwise"][0])
+
+    def _tile_launch(self, x_ptr: int, ptrs: dict[str, list[int]],
+                     pads: dict[str, tuple[int, int]], m: int, k: int) -> LaunchSpec:  # fmt: skip
+        """The fast path's launch: function 1 (``<key>_tile``), the activation tile kernel's
+        grid (one pass over the 32-row tiles, ``tiles_per_block`` tiles per block)."""
+        cfg = self._tile
+        assert cfg is not None
+        tile_cols = cfg.tile_cols(16 // self._in.itemsize)
+        tiles = ceil_div(m, cfg.tile_rows()) * ceil_div(k, tile_cols)
+        grid = max(1, min(ceil_div(tiles, cfg.tiles_per_block), MAX_GRID))
+        (yr, sr), (yc, sc) = ptrs["rowwise"], ptrs["columnwise"]
+        values = (x_ptr, 0, yr, yc, sr, sc, m, k, pads["rowwise"][1], pads["columnwise"][1],
+                  0, 0, 0, 0.0, 0.0, 0.0, 1)  # fmt: skip
+        return (1, grid, cfg.threads, self._tile_params, values, _TILE_REFS)
 
     def _vec(self, x_ptr: int, ptrs: dict[str, list[int]], m: int, k: int) -> bool:
         """16-byte accesses: aligned pointers and rows (NVFP4 data rows of K/2 bytes take

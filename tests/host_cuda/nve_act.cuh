@@ -6,6 +6,8 @@
 namespace nve {
 
 inline float sigmoidf(float z) { return 1.f / (1.f + std::exp(-z)); }
+inline float identity(float x) { return x; }
+inline float didentity(float) { return 1.f; }
 constexpr float kGeluK = 0.7978845608028654f, kGeluC = 0.044715f, kQgeluAlpha = 1.702f;
 
 inline float gelu(float x) { return x * sigmoidf(2.f * kGeluK * (x + kGeluC * x * x * x)); }

@@ -80,4 +80,15 @@ struct convert_n {
   }
 };
 
+// N FP8 values as N / 4 32-bit words, the bytes of the byte array in order.
+template <typename T, int N>
+inline void convert_fp8_words(const float (&f)[N], unsigned int (&w)[N / 4]) {
+  static_assert(N % 4 == 0, "whole words");
+  for (int k = 0; k < N / 4; ++k) {
+    const unsigned int lo = T::store2(f[4 * k], f[4 * k + 1]);
+    const unsigned int hi = T::store2(f[4 * k + 2], f[4 * k + 3]);
+    w[k] = lo | (hi << 16);
+  }
+}
+
 }  // namespace nve
