@@ -5,6 +5,8 @@ partial last tile mix both paths in one launch; outputs are poisoned before each
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -27,7 +29,9 @@ PAIRS = [("bf16", "fp8_e4m3"), ("fp32", "bf16"), ("fp16", "fp8_e5m2"), ("bf16", 
 
 
 def rng_for(*key):
-    return np.random.default_rng(abs(hash(key)) % 2**32)
+    """A generator seeded from ``key`` the same way in every process (``hash`` of a string
+    differs between processes)."""
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
 
 
 def for_shapes(shapes, check):
@@ -218,8 +222,10 @@ def test_gated_dact_cast_transpose(op, in_dtype, out_dtype):
 def test_every_load_group_gives_the_same_bytes(monkeypatch, op):
     """``TileConfig.load_group`` (compiled in memory, the key does not see it) changes only
     when chunks are loaded: q, qt, amax and dbias are the same bytes as with all chunks at
-    once (load_group 0), on edge-only, mixed and full-tile shapes; each also against the
-    reference."""
+    once (load_group 0) of the same block size, on edge-only, mixed and full-tile shapes;
+    each also against the reference. Across block sizes q, qt and amax are the same bytes;
+    dbias is not compared there: the column sums add rows in another grouping (fp32
+    rounding, each order fixed and within the reference's tolerance)."""
     from nvrtc_engine.ops import cast
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
@@ -234,6 +240,7 @@ def test_every_load_group_gives_the_same_bytes(monkeypatch, op):
         inputs.append((to_torch(g, "bf16"), to_torch(a, "bf16") if gated or dact else None))
     first = None
     for threads, blocks, groups in [(128, 2, [0, 1, 2, 4]), (256, 4, [0, 1, 2])]:
+        same_threads = None
         for group in groups:
             cfg = cast.TileConfig(threads, 128, 128, 16, blocks, group)
             monkeypatch.setattr(cast, "tile_config", lambda key, cfg=cfg: cfg)
@@ -256,7 +263,10 @@ def test_every_load_group_gives_the_same_bytes(monkeypatch, op):
                             for t in (out, out_t, kw["amax"], kw.get("dbias", out))])  # fmt: skip
             if first is None:
                 first = got
-            assert got == first, f"{cfg}: bytes differ from load_group 0"
+            if same_threads is None:
+                same_threads = got
+            assert got == same_threads, f"{cfg}: bytes differ from load_group 0"
+            assert [g[:3] for g in got] == [f[:3] for f in first], f"{cfg}: q, qt or amax"
             for_shapes([(300, 1024)], lambda shape, k=kernel: _run_cast_transpose(k, rng, shape))
 
 

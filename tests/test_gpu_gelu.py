@@ -4,6 +4,7 @@ tails, torch and CuPy arrays, streams, graphs, and errors raised before launch."
 from __future__ import annotations
 
 import itertools
+import zlib
 
 import numpy as np
 import pytest
@@ -53,7 +54,7 @@ def run_and_check(kernel, x_host, out_dtype, *, x=None, out=None, scale=None, st
 @pytest.mark.parametrize(("in_dtype", "out_dtype"), list(itertools.product(IN, OUT)))
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_every_dtype_pair_and_shape(in_dtype, out_dtype, shape):
-    rng = np.random.default_rng(abs(hash((in_dtype, out_dtype, shape))) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(repr((in_dtype, out_dtype, shape)).encode()))
     kernel = ne.get_kernel("gelu", in_dtype=in_dtype, out_dtype=out_dtype)
     x_host = reference.sample_input(shape, in_dtype, rng)
     scale = float(np.float32(rng.uniform(0.5, 8.0))) if kernel.key.scaling == "tensor" else None
