@@ -218,36 +218,30 @@ def norm_tuning_section() -> str | None:
     d = load("norm_tuning")
     if d is None:
         return None
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in d["rows"]:
+        groups.setdefault((r["norm"], r["hidden"], r["direction"], r["out"]), []).append(r)
     rows = []
-    for (nm, h, direction, out, grid), tag, r in _best_and_default(
-        d["rows"],
-        lambda r: (
-            r["norm"],
-            r["hidden"],
-            r["direction"],
-            r["out"],
-            r["grid"] if r["direction"] == "fwd" else "-",
-        ),
-        "pct",
-    ):
-        if tag != "best":
-            continue
-        rows.append([nm, h, direction, out, grid, f"w{r['warps']} r{r['rows']} j{r['iters']}",
-                     f"{r['pct']:.1f}%"])  # fmt: skip
+    for (nm, h, direction, out), rs in sorted(groups.items()):
+        best = max(rs, key=lambda r: r["pct"])
+        default = next((r for r in rs if r.get("default")), None)
+        rows.append([
+            nm, h, direction, out, f"`{best['config']}` {best.get('host') or ''}".strip(),
+            f"{best['pct']:.1f}%",
+            "-" if default is None else f"`{default['config']}`",
+            "-" if default is None else f"{default['pct']:.1f}%",
+        ])  # fmt: skip
     return "\n\n".join([
         "## Norm launch configuration",
         source(d, "norm_tuning.py"),
-        "Best register layout (warps per row w, rows per CTA r, 16-byte accesses per thread j) "
-        "per case, bf16 input, 16384 rows; forward with a persistent grid and with one CTA per "
-        "row group (the default now), backward with its best number of CTAs per SM; % of the "
-        "device copy bandwidth (x, z forward; x, dz, dx backward). This file is the second "
-        "sweep, taken with two changes under test: the forward held x as stored (16-bit) "
-        "instead of fp32, since reverted (it read 1-7% slower for FP8 outputs than the first "
-        "sweep, within noise for bf16), and the backward prefetched the next row (kept: +1-5% "
-        "at H = 4096 and 8192; at H = 14336 the only layout tried, w14 j4 without a cluster, "
-        "spilled registers, which the register estimate now rules out; the default there is a "
-        "2-CTA cluster).",
-        md_table(["norm", "H", "pass", "output", "grid", "layout", "% of copy"], rows),
+        "Every candidate layout and code switch per case (bf16 input; N = 16384, N = 2048 at "
+        "H = 65536; % of the device copy bandwidth counting x and z forward, x, dz and dx "
+        "backward): the best one and the default the library picks (docs/norms.md: the "
+        "configuration tag reads w warps per row, r rows per CTA, v elements per access, j "
+        "accesses per thread, c CTAs per row, then the switches; `loop` is the general "
+        "algorithm with H compiled in).",
+        md_table(["norm", "H", "pass", "output", "best", "% of copy", "default", "% of copy"],
+                 rows),
     ])  # fmt: skip
 
 
@@ -412,12 +406,19 @@ def norm_section() -> str | None:
     rows = [[r["norm"], r["case"], f"{r['tokens']}x{r['hidden']}", r["impl"],
              f"{r['ms'] * 1e3:.0f}", f"{r['gbps']:.0f}", _pct(r.get("pct_of_copy"))]
             for r in d["rows"] if r.get("ms") is not None]  # fmt: skip
+    compiled = any(r["impl"] == "torch.compile" for r in d["rows"])
     return "\n\n".join(
         [
             "## Normalization family",
-            source(d, "norm_bandwidth.py --no-compile --repeat=20"),
-            f"bf16; device copy **{d['copy_gbps']:.0f} GB/s**; torch.compile not measured in this "
-            "run (device time). Forward counts x read and z written once (plus gamma/beta); "
+            source(
+                d,
+                "norm_bandwidth.py --repeat=20"
+                if compiled
+                else "norm_bandwidth.py --no-compile --repeat=20",
+            ),
+            f"bf16; device copy **{d['copy_gbps']:.0f} GB/s**"
+            + ("" if compiled else "; torch.compile not measured in this run (device time)")
+            + ". Forward counts x read and z written once (plus gamma/beta); "
             "backward x and dz read and dx written once. Targets (issue 4): forward >= 90% of copy "
             "at H >= 4096 and never below torch.compile; backward >= 75%.",
             md_table(["norm", "case", "N x H", "implementation", "us", "GB/s", "% of copy"], rows),
@@ -441,14 +442,24 @@ def cast_section() -> str | None:
         for r in d["kernels"]
         if r.get("ms") is not None
     ]
+    compiled = any(r["impl"] == "torch.compile" for r in d["kernels"])
+    speedups = {(r["shape"], r["case"]): r.get("x_vs_compile")
+                for r in d["kernels"] if r["impl"] == "nvrtc_engine"}  # fmt: skip
+    for row in rows:
+        x = speedups.get((row[0], row[1])) if row[2] == "nvrtc_engine" else None
+        row.append("-" if x is None else f"{x:.2f}x")
     return "\n\n".join(
         [
             "## Cast / transpose family",
-            source(d, "cast_bandwidth.py --no-compile"),
-            f"bf16 input; device copy **{d['copy_gbps']:.0f} GB/s**; torch.compile not measured in "
-            "this run (device time). Targets (issue 5): cast >= 90%, cast-transpose >= 85%, MXFP8 "
-            "both >= 80% of copy.",
-            md_table(["shape", "case", "implementation", "us", "GB/s", "% of copy"], rows),
+            source(d, "cast_bandwidth.py" if compiled else "cast_bandwidth.py --no-compile"),
+            f"bf16 input; device copy **{d['copy_gbps']:.0f} GB/s**"
+            + ("" if compiled else "; torch.compile not measured in this run (device time)")
+            + ". Targets (issue 5): cast >= 90%, cast-transpose >= 85%, MXFP8 both >= 80% of "
+            "copy; at least 2x torch.compile where torch.compile re-reads the input.",
+            md_table(
+                ["shape", "case", "implementation", "us", "GB/s", "% of copy", "x torch.compile"],
+                rows,
+            ),
         ]
     )
 
