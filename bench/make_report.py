@@ -523,7 +523,8 @@ def fanout_section() -> str | None:
 
 
 def bandwidth_plot() -> str | None:
-    """docs/img/bandwidth.png: each family's kernels beside copy and the PyTorch baselines."""
+    """docs/img/bandwidth.png: each family's kernels beside copy and the PyTorch baselines
+    (eager and, where the run measured it, torch.compile)."""
     try:
         import matplotlib
 
@@ -531,53 +532,71 @@ def bandwidth_plot() -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    bars: list[tuple[str, float, float | None]] = []  # label, engine % of copy, eager %
+    # label, engine % of copy, eager %, torch.compile %
+    bars: list[tuple[str, float, float | None, float | None]] = []
+
+    def pct(gbps: float | None, copy: float) -> float | None:
+        return None if gbps is None else 100 * gbps / copy
+
     act = load("activation_bandwidth")
     if act:
+        copy = act["copy_gbps"]
         for r in act["rows"]:
             if r["op"] in ("gelu", "swiglu", "dgelu", "dswiglu"):
-                eager = r.get("eager_gbps")
                 bars.append(
                     (
                         f"{r['op']} {r['output']}",
-                        100 * r["engine_gbps"] / act["copy_gbps"],
-                        None if eager is None else 100 * eager / act["copy_gbps"],
+                        100 * r["engine_gbps"] / copy,
+                        pct(r.get("eager_gbps"), copy),
+                        pct(r.get("compile_gbps"), copy),
                     )
                 )
     norm = load("norm_bandwidth")
     if norm:
         for r in norm["rows"]:
             if r["hidden"] == 8192 and r["impl"] == "nvrtc_engine specialized":
-                eager = next((q for q in norm["rows"] if q["impl"] == "torch eager" and
-                              (q["norm"], q["case"], q["hidden"]) == (r["norm"], r["case"], 8192)),
-                             None)  # fmt: skip
+                same = {
+                    q["impl"]: q["pct_of_copy"]
+                    for q in norm["rows"]
+                    if (q["norm"], q["case"], q["hidden"]) == (r["norm"], r["case"], 8192)
+                }
                 bars.append(
                     (
                         f"{r['norm']} {r['case']} H=8192",
                         r["pct_of_copy"],
-                        eager["pct_of_copy"] if eager else None,
+                        same.get("torch eager"),
+                        same.get("torch.compile"),
                     )
                 )
     cast = load("cast_bandwidth")
     if cast:
         for r in cast["kernels"]:
             if r["shape"] == "16384x8192" and r["impl"] == "nvrtc_engine":
-                eager = next(
+                same = {
+                    q["impl"]: q["pct_of_copy"]
+                    for q in cast["kernels"]
+                    if (q["shape"], q["case"]) == (r["shape"], r["case"])
+                }
+                bars.append(
                     (
-                        q
-                        for q in cast["kernels"]
-                        if q["impl"] == "torch eager"
-                        and (q["shape"], q["case"]) == (r["shape"], r["case"])
-                    ),
-                    None,
+                        r["case"],
+                        r["pct_of_copy"],
+                        same.get("torch eager"),
+                        same.get("torch.compile"),
+                    )
                 )
-                bars.append((r["case"], r["pct_of_copy"], eager["pct_of_copy"] if eager else None))
     if not bars:
         return None
-    fig, ax = plt.subplots(figsize=(10, 0.32 * len(bars) + 1.5))
+    fig, ax = plt.subplots(figsize=(10, 0.42 * len(bars) + 1.5))
     y = range(len(bars))
-    ax.barh([i + 0.2 for i in y], [b[1] for b in bars], height=0.4, label="nvrtc_engine")
-    ax.barh([i - 0.2 for i in y], [b[2] or 0 for b in bars], height=0.4, label="torch eager")
+    ax.barh([i - 0.27 for i in y], [b[1] for b in bars], height=0.27, label="nvrtc_engine")
+    ax.barh(
+        [i for i in y],
+        [b[3] or 0 for b in bars],
+        height=0.27,
+        label="torch.compile (0: not measured)",
+    )
+    ax.barh([i + 0.27 for i in y], [b[2] or 0 for b in bars], height=0.27, label="torch eager")
     ax.axvline(100, color="black", linestyle="--", label="device copy")
     ax.set_yticks(list(y), [b[0] for b in bars], fontsize=7)
     ax.invert_yaxis()
