@@ -1,0 +1,87 @@
+"""SASS of an nvrtc_engine kernel, compiled here (no GPU needed), with an opcode histogram.
+
+    python bench/sass.py OP [field=value ...] [--all]
+
+e.g. ``python bench/sass.py gelu dtype=fp8 scaling=mxfp8 layout=rowwise hidden_size=8192``
+prints the kernel's registers, shared memory and stack (``cuobjdump -res-usage``) and the
+count of each opcode per function of the cubin (arch sm_90 unless ``arch=`` says otherwise);
+``--all`` adds the whole disassembly. Fields are get_kernel's. Needs ``cuobjdump``: the one
+named by $CUOBJDUMP, else on PATH (a CUDA toolkit), else the one Triton's wheel carries
+(``triton/backends/nvidia/bin``). Used to count the instructions per element of a kernel
+before spending GPU time (docs/activations.md, "Kernels").
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def cuobjdump() -> str:
+    """Path of a cuobjdump, or exit with a message."""
+    found = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
+    if not found:
+        try:
+            import triton
+
+            candidate = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+            found = str(candidate) if candidate.exists() else None
+        except ImportError:
+            found = None
+    if not found:
+        sys.exit("no cuobjdump: set CUOBJDUMP, install a CUDA toolkit, or pip install triton")
+    return found
+
+
+def parse_fields(args: list[str]) -> dict[str, object]:
+    fields: dict[str, object] = {}
+    for a in args:
+        name, _, value = a.partition("=")
+        fields[name] = int(value) if value.isdigit() else (None if value == "None" else value)
+    fields.setdefault("arch", "sm_90")
+    return fields
+
+
+def main() -> int:
+    args = [a for a in sys.argv[1:] if a != "--all"]
+    if not args:
+        sys.exit(__doc__)
+    import nvrtc_engine as ne
+
+    tool = cuobjdump()
+    kernel = ne.get_kernel(args[0], **parse_fields(args[1:]))
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.artifact.image)
+        f.flush()
+        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout  # fmt: skip
+        res = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True,
+                             check=True).stdout  # fmt: skip
+    print(kernel.name)
+    print(res.strip())
+    func = None
+    counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for line in sass.splitlines():
+        m = re.match(r"\s*Function : (\S+)", line)
+        if m:
+            func = m.group(1)
+            continue
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        if m and func:
+            counts[func][m.group(2).split(".")[0]] += 1
+    for func, c in counts.items():
+        print(f"== {func}: {sum(c.values())} instructions")
+        print("  " + ", ".join(f"{op} {n}" for op, n in c.most_common()))
+    if "--all" in sys.argv:
+        print(sass)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
