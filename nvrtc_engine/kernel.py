@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import driver
-from .errors import ArgumentError
+from .errors import ArgumentError, NoDeviceError
 from .interop import Array, allocate_like, as_array, stream_handle
 from .key import arch_number
 from .plans import NO_PLAN, LaunchPlan, LaunchSpec, fast_path
@@ -262,3 +262,8 @@ def _device_of(a: Array, name: str) -> int:
         return driver.pointer_device(a.ptr)
     except ValueError as exc:
         raise ArgumentError(name, str(exc)) from None
+    except NoDeviceError as exc:  # the first question a call asks the driver
+        raise NoDeviceError(
+            f"running a kernel needs a CUDA device, and {name} cannot be placed on one: {exc} "
+            "(compiling and caching work without one: get_kernel(..., arch='sm_90'), prewarm)"
+        ) from None

@@ -90,3 +90,19 @@ def test_out_required_when_input_library_cannot_allocate(bf16_kernel, monkeypatc
 def test_not_an_array(bf16_kernel):
     with pytest.raises(ArgumentTypeError, match="x: expected a CUDA array"):
         bf16_kernel("not an array")
+
+
+def test_a_call_without_a_device_says_running_needs_one(monkeypatch):
+    """On a machine without a GPU a kernel call fails at its first driver question (which
+    device holds the array) with a NoDeviceError that says a call needs a device and that
+    compiling does not."""
+    from nvrtc_engine import driver
+    from nvrtc_engine.kernel import _device_of
+
+    def no_driver(ptr):
+        raise ne.NoDeviceError("no usable CUDA driver or device")
+
+    monkeypatch.setattr(driver, "pointer_device", no_driver)
+    array = type("A", (), {"ptr": 0x7F0000000000})()
+    with pytest.raises(ne.NoDeviceError, match="running a kernel needs a CUDA device, and x "):
+        _device_of(array, "x")
