@@ -8,6 +8,7 @@ unreadable variant file, a refused bundle, ...), with a message on stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -194,6 +195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except BrokenPipeError:  # output piped into a reader that stopped (``| head``)
+        import os
+
+        # stdout is gone: point it at /dev/null so the interpreter's final flush is quiet
+        with contextlib.suppress(OSError, ValueError):  # (no file descriptor: nothing to do)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (NvrtcEngineError, ValueError, OSError) as exc:
         print(f"nvrtc-engine: error: {exc}", file=sys.stderr)
         return 2

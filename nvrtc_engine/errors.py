@@ -70,9 +70,9 @@ class VariantError(NvrtcEngineError, ValueError):
         allowed_text = (
             ", ".join(map(str, allowed)) if isinstance(allowed, (list, tuple)) else str(allowed)
         )
-        message = f"{field}={value!r} is not allowed; allowed: {allowed_text}"
-        if hint:
-            message += f" ({hint})"
+        # the hint first: the list of allowed values can be long (every op)
+        message = f"{field}={value!r} is not allowed" + (f" ({hint})" if hint else "")
+        message += f"; allowed: {allowed_text}"
         super().__init__(message)
         self.field = field
         self.value = repr(value)

@@ -177,3 +177,18 @@ def test_malformed_environment_is_one_error_for_prewarm(monkeypatch, capsys, tmp
     assert "NVRTC_ENGINE_WORKERS" in capsys.readouterr().err
     monkeypatch.delenv("NVRTC_ENGINE_WORKERS")  # before the cache fixture reads it again
     monkeypatch.setattr(config, "_current", None)
+
+
+def test_output_into_a_closed_pipe_is_not_an_error(monkeypatch):
+    """``nvrtc-engine cache list | head``: the reader stops early; exit 0, no error line."""
+    from nvrtc_engine import cli
+
+    parser = cli.build_parser()
+
+    def closed(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    real = parser.parse_args
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(parser, "parse_args", lambda argv: real(argv).__class__(func=closed))
+    assert cli.main(["cache", "info"]) == 0
