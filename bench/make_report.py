@@ -218,13 +218,15 @@ def norm_tuning_section() -> str | None:
     d = load("norm_tuning")
     if d is None:
         return None
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in d["rows"]:
-        groups.setdefault((r["norm"], r["hidden"], r["direction"], r["out"]), []).append(r)
+    table: dict[tuple, dict[str, dict[str, Any]]] = {}  # case -> {"best": row, "default": row}
+    for case, tag, r in _best_and_default(
+        d["rows"], lambda r: (r["norm"], r["hidden"], r["direction"], r["out"]), "pct"
+    ):
+        table.setdefault(case, {})[tag] = r
     rows = []
-    for (nm, h, direction, out), rs in sorted(groups.items()):
-        best = max(rs, key=lambda r: r["pct"])
-        default = next((r for r in rs if r.get("default")), None)
+    for (nm, h, direction, out), chosen in sorted(table.items()):
+        best = chosen["best"]
+        default = chosen.get("default", best if best.get("default") else None)
         rows.append([
             nm, h, direction, out, f"`{best['config']}` {best.get('host') or ''}".strip(),
             f"{best['pct']:.1f}%",
@@ -236,7 +238,8 @@ def norm_tuning_section() -> str | None:
         source(d, "norm_tuning.py"),
         "Every candidate layout and code switch per case (bf16 input; N = 16384, N = 2048 at "
         "H = 65536; % of the device copy bandwidth counting x and z forward, x, dz and dx "
-        "backward): the best one and the default the library picks (docs/norms.md: the "
+        "backward): the best one and the default when the sweep ran (since then `norm.TUNED` "
+        "takes more winners: docs/norms.md; the "
         "configuration tag reads w warps per row, r rows per CTA, v elements per access, j "
         "accesses per thread, c CTAs per row, then the switches; `loop` is the general "
         "algorithm with H compiled in).",
