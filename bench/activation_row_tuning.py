@@ -27,7 +27,6 @@ import statistics
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -57,7 +56,6 @@ def main() -> int:
 
     import nvrtc_engine as ne
     import nvrtc_engine.ops.activation as activation
-    from nvrtc_engine.engine import Engine
 
     copy = common.copy_bandwidth_gbps()
     chosen = activation.row_config
@@ -80,18 +78,7 @@ def main() -> int:
                 configs += [activation.LaunchConfig(t, u, fp8_words=False) for t, u in BYTES]
             variants = list(itertools.product(configs, (None, args.hidden)))
 
-            def build(variant, op=op, fields=fields):
-                config, hidden_size = variant
-                local.config = config
-                engine = Engine()  # a fresh memory cache: the configuration is rendered anew
-                try:
-                    kernel = engine.get(ne.make_key(op, hidden_size=hidden_size, **fields))
-                except Exception as exc:  # a configuration that does not compile
-                    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-                return kernel
-
-            with ThreadPoolExecutor(workers) as pool:
-                built = list(pool.map(build, variants))
+            built = tt.compile_variants(op, fields, variants, local, workers)
             calls = {}
             for (config, hidden_size), kernel in zip(variants, built, strict=True):
                 row = {"op": op, "output": output, "threads": config.threads,
@@ -103,16 +90,9 @@ def main() -> int:
                 if isinstance(kernel, str):
                     row["error"] = kernel
                     continue
-                try:
-
-                    def get(*_, kernel=kernel, **__):
-                        return kernel
-
-                    fn = ab.engine_call(op, output, inputs, shape, get_kernel=get)
-                    fn()  # load the module and launch once
-                    torch.cuda.synchronize()
-                except Exception as exc:  # a configuration that does not launch
-                    row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                fn = tt.launcher(op, output, inputs, shape, kernel)
+                if isinstance(fn, str):
+                    row["error"] = fn
                     continue
                 calls[len(rows) - 1] = fn
             for _ in range(args.rounds):

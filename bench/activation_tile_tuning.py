@@ -27,7 +27,10 @@ import argparse
 import itertools
 import os
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # Variants differ by monkeypatched configurations that neither the key nor the key index's
@@ -83,6 +86,50 @@ def ranked(rows: list[dict], keep: int) -> list[dict]:
     return shown
 
 
+def error_text(exc: BaseException) -> str:
+    """A variant's failure, one line."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+
+
+def compile_variants(
+    op: str, fields: dict, variants: list, local: threading.local, workers: int
+) -> list[Any]:
+    """Each ``(config, hidden_size)`` of ``variants`` compiled in memory, ``workers`` threads
+    at once: the sweep patches the module's config function to return ``local.config``, which
+    each thread sets before its compile, and a fresh Engine renders the configuration anew.
+    The kernel, or the error text of a variant that does not compile."""
+    import nvrtc_engine as ne
+    from nvrtc_engine.engine import Engine
+
+    def build(variant: tuple) -> Any:
+        config, hidden_size = variant
+        local.config = config
+        try:
+            return Engine().get(ne.make_key(op, hidden_size=hidden_size, **fields))
+        except Exception as exc:  # a configuration that does not compile
+            return error_text(exc)
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(build, variants))
+
+
+def launcher(op: str, output: str, inputs: tuple, shape: tuple, kernel: Any) -> Any:
+    """A no-argument launch of ``kernel`` on the case's inputs (activation_bandwidth's
+    engine_call), run once; or the error text of a kernel that does not launch."""
+    import torch
+
+    def get(*_: Any, **__: Any) -> Any:
+        return kernel
+
+    try:
+        fn = ab.engine_call(op, output, inputs, shape, get_kernel=get)
+        fn()  # load the module and launch once
+        torch.cuda.synchronize()
+    except Exception as exc:  # a configuration that does not launch
+        return error_text(exc)
+    return fn
+
+
 def switch_summary(rows: list[dict], label) -> None:
     """Per case and switch setting (``label(row)``): the best measured % of copy and the
     configuration that reached it, so each switch's effect shows beside the ranking."""
@@ -103,14 +150,10 @@ def switch_summary(rows: list[dict], label) -> None:
 
 def main() -> int:
     args = parse_args(__doc__)
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-
     import torch
 
     import nvrtc_engine as ne
     import nvrtc_engine.ops.activation as activation
-    from nvrtc_engine.engine import Engine
 
     copy = common.copy_bandwidth_gbps()
     chosen = activation.tile_config
@@ -134,16 +177,7 @@ def main() -> int:
             configs += [activation.TileConfig(*s, fp8_words=False) for s in BYTES]
             variants = list(itertools.product(configs, (None, args.hidden)))
 
-            def build(variant, op=op, fields=fields):
-                config, hidden_size = variant
-                local.config = config
-                try:  # a fresh memory cache: the new shape is rendered anew
-                    return Engine().get(ne.make_key(op, hidden_size=hidden_size, **fields))
-                except Exception as exc:  # a shape that does not compile
-                    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-
-            with ThreadPoolExecutor(8) as pool:
-                built = list(pool.map(build, variants))
+            built = compile_variants(op, fields, variants, local, 8)
             for (config, hidden_size), kernel in zip(variants, built, strict=True):
                 row = {"op": op, "output": output, "threads": config.threads,
                        "chunks_per_row": config.chunks_per_row, "iters": config.iters,
@@ -158,15 +192,11 @@ def main() -> int:
                     row["error"] = kernel
                     continue
 
-                def get(*_, kernel=kernel, **__):
-                    return kernel
-
-                try:
-                    fn = ab.engine_call(op, output, inputs, shape, get_kernel=get)
-                    ms = common.cuda_time_ms(fn, repeat=args.repeat)
-                except Exception as exc:  # a shape that does not launch
-                    row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                fn = launcher(op, output, inputs, shape, kernel)
+                if isinstance(fn, str):
+                    row["error"] = fn
                     continue
+                ms = common.cuda_time_ms(fn, repeat=args.repeat)
                 gbps = nbytes / (ms * 1e-3) / 1e9
                 row.update(ms=ms, gbps=gbps, pct=100 * gbps / copy)
             del inputs
