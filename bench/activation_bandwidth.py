@@ -242,7 +242,6 @@ def hidden_size(args: argparse.Namespace) -> int | None:
 
 def measure_case(op: str, output: str, args: argparse.Namespace, torch_fn: Callable) -> dict:
     """Time one op and output for nvrtc_engine, torch eager and torch.compile."""
-    import torch
 
     t, h = args.tokens, args.hidden
     inputs, shape = make_inputs(op, t, h)
@@ -255,7 +254,7 @@ def measure_case(op: str, output: str, args: argparse.Namespace, torch_fn: Calla
     }
     compile_ops = [o for o in args.compile_ops.split(",") if o]
     if not args.no_compile and (not compile_ops or op in compile_ops):
-        makers["compile"] = lambda: torch_call(torch.compile(math), output, inputs)
+        makers["compile"] = lambda: torch_call(common.fresh_compile(math), output, inputs)
     for name, make in makers.items():
         try:
             ms = common.cuda_time_ms(make(), repeat=args.repeat)

@@ -94,6 +94,17 @@ def cuda_time_ms(
     return statistics.median(times)
 
 
+def fresh_compile(fn: Any, **options: Any) -> Any:
+    """``torch.compile(fn, **options)`` after ``torch._dynamo.reset()``: each case compiles
+    fresh, as a program that compiles just that op would. Without the reset, closures of one
+    function share dynamo's per-code cache, and past its recompile limit (8) the later cases
+    silently run eagerly (seen 2026-12-01: srelu's MXFP8 "compiled" timing was eager's)."""
+    import torch
+
+    torch._dynamo.reset()
+    return torch.compile(fn, **options)
+
+
 def copy_bandwidth_gbps(nbytes: int = 1 << 30) -> float:
     """Device-to-device copy bandwidth (bytes read + written per second, GB/s) of a torch
     ``copy_`` of ``nbytes`` (default 1 GiB), timed like every kernel (:func:`cuda_time_ms`)."""
