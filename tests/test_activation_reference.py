@@ -48,6 +48,19 @@ def test_gated_gradients_match_finite_differences(op):
     np.testing.assert_allclose(got[:, 1], db_num, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("op", sorted(ref.ACTIVATIONS))
+def test_plain_gradients_match_finite_differences(op):
+    # d{op}(grad, x) = grad * act'(x), against a central difference of grad * act(x)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-9, 9, 400)
+    x = x[np.abs(x) > 1e-3]  # relu/srelu are not differentiable at 0
+    g = rng.standard_normal(x.shape)
+    h = 1e-6
+    num = g * (ref.op_values(op, x + h).y - ref.op_values(op, x - h).y) / (2 * h)
+    got = ref.op_values("d" + op, x, g).y
+    np.testing.assert_allclose(got, num, rtol=1e-6, atol=1e-6)
+
+
 def test_clamped_swiglu_as_transformer_engine():
     # forward: min(a, L) sigmoid(alpha min(a, L)) (clamp(b, -L, L) + offset)
     a = np.array([-2.0, 0.5, LIMIT, 9.0, 1.0, 1.0, 1.0])
