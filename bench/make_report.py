@@ -278,9 +278,14 @@ def cast_tuning_section() -> str | None:
 PHASES = ("CUDA C++ Frontend", "NVVM Optimizer", "PTX Translation", "total (wall)")
 
 
+# compile_latency-<tag>.json files, in the report's order: this session's 2-core development
+# machine, the one of the sessions before it (another CPU model), the GPU host.
+COMPILE_HOSTS = ("dev-2core", "dev-2core-2026-11-30", "h200-host")
+
+
 def compile_section() -> str | None:
     rows = []
-    for tag in ("dev-2core", "h200-host"):
+    for tag in COMPILE_HOSTS:
         d = load(f"compile_latency-{tag}")
         if d is None:
             continue
@@ -289,7 +294,7 @@ def compile_section() -> str | None:
         rows.append(
             [
                 tag,
-                d["cpus"],
+                f"{d['cpus']} x {d.get('cpu_model', '?')}",
                 d["nvrtc"],
                 f"{d['first_compile_wall_ms']:.0f}",
                 f"{d['cold_compile_nvrtc_median_ms']:.1f}",
@@ -305,7 +310,7 @@ def compile_section() -> str | None:
     if not rows:
         return None
     phase_rows = []
-    for tag in ("dev-2core", "h200-host"):
+    for tag in COMPILE_HOSTS:
         d = load(f"compile_latency-{tag}")
         for what, phases in ((d or {}).get("phases_ms") or {}).items():
             phase_rows.append([tag, what] + [f"{phases.get(p, float('nan')):.1f}" for p in PHASES])
@@ -349,8 +354,30 @@ def compile_section() -> str | None:
                 rows,
             ),
             *phase_parts,
+            *_compile_target(),
         ]
     )
+
+
+def _compile_target() -> list[str]:
+    """The issue's compile target against each host's median and fixed (empty-kernel) cost."""
+    parts = []
+    for tag in COMPILE_HOSTS:
+        d = load(f"compile_latency-{tag}")
+        if d is None:
+            continue
+        target = 40.0 if tag.startswith("h200") else 30.0
+        median = d["cold_compile_nvrtc_median_ms"]
+        empty = ((d.get("phases_ms") or {}).get("empty kernel") or {}).get("total (wall)")
+        verdict = "met" if median <= target else "missed"
+        floor = "" if empty is None else f"; an empty kernel alone {empty:.1f} ms" + (
+            ", itself over the target: no variant can meet it on that machine"
+            if empty > target else "")  # fmt: skip
+        parts.append(f"{tag} ({d.get('cpu_model', '?')}, {d['date'][:10]}): median "
+                     f"{median:.1f} ms against <= {target:.0f} ms, {verdict}{floor}.")  # fmt: skip
+    if not parts:
+        return []
+    return ["Targets (issue 7): " + " ".join(parts)]
 
 
 def _pct(value: float | None) -> str:
