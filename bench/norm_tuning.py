@@ -4,7 +4,8 @@
 nvrtc_engine/ops/norm.py).
 
     python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
-                                [--round3-only]
+                                [--round3-only] [--candidates fp8] [--name norm_tuning]
+                                [--zero-amax]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
 2048, from H = 65536 on): the forward to bf16 and to fp8_e4m3 (tensor scaling) for the
@@ -15,11 +16,17 @@ host-side choice); the backward for the same layouts, each with the code switche
 cluster layout of the backward and the general kernel (``loop``) in both directions. The
 round-3 code switches (``FWD_EARLY_WEIGHTS``, ``FWD_ONE_REDUCTION``, ``FWD_ACCUMULATORS``,
 ``BWD_SHARED_SUMS``: :func:`round3_candidates`) are tried on each default layout;
-``--round3-only`` times just those and the defaults. Each
+``--round3-only`` times just those and the defaults. ``--candidates fp8`` times only the
+round-4 FP8 candidates (:func:`fp8_candidates`: ``FWD_FP8_BATCHED``, ``FWD_FP8_WARP_AMAX``)
+against the default FP8 and bf16 kernels (forward only; hidden sizes 4096, 8192, 14336
+unless ``--hidden`` says otherwise); ``--name`` names the JSON (e.g. ``norm_tuning-fp8``, so
+the full sweep's file stays); ``--zero-amax`` zeroes the amax word before every FP8 call
+(timed with it), as a training step does once per forward, instead of leaving the first
+call's maximum there (which lets the guards skip every later atomic). Each
 sweep runs ``--rounds`` times; rows give every round and the median; a ``*`` marks the
 current default (``norm.TUNED`` entries included). GB/s counts x, z (forward) and x, dz,
-dx (backward) once. Writes bench/results/norm_tuning.json. About 95 s on an H200 (2 rounds,
-most of it NVRTC compiles).
+dx (backward) once. Writes bench/results/norm_tuning.json (or ``--name``). About 95 s on an
+H200 (2 rounds, most of it NVRTC compiles).
 """
 
 from __future__ import annotations
@@ -70,9 +77,44 @@ def round3_candidates(norm: Any, key: Any, default: Any) -> list[Any]:
     return [c for c in out if c != default]
 
 
-def candidates(norm: Any, key: Any, round3_only: bool = False) -> list[tuple[Any, dict[str, Any]]]:
+def fp8_candidates(norm: Any, key: Any, default: Any) -> list[Any]:
+    """The round-4 FP8 forward candidates for a tensor-scaling forward ``key`` (``regs``
+    mode): on the default layout, on the bf16 kernel's layout (its twin: the same op and
+    H with bf16 output) and, where the default holds the weights, on its layout with them
+    reloaded, the batched output stage (``o``), the warp-level amax (``g``) and
+    both (``og``); where a thread holds at most 32 elements in a CTA of at most 8 warps, also
+    ``og`` capped at 64 registers (``m{n}``: ptxas -v, sm_90, gave 64-72 registers for the
+    uncapped ``og`` there, one CTA per SM fewer than the default)."""
+    import dataclasses
+
+    import nvrtc_engine as ne
+
+    if key.scaling != "tensor" or default.mode != "regs":
+        return []
+    twin = norm.launch_config(ne.make_key(key.op, in_dtype=key.in_dtype, out_dtype=key.in_dtype,
+                                          hidden_size=key.hidden_size, arch=key.arch))  # fmt: skip
+    layouts = [default] + ([twin] if twin.mode == "regs" and twin != default else [])
+    if default.hold:  # the same layout with the weights reloaded per row
+        layouts.append(dataclasses.replace(default, hold=False, min_ctas=0))
+    out = []
+    for lay in layouts:
+        switches = [(True, False), (False, True), (True, True)] if lay == default else [
+            (True, True)]  # fmt: skip
+        for batched, warp_amax in switches:
+            out.append(dataclasses.replace(lay, batched=batched, warp_amax=warp_amax))
+        threads = -(-lay.rows * lay.warps // 4) * 4 * 32
+        cap = norm.REGISTER_FILE // (threads * 64)
+        if lay.iters * lay.vec <= 32 and lay.rows * lay.warps <= 8 and cap > 1:
+            out.append(dataclasses.replace(lay, batched=True, warp_amax=True, min_ctas=cap))
+    return [c for c in out if c != default]
+
+
+def candidates(
+    norm: Any, key: Any, round3_only: bool = False, fp8_only: bool = False
+) -> list[tuple[Any, dict[str, Any]]]:
     """(LaunchConfig, host settings) pairs to time for ``key``; the default comes first.
-    ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`)."""
+    ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`);
+    ``fp8_only``: the default and the round-4 FP8 candidates (:func:`fp8_candidates`)."""
     spec = key.spec
     default = norm.launch_config(key)
     out: list[tuple[Any, dict[str, Any]]] = []
@@ -81,6 +123,11 @@ def candidates(norm: Any, key: Any, round3_only: bool = False) -> list[tuple[Any
         if (cfg, host) not in out:
             out.append((cfg, host))
 
+    if fp8_only:
+        add(default)
+        for cfg in fp8_candidates(norm, key, default):
+            add(cfg)
+        return out
     if round3_only:
         add(default)
         for cfg in round3_candidates(norm, key, default):
@@ -142,11 +189,43 @@ def candidates(norm: Any, key: Any, round3_only: bool = False) -> list[tuple[Any
     return out
 
 
+def case_list(
+    args: Any,
+    hidden: list[int] | None = None,
+    defaults: dict[tuple, Any] | None = None,
+    arch: str | None = None,
+) -> list[tuple]:
+    """The cases of a run, ``(norm, h, direction, out, cfg, host settings as a tuple)``, at
+    ``hidden`` (default: every ``--hidden`` size); fills ``defaults`` with each (norm,
+    direction, out)'s default configuration. ``arch``: that of the keys (None: the current
+    device's; given, no GPU is needed)."""
+    import nvrtc_engine as ne
+    import nvrtc_engine.ops.norm as norm
+
+    sizes = hidden if hidden is not None else [int(v) for v in args.hidden.split(",")]
+    fp8_only = args.candidates == "fp8"
+    modes = [("fwd", "bf16", {}), ("fwd", "fp8_e4m3", {"scaling": "tensor"})]
+    if not fp8_only:
+        modes.append(("bwd", "bf16", {}))
+    cases = []
+    for h in sizes:
+        for nm in args.norms.split(","):
+            for direction, out, extra in modes:
+                key = ne.make_key(f"{nm}_{direction}", in_dtype="bf16", out_dtype=out,
+                                  hidden_size=h, arch=arch, **extra)  # fmt: skip
+                if defaults is not None:
+                    defaults[(nm, direction, out)] = norm.launch_config(key)
+                for cfg, host in candidates(norm, key, args.round3_only, fp8_only):
+                    cases.append((nm, h, direction, out, cfg, tuple(sorted(host.items()))))
+    return cases
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--big-tokens", type=int, default=2048)
-    parser.add_argument("--hidden", default="4096,8192,14336,65536")
+    parser.add_argument("--hidden", default=None, help="default 4096,8192,14336,65536 "
+                        "(4096,8192,14336 with --candidates)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--norms", default="layernorm,rmsnorm")
     parser.add_argument(
@@ -154,7 +233,24 @@ def main() -> int:
         action="store_true",
         help="time only the defaults and their round-3 code switches",
     )
+    parser.add_argument(
+        "--candidates",
+        choices=["fp8"],
+        help="time only the defaults and these candidates (fp8: the round-4 FP8 forward "
+        "switches, forward bf16 and FP8 only)",
+    )
+    parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
+    parser.add_argument("--zero-amax", action="store_true",
+                        help="zero the amax word before every FP8 call (timed)")  # fmt: skip
+    parser.add_argument("--list", action="store_true",
+                        help="print the cases for sm_90 and exit (no GPU needed)")  # fmt: skip
     args = parser.parse_args()
+    if args.hidden is None:
+        args.hidden = "4096,8192,14336" if args.candidates else "4096,8192,14336,65536"
+    if args.list:
+        for case in case_list(args, arch="sm_90"):
+            print(*case[:4], case[4].tag, ",".join(f"{k}={v}" for k, v in case[5]))
+        return 0
     import torch
 
     import nvrtc_engine as ne
@@ -187,16 +283,8 @@ def main() -> int:
         b = (torch.randn(h, device="cuda") * 0.1).to(bf16)
         dw, db = torch.empty_like(w), torch.empty_like(b)
         fp8 = {"scale": scale, "amax": amax, "scale_inv": scale_inv}
-        cases = []  # (norm, h, direction, out, cfg, host settings as a tuple)
-        defaults = {}
-        for nm in args.norms.split(","):
-            for direction, out, extra in (("fwd", "bf16", {}), ("fwd", "fp8_e4m3", {"scaling":
-                                          "tensor"}), ("bwd", "bf16", {})):  # fmt: skip
-                key = ne.make_key(f"{nm}_{direction}", in_dtype="bf16", out_dtype=out,
-                                  hidden_size=h, **extra)  # fmt: skip
-                defaults[(nm, direction, out)] = chosen(key)
-                for cfg, host in candidates(norm, key, args.round3_only):
-                    cases.append((nm, h, direction, out, cfg, tuple(sorted(host.items()))))
+        defaults: dict[tuple, Any] = {}
+        cases = case_list(args, [h], defaults)
         kernels: dict[tuple, Any] = {}
         workspaces: dict[tuple, Any] = {}
         for rnd in range(args.rounds):
@@ -224,10 +312,16 @@ def main() -> int:
                     setattr(norm, name, value)
                 k._launch_plans.clear()  # host settings change the grid: no cached plan
                 k._last_plan = NO_PLAN
+                call = k
                 if direction == "fwd":
                     zz, kw = (z8, fp8) if out != "bf16" else (z, {})
                     args_ = (x, w, b, EPS, zz, mu, rs) if ln else (x, w, EPS, zz, rs)
                     nbytes = n * h * (2 + (1 if out != "bf16" else 2))
+                    if args.zero_amax and out != "bf16":
+
+                        def call(*a: Any, k: Any = k, **kw: Any) -> Any:
+                            amax.zero_()
+                            return k(*a, **kw)
                 else:
                     if case not in workspaces:
                         dev = torch.cuda.current_device()
@@ -236,7 +330,7 @@ def main() -> int:
                     kw = {"workspace": workspaces[case]}
                     args_ = (dz, x, mu, rs, w, dx, dw, db) if ln else (dz, x, rs, w, dx, dw)
                     nbytes = 3 * n * h * 2
-                ms = common.cuda_time_ms(lambda k=k, a=args_, kw=kw: k(*a, **kw))
+                ms = common.cuda_time_ms(lambda k=call, a=args_, kw=kw: k(*a, **kw))
                 for name, value in host_defaults.items():
                     setattr(norm, name, value)
                 results.setdefault(case, []).append(ms)
@@ -265,8 +359,9 @@ def main() -> int:
         })  # fmt: skip
     rows_out.sort(key=lambda r: (r["norm"], r["hidden"], r["direction"], r["out"], r["ms"]))
     info = {**common.gpu_info(), "copy_gbps": copy, "rounds": args.rounds,
+            "candidates": args.candidates, "zero_amax": args.zero_amax,
             "seconds": time.perf_counter() - started}  # fmt: skip
-    path = common.write_results("norm_tuning", {**info, "rows": rows_out})
+    path = common.write_results(args.name, {**info, "rows": rows_out})
     shown = []
     for i, r in enumerate(rows_out):
         group = (r["norm"], r["hidden"], r["direction"], r["out"])

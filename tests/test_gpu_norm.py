@@ -610,3 +610,100 @@ def test_backward_shared_sums(switches, op, shared, cap):
     again = run_backward(kernel, x_host, dz_host=dz_host, check_result=False)
     for a, b in zip(got, [t for t in again if t is not None], strict=True):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+# Round-4 FP8 forward candidates (tensor scaling): the batched output stage (FWD_FP8_BATCHED,
+# ``o``) and warp-level amax atomics guarded by a read at the start (FWD_FP8_WARP_AMAX, ``g``).
+FP8_CANDIDATES = [
+    {"FWD_FP8_BATCHED": True, "FWD_FP8_WARP_AMAX": True},
+    {"FWD_FP8_BATCHED": True},
+    {"FWD_FP8_WARP_AMAX": True},
+]
+
+
+def _fp8_outputs(kernel, x, gamma, beta, scale, amax_start=0.0):
+    """z bytes, mu, rsigma, amax and scale_inv of one tensor-scaling call (poisoned first)."""
+    rows, hidden = x.shape
+    out = poisoned((rows, hidden), kernel.key.out_dtype)
+    mu, rsigma = poisoned((rows,), "fp32"), poisoned((rows,), "fp32")
+    amax = torch.full((1,), amax_start, device="cuda")
+    scale_inv = torch.full((1,), float("nan"), device="cuda")
+    kw = {"scale": torch.full((1,), scale, device="cuda"), "amax": amax, "scale_inv": scale_inv}
+    if kernel.key.op == "rmsnorm_fwd":
+        kernel(x, gamma, EPS, out, rsigma, **kw)
+        mu = None
+    else:
+        kernel(x, gamma, beta, EPS, out, mu, rsigma, **kw)
+    torch.cuda.synchronize()
+    return out.view(torch.uint8), mu, rsigma, amax, scale_inv
+
+
+@pytest.mark.parametrize(
+    "values", FP8_CANDIDATES, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
+)
+@pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
+def test_forward_fp8_candidates(op, values):
+    """Each FP8 candidate, with the measured table (norm.TUNED) in force, against the float64
+    reference (z bytes except at rounding ties, mu/rsigma, amax, scale_inv) and bit for bit
+    against the default kernel of the same layout (the same fp32 arithmetic: z bytes, mu,
+    rsigma and amax identical): N = 1, N not a multiple of the rows per CTA (H = 1024: 4 rows
+    per CTA), H odd (a partial last access), the TUNED FP8 layouts at 4096-14336 (RMSNorm
+    14336: held weights, several row groups per CTA at N = 700), a cluster (H = 65536), e5m2,
+    zero-centred and fp32 gamma, a large mean offset (fp32 x), and an amax word that already
+    holds more than this call's maximum (left unchanged). Each switch alone: H = 1001, 4096
+    and 14336 only."""
+    import nvrtc_engine.ops.norm as norm
+
+    cases = [(1024, 1), (1024, 1003), (1001, 37), (4096, 1), (4096, 513), (8192, 1),
+             (8192, 67), (14336, 1), (14336, 700), (65536, 2)]  # fmt: skip
+    if len(values) == 1:
+        cases = [(1001, 37), (4096, 513), (14336, 700)]
+    variants = [("bf16", "fp8_e4m3", {}), ("bf16", "fp8_e5m2", {}),
+                ("bf16", "fp8_e4m3", {"zero_centered_gamma": True, "fp32_gamma": True}),
+                ("fp32", "fp8_e4m3", {})]  # fmt: skip
+    for hidden, rows in cases:
+        more = hidden == 4096 and rows > 1 and len(values) == 2
+        for in_dtype, out, flags in variants if more else variants[:1]:
+            fields = dict(in_dtype=in_dtype, out_dtype=out, scaling="tensor", hidden_size=hidden,
+                          **flags)  # fmt: skip
+            launch_config.cache_clear()
+            ne.clear_cache(disk=False)
+            default = ne.get_kernel(op, **fields)
+            with pytest.MonkeyPatch.context() as mp:
+                for name, value in values.items():
+                    mp.setattr(norm, name, value)
+                launch_config.cache_clear()
+                ne.clear_cache(disk=False)
+                try:
+                    kernel = ne.get_kernel(op, **fields)
+                finally:
+                    launch_config.cache_clear()
+                    ne.clear_cache(disk=False)
+            cfg = kernel.config
+            assert kernel.artifact.symbols[0].endswith(cfg.tag)
+            if cfg.mode == "regs":
+                assert cfg.batched == values.get("FWD_FP8_BATCHED", False)
+                assert cfg.warp_amax == values.get("FWD_FP8_WARP_AMAX", False)
+                assert cfg.tag != default.config.tag
+            rng = seed(op, hidden, rows, in_dtype, out, sorted(flags), "fp8c")
+            if in_dtype == "fp32":
+                x_host = (1e4 + rng.standard_normal((rows, hidden))).astype(np.float32)
+            else:
+                x_host = reference.sample_input((rows, hidden), in_dtype, rng)
+            run_forward(kernel, x_host, scale=3.0)
+            w_dtype = gamma_dtype(kernel.key)
+            zcg = kernel.key.flag("zero_centered_gamma")
+            g_host, b_host = params(seed(op, hidden, w_dtype), hidden, w_dtype, zcg)
+            x = to_torch(x_host, in_dtype)
+            gamma, beta = to_torch(g_host, w_dtype), to_torch(b_host, w_dtype)
+            got = _fp8_outputs(kernel, x, gamma, beta, 3.0)
+            want = _fp8_outputs(default, x, gamma, beta, 3.0)
+            for a, b, name in zip(got, want, ("z", "mu", "rsigma", "amax", "scale_inv"),
+                                  strict=True):  # fmt: skip
+                if a is not None:
+                    assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name
+            # an amax word above this call's maximum stays as it is
+            high = float(got[3].item()) * 2 + 1
+            again = _fp8_outputs(kernel, x, gamma, beta, 3.0, amax_start=high)
+            assert again[3].item() == np.float32(high)
+            assert torch.equal(again[0], got[0])

@@ -709,3 +709,112 @@ def test_round3_defaults_are_off():
         cfg = launch_config(make_key(op, in_dtype="bf16", hidden_size=4096, arch="sm_90"))
         assert not (cfg.early or cfg.one_reduction) and cfg.accumulators == 1
         assert cfg.shared_sums == (2 if op == "layernorm_bwd" else 0)
+
+
+# Round-4 FP8 forward candidates (tensor scaling only): the batched output stage (``o``) and
+# the warp-level amax atomics with the guard read at the start (``g``).
+FP8_CANDIDATES = [
+    {"FWD_FP8_BATCHED": True, "FWD_FP8_WARP_AMAX": True},
+    {"FWD_FP8_BATCHED": True},
+    {"FWD_FP8_WARP_AMAX": True},
+]
+FP8_CANDIDATE_HIDDEN = (768, 1000, 1001, 1024, 4096, 8192, 14336, 65536)
+
+
+def _with_switches(monkeypatch, values):
+    for name, value in values.items():
+        monkeypatch.setattr(norm, name, value)
+    launch_config.cache_clear()
+    ne.clear_cache(disk=False)
+
+
+@pytest.mark.parametrize(
+    "values", FP8_CANDIDATES, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
+)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fp8_candidates_compile(monkeypatch, arch, values):
+    """Each FP8 candidate compiles for LayerNorm and RMSNorm with tensor scaling on every arch
+    and names itself in the symbol, with the measured table (norm.TUNED) in force: H = 768,
+    1000, 4096, 8192, 14336 (sm_90: the TUNED layouts, held weights at RMS 14336), 1001 (a
+    partial last access), 1024 (4 rows per CTA), 65536 (a cluster on sm_90/sm_100a). Both
+    switches on everywhere; each alone at H = 1001, 4096 and 14336 (e5m2 at 4096)."""
+    both = len(values) == 2
+    if not both and arch not in ("sm_90", "sm_100a"):
+        pytest.skip("each switch alone: sm_90 and sm_100a")
+    _with_switches(monkeypatch, values)
+    batched = values.get("FWD_FP8_BATCHED", False)
+    warp_amax = values.get("FWD_FP8_WARP_AMAX", False)
+    try:
+        for op in FWD:
+            for hidden in FP8_CANDIDATE_HIDDEN if both else (1001, 4096, 14336):
+                for out in ("fp8_e4m3", "fp8_e5m2") if hidden == 4096 else ("fp8_e4m3",):
+                    key = make_key(op, in_dtype="bf16", out_dtype=out, scaling="tensor",
+                                   hidden_size=hidden, arch=arch)  # fmt: skip
+                    cfg = launch_config(key)
+                    if cfg.mode == "loop":
+                        assert hidden == 65536 and arch in ("sm_80", "sm_89")
+                        continue
+                    assert (cfg.batched, cfg.warp_amax) == (batched, warp_amax)
+                    letters = ("o" if batched else "") + ("g" if warp_amax else "")
+                    assert cfg.tag.endswith(letters) or f"{letters}m" in cfg.tag
+                    kernel = compile_and_check(key)
+                    assert kernel.artifact.symbols[0].endswith(cfg.tag)
+                    source = render(key).source
+                    assert ("const auto stage = [&](auto path)" in source) == batched
+                    assert ("amax_seen" in source) == warp_amax
+                    assert ("block_max<THREADS>" in source) == (not warp_amax)
+    finally:
+        launch_config.cache_clear()
+        ne.clear_cache(disk=False)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100a"])
+def test_fp8_candidates_leave_other_kernels_alone(monkeypatch, arch):
+    """The candidates change tensor-scaling forwards only: with them on, the bf16-output,
+    MXFP8 and backward kernels render byte for byte as with them off; off (the default), no
+    kernel carries their code or their tag letters."""
+    keys = []
+    for hidden in (1000, 4096, 8192, 14336):
+        for op in FWD:
+            for out, scaling in (("bf16", "none"), ("fp8_e4m3", "mxfp8"), ("fp8_e4m3", "tensor")):
+                keys.append(make_key(op, in_dtype="bf16", out_dtype=out, scaling=scaling,
+                                     hidden_size=hidden, arch=arch))  # fmt: skip
+        for op in BWD:
+            keys.append(make_key(op, in_dtype="bf16", hidden_size=hidden, arch=arch))
+    assert not norm.FWD_FP8_BATCHED and not norm.FWD_FP8_WARP_AMAX
+    off = {}
+    for key in keys:
+        cfg = launch_config(key)
+        assert not (cfg.batched or cfg.warp_amax)
+        source = render(key).source
+        assert "const auto stage" not in source and "amax_seen" not in source
+        off[key] = source
+    _with_switches(monkeypatch, FP8_CANDIDATES[0])
+    try:
+        for key in keys:
+            source = render(key).source
+            if key.scaling == "tensor" and launch_config(key).mode == "regs":
+                assert source != off[key] and "amax_seen" in source
+            else:
+                assert source == off[key], key
+    finally:
+        launch_config.cache_clear()
+        ne.clear_cache(disk=False)
+
+
+def test_fp8_candidate_tags_round_trip():
+    tags = set()
+    for batched in (False, True):
+        for warp_amax in (False, True):
+            for hold in (False, True):
+                for m in (0, 8):
+                    cfg = LaunchConfig("regs", 8, 4, 1, 4, 1, hold=hold, min_ctas=m,
+                                       batched=batched, warp_amax=warp_amax,
+                                       accumulators=2)  # fmt: skip
+                    assert norm.parse_tag(cfg.tag) == cfg
+                    tags.add(cfg.tag)
+    assert len(tags) == 16
+    assert LaunchConfig("regs", 8, 4, 1, 4, 1, batched=True, warp_amax=True,
+                        min_ctas=8).tag == "w4r1v8j4c1ogm8"  # fmt: skip
+    held = LaunchConfig("regs", 8, 14, 1, 4, 1, hold=True, batched=True, warp_amax=True)
+    assert norm.parse_tag("w14r1v8j4c1hog") == held

@@ -21,7 +21,8 @@ Specialization: with ``hidden_size`` the row lives in registers with compile-tim
 (:func:`launch_config` picks warps per row, rows per CTA, access width, forward on sm_90 and
 sm_100 CTAs per row as a thread block cluster, and code switches: weights held in registers,
 backward prefetch, packed rows, a register cap; round 3, off by default: early weight loads,
-one (count, mean, M2) reduction, split sums, backward column sums in shared memory); the
+one (count, mean, M2) reduction, split sums, backward column sums in shared memory; round 4,
+off by default: the FP8 forward's output stage batched, warp-level amax atomics); the
 choice is part of the kernel's symbol, e.g.
 ``layernorm_fwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1`` or
 ``layernorm_bwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1nm3``. When no register layout
@@ -157,6 +158,20 @@ FWD_EARLY_WEIGHTS = False
 FWD_ONE_REDUCTION = False
 FWD_ACCUMULATORS = 1
 BWD_SHARED_SUMS = 0
+# Round-4 candidates for the FP8 (tensor-scaling) forward, off by default until measured
+# (bench/norm_tuning.py --candidates fp8). SASS (sm_90, bf16 x, default layouts): in the FP8
+# kernel each access's gamma/beta loads sit in a branch of their own and follow the previous
+# access's amax update, so a row makes J dependent trips to L2 for the weights (the bf16
+# kernel, whose loop the compiler unswitches, issues them in one or two batches); and each CTA
+# ends with a block barrier for the amax plus thread 0's read of the amax word (a round trip)
+# before the atomic. FWD_FP8_BATCHED (suffix ``o``): the output stage of a row under one
+# branch on the row's validity, amax and scaling inside it, so the weight loads of all J
+# accesses can issue together. FWD_FP8_WARP_AMAX (suffix ``g``): no block reduction for the
+# amax; lane 0 of each warp reads the amax word when the kernel starts (its latency overlaps
+# the row) and, at the end, max-reduces its warp's amax into it only if larger (the word only
+# grows, so a value no larger than an earlier reading needs no atomic).
+FWD_FP8_BATCHED = False
+FWD_FP8_WARP_AMAX = False
 STATIC_SMEM_BYTES = 48 * 1024  # static shared memory a CTA may declare
 # Measured winners that the rules above do not reproduce: (op, H, scaling) -> tag, for sm_90
 # with 16-bit x and 16-bit gamma (the sweep ran bf16); other keys take the rules. Figures:
@@ -221,6 +236,8 @@ class LaunchConfig:
     one_reduction: bool = False  # forward LayerNorm: (count, mean, M2) merged in one reduction
     accumulators: int = 1  # forward: independent partial sums per thread (1, 2 or 4)
     shared_sums: int = 0  # backward: column-sum arrays kept in shared memory (0, 1 or 2)
+    batched: bool = False  # forward, tensor scaling: the output stage under one branch
+    warp_amax: bool = False  # forward, tensor scaling: one guarded atomic per warp
 
     @property
     def threads(self) -> int:
@@ -231,14 +248,15 @@ class LaunchConfig:
     def tag(self) -> str:
         """The configuration as a symbol suffix: ``w4r1v8j4c1`` or ``loop``; switches that
         change the code follow: ``h`` (held weights), ``k`` (packed), ``n`` (no prefetch),
-        ``e`` (early weight loads), ``u`` (one reduction), ``a2`` (split sums), ``s1``
-        (column sums in shared memory), ``m2`` (at least 2 CTAs per SM: a register cap for
-        ptxas)."""
+        ``e`` (early weight loads), ``u`` (one reduction), ``o`` (batched FP8 output stage),
+        ``g`` (warp-level amax atomics), ``a2`` (split sums), ``s1`` (column sums in shared
+        memory), ``m2`` (at least 2 CTAs per SM: a register cap for ptxas)."""
         if self.mode == "loop":
             return "loop"
         switches = ("h" if self.hold else "") + ("k" if self.packed else "")
         switches += "" if self.prefetch else "n"
         switches += ("e" if self.early else "") + ("u" if self.one_reduction else "")
+        switches += ("o" if self.batched else "") + ("g" if self.warp_amax else "")
         switches += f"a{self.accumulators}" if self.accumulators > 1 else ""
         switches += f"s{self.shared_sums}" if self.shared_sums else ""
         switches += f"m{self.min_ctas}" if self.min_ctas > 1 else ""
@@ -321,7 +339,9 @@ def launch_config(key: KernelKey) -> LaunchConfig:
 
 def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
     """``cfg`` with the module's defaults for the round-3 switches (``FWD_EARLY_WEIGHTS``,
-    ``FWD_ONE_REDUCTION``, ``FWD_ACCUMULATORS``, ``BWD_SHARED_SUMS``) where they apply."""
+    ``FWD_ONE_REDUCTION``, ``FWD_ACCUMULATORS``, ``BWD_SHARED_SUMS``) and the round-4 FP8
+    candidates (``FWD_FP8_BATCHED``, ``FWD_FP8_WARP_AMAX``: tensor scaling only) where they
+    apply."""
     spec = key.spec
     assert isinstance(spec, NormSpec)
     if cfg.mode != "regs":
@@ -337,11 +357,14 @@ def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
     return dataclasses.replace(
         cfg, early=FWD_EARLY_WEIGHTS and not cfg.hold,
         one_reduction=FWD_ONE_REDUCTION and not spec.rms, accumulators=FWD_ACCUMULATORS,
+        batched=FWD_FP8_BATCHED and key.scaling == "tensor",
+        warp_amax=FWD_FP8_WARP_AMAX and key.scaling == "tensor",
     )  # fmt: skip
 
 
 _TAG = re.compile(
-    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(?:a(\d+))?(?:s(\d+))?(?:m(\d+))?"
+    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(?:a(\d+))?(?:s(\d+))?"
+    r"(?:m(\d+))?"
 )
 
 
@@ -354,9 +377,10 @@ def parse_tag(tag: str) -> LaunchConfig:
         raise ValueError(f"not a norm configuration tag: {tag!r}")
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
-                        packed=bool(m[7]), min_ctas=int(m[13] or 0), early=bool(m[9]),
-                        one_reduction=bool(m[10]), accumulators=int(m[11] or 1),
-                        shared_sums=int(m[12] or 0))  # fmt: skip
+                        packed=bool(m[7]), min_ctas=int(m[15] or 0), early=bool(m[9]),
+                        one_reduction=bool(m[10]), accumulators=int(m[13] or 1),
+                        shared_sums=int(m[14] or 0), batched=bool(m[11]),
+                        warp_amax=bool(m[12]))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -511,6 +535,8 @@ class NormSpec(OpSpec):
             accs=cfg.accumulators,
             smem=min(cfg.shared_sums, self.accumulators),
             tensor_scaling=key.scaling == "tensor",
+            batched=cfg.batched and key.scaling == "tensor",
+            warp_amax=cfg.warp_amax and key.scaling == "tensor",
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
             stats_name=symbols[1] if len(symbols) == 3 else "",
