@@ -192,23 +192,61 @@ def settings() -> Settings:
     return current
 
 
+_PATHS = ("cache_dir", "cuda_include_dir", "debug_dir")
+_BOOLS = ("disable_disk_cache", "dump_source")
+
+
+def _checked(name: str, value: object) -> object:
+    """A :func:`configure` value for field ``name``, checked as its environment variable is:
+    paths (``str`` or ``os.PathLike``, or None) made absolute; booleans as ``bool`` or the
+    variable's words; ``cache_size_limit`` bytes > 0 (or ``"512M"``); ``workers`` > 0 or
+    None; ``lock_timeout`` finite seconds >= 0. Raises ``TypeError``/``ValueError`` naming
+    the field."""
+    label = f"configure({name}=...)"
+    if name in _PATHS:
+        if value is None:
+            return None
+        if not isinstance(value, (str, os.PathLike)):
+            raise TypeError(f"{label}: expected a path (str or os.PathLike) or None, got "
+                            f"{type(value).__name__}")  # fmt: skip
+        return _path(os.fspath(value))
+    if isinstance(value, str):  # the environment variable's spelling
+        parse = {"cache_size_limit": _parse_size, "workers": _parse_int,
+                 "lock_timeout": _parse_seconds}.get(name, _parse_bool)  # fmt: skip
+        return parse(name, value)
+    if name in _BOOLS:
+        if not isinstance(value, bool):
+            raise TypeError(f"{label}: expected True or False, got {value!r}")
+        return value
+    if name == "workers" and value is None:
+        return None
+    if name == "lock_timeout" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _parse_seconds(label, repr(float(value)))
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{label}: expected a positive integer, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{label}: expected a positive integer, got {value}")
+    return value
+
+
 def configure(**overrides: object) -> Settings:
     """Override settings in code, e.g. ``configure(cache_dir=Path("/scratch/k"))``.
 
-    Takes effect for caches opened afterwards (see :func:`nvrtc_engine.clear_cache`).
-    Raises ``TypeError`` for an unknown field.
+    Values are checked as the environment variables are (``cache_size_limit="2G"`` and
+    ``workers="4"`` are accepted; ``cache_size_limit=0`` is not). Takes effect for caches
+    opened afterwards (see :func:`nvrtc_engine.clear_cache`). Raises ``TypeError`` for an
+    unknown field or a value of the wrong type, ``ValueError`` for a value out of range; the
+    settings are then unchanged.
     """
     global _current
     names = {f.name for f in dataclasses.fields(Settings)}
     unknown = sorted(set(overrides) - names)
     if unknown:
         raise TypeError(f"unknown setting(s) {unknown}; known: {sorted(names)}")
+    checked = {name: _checked(name, value) for name, value in overrides.items()}
     with _lock:
         base = _current if _current is not None else from_environment()
-        for name in ("cache_dir", "cuda_include_dir", "debug_dir"):
-            if isinstance(overrides.get(name), str):
-                overrides[name] = Path(str(overrides[name])).expanduser()
-        _current = dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
+        _current = dataclasses.replace(base, **checked)  # type: ignore[arg-type]
         return _current
 
 

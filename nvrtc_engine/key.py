@@ -23,9 +23,12 @@ __all__ = ["LAYOUTS", "MAX_HIDDEN_SIZE", "SCALINGS", "KernelKey", "arch_number",
 SCALINGS: tuple[str, ...] = ("none", "tensor", "mxfp8", "nvfp4")
 LAYOUTS: tuple[str, ...] = ("rowwise", "columnwise", "both")
 MAX_HIDDEN_SIZE = 1 << 20
-# Compute capabilities NVRTC 13 targets (Ampere and newer); a device newer than all of these
-# still gets a key (its kernel is PTX for the newest arch NVRTC supports, see nvrtc.py).
-KNOWN_ARCH_NUMBERS: tuple[int, ...] = (80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121)
+# Compute capabilities NVRTC 13 targets (Ampere and newer). A device newer than all of these
+# still gets a key (its kernel is PTX for the newest arch NVRTC supports, see nvrtc.py); a
+# number between them that names no GPU (sm_95) is refused before anything is rendered.
+KNOWN_ARCH_NUMBERS: tuple[int, ...] = (80, 86, 87, 88, 89, 90, 100, 103, 107, 110, 120, 121)
+# Arch-specific targets: 'a' (this exact arch) from sm_90 on, 'f' (its family) from sm_100 on.
+SUFFIX_FROM = {"a": 90, "f": 100}
 _ARCH_RE = re.compile(r"^sm_?(\d{2,3})([af]?)$")
 _SHORT_TO_DTYPE = {d.short: d.name for d in DTYPES.values()}
 
@@ -33,26 +36,29 @@ _SHORT_TO_DTYPE = {d.short: d.name for d in DTYPES.values()}
 def parse_arch(value: Any) -> str:
     """Canonical arch name (``sm_90``, ``sm_90a``, ``sm_100a``...) from a string or int (90).
 
+    Accepts the compute capabilities of :data:`KNOWN_ARCH_NUMBERS` and any newer one (a
+    future device), with an ``a`` suffix from sm_90 on and an ``f`` suffix from sm_100 on.
     Raises :class:`VariantError` for anything else, naming the accepted forms.
     """
     text = f"sm_{value}" if isinstance(value, int) and not isinstance(value, bool) else value
     if isinstance(text, str) and text.strip().isdigit():  # "90" from a command line
         text = f"sm_{text.strip()}"
     m = _ARCH_RE.match(text.strip().lower()) if isinstance(text, str) else None
-    if m is None or int(m.group(1)) < 80:
+    number = int(m.group(1)) if m else 0
+    if m is None or (number not in KNOWN_ARCH_NUMBERS and number < KNOWN_ARCH_NUMBERS[-1]):
         raise VariantError(
             "arch",
             value,
             [f"sm_{n}" for n in KNOWN_ARCH_NUMBERS],
-            "or an 'a'/'f' suffixed form such as sm_90a or sm_100a; Ampere (sm_80) and newer",
+            "or an 'a' suffixed form from sm_90 on (sm_90a, sm_100a), an 'f' suffixed one from "
+            "sm_100 on (sm_100f); Ampere (sm_80) and newer",
         )
-    number, suffix = int(m.group(1)), m.group(2)
-    if suffix and number < 90:
+    suffix = m.group(2)
+    if suffix and number < SUFFIX_FROM[suffix]:
+        allowed = [f"sm_{n}{suffix}" for n in KNOWN_ARCH_NUMBERS if n >= SUFFIX_FROM[suffix]]
+        kind = "arch-specific 'a'" if suffix == "a" else "family-specific 'f'"
         raise VariantError(
-            "arch",
-            value,
-            ["sm_90a", "sm_100a", "sm_103a", "sm_120a"],
-            "arch-specific 'a'/'f' targets exist from sm_90 on",
+            "arch", value, allowed[:5], f"{kind} targets exist from sm_{SUFFIX_FROM[suffix]} on"
         )
     return f"sm_{number}{suffix}"
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from . import config
-from .errors import CompileError, HeaderNotFoundError
-from .key import arch_number
+from .errors import CompileError, HeaderNotFoundError, VariantError
+from .key import KNOWN_ARCH_NUMBERS, arch_number
 
 __all__ = [
     "CompileOptions",
@@ -141,7 +141,7 @@ def compile_target(arch: str, supported: Sequence[int] | None = None) -> tuple[s
 
     Returns ``("sm_90a", "cubin")`` when NVRTC supports the arch, and
     ``("compute_120", "ptx")`` (the newest supported arch) when the arch is newer than all
-    it supports. An older unsupported arch raises ``ValueError``.
+    it supports. An older unsupported arch raises :class:`~nvrtc_engine.VariantError`.
     """
     archs = tuple(supported) if supported is not None else supported_archs()
     number = arch_number(arch)
@@ -150,9 +150,11 @@ def compile_target(arch: str, supported: Sequence[int] | None = None) -> tuple[s
     newest = max(archs)
     if number > newest:
         return f"compute_{newest}", "ptx"
-    raise ValueError(
-        f"NVRTC {nvrtc_version()} cannot compile for {arch}; it supports "
-        + ", ".join(f"sm_{a}" for a in archs)
+    raise VariantError(
+        "arch",
+        arch,
+        [f"sm_{a}" for a in archs if a >= KNOWN_ARCH_NUMBERS[0]],
+        f"NVRTC {nvrtc_version()} cannot compile for {arch}",
     )
 
 

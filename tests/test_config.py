@@ -55,6 +55,52 @@ def test_configure_and_reset(tmp_path):
     assert config.settings().cache_dir != tmp_path
 
 
+@pytest.mark.parametrize(
+    "field, value, expected",
+    [
+        ("cache_size_limit", "512M", 512 << 20),  # the environment variable's spelling
+        ("cache_size_limit", 4096, 4096),
+        ("disable_disk_cache", "no", False),
+        ("disable_disk_cache", True, True),
+        ("workers", "2", 2),
+        ("workers", None, None),
+        ("lock_timeout", 5, 5.0),
+        ("dump_source", "on", True),
+    ],
+)
+def test_configure_takes_the_variables_spellings(field, value, expected):
+    try:
+        assert getattr(config.configure(**{field: value}), field) == expected
+    finally:
+        config.reset()
+
+
+@pytest.mark.parametrize(
+    "field, value, error",
+    [
+        ("cache_size_limit", 0, ValueError),
+        ("cache_size_limit", -1, ValueError),
+        ("cache_size_limit", "lots", ValueError),
+        ("cache_size_limit", True, TypeError),
+        ("cache_size_limit", 1.5, TypeError),
+        ("disable_disk_cache", 1, TypeError),
+        ("disable_disk_cache", "maybe", ValueError),
+        ("workers", 0, ValueError),
+        ("workers", "-2", ValueError),
+        ("lock_timeout", "abc", ValueError),
+        ("lock_timeout", float("inf"), ValueError),
+        ("lock_timeout", -1, ValueError),
+        ("cache_dir", 123, TypeError),
+        ("debug_dir", b"/tmp", TypeError),
+    ],
+)
+def test_configure_checks_values_and_keeps_the_settings(field, value, error):
+    before = config.settings()
+    with pytest.raises(error, match=field):
+        config.configure(**{field: value})
+    assert config.settings() == before
+
+
 @pytest.mark.parametrize("xdg", [None, "", "   ", "/tmp/xdg-cache", "relative/cache"])
 def test_default_cache_dir_is_platform_user_cache(monkeypatch, xdg):
     import platformdirs

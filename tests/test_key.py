@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -101,6 +102,27 @@ def test_arch_forms():
     assert key(arch=90).arch == "sm_90"
     assert key(arch="SM90A").arch == "sm_90a"
     assert key(arch="sm_100a").arch == "sm_100a"
+    assert key(arch="sm_100f").arch == "sm_100f"
+    assert key(arch="sm_107").arch == "sm_107"
+    assert key(arch="sm_130").arch == "sm_130"  # newer than every known arch: a PTX kernel
+
+
+@pytest.mark.parametrize(
+    "arch, says",
+    [
+        ("sm_95", "sm_80, sm_86"),  # between known archs: names no GPU
+        ("sm_81", "Ampere"),
+        ("sm_101", "allowed"),
+        ("sm_75", "Ampere"),
+        ("sm_90f", "family-specific 'f' targets exist from sm_100 on"),
+        ("sm_80a", "arch-specific 'a' targets exist from sm_90 on"),
+        ("sm_90b", "allowed"),
+    ],
+)
+def test_arch_outside_the_known_set_is_refused_before_rendering(arch, says):
+    with pytest.raises(VariantError, match=re.escape(says)) as err:
+        key(arch=arch)
+    assert err.value.field == "arch"
 
 
 def test_parse_rejects_garbage():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import CompileError, HeaderNotFoundError, config, make_key
+from nvrtc_engine import CompileError, HeaderNotFoundError, VariantError, config, make_key
 from nvrtc_engine.nvrtc import (
     CompileOptions,
     compile_source,
@@ -44,8 +44,9 @@ def test_compile_target_cubin_and_ptx_fallback():
     assert compile_target("sm_90a", [80, 90, 100]) == ("sm_90a", "cubin")
     # a device newer than anything this NVRTC knows: PTX for the newest arch
     assert compile_target("sm_120", [80, 90, 100]) == ("compute_100", "ptx")
-    with pytest.raises(ValueError, match="cannot compile for sm_86"):
+    with pytest.raises(VariantError, match="cannot compile for sm_86") as err:
         compile_target("sm_86", [80, 90, 100])
+    assert err.value.field == "arch" and err.value.allowed == "sm_80, sm_90, sm_100"
 
 
 def test_ptx_output_when_asked():
