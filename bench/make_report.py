@@ -1,12 +1,16 @@
 """Write docs/performance.md from the JSON files in bench/results/ (run after the benchmarks).
 
-    python bench/make_report.py
+    python bench/make_report.py [--output docs/performance.md]
 
-Every figure in the report comes from a results file; a missing file leaves its section out.
+Needs matplotlib for the bandwidth plot (``pip install -e '.[bench]'``): without it the
+report is not written. Every figure in the report comes from a results file; a missing file
+leaves its section out.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import sys
 from collections.abc import Callable
@@ -695,7 +699,14 @@ def profile_section() -> str | None:
     ])  # fmt: skip
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=OUT, help="default: %(default)s")
+    args = parser.parse_args(argv)
+    if importlib.util.find_spec("matplotlib") is None:
+        print("make_report: needs matplotlib for the bandwidth plot: pip install -e '.[bench]'",
+              file=sys.stderr)  # fmt: skip
+        return 2
     builders = (bandwidth_plot, timing_section, gelu_section, activation_family_section,
                 norm_section, cast_section, tuning_section, norm_tuning_section,
                 cast_tuning_section, profile_section, compile_section, launch_section,
@@ -710,8 +721,8 @@ def main() -> int:
             *sections,
         ]
     )
-    OUT.write_text(text + "\n")
-    print(f"wrote {OUT}")
+    args.output.write_text(text + "\n")
+    print(f"wrote {args.output}")
     return 0
 
 

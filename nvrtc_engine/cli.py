@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,8 +45,24 @@ def _open_disk() -> Any:
 
     disk = default_engine().disk()
     if disk is None:
-        raise NvrtcEngineError("the disk cache is disabled or unusable (see the warning above)")
+        raise NvrtcEngineError(_no_disk_reason())
     return disk
+
+
+def _no_disk_reason() -> str:
+    """Why there is no disk cache: disabled by a setting, or its directory is unusable."""
+    from . import config
+
+    current = config.settings()
+    if current.disable_disk_cache:
+        return ("the disk cache is disabled (NVRTC_ENGINE_DISABLE_DISK_CACHE=1 or "
+                "configure(disable_disk_cache=True)): kernels are kept in memory only")  # fmt: skip
+    try:
+        where = str(current.resolved_cache_dir())
+    except OSError as exc:
+        where = f"(none: {exc})"
+    return (f"the disk cache at {where} is unusable (the warning above says why); set "
+            "NVRTC_ENGINE_CACHE_DIR to a writable directory")  # fmt: skip
 
 
 def _cache_info(args: argparse.Namespace) -> int:
@@ -55,10 +72,15 @@ def _cache_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info.__dict__, indent=2))
     else:
-        print(f"directory:  {info.directory or '(disk cache disabled or unusable)'}")
+        print(f"directory:  {info.directory or '(none: ' + _no_disk_reason() + ')'}")
         print(f"entries:    {info.entries}")
         print(f"bytes:      {info.bytes}")
-        print(f"size limit: {info.size_limit}")
+        if info.directory:
+            print(f"size limit: {info.size_limit}")
+        else:
+            from . import config
+
+            print(f"size limit: {config.settings().cache_size_limit} (configured; no disk cache)")
     return 0
 
 
@@ -106,6 +128,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
 def _cache_clear(args: argparse.Namespace) -> int:
     from .api import cache_info, clear_cache
 
+    _open_disk()  # no disk cache: an error, as for verify, list, export and import
     info = cache_info()
     clear_cache()
     print(f"cleared {info.entries} entries ({info.bytes} bytes) from {info.directory}")
@@ -188,11 +211,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message: Warning | str, category: type[Warning], *_: object) -> str:
+    """Warnings on the command line as one line each, without Python's source excerpt."""
+    return f"nvrtc-engine: warning: {message}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nvrtc-engine`` console script; returns the exit code."""
     from .errors import NvrtcEngineError
 
     args = build_parser().parse_args(argv)
+    formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
         return int(args.func(args))
     except BrokenPipeError:  # output piped into a reader that stopped (``| head``)
@@ -205,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (NvrtcEngineError, ValueError, OSError) as exc:
         print(f"nvrtc-engine: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = formatwarning
 
 
 if __name__ == "__main__":

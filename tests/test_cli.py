@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from nvrtc_engine import driver
-from nvrtc_engine.cli import main
+from nvrtc_engine.cli import _one_line_warning, main
 
 
 def test_demo_compiles_then_hits_the_cache(capsys, isolated_cache):
@@ -44,6 +44,39 @@ def test_cache_info_and_clear(capsys):
     assert "cleared 4 entries" in capsys.readouterr().out
     main(["cache", "info"])
     assert "entries:    0" in capsys.readouterr().out
+
+
+def test_cache_commands_without_a_disk_cache_say_why(capsys, monkeypatch, isolated_cache):
+    import warnings
+
+    import nvrtc_engine as ne
+    from nvrtc_engine import config
+
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    ne.clear_cache(disk=False)
+    for command in ("clear", "verify", "list"):
+        assert main(["cache", command]) == 2, command
+        assert "the disk cache is disabled (NVRTC_ENGINE_DISABLE_DISK_CACHE=1" in (
+            capsys.readouterr().err)  # fmt: skip
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert "(none: the disk cache is disabled" in out
+    assert f"size limit: {config.settings().cache_size_limit} (configured" in out
+    # the command line prints warnings on one line (_one_line_warning); Python's format is
+    # back afterwards
+    before = warnings.formatwarning
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "0")
+    monkeypatch.setenv("NVRTC_ENGINE_CACHE_DIR", "/proc/nvrtc-engine-test")
+    config.reset()
+    ne.clear_cache(disk=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the engine's one CacheWarning (tested elsewhere)
+        assert main(["cache", "clear"]) == 2
+    assert "the disk cache at /proc/nvrtc-engine-test is unusable" in capsys.readouterr().err
+    assert warnings.formatwarning is before
+    line = _one_line_warning(UserWarning("disk cache at X is unusable"), UserWarning, "f", 1)
+    assert line == "nvrtc-engine: warning: disk cache at X is unusable\n"
 
 
 def test_bad_arch_exits_2(capsys):
