@@ -21,10 +21,11 @@ bench/cast_bandwidth.py does). Writes bench/results/cast_tuning.json; with ``--o
 rows of the other groups already in that file (same shape) are kept.
 
 ``--candidates``: only the three cast ops, each with its default ``tile_config`` and the
-entries of ``CANDIDATES`` (``TileConfig.sum_scatter`` / ``prefetch``, off by default, and the
-blocks-per-SM counts 3, 6 and 8 that ``SHAPES`` leaves out), on every shape of ``--shapes``
-(each kernel compiled once for all shapes). ``--name`` names the JSON file (default
-``cast_tuning``, or ``cast_candidates-MxK`` with ``--candidates``; one file per shape).
+entries of ``CANDIDATES`` (``TileConfig.sum_scatter`` / ``prefetch`` / ``gather4``, off by
+default, and the blocks-per-SM counts 3, 6 and 8 that ``SHAPES`` leaves out), on every
+shape of ``--shapes`` (each kernel compiled once for all shapes). ``--name`` names the JSON
+file (default ``cast_tuning``, or ``cast_candidates-MxK`` with ``--candidates``; one file
+per shape).
 ``--list`` prints the cases and exits (no GPU needed).
 """
 
@@ -54,23 +55,27 @@ LOAD_GROUPS = [(t, 128, 128, b, g)
                if g < 128 // (t // 8) and (128 // (t // 8)) % g == 0]  # fmt: skip
 CAST_OPS = ["cast_transpose", "cast_transpose_dbias", "cast_transpose_dbias_dgelu"]
 # --candidates: (threads, blocks per SM, load_group, TileConfig switches) per op, 128 x 128
-# tiles, timed against the op's default. sum_scatter leaves 4 fp32 column sums live per
-# thread instead of 16; prefetch asks L2 for a thread's later chunks first (SASS: under
-# register pressure ptxas issues them only after the earlier chunks are computed); 3, 6 and
-# 8 blocks per SM give register caps (40, 80, 64) between the swept 1, 2 and 4.
-_BOTH = ("sum_scatter", "prefetch")
+# tiles, timed against the op's default. sum_scatter (S) leaves 4 fp32 column sums live per
+# thread instead of 16; prefetch (P) asks L2 for a thread's later chunks first (SASS: under
+# register pressure ptxas issues them only after the earlier chunks are computed); gather4
+# (G) reads phase 2's shared tile in words (sm_90 SASS per thread, 16-byte path:
+# cast_transpose 920 -> 696 instructions, dbias at 128 x 4 2848 -> 1776); 3, 6 and 8 blocks
+# per SM give register caps (40, 80, 64) between the swept 1, 2 and 4.
+_S, _P, _G = ("sum_scatter",), ("prefetch",), ("gather4",)
+_GP, _SG, _ALL = _P + _G, _S + _G, _S + _P + _G
 CANDIDATES: dict[str, list[tuple[int, int, int, tuple[str, ...]]]] = {
-    "cast_transpose": [(512, 4, 0, ("prefetch",)), (256, 4, 0, ("prefetch",))],
+    "cast_transpose": [(512, 4, 0, _G), (512, 4, 0, _GP), (256, 4, 0, _G), (512, 3, 0, _G)],
     "cast_transpose_dbias": [
-        (128, 4, 1, ("prefetch",)), (128, 4, 1, ("sum_scatter",)), (128, 4, 1, _BOTH),
-        (128, 6, 1, ()), (128, 6, 1, _BOTH), (128, 8, 1, ()), (128, 8, 1, ("prefetch",)),
-        (128, 8, 1, _BOTH), (256, 3, 1, ()), (256, 3, 1, _BOTH), (256, 4, 1, ("prefetch",)),
-        (256, 4, 1, _BOTH), (512, 3, 0, ("sum_scatter",)), (512, 4, 0, _BOTH),
+        (128, 4, 1, _P), (128, 4, 1, _S), (128, 4, 1, _G), (128, 4, 1, _GP), (128, 4, 1, _ALL),
+        (128, 8, 1, ()), (128, 8, 1, _GP), (128, 8, 1, _ALL), (128, 6, 1, ()), (256, 3, 1, ()),
+        (256, 4, 1, _GP), (256, 4, 1, _ALL), (256, 4, 0, _ALL), (256, 2, 1, _GP),
+        (512, 2, 0, _ALL), (512, 3, 0, _SG), (512, 4, 0, _ALL),
     ],
     "cast_transpose_dbias_dgelu": [
-        (256, 2, 1, ("prefetch",)), (256, 2, 1, _BOTH), (256, 3, 1, ()), (256, 3, 1, _BOTH),
-        (256, 4, 1, _BOTH), (128, 4, 1, ("prefetch",)), (128, 6, 1, ()), (128, 6, 1, _BOTH),
-        (128, 8, 1, _BOTH), (512, 2, 0, _BOTH), (512, 3, 0, ("prefetch",)),
+        (256, 2, 1, _P), (256, 2, 1, _G), (256, 2, 1, _GP), (256, 2, 1, _ALL), (256, 3, 1, ()),
+        (256, 3, 1, _ALL), (256, 4, 1, _GP), (256, 4, 1, _ALL), (256, 4, 0, _ALL),
+        (128, 4, 1, _GP), (128, 8, 1, _ALL), (128, 6, 1, ()), (512, 2, 0, _ALL),
+        (512, 3, 0, _SG),
     ],
 }  # fmt: skip
 
@@ -137,14 +142,15 @@ def main() -> int:
     kernels: dict[tuple, Any] = {}
     for m, k in shapes:
         name = args.name or (f"cast_candidates-{m}x{k}" if args.candidates else "cast_tuning")
-        sweep(m, k, cases, groups, args.rounds, name, kernels)
+        sweep(m, k, cases, groups, args.rounds, name, kernels, show_all=args.candidates)
     return 0
 
 
 def sweep(m: int, k: int, cases: list[tuple], groups: list[str], rounds: int, name: str,
-          kernels: dict[tuple, Any]) -> None:  # fmt: skip
-    """Time ``cases`` on bf16 ``m x k`` inputs; write bench/results/<name>.json. Cast
-    kernels are compiled once (``kernels``, by case) and take the shape at run time."""
+          kernels: dict[tuple, Any], *, show_all: bool = False) -> None:  # fmt: skip
+    """Time ``cases`` on bf16 ``m x k`` inputs; write bench/results/<name>.json and print
+    the defaults and best rows (``show_all``: every row). Cast kernels are compiled once
+    (``kernels``, by case) and take the shape at run time."""
     import torch
 
     import nvrtc_engine as ne
@@ -293,7 +299,7 @@ def sweep(m: int, k: int, cases: list[tuple], groups: list[str], rounds: int, na
     out = sorted(kept + out, key=lambda r: (r["op"], r["ms"]))
     path = common.write_results(name, {**info, "rows": out})
     shown = [r for i, r in enumerate(out)
-             if r["default"] or sum(q["op"] == r["op"] for q in out[:i]) < 5
+             if show_all or r["default"] or sum(q["op"] == r["op"] for q in out[:i]) < 5
              or not any(q["op"] == r["op"] and q.get("load_group") == r.get("load_group")
                         for q in out[:i])]  # best of each load_group too  # fmt: skip
     print(f"device copy {copy:.0f} GB/s")

@@ -236,12 +236,15 @@ TILE_CANDIDATES = [
     (128, 4, 1, dict(prefetch=True)),
     (512, 4, 0, dict(sum_scatter=True, prefetch=True)),
     (256, 2, 1, dict(sum_scatter=True)),
+    (128, 4, 1, dict(gather4=True)),  # 2 phase-2 slots per thread
+    (512, 4, 0, dict(sum_scatter=True, prefetch=True, gather4=True)),  # half a slot
 ]
 
 
 @pytest.mark.parametrize(
     ("op", "in_dtype", "out_dtype"),
     [
+        ("cast_transpose", "bf16", "fp8_e4m3"),
         ("cast_transpose_dbias", "bf16", "fp8_e4m3"),
         ("cast_transpose_dbias_dgelu", "bf16", "fp8_e5m2"),
         ("cast_transpose_dbias_dsilu", "fp32", "bf16"),
@@ -251,16 +254,18 @@ TILE_CANDIDATES = [
 @pytest.mark.parametrize("cand", TILE_CANDIDATES, ids=lambda c: f"{c[0]}x{c[1]}g{c[2]}"
                          + "".join(f"-{n}" for n in c[3]))  # fmt: skip
 def test_tile_candidates(emulate, monkeypatch, op, in_dtype, out_dtype, cand):
-    """``TileConfig.sum_scatter`` / ``prefetch`` (compiled in memory; the key does not see
-    them), emulated on full tiles (the 16-byte path) and edge tiles: against the reference;
-    q, qt and amax the same bytes as without the switches (same block shape); with
-    ``prefetch`` alone dbias too; with ``sum_scatter`` dbias the same bytes on a second run
+    """``TileConfig.sum_scatter`` / ``prefetch`` / ``gather4`` (compiled in memory; the key
+    does not see them), emulated on full tiles (the 16-byte path) and edge tiles: against
+    the reference; q, qt and amax the same bytes as without the switches (same block
+    shape); without ``sum_scatter`` dbias too; with it dbias the same bytes on a second run
     (a fixed order). Ops without dbias: every byte the same."""
     from nvrtc_engine.ops import cast
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
     config.reset()
     threads, blocks, group, switches = cand
+    if switches.get("gather4") and ne.DTYPES[out_dtype].itemsize != 1:
+        pytest.skip("gather4 is for 1-byte outputs")
     key = ne.make_key(op, in_dtype=in_dtype, out_dtype=out_dtype, arch="sm_90")
     base = dataclasses.replace(cast.tile_config(key), threads=threads, min_blocks=blocks,
                                load_group=group)  # fmt: skip

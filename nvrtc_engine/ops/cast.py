@@ -111,6 +111,10 @@ class TileConfig:
     ``prefetch`` (candidate, off by default): each thread first asks L2 for its chunks after
     the first (``prefetch.global.L2``, no registers), so that loads which ptxas issues late
     under register pressure hit L2 instead of waiting a DRAM latency. Same results.
+
+    ``gather4`` (candidate, off by default; 1-byte outputs only): phase 2 reads the shared
+    tile in 4-byte words (4 columns of a row) and transposes 4 x 4 bytes with byte
+    permutes, instead of one shared-memory load per byte. Same results.
     """
 
     threads: int
@@ -121,6 +125,7 @@ class TileConfig:
     load_group: int = 0
     sum_scatter: bool = False
     prefetch: bool = False
+    gather4: bool = False
 
 
 def tile_config(key: KernelKey) -> TileConfig:
@@ -191,7 +196,7 @@ class TileSpec(OpSpec):
             tensor_scaling=key.scaling == "tensor", threads=cfg.threads,
             tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols, chunk=cfg.chunk,
             min_blocks=cfg.min_blocks, load_group=cfg.load_group, sum_scatter=cfg.sum_scatter,
-            prefetch=cfg.prefetch, mx=False, fp4=False, hw_fp4=False,
+            prefetch=cfg.prefetch, gather4=cfg.gather4, mx=False, fp4=False, hw_fp4=False,
         )  # fmt: skip
         return ctx
 
