@@ -238,6 +238,7 @@ TILE_CANDIDATES = [
     (256, 2, 1, dict(sum_scatter=True)),
     (128, 4, 1, dict(gather4=True)),  # 2 phase-2 slots per thread
     (512, 4, 0, dict(sum_scatter=True, prefetch=True, gather4=True)),  # half a slot
+    (256, 4, 0, dict(sum_scatter=True, prefetch=True, gather4=True)),
 ]
 
 

@@ -271,11 +271,12 @@ def test_every_load_group_gives_the_same_bytes(monkeypatch, op):
 
 
 # TileConfig candidates (off by default; bench/cast_tuning.py --candidates times them):
-# (threads, blocks per SM, load_group, switches), the tile shape tile_config's.
+# (threads, blocks per SM, load_group, switches), the tile shape tile_config's. Two, to keep
+# the float64 references of 4096 x 4096 within a minute; the host emulation
+# (tests/test_cast_emulated.py) covers more block shapes bit for bit.
 TILE_CANDIDATES = [
-    (128, 4, 1, {"sum_scatter": True, "gather4": True}),
-    (256, 4, 1, {"prefetch": True}),
-    (512, 4, 0, {"sum_scatter": True, "prefetch": True, "gather4": True}),
+    (256, 4, 0, {"sum_scatter": True, "prefetch": True, "gather4": True}),
+    (128, 8, 1, {"prefetch": True, "gather4": True}),
 ]
 
 
