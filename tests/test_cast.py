@@ -109,6 +109,35 @@ def test_load_groups_compile(monkeypatch, arch):
         Engine().get(make_key("cast_transpose_dbias", dtype="fp8", arch=arch))
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_tile_candidates_compile(monkeypatch, arch):
+    """The ``TileConfig`` candidates (``sum_scatter``, ``prefetch``, ``gather4``; off by
+    default) compile on every arch for cast_transpose, cast_transpose_dbias, every
+    cast_transpose_dbias_d{act}, the gated ops and multi_cast_transpose, on their default
+    block shapes and on 512 threads (2 chunks per thread); with them off the rendered source
+    holds none of their code."""
+    import dataclasses
+
+    from nvrtc_engine.ops import cast
+
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    chosen = cast.tile_config
+    ops = ["cast_transpose", "cast_transpose_dbias", *cast.DACT_OPS, *cast.GATED_OPS,
+           "multi_cast_transpose"]  # fmt: skip
+    for op, shape in itertools.product(ops, [{}, dict(threads=512, min_blocks=4, load_group=0)]):
+        key = make_key(op, dtype="fp8", arch=arch)
+        if not shape:
+            source = render(key).source
+            assert not any(s in source for s in ("prefetch_l2", "kKeep", "kSlots4")), op
+        cfg = dataclasses.replace(chosen(key), sum_scatter=True, prefetch=True, gather4=True,
+                                  **shape)  # fmt: skip
+        monkeypatch.setattr(cast, "tile_config", lambda key, cfg=cfg: cfg)
+        kernel = Engine().get(key)
+        assert kernel._cfg == cfg and kernel.artifact.image[:4] == b"\x7fELF", op
+        monkeypatch.setattr(cast, "tile_config", chosen)
+
+
 @pytest.mark.parametrize(
     ("op", "fields"),
     [

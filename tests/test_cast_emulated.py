@@ -12,6 +12,7 @@ CUDA thread is slow); skipped without a host C++20 compiler.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import shutil
 import subprocess
@@ -179,43 +180,111 @@ def test_transpose(emulate, dtype):
 def test_cast_transpose_family(emulate, op, in_dtype, out_dtype):
     kernel = emulate(ne.get_kernel(op, in_dtype=in_dtype, out_dtype=out_dtype, arch="sm_90"))
     rng = np.random.default_rng(2)
+    for m, k in SHAPES:
+        _check_tile_host(kernel, rng, m, k)
+
+
+def _check_tile_host(kernel, rng, m, k, inputs=None):
+    """One emulated launch of a tile kernel on fresh inputs (or ``inputs``: the ``(g, a,
+    scale)`` of an earlier call, the same values again) against the reference. Returns the
+    inputs and the bytes of q, qt, amax and dbias."""
+    op, in_dtype, out_dtype = kernel.key.op, kernel.key.in_dtype, kernel.key.out_dtype
     gated, dact = op.endswith("glu_cast_transpose"), op.startswith("cast_transpose_dbias_d")
     osz = ne.DTYPES[out_dtype].itemsize
     fp8 = ne.DTYPES[out_dtype].is_fp8
-    for m, k in SHAPES:
-        width = 2 * k if gated else k
-        g, g_buf = host_input((m, k), in_dtype, rng)
-        args = [arr(g_buf, in_dtype)]
-        a = None
-        if gated or dact:
-            a, a_buf = host_input((m, width), in_dtype, rng)
-            args.append(arr(a_buf, in_dtype))
-        out, out_t = poison((m, width), osz), poison((width, m), osz)
-        kw = {"out": arr(out, out_dtype), "out_t": arr(out_t, out_dtype)}
-        scale = float(np.float32(rng.uniform(1, 16))) if fp8 else None
-        bufs = {}
-        if fp8:
-            bufs = {"scale": f32(scale), "amax": f32(0.0), "scale_inv": f32(np.nan)}
-            kw.update({name: arr(b) for name, b in bufs.items()})
-        if "dbias" in op:
-            dbias = poison((k,), ne.DTYPES[in_dtype].itemsize)
-            ws = np.full((kernel.workspace_rows(m), k), np.nan, np.float32)
-            kw.update(dbias=arr(dbias, in_dtype), workspace=arr(ws))
-        kernel(*args, **kw)
-        ref = reference.cast_transpose(op, g, out_dtype, scale, a)
-        factor = np.float64(np.float32(scale)) if fp8 else 1.0
-        reference.check_close(as_dtype(out, out_dtype), ref.values * factor, out_dtype,
-                              ref.tolerance * factor, name=f"out {m}x{k}")  # fmt: skip
-        assert (out_t == out.T).all(), (m, k)
-        if fp8:
-            exact = op in ("cast_transpose", "cast_transpose_dbias")
-            slack = 0.0 if exact else float(ref.tolerance.max())
-            assert abs(float(bufs["amax"][0]) - ref.amax) <= slack, (m, k)
-            assert bufs["scale_inv"][0] == ref.scale_inv
-        if "dbias" in op:
-            tol = reference.dbias_tolerance(ref.values, ref.tolerance, kernel.dbias_depth(m))
-            reference.check_close(as_dtype(dbias, in_dtype), ref.dbias, in_dtype, tol,
-                                  name=f"dbias {m}x{k}")  # fmt: skip
+    width = 2 * k if gated else k
+    if inputs is None:
+        g, _ = host_input((m, k), in_dtype, rng)
+        a = host_input((m, width), in_dtype, rng)[0] if gated or dact else None
+        inputs = (g, a, float(np.float32(rng.uniform(1, 16))) if fp8 else None)
+    g, a, scale = inputs
+    host = [np.ascontiguousarray(t).view(STORAGE[in_dtype]) for t in (g, a) if t is not None]
+    args = [arr(t, in_dtype) for t in host]  # (host keeps the buffers alive)
+    out, out_t = poison((m, width), osz), poison((width, m), osz)
+    kw = {"out": arr(out, out_dtype), "out_t": arr(out_t, out_dtype)}
+    bufs = {}
+    if fp8:
+        bufs = {"scale": f32(scale), "amax": f32(0.0), "scale_inv": f32(np.nan)}
+        kw.update({name: arr(b) for name, b in bufs.items()})
+    dbias = np.zeros(0, np.uint8)
+    if "dbias" in op:
+        dbias = poison((k,), ne.DTYPES[in_dtype].itemsize)
+        ws = np.full((kernel.workspace_rows(m), k), np.nan, np.float32)
+        kw.update(dbias=arr(dbias, in_dtype), workspace=arr(ws))
+    kernel(*args, **kw)
+    ref = reference.cast_transpose(op, g, out_dtype, scale, a)
+    factor = np.float64(np.float32(scale)) if fp8 else 1.0
+    reference.check_close(as_dtype(out, out_dtype), ref.values * factor, out_dtype,
+                          ref.tolerance * factor, name=f"out {m}x{k}")  # fmt: skip
+    assert (out_t == out.T).all(), (m, k)
+    if fp8:
+        exact = op in ("cast_transpose", "cast_transpose_dbias")
+        slack = 0.0 if exact else float(ref.tolerance.max())
+        assert abs(float(bufs["amax"][0]) - ref.amax) <= slack, (m, k)
+        assert bufs["scale_inv"][0] == ref.scale_inv
+    if "dbias" in op:
+        tol = reference.dbias_tolerance(ref.values, ref.tolerance, kernel.dbias_depth(m))
+        reference.check_close(as_dtype(dbias, in_dtype), ref.dbias, in_dtype, tol,
+                              name=f"dbias {m}x{k}")  # fmt: skip
+    amax = bufs["amax"].tobytes() if fp8 else b""
+    return inputs, (out.tobytes(), out_t.tobytes(), amax, dbias.tobytes())
+
+
+# TileConfig candidates (off by default) against the same block shape without them.
+TILE_CANDIDATES = [
+    (128, 4, 1, dict(sum_scatter=True)),
+    (128, 4, 1, dict(prefetch=True)),
+    (512, 4, 0, dict(sum_scatter=True, prefetch=True)),
+    (256, 2, 1, dict(sum_scatter=True)),
+    (128, 4, 1, dict(gather4=True)),  # 2 phase-2 slots per thread
+    (512, 4, 0, dict(sum_scatter=True, prefetch=True, gather4=True)),  # half a slot
+    (256, 4, 0, dict(sum_scatter=True, prefetch=True, gather4=True)),
+]
+
+
+@pytest.mark.parametrize(
+    ("op", "in_dtype", "out_dtype"),
+    [
+        ("cast_transpose", "bf16", "fp8_e4m3"),
+        ("cast_transpose_dbias", "bf16", "fp8_e4m3"),
+        ("cast_transpose_dbias_dgelu", "bf16", "fp8_e5m2"),
+        ("cast_transpose_dbias_dsilu", "fp32", "bf16"),
+        ("dswiglu_cast_transpose", "bf16", "fp8_e4m3"),
+    ],
+)
+@pytest.mark.parametrize("cand", TILE_CANDIDATES, ids=lambda c: f"{c[0]}x{c[1]}g{c[2]}"
+                         + "".join(f"-{n}" for n in c[3]))  # fmt: skip
+def test_tile_candidates(emulate, monkeypatch, op, in_dtype, out_dtype, cand):
+    """``TileConfig.sum_scatter`` / ``prefetch`` / ``gather4`` (compiled in memory; the key
+    does not see them), emulated on full tiles (the 16-byte path) and edge tiles: against
+    the reference; q, qt and amax the same bytes as without the switches (same block
+    shape); without ``sum_scatter`` dbias too; with it dbias the same bytes on a second run
+    (a fixed order). Ops without dbias: every byte the same."""
+    from nvrtc_engine.ops import cast
+
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    threads, blocks, group, switches = cand
+    if switches.get("gather4") and ne.DTYPES[out_dtype].itemsize != 1:
+        pytest.skip("gather4 is for 1-byte outputs")
+    key = ne.make_key(op, in_dtype=in_dtype, out_dtype=out_dtype, arch="sm_90")
+    base = dataclasses.replace(cast.tile_config(key), threads=threads, min_blocks=blocks,
+                               load_group=group)  # fmt: skip
+    cfg = dataclasses.replace(base, **switches)
+    rows = base.tile_rows
+    kernels = {}
+    for c in (base, cfg):
+        monkeypatch.setattr(cast, "tile_config", lambda key, c=c: c)
+        kernels[c] = emulate(Engine().get(key))
+        assert kernels[c]._cfg == c
+    rng = np.random.default_rng(12)
+    for m, k in [(2 * rows, 256), (rows + 3, 130)]:  # full tiles; a full tile and edges
+        inputs, want = _check_tile_host(kernels[base], rng, m, k)
+        _, got = _check_tile_host(kernels[cfg], rng, m, k, inputs)
+        _, again = _check_tile_host(kernels[cfg], rng, m, k, inputs)
+        assert got == again, (m, k)
+        same = 3 if cfg.sum_scatter and "dbias" in op else 4
+        assert got[:same] == want[:same], (m, k)
 
 
 def test_multi_cast_transpose_two_launches(emulate):

@@ -270,6 +270,83 @@ def test_every_load_group_gives_the_same_bytes(monkeypatch, op):
             for_shapes([(300, 1024)], lambda shape, k=kernel: _run_cast_transpose(k, rng, shape))
 
 
+# TileConfig candidates (off by default; bench/cast_tuning.py --candidates times them):
+# (threads, blocks per SM, load_group, switches), the tile shape tile_config's. Two, to keep
+# the float64 references of 4096 x 4096 within a minute; the host emulation
+# (tests/test_cast_emulated.py) covers more block shapes bit for bit.
+TILE_CANDIDATES = [
+    (256, 4, 0, {"sum_scatter": True, "prefetch": True, "gather4": True}),
+    (128, 8, 1, {"prefetch": True, "gather4": True}),
+]
+
+
+def _candidate_id(cand):
+    threads, blocks, group, switches = cand
+    return f"{threads}x{blocks}g{group}" + "".join(f"-{name}" for name in switches)
+
+
+@pytest.mark.parametrize("cand", TILE_CANDIDATES, ids=_candidate_id)
+@pytest.mark.parametrize(
+    "op", ["cast_transpose", "cast_transpose_dbias", "cast_transpose_dbias_dgelu"]
+)
+def test_tile_candidates(monkeypatch, op, cand):
+    """A candidate (compiled in memory; the key does not see it) against the reference on
+    1x1, 31x33 and 4096x4096; on 8192x28672 against the default kernel: q, qt and amax the
+    same bytes, dbias within both summation orders' fp32 error bound (and against float64
+    for cast_transpose_dbias), and two runs of the candidate the same bytes."""
+    import dataclasses
+
+    from nvrtc_engine.ops import cast
+
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    key = ne.make_key(op, dtype="fp8")
+    default = Engine().get(key)
+    threads, blocks, group, switches = cand
+    cfg = dataclasses.replace(cast.tile_config(key), threads=threads, min_blocks=blocks,
+                              load_group=group, **switches)  # fmt: skip
+    monkeypatch.setattr(cast, "tile_config", lambda key: cfg)
+    kernel = Engine().get(key)
+    assert kernel._cfg == cfg and default._cfg != cfg
+    rng = rng_for("tile candidates", op, _candidate_id(cand))
+    for_shapes(
+        [(1, 1), (31, 33), (4096, 4096)], lambda shape: _run_cast_transpose(kernel, rng, shape)
+    )
+
+    m, k = 8192, 28672
+    torch.manual_seed(28672)
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    act = (torch.randn(m, k, device="cuda").to(torch.bfloat16),) if op in DACT_OPS else ()
+
+    def run(kern):
+        kw = scaling_kwargs(4.0)
+        out, out_t = poisoned((m, k), "fp8_e4m3"), poisoned((k, m), "fp8_e4m3")
+        if "dbias" in op:
+            kw["dbias"] = poisoned((k,), "bf16")
+            kw["workspace"] = torch.full((kern.workspace_rows(m), k), float("nan"), device="cuda")
+        kern(x, *act, out=out, out_t=out_t, **kw)
+        torch.cuda.synchronize()
+        return out, out_t, kw["amax"], kw.get("dbias", kw["amax"])
+
+    want, got, again = run(default), run(kernel), run(kernel)
+    for name, a, b, c in zip(("q", "qt", "amax", "dbias"), want, got, again, strict=True):
+        assert torch.equal(bits(b), bits(c)), f"{name}: two runs differ"
+        if name != "dbias":
+            assert torch.equal(bits(a), bits(b)), f"{name}: differs from the default kernel"
+    if "dbias" not in op:
+        return
+    # Each fp32 sum is within gamma(depth) * sum |v| of the exact one; |dgelu| < 1.13.
+    depth = max(kernel.dbias_depth(m), default.dbias_depth(m))
+    gamma = depth * 2.0**-24 / (1 - depth * 2.0**-24)
+    bound = gamma * x.double().abs().sum(0) * (1.2 if act else 1.0)
+    d_want, d_got = want[3].double(), got[3].double()
+    rounding = 2.0**-8 * (d_want.abs() + d_got.abs())  # each rounded once to bf16
+    assert bool(((d_got - d_want).abs() <= 2 * bound + rounding).all()), "dbias vs default"
+    if not act:
+        exact = x.double().sum(0)
+        assert bool(((d_got - exact).abs() <= bound + 2.0**-8 * exact.abs()).all()), "dbias"
+
+
 @pytest.mark.parametrize(
     ("op", "shape"),
     [("cast_transpose", (4096, 4096)), ("cast_transpose_dbias", (4096, 4096)),

@@ -99,6 +99,22 @@ class TileConfig:
     next group are issued before the current group is computed), so about twice this many
     chunks are live instead of all of them. Results are the same bytes for every value: each
     thread adds its rows to the column sums in the same order.
+
+    ``sum_scatter`` (candidate, off by default; dbias ops only): the dbias column sums by
+    reduce-scatter. The lanes of a warp that share a chunk's columns split the chunk's
+    values between them with shuffles right after each chunk is computed, so a thread keeps
+    ``chunk / lanes`` running fp32 sums (4 for bf16 -> FP8, instead of 16) and the
+    butterfly after phase 1 goes away (12 shuffles per chunk instead of 32 per thread).
+    Deterministic (a fixed order), but a different summation order from the default: dbias
+    may differ from it in the last bits, within the same error bound (``dbias_depth``).
+
+    ``prefetch`` (candidate, off by default): each thread first asks L2 for its chunks after
+    the first (``prefetch.global.L2``, no registers), so that loads which ptxas issues late
+    under register pressure hit L2 instead of waiting a DRAM latency. Same results.
+
+    ``gather4`` (candidate, off by default; 1-byte outputs only): phase 2 reads the shared
+    tile in 4-byte words (4 columns of a row) and transposes 4 x 4 bytes with byte
+    permutes, instead of one shared-memory load per byte. Same results.
     """
 
     threads: int
@@ -107,6 +123,9 @@ class TileConfig:
     chunk: int
     min_blocks: int
     load_group: int = 0
+    sum_scatter: bool = False
+    prefetch: bool = False
+    gather4: bool = False
 
 
 def tile_config(key: KernelKey) -> TileConfig:
@@ -176,7 +195,8 @@ class TileSpec(OpSpec):
             act=self.act, gated=self.gated, multi=self.multi, max_tensors=MAX_TENSORS,
             tensor_scaling=key.scaling == "tensor", threads=cfg.threads,
             tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols, chunk=cfg.chunk,
-            min_blocks=cfg.min_blocks, load_group=cfg.load_group, mx=False, fp4=False, hw_fp4=False,
+            min_blocks=cfg.min_blocks, load_group=cfg.load_group, sum_scatter=cfg.sum_scatter,
+            prefetch=cfg.prefetch, gather4=cfg.gather4, mx=False, fp4=False, hw_fp4=False,
         )  # fmt: skip
         return ctx
 

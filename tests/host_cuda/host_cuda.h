@@ -41,6 +41,15 @@ inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
   return r;
 }
 
+// Byte n of the result is byte (s >> 4n) & 7 of the 8 bytes {y, x} (x the low 4; the
+// sign-replicating mode, bit 3 of a selector, is not used by the kernels).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const unsigned long long v = (static_cast<unsigned long long>(y) << 32) | x;
+  unsigned r = 0;
+  for (int n = 0; n < 4; ++n) r |= static_cast<unsigned>((v >> (8 * ((s >> (4 * n)) & 7))) & 0xff) << (8 * n);
+  return r;
+}
+
 inline int atomicMax(int* addr, int v) {
   std::atomic_ref<int> a(*addr);
   int old = a.load();
