@@ -3,6 +3,7 @@ nvrtc_engine/ops/activation.py: gated and dgated ops without MXFP8, MXFP8 rowwis
 
     python bench/activation_row_tuning.py [--tokens 16384] [--hidden 8192] [--rounds 2]
                                           [--repeat 20] [--workers 8]
+                                          [--cases "reglu:mxfp8 rowwise,..."] [--name NAME]
 
 For swiglu, geglu and dswiglu (bf16 input tokens x 2*hidden) to bf16, to fp8_e4m3 with tensor
 scaling and to MXFP8 rowwise, and gelu and dgelu (tokens x hidden) to MXFP8 rowwise (plain
@@ -16,7 +17,9 @@ gives each case's best per mode. Variants
 compile in parallel (``--workers`` threads, each with its configuration thread-local), then
 the whole sweep runs ``--rounds`` times (median reported, spread shown). GB/s counts each
 tensor once, MXFP8 scale bytes included. Prints the best configurations per case and the
-default's rank; writes bench/results/activation_row_tuning.json.
+default's rank; writes bench/results/activation_row_tuning.json (``--name``: another file).
+``--cases`` sweeps only the given op:output pairs (any gated or plain op, e.g. reglu). MXFP8
+rowwise gated cases also try WIDE (more chunks in flight per block).
 """
 
 from __future__ import annotations
@@ -47,10 +50,14 @@ OWNER = [(128, 1), (128, 2), (256, 1), (256, 2)]  # plain ops, MXFP8: blocks per
 # MXFP8 rowwise, also timed with split_scales (unroll a multiple of 4: bf16 input) ...
 SPLIT = [(128, 4), (256, 4), (128, 8), (64, 8)]
 BYTES = [(128, 4), (256, 1)]  # ... and with fp8_words=False (FP8 stored as bytes, before)
+WIDE = [(512, 4), (256, 8), (1024, 2)]  # MXFP8 rowwise, gated: more bytes in flight per block
 
 
 def main() -> int:
-    sys.argv, workers = _pop_workers(sys.argv)
+    sys.argv, workers = _pop(sys.argv, "--workers", "8")
+    sys.argv, only = _pop(sys.argv, "--cases", "")
+    sys.argv, name = _pop(sys.argv, "--name", "activation_row_tuning")
+    cases = [tuple(c.split(":", 1)) for c in only.split(",")] if only else CASES
     args = tt.parse_args(__doc__, rounds=True)
     import torch
 
@@ -64,7 +71,7 @@ def main() -> int:
     started = time.perf_counter()
     rows = []
     try:
-        for op, output in CASES:
+        for op, output in cases:
             inputs, shape = ab.make_inputs(op, args.tokens, args.hidden)
             nbytes = ab.traffic(op, output, args.tokens, args.hidden)
             fields = ab.kernel_fields(output)
@@ -74,11 +81,13 @@ def main() -> int:
                 configs += [activation.LaunchConfig(t, u, owner=True) for t, u in OWNER]
             if output == "mxfp8 rowwise":
                 configs += [activation.LaunchConfig(t, u, split_scales=True) for t, u in SPLIT]
+                if op not in ("gelu", "dgelu"):
+                    configs += [activation.LaunchConfig(t, u) for t, u in WIDE]
             if output != "bf16":
                 configs += [activation.LaunchConfig(t, u, fp8_words=False) for t, u in BYTES]
             variants = list(itertools.product(configs, (None, args.hidden)))
 
-            built = tt.compile_variants(op, fields, variants, local, workers)
+            built = tt.compile_variants(op, fields, variants, local, int(workers))
             calls = {}
             for (config, hidden_size), kernel in zip(variants, built, strict=True):
                 row = {"op": op, "output": output, "threads": config.threads,
@@ -110,7 +119,7 @@ def main() -> int:
             print(f"{op} {output} done ({time.perf_counter() - started:.0f} s)", flush=True)
     finally:
         activation.row_config = chosen
-    path = common.write_results("activation_row_tuning", {
+    path = common.write_results(name, {
         **common.gpu_info(), "copy_gbps": copy, "shape": [args.tokens, args.hidden],
         "rounds": args.rounds, "rows": rows,
     })  # fmt: skip
@@ -136,17 +145,17 @@ def mode(r: dict) -> str:
     return m + ("" if r["fp8_words"] else " bytes")
 
 
-def _pop_workers(argv: list[str]) -> tuple[list[str], int]:
-    """``--workers N`` (compile threads, default 8) taken out of argv before tt.parse_args."""
-    out, workers, i = [], 8, 0
+def _pop(argv: list[str], flag: str, default: str) -> tuple[list[str], str]:
+    """``flag VALUE`` taken out of argv (before tt.parse_args sees it), or ``default``."""
+    out, value, i = [], default, 0
     while i < len(argv):
-        if argv[i] == "--workers" and i + 1 < len(argv):
-            workers = int(argv[i + 1])
+        if argv[i] == flag and i + 1 < len(argv):
+            value = argv[i + 1]
             i += 2
             continue
         out.append(argv[i])
         i += 1
-    return out, workers
+    return out, value
 
 
 if __name__ == "__main__":

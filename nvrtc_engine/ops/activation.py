@@ -140,7 +140,10 @@ def row_config(key: KernelKey) -> LaunchConfig:
     - no scaling: 256 threads x 1 chunk: swiglu 102.7%, geglu 103.1%, dswiglu 102.3%;
     - tensor scaling: 128 x 4 (swiglu 102.1%, geglu 101.8%, dswiglu 104.0%; 1024 x 1
       gave swiglu 70.5% in the first sweep: every block's amax atomic costs);
-    - MXFP8 rowwise, gated ops: 128 x 4 (swiglu 100.6%, geglu 100.5%, dswiglu 101.5%);
+    - MXFP8 rowwise, gated ops: 128 x 2 (2026-12-01, three rounds, H compiled in: glu
+      100.2%, swiglu 100.0%, reglu 99.1% against 99.4%, 99.3%, 98.6% for 128 x 4;
+      bench/results/activation_row_tuning-mxfp8.json); their gradients 128 x 4 (dswiglu
+      101.5%);
     - MXFP8 rowwise, plain ops with 16-bit input: ``owner`` mode, 128 x 2 (gelu 96.5%,
       dgelu 100.6%; lane mode 128 x 4 gave 95.3% / 99.2%, and 60.0% for gelu before the
       flat addressing and compact scale index). Other input dtypes keep lane mode.
@@ -150,6 +153,8 @@ def row_config(key: KernelKey) -> LaunchConfig:
     plain = isinstance(key.spec, ActivationSpec) and key.spec.kind in ("act", "dact")
     if key.scaling == "mxfp8" and plain and key.input.itemsize == 2:
         return LaunchConfig(threads=128, unroll=2, owner=True)
+    if key.scaling == "mxfp8" and isinstance(key.spec, ActivationSpec) and key.spec.kind == "gated":
+        return LaunchConfig(threads=128, unroll=2)
     return LaunchConfig(threads=128, unroll=4)
 
 
