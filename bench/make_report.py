@@ -279,6 +279,85 @@ def cast_tuning_section() -> str | None:
     ])  # fmt: skip
 
 
+def _then_and_best(
+    rows: list[dict[str, Any]],
+    group: Callable[[dict[str, Any]], tuple],
+    label: Callable[[dict[str, Any]], str],
+) -> list[list[Any]]:
+    """Per group: the default when the sweep ran, the best row, and the gain in points."""
+    out = []
+    chosen: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for case, tag, r in _best_and_default([r for r in rows if "pct" in r], group, "pct"):
+        chosen.setdefault(case, {})[tag] = r
+    for case, pair in chosen.items():
+        best = pair["best"]
+        then = pair.get("default", best if best.get("default") else None)
+        out.append([*case, "-" if then is None else label(then),
+                    "-" if then is None else f"{then['pct']:.1f}%", label(best),
+                    f"{best['pct']:.1f}%",
+                    "-" if then is None else f"{best['pct'] - then['pct']:+.1f}"])  # fmt: skip
+    return out
+
+
+def candidates_section() -> str | None:
+    """The 2026-12-01 candidate sweeps behind this session's new defaults."""
+    parts = []
+    d = load("norm_tuning-fp8")
+    if d is not None:
+        rows = _then_and_best(d["rows"], lambda r: (r["norm"], r["hidden"], r["out"]),
+                              lambda r: f"`{r['config']}`")  # fmt: skip
+        parts += [
+            "### Norm FP8 forward switches",
+            source(d, "norm_tuning.py --candidates fp8 --name norm_tuning-fp8"),
+            "bf16 input, N = 16384, % of copy (x read, z written once): the layout in force "
+            "when the sweep ran and the best of the round-4 switches (`o`: the output stage "
+            "under one branch, `g`: warp-level amax atomics, `m`: a register cap); "
+            "`norm.TUNED` now takes each FP8 winner (docs/norms.md).",
+            md_table(["norm", "H", "output", "then", "% of copy", "best", "% of copy", "gain"],
+                     sorted(rows, key=lambda r: (r[0], r[1], r[2]))),
+        ]  # fmt: skip
+    for shape in ("8192x28672", "16384x8192"):
+        d = load(f"cast_candidates-{shape}")
+        if d is None:
+            continue
+
+        def shape_of(r: dict[str, Any]) -> str:
+            switches = r.get("switches") or "-"
+            return (f"{r['threads']} thr, {r['min_blocks']}/SM, group {r['load_group']}, "
+                    f"{switches}")  # fmt: skip
+
+        rows = _then_and_best(d["rows"], lambda r: (r["op"],), shape_of)
+        parts += [
+            f"### Cast tile switches, {shape}",
+            source(d, "cast_tuning.py --candidates --shapes 8192x28672,16384x8192 --rounds 2"),
+            "bf16 to fp8_e4m3 (tensor scaling), 128 x 128 tiles, % of copy: the shape in force "
+            "when the sweep ran and the best candidate (`gather4`: 4-byte shared-memory reads "
+            "in the transposed write, `prefetch`: L2 prefetches of a thread's later chunks, "
+            "`sum_scatter`: dbias sums reduce-scattered); `tile_config` now takes the winners "
+            "(docs/cast.md).",
+            md_table(["op", "then", "% of copy", "best", "% of copy", "gain"], rows),
+        ]
+    d = load("activation_row_tuning-mxfp8")
+    if d is not None:
+        rows = _then_and_best(
+            [r for r in d["rows"] if r.get("hidden_size")], lambda r: (r["op"], r["output"]),
+            lambda r: f"{r['threads']} x {r['unroll']}" + (
+                " split" if r.get("split_scales") else "") + (
+                "" if r.get("fp8_words", True) else " bytes"),
+        )  # fmt: skip
+        parts += [
+            "### Gated activations to MXFP8 rowwise",
+            source(d, 'activation_row_tuning.py --cases "reglu:mxfp8 rowwise,glu:mxfp8 '
+                   'rowwise,swiglu:mxfp8 rowwise" --rounds 3 --name activation_row_tuning-mxfp8'),
+            "bf16 16384 x 2 x 8192 input, H compiled in, threads x chunks per thread, median of "
+            "3 rounds; `row_config` now takes 128 x 2 for gated forward ops to MXFP8 rowwise.",
+            md_table(["op", "output", "then", "% of copy", "best", "% of copy", "gain"], rows),
+        ]  # fmt: skip
+    if not parts:
+        return None
+    return "\n\n".join(["## Candidate sweeps of 2026-12-01 (new defaults)", *parts])
+
+
 PHASES = ("CUDA C++ Frontend", "NVVM Optimizer", "PTX Translation", "total (wall)")
 
 
@@ -709,8 +788,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     builders = (bandwidth_plot, timing_section, gelu_section, activation_family_section,
                 norm_section, cast_section, tuning_section, norm_tuning_section,
-                cast_tuning_section, profile_section, compile_section, launch_section,
-                prewarm_section, fanout_section)  # fmt: skip
+                cast_tuning_section, candidates_section, profile_section, compile_section,
+                launch_section, prewarm_section, fanout_section)  # fmt: skip
     sections = [s for s in (b() for b in builders) if s]
     text = "\n\n".join(
         [

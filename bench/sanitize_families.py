@@ -46,8 +46,8 @@ def cases() -> dict[str, Callable[[], None]]:
                 "scale_inv": torch.empty(1, device=dev)}  # fmt: skip
 
     out: dict[str, Callable[[], None]] = {}
-    for rows, h, hidden in [(3, 1000, 1000), (5, 4096, 4096), (2, 14336, 14336), (7, 1000, None),
-                            (3, 768, None)]:  # fmt: skip
+    for rows, h, hidden in [(3, 1000, 1000), (5, 4096, 4096), (37, 8192, 8192), (2, 14336, 14336),
+                            (7, 1000, None), (3, 768, None)]:  # fmt: skip
         for nm in ("layernorm", "rmsnorm"):
             tag = f"{nm}_h{hidden or 'any'}_{h}x{rows}"
 

@@ -643,17 +643,22 @@ def _fp8_outputs(kernel, x, gamma, beta, scale, amax_start=0.0):
 )
 @pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
 def test_forward_fp8_candidates(op, values):
-    """Each FP8 candidate, with the measured table (norm.TUNED) in force, against the float64
+    """Each FP8 candidate, with the measured table's layouts (norm.TUNED, its o/g switches
+    taken out so that only the module switches set them) in force, against the float64
     reference (z bytes except at rounding ties, mu/rsigma, amax, scale_inv) and bit for bit
-    against the default kernel of the same layout (the same fp32 arithmetic: z bytes, mu,
-    rsigma and amax identical): N = 1, N not a multiple of the rows per CTA (H = 1024: 4 rows
-    per CTA), H odd (a partial last access), the TUNED FP8 layouts at 4096-14336 (RMSNorm
-    14336: held weights, several row groups per CTA at N = 700), a cluster (H = 65536), e5m2,
-    zero-centred and fp32 gamma, a large mean offset (fp32 x), and an amax word that already
-    holds more than this call's maximum (left unchanged). Each switch alone: H = 1001, 4096
-    and 14336 only."""
+    against the kernel of the same layout without the switches (the same fp32 arithmetic: z
+    bytes, mu, rsigma and amax identical): N = 1, N not a multiple of the rows per CTA (H =
+    1024: 4 rows per CTA), H odd (a partial last access), the TUNED FP8 layouts at
+    4096-14336 (RMSNorm 14336: held weights, several row groups per CTA at N = 700), a
+    cluster (H = 65536), e5m2, zero-centred and fp32 gamma, a large mean offset (fp32 x),
+    and an amax word that already holds more than this call's maximum (left unchanged). Each
+    switch alone: H = 1001, 4096 and 14336 only."""
+    import dataclasses
+
     import nvrtc_engine.ops.norm as norm
 
+    layouts = {key: dataclasses.replace(norm.parse_tag(tag), batched=False, warp_amax=False).tag
+               for key, tag in norm.TUNED.items()}  # fmt: skip
     cases = [(1024, 1), (1024, 1003), (1001, 37), (4096, 1), (4096, 513), (8192, 1),
              (8192, 67), (14336, 1), (14336, 700), (65536, 2)]  # fmt: skip
     if len(values) == 1:
@@ -666,10 +671,11 @@ def test_forward_fp8_candidates(op, values):
         for in_dtype, out, flags in variants if more else variants[:1]:
             fields = dict(in_dtype=in_dtype, out_dtype=out, scaling="tensor", hidden_size=hidden,
                           **flags)  # fmt: skip
-            launch_config.cache_clear()
-            ne.clear_cache(disk=False)
-            default = ne.get_kernel(op, **fields)
             with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(norm, "TUNED", layouts)
+                launch_config.cache_clear()
+                ne.clear_cache(disk=False)
+                default = ne.get_kernel(op, **fields)
                 for name, value in values.items():
                     mp.setattr(norm, name, value)
                 launch_config.cache_clear()

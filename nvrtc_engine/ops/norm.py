@@ -182,9 +182,14 @@ TUNED: dict[tuple[str, int, str], str] = {
     ("rmsnorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 96.2 against w14j4 93.2
     ("rmsnorm_fwd", 65536, "none"): "w19r1v8j7c2h",  # 76.5 (8 groups) against 65.1
     ("layernorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 91.0 against w14j4 90.0
-    ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1",  # 70.2 against w8j4 67.8 (held 58.7)
-    ("rmsnorm_fwd", 8192, "tensor"): "w4r1v8j8c1",  # 86.8 against w8j4 81.5 (held 80.8)
-    ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1h",  # 81.8 (8 groups) against 69.8
+    # FP8 forward with the round-4 switches (o: batched output stage, g: warp amax atomics),
+    # bench/norm_tuning.py --candidates fp8, 2026-12-01 (bench/results/norm_tuning-fp8.json)
+    ("layernorm_fwd", 4096, "tensor"): "w4r1v8j4c1o",  # 73.1 against w4j4 67.6
+    ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1og",  # 77.9 against w4j8 71.1
+    ("layernorm_fwd", 14336, "tensor"): "w14r1v8j4c1og",  # 67.0 against w14j4 55.6
+    ("rmsnorm_fwd", 4096, "tensor"): "w4r1v8j4c1og",  # 82.8 against w4j4 78.6
+    ("rmsnorm_fwd", 8192, "tensor"): "w4r1v8j8c1g",  # 89.7 against w4j8 86.9
+    ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1hog",  # 84.0 (8 groups) against h 82.4
     ("rmsnorm_fwd", 65536, "tensor"): "w19r1v8j7c2h",  # 57.8 (8 groups) against 50.6
     ("layernorm_bwd", 8192, "none"): "w8r1v8j4c1",  # prefetch 59.8 against w8j4n 52.2
     ("layernorm_bwd", 4096, "none"): "w4r1v8j4c1ns2",  # column sums in shared memory 65.6
@@ -340,8 +345,8 @@ def launch_config(key: KernelKey) -> LaunchConfig:
 def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
     """``cfg`` with the module's defaults for the round-3 switches (``FWD_EARLY_WEIGHTS``,
     ``FWD_ONE_REDUCTION``, ``FWD_ACCUMULATORS``, ``BWD_SHARED_SUMS``) and the round-4 FP8
-    candidates (``FWD_FP8_BATCHED``, ``FWD_FP8_WARP_AMAX``: tensor scaling only) where they
-    apply."""
+    candidates (``FWD_FP8_BATCHED``, ``FWD_FP8_WARP_AMAX``: tensor scaling only; on where
+    ``cfg``, a :data:`TUNED` entry, has them) where they apply."""
     spec = key.spec
     assert isinstance(spec, NormSpec)
     if cfg.mode != "regs":
@@ -357,8 +362,8 @@ def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
     return dataclasses.replace(
         cfg, early=FWD_EARLY_WEIGHTS and not cfg.hold,
         one_reduction=FWD_ONE_REDUCTION and not spec.rms, accumulators=FWD_ACCUMULATORS,
-        batched=FWD_FP8_BATCHED and key.scaling == "tensor",
-        warp_amax=FWD_FP8_WARP_AMAX and key.scaling == "tensor",
+        batched=(cfg.batched or FWD_FP8_BATCHED) and key.scaling == "tensor",
+        warp_amax=(cfg.warp_amax or FWD_FP8_WARP_AMAX) and key.scaling == "tensor",
     )  # fmt: skip
 
 
