@@ -78,9 +78,7 @@ def _cache_info(args: argparse.Namespace) -> int:
         if info.directory:
             print(f"size limit: {info.size_limit}")
         else:
-            from . import config
-
-            print(f"size limit: {config.settings().cache_size_limit} (configured; no disk cache)")
+            print(f"size limit: {info.size_limit} (configured; no disk cache)")
     return 0
 
 

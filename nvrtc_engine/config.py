@@ -202,30 +202,36 @@ def _checked(name: str, value: object) -> object:
     variable's words; ``cache_size_limit`` bytes > 0 (or ``"512M"``); ``workers`` > 0 or
     None; ``lock_timeout`` finite seconds >= 0. Raises ``TypeError``/``ValueError`` naming
     the field."""
-    label = f"configure({name}=...)"
+    label = f"configure({name}={value!r})"
     if name in _PATHS:
-        if value is None:
-            return None
-        if not isinstance(value, (str, os.PathLike)):
-            raise TypeError(f"{label}: expected a path (str or os.PathLike) or None, got "
-                            f"{type(value).__name__}")  # fmt: skip
-        return _path(os.fspath(value))
+        if value is None or isinstance(value, (str, os.PathLike)):
+            return None if value is None else _path(os.fspath(value))
+        raise TypeError(f"{label}: expected a path (str or os.PathLike) or None")
     if isinstance(value, str):  # the environment variable's spelling
         parse = {"cache_size_limit": _parse_size, "workers": _parse_int,
                  "lock_timeout": _parse_seconds}.get(name, _parse_bool)  # fmt: skip
-        return parse(name, value)
+        try:
+            return parse(name, value)
+        except ValueError as exc:  # "name='raw': reason" -> "configure(name='raw'): reason"
+            raise ValueError(f"{label}: {str(exc).split(': ', 1)[-1]}") from None
     if name in _BOOLS:
-        if not isinstance(value, bool):
-            raise TypeError(f"{label}: expected True or False, got {value!r}")
-        return value
+        if isinstance(value, bool):
+            return value
+        raise TypeError(f"{label}: expected True or False (or the variable's words: "
+                        "'1'/'0', 'true'/'false', 'yes'/'no', 'on'/'off')")  # fmt: skip
     if name == "workers" and value is None:
         return None
-    if name == "lock_timeout" and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return _parse_seconds(label, repr(float(value)))
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if name == "lock_timeout":
+        if number and 0 <= float(value) < float("inf"):  # type: ignore[arg-type]
+            return float(value)  # type: ignore[arg-type]
+        raise (ValueError if number else TypeError)(
+            f"{label}: expected a finite number of seconds >= 0"
+        )
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{label}: expected a positive integer, got {value!r}")
+        raise TypeError(f"{label}: expected a positive integer")
     if value <= 0:
-        raise ValueError(f"{label}: expected a positive integer, got {value}")
+        raise ValueError(f"{label}: expected a positive integer")
     return value
 
 

@@ -50,7 +50,7 @@ class CacheInfo:
         entries: entries in the disk cache (0 when it is disabled).
         bytes: bytes the disk cache uses on disk.
         directory: the disk cache directory, or ``None`` when memory-only.
-        size_limit: the disk cache's size cap in bytes (0 when memory-only).
+        size_limit: the disk cache's size cap in bytes (memory-only: the configured cap).
     """
 
     hits: int
@@ -86,6 +86,7 @@ class Engine:
         self._calls: dict[Any, Kernel] = {}  # get_kernel argument tuples -> kernel
         self._inflight: dict[KernelKey, _Flight] = {}
         self._disk: DiskCache | None = _UNOPENED
+        self._disk_settings: config.Settings | None = None  # the settings it was opened with
         self._index: tuple[Any, KeyIndex | None] = (None, None)  # (settings, index)
         self.hits = self.disk_hits = self.misses = self.compiles = 0
         _engines.add(self)
@@ -105,8 +106,22 @@ class Engine:
 
     # -- caches ---------------------------------------------------------------------------
 
+    def _forget_stale_disk(self) -> None:
+        """Close the disk cache if the settings changed since it was opened
+        (:func:`~nvrtc_engine.configure`): the next use opens the configured one, and the
+        old directory keeps its entries."""
+        if self._disk is _UNOPENED or self._disk_settings is config.settings():
+            return
+        with self._lock:
+            if self._disk is not _UNOPENED and self._disk_settings is not config.settings():
+                if self._disk is not None:
+                    self._disk.close()
+                self._disk = _UNOPENED
+
     def disk(self) -> DiskCache | None:
-        """The disk cache, opened on first use; ``None`` when disabled or unusable."""
+        """The disk cache of the current settings, opened on first use; ``None`` when disabled
+        or unusable."""
+        self._forget_stale_disk()
         disk = self._disk
         if disk is _UNOPENED:
             s = config.settings()
@@ -121,6 +136,7 @@ class Engine:
             with self._lock:
                 if self._disk is _UNOPENED:
                     self._disk = opened
+                    self._disk_settings = s
                 elif opened is not None:
                     opened.close()
                 disk = self._disk
@@ -129,6 +145,7 @@ class Engine:
     def key_index(self) -> KeyIndex | None:
         """The key index of the disk cache directory, without opening the disk cache;
         ``None`` when the disk cache is disabled or known to be unusable."""
+        self._forget_stale_disk()
         disk = self._disk
         if disk is None:
             return None
@@ -164,11 +181,14 @@ class Engine:
             entries=len(disk) if disk is not None else 0,
             bytes=disk.volume() if disk is not None else 0,
             directory=str(disk.directory) if disk is not None else None,
-            size_limit=disk.size_limit if disk is not None else 0,
+            size_limit=disk.size_limit if disk is not None else config.settings().cache_size_limit,
         )
 
     def clear(self, *, memory: bool = True, disk: bool = True) -> None:
-        """Drop cached kernels (memory, disk or both), reset counters, re-read settings."""
+        """Drop cached kernels (memory, disk or both), reset counters, re-read settings.
+        ``disk`` clears the directory of the current settings (not one opened before a
+        :func:`~nvrtc_engine.configure`)."""
+        self._forget_stale_disk()
         with self._lock:
             if memory:
                 self._memory.clear()

@@ -46,19 +46,22 @@ def parse_arch(value: Any) -> str:
     m = _ARCH_RE.match(text.strip().lower()) if isinstance(text, str) else None
     number = int(m.group(1)) if m else 0
     if m is None or (number not in KNOWN_ARCH_NUMBERS and number < KNOWN_ARCH_NUMBERS[-1]):
+        why = ("not an arch name such as sm_90" if m is None else
+               "names no GPU" if number >= 80 else "older than Ampere (sm_80)")  # fmt: skip
         raise VariantError(
             "arch",
             value,
             [f"sm_{n}" for n in KNOWN_ARCH_NUMBERS],
-            "or an 'a' suffixed form from sm_90 on (sm_90a, sm_100a), an 'f' suffixed one from "
-            "sm_100 on (sm_100f); Ampere (sm_80) and newer",
+            f"{why}; a known compute capability, or one newer than sm_{KNOWN_ARCH_NUMBERS[-1]} "
+            "(compiled as PTX), with an 'a' suffix from sm_90 on and an 'f' suffix from sm_100 "
+            "on (sm_90a, sm_100f)",
         )
     suffix = m.group(2)
     if suffix and number < SUFFIX_FROM[suffix]:
         allowed = [f"sm_{n}{suffix}" for n in KNOWN_ARCH_NUMBERS if n >= SUFFIX_FROM[suffix]]
         kind = "arch-specific 'a'" if suffix == "a" else "family-specific 'f'"
         raise VariantError(
-            "arch", value, allowed[:5], f"{kind} targets exist from sm_{SUFFIX_FROM[suffix]} on"
+            "arch", value, allowed, f"{kind} targets exist from sm_{SUFFIX_FROM[suffix]} on"
         )
     return f"sm_{number}{suffix}"
 

@@ -230,6 +230,38 @@ def test_clear_cache_empties_memory_and_disk():
     assert ne.get_kernel("gelu", dtype="bf16", arch="sm_90").origin == "compiled"
 
 
+def test_configured_directory_takes_over_and_the_old_one_keeps_its_entries(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    try:
+        ne.configure(cache_dir=first)
+        ne.clear_cache(memory=True, disk=False)
+        ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+        assert ne.cache_info().directory == str(first)
+        ne.configure(cache_dir=second)  # no clear_cache needed to switch
+        ne.clear_cache(disk=False)
+        assert ne.get_kernel("gelu", dtype="bf16", arch="sm_90").origin == "compiled"
+        info = ne.cache_info()
+        assert info.directory == str(second) and info.entries == 1
+        ne.clear_cache()  # clears the configured directory, b ...
+        assert ne.cache_info().entries == 0
+        ne.configure(cache_dir=first)  # ... and a still holds its kernel
+        ne.clear_cache(disk=False)
+        assert ne.cache_info().entries == 1
+        assert ne.get_kernel("gelu", dtype="bf16", arch="sm_90").origin == "disk"
+    finally:
+        ne.config.reset()
+        ne.clear_cache(disk=False)
+
+
+def test_memory_only_cache_info_reports_the_configured_size_limit(monkeypatch, isolated_cache):
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    monkeypatch.setenv("NVRTC_ENGINE_CACHE_SIZE_LIMIT", "2G")
+    ne.config.reset()
+    ne.clear_cache(disk=False)
+    info = ne.cache_info()
+    assert info.directory is None and info.size_limit == 2 << 30
+
+
 def test_single_flight_one_compile_for_concurrent_callers(monkeypatch):
     import nvrtc_engine.engine as engine_mod
 

@@ -110,10 +110,11 @@ def test_arch_forms():
 @pytest.mark.parametrize(
     "arch, says",
     [
-        ("sm_95", "sm_80, sm_86"),  # between known archs: names no GPU
-        ("sm_81", "Ampere"),
-        ("sm_101", "allowed"),
-        ("sm_75", "Ampere"),
+        ("sm_95", "names no GPU"),  # between known archs
+        ("sm_81", "names no GPU"),
+        ("sm_101", "sm_100, sm_103, sm_107"),
+        ("sm_75", "older than Ampere"),
+        ("gpu90", "not an arch name"),
         ("sm_90f", "family-specific 'f' targets exist from sm_100 on"),
         ("sm_80a", "arch-specific 'a' targets exist from sm_90 on"),
         ("sm_90b", "allowed"),
