@@ -631,7 +631,9 @@ def _under_two(d: dict[str, Any]) -> str:
         return " Every case where torch.compile re-reads x is at least 2x."
     return (
         " Under 2x where torch.compile re-reads x (its figure at most 60% of copy, the "
-        "cap a second read of 16-bit x puts on a cast to 8 bits) in this run: " + "; ".join(under) + "."
+        "cap a second read of 16-bit x puts on a cast to 8 bits) in this run: "
+        + "; ".join(under)
+        + "."
     )
 
 
