@@ -106,11 +106,12 @@ def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 
     ordinal = driver.current_device() if gpu else -1
     if arch is None:
         arch = driver.get_device(ordinal).arch if gpu else "sm_90"
-    print(f"nvrtc_engine demo: GELU variants for Llama-3-8B sizes, arch {arch}", file=out)
+    keys = demo_keys(arch)  # a bad arch is an error before anything is printed
+    print(f"nvrtc_engine demo: GELU variants for Llama-3-8B sizes, arch {keys[0].arch}", file=out)
     if not gpu:
         print("no GPU found: compiling and caching only", file=out)
     rows = []
-    for key in demo_keys(arch):
+    for key in keys:
         before = cache_info()
         start = time.perf_counter()
         kernel = get_kernel(key)
