@@ -12,6 +12,7 @@ for sm_90 (where clusters split large rows) at 768, 5120, 8192, 14336 and 65536.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -111,7 +112,7 @@ def test_key_names_and_parse():
     bwd = make_key("rmsnorm_bwd_add", dtype="fp16", arch="sm_100a", fp32_gamma=True)
     assert str(bwd) == "rmsnorm_bwd_add_fp16_fp16_none_rowwise_hany_sm100a_wf32"
     assert KernelKey.parse(str(bwd)) == bwd
-    assert key.spec.symbols(key) == (f"{key}_w4r1v8j4c1",)
+    assert key.spec.symbols(key) == (f"{key}_w4r1v8j4c1o",)  # norm.TUNED's FP8 winner
     assert bwd.spec.symbols(bwd) == (f"{bwd}_loop", f"{bwd}_loop_stats", f"{bwd}_loop_finalize")
     mx = make_key("rmsnorm_fwd", in_dtype="bf16", out_dtype="e5m2", scaling="mxfp8", arch="sm_90")
     assert mx.scaling == "mxfp8" and "mxfp8" in str(mx)
@@ -211,9 +212,10 @@ def fp8_tag(op, hidden, arch="sm_90"):
 
 def test_held_weights_need_two_ctas_per_sm():
     # not held by default (norm_tuning.json: LayerNorm lost with them); TUNED holds RMSNorm's
-    assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1"
-    assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1"
-    assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1h"
+    # (the o/g letters: the FP8 switches TUNED carries, test_tuned_fp8_forwards_...)
+    assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1o"
+    assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1og"
+    assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1hog"
     assert fp8_tag("rmsnorm_fwd", 65536) == "w19r1v8j7c2h"
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setitem(norm.FWD_HOLD_WEIGHTS, "tensor", True)
@@ -722,10 +724,33 @@ FP8_CANDIDATE_HIDDEN = (768, 1000, 1001, 1024, 4096, 8192, 14336, 65536)
 
 
 def _with_switches(monkeypatch, values):
+    """The module switches ``values`` on, over TUNED's layouts with their own o/g letters taken
+    out (TUNED carries the measured winners; these tests are about the switches)."""
+    layouts = {key: dataclasses.replace(norm.parse_tag(tag), batched=False, warp_amax=False).tag
+               for key, tag in norm.TUNED.items()}  # fmt: skip
+    monkeypatch.setattr(norm, "TUNED", layouts)
     for name, value in values.items():
         monkeypatch.setattr(norm, name, value)
     launch_config.cache_clear()
     ne.clear_cache(disk=False)
+
+
+def test_tuned_fp8_forwards_carry_the_measured_switches():
+    """norm.TUNED's FP8 winners of 2026-12-01 (bench/results/norm_tuning-fp8.json) keep their
+    o/g letters whatever the module switches say, on sm_90 only."""
+    assert not norm.FWD_FP8_BATCHED and not norm.FWD_FP8_WARP_AMAX
+    assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1o"
+    assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1og"
+    assert fp8_tag("layernorm_fwd", 14336) == "w14r1v8j4c1og"
+    assert fp8_tag("rmsnorm_fwd", 4096) == "w4r1v8j4c1og"
+    assert fp8_tag("rmsnorm_fwd", 8192) == "w4r1v8j8c1g"
+    assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1hog"
+    key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=8192,
+                   arch="sm_100a")  # fmt: skip
+    assert not (launch_config(key).batched or launch_config(key).warp_amax)
+    source = render(make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8",
+                             hidden_size=8192, arch="sm_90")).source  # fmt: skip
+    assert "constexpr bool v = true;" in source and "amax_seen" in source
 
 
 @pytest.mark.parametrize(
@@ -782,12 +807,13 @@ def test_fp8_candidates_leave_other_kernels_alone(monkeypatch, arch):
         for op in BWD:
             keys.append(make_key(op, in_dtype="bf16", hidden_size=hidden, arch=arch))
     assert not norm.FWD_FP8_BATCHED and not norm.FWD_FP8_WARP_AMAX
+    _with_switches(monkeypatch, {})  # TUNED's layouts without their o/g letters
     off = {}
     for key in keys:
         cfg = launch_config(key)
         assert not (cfg.batched or cfg.warp_amax)
         source = render(key).source
-        assert "const auto stage" not in source and "amax_seen" not in source
+        assert "constexpr bool v = true;" not in source and "amax_seen" not in source
         off[key] = source
     _with_switches(monkeypatch, FP8_CANDIDATES[0])
     try:
