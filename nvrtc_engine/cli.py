@@ -75,10 +75,8 @@ def _cache_info(args: argparse.Namespace) -> int:
         print(f"directory:  {info.directory or '(none: ' + _no_disk_reason() + ')'}")
         print(f"entries:    {info.entries}")
         print(f"bytes:      {info.bytes}")
-        if info.directory:
-            print(f"size limit: {info.size_limit}")
-        else:
-            print(f"size limit: {info.size_limit} (configured; no disk cache)")
+        note = "" if info.directory else " (configured; no disk cache)"
+        print(f"size limit: {info.size_limit}{note}")
     return 0
 
 

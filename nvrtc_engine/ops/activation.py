@@ -150,10 +150,10 @@ def row_config(key: KernelKey) -> LaunchConfig:
     """
     if key.scaling == "none":
         return LaunchConfig(threads=256, unroll=1)
-    plain = isinstance(key.spec, ActivationSpec) and key.spec.kind in ("act", "dact")
-    if key.scaling == "mxfp8" and plain and key.input.itemsize == 2:
+    kind = key.spec.kind if isinstance(key.spec, ActivationSpec) else None
+    if key.scaling == "mxfp8" and kind in ("act", "dact") and key.input.itemsize == 2:
         return LaunchConfig(threads=128, unroll=2, owner=True)
-    if key.scaling == "mxfp8" and isinstance(key.spec, ActivationSpec) and key.spec.kind == "gated":
+    if key.scaling == "mxfp8" and kind == "gated":
         return LaunchConfig(threads=128, unroll=2)
     return LaunchConfig(threads=128, unroll=4)
 

@@ -22,7 +22,8 @@ Specialization: with ``hidden_size`` the row lives in registers with compile-tim
 sm_100 CTAs per row as a thread block cluster, and code switches: weights held in registers,
 backward prefetch, packed rows, a register cap; round 3, off by default: early weight loads,
 one (count, mean, M2) reduction, split sums, backward column sums in shared memory; round 4,
-off by default: the FP8 forward's output stage batched, warp-level amax atomics); the
+off by default but on in TUNED's FP8 layouts: the FP8 forward's output stage batched,
+warp-level amax atomics); the
 choice is part of the kernel's symbol, e.g.
 ``layernorm_fwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1`` or
 ``layernorm_bwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1nm3``. When no register layout
@@ -158,18 +159,19 @@ FWD_EARLY_WEIGHTS = False
 FWD_ONE_REDUCTION = False
 FWD_ACCUMULATORS = 1
 BWD_SHARED_SUMS = 0
-# Round-4 candidates for the FP8 (tensor-scaling) forward, off by default until measured
-# (bench/norm_tuning.py --candidates fp8). SASS (sm_90, bf16 x, default layouts): in the FP8
-# kernel each access's gamma/beta loads sit in a branch of their own and follow the previous
-# access's amax update, so a row makes J dependent trips to L2 for the weights (the bf16
-# kernel, whose loop the compiler unswitches, issues them in one or two batches); and each CTA
-# ends with a block barrier for the amax plus thread 0's read of the amax word (a round trip)
-# before the atomic. FWD_FP8_BATCHED (suffix ``o``): the output stage of a row under one
-# branch on the row's validity, amax and scaling inside it, so the weight loads of all J
-# accesses can issue together. FWD_FP8_WARP_AMAX (suffix ``g``): no block reduction for the
-# amax; lane 0 of each warp reads the amax word when the kernel starts (its latency overlaps
-# the row) and, at the end, max-reduces its warp's amax into it only if larger (the word only
-# grows, so a value no larger than an earlier reading needs no atomic).
+# Round-4 switches for the FP8 (tensor-scaling) forward, off by default; the TUNED FP8
+# layouts at H = 4096-14336 carry them (measured: bench/norm_tuning.py --candidates fp8).
+# SASS (sm_90, bf16 x, the layouts without them): in the FP8 kernel each access's gamma/beta
+# loads sit in a branch of their own and follow the previous access's amax update, so a row
+# makes J dependent trips to L2 for the weights (the bf16 kernel, whose loop the compiler
+# unswitches, issues them in one or two batches); and each CTA ends with a block barrier for
+# the amax plus thread 0's read of the amax word (a round trip) before the atomic.
+# FWD_FP8_BATCHED (suffix ``o``): the output stage of a row under one branch on the row's
+# validity, amax and scaling inside it, so the weight loads of all J accesses can issue
+# together. FWD_FP8_WARP_AMAX (suffix ``g``): no block reduction for the amax; lane 0 of
+# each warp reads the amax word when the kernel starts (its latency overlaps the row) and,
+# at the end, max-reduces its warp's amax into it only if larger (the word only grows, so a
+# value no larger than an earlier reading needs no atomic).
 FWD_FP8_BATCHED = False
 FWD_FP8_WARP_AMAX = False
 STATIC_SMEM_BYTES = 48 * 1024  # static shared memory a CTA may declare
