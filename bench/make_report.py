@@ -459,6 +459,22 @@ def _option_floor() -> list[str]:
         "after three warm-up compiles (the `-time` figures above come from a few compiles "
         "each, less settled). Only options that keep a kernel's SASS are open to issue 7.",
         md_table(["options", "output", "keeps SASS", "median ms", "range ms"], rows),
+        *_kernel_ladder(d),
+    ]
+
+
+def _kernel_ladder(d: dict[str, Any]) -> list[str]:
+    """The same run's kernel ladder: what a GELU kernel adds to the empty kernel's compile."""
+    kernels = d.get("kernels")
+    if not kernels:
+        return []
+    rows = [[r["kernel"], f"{r['ms']:.1f}", f"{r['over_floor_ms']:+.1f}",
+             f"{r['min_ms']:.1f}-{r['max_ms']:.1f}"] for r in kernels]  # fmt: skip
+    return [
+        "The same run, kernels under the engine's options in turn: the empty kernel, the "
+        "smallest GELU kernel the device helpers allow (one bf16 element per thread, a bounds "
+        "check; a lower bound, far from the bandwidth targets) and the engine's GELU variants.",
+        md_table(["kernel", "median ms", "over empty", "range ms"], rows),
     ]
 
 
