@@ -707,7 +707,8 @@ def _occupancy(function: Any, threads: int, shmem: int = 0) -> int:
 def _active_clusters(function: Any, threads: int, shmem: int, cluster: int) -> int:
     """Clusters of ``cluster`` CTAs of a function (with compile-time cluster dimensions) that
     can be resident at once: fewer than SMs x occupancy / cluster where a GPC's SMs do not
-    divide into whole clusters (a persistent grid of more would run a second wave)."""
+    divide into whole clusters (a persistent grid of more would run a second wave). 0 where
+    the driver does not say (the grid then assumes SMs x occupancy / cluster)."""
     drv = driver._drv()
     config = drv.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = cluster, 1, 1
@@ -718,8 +719,8 @@ def _active_clusters(function: Any, threads: int, shmem: int, cluster: int) -> i
         n = driver.check(drv.cuOccupancyMaxActiveClusters(function, config),
                          "cuOccupancyMaxActiveClusters")  # fmt: skip
     except CudaError:
-        return 1
-    return max(1, int(n))
+        return 0
+    return max(0, int(n))
 
 
 def _aligned(arrays: list[tuple[Array | None, int]]) -> bool:
