@@ -4,7 +4,7 @@
 nvrtc_engine/ops/norm.py).
 
     python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
-                                [--round3-only] [--candidates fp8] [--name norm_tuning]
+                                [--round3-only] [--candidates fp8|bwd] [--name norm_tuning]
                                 [--zero-amax]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
@@ -19,11 +19,14 @@ round-3 code switches (``FWD_EARLY_WEIGHTS``, ``FWD_ONE_REDUCTION``, ``FWD_ACCUM
 ``--round3-only`` times just those and the defaults. ``--candidates fp8`` times only the
 round-4 FP8 candidates (:func:`fp8_candidates`: ``FWD_FP8_BATCHED``, ``FWD_FP8_WARP_AMAX``)
 against the default FP8 and bf16 kernels (forward only; hidden sizes 4096, 8192, 14336
-unless ``--hidden`` says otherwise); ``--name`` names the JSON (e.g. ``norm_tuning-fp8``, so
-the full sweep's file stays); ``--zero-amax`` zeroes the amax word before every FP8 call
-(timed with it), as a training step does once per forward, instead of leaving the first
-call's maximum there (which lets the guards skip every later atomic). Each
-sweep runs ``--rounds`` times; rows give every round and the median; a ``*`` marks the
+unless ``--hidden`` says otherwise); ``--candidates bwd`` times only the backward: the
+default, the round-5 staged layouts (:func:`staged_candidates`, ``BWD_STAGED``: x and dz
+copied into shared memory by cp.async, 2-4 rows deep) and, from H = 14336, the general
+kernel (about 3 minutes on an H200, most of it NVRTC compiles); ``--name`` names the JSON
+(e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax`` zeroes the
+amax word before every FP8 call (timed with it), as a training step does once per forward,
+instead of leaving the first call's maximum there (which lets the guards skip every later
+atomic). Each sweep runs ``--rounds`` times; rows give every round and the median; a ``*`` marks the
 current default (``norm.TUNED`` entries included). GB/s counts x, z (forward) and x, dz,
 dx (backward) once. Writes bench/results/norm_tuning.json (or ``--name``). About 95 s on an
 H200 (2 rounds, most of it NVRTC compiles).
@@ -109,12 +112,51 @@ def fp8_candidates(norm: Any, key: Any, default: Any) -> list[Any]:
     return [c for c in out if c != default]
 
 
+def staged_candidates(norm: Any, key: Any) -> list[Any]:
+    """The round-5 staged backward layouts (``t{stages}``, :func:`norm.staged_layout`) of a
+    specialized backward ``key``: 2, 3 and 4 stages (as many as fit), 2 and 4 accesses per
+    thread (32 and 64 bytes of x; LayerNorm above H = 8192: 2); at H >= 65536 also clusters
+    of 8 CTAs (the rule takes 4), 2 and 4 accesses per thread, where their shared memory
+    fits."""
+    from nvrtc_engine.key import arch_number
+
+    spec = key.spec
+    if not spec.backward or key.hidden_size is None:
+        return []
+    out: list[Any] = []
+    # ptxas (sm_90): LayerNorm at 4 accesses per thread spills from H = 14336 on (the 128
+    # registers of 448 or 512 threads), so only 2 there
+    wide = spec.accumulators == 1 or key.hidden_size <= 8192
+    for target in (32, 64) if wide else (32,):
+        for stages in (2, 3, 4):
+            cfg = norm.staged_layout(key, stages, target)
+            if cfg is not None and cfg not in out:
+                out.append(cfg)
+    arch = arch_number(key.arch)
+    if key.hidden_size >= 65536 and 90 <= arch < 110:
+        itemsize = key.input.itemsize
+        w_size = norm.DTYPES[norm.gamma_dtype(key)].itemsize
+        vec = 16 // itemsize
+        limit = norm.OPTIN_SMEM_BYTES[arch] - 1024
+        accesses = key.hidden_size // vec
+        for iters in (2, 4):
+            warps = -(-accesses // (32 * 8 * iters))
+            for stages in (2, 3, 4):
+                cfg = norm.LaunchConfig("regs", vec, warps, 1, iters, 8, stages=stages)
+                if warps <= 32 and norm.staged_smem_bytes(cfg, itemsize, w_size) <= limit:
+                    out.append(cfg)
+    return out
+
+
 def candidates(
-    norm: Any, key: Any, round3_only: bool = False, fp8_only: bool = False
-) -> list[tuple[Any, dict[str, Any]]]:
+    norm: Any, key: Any, round3_only: bool = False, fp8_only: bool = False,
+    bwd_only: bool = False,
+) -> list[tuple[Any, dict[str, Any]]]:  # fmt: skip
     """(LaunchConfig, host settings) pairs to time for ``key``; the default comes first.
     ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`);
-    ``fp8_only``: the default and the round-4 FP8 candidates (:func:`fp8_candidates`)."""
+    ``fp8_only``: the default and the round-4 FP8 candidates (:func:`fp8_candidates`);
+    ``bwd_only``: the default and the round-5 staged backward (:func:`staged_candidates`),
+    plus the general kernel (``loop``) where the default is not it."""
     spec = key.spec
     default = norm.launch_config(key)
     out: list[tuple[Any, dict[str, Any]]] = []
@@ -123,6 +165,13 @@ def candidates(
         if (cfg, host) not in out:
             out.append((cfg, host))
 
+    if bwd_only:
+        add(default)
+        for cfg in staged_candidates(norm, key):
+            add(cfg)
+        if key.hidden_size >= 14336:
+            add(norm.LaunchConfig("loop", 16 // key.input.itemsize))
+        return out
     if fp8_only:
         add(default)
         for cfg in fp8_candidates(norm, key, default):
@@ -204,7 +253,10 @@ def case_list(
 
     sizes = hidden if hidden is not None else [int(v) for v in args.hidden.split(",")]
     fp8_only = args.candidates == "fp8"
+    bwd_only = args.candidates == "bwd"
     modes = [("fwd", "bf16", {}), ("fwd", "fp8_e4m3", {"scaling": "tensor"})]
+    if bwd_only:
+        modes = []
     if not fp8_only:
         modes.append(("bwd", "bf16", {}))
     cases = []
@@ -215,7 +267,7 @@ def case_list(
                                   hidden_size=h, arch=arch, **extra)  # fmt: skip
                 if defaults is not None:
                     defaults[(nm, direction, out)] = norm.launch_config(key)
-                for cfg, host in candidates(norm, key, args.round3_only, fp8_only):
+                for cfg, host in candidates(norm, key, args.round3_only, fp8_only, bwd_only):
                     cases.append((nm, h, direction, out, cfg, tuple(sorted(host.items()))))
     return cases
 
@@ -235,9 +287,10 @@ def main() -> int:
     )
     parser.add_argument(
         "--candidates",
-        choices=["fp8"],
+        choices=["fp8", "bwd"],
         help="time only the defaults and these candidates (fp8: the round-4 FP8 forward "
-        "switches, forward bf16 and FP8 only)",
+        "switches, forward bf16 and FP8 only; bwd: the round-5 staged backward, backward "
+        "only, at 4096,8192,14336,65536 unless --hidden says otherwise)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument("--zero-amax", action="store_true",
@@ -246,7 +299,7 @@ def main() -> int:
                         help="print the cases for sm_90 and exit (no GPU needed)")  # fmt: skip
     args = parser.parse_args()
     if args.hidden is None:
-        args.hidden = "4096,8192,14336" if args.candidates else "4096,8192,14336,65536"
+        args.hidden = "4096,8192,14336" if args.candidates == "fp8" else "4096,8192,14336,65536"
     if args.list:
         for case in case_list(args, arch="sm_90"):
             print(*case[:4], case[4].tag, ",".join(f"{k}={v}" for k, v in case[5]))

@@ -9,8 +9,9 @@ process per case isolates a failure). Norms: LayerNorm/RMSNorm forward (bf16, FP
 scaling, MXFP8) and backward, specialized and general, with odd hidden sizes and rows that
 do not fill a CTA; the code switches of nvrtc_engine/ops/norm.py that the defaults leave
 off (``norm_switch_*``: backward prefetch, packed rows, clusters, column sums in shared
-memory; forward weights held in registers for bf16 and MXFP8 output, the held path with
-several row groups per CTA, early weight loads, the one-reduction statistics, split sums). The
+memory, the staged backward (x and dz in shared memory by cp.async); forward weights held
+in registers for bf16 and MXFP8 output, the held path with several row groups per CTA,
+early weight loads, the one-reduction statistics, split sums). The
 disk cache is off: switched kernels share keys with the defaults. Cast family:
 cast_transpose (+ dbias, + dgelu, gated dswiglu), transpose, multi_cast_transpose and
 MXFP8/NVFP4 quantize in every layout, on shapes that leave partial tiles. Correctness is the
@@ -131,9 +132,15 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         "clusters": {"BWD_CLUSTERS": True},
         "shared_sums1": {"BWD_SHARED_SUMS": 1},
         "shared_sums2_capped": {"BWD_SHARED_SUMS": 2, "BWD_CAP": True},
+        # round 5: x and dz staged in (dynamic) shared memory by cp.async, 2 or 3 rows deep
+        "staged2": {"BWD_STAGED": 2},
+        "staged3": {"BWD_STAGED": 3},
     }
     for label, values in bwd.items():
-        for rows, h in [(5, 4096), (7, 1000), (1003, 1024), (2, 14336)]:
+        shapes = [(5, 4096), (7, 1000), (1003, 1024), (2, 14336)]
+        if label.startswith("staged"):  # rows that wrap the stages; H odd; a cluster of 4
+            shapes += [(1, 8192), (700, 14336), (37, 1001), (3, 65536), (97, 65536)]
+        for rows, h in shapes:
             for nm in ("layernorm", "rmsnorm"):
 
                 def run_bwd(values=values, rows=rows, h=h, nm=nm):

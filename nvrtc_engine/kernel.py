@@ -128,9 +128,21 @@ class Kernel:
                     functions.append(driver.check(
                         driver._drv().cuModuleGetFunction(module, symbol.encode()),
                         "cuModuleGetFunction"))  # fmt: skip
+                drv = driver._drv()
+                attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                for function, size in zip(functions, self._shared_bytes(), strict=False):
+                    if size:  # above 48 KB a function must opt in before it is launched
+                        driver.check(drv.cuFuncSetAttribute(function, attr, size),
+                                     "cuFuncSetAttribute")  # fmt: skip
                 got = Loaded(dev, tuple(functions), module)
                 self._loaded[device] = got
         return got
+
+    def _shared_bytes(self) -> tuple[int, ...]:
+        """Dynamic shared memory (bytes) of each function at launch, in the order of the
+        artifact's symbols; empty (the default) where none takes any. A family that
+        overrides it gets the opt-in attribute set when the image is loaded."""
+        return ()
 
     # Launching: plans (the fast path) and the generic launch --------------------------------
 
@@ -178,8 +190,10 @@ class Kernel:
         handle = stream_handle(stream, like)
         loaded = self.loaded(like.device)
         driver.make_current(loaded.device)
+        shared = self._shared_bytes()
         for index, grid, block, params in calls:
-            driver.launch(loaded.functions[index], grid, block, handle, params)
+            driver.launch(loaded.functions[index], grid, block, handle, params,
+                          shared[index] if shared else 0)  # fmt: skip
 
     # Shared argument checks, used by the families' __call__ -----------------------------
 

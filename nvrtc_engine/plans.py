@@ -197,8 +197,10 @@ class LaunchPlan:
             for slot, kind in enumerate(pack.kinds):
                 if kind == "P" and values[slot] and slot not in referenced:
                     return _mismatch(kernel, slot, None)
+            shared = kernel._shared_bytes()
+            shmem = shared[function] if shared else 0
             function = loaded.functions[function]
-            plan.launches.append((function, grid, block, pack.preset(values), writes))
+            plan.launches.append((function, grid, block, shmem, pack.preset(values), writes))
         plan.source, namespace = plan._generate()
         exec(compile(plan.source, f"<launch plan of {kernel.name}>", "exec"), namespace)
         plan.run = namespace["run"]
@@ -237,7 +239,7 @@ class LaunchPlan:
             "    if s is None:",
             "        s = stream_object(handle)",
         ]
-        for n, (function, grid, block, preset, writes) in enumerate(self.launches):
+        for n, (function, grid, block, shmem, preset, writes) in enumerate(self.launches):
             names.update({f"function{n}": function, f"preset{n}": preset,
                           f"local{n}": preset.local})  # fmt: skip
             lines += [
@@ -251,7 +253,7 @@ class LaunchPlan:
                     f"ptrs[{index}]" if view == "slots" else f"floats[{index}]")  # fmt: skip
                 lines.append(f"    {view}[{slot}] = {source}")
             lines += [
-                f"    (err,) = cu_launch(function{n}, {grid}, 1, 1, {block}, 1, 1, 0, s, "
+                f"    (err,) = cu_launch(function{n}, {grid}, 1, 1, {block}, 1, 1, {shmem}, s, "
                 "address, 0)",
                 "    if err:",
                 '        check((err,), "cuLaunchKernel")',

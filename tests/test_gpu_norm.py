@@ -713,3 +713,53 @@ def test_forward_fp8_candidates(op, values):
             again = _fp8_outputs(kernel, x, gamma, beta, 3.0, amax_start=high)
             assert again[3].item() == np.float32(high)
             assert torch.equal(again[0], got[0])
+
+
+# Round-5 candidate: the staged backward (BWD_STAGED, tag letter ``t{stages}``): x and dz
+# copied into shared memory by cp.async, ``stages`` rows deep, dynamic shared memory above
+# 48 KB (H = 65536: a cluster of 4 CTAs per row).
+STAGED_CASES = [(4096, 1), (4096, 4099), (8192, 1), (8192, 2053), (14336, 1), (14336, 1001),
+                (65536, 1), (65536, 263), (1001, 37), (1000, 5)]  # fmt: skip
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("op", BWD)
+def test_backward_staged(switches, op, stages):
+    """The staged layout against the float64 reference: H = 4096, 8192, 14336 and 65536,
+    N = 1 (the prologue issues rows past the end) and odd N of several rows per CTA (the
+    stages wrap around), H odd (2-byte accesses: copied element by element) and H = 1000
+    (a partial last access); LayerNorm at H = 65536 also with N = 2048; unaligned pointers
+    (the element-by-element path); zero-centred and fp32 gamma; a large mean offset (fp32
+    x); bit-identical results from two calls."""
+    switches(BWD_STAGED=stages)
+    for hidden, rows in STAGED_CASES + ([(65536, 2048)] if op == "layernorm_bwd" else []):
+        kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden)
+        cfg = kernel.config
+        assert 2 <= cfg.stages <= stages and kernel.artifact.symbols[0].endswith(cfg.tag)
+        if hidden == 65536 and arch() in ("sm_90", "sm_100"):
+            assert cfg.cluster == 4
+        x_host = reference.sample_input((rows, hidden), "bf16", seed(op, hidden, rows, "t"))
+        run_backward(kernel, x_host)
+    kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=4096)
+    x_host = reference.sample_input((300, 4096), "bf16", seed(op, "t unaligned"))
+    flat = torch.empty(300 * 4096 + 1, dtype=torch.bfloat16, device="cuda")
+    x = flat[1:].view(300, 4096)
+    x.copy_(to_torch(x_host, "bf16"))
+    run_backward(kernel, x_host, x=x)
+    for hidden in (4096, 14336):
+        kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden,
+                               zero_centered_gamma=True, fp32_gamma=True)  # fmt: skip
+        assert kernel.config.stages >= 2
+        run_backward(kernel, reference.sample_input((77, hidden), "bf16", seed(op, hidden, "tz")))
+    x_host = (1e4 + seed(op, "t offset").standard_normal((13, 4096))).astype(np.float32)
+    kernel = ne.get_kernel(op, in_dtype="fp32", hidden_size=4096)
+    assert kernel.config.stages >= 2
+    run_backward(kernel, x_host)
+    kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=14336)
+    x_host = reference.sample_input((700, 14336), "bf16", seed(op, "t det"))
+    dz_host = reference.sample_input((700, 14336), "bf16", seed(op, "t det dz"))
+    first = run_backward(kernel, x_host, dz_host=dz_host)
+    got = [t.clone() for t in first if t is not None]
+    again = run_backward(kernel, x_host, dz_host=dz_host, check_result=False)
+    for a, b in zip(got, [t for t in again if t is not None], strict=True):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))

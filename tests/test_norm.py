@@ -844,3 +844,125 @@ def test_fp8_candidate_tags_round_trip():
                         min_ctas=8).tag == "w4r1v8j4c1ogm8"  # fmt: skip
     held = LaunchConfig("regs", 8, 14, 1, 4, 1, hold=True, batched=True, warp_amax=True)
     assert norm.parse_tag("w14r1v8j4c1hog") == held
+
+
+# Round-5 candidate: the staged backward (BWD_STAGED, tag letter ``t{stages}``): x and dz
+# copied into shared memory by cp.async, several rows deep; dynamic shared memory.
+STAGED_HIDDEN = (1000, 1001, 1024, 4096, 8192, 14336, 65536)
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_staged_backward_compiles(monkeypatch, arch, stages):
+    """Every backward op compiles staged on every arch (bf16; fp32 x and fp32 gamma at
+    4096), names ``t{stages}`` in its symbol, fits the arch's opt-in shared memory and, on
+    sm_90/sm_100a, splits H = 65536 over a cluster; where nothing fits the rules apply."""
+    monkeypatch.setattr(norm, "TUNED", {})
+    monkeypatch.setattr(norm, "BWD_STAGED", stages)
+    launch_config.cache_clear()
+    ne.clear_cache(disk=False)
+    limit = norm.OPTIN_SMEM_BYTES[int(arch[3:].rstrip("a"))] - 1024
+    try:
+        cases = [("bf16", h, False) for h in STAGED_HIDDEN]
+        cases += [("fp32", 4096, False), ("bf16", 4096, True)]
+        for op in BWD:
+            for dt, hidden, wf32 in cases:
+                key = make_key(op, in_dtype=dt, hidden_size=hidden, arch=arch,
+                               fp32_gamma=wf32)  # fmt: skip
+                cfg = launch_config(key)
+                staged = norm.staged_layout(key, stages)
+                if staged is None:  # too large for this arch's shared memory
+                    assert hidden >= 14336 and arch in ("sm_80", "sm_89")
+                    assert not cfg.stages
+                    continue
+                assert cfg == staged and 2 <= cfg.stages <= stages and cfg.rows == 1
+                assert f"t{cfg.stages}" in cfg.tag and norm.parse_tag(cfg.tag) == cfg
+                w_size = 4 if wf32 or dt == "fp32" else 2
+                size = norm.staged_smem_bytes(cfg, key.input.itemsize, w_size)
+                assert 0 < size <= limit
+                if hidden == 65536:
+                    assert cfg.cluster == 4
+                regs = key.spec.accumulators * cfg.iters * cfg.vec
+                assert fits_register_file(cfg.warps, regs + norm.STAGED_OVERHEAD_REGISTERS)
+                assert cfg.iters * cfg.vec <= MAX_ELEMENTS
+                kernel = compile_and_check(key)
+                assert kernel.artifact.symbols[0].endswith(cfg.tag)
+                assert kernel._shared_bytes() == (size, 0)
+                source = render(key).source
+                assert "cp.async.wait_group" in source and "extern __shared__" in source
+    finally:
+        launch_config.cache_clear()
+        ne.clear_cache(disk=False)
+
+
+def test_staged_backward_is_off_by_default_and_round_trips():
+    """BWD_STAGED is a candidate (off): no default layout is staged and the register
+    kernels take no dynamic shared memory; tags with ``t`` parse back."""
+    assert norm.BWD_STAGED == 0
+    for op in BWD:
+        for hidden in (4096, 8192, 14336, 65536):
+            for arch in ("sm_90", "sm_100a"):
+                key = make_key(op, in_dtype="bf16", hidden_size=hidden, arch=arch)
+                assert launch_config(key).stages == 0
+                assert "cp.async" not in render(key).source
+    assert ne.get_kernel("layernorm_bwd", in_dtype="bf16", hidden_size=4096,
+                         arch="sm_90")._shared_bytes() == ()  # fmt: skip
+    cfg = LaunchConfig("regs", 8, 28, 1, 2, 1, stages=3)
+    assert cfg.tag == "w28r1v8j2c1t3" and norm.parse_tag(cfg.tag) == cfg
+    assert norm.parse_tag("w32r1v8j2c4t2").cluster == 4
+    assert norm.parse_tag("w4r1v8j4c1nt2m3") == LaunchConfig(
+        "regs", 8, 4, 1, 4, 1, prefetch=False, stages=2, min_ctas=3)  # fmt: skip
+    assert norm.staged_smem_bytes(cfg, 2, 2) == 28 * 32 * 2 * 8 * (2 * 3 * 2 + 2)
+    assert norm.staged_smem_bytes(LaunchConfig("regs", 8, 4, 1, 4, 1), 2, 2) == 0
+
+
+def test_staged_layouts_at_the_issue_shapes():
+    """The rule's staged layouts on sm_90 (bf16): two accesses per thread, as many warps as
+    that takes, 3 stages where they fit in 227 KB; H = 65536 over a cluster of 4."""
+
+    def tag(op, hidden, stages, target=norm.STAGED_TARGET_BYTES):
+        key = make_key(op, in_dtype="bf16", hidden_size=hidden, arch="sm_90")
+        return norm.staged_layout(key, stages, target).tag
+
+    for op in BWD:
+        assert tag(op, 4096, 3) == "w8r1v8j2c1t3"
+        assert tag(op, 8192, 3) == "w16r1v8j2c1t3"
+        assert tag(op, 14336, 3) == "w28r1v8j2c1t3"
+        assert tag(op, 14336, 4) == "w28r1v8j2c1t3"  # 4 stages do not fit: 3
+        assert tag(op, 65536, 3) == "w32r1v8j2c4t3"
+        assert tag(op, 4096, 2, 64) == "w4r1v8j4c1t2"
+
+
+def test_staged_grid_is_persistent_and_counts_whole_clusters():
+    """One partial row of column sums per CTA (cluster) of the persistent grid, never more
+    clusters than the device can hold at once, at least one, at most one per row."""
+    from nvrtc_engine.ops.norm import _Device
+
+    cfg = norm.parse_tag("w32r1v8j2c4t3")
+    key = make_key("layernorm_bwd", in_dtype="bf16", hidden_size=65536, arch="sm_90")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(norm, "launch_config", lambda k: cfg)
+        kernel = norm.LayerNormBwdKernel.__new__(norm.LayerNormBwdKernel)
+        kernel.config, kernel.spec = cfg, key.spec
+        for rows, want in ((1, 1), (7, 7), (2048, 30)):
+            plan = kernel._plan(_Device(132, (1, 8), 30), rows, 65536)
+            assert plan.parts == want and plan.part_elements == 2 * want * 65536
+        assert kernel._plan(_Device(132, (1, 8), 0), 2048, 65536).parts == 33
+
+
+def test_tuned_can_name_a_staged_layout(monkeypatch):
+    """A ``t`` tag in norm.TUNED (how a measured winner would be adopted) is what the key
+    gets on sm_90, with its dynamic shared memory; other archs keep the rules."""
+    monkeypatch.setitem(norm.TUNED, ("layernorm_bwd", 14336, "none"), "w28r1v8j2c1t3")
+    launch_config.cache_clear()
+    ne.clear_cache(disk=False)
+    try:
+        key = make_key("layernorm_bwd", in_dtype="bf16", hidden_size=14336, arch="sm_90")
+        assert launch_config(key).tag == "w28r1v8j2c1t3"
+        kernel = compile_and_check(key)
+        assert kernel._shared_bytes() == (200704, 0)
+        other = make_key("layernorm_bwd", in_dtype="bf16", hidden_size=14336, arch="sm_100a")
+        assert launch_config(other).stages == 0
+    finally:
+        launch_config.cache_clear()
+        ne.clear_cache(disk=False)

@@ -23,7 +23,8 @@ sm_100 CTAs per row as a thread block cluster, and code switches: weights held i
 backward prefetch, packed rows, a register cap; round 3, off by default: early weight loads,
 one (count, mean, M2) reduction, split sums, backward column sums in shared memory; round 4,
 off by default but on in TUNED's FP8 layouts: the FP8 forward's output stage batched,
-warp-level amax atomics); the
+warp-level amax atomics; round 5, off by default: the staged backward, x and dz copied into
+shared memory by cp.async several rows ahead); the
 choice is part of the kernel's symbol, e.g.
 ``layernorm_fwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1`` or
 ``layernorm_bwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1nm3``. When no register layout
@@ -74,6 +75,8 @@ __all__ = [
     "launch_config",
     "loop_threads_per_row",
     "parse_tag",
+    "staged_layout",
+    "staged_smem_bytes",
 ]
 
 _FP32 = DTYPES["fp32"]
@@ -175,6 +178,31 @@ BWD_SHARED_SUMS = 0
 FWD_FP8_BATCHED = False
 FWD_FP8_WARP_AMAX = False
 STATIC_SMEM_BYTES = 48 * 1024  # static shared memory a CTA may declare
+# Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
+# Each CTA (or cluster: H = 65536) holds a fixed share of the columns and loops over rows
+# (persistent grid); a thread copies its share of the row's x and dz into shared memory
+# with cp.async (sm_80+), ``stages`` rows deep, so the loads of the next stages - 1 rows are
+# in flight while it computes the current one from shared memory: x and dz are read once
+# (the general kernel at H >= 14336 reads them twice: 5 passes over memory, not 3), and
+# they take no registers (the register kernels hold 2 fp32 per element: 255 registers and
+# one CTA per SM for LayerNorm at H = 8192). Each thread reads back only what it copied, so
+# cp.async.wait_group needs no barrier; the row sums take one block (cluster) barrier per
+# row as before. gamma is copied once into shared memory (a thread's columns never
+# change). Guess, to be measured (bench/norm_tuning.py --candidates bwd): Little's law wants
+# ~33 KB of loads in flight per SM at 4.3 TB/s; H = 14336 bf16 with 3 stages keeps 2 rows of
+# 56 KB in flight per SM.
+BWD_STAGED = 0
+# Dynamic shared memory a CTA may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin), by
+# compute capability: sm_80/87 163 KB, sm_86/89/120 99 KB, sm_90/100/103 227 KB.
+OPTIN_SMEM_BYTES = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448,
+                    100: 232448, 103: 232448, 110: 232448, 120: 101376, 121: 101376}  # fmt: skip
+# Bytes of x (and of dz) a thread of the staged backward copies per row: 2 bf16 accesses. Its
+# registers are then the column sums plus about 32 (ptxas, sm_90, NVRTC 13, bf16, no spills:
+# LayerNorm H = 14336 w28j2 60, H = 65536 w32j2c4 61, H = 8192 w16j2 75-78; RMSNorm 14336
+# w28j2 56); at 4 accesses LayerNorm took 128 (w4j4, H = 4096) and spilled under the 128 cap
+# of 448 or 512 threads (H = 14336 w14j4: 40 bytes of stack), so 2 is the default.
+STAGED_TARGET_BYTES = 32
+STAGED_OVERHEAD_REGISTERS = 32
 # Measured winners that the rules above do not reproduce: (op, H, scaling) -> tag, for sm_90
 # with 16-bit x and 16-bit gamma (the sweep ran bf16); other keys take the rules. Figures:
 # % of copy bandwidth, bench/results/norm_tuning.json (H200, N=16384; N=2048 at H=65536),
@@ -221,7 +249,9 @@ class LaunchConfig:
     is held by ``cluster`` CTAs (a thread block cluster, sm_90/sm_100) of ``warps`` warps
     each; each thread holds ``iters`` accesses of ``vec`` elements; a CTA holds ``rows`` rows.
     ``hold``, ``prefetch``, ``packed`` and ``min_ctas`` switch code paths (see :attr:`tag`
-    and the module constants ``FWD_HOLD_WEIGHTS``, ``BWD_PREFETCH``, ``BWD_PACKED``). In
+    and the module constants ``FWD_HOLD_WEIGHTS``, ``BWD_PREFETCH``, ``BWD_PACKED``);
+    ``stages`` > 1 selects the staged backward (``BWD_STAGED``; one row per CTA or cluster,
+    ``prefetch``, ``packed`` and ``shared_sums`` do not apply). In
     ``loop`` mode ``vec`` is the widest access (16 bytes of x), used at run time when the
     hidden size is a multiple of it and every pointer is 16-byte aligned.
 
@@ -245,6 +275,7 @@ class LaunchConfig:
     shared_sums: int = 0  # backward: column-sum arrays kept in shared memory (0, 1 or 2)
     batched: bool = False  # forward, tensor scaling: the output stage under one branch
     warp_amax: bool = False  # forward, tensor scaling: one guarded atomic per warp
+    stages: int = 0  # backward, > 1: the staged kernel (x and dz via cp.async in shared memory)
 
     @property
     def threads(self) -> int:
@@ -257,7 +288,8 @@ class LaunchConfig:
         change the code follow: ``h`` (held weights), ``k`` (packed), ``n`` (no prefetch),
         ``e`` (early weight loads), ``u`` (one reduction), ``o`` (batched FP8 output stage),
         ``g`` (warp-level amax atomics), ``a2`` (split sums), ``s1`` (column sums in shared
-        memory), ``m2`` (at least 2 CTAs per SM: a register cap for ptxas)."""
+        memory), ``t3`` (the staged backward, 3 rows deep), ``m2`` (at least 2 CTAs per SM: a
+        register cap for ptxas)."""
         if self.mode == "loop":
             return "loop"
         switches = ("h" if self.hold else "") + ("k" if self.packed else "")
@@ -266,6 +298,7 @@ class LaunchConfig:
         switches += ("o" if self.batched else "") + ("g" if self.warp_amax else "")
         switches += f"a{self.accumulators}" if self.accumulators > 1 else ""
         switches += f"s{self.shared_sums}" if self.shared_sums else ""
+        switches += f"t{self.stages}" if self.stages else ""
         switches += f"m{self.min_ctas}" if self.min_ctas > 1 else ""
         return f"w{self.warps}r{self.rows}v{self.vec}j{self.iters}c{self.cluster}{switches}"
 
@@ -340,8 +373,65 @@ def launch_config(key: KernelKey) -> LaunchConfig:
     precedence over these rules.
     """
     tuned = _tuned(key)
+    if tuned is None and BWD_STAGED > 1 and key.spec.backward:
+        tuned = staged_layout(key, BWD_STAGED)
     cfg = tuned if tuned is not None else _layout(key, *_switches(key))
     return _round3_switches(key, cfg)
+
+
+def staged_smem_bytes(cfg: LaunchConfig, in_size: int, w_size: int) -> int:
+    """Dynamic shared memory (bytes) of a staged backward CTA (``cfg.stages`` > 1): x and dz
+    of ``stages`` rows (``in_size`` bytes each) and gamma once (``w_size`` bytes), for the
+    CTA's ``iters * 32 * warps`` accesses of ``vec`` elements; 0 for other layouts."""
+    if cfg.mode != "regs" or cfg.stages < 2:
+        return 0
+    share = cfg.iters * 32 * cfg.warps * cfg.vec
+    return share * (2 * cfg.stages * in_size + w_size)
+
+
+def staged_layout(
+    key: KernelKey, stages: int, target_bytes: int = STAGED_TARGET_BYTES
+) -> LaunchConfig | None:
+    """The staged backward layout (:data:`BWD_STAGED`) of a specialized backward key, or None
+    where none fits.
+
+    Rule (a guess to be measured): the access width as for the register kernels; one row per
+    CTA (or cluster); the fewest warps that give each thread ``target_bytes`` of x (default
+    :data:`STAGED_TARGET_BYTES`: 2 bf16 accesses), up to twice that (at most 64 elements),
+    such that the estimated registers (the column sums, fp32, one or two per element a
+    thread holds, plus :data:`STAGED_OVERHEAD_REGISTERS`) fit 255 and the register file, and
+    the shared memory of ``stages`` rows plus gamma fits the arch's opt-in limit
+    (:data:`OPTIN_SMEM_BYTES`, 1 KB kept for the reductions); ``stages`` drops one at a
+    time, down to 2, before the row is split over a cluster of 2, 4 or 8 CTAs (sm_90 and
+    sm_100 only)."""
+    spec = key.spec
+    assert isinstance(spec, NormSpec)
+    if key.hidden_size is None or not spec.backward or stages < 2:
+        return None
+    itemsize = key.input.itemsize
+    w_size = DTYPES[gamma_dtype(key)].itemsize
+    arch = arch_number(key.arch)
+    limit = OPTIN_SMEM_BYTES.get(arch, min(OPTIN_SMEM_BYTES.values())) - 1024
+    vec = _vector_width(key.hidden_size, itemsize)
+    accesses = key.hidden_size // vec
+    start = max(1, target_bytes // (vec * itemsize))
+    most = max(start, MAX_ELEMENTS // vec)
+    clusters = (1, 2, 4, 8) if 90 <= arch < 110 else (1,)
+    for cluster in clusters:
+        for depth in range(stages, 1, -1):
+            for iters in range(start, min(2 * start, most) + 1):
+                warps = -(-accesses // (32 * cluster * iters))
+                if warps > 32 or (cluster > 1 and warps * 32 * cluster > accesses):
+                    continue
+                iters = -(-accesses // (32 * cluster * warps))
+                regs = spec.accumulators * iters * vec + STAGED_OVERHEAD_REGISTERS
+                regs = -(-regs // 8) * 8
+                if regs > MAX_REGISTERS or not fits_register_file(warps, regs):
+                    continue
+                cfg = LaunchConfig("regs", vec, warps, 1, iters, cluster, stages=depth)
+                if staged_smem_bytes(cfg, itemsize, w_size) <= limit:
+                    return cfg
+    return None
 
 
 def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
@@ -351,7 +441,7 @@ def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
     ``cfg``, a :data:`TUNED` entry, has them) where they apply."""
     spec = key.spec
     assert isinstance(spec, NormSpec)
-    if cfg.mode != "regs":
+    if cfg.mode != "regs" or cfg.stages:
         return cfg
     if spec.backward:
         # Column-sum arrays in shared memory: at most what fits in the 48 KB of static shared
@@ -371,7 +461,7 @@ def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
 
 _TAG = re.compile(
     r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(?:a(\d+))?(?:s(\d+))?"
-    r"(?:m(\d+))?"
+    r"(?:t(\d+))?(?:m(\d+))?"
 )
 
 
@@ -384,10 +474,10 @@ def parse_tag(tag: str) -> LaunchConfig:
         raise ValueError(f"not a norm configuration tag: {tag!r}")
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
-                        packed=bool(m[7]), min_ctas=int(m[15] or 0), early=bool(m[9]),
+                        packed=bool(m[7]), min_ctas=int(m[16] or 0), early=bool(m[9]),
                         one_reduction=bool(m[10]), accumulators=int(m[13] or 1),
                         shared_sums=int(m[14] or 0), batched=bool(m[11]),
-                        warp_amax=bool(m[12]))  # fmt: skip
+                        warp_amax=bool(m[12]), stages=int(m[15] or 0))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -544,6 +634,7 @@ class NormSpec(OpSpec):
             tensor_scaling=key.scaling == "tensor",
             batched=cfg.batched and key.scaling == "tensor",
             warp_amax=cfg.warp_amax and key.scaling == "tensor",
+            stages=cfg.stages if self.backward and cfg.mode == "regs" else 0,
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
             stats_name=symbols[1] if len(symbols) == 3 else "",
@@ -598,18 +689,38 @@ class _Device:
 
     sm_count: int
     occupancy: tuple[int, ...]
+    clusters: int = 0  # clusters of the main function that fit the device at once (0: no cluster)
 
 
-def _occupancy(function: Any, threads: int) -> int:
+def _occupancy(function: Any, threads: int, shmem: int = 0) -> int:
     drv = driver._drv()
     try:
         n = driver.check(
-            drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, threads, 0),
+            drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, threads, shmem),
             "cuOccupancyMaxActiveBlocksPerMultiprocessor",
         )
     except CudaError:
         return 1
     return max(1, int(n))
+
+
+def _active_clusters(function: Any, threads: int, shmem: int, cluster: int) -> int:
+    """Clusters of ``cluster`` CTAs of a function (with compile-time cluster dimensions) that
+    can be resident at once: fewer than SMs x occupancy / cluster where a GPC's SMs do not
+    divide into whole clusters (a persistent grid of more would run a second wave). 0 where
+    the driver does not say (the grid then assumes SMs x occupancy / cluster)."""
+    drv = driver._drv()
+    config = drv.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = cluster, 1, 1
+    config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
+    config.sharedMemBytes = shmem
+    config.numAttrs = 0
+    try:
+        n = driver.check(drv.cuOccupancyMaxActiveClusters(function, config),
+                         "cuOccupancyMaxActiveClusters")  # fmt: skip
+    except CudaError:
+        return 0
+    return max(0, int(n))
 
 
 def _aligned(arrays: list[tuple[Array | None, int]]) -> bool:
@@ -636,9 +747,15 @@ class _NormKernel(Kernel):
         got = self._devices.get(loaded.device.ordinal)
         if got is None:
             driver.make_current(loaded.device)
-            occ = tuple(_occupancy(f, t) for f, t in zip(loaded.functions, self._function_threads(),
-                                                            strict=True))  # fmt: skip
-            got = _Device(loaded.device.sm_count, occ)
+            shared = self._shared_bytes() or (0,) * len(loaded.functions)
+            occ = tuple(_occupancy(f, t, b) for f, t, b in zip(
+                loaded.functions, self._function_threads(), shared, strict=True))  # fmt: skip
+            cfg = self.config
+            clusters = 0
+            if cfg.mode == "regs" and cfg.cluster > 1 and self.spec.backward:
+                clusters = _active_clusters(loaded.functions[0], cfg.threads, shared[0],
+                                            cfg.cluster)  # fmt: skip
+            got = _Device(loaded.device.sm_count, occ, clusters)
             self._devices[loaded.device.ordinal] = got
         return got
 
@@ -860,6 +977,11 @@ class _NormBwdKernel(_NormKernel):
             return (self.config.threads, FINALIZE_BLOCK)
         return (TILE_BLOCK, LOOP_BLOCK, FINALIZE_BLOCK)
 
+    def _shared_bytes(self) -> tuple[int, ...]:
+        """The staged layout's dynamic shared memory (main kernel; the finalize takes none)."""
+        size = staged_smem_bytes(self.config, self._in.itemsize, self._w.itemsize)
+        return (size, 0) if size else ()
+
     def _plan(self, dev: _Device, rows: int, hidden: int) -> _BwdPlan:
         cfg = self.config
         nacc = self.spec.accumulators
@@ -867,7 +989,10 @@ class _NormBwdKernel(_NormKernel):
         if rows > 0 and cfg.mode == "regs":
             groups = -(-rows // cfg.rows)
             per_sm = min(dev.occupancy[0], BWD_CTAS_PER_SM)
-            parts = min(groups, max(1, dev.sm_count * per_sm // cfg.cluster))
+            resident = dev.sm_count * per_sm // cfg.cluster
+            if dev.clusters:  # whole clusters per GPC: at most what is resident at once
+                resident = min(resident, dev.clusters)
+            parts = min(groups, max(1, resident))
         elif rows > 0:
             tpr = loop_threads_per_row(hidden)
             stats_grid = min(-(-rows // (LOOP_BLOCK // tpr)), dev.sm_count * dev.occupancy[1])
