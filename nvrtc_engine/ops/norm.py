@@ -174,6 +174,16 @@ BWD_SHARED_SUMS = 0
 # value no larger than an earlier reading needs no atomic).
 FWD_FP8_BATCHED = False
 FWD_FP8_WARP_AMAX = False
+# Round-5 FP8 forward candidate, off by default (bench/norm_tuning.py --candidates fp8b).
+# SASS (sm_90, NVRTC 13.5, the TUNED FP8 layouts): of about 620 instructions a thread issues
+# per row at LayerNorm H = 14336 (w14j4og, 32 elements), about 90 pack the FP8 bytes (each
+# cvt pair is split into bytes and reassembled: 5-6 instructions per pair instead of half a
+# PRMT) and about 50 extract the upper bf16 half of each loaded word before shifting it.
+# FWD_FP8_WORDS (suffix ``q``): the vector path loads bf16 x/gamma/beta as 32-bit words and
+# unpacks each half in one instruction (``w << 16``, ``w & 0xffff0000``: exact), and packs
+# the FP8 output four values to a word from the paired conversions. Same fp32 arithmetic and
+# the same bytes as without it.
+FWD_FP8_WORDS = False
 STATIC_SMEM_BYTES = 48 * 1024  # static shared memory a CTA may declare
 # Measured winners that the rules above do not reproduce: (op, H, scaling) -> tag, for sm_90
 # with 16-bit x and 16-bit gamma (the sweep ran bf16); other keys take the rules. Figures:
@@ -245,6 +255,7 @@ class LaunchConfig:
     shared_sums: int = 0  # backward: column-sum arrays kept in shared memory (0, 1 or 2)
     batched: bool = False  # forward, tensor scaling: the output stage under one branch
     warp_amax: bool = False  # forward, tensor scaling: one guarded atomic per warp
+    words: bool = False  # forward, tensor scaling: bf16 unpacked and FP8 packed as 32-bit words
 
     @property
     def threads(self) -> int:
@@ -256,14 +267,16 @@ class LaunchConfig:
         """The configuration as a symbol suffix: ``w4r1v8j4c1`` or ``loop``; switches that
         change the code follow: ``h`` (held weights), ``k`` (packed), ``n`` (no prefetch),
         ``e`` (early weight loads), ``u`` (one reduction), ``o`` (batched FP8 output stage),
-        ``g`` (warp-level amax atomics), ``a2`` (split sums), ``s1`` (column sums in shared
-        memory), ``m2`` (at least 2 CTAs per SM: a register cap for ptxas)."""
+        ``g`` (warp-level amax atomics), ``q`` (the FP8 forward's word unpacking and
+        packing), ``a2`` (split sums), ``s1`` (column sums in shared memory), ``m2`` (at
+        least 2 CTAs per SM: a register cap for ptxas)."""
         if self.mode == "loop":
             return "loop"
         switches = ("h" if self.hold else "") + ("k" if self.packed else "")
         switches += "" if self.prefetch else "n"
         switches += ("e" if self.early else "") + ("u" if self.one_reduction else "")
         switches += ("o" if self.batched else "") + ("g" if self.warp_amax else "")
+        switches += "q" if self.words else ""
         switches += f"a{self.accumulators}" if self.accumulators > 1 else ""
         switches += f"s{self.shared_sums}" if self.shared_sums else ""
         switches += f"m{self.min_ctas}" if self.min_ctas > 1 else ""
@@ -366,11 +379,12 @@ def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
         one_reduction=FWD_ONE_REDUCTION and not spec.rms, accumulators=FWD_ACCUMULATORS,
         batched=(cfg.batched or FWD_FP8_BATCHED) and key.scaling == "tensor",
         warp_amax=(cfg.warp_amax or FWD_FP8_WARP_AMAX) and key.scaling == "tensor",
+        words=(cfg.words or FWD_FP8_WORDS) and key.scaling == "tensor",
     )  # fmt: skip
 
 
 _TAG = re.compile(
-    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(?:a(\d+))?(?:s(\d+))?"
+    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(?:a(\d+))?(?:s(\d+))?"
     r"(?:m(\d+))?"
 )
 
@@ -384,10 +398,10 @@ def parse_tag(tag: str) -> LaunchConfig:
         raise ValueError(f"not a norm configuration tag: {tag!r}")
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
-                        packed=bool(m[7]), min_ctas=int(m[15] or 0), early=bool(m[9]),
-                        one_reduction=bool(m[10]), accumulators=int(m[13] or 1),
-                        shared_sums=int(m[14] or 0), batched=bool(m[11]),
-                        warp_amax=bool(m[12]))  # fmt: skip
+                        packed=bool(m[7]), min_ctas=int(m[16] or 0), early=bool(m[9]),
+                        one_reduction=bool(m[10]), accumulators=int(m[14] or 1),
+                        shared_sums=int(m[15] or 0), batched=bool(m[11]),
+                        warp_amax=bool(m[12]), words=bool(m[13]))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -544,6 +558,7 @@ class NormSpec(OpSpec):
             tensor_scaling=key.scaling == "tensor",
             batched=cfg.batched and key.scaling == "tensor",
             warp_amax=cfg.warp_amax and key.scaling == "tensor",
+            words=cfg.words and key.scaling == "tensor",
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
             stats_name=symbols[1] if len(symbols) == 3 else "",
