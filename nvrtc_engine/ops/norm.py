@@ -184,6 +184,15 @@ FWD_FP8_WARP_AMAX = False
 # the FP8 output four values to a word from the paired conversions. Same fp32 arithmetic and
 # the same bytes as without it.
 FWD_FP8_WORDS = False
+# FWD_FP8_NEXT_ROW (suffix ``p``): each CTA handles up to FWD_GROUPS_PER_CTA row groups (as
+# with held weights) and copies the next row group's x into shared memory with cp.async
+# (16-byte accesses, each thread its own slots) right after the current row's first block
+# reduction, so the copy overlaps the rest of the row: ncu (LayerNorm 14336 og) showed 2 CTAs
+# per SM, 40.8% achieved occupancy and DRAM at 57.8%, with one row per CTA and so nothing in
+# flight while a CTA is in its reductions, its output stage or its exit. No extra registers
+# (the copy lands in shared memory: 16 bytes per access a thread holds); only where the
+# access is 16 bytes and the slots fit the static shared memory. Same values, same bytes.
+FWD_FP8_NEXT_ROW = False
 STATIC_SMEM_BYTES = 48 * 1024  # static shared memory a CTA may declare
 # Measured winners that the rules above do not reproduce: (op, H, scaling) -> tag, for sm_90
 # with 16-bit x and 16-bit gamma (the sweep ran bf16); other keys take the rules. Figures:
@@ -256,6 +265,7 @@ class LaunchConfig:
     batched: bool = False  # forward, tensor scaling: the output stage under one branch
     warp_amax: bool = False  # forward, tensor scaling: one guarded atomic per warp
     words: bool = False  # forward, tensor scaling: bf16 unpacked and FP8 packed as 32-bit words
+    next_row: bool = False  # forward, tensor scaling: the next row group's x copied ahead
 
     @property
     def threads(self) -> int:
@@ -268,15 +278,16 @@ class LaunchConfig:
         change the code follow: ``h`` (held weights), ``k`` (packed), ``n`` (no prefetch),
         ``e`` (early weight loads), ``u`` (one reduction), ``o`` (batched FP8 output stage),
         ``g`` (warp-level amax atomics), ``q`` (the FP8 forward's word unpacking and
-        packing), ``a2`` (split sums), ``s1`` (column sums in shared memory), ``m2`` (at
-        least 2 CTAs per SM: a register cap for ptxas)."""
+        packing), ``p`` (the FP8 forward's next row group copied ahead), ``a2`` (split sums),
+        ``s1`` (column sums in shared memory), ``m2`` (at least 2 CTAs per SM: a register cap
+        for ptxas)."""
         if self.mode == "loop":
             return "loop"
         switches = ("h" if self.hold else "") + ("k" if self.packed else "")
         switches += "" if self.prefetch else "n"
         switches += ("e" if self.early else "") + ("u" if self.one_reduction else "")
         switches += ("o" if self.batched else "") + ("g" if self.warp_amax else "")
-        switches += "q" if self.words else ""
+        switches += ("q" if self.words else "") + ("p" if self.next_row else "")
         switches += f"a{self.accumulators}" if self.accumulators > 1 else ""
         switches += f"s{self.shared_sums}" if self.shared_sums else ""
         switches += f"m{self.min_ctas}" if self.min_ctas > 1 else ""
@@ -380,11 +391,14 @@ def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
         batched=(cfg.batched or FWD_FP8_BATCHED) and key.scaling == "tensor",
         warp_amax=(cfg.warp_amax or FWD_FP8_WARP_AMAX) and key.scaling == "tensor",
         words=(cfg.words or FWD_FP8_WORDS) and key.scaling == "tensor",
+        next_row=(cfg.next_row or FWD_FP8_NEXT_ROW) and key.scaling == "tensor"
+        and cfg.vec * key.input.itemsize == 16
+        and cfg.threads * cfg.iters * 16 <= STATIC_SMEM_BYTES - 1024,
     )  # fmt: skip
 
 
 _TAG = re.compile(
-    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(?:a(\d+))?(?:s(\d+))?"
+    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(?:a(\d+))?(?:s(\d+))?"
     r"(?:m(\d+))?"
 )
 
@@ -398,10 +412,11 @@ def parse_tag(tag: str) -> LaunchConfig:
         raise ValueError(f"not a norm configuration tag: {tag!r}")
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
-                        packed=bool(m[7]), min_ctas=int(m[16] or 0), early=bool(m[9]),
-                        one_reduction=bool(m[10]), accumulators=int(m[14] or 1),
-                        shared_sums=int(m[15] or 0), batched=bool(m[11]),
-                        warp_amax=bool(m[12]), words=bool(m[13]))  # fmt: skip
+                        packed=bool(m[7]), min_ctas=int(m[17] or 0), early=bool(m[9]),
+                        one_reduction=bool(m[10]), accumulators=int(m[15] or 1),
+                        shared_sums=int(m[16] or 0), batched=bool(m[11]),
+                        warp_amax=bool(m[12]), words=bool(m[13]),
+                        next_row=bool(m[14]))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -559,6 +574,7 @@ class NormSpec(OpSpec):
             batched=cfg.batched and key.scaling == "tensor",
             warp_amax=cfg.warp_amax and key.scaling == "tensor",
             words=cfg.words and key.scaling == "tensor",
+            next_row=cfg.next_row and key.scaling == "tensor",
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
             stats_name=symbols[1] if len(symbols) == 3 else "",
@@ -771,7 +787,9 @@ class _NormFwdKernel(_NormKernel):
             groups = -(-rows // cfg.rows)
             persistent = max(1, dev.sm_count * dev.occupancy[0] // cfg.cluster)
             clusters = groups if FWD_ONE_PASS else persistent
-            if FWD_ONE_PASS and cfg.hold:  # several row groups per CTA, weights loaded once
+            # several row groups per CTA: weights loaded once (hold), or the next group's x
+            # copied while the current one is worked on (next_row)
+            if FWD_ONE_PASS and (cfg.hold or cfg.next_row):
                 clusters = max(min(groups, persistent), -(-groups // FWD_GROUPS_PER_CTA))
             grid = min(groups, clusters, MAX_GRID // cfg.cluster) * cfg.cluster
         else:
