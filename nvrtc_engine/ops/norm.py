@@ -23,7 +23,8 @@ sm_100 CTAs per row as a thread block cluster, and code switches: weights held i
 backward prefetch, packed rows, a register cap; round 3, off by default: early weight loads,
 one (count, mean, M2) reduction, split sums, backward column sums in shared memory; round 4,
 off by default but on in TUNED's FP8 layouts: the FP8 forward's output stage batched,
-warp-level amax atomics); the
+warp-level amax atomics; round 5, off by default: the FP8 forward's bf16 unpacking and FP8
+packing by 32-bit words, the next row group's x copied ahead into shared memory); the
 choice is part of the kernel's symbol, e.g.
 ``layernorm_fwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1`` or
 ``layernorm_bwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1nm3``. When no register layout
