@@ -4,7 +4,7 @@
 nvrtc_engine/ops/norm.py).
 
     python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
-                                [--round3-only] [--candidates fp8|bwd] [--name norm_tuning]
+                                [--round3-only] [--candidates fp8|fp8b|bwd] [--name norm_tuning]
                                 [--zero-amax]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
@@ -19,14 +19,17 @@ round-3 code switches (``FWD_EARLY_WEIGHTS``, ``FWD_ONE_REDUCTION``, ``FWD_ACCUM
 ``--round3-only`` times just those and the defaults. ``--candidates fp8`` times only the
 round-4 FP8 candidates (:func:`fp8_candidates`: ``FWD_FP8_BATCHED``, ``FWD_FP8_WARP_AMAX``)
 against the default FP8 and bf16 kernels (forward only; hidden sizes 4096, 8192, 14336
-unless ``--hidden`` says otherwise); ``--candidates bwd`` times only the backward: the
-default, the round-5 staged layouts (:func:`staged_candidates`, ``BWD_STAGED``: x and dz
-copied into shared memory by cp.async, 2-4 rows deep) and, from H = 14336, the general
-kernel (about 3 minutes on an H200, most of it NVRTC compiles); ``--name`` names the JSON
-(e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax`` zeroes the
-amax word before every FP8 call (timed with it), as a training step does once per forward,
-instead of leaving the first call's maximum there (which lets the guards skip every later
-atomic). Each sweep runs ``--rounds`` times; rows give every round and the median; a ``*`` marks the
+unless ``--hidden`` says otherwise); ``--candidates fp8b`` does the same for the round-5
+FP8 candidates (:func:`fp8b_candidates`: ``FWD_FP8_WORDS``, ``FWD_FP8_NEXT_ROW``, on TUNED's
+FP8 layouts and with 4 or 16 row groups per CTA); ``--candidates bwd`` times only the
+backward: the default, the round-5 staged layouts (:func:`staged_candidates`,
+``BWD_STAGED``: x and dz copied into shared memory by cp.async, 2-4 rows deep) and, from H =
+14336, the general kernel (about 3 minutes on an H200, most of it NVRTC compiles); ``--name``
+names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
+zeroes the amax word before every FP8 call (timed with it), as a training step does once per
+forward, instead of leaving the first call's maximum there (which lets the guards skip every
+later atomic). Each sweep runs ``--rounds`` times; rows give every round and the median; a
+``*`` marks the
 current default (``norm.TUNED`` entries included). GB/s counts x, z (forward) and x, dz,
 dx (backward) once. Writes bench/results/norm_tuning.json (or ``--name``). About 95 s on an
 H200 (2 rounds, most of it NVRTC compiles).
@@ -145,16 +148,61 @@ def staged_candidates(norm: Any, key: Any) -> list[Any]:
                 cfg = norm.LaunchConfig("regs", vec, warps, 1, iters, 8, stages=stages)
                 if warps <= 32 and norm.staged_smem_bytes(cfg, itemsize, w_size) <= limit:
                     out.append(cfg)
+
+
+def fp8b_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """The round-5 FP8 forward candidates for a tensor-scaling forward ``key`` (``regs``
+    mode), as (LaunchConfig, host settings): on the default layout (TUNED's, with its o/g/h
+    letters) the word unpacking and packing (``q``, ``FWD_FP8_WORDS``), the next row group's x
+    copied ahead (``p``, ``FWD_FP8_NEXT_ROW``; several row groups per CTA, so also at 4 and 16
+    groups per CTA, ``FWD_GROUPS_PER_CTA``, besides the default 8) and both; ``ogqp`` where
+    the default lacks o or g; ``ogqp`` capped at 64 registers (``m{n}``) where a thread holds
+    at most 32 elements in a CTA of at most 8 warps (``q`` took LayerNorm 4096 ``o`` from 64
+    to 72 registers under ptxas, sm_90: one CTA per SM fewer); and ``ogqp`` on the bf16
+    kernel's layout (its twin) where that differs. ``p`` is left out by launch_config where
+    it does not apply (accesses under 16 bytes, slots over the static shared memory)."""
+    import dataclasses
+
+    import nvrtc_engine as ne
+
+    if key.scaling != "tensor" or default.mode != "regs":
+        return []
+    twin = norm.launch_config(ne.make_key(key.op, in_dtype=key.in_dtype, out_dtype=key.in_dtype,
+                                          hidden_size=key.hidden_size, arch=key.arch))  # fmt: skip
+    fits = (default.vec * key.input.itemsize == 16
+            and default.threads * default.iters * 16 <= norm.STATIC_SMEM_BYTES - 1024)  # fmt: skip
+    out: list[tuple[Any, dict[str, Any]]] = []
+    q = dataclasses.replace(default, words=True)
+    out.append((q, {}))
+    if fits:
+        p = dataclasses.replace(default, next_row=True)
+        qp = dataclasses.replace(default, words=True, next_row=True)
+        out += [(p, {}), (qp, {}), (qp, {"FWD_GROUPS_PER_CTA": 4}),
+                (qp, {"FWD_GROUPS_PER_CTA": 16})]  # fmt: skip
+    full = dataclasses.replace(default, batched=True, warp_amax=True, words=True,
+                               next_row=fits)  # fmt: skip
+    if not (default.batched and default.warp_amax):
+        out.append((full, {}))
+    threads = -(-default.rows * default.warps // 4) * 4 * 32
+    cap = norm.REGISTER_FILE // (threads * 64)
+    if default.iters * default.vec <= 32 and default.rows * default.warps <= 8 and cap > 1:
+        out.append((dataclasses.replace(full, min_ctas=cap), {}))
+    same = (twin.warps, twin.iters, twin.rows) == (default.warps, default.iters, default.rows)
+    if twin.mode == "regs" and not same:
+        twin_fits = twin.threads * twin.iters * 16 <= norm.STATIC_SMEM_BYTES - 1024
+        out.append((dataclasses.replace(twin, batched=True, warp_amax=True, words=True,
+                                        next_row=twin_fits and fits), {}))  # fmt: skip
     return out
 
 
 def candidates(
     norm: Any, key: Any, round3_only: bool = False, fp8_only: bool = False,
-    bwd_only: bool = False,
+    fp8b_only: bool = False, bwd_only: bool = False,
 ) -> list[tuple[Any, dict[str, Any]]]:  # fmt: skip
     """(LaunchConfig, host settings) pairs to time for ``key``; the default comes first.
     ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`);
     ``fp8_only``: the default and the round-4 FP8 candidates (:func:`fp8_candidates`);
+    ``fp8b_only``: the default and the round-5 FP8 candidates (:func:`fp8b_candidates`);
     ``bwd_only``: the default and the round-5 staged backward (:func:`staged_candidates`),
     plus the general kernel (``loop``) where the default is not it."""
     spec = key.spec
@@ -171,6 +219,11 @@ def candidates(
             add(cfg)
         if key.hidden_size >= 14336:
             add(norm.LaunchConfig("loop", 16 // key.input.itemsize))
+        return out
+    if fp8b_only:
+        add(default)
+        for cfg, host in fp8b_candidates(norm, key, default):
+            add(cfg, **host)
         return out
     if fp8_only:
         add(default)
@@ -253,11 +306,12 @@ def case_list(
 
     sizes = hidden if hidden is not None else [int(v) for v in args.hidden.split(",")]
     fp8_only = args.candidates == "fp8"
+    fp8b_only = args.candidates == "fp8b"
     bwd_only = args.candidates == "bwd"
     modes = [("fwd", "bf16", {}), ("fwd", "fp8_e4m3", {"scaling": "tensor"})]
     if bwd_only:
         modes = []
-    if not fp8_only:
+    if not (fp8_only or fp8b_only):
         modes.append(("bwd", "bf16", {}))
     cases = []
     for h in sizes:
@@ -267,7 +321,8 @@ def case_list(
                                   hidden_size=h, arch=arch, **extra)  # fmt: skip
                 if defaults is not None:
                     defaults[(nm, direction, out)] = norm.launch_config(key)
-                for cfg, host in candidates(norm, key, args.round3_only, fp8_only, bwd_only):
+                for cfg, host in candidates(norm, key, args.round3_only, fp8_only,
+                                            fp8b_only, bwd_only):  # fmt: skip
                     cases.append((nm, h, direction, out, cfg, tuple(sorted(host.items()))))
     return cases
 
@@ -287,10 +342,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--candidates",
-        choices=["fp8", "bwd"],
+        choices=["fp8", "fp8b", "bwd"],
         help="time only the defaults and these candidates (fp8: the round-4 FP8 forward "
-        "switches, forward bf16 and FP8 only; bwd: the round-5 staged backward, backward "
-        "only, at 4096,8192,14336,65536 unless --hidden says otherwise)",
+        "switches; fp8b: the round-5 ones, q and p; forward bf16 and FP8 only; bwd: the "
+        "round-5 staged backward, backward only, at 4096,8192,14336,65536 unless --hidden "
+        "says otherwise)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument("--zero-amax", action="store_true",

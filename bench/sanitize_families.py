@@ -11,7 +11,10 @@ do not fill a CTA; the code switches of nvrtc_engine/ops/norm.py that the defaul
 off (``norm_switch_*``: backward prefetch, packed rows, clusters, column sums in shared
 memory, the staged backward (x and dz in shared memory by cp.async); forward weights held
 in registers for bf16 and MXFP8 output, the held path with several row groups per CTA,
-early weight loads, the one-reduction statistics, split sums). The
+early weight loads, the one-reduction statistics, split sums; FP8 forward with the batched
+stage, warp amax, word packing and next-row copies together, ``norm_switch_fp8_ogqp``, and
+the next-row copies with held weights, ``..._fp8_held_qp``, including shapes where each CTA
+takes several row groups). The
 disk cache is off: switched kernels share keys with the defaults. Cast family:
 cast_transpose (+ dbias, + dgelu, gated dswiglu), transpose, multi_cast_transpose and
 MXFP8/NVFP4 quantize in every layout, on shapes that leave partial tiles. Correctness is the
@@ -157,13 +160,23 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         "early_one_a2": {"FWD_EARLY_WEIGHTS": True, "FWD_ONE_REDUCTION": True,
                          "FWD_ACCUMULATORS": 2},
         "one_a4": {"FWD_ONE_REDUCTION": True, "FWD_ACCUMULATORS": 4},
+        # FP8 tensor scaling only (the other outputs ignore them): the round-4 and round-5
+        # switches together (o, g, q, p), and the next-row copies with held weights (hp)
+        "fp8_ogqp": {"FWD_FP8_BATCHED": True, "FWD_FP8_WARP_AMAX": True,
+                     "FWD_FP8_WORDS": True, "FWD_FP8_NEXT_ROW": True},
+        "fp8_held_qp": {"FWD_HOLD_WEIGHTS": dict.fromkeys(norm.FWD_HOLD_WEIGHTS, True),
+                        "FWD_FP8_WORDS": True, "FWD_FP8_NEXT_ROW": True},
     }  # fmt: skip
     for label, values in fwd.items():
-        for rows, h in [(3, 1000), (4099, 1024), (5, 4096), (2, 65536)]:
+        fp8_only = label.startswith("fp8_")
+        # (2000, 4096), (700, 14336): more row groups than the CTAs of the grid, so each CTA
+        # takes several and the next-row copies run
+        sizes = [(3, 1000), (4099, 1024), (5, 4096), (2, 65536)]
+        for rows, h in sizes + ([(2000, 4096), (700, 14336)] if fp8_only else []):
             for nm in ("layernorm", "rmsnorm"):
                 for out_dtype, scaling in (("bf16", "none"), ("fp8", "tensor"),
                                            ("fp8", "mxfp8")):  # fmt: skip
-                    if scaling == "mxfp8" and h % 32:
+                    if (scaling == "mxfp8" and h % 32) or (fp8_only and scaling != "tensor"):
                         continue
 
                     def run_fwd(values=values, rows=rows, h=h, nm=nm, out_dtype=out_dtype,

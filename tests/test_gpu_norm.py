@@ -763,3 +763,111 @@ def test_backward_staged(switches, op, stages):
     again = run_backward(kernel, x_host, dz_host=dz_host, check_result=False)
     for a, b in zip(got, [t for t in again if t is not None], strict=True):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+# Round-5 FP8 forward candidates (tensor scaling): bf16 unpacked and FP8 packed as 32-bit
+# words (FWD_FP8_WORDS, ``q``), the next row group's x copied ahead into shared memory
+# (FWD_FP8_NEXT_ROW, ``p``; several row groups per CTA).
+FP8_ROUND5 = [
+    {"FWD_FP8_WORDS": True},
+    {"FWD_FP8_NEXT_ROW": True},
+    {"FWD_FP8_WORDS": True, "FWD_FP8_NEXT_ROW": True},
+    {"FWD_FP8_WORDS": True, "FWD_FP8_NEXT_ROW": True, "FWD_FP8_BATCHED": True,
+     "FWD_FP8_WARP_AMAX": True},
+]  # fmt: skip
+
+
+def _kernel_with(op, fields, tuned, values):
+    """``op``'s kernel for ``fields`` with ``norm.TUNED = tuned`` and the module switches
+    ``values``, compiled afresh (neither cache sees the monkeypatched switches)."""
+    import nvrtc_engine.ops.norm as norm
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(norm, "TUNED", tuned)
+        for name, value in values.items():
+            mp.setattr(norm, name, value)
+        launch_config.cache_clear()
+        ne.clear_cache(disk=False)
+        try:
+            return ne.get_kernel(op, **fields)
+        finally:
+            launch_config.cache_clear()
+            ne.clear_cache(disk=False)
+
+
+@pytest.mark.parametrize(
+    "values", FP8_ROUND5, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
+)
+@pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
+def test_forward_fp8_round5_candidates(op, values):
+    """Each round-5 candidate against the float64 reference and bit for bit (z bytes, mu,
+    rsigma, amax, scale_inv) against the kernel of the same layout without the switches, over
+    TUNED's layouts with their o/g letters taken out, and (all four switches on) against the
+    TUNED kernel itself: N = 1, N not a multiple of the rows per CTA (H = 1024: 4 rows per CTA),
+    H odd (no ``p``: 2-byte accesses), N large enough that CTAs take several row groups (``p``:
+    4096 x 5000, 1024 x 9001, 14336 x 700, 8192 x 3001; the float64 reference up to 12 Mi
+    elements, bits only beyond), a cluster (H = 65536), e5m2, fp16 and
+    fp32 x (a 1e4 mean offset), zero-centred fp32 gamma, unaligned x (the scalar path), and an
+    amax word above this call's maximum (left unchanged)."""
+    import dataclasses
+
+    import nvrtc_engine.ops.norm as norm
+
+    stripped = {key: dataclasses.replace(norm.parse_tag(tag), batched=False, warp_amax=False).tag
+                for key, tag in norm.TUNED.items()}  # fmt: skip
+    cases = [(1024, 1), (1024, 9001), (1001, 37), (4096, 1), (4096, 5000), (8192, 3001),
+             (14336, 1), (14336, 700), (65536, 2)]  # fmt: skip
+    if len(values) < 4:
+        cases = [(1001, 37), (1024, 9001), (4096, 5000), (14336, 700)]
+    variants = [("bf16", "fp8_e4m3", {}), ("bf16", "fp8_e5m2", {}), ("fp16", "fp8_e4m3", {}),
+                ("bf16", "fp8_e4m3", {"zero_centered_gamma": True, "fp32_gamma": True}),
+                ("fp32", "fp8_e4m3", {})]  # fmt: skip
+    for hidden, rows in cases:
+        more = hidden == 4096 and rows > 1
+        for in_dtype, out, flags in variants if more else variants[:1]:
+            fields = dict(in_dtype=in_dtype, out_dtype=out, scaling="tensor", hidden_size=hidden,
+                          **flags)  # fmt: skip
+            default = _kernel_with(op, fields, stripped, {})
+            kernel = _kernel_with(op, fields, stripped, values)
+            cfg = kernel.config
+            assert kernel.artifact.symbols[0].endswith(cfg.tag)
+            if cfg.mode == "regs":
+                assert cfg.words == values.get("FWD_FP8_WORDS", False)
+                assert cfg.next_row <= values.get("FWD_FP8_NEXT_ROW", False)
+            rng = seed(op, hidden, rows, in_dtype, out, sorted(flags), "fp8r5")
+            if in_dtype == "fp32":
+                x_host = (1e4 + rng.standard_normal((rows, hidden))).astype(np.float32)
+            else:
+                x_host = reference.sample_input((rows, hidden), in_dtype, rng)
+            if rows * hidden <= 12 * 2**20:  # the float64 reference (larger: bits only)
+                run_forward(kernel, x_host, scale=3.0)
+            w_dtype = gamma_dtype(kernel.key)
+            zcg = kernel.key.flag("zero_centered_gamma")
+            g_host, b_host = params(seed(op, hidden, w_dtype), hidden, w_dtype, zcg)
+            x = to_torch(x_host, in_dtype)
+            gamma, beta = to_torch(g_host, w_dtype), to_torch(b_host, w_dtype)
+            references = [default]
+            if len(values) == 4:
+                references.append(_kernel_with(op, fields, norm.TUNED, {}))
+            got = _fp8_outputs(kernel, x, gamma, beta, 3.0)
+            for other in references:
+                want = _fp8_outputs(other, x, gamma, beta, 3.0)
+                for a, b, name in zip(got, want, ("z", "mu", "rsigma", "amax", "scale_inv"),
+                                      strict=True):  # fmt: skip
+                    if a is not None:
+                        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name
+            high = float(got[3].item()) * 2 + 1
+            again = _fp8_outputs(kernel, x, gamma, beta, 3.0, amax_start=high)
+            assert again[3].item() == np.float32(high)
+            assert torch.equal(again[0], got[0])
+            if in_dtype == "bf16" and not flags and rows > 1:  # unaligned x: the scalar path
+                base = torch.empty(rows * hidden + 1, dtype=x.dtype, device="cuda")
+                xu = base[1:].view(rows, hidden)
+                xu.copy_(x)
+                assert xu.data_ptr() % 16 != 0
+                bad = _fp8_outputs(kernel, xu, gamma, beta, 3.0)
+                want = _fp8_outputs(default, xu, gamma, beta, 3.0)
+                for a, b, name in zip(bad, want, ("z", "mu", "rsigma", "amax", "scale_inv"),
+                                      strict=True):  # fmt: skip
+                    if a is not None:
+                        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name

@@ -966,3 +966,125 @@ def test_tuned_can_name_a_staged_layout(monkeypatch):
     finally:
         launch_config.cache_clear()
         ne.clear_cache(disk=False)
+
+
+# Round-5 FP8 forward candidates (tensor scaling only): 32-bit word unpacking of bf16 and
+# packing of FP8 (``q``) and the next row group's x copied ahead into shared memory (``p``).
+FP8_ROUND5 = [
+    {"FWD_FP8_WORDS": True},
+    {"FWD_FP8_NEXT_ROW": True},
+    {"FWD_FP8_WORDS": True, "FWD_FP8_NEXT_ROW": True, "FWD_FP8_BATCHED": True,
+     "FWD_FP8_WARP_AMAX": True},
+]  # fmt: skip
+
+
+def _next_row_fits(key, cfg):
+    """Where ``p`` applies: 16-byte accesses whose slots fit the static shared memory."""
+    return (cfg.vec * key.input.itemsize == 16
+            and cfg.threads * cfg.iters * 16 <= norm.STATIC_SMEM_BYTES - 1024)  # fmt: skip
+
+
+def test_fp8_round5_defaults_are_off():
+    assert not norm.FWD_FP8_WORDS and not norm.FWD_FP8_NEXT_ROW
+    for op in FWD:
+        for hidden in (1000, 4096, 8192, 14336, 65536):
+            for arch in ("sm_90", "sm_100a"):
+                cfg = launch_config(make_key(op, in_dtype="bf16", out_dtype="fp8",
+                                             hidden_size=hidden, arch=arch))  # fmt: skip
+                assert not (cfg.words or cfg.next_row)
+                assert "q" not in cfg.tag and "p" not in cfg.tag
+
+
+@pytest.mark.parametrize(
+    "values", FP8_ROUND5, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
+)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fp8_round5_candidates_compile(monkeypatch, arch, values):
+    """Each round-5 candidate (and all four FP8 switches together) compiles for LayerNorm
+    and RMSNorm with tensor scaling and names itself in the symbol, over TUNED's layouts:
+    H = 768, 1000, 1001 (a partial last access, 2-byte accesses: no ``p``), 1024 (4 rows per
+    CTA, one warp each), 4096 (also e5m2, fp16 and fp32 x, zero-centred fp32 gamma), 8192,
+    14336 (held weights for RMSNorm on sm_90), 65536 (a cluster on sm_90/sm_100a: its slots
+    do not fit, no ``p``)."""
+    _with_switches(monkeypatch, values)
+    words = values.get("FWD_FP8_WORDS", False)
+    next_row = values.get("FWD_FP8_NEXT_ROW", False)
+    alone = len(values) == 1
+    try:
+        for op in FWD:
+            for hidden in (1001, 4096, 14336) if alone else FP8_CANDIDATE_HIDDEN:
+                fields = [("bf16", "fp8_e4m3", {})]
+                if hidden == 4096:
+                    fields += [("bf16", "fp8_e5m2", {}), ("fp16", "fp8_e4m3", {}),
+                               ("fp32", "fp8_e4m3", {}),
+                               ("bf16", "fp8_e4m3", {"zero_centered_gamma": True,
+                                                     "fp32_gamma": True})]  # fmt: skip
+                for in_dtype, out, flags in fields:
+                    key = make_key(op, in_dtype=in_dtype, out_dtype=out, scaling="tensor",
+                                   hidden_size=hidden, arch=arch, **flags)  # fmt: skip
+                    cfg = launch_config(key)
+                    if cfg.mode == "loop":
+                        assert hidden == 65536 and arch in ("sm_80", "sm_89")
+                        continue
+                    fits = _next_row_fits(key, cfg)
+                    assert cfg.words == words
+                    assert cfg.next_row == (next_row and fits)
+                    assert norm.parse_tag(cfg.tag) == cfg
+                    if hidden == 65536 and arch in ("sm_90", "sm_100a"):
+                        assert not fits  # 2 CTAs of 19 warps, 7 accesses each: 68 KB of slots
+                    if hidden == 1001:
+                        assert not fits
+                    kernel = compile_and_check(key)
+                    assert kernel.artifact.symbols[0].endswith(cfg.tag)
+                    source = render(key).source
+                    assert ("load_fw<" in source) == words
+                    assert ("cp.async.cg" in source) == cfg.next_row
+    finally:
+        launch_config.cache_clear()
+        ne.clear_cache(disk=False)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100a"])
+def test_fp8_round5_candidates_leave_other_kernels_alone(monkeypatch, arch):
+    """With ``q`` and ``p`` on, bf16-output, MXFP8 and backward kernels render byte for byte
+    as with them off."""
+    keys = []
+    for hidden in (1000, 4096, 8192, 14336):
+        for op in FWD:
+            for out, scaling in (("bf16", "none"), ("fp8_e4m3", "mxfp8")):
+                keys.append(make_key(op, in_dtype="bf16", out_dtype=out, scaling=scaling,
+                                     hidden_size=hidden, arch=arch))  # fmt: skip
+        for op in BWD:
+            keys.append(make_key(op, in_dtype="bf16", hidden_size=hidden, arch=arch))
+    _with_switches(monkeypatch, {})
+    off = {key: render(key).source for key in keys}
+    _with_switches(monkeypatch, {"FWD_FP8_WORDS": True, "FWD_FP8_NEXT_ROW": True})
+    try:
+        for key in keys:
+            cfg = launch_config(key)
+            assert not (cfg.words or cfg.next_row)
+            assert render(key).source == off[key], key
+    finally:
+        launch_config.cache_clear()
+        ne.clear_cache(disk=False)
+
+
+def test_fp8_round5_tags_round_trip():
+    tags = set()
+    for words in (False, True):
+        for next_row in (False, True):
+            for hold in (False, True):
+                cfg = LaunchConfig("regs", 8, 4, 1, 4, 1, hold=hold, min_ctas=8, batched=True,
+                                   warp_amax=True, words=words, next_row=next_row,
+                                   accumulators=2)  # fmt: skip
+                assert norm.parse_tag(cfg.tag) == cfg
+                tags.add(cfg.tag)
+    assert len(tags) == 8
+    assert norm.parse_tag("w14r1v8j4c1hogqp") == LaunchConfig(
+        "regs", 8, 14, 1, 4, 1, hold=True, batched=True, warp_amax=True, words=True,
+        next_row=True)  # fmt: skip
+    assert LaunchConfig("regs", 8, 4, 1, 4, 1, words=True, next_row=True,
+                        min_ctas=7).tag == "w4r1v8j4c1qpm7"  # fmt: skip
+    # the older tags parse as before
+    assert norm.parse_tag("w4r1v8j4c1ns2") == LaunchConfig("regs", 8, 4, 1, 4, 1, prefetch=False,
+                                                           shared_sums=2)  # fmt: skip

@@ -24,7 +24,8 @@ backward prefetch, packed rows, a register cap; round 3, off by default: early w
 one (count, mean, M2) reduction, split sums, backward column sums in shared memory; round 4,
 off by default but on in TUNED's FP8 layouts: the FP8 forward's output stage batched,
 warp-level amax atomics; round 5, off by default: the staged backward, x and dz copied into
-shared memory by cp.async several rows ahead); the
+shared memory by cp.async several rows ahead, and the FP8 forward's bf16 unpacking and FP8
+packing by 32-bit words, the next row group's x copied ahead into shared memory); the
 choice is part of the kernel's symbol, e.g.
 ``layernorm_fwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1`` or
 ``layernorm_bwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1nm3``. When no register layout
@@ -177,6 +178,25 @@ BWD_SHARED_SUMS = 0
 # value no larger than an earlier reading needs no atomic).
 FWD_FP8_BATCHED = False
 FWD_FP8_WARP_AMAX = False
+# Round-5 FP8 forward candidate, off by default (bench/norm_tuning.py --candidates fp8b).
+# SASS (sm_90, NVRTC 13.5, the TUNED FP8 layouts): of about 620 instructions a thread issues
+# per row at LayerNorm H = 14336 (w14j4og, 32 elements), about 90 pack the FP8 bytes (each
+# cvt pair is split into bytes and reassembled: 5-6 instructions per pair instead of half a
+# PRMT) and about 50 extract the upper bf16 half of each loaded word before shifting it.
+# FWD_FP8_WORDS (suffix ``q``): the vector path loads bf16 x/gamma/beta as 32-bit words and
+# unpacks each half in one instruction (``w << 16``, ``w & 0xffff0000``: exact), and packs
+# the FP8 output four values to a word from the paired conversions. Same fp32 arithmetic and
+# the same bytes as without it.
+FWD_FP8_WORDS = False
+# FWD_FP8_NEXT_ROW (suffix ``p``): each CTA handles up to FWD_GROUPS_PER_CTA row groups (as
+# with held weights) and copies the next row group's x into shared memory with cp.async
+# (16-byte accesses, each thread its own slots) right after the current row's first block
+# reduction, so the copy overlaps the rest of the row: ncu (LayerNorm 14336 og) showed 2 CTAs
+# per SM, 40.8% achieved occupancy and DRAM at 57.8%, with one row per CTA and so nothing in
+# flight while a CTA is in its reductions, its output stage or its exit. No extra registers
+# (the copy lands in shared memory: 16 bytes per access a thread holds); only where the
+# access is 16 bytes and the slots fit the static shared memory. Same values, same bytes.
+FWD_FP8_NEXT_ROW = False
 STATIC_SMEM_BYTES = 48 * 1024  # static shared memory a CTA may declare
 # Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
 # Each CTA (or cluster: H = 65536) holds a fixed share of the columns and loops over rows
@@ -276,6 +296,8 @@ class LaunchConfig:
     batched: bool = False  # forward, tensor scaling: the output stage under one branch
     warp_amax: bool = False  # forward, tensor scaling: one guarded atomic per warp
     stages: int = 0  # backward, > 1: the staged kernel (x and dz via cp.async in shared memory)
+    words: bool = False  # forward, tensor scaling: bf16 unpacked and FP8 packed as 32-bit words
+    next_row: bool = False  # forward, tensor scaling: the next row group's x copied ahead
 
     @property
     def threads(self) -> int:
@@ -287,15 +309,17 @@ class LaunchConfig:
         """The configuration as a symbol suffix: ``w4r1v8j4c1`` or ``loop``; switches that
         change the code follow: ``h`` (held weights), ``k`` (packed), ``n`` (no prefetch),
         ``e`` (early weight loads), ``u`` (one reduction), ``o`` (batched FP8 output stage),
-        ``g`` (warp-level amax atomics), ``a2`` (split sums), ``s1`` (column sums in shared
-        memory), ``t3`` (the staged backward, 3 rows deep), ``m2`` (at least 2 CTAs per SM: a
-        register cap for ptxas)."""
+        ``g`` (warp-level amax atomics), ``q`` (the FP8 forward's word unpacking and
+        packing), ``p`` (the FP8 forward's next row group copied ahead), ``a2`` (split sums),
+        ``s1`` (column sums in shared memory), ``t3`` (the staged backward, 3 rows deep),
+        ``m2`` (at least 2 CTAs per SM: a register cap for ptxas)."""
         if self.mode == "loop":
             return "loop"
         switches = ("h" if self.hold else "") + ("k" if self.packed else "")
         switches += "" if self.prefetch else "n"
         switches += ("e" if self.early else "") + ("u" if self.one_reduction else "")
         switches += ("o" if self.batched else "") + ("g" if self.warp_amax else "")
+        switches += ("q" if self.words else "") + ("p" if self.next_row else "")
         switches += f"a{self.accumulators}" if self.accumulators > 1 else ""
         switches += f"s{self.shared_sums}" if self.shared_sums else ""
         switches += f"t{self.stages}" if self.stages else ""
@@ -456,11 +480,15 @@ def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
         one_reduction=FWD_ONE_REDUCTION and not spec.rms, accumulators=FWD_ACCUMULATORS,
         batched=(cfg.batched or FWD_FP8_BATCHED) and key.scaling == "tensor",
         warp_amax=(cfg.warp_amax or FWD_FP8_WARP_AMAX) and key.scaling == "tensor",
+        words=(cfg.words or FWD_FP8_WORDS) and key.scaling == "tensor",
+        next_row=(cfg.next_row or FWD_FP8_NEXT_ROW) and key.scaling == "tensor"
+        and cfg.vec * key.input.itemsize == 16
+        and cfg.threads * cfg.iters * 16 <= STATIC_SMEM_BYTES - 1024,
     )  # fmt: skip
 
 
 _TAG = re.compile(
-    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(?:a(\d+))?(?:s(\d+))?"
+    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(?:a(\d+))?(?:s(\d+))?"
     r"(?:t(\d+))?(?:m(\d+))?"
 )
 
@@ -474,10 +502,11 @@ def parse_tag(tag: str) -> LaunchConfig:
         raise ValueError(f"not a norm configuration tag: {tag!r}")
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
-                        packed=bool(m[7]), min_ctas=int(m[16] or 0), early=bool(m[9]),
-                        one_reduction=bool(m[10]), accumulators=int(m[13] or 1),
-                        shared_sums=int(m[14] or 0), batched=bool(m[11]),
-                        warp_amax=bool(m[12]), stages=int(m[15] or 0))  # fmt: skip
+                        packed=bool(m[7]), min_ctas=int(m[18] or 0), early=bool(m[9]),
+                        one_reduction=bool(m[10]), accumulators=int(m[15] or 1),
+                        shared_sums=int(m[16] or 0), batched=bool(m[11]),
+                        warp_amax=bool(m[12]), words=bool(m[13]), next_row=bool(m[14]),
+                        stages=int(m[17] or 0))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -635,6 +664,8 @@ class NormSpec(OpSpec):
             batched=cfg.batched and key.scaling == "tensor",
             warp_amax=cfg.warp_amax and key.scaling == "tensor",
             stages=cfg.stages if self.backward and cfg.mode == "regs" else 0,
+            words=cfg.words and key.scaling == "tensor",
+            next_row=cfg.next_row and key.scaling == "tensor",
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
             stats_name=symbols[1] if len(symbols) == 3 else "",
@@ -873,7 +904,9 @@ class _NormFwdKernel(_NormKernel):
             groups = -(-rows // cfg.rows)
             persistent = max(1, dev.sm_count * dev.occupancy[0] // cfg.cluster)
             clusters = groups if FWD_ONE_PASS else persistent
-            if FWD_ONE_PASS and cfg.hold:  # several row groups per CTA, weights loaded once
+            # several row groups per CTA: weights loaded once (hold), or the next group's x
+            # copied while the current one is worked on (next_row)
+            if FWD_ONE_PASS and (cfg.hold or cfg.next_row):
                 clusters = max(min(groups, persistent), -(-groups // FWD_GROUPS_PER_CTA))
             grid = min(groups, clusters, MAX_GRID // cfg.cluster) * cfg.cluster
         else:
