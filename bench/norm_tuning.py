@@ -148,6 +148,7 @@ def staged_candidates(norm: Any, key: Any) -> list[Any]:
                 cfg = norm.LaunchConfig("regs", vec, warps, 1, iters, 8, stages=stages)
                 if warps <= 32 and norm.staged_smem_bytes(cfg, itemsize, w_size) <= limit:
                     out.append(cfg)
+    return out
 
 
 def fp8b_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
