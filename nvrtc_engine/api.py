@@ -40,6 +40,9 @@ def make_key(
 ) -> KernelKey:
     """Build and validate a :class:`KernelKey` with ``get_kernel``'s defaults; compiles nothing.
 
+    ``op`` is matched in any case (``"GELU"`` is ``"gelu"``); the key holds the lower-case
+    name, so both spellings give the same key, kernel and cache entry.
+
     ``dtype`` names the output dtype. The input dtype defaults to ``dtype`` when that is a
     high-precision type, else (FP8, FP4) to ``bf16``; so ``make_key("gelu", dtype="fp8")`` is
     bf16 in, fp8_e4m3 out, tensor scaling. With neither, bf16 in and out. ``scaling`` defaults
@@ -79,10 +82,10 @@ def make_key(
             close = did_you_mean(name, fields + list(spec.flags))
             raise VariantError(
                 name, flags[name], fields + sorted(spec.flags),
-                f"not a key field or a flag of {op!r}" + (f"; {close}" if close else ""),
+                f"not a key field or a flag of {spec.name!r}" + (f"; {close}" if close else ""),
             )  # fmt: skip
     return KernelKey(
-        op=op,
+        op=spec.name,
         in_dtype=inp,
         out_dtype=out,
         scaling=scaling if scaling is not None else spec.default_scaling(out),

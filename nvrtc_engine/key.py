@@ -76,7 +76,8 @@ class KernelKey:
     """A validated, canonical kernel variant.
 
     Fields:
-        op: kernel name, one of the registry's ops (``gelu``, ...).
+        op: kernel name, one of the registry's ops (``gelu``, ...), given in any case and
+            stored lower-case (``GELU`` -> ``gelu``).
         in_dtype / out_dtype: canonical dtype names (aliases and dtype objects accepted).
         scaling: ``none`` (high-precision output), ``tensor`` (per-tensor FP8 scale, amax and
             scale_inv), ``mxfp8`` or ``nvfp4``.
@@ -103,6 +104,7 @@ class KernelKey:
 
         spec = get_spec(self.op)
         set_ = object.__setattr__
+        set_(self, "op", spec.name)  # "GELU" -> "gelu": the key, symbol and cache use this
         set_(self, "in_dtype", dtype_name(self.in_dtype, "in_dtype"))
         set_(self, "out_dtype", dtype_name(self.out_dtype, "out_dtype"))
         if self.scaling not in SCALINGS:
