@@ -208,8 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line_warning(message: Warning | str, category: type[Warning], *_: object) -> str:
-    """Warnings on the command line as one line each, without Python's source excerpt."""
-    return f"nvrtc-engine: warning: {message}\n"
+    """Warnings on the command line as one line each, without Python's source excerpt, and
+    with one prefix: the library's own ``nvrtc_engine: `` (for Python callers) is dropped."""
+    text = str(message).removeprefix("nvrtc_engine: ")
+    return f"nvrtc-engine: warning: {text}\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -79,6 +79,18 @@ def test_cache_commands_without_a_disk_cache_say_why(capsys, monkeypatch, isolat
     assert line == "nvrtc-engine: warning: disk cache at X is unusable\n"
 
 
+def test_cli_warnings_carry_one_prefix(tmp_path):
+    env = {**os.environ, "NVRTC_ENGINE_CACHE_DIR": "/proc/nvrtc-engine-test"}
+    done = subprocess.run([sys.executable, "-m", "nvrtc_engine.cli", "cache", "info"], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "nvrtc-engine: warning: disk cache at /proc/nvrtc-engine-test is unusable" in (
+        done.stderr)  # fmt: skip
+    assert "nvrtc_engine:" not in done.stderr
+    line = _one_line_warning(UserWarning("nvrtc_engine: disk cache at X"), UserWarning, "f", 1)
+    assert line == "nvrtc-engine: warning: disk cache at X\n"
+
+
 def test_bad_arch_exits_2(capsys):
     assert main(["demo", "--arch", "sm_70", "--no-run"]) == 2
     captured = capsys.readouterr()
