@@ -15,14 +15,17 @@ from .key import KernelKey
 __all__ = ["cache_info", "clear_cache", "get_kernel", "make_key"]
 
 
+# The hint of a NoDeviceError for a missing arch, in Python syntax; the command line shows
+# its own (--arch sm_90) in its place (cli.py).
+NO_GPU_HINT = "pass arch='sm_90' (or another arch) to compile without a GPU"
+
+
 def _device_arch(device: int | None) -> str:
     try:
         ordinal = driver.current_device() if device is None else device
         return driver.get_device(ordinal).arch
     except NoDeviceError as exc:
-        raise NoDeviceError(
-            f"{str(exc).rstrip('. ')}; pass arch='sm_90' (or another arch) to compile without a GPU"
-        ) from None
+        raise NoDeviceError(f"{str(exc).rstrip('. ')}; {NO_GPU_HINT}") from None
 
 
 def make_key(

@@ -214,6 +214,14 @@ def _one_line_warning(message: Warning | str, category: type[Warning], *_: objec
     return f"nvrtc-engine: warning: {text}\n"
 
 
+def _cli_syntax(message: str) -> str:
+    """An error message with the library's Python-syntax hints put in command-line syntax."""
+    from .api import NO_GPU_HINT
+
+    cli_hint = "pass --arch sm_90 (or another arch) to compile without a GPU"
+    return message.replace(NO_GPU_HINT, cli_hint)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nvrtc-engine`` console script; returns the exit code."""
     from .errors import NvrtcEngineError
@@ -230,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (NvrtcEngineError, ValueError, OSError) as exc:
-        print(f"nvrtc-engine: error: {exc}", file=sys.stderr)
+        print(f"nvrtc-engine: error: {_cli_syntax(str(exc))}", file=sys.stderr)
         return 2
     finally:
         warnings.formatwarning = formatwarning

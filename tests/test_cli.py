@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from nvrtc_engine import driver
 from nvrtc_engine.cli import _one_line_warning, main
 
@@ -190,8 +192,6 @@ def _variant_file(tmp_path):
 
 
 def test_cli_arch_number_version_and_os_errors(capsys, tmp_path):
-    import pytest
-
     assert main(["demo", "--arch", "90", "--no-run"]) == 0
     capsys.readouterr()
     with pytest.raises(SystemExit) as info:
@@ -239,3 +239,25 @@ def test_output_into_a_closed_pipe_is_not_an_error(monkeypatch):
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     monkeypatch.setattr(parser, "parse_args", lambda argv: real(argv).__class__(func=closed))
     assert cli.main(["cache", "info"]) == 0
+
+
+def test_prewarm_without_a_gpu_hints_at_the_arch_option(capsys, tmp_path, monkeypatch):
+    """The command line's hint is --arch sm_90; the Python API's stays arch='sm_90'."""
+    import nvrtc_engine as ne
+
+    prewarm_module = sys.modules["nvrtc_engine.prewarm"]  # (ne.prewarm is the function)
+
+    def no_device() -> int:
+        raise ne.NoDeviceError("no usable CUDA driver or device")
+
+    monkeypatch.setattr(driver, "current_device", no_device)
+    # read the arch in this process, where the stand-in for a machine without a GPU holds
+    monkeypatch.setattr(prewarm_module, "_default_arch", prewarm_module._current_device_arch)
+    variants = tmp_path / "v.toml"
+    variants.write_text(VARIANTS.replace('arch = "sm_90"', ""))
+    assert main(["prewarm", str(variants)]) == 2
+    err = capsys.readouterr().err
+    assert "pass --arch sm_90 (or another arch) to compile without a GPU" in err
+    assert "arch='sm_90'" not in err
+    with pytest.raises(ne.NoDeviceError, match="pass arch='sm_90'"):
+        prewarm_module.prewarm(str(variants))
