@@ -26,12 +26,29 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.arch, args.tokens, not args.no_run, sys.stdout, seed=args.seed)
 
 
+def _arch_options(archs: Sequence[str] | None) -> list[str] | None:
+    """The ``--arch`` values, checked here: a bad one is an error that names ``--arch``, not
+    the variant file's first entry. Raises ``ValueError`` (exit code 2)."""
+    from .errors import VariantError
+    from .key import parse_arch
+
+    checked = []
+    for arch in archs or ():
+        try:
+            checked.append(parse_arch(arch))
+        except VariantError as exc:
+            why = f" ({exc.hint})" if exc.hint else ""
+            raise ValueError(
+                f"argument --arch: {arch} is not allowed{why}; allowed: {exc.allowed}"
+            ) from None
+    return checked or None
+
+
 def _cmd_prewarm(args: argparse.Namespace) -> int:
     from .prewarm import prewarm
 
-    report = prewarm(
-        args.file, arch=args.arch or None, workers=args.workers, progress=not args.no_progress
-    )
+    arch = _arch_options(args.arch)
+    report = prewarm(args.file, arch=arch, workers=args.workers, progress=not args.no_progress)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -151,6 +151,18 @@ def test_prewarm_exit_codes(capsys, tmp_path, monkeypatch):
     assert "FAILED gelu_bf16_e4m3_tensor_rowwise_hany_sm80" in out
 
 
+def test_prewarm_bad_arch_option_names_the_option_not_the_file(capsys, tmp_path):
+    good = tmp_path / "v.toml"
+    good.write_text(VARIANTS)
+    for archs in (["sm_95"], ["sm_90", "sm_80a"]):
+        assert main(["prewarm", str(good), "--arch", *archs, "--no-progress"]) == 2
+        captured = capsys.readouterr()
+        assert f"nvrtc-engine: error: argument --arch: {archs[-1]} is not allowed (" in (
+            captured.err)  # fmt: skip
+        assert "entry 0" not in captured.err and str(good) not in captured.err
+        assert captured.out == ""  # refused before anything compiled
+
+
 def test_cache_list_verify_export_import(capsys, tmp_path, isolated_cache):
     main(["prewarm", _variant_file(tmp_path), "--no-progress"])
     capsys.readouterr()
