@@ -116,16 +116,35 @@ def _cache_list(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     if rows:
-        print(f"{'key':<60} {'arch':<8} {'kind':<5} {'size':>10} {'compile':>11}  "
-              "NVRTC       digest")  # fmt: skip
-    for r in rows:
-        if "arch" not in r:
-            print(f"{r['key']:<60} {r['digest'][:12]}")
-            continue
-        print(f"{r['key']:<60} {r['arch']:<8} {r['kind']:<5} {r['bytes']:>8} B "
-              f"{r['compile_ms']:>8.1f} ms  NVRTC {r['nvrtc']}  {r['digest'][:12]}")  # fmt: skip
+        # size is the entry's image, cubin or PTX as the kind column says
+        header = ("key", "arch", "kind", "size", "compile", "NVRTC", "digest")
+        cells = [
+            (r["key"], r["arch"], r["kind"], f"{r['bytes']} B", f"{r['compile_ms']:.1f} ms",
+             r["nvrtc"], r["digest"][:12])
+            if "arch" in r
+            else (r["key"], "", "", "", "", "", r["digest"][:12])
+            for r in rows
+        ]  # fmt: skip
+        for line in format_table(header, cells, right=("size", "compile")):
+            print(line)
     print(f"{len(rows)} entries")
     return 0
+
+
+def format_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[str] = ()
+) -> list[str]:
+    """Lines of a plain-text table: each column as wide as its widest cell (header
+    included), two spaces apart; the columns named in ``right`` right-aligned."""
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
+    lines = []
+    for row in (header, *rows):
+        cells = [
+            str(c).rjust(w) if name in right else str(c).ljust(w)
+            for name, c, w in zip(header, row, widths, strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return lines
 
 
 def _cache_verify(args: argparse.Namespace) -> int:

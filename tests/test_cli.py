@@ -163,6 +163,47 @@ def test_prewarm_bad_arch_option_names_the_option_not_the_file(capsys, tmp_path)
         assert captured.out == ""  # refused before anything compiled
 
 
+def _assert_columns_line_up(lines, left=(), right=()):
+    """Every row's left-aligned columns start, and its right-aligned ones end, where the
+    header's names do."""
+    header, *rows = lines
+    for row in rows:
+        for name in left:
+            start = header.index(name)
+            assert row[start - 2 : start] == "  " and row[start] != " ", (name, row)
+        for name in right:
+            end = header.index(name) + len(name)
+            assert row[end - 1] != " " and row[end : end + 2] in ("  ", ""), (name, row)
+
+
+def test_cache_list_columns_hold_for_long_arch_names_and_ptx(capsys, tmp_path):
+    variants = tmp_path / "v.toml"
+    variants.write_text(VARIANTS)
+    # sm_130 is newer than this NVRTC knows: PTX, whose arch prints as compute_1xx
+    archs = ["sm_90", "sm_100a", "sm_120f", "sm_130"]
+    assert main(["prewarm", str(variants), "--arch", *archs, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["cache", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "8 entries"
+    header = lines[0].split()
+    assert header == ["key", "arch", "kind", "size", "compile", "NVRTC", "digest"]
+    assert any(" compute_1" in line and " ptx " in line for line in lines)
+    assert any(" sm_120f " in line and " cubin " in line for line in lines)
+    _assert_columns_line_up(lines[:-1], left=("arch", "kind", "NVRTC", "digest"),
+                            right=("size", "compile"))  # fmt: skip
+
+
+def test_demo_sizes_are_images_with_their_kind(capsys):
+    assert main(["demo", "--arch", "sm_130", "--no-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = [line for line in lines if line.startswith(("variant", "gelu_"))]
+    assert table[0].split() == ["variant", "source", "ms", "kind", "image", "B"]
+    assert "cubin B" not in "\n".join(lines)
+    assert all(row.split()[-2] == "ptx" for row in table[1:])
+    _assert_columns_line_up(table, left=("source", "kind"), right=("ms", "image B"))
+
+
 def test_cache_list_verify_export_import(capsys, tmp_path, isolated_cache):
     main(["prewarm", _variant_file(tmp_path), "--no-progress"])
     capsys.readouterr()
