@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .dtypes import DTYPES, DType, dtype_name
-from .errors import VariantError
+from .errors import VariantError, did_you_mean
 
 if TYPE_CHECKING:
     from .ops.base import OpSpec
@@ -108,9 +108,11 @@ class KernelKey:
         set_(self, "in_dtype", dtype_name(self.in_dtype, "in_dtype"))
         set_(self, "out_dtype", dtype_name(self.out_dtype, "out_dtype"))
         if self.scaling not in SCALINGS:
-            raise VariantError("scaling", self.scaling, SCALINGS)
+            raise VariantError(
+                "scaling", self.scaling, SCALINGS, did_you_mean(self.scaling, SCALINGS)
+            )
         if self.layout not in LAYOUTS:
-            raise VariantError("layout", self.layout, LAYOUTS)
+            raise VariantError("layout", self.layout, LAYOUTS, did_you_mean(self.layout, LAYOUTS))
         hs = self.hidden_size
         if hs is not None and (
             isinstance(hs, bool) or not isinstance(hs, int) or not 1 <= hs <= MAX_HIDDEN_SIZE

@@ -218,3 +218,11 @@ def test_op_names_are_matched_in_any_case_and_stored_lower_case(isolated_cache):
     with pytest.raises(VariantError, match="did you mean glu") as info:
         make_key("GLEU", arch="sm_90")
     assert info.value.value == "'GLEU'"
+
+
+def test_misspelled_scaling_and_layout_name_the_closest_one():
+    with pytest.raises(VariantError, match=r"\(did you mean mxfp8\?\)") as info:
+        make_key("gelu", dtype="fp8", scaling="mxpf8", arch="sm_100a")
+    assert info.value.field == "scaling"
+    with pytest.raises(VariantError, match=r"\(did you mean columnwise\?\)"):
+        make_key("gelu", dtype="fp8", layout="colwise", arch="sm_90")
