@@ -15,14 +15,17 @@ from .key import KernelKey
 __all__ = ["cache_info", "clear_cache", "get_kernel", "make_key"]
 
 
+# The hint of a NoDeviceError for a missing arch, in Python syntax; the command line shows
+# its own (--arch sm_90) in its place (cli.py).
+NO_GPU_HINT = "pass arch='sm_90' (or another arch) to compile without a GPU"
+
+
 def _device_arch(device: int | None) -> str:
     try:
         ordinal = driver.current_device() if device is None else device
         return driver.get_device(ordinal).arch
     except NoDeviceError as exc:
-        raise NoDeviceError(
-            f"{str(exc).rstrip('. ')}; pass arch='sm_90' (or another arch) to compile without a GPU"
-        ) from None
+        raise NoDeviceError(f"{str(exc).rstrip('. ')}; {NO_GPU_HINT}") from None
 
 
 def make_key(
@@ -39,6 +42,9 @@ def make_key(
     **flags: bool,
 ) -> KernelKey:
     """Build and validate a :class:`KernelKey` with ``get_kernel``'s defaults; compiles nothing.
+
+    ``op`` is matched in any case (``"GELU"`` is ``"gelu"``); the key holds the lower-case
+    name, so both spellings give the same key, kernel and cache entry.
 
     ``dtype`` names the output dtype. The input dtype defaults to ``dtype`` when that is a
     high-precision type, else (FP8, FP4) to ``bf16``; so ``make_key("gelu", dtype="fp8")`` is
@@ -79,10 +85,10 @@ def make_key(
             close = did_you_mean(name, fields + list(spec.flags))
             raise VariantError(
                 name, flags[name], fields + sorted(spec.flags),
-                f"not a key field or a flag of {op!r}" + (f"; {close}" if close else ""),
+                f"not a key field or a flag of {spec.name!r}" + (f"; {close}" if close else ""),
             )  # fmt: skip
     return KernelKey(
-        op=op,
+        op=spec.name,
         in_dtype=inp,
         out_dtype=out,
         scaling=scaling if scaling is not None else spec.default_scaling(out),

@@ -26,12 +26,29 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.arch, args.tokens, not args.no_run, sys.stdout, seed=args.seed)
 
 
+def _arch_options(archs: Sequence[str] | None) -> list[str] | None:
+    """The ``--arch`` values, checked here: a bad one is an error that names ``--arch``, not
+    the variant file's first entry. Raises ``ValueError`` (exit code 2)."""
+    from .errors import VariantError
+    from .key import parse_arch
+
+    checked = []
+    for arch in archs or ():
+        try:
+            checked.append(parse_arch(arch))
+        except VariantError as exc:
+            why = f" ({exc.hint})" if exc.hint else ""
+            raise ValueError(
+                f"argument --arch: {arch} is not allowed{why}; allowed: {exc.allowed}"
+            ) from None
+    return checked or None
+
+
 def _cmd_prewarm(args: argparse.Namespace) -> int:
     from .prewarm import prewarm
 
-    report = prewarm(
-        args.file, arch=args.arch or None, workers=args.workers, progress=not args.no_progress
-    )
+    arch = _arch_options(args.arch)
+    report = prewarm(args.file, arch=arch, workers=args.workers, progress=not args.no_progress)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -99,16 +116,35 @@ def _cache_list(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     if rows:
-        print(f"{'key':<60} {'arch':<8} {'kind':<5} {'size':>10} {'compile':>11}  "
-              "NVRTC       digest")  # fmt: skip
-    for r in rows:
-        if "arch" not in r:
-            print(f"{r['key']:<60} {r['digest'][:12]}")
-            continue
-        print(f"{r['key']:<60} {r['arch']:<8} {r['kind']:<5} {r['bytes']:>8} B "
-              f"{r['compile_ms']:>8.1f} ms  NVRTC {r['nvrtc']}  {r['digest'][:12]}")  # fmt: skip
+        # size is the entry's image, cubin or PTX as the kind column says
+        header = ("key", "arch", "kind", "size", "compile", "NVRTC", "digest")
+        cells = [
+            (r["key"], r["arch"], r["kind"], f"{r['bytes']} B", f"{r['compile_ms']:.1f} ms",
+             r["nvrtc"], r["digest"][:12])
+            if "arch" in r
+            else (r["key"], "", "", "", "", "", r["digest"][:12])
+            for r in rows
+        ]  # fmt: skip
+        for line in format_table(header, cells, right=("size", "compile")):
+            print(line)
     print(f"{len(rows)} entries")
     return 0
+
+
+def format_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[str] = ()
+) -> list[str]:
+    """Lines of a plain-text table: each column as wide as its widest cell (header
+    included), two spaces apart; the columns named in ``right`` right-aligned."""
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
+    lines = []
+    for row in (header, *rows):
+        cells = [
+            str(c).rjust(w) if name in right else str(c).ljust(w)
+            for name, c, w in zip(header, row, widths, strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return lines
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
@@ -208,8 +244,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line_warning(message: Warning | str, category: type[Warning], *_: object) -> str:
-    """Warnings on the command line as one line each, without Python's source excerpt."""
-    return f"nvrtc-engine: warning: {message}\n"
+    """Warnings on the command line as one line each, without Python's source excerpt, and
+    with one prefix: the library's own ``nvrtc_engine: `` (for Python callers) is dropped."""
+    text = str(message).removeprefix("nvrtc_engine: ")
+    return f"nvrtc-engine: warning: {text}\n"
+
+
+def _cli_syntax(message: str) -> str:
+    """An error message with the library's Python-syntax hints put in command-line syntax."""
+    from .api import NO_GPU_HINT
+
+    cli_hint = "pass --arch sm_90 (or another arch) to compile without a GPU"
+    return message.replace(NO_GPU_HINT, cli_hint)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -228,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (NvrtcEngineError, ValueError, OSError) as exc:
-        print(f"nvrtc-engine: error: {exc}", file=sys.stderr)
+        print(f"nvrtc-engine: error: {_cli_syntax(str(exc))}", file=sys.stderr)
         return 2
     finally:
         warnings.formatwarning = formatwarning

@@ -25,13 +25,17 @@ LLAMA3_8B_HIDDEN_SIZES = (4096, 14336)
 
 @dataclass
 class DemoRow:
+    """One line of the demo's table: ``image_bytes`` is the size of the kernel's image, a
+    cubin or (for an arch newer than NVRTC knows) PTX, as ``kind`` says."""
+
     key: KernelKey
     source: str
     ms: float
-    cubin_bytes: int
+    image_bytes: int
     check: str = "-"
     gbps: float | None = None
     ok: bool = True
+    kind: str = "cubin"
 
 
 def demo_keys(arch: str) -> list[KernelKey]:
@@ -123,7 +127,8 @@ def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 
             source = "disk hit"
         else:
             source = "memory hit"
-        rows.append(DemoRow(key, source, ms, len(kernel.artifact.image)))
+        artifact = kernel.artifact
+        rows.append(DemoRow(key, source, ms, len(artifact.image), kind=artifact.kind))
     can_run = gpu and run
     if can_run and not runs_on(arch, driver.get_device(ordinal).arch):
         print(f"arch {arch} does not run on this GPU: not running", file=out)
@@ -131,14 +136,18 @@ def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 
     if can_run:
         for i, row in enumerate(rows):
             _run_one(row, tokens, ordinal, seed + i)
-    header = f"{'variant':<44} {'source':<11} {'ms':>8} {'cubin B':>8}"
+    from .cli import format_table
+
+    header = ["variant", "source", "ms", "kind", "image B"]
     if can_run:
-        header += f" {'GB/s':>8}  check (tokens={tokens})"
-    print(header, file=out)
+        header += ["GB/s", f"check (tokens={tokens})"]
+    cells = []
     for r in rows:
-        line = f"{r.key!s:<44} {r.source:<11} {r.ms:8.1f} {r.cubin_bytes:8d}"
+        cell = [str(r.key), r.source, f"{r.ms:.1f}", r.kind, str(r.image_bytes)]
         if can_run:
-            line += f" {r.gbps or 0:8.0f}  {r.check}"
+            cell += [f"{r.gbps or 0:.0f}", r.check]
+        cells.append(cell)
+    for line in format_table(header, cells, right=("ms", "image B", "GB/s")):
         print(line, file=out)
     info = cache_info()
     if info.directory:

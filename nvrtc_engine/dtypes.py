@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import VariantError
+from .errors import VariantError, did_you_mean
 
 __all__ = ["DTYPES", "DType", "dtype", "dtype_name"]
 
@@ -98,10 +98,35 @@ _ALIASES: dict[str, str] = {
 }  # fmt: skip
 
 
+def _suggestion(value: Any, text: str) -> str:
+    """``"did you mean X?"`` for a misspelled dtype name, else ``""``.
+
+    Only for strings that name no dtype at all (``bf61``, ``fp8_e4m4``, ``bfloat``): a real
+    dtype the kernels do not take (``float64``, ``int8``, ``float8_e4m3fnuz``) is no typo,
+    and the nearest accepted spelling would name a different format.
+    """
+    if not isinstance(value, str):
+        return ""
+    import ml_dtypes  # (an error path: numpy and ml_dtypes are not imported with the package)
+    import numpy as np
+
+    if hasattr(ml_dtypes, text):
+        return ""
+    try:
+        np.dtype(text)
+        return ""
+    except TypeError:
+        pass
+    # a truncated name first: "bfloat" is bfloat16, not the closer-spelled "float" (fp32)
+    longer = [name for name in _ALIASES if name.startswith(text)] if text else []
+    return did_you_mean(text, longer) or did_you_mean(text, list(_ALIASES))
+
+
 def dtype_name(value: Any, field: str = "dtype") -> str:
     """Canonical dtype name of ``value``: a name, alias, or numpy/ml_dtypes/torch dtype.
 
-    Raises :class:`~nvrtc_engine.VariantError` naming ``field`` and the allowed names.
+    Raises :class:`~nvrtc_engine.VariantError` naming ``field`` and the allowed names, with
+    the closest accepted spelling (name or alias) when a misspelled name was given.
     """
     if isinstance(value, DType):
         return value.name
@@ -114,7 +139,9 @@ def dtype_name(value: Any, field: str = "dtype") -> str:
         text = str(text).removeprefix("torch.")
     canonical = _ALIASES.get(text.strip().lower())
     if canonical is None:
-        raise VariantError(field, value, sorted(DTYPES), "aliases: fp8=e4m3, e5m2, half, ...")
+        aliases = "aliases: fp8=e4m3, e5m2, half, ..."
+        close = _suggestion(value, text.strip().lower())
+        raise VariantError(field, value, sorted(DTYPES), f"{close} {aliases}" if close else aliases)
     return canonical
 
 

@@ -62,8 +62,9 @@ def did_you_mean(value: object, choices: Sequence[str]) -> str:
 class VariantError(NvrtcEngineError, ValueError):
     """A kernel variant key field is outside its closed set of allowed values.
 
-    Attributes: ``field`` (the key field at fault), ``value`` (what was given, as text) and
-    ``allowed`` (the allowed values, as text).
+    Attributes: ``field`` (the key field at fault), ``value`` (what was given, as text),
+    ``allowed`` (the allowed values, as text) and ``hint`` (why, or a suggestion; may be
+    ``""``).
     """
 
     def __init__(self, field: str, value: object, allowed: object, hint: str = "") -> None:
@@ -77,6 +78,7 @@ class VariantError(NvrtcEngineError, ValueError):
         self.field = field
         self.value = repr(value)
         self.allowed = allowed_text
+        self.hint = hint
 
 
 class NoDeviceError(NvrtcEngineError, RuntimeError):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .dtypes import DTYPES, DType, dtype_name
-from .errors import VariantError
+from .errors import VariantError, did_you_mean
 
 if TYPE_CHECKING:
     from .ops.base import OpSpec
@@ -76,7 +76,8 @@ class KernelKey:
     """A validated, canonical kernel variant.
 
     Fields:
-        op: kernel name, one of the registry's ops (``gelu``, ...).
+        op: kernel name, one of the registry's ops (``gelu``, ...), given in any case and
+            stored lower-case (``GELU`` -> ``gelu``).
         in_dtype / out_dtype: canonical dtype names (aliases and dtype objects accepted).
         scaling: ``none`` (high-precision output), ``tensor`` (per-tensor FP8 scale, amax and
             scale_inv), ``mxfp8`` or ``nvfp4``.
@@ -103,12 +104,15 @@ class KernelKey:
 
         spec = get_spec(self.op)
         set_ = object.__setattr__
+        set_(self, "op", spec.name)  # "GELU" -> "gelu": the key, symbol and cache use this
         set_(self, "in_dtype", dtype_name(self.in_dtype, "in_dtype"))
         set_(self, "out_dtype", dtype_name(self.out_dtype, "out_dtype"))
         if self.scaling not in SCALINGS:
-            raise VariantError("scaling", self.scaling, SCALINGS)
+            raise VariantError(
+                "scaling", self.scaling, SCALINGS, did_you_mean(self.scaling, SCALINGS)
+            )
         if self.layout not in LAYOUTS:
-            raise VariantError("layout", self.layout, LAYOUTS)
+            raise VariantError("layout", self.layout, LAYOUTS, did_you_mean(self.layout, LAYOUTS))
         hs = self.hidden_size
         if hs is not None and (
             isinstance(hs, bool) or not isinstance(hs, int) or not 1 <= hs <= MAX_HIDDEN_SIZE

@@ -15,7 +15,9 @@ import functools
 import os
 import re
 import sys
+import threading
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,7 @@ __all__ = [
     "CompileOptions",
     "CompileResult",
     "CudaIncludeDir",
+    "check_debug_dir",
     "compile_source",
     "compile_target",
     "find_cuda_include_dir",
@@ -290,15 +293,59 @@ def find_cuda_include_dir() -> CudaIncludeDir:
     )
 
 
+# The start of the warning for an unwritable debug directory (prewarm's workers filter it
+# out: the parent warns, once).
+DEBUG_DIR_WARNING = "nvrtc_engine: cannot write rendered sources to"
+_debug_warned: set[str] = set()
+_debug_warned_lock = threading.Lock()
+
+
+def _warn_debug_dir(directory: Path, exc: OSError) -> None:
+    """Warn (``RuntimeWarning``) that rendered sources cannot be written, once per directory."""
+    with _debug_warned_lock:
+        if str(directory) in _debug_warned:
+            return
+        _debug_warned.add(str(directory))
+    warnings.warn(
+        f"{DEBUG_DIR_WARNING} {directory} ({type(exc).__name__}: {exc}); kernels still "
+        "compile, without their sources written. Set NVRTC_ENGINE_DEBUG_DIR to a writable "
+        "directory.",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+
+
+def check_debug_dir() -> bool:
+    """Whether the debug directory exists (it is made if missing) and is writable; warns
+    (once per directory, as :func:`write_debug_source` does) when it is not. For a process
+    whose compiles run elsewhere (prewarm's workers), so that it can warn for them."""
+    directory = config.settings().resolved_debug_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            import errno
+
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(directory))
+    except OSError as exc:
+        _warn_debug_dir(directory, exc)
+        return False
+    return True
+
+
 def write_debug_source(name: str, source: str) -> str | None:
-    """Write a rendered source for inspection; returns its path, or None if unwritable."""
+    """Write a rendered source for inspection; returns its path, or None if unwritable.
+
+    The first failure for a directory warns (``RuntimeWarning``, naming the directory and
+    the reason); the compile goes on either way.
+    """
     directory = config.settings().resolved_debug_dir()
     try:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / name
         path.write_text(source, encoding="utf-8")
         return str(path)
-    except OSError:
+    except OSError as exc:
+        _warn_debug_dir(directory, exc)
         return None
 
 

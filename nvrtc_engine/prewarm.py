@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import config
+from . import config, nvrtc
 from .cpus import available_cpus
 from .engine import default_engine
 from .errors import CacheWarning, CompileError
@@ -138,6 +138,7 @@ def _worker_init(settings: config.Settings) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
     warnings.simplefilter("ignore", CacheWarning)  # the parent warns once
+    warnings.filterwarnings("ignore", message=nvrtc.DEBUG_DIR_WARNING, category=RuntimeWarning)
     config.configure(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)})
 
 
@@ -292,6 +293,8 @@ def prewarm(
             failed.append(PrewarmFailure(key, _describe(exc), type(exc).__name__))
     count = min(workers, len(todo)) if workers is not None else default_workers(len(todo))
     in_workers = count > 1
+    if in_workers and config.settings().dump_source:
+        nvrtc.check_debug_dir()  # the workers do not warn: this process does, once
     outcomes = _build_in_workers(todo, count) if in_workers else _build_here(todo)
     compile_ms: list[float] = []
     bar = _progress_bar(len(todo), progress)

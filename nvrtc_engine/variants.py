@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import NvrtcEngineError
-from .key import KernelKey
+from .key import KernelKey, parse_arch
 
 __all__ = [
     "ENTRY_FIELDS",
@@ -152,15 +152,15 @@ def expand_entry(
     return keys
 
 
-def _as_arch_list(arch: str | int | Sequence[str | int] | None) -> list[str | int] | None:
+def _as_arch_list(arch: str | int | Sequence[str | int] | None) -> list[str] | None:
+    """The archs of an ``arch=`` argument, checked here: a bad one is the argument's fault,
+    not that of the first entry it would be applied to."""
     if arch is None:
         return None
-    if isinstance(arch, (str, int)):
-        return [arch]
-    archs = list(arch)
+    archs = [arch] if isinstance(arch, (str, int)) else list(arch)
     if not archs:
         raise ValueError("arch: give at least one arch, or None")
-    return archs
+    return [parse_arch(a) for a in archs]
 
 
 def _unique(keys: Iterable[KernelKey]) -> list[KernelKey]:
@@ -183,7 +183,7 @@ def resolve_variants(
     once, when first needed), or without that the current GPU's arch.
 
     Raises :class:`VariantListError` (naming the file and entry) or
-    :class:`~nvrtc_engine.VariantError`.
+    :class:`~nvrtc_engine.VariantError` (for a bad ``arch``, before any entry is read).
     """
     archs = _as_arch_list(arch)
     if isinstance(variants, (str, os.PathLike)):

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from nvrtc_engine import driver
 from nvrtc_engine.cli import _one_line_warning, main
 
@@ -79,6 +81,18 @@ def test_cache_commands_without_a_disk_cache_say_why(capsys, monkeypatch, isolat
     assert line == "nvrtc-engine: warning: disk cache at X is unusable\n"
 
 
+def test_cli_warnings_carry_one_prefix(tmp_path):
+    env = {**os.environ, "NVRTC_ENGINE_CACHE_DIR": "/proc/nvrtc-engine-test"}
+    done = subprocess.run([sys.executable, "-m", "nvrtc_engine.cli", "cache", "info"], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "nvrtc-engine: warning: disk cache at /proc/nvrtc-engine-test is unusable" in (
+        done.stderr)  # fmt: skip
+    assert "nvrtc_engine:" not in done.stderr
+    line = _one_line_warning(UserWarning("nvrtc_engine: disk cache at X"), UserWarning, "f", 1)
+    assert line == "nvrtc-engine: warning: disk cache at X\n"
+
+
 def test_bad_arch_exits_2(capsys):
     assert main(["demo", "--arch", "sm_70", "--no-run"]) == 2
     captured = capsys.readouterr()
@@ -137,6 +151,59 @@ def test_prewarm_exit_codes(capsys, tmp_path, monkeypatch):
     assert "FAILED gelu_bf16_e4m3_tensor_rowwise_hany_sm80" in out
 
 
+def test_prewarm_bad_arch_option_names_the_option_not_the_file(capsys, tmp_path):
+    good = tmp_path / "v.toml"
+    good.write_text(VARIANTS)
+    for archs in (["sm_95"], ["sm_90", "sm_80a"]):
+        assert main(["prewarm", str(good), "--arch", *archs, "--no-progress"]) == 2
+        captured = capsys.readouterr()
+        assert f"nvrtc-engine: error: argument --arch: {archs[-1]} is not allowed (" in (
+            captured.err)  # fmt: skip
+        assert "entry 0" not in captured.err and str(good) not in captured.err
+        assert captured.out == ""  # refused before anything compiled
+
+
+def _assert_columns_line_up(lines, left=(), right=()):
+    """Every row's left-aligned columns start, and its right-aligned ones end, where the
+    header's names do."""
+    header, *rows = lines
+    for row in rows:
+        for name in left:
+            start = header.index(name)
+            assert row[start - 2 : start] == "  " and row[start] != " ", (name, row)
+        for name in right:
+            end = header.index(name) + len(name)
+            assert row[end - 1] != " " and row[end : end + 2] in ("  ", ""), (name, row)
+
+
+def test_cache_list_columns_hold_for_long_arch_names_and_ptx(capsys, tmp_path):
+    variants = tmp_path / "v.toml"
+    variants.write_text(VARIANTS)
+    # sm_130 is newer than this NVRTC knows: PTX, whose arch prints as compute_1xx
+    archs = ["sm_90", "sm_100a", "sm_120f", "sm_130"]
+    assert main(["prewarm", str(variants), "--arch", *archs, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["cache", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "8 entries"
+    header = lines[0].split()
+    assert header == ["key", "arch", "kind", "size", "compile", "NVRTC", "digest"]
+    assert any(" compute_1" in line and " ptx " in line for line in lines)
+    assert any(" sm_120f " in line and " cubin " in line for line in lines)
+    _assert_columns_line_up(lines[:-1], left=("arch", "kind", "NVRTC", "digest"),
+                            right=("size", "compile"))  # fmt: skip
+
+
+def test_demo_sizes_are_images_with_their_kind(capsys):
+    assert main(["demo", "--arch", "sm_130", "--no-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = [line for line in lines if line.startswith(("variant", "gelu_"))]
+    assert table[0].split() == ["variant", "source", "ms", "kind", "image", "B"]
+    assert "cubin B" not in "\n".join(lines)
+    assert all(row.split()[-2] == "ptx" for row in table[1:])
+    _assert_columns_line_up(table, left=("source", "kind"), right=("ms", "image B"))
+
+
 def test_cache_list_verify_export_import(capsys, tmp_path, isolated_cache):
     main(["prewarm", _variant_file(tmp_path), "--no-progress"])
     capsys.readouterr()
@@ -178,8 +245,6 @@ def _variant_file(tmp_path):
 
 
 def test_cli_arch_number_version_and_os_errors(capsys, tmp_path):
-    import pytest
-
     assert main(["demo", "--arch", "90", "--no-run"]) == 0
     capsys.readouterr()
     with pytest.raises(SystemExit) as info:
@@ -227,3 +292,25 @@ def test_output_into_a_closed_pipe_is_not_an_error(monkeypatch):
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     monkeypatch.setattr(parser, "parse_args", lambda argv: real(argv).__class__(func=closed))
     assert cli.main(["cache", "info"]) == 0
+
+
+def test_prewarm_without_a_gpu_hints_at_the_arch_option(capsys, tmp_path, monkeypatch):
+    """The command line's hint is --arch sm_90; the Python API's stays arch='sm_90'."""
+    import nvrtc_engine as ne
+
+    prewarm_module = sys.modules["nvrtc_engine.prewarm"]  # (ne.prewarm is the function)
+
+    def no_device() -> int:
+        raise ne.NoDeviceError("no usable CUDA driver or device")
+
+    monkeypatch.setattr(driver, "current_device", no_device)
+    # read the arch in this process, where the stand-in for a machine without a GPU holds
+    monkeypatch.setattr(prewarm_module, "_default_arch", prewarm_module._current_device_arch)
+    variants = tmp_path / "v.toml"
+    variants.write_text(VARIANTS.replace('arch = "sm_90"', ""))
+    assert main(["prewarm", str(variants)]) == 2
+    err = capsys.readouterr().err
+    assert "pass --arch sm_90 (or another arch) to compile without a GPU" in err
+    assert "arch='sm_90'" not in err
+    with pytest.raises(ne.NoDeviceError, match="pass arch='sm_90'"):
+        prewarm_module.prewarm(str(variants))

@@ -34,6 +34,26 @@ def test_unknown_dtype_lists_allowed(bad):
         assert allowed in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("bad", "close"),
+    [("bf61", "bf16"), ("fp8_e4m4", "fp8_e4m3"), ("BF61", "bf16"), ("halff", "half"),
+     ("bfloat", "bfloat16"), ("fp8_e5", "fp8_e5m2")],
+)  # fmt: skip
+def test_misspelled_dtype_suggests_the_closest_spelling(bad, close):
+    with pytest.raises(VariantError) as info:
+        dtype_name(bad, "in_dtype")
+    assert f"(did you mean {close}? aliases:" in str(info.value)
+    assert info.value.field == "in_dtype"
+
+
+@pytest.mark.parametrize("other", ["float64", "int8", "float8_e4m3fnuz", np.float64, 3])
+def test_a_real_dtype_the_kernels_do_not_take_gets_no_suggestion(other):
+    # float8_e4m3fnuz is not a typo of float8_e4m3fn: suggesting it would change the format
+    with pytest.raises(VariantError) as info:
+        dtype_name(other)
+    assert "did you mean" not in str(info.value)
+
+
 def test_numpy_dtypes_and_limits():
     assert DTYPES["bf16"].numpy() == np.dtype(ml_dtypes.bfloat16)
     assert DTYPES["fp8_e4m3"].numpy() == np.dtype(ml_dtypes.float8_e4m3fn)

@@ -202,3 +202,27 @@ def test_unknown_op_names_the_closest_one():
     with pytest.raises(VariantError) as far:
         make_key("zzzzzz", arch="sm_90")
     assert "did you mean" not in str(far.value)
+
+
+def test_op_names_are_matched_in_any_case_and_stored_lower_case(isolated_cache):
+    upper = make_key("GELU", dtype="fp8", arch="sm_90")
+    assert upper == make_key("gelu", dtype="fp8", arch="sm_90") and upper.op == "gelu"
+    assert str(upper) == "gelu_bf16_e4m3_tensor_rowwise_hany_sm90"
+    assert key(op=" RMSNorm_Fwd ", out_dtype="bf16", scaling="none").op == "rmsnorm_fwd"
+    # one kernel and one cache entry, whichever spelling compiled it
+    kernel = ne.get_kernel("Gelu", dtype="bf16", arch="sm_90")
+    assert kernel is ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    assert kernel.name == "gelu_bf16_bf16_none_rowwise_hany_sm90"
+    assert ne.cache_info().compiles == 1
+    # a misspelling in upper case is matched lower-case for the suggestion
+    with pytest.raises(VariantError, match="did you mean glu") as info:
+        make_key("GLEU", arch="sm_90")
+    assert info.value.value == "'GLEU'"
+
+
+def test_misspelled_scaling_and_layout_name_the_closest_one():
+    with pytest.raises(VariantError, match=r"\(did you mean mxfp8\?\)") as info:
+        make_key("gelu", dtype="fp8", scaling="mxpf8", arch="sm_100a")
+    assert info.value.field == "scaling"
+    with pytest.raises(VariantError, match=r"\(did you mean columnwise\?\)"):
+        make_key("gelu", dtype="fp8", layout="colwise", arch="sm_90")

@@ -126,6 +126,25 @@ def test_dump_source(tmp_path, monkeypatch):
     assert os.environ["NVRTC_ENGINE_DEBUG_DIR"] == str(tmp_path / "debug")
 
 
+def test_dump_source_to_an_unusable_debug_dir_warns_once_and_compiles(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    debug = blocker / "debug"  # cannot be made, whoever runs the test (root included)
+    monkeypatch.setenv("NVRTC_ENGINE_DUMP_SOURCE", "1")
+    monkeypatch.setenv("NVRTC_ENGINE_DEBUG_DIR", str(debug))
+    config.reset()
+    with pytest.warns(RuntimeWarning) as record:
+        first = ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+        second = ne.get_kernel("gelu", dtype="fp16", arch="sm_90")
+    assert first.origin == second.origin == "compiled"
+    ours = [w for w in record if "cannot write rendered sources" in str(w.message)]
+    assert len(ours) == 1, [str(w.message) for w in record]
+    message = str(ours[0].message)
+    assert f"cannot write rendered sources to {debug} (" in message
+    assert "NotADirectoryError" in message or "FileExistsError" in message
+    assert "NVRTC_ENGINE_DEBUG_DIR" in message
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_compile_speed_levers_keep_the_cubin_identical(arch):
     """-minimal (on by default) only skips declarations: the cubin must not change."""

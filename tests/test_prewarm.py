@@ -52,6 +52,22 @@ def test_prewarm_in_workers_fills_memory_and_disk():
     assert "4 variants: 0 compiled, 4 already cached, 0 failed" in again.summary()
 
 
+def test_prewarm_warns_once_for_its_workers_when_sources_cannot_be_dumped(
+    tmp_path, monkeypatch, capfd
+):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("NVRTC_ENGINE_DUMP_SOURCE", "1")
+    monkeypatch.setenv("NVRTC_ENGINE_DEBUG_DIR", str(blocker / "debug"))
+    config.reset()
+    with pytest.warns(RuntimeWarning, match="cannot write rendered sources to") as record:
+        report = prewarm(gelu_keys("sm_87"), workers=2, progress=False)
+    assert report.ok and len(report.compiled) == 4 and report.workers == 2
+    assert sum("cannot write rendered sources" in str(w.message) for w in record) == 1
+    # and not once more per worker, on the workers' own stderr
+    assert "cannot write rendered sources" not in capfd.readouterr().err
+
+
 def test_prewarm_in_a_fresh_engine_loads_from_disk_verified():
     keys = gelu_keys("sm_89")
     prewarm(keys, workers=1, progress=False)

@@ -84,6 +84,20 @@ def test_arch_argument_replaces_the_variants_arch(tmp_path):
     ]
 
 
+def test_a_bad_arch_argument_is_the_arguments_fault_not_an_entrys(tmp_path):
+    path = tmp_path / "v.toml"
+    path.write_text(TOML)
+    for bad in ("sm_95", ["sm_90", "sm_75"]):
+        with pytest.raises(VariantError) as info:
+            load_variants(path, arch=bad)
+        assert not isinstance(info.value, VariantListError)  # no "v.toml, entry 0: ..."
+        assert info.value.field == "arch" and "entry" not in str(info.value)
+        assert info.value.hint.startswith(("names no GPU", "older than Ampere"))
+    key = make_key("gelu", dtype="bf16", arch="sm_90")
+    with pytest.raises(VariantError, match="arch='sm_95'"):
+        resolve_variants([key], arch="sm_95")
+
+
 def test_default_arch_is_asked_once_and_only_when_needed():
     calls = []
 

@@ -21,9 +21,14 @@ def registered_ops() -> tuple[str, ...]:
 
 
 def get_spec(op: str) -> OpSpec:
-    """The spec of ``op``; raises :class:`~nvrtc_engine.VariantError` listing known ops."""
+    """The spec of ``op``, named in any case (``GELU`` is ``gelu``); ``spec.name`` is the
+    canonical lower-case name. Raises :class:`~nvrtc_engine.VariantError` listing known ops,
+    with the closest one for a misspelled name."""
     spec = _REGISTRY.get(op) if isinstance(op, str) else None
+    if spec is None and isinstance(op, str):
+        spec = _REGISTRY.get(op.strip().lower())
     if spec is None:
         ops = registered_ops()
-        raise VariantError("op", op, ops, did_you_mean(op, ops))
+        text = op.strip().lower() if isinstance(op, str) else op
+        raise VariantError("op", op, ops, did_you_mean(text, ops))
     return spec
