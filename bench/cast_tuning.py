@@ -21,8 +21,10 @@ bench/cast_bandwidth.py does). Writes bench/results/cast_tuning.json; with ``--o
 rows of the other groups already in that file (same shape) are kept.
 
 ``--candidates``: only the three cast ops, each with its default ``tile_config`` and the
-entries of ``CANDIDATES`` (``TileConfig.sum_scatter`` / ``prefetch`` / ``gather4``, off by
-default, and the blocks-per-SM counts 3, 6 and 8 that ``SHAPES`` leaves out), on every
+entries of ``CANDIDATES`` (``TileConfig.sum_scatter`` / ``prefetch`` / ``gather4`` /
+``strip`` / ``prefetch_next``, off by default, and the blocks-per-SM counts 3, 6 and 8 that
+``SHAPES`` leaves out; ``--switch NAME``: only the entries with a switch that starts with
+NAME, beside the defaults), on every
 shape of ``--shapes`` (each kernel compiled once for all shapes). ``--name`` names the JSON
 file (default ``cast_tuning``, or ``cast_candidates-MxK`` with ``--candidates``; one file
 per shape).
@@ -63,6 +65,13 @@ CAST_OPS = ["cast_transpose", "cast_transpose_dbias", "cast_transpose_dbias_dgel
 # per SM give register caps (40, 80, 64) between the swept 1, 2 and 4.
 _S, _P, _G = ("sum_scatter",), ("prefetch",), ("gather4",)
 _GP, _SG, _ALL = _P + _G, _S + _G, _S + _P + _G
+# TileConfig.strip ("strip<N>": N tiles per block down a column strip, column sums and amax
+# reduced once per block; sm_90 SASS of cast_transpose_dbias, 16-byte path: no local memory
+# at 128 x 4 (128 registers, default: 12 local loads/stores) and 64 registers at 256 x 4,
+# 1024 threads per SM) and prefetch_next (N: the block's next tile into L2 during phase 2).
+# 8192 x 28672 has 64 tile rows: strip 4 gives 3584 blocks (6.8 waves of 528), strip 2 7168.
+_P2, _P4, _P8 = ("strip2", "prefetch"), ("strip4", "prefetch"), ("strip8", "prefetch")
+_P4N = (*_P4, "prefetch_next")
 CANDIDATES: dict[str, list[tuple[int, int, int, tuple[str, ...]]]] = {
     "cast_transpose": [(512, 4, 0, _G), (512, 4, 0, _GP), (256, 4, 0, _G), (512, 3, 0, _G)],
     "cast_transpose_dbias": [
@@ -70,19 +79,32 @@ CANDIDATES: dict[str, list[tuple[int, int, int, tuple[str, ...]]]] = {
         (128, 8, 1, ()), (128, 8, 1, _GP), (128, 8, 1, _ALL), (128, 6, 1, ()), (256, 3, 1, ()),
         (256, 4, 1, _GP), (256, 4, 1, _ALL), (256, 4, 0, _ALL), (256, 2, 1, _GP),
         (512, 2, 0, _ALL), (512, 3, 0, _SG), (512, 4, 0, _ALL),
+        (128, 4, 1, _P4), (128, 4, 1, _P2), (128, 4, 1, _P4N), (128, 6, 1, _P4), (128, 8, 1, _P4),
+        (256, 4, 1, _P4), (256, 4, 1, _P2), (256, 4, 1, _P8), (256, 4, 1, _P4N), (256, 4, 0, _P4),
+        (256, 3, 1, _P4),
     ],
     "cast_transpose_dbias_dgelu": [
         (256, 2, 1, _P), (256, 2, 1, _G), (256, 2, 1, _GP), (256, 2, 1, _ALL), (256, 3, 1, ()),
         (256, 3, 1, _ALL), (256, 4, 1, _GP), (256, 4, 1, _ALL), (256, 4, 0, _ALL),
         (128, 4, 1, _GP), (128, 8, 1, _ALL), (128, 6, 1, ()), (512, 2, 0, _ALL),
         (512, 3, 0, _SG),
+        (256, 2, 1, _P4), (256, 2, 1, _P4N), (256, 3, 1, _P4), (256, 4, 1, _P4), (256, 4, 1, _P2),
+        (256, 4, 1, _P4N), (128, 6, 1, _P4),
     ],
 }  # fmt: skip
 
 
-def build_cases(groups: list[str], candidates: bool) -> list[tuple]:
+def switch_fields(switches: tuple[str, ...]) -> dict[str, Any]:
+    """TileConfig fields of a case's switch names: ``strip<N>`` sets ``strip=N``, any other
+    name is a boolean switch set to True."""
+    return {("strip" if s.startswith("strip") else s): int(s[5:]) if s.startswith("strip") else True
+            for s in switches}  # fmt: skip
+
+
+def build_cases(groups: list[str], candidates: bool, switch: str | None = None) -> list[tuple]:
     """The sweep's cases: (op, threads or mapping, rows, cols, blocks per SM, streaming,
-    load_group, TileConfig switches). No GPU needed."""
+    load_group, TileConfig switches); with ``switch``, only the candidates with a switch that
+    starts with it (and the defaults). No GPU needed."""
     import nvrtc_engine as ne
     import nvrtc_engine.ops.cast as cast
     import nvrtc_engine.ops.quantize as quantize
@@ -94,6 +116,8 @@ def build_cases(groups: list[str], candidates: bool) -> list[tuple]:
             cases.append((op, d.threads, d.tile_rows, d.tile_cols, d.min_blocks, False,
                           d.load_group, ()))  # fmt: skip
             for threads, blocks, group, switches in CANDIDATES[op]:
+                if switch and not any(s.startswith(switch) for s in switches):
+                    continue
                 cases.append((op, threads, 128, 128, blocks, False, group, switches))
         return [c for c in cases if any(g in c[0] for g in groups)]
     for op, (threads, rows, cols, min_blocks), streaming in itertools.product(
@@ -125,11 +149,13 @@ def main() -> int:
     parser.add_argument("--ops", default="cast,mxfp8,nvfp4", help="comma-separated groups")
     parser.add_argument("--candidates", action="store_true",
                         help="the cast ops' CANDIDATES against their defaults only")  # fmt: skip
+    parser.add_argument("--switch", default=None,
+                        help="--candidates: only entries with a switch starting so")  # fmt: skip
     parser.add_argument("--name", default=None, help="results file name (no .json)")
     parser.add_argument("--list", action="store_true", help="print the cases and exit")
     args = parser.parse_args()
     groups = args.ops.split(",")
-    cases = build_cases(groups, args.candidates)
+    cases = build_cases(groups, args.candidates, args.switch)
     shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
               if args.shapes else [(args.m, args.k)])  # fmt: skip
     if args.name and len(shapes) > 1:
@@ -219,7 +245,7 @@ def sweep(m: int, k: int, cases: list[tuple], groups: list[str], rounds: int, na
                         if case not in kernels:  # None: refused by a static_assert
                             kernels[case] = None
                             cfg = cast.TileConfig(threads, rows, cols, 16, min_blocks, group,
-                                                  **dict.fromkeys(switches, True))  # fmt: skip
+                                                  **switch_fields(switches))  # fmt: skip
                             cast.tile_config = lambda key, cfg=cfg: cfg
                             kernels[case] = engine.get(ne.make_key(op, dtype="fp8"))
                         kern = kernels[case]
@@ -265,7 +291,7 @@ def sweep(m: int, k: int, cases: list[tuple], groups: list[str], rounds: int, na
                "switches": "+".join(switches)}  # fmt: skip
         if op.startswith("cast"):
             cfg = cast.TileConfig(threads, rows, cols, 16, min_blocks, group,
-                                  **dict.fromkeys(switches, True))  # fmt: skip
+                                  **switch_fields(switches))  # fmt: skip
             row.update(threads=threads, tile_rows=rows, tile_cols=cols, min_blocks=min_blocks,
                        load_group=group, mapping="")  # fmt: skip
             default = chosen(ne.make_key(op, dtype="fp8")) == cfg

@@ -17,8 +17,10 @@ the next-row copies with held weights, ``..._fp8_held_qp``, including shapes whe
 takes several row groups). The
 disk cache is off: switched kernels share keys with the defaults. Cast family:
 cast_transpose (+ dbias, + dgelu, gated dswiglu), transpose, multi_cast_transpose and
-MXFP8/NVFP4 quantize in every layout, on shapes that leave partial tiles. Correctness is the
-GPU tests' job; this only runs the kernels.
+MXFP8/NVFP4 quantize in every layout, on shapes that leave partial tiles; ``cast_switch_*``:
+the dbias kernels with ``TileConfig.strip`` (several tiles per block, two shared buffers,
+one barrier per tile) and ``prefetch_next``, off by default, on shapes whose strips end in
+partial tiles. Correctness is the GPU tests' job; this only runs the kernels.
 """
 
 from __future__ import annotations
@@ -103,6 +105,42 @@ def cases() -> dict[str, Callable[[], None]]:
                 "quantize", dtype="fp8", layout=lay)(t(m, k))  # fmt: skip
             out[f"quantize_nvfp4_{layout}_{tag}"] = lambda m=m, k=k, lay=layout: ne.get_kernel(
                 "quantize", dtype="fp4_e2m1", layout=lay)(t(m, k))  # fmt: skip
+    out.update(cast_switch_cases(t, tensor))
+    return out
+
+
+def cast_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], None]]:
+    """The dbias kernels built with TileConfig.strip / prefetch_next, each on a fresh engine."""
+    import dataclasses
+
+    import nvrtc_engine as ne
+    import nvrtc_engine.ops.cast as cast
+    from nvrtc_engine.engine import Engine
+
+    out: dict[str, Callable[[], None]] = {}
+    chosen = cast.tile_config
+    for op, (threads, blocks, fields) in [
+        ("cast_transpose_dbias", (128, 4, {"strip": 4})),
+        ("cast_transpose_dbias", (256, 4, {"strip": 2, "prefetch_next": True})),
+        ("cast_transpose_dbias_dgelu", (256, 4, {"strip": 4, "prefetch_next": True})),
+        ("cast_transpose_dbias", (128, 8, {"strip": 3})),  # one shared buffer
+    ]:  # fmt: skip
+        for m, k in [(31, 33), (300, 260), (640, 512)]:
+            tag = "_".join(f"{n}{'' if v is True else v}" for n, v in fields.items())
+
+            def run(op=op, threads=threads, blocks=blocks, fields=fields, m=m, k=k):
+                key = ne.make_key(op, dtype="fp8")
+                cfg = dataclasses.replace(chosen(key), threads=threads, min_blocks=blocks,
+                                          **fields)  # fmt: skip
+                cast.tile_config = lambda key, cfg=cfg: cfg
+                try:
+                    kern = Engine().get(key)
+                finally:
+                    cast.tile_config = chosen
+                args = (t(m, k), t(m, k)) if "dgelu" in op else (t(m, k),)
+                kern(*args, **tensor())
+
+            out[f"cast_switch_{op}_{threads}x{blocks}_{tag}_{m}x{k}"] = run
     return out
 
 

@@ -141,6 +141,53 @@ def test_tile_candidates_compile(monkeypatch, arch):
         monkeypatch.setattr(cast, "tile_config", chosen)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_strip_compiles(monkeypatch, arch):
+    """``TileConfig.strip`` / ``prefetch_next`` (off by default) compile on every arch for the
+    dbias ops, cast_transpose and a gated op (one shared buffer: two do not fit 48 KB); the
+    symbols carry ``_st<strip>[n]``, the workspace has a row per strip and the launch a
+    block per strip; the default source holds none of it; multi_cast_transpose and
+    sum_scatter refuse it."""
+    import dataclasses
+
+    from nvrtc_engine.ops import cast
+
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    chosen = cast.tile_config
+    for op, fields in [
+        ("cast_transpose_dbias", dict(strip=4, prefetch=True)),
+        ("cast_transpose_dbias", dict(strip=2, threads=256, min_blocks=4, prefetch_next=True)),
+        ("cast_transpose_dbias_dgelu", dict(strip=4, min_blocks=4, prefetch_next=True)),
+        ("cast_transpose_dbias_dsilu", dict(strip=3)),
+        ("cast_transpose", dict(strip=4)),
+        ("dswiglu_cast_transpose", dict(strip=2, prefetch_next=True)),
+    ]:  # fmt: skip
+        key = make_key(op, dtype="fp8", arch=arch)
+        assert "run_strip" not in render(key).source
+        cfg = dataclasses.replace(chosen(key), **fields)
+        monkeypatch.setattr(cast, "tile_config", lambda key, cfg=cfg: cfg)
+        kernel = Engine().get(key)
+        tag = f"_st{cfg.strip}" + ("n" if cfg.prefetch_next else "")
+        assert kernel.artifact.symbols[0] == f"{key}{tag}", op
+        assert kernel._cfg == cfg and kernel.artifact.image[:4] == b"\x7fELF", op
+        if "dbias" in op:
+            assert kernel.artifact.symbols[1] == f"{key}{tag}_dbias"
+            assert kernel.workspace_rows(9 * 128 + 1) == -(-10 // cfg.strip)
+        assert cfg.tile_blocks(10, 3) == -(-10 // cfg.strip) * 3
+        monkeypatch.setattr(cast, "tile_config", chosen)
+    multi = make_key("multi_cast_transpose", dtype="fp8", arch=arch)
+    cfg = dataclasses.replace(chosen(multi), strip=2)
+    monkeypatch.setattr(cast, "tile_config", lambda key: cfg)
+    with pytest.raises(ValueError, match="strip"):
+        render(multi)
+    monkeypatch.setattr(cast, "tile_config", chosen)
+    with pytest.raises(ValueError, match="sum_scatter"):
+        cast.TileConfig(128, 128, 128, 16, 4, 1, sum_scatter=True, strip=2)
+    with pytest.raises(ValueError, match="prefetch_next"):
+        cast.TileConfig(128, 128, 128, 16, 4, 1, prefetch_next=True)
+
+
 @pytest.mark.parametrize(
     ("op", "fields"),
     [

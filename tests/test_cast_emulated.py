@@ -239,6 +239,9 @@ TILE_CANDIDATES = [
     (128, 4, 1, dict(gather4=True)),  # 2 phase-2 slots per thread
     (512, 4, 0, dict(sum_scatter=True, prefetch=True, gather4=True)),  # half a slot
     (256, 4, 0, dict(sum_scatter=True, prefetch=True, gather4=True)),
+    (128, 4, 1, dict(strip=4, prefetch=True)),  # two shared buffers
+    (256, 4, 1, dict(strip=2, prefetch_next=True)),
+    (128, 8, 0, dict(strip=3, gather4=True)),  # one shared buffer: a barrier between tiles
 ]
 
 
@@ -255,11 +258,12 @@ TILE_CANDIDATES = [
 @pytest.mark.parametrize("cand", TILE_CANDIDATES, ids=lambda c: f"{c[0]}x{c[1]}g{c[2]}"
                          + "".join(f"-{n}" for n in c[3]))  # fmt: skip
 def test_tile_candidates(emulate, monkeypatch, op, in_dtype, out_dtype, cand):
-    """``TileConfig.sum_scatter`` / ``prefetch`` / ``gather4`` (compiled in memory; the key
-    does not see them), emulated on full tiles (the 16-byte path) and edge tiles: against
+    """``TileConfig.sum_scatter`` / ``prefetch`` / ``gather4`` / ``strip`` / ``prefetch_next``
+    (compiled in memory; only strip's symbols carry it), emulated on full tiles (the 16-byte
+    path) and edge tiles: against
     the reference; q, qt and amax the same bytes as without the switches (same block
-    shape); without ``sum_scatter`` dbias too; with it dbias the same bytes on a second run
-    (a fixed order). Ops without dbias: every byte the same."""
+    shape); without ``sum_scatter`` and ``strip`` dbias too; with them dbias the same bytes on
+    a second run (a fixed order). Ops without dbias: every byte the same."""
     from nvrtc_engine.ops import cast
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
@@ -278,12 +282,17 @@ def test_tile_candidates(emulate, monkeypatch, op, in_dtype, out_dtype, cand):
         kernels[c] = emulate(Engine().get(key))
         assert kernels[c]._cfg == c
     rng = np.random.default_rng(12)
-    for m, k in [(2 * rows, 256), (rows + 3, 130)]:  # full tiles; a full tile and edges
+    # full tiles; a full tile and edges; with strip, strips of several tiles that end in an
+    # edge tile, and a strip cut short by the bottom edge
+    shapes = [(2 * rows, 256), (rows + 3, 130)]
+    if cfg.strip:
+        shapes.append((4 * rows + 5, 200))
+    for m, k in shapes:
         inputs, want = _check_tile_host(kernels[base], rng, m, k)
         _, got = _check_tile_host(kernels[cfg], rng, m, k, inputs)
         _, again = _check_tile_host(kernels[cfg], rng, m, k, inputs)
         assert got == again, (m, k)
-        same = 3 if cfg.sum_scatter and "dbias" in op else 4
+        same = 3 if (cfg.sum_scatter or cfg.strip) and "dbias" in op else 4
         assert got[:same] == want[:same], (m, k)
 
 

@@ -277,12 +277,17 @@ def test_every_load_group_gives_the_same_bytes(monkeypatch, op):
 TILE_CANDIDATES = [
     (256, 4, 0, {"sum_scatter": True, "prefetch": True, "gather4": True}),
     (128, 8, 1, {"prefetch": True, "gather4": True}),
+    # TileConfig.strip (+ prefetch_next): column sums over several tiles per block
+    (128, 4, 1, {"prefetch": True, "strip": 4}),
+    (256, 4, 1, {"prefetch": True, "strip": 4, "prefetch_next": True}),
 ]
 
 
 def _candidate_id(cand):
     threads, blocks, group, switches = cand
-    return f"{threads}x{blocks}g{group}" + "".join(f"-{name}" for name in switches)
+    return f"{threads}x{blocks}g{group}" + "".join(
+        f"-{name}" + ("" if value is True else str(value)) for name, value in switches.items()
+    )
 
 
 @pytest.mark.parametrize("cand", TILE_CANDIDATES, ids=_candidate_id)
@@ -309,8 +314,10 @@ def test_tile_candidates(monkeypatch, op, cand):
     kernel = Engine().get(key)
     assert kernel._cfg == cfg and default._cfg != cfg
     rng = rng_for("tile candidates", op, _candidate_id(cand))
+    # 1000 x 1000: strips of 4 tiles cut short by the bottom edge, ending in edge tiles
     for_shapes(
-        [(1, 1), (31, 33), (4096, 4096)], lambda shape: _run_cast_transpose(kernel, rng, shape)
+        [(1, 1), (31, 33), (1000, 1000), (4096, 4096)],
+        lambda shape: _run_cast_transpose(kernel, rng, shape),
     )
 
     m, k = 8192, 28672

@@ -122,6 +122,21 @@ class TileConfig:
     ``gather4`` (on for 16-bit -> FP8 without dbias; 1-byte outputs only): phase 2 reads the shared
     tile in 4-byte words (4 columns of a row) and transposes 4 x 4 bytes with byte
     permutes, instead of one shared-memory load per byte. Same results.
+
+    ``strip`` (candidate, 0: off; not ``multi_cast_transpose``, not with ``sum_scatter``): a
+    block takes ``strip`` consecutive tiles down one column strip (fewer at the bottom
+    edge) instead of one tile. The column sums run on in registers over the block's tiles
+    and are reduced (butterfly, warp partials, workspace row) once per block, not once per
+    tile, into ``ceil(ceil(M / tile_rows) / strip)`` workspace rows; amax is block-reduced
+    once per block too. The shared tile alternates between two buffers where both fit the
+    48 KB of static shared memory, so consecutive tiles need one barrier, not two. q, qt
+    and amax the same bytes as without; dbias is deterministic but adds the rows in another
+    order (within ``dbias_depth``'s bound). The symbols carry ``_st<strip>``.
+
+    ``prefetch_next`` (candidate, off; needs ``strip``): after a tile's phase 1 each thread
+    asks L2 (``prefetch.global.L2``) for its chunks of the block's next tile, so that the
+    next tile's first loads, which no earlier prefetch covers, hit L2 while phase 2 runs.
+    Same results as ``strip`` alone; the symbols carry ``_st<strip>n``.
     """
 
     threads: int
@@ -133,6 +148,27 @@ class TileConfig:
     sum_scatter: bool = False
     prefetch: bool = False
     gather4: bool = False
+    strip: int = 0
+    prefetch_next: bool = False
+
+    def __post_init__(self) -> None:
+        if self.strip < 0:
+            raise ValueError(f"TileConfig.strip must be >= 0, got {self.strip}")
+        if self.prefetch_next and not self.strip:
+            raise ValueError("TileConfig.prefetch_next needs strip >= 1")
+        if self.strip and self.sum_scatter:
+            raise ValueError("TileConfig.strip does not combine with sum_scatter")
+
+    @property
+    def tag(self) -> str:
+        """Symbol suffix of the strip switches (empty when they are off)."""
+        if not self.strip:
+            return ""
+        return f"_st{self.strip}" + ("n" if self.prefetch_next else "")
+
+    def tile_blocks(self, tiles_m: int, tiles_c: int) -> int:
+        """Blocks of a launch over ``tiles_m x tiles_c`` tiles (``strip`` tiles a block)."""
+        return ceil_div(tiles_m, self.strip or 1) * tiles_c
 
 
 def tile_config(key: KernelKey) -> TileConfig:
@@ -194,19 +230,22 @@ class TileSpec(OpSpec):
                                f"{self.name} takes each tensor's size at run time")  # fmt: skip
 
     def symbols(self, key: KernelKey) -> tuple[str, ...]:
-        main = str(key)
+        main = f"{key}{tile_config(key).tag}"
         return (main, f"{main}_dbias") if self.dbias else (main,)
 
     def render_context(self, key: KernelKey) -> dict[str, Any]:
         ctx = super().render_context(key)
         cfg = tile_config(key)
+        if cfg.strip and self.multi:
+            raise ValueError(f"TileConfig.strip does not apply to {self.name}")
         ctx.update(
             section="tile", raw=False, has_q=True, dbias=self.dbias, dact=self.dact,
             act=self.act, gated=self.gated, multi=self.multi, max_tensors=MAX_TENSORS,
             tensor_scaling=key.scaling == "tensor", threads=cfg.threads,
             tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols, chunk=cfg.chunk,
             min_blocks=cfg.min_blocks, load_group=cfg.load_group, sum_scatter=cfg.sum_scatter,
-            prefetch=cfg.prefetch, gather4=cfg.gather4, mx=False, fp4=False, hw_fp4=False,
+            prefetch=cfg.prefetch, gather4=cfg.gather4, strip=cfg.strip,
+            prefetch_next=cfg.prefetch_next, mx=False, fp4=False, hw_fp4=False,
         )  # fmt: skip
         return ctx
 
@@ -287,7 +326,8 @@ class TransposeKernel(CastKernelBase):
             return out
         size = self._dtype.itemsize
         vec = aligned16(xa.ptr, oa.ptr, k * size, m * size)
-        grid = ceil_div(m, self._cfg.tile_rows) * ceil_div(k, self._cfg.tile_cols)
+        grid = self._cfg.tile_blocks(ceil_div(m, self._cfg.tile_rows),
+                                     ceil_div(k, self._cfg.tile_cols))  # fmt: skip
         _check_grid(grid, "x")
         values = (xa.ptr, 0, 0, oa.ptr, 0, 0, 0, 0, m, k, int(vec))
         launch = (0, grid, self._cfg.threads, self._params, values, _TRANSPOSE_REFS)
@@ -343,14 +383,17 @@ class CastTransposeKernel(CastKernelBase):
         self._gated = spec.gated
 
     def workspace_rows(self, rows: int) -> int:
-        """Rows of the dbias workspace for an input of ``rows`` rows."""
-        return ceil_div(rows, self._cfg.tile_rows)
+        """Rows of the dbias workspace for an input of ``rows`` rows (one per block of a
+        column strip: ``TileConfig.strip`` tiles share one)."""
+        return ceil_div(ceil_div(rows, self._cfg.tile_rows), self._cfg.strip or 1)
 
     def dbias_depth(self, rows: int) -> int:
         """An upper bound on the fp32 additions any term of dbias passes through (for error
-        bounds): per-thread rows, the warp butterfly, the warps, then the finalize kernel."""
+        bounds): per-thread rows (over ``strip`` tiles), the warp butterfly, the warps, then
+        the finalize kernel."""
         cfg = self._cfg
         per_thread = cfg.tile_rows * (cfg.tile_cols // cfg.chunk) // cfg.threads
+        per_thread *= cfg.strip or 1
         return per_thread + 5 + cfg.threads // 32 + ceil_div(self.workspace_rows(rows), 8) + 8
 
     def __call__(
@@ -398,7 +441,8 @@ class CastTransposeKernel(CastKernelBase):
         if m > 0:
             isz, osz = self._in.itemsize, self._out.itemsize
             vec = aligned16(xa.ptr, act_ptr, oa.ptr, ta.ptr, k * isz, k * osz, m * osz)
-            grid = ceil_div(m, self._cfg.tile_rows) * ceil_div(k, self._cfg.tile_cols)
+            grid = self._cfg.tile_blocks(ceil_div(m, self._cfg.tile_rows),
+                                         ceil_div(k, self._cfg.tile_cols))  # fmt: skip
             _check_grid(grid, "x")
             values = (xa.ptr, act_ptr, oa.ptr, ta.ptr, partial_ptr, scale_ptr, amax_ptr,
                       scale_inv_ptr, m, k, int(vec))  # fmt: skip
