@@ -232,18 +232,34 @@ TUNED: dict[tuple[str, int, str], str] = {
     ("rmsnorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 96.2 against w14j4 93.2
     ("rmsnorm_fwd", 65536, "none"): "w19r1v8j7c2h",  # 76.5 (8 groups) against 65.1
     ("layernorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 91.0 against w14j4 90.0
-    # FP8 forward with the round-4 switches (o: batched output stage, g: warp amax atomics),
-    # bench/norm_tuning.py --candidates fp8, 2026-12-01 (bench/results/norm_tuning-fp8.json)
-    ("layernorm_fwd", 4096, "tensor"): "w4r1v8j4c1o",  # 73.1 against w4j4 67.6
-    ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1og",  # 77.9 against w4j8 71.1
-    ("layernorm_fwd", 14336, "tensor"): "w14r1v8j4c1og",  # 67.0 against w14j4 55.6
-    ("rmsnorm_fwd", 4096, "tensor"): "w4r1v8j4c1og",  # 82.8 against w4j4 78.6
-    ("rmsnorm_fwd", 8192, "tensor"): "w4r1v8j8c1g",  # 89.7 against w4j8 86.9
-    ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1hog",  # 84.0 (8 groups) against h 82.4
-    ("rmsnorm_fwd", 65536, "tensor"): "w19r1v8j7c2h",  # 57.8 (8 groups) against 50.6
-    ("layernorm_bwd", 8192, "none"): "w8r1v8j4c1",  # prefetch 59.8 against w8j4n 52.2
-    ("layernorm_bwd", 4096, "none"): "w4r1v8j4c1ns2",  # column sums in shared memory 65.6
-    # against 62.6 (round-3 sweep)
+    # FP8 forward with the round-4 switches (o: batched output stage, g: warp amax atomics)
+    # and the round-5 ones (q: word unpacking and packing, p: the next row group copied
+    # ahead; x4: 4 row groups per CTA), bench/norm_tuning.py --candidates fp8b, 2026-12-01
+    # (norm_tuning-fp8b.json; the round-4 entries before them in norm_tuning-fp8.json)
+    ("layernorm_fwd", 4096, "tensor"): "w4r1v8j4c1oqpx4",  # 82.8 against o 73.1
+    ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1ogqp",  # 87.5 against og 77.5
+    ("layernorm_fwd", 14336, "tensor"): "w14r1v8j4c1ogq",  # 79.2 against og 67.7
+    ("layernorm_fwd", 65536, "tensor"): "w19r1v8j7c2ogq",  # 47.3 against the rule's 39.1
+    ("rmsnorm_fwd", 4096, "tensor"): "w4r1v8j4c1ogq",  # 87.5 against og 82.2
+    ("rmsnorm_fwd", 8192, "tensor"): "w4r1v8j8c1gq",  # 90.7 against g 89.2
+    ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1hogq",  # 94.7 (8 groups) against hog 83.9
+    ("rmsnorm_fwd", 65536, "tensor"): "w19r1v8j7c2hogq",  # 68.4 (8 groups) against h 59.6
+    # Backward: the round-5 staged kernel (t: x and dz through shared memory, cp.async),
+    # bench/norm_tuning.py --candidates bwd, 2026-12-01 (norm_tuning-bwd.json), against the
+    # earlier defaults (register layouts; the general kernel from 14336)
+    ("layernorm_bwd", 4096, "none"): "w8r1v8j2c1t3",  # 72.6 against w4j4ns2 66.3
+    ("layernorm_bwd", 8192, "none"): "w16r1v8j2c1t4",  # 85.6 against w8j4 60.2
+    ("layernorm_bwd", 14336, "none"): "w28r1v8j2c1t2",  # 75.1 against loop 44.4
+    ("layernorm_bwd", 65536, "none"): "w32r1v8j2c4t2",  # 58.5 against loop 50.5
+    ("rmsnorm_bwd", 4096, "none"): "w8r1v8j2c1t4",  # 78.3 against w4j4n 77.0
+    ("rmsnorm_bwd", 8192, "none"): "w16r1v8j2c1t4",  # 93.5 against w8j4n 84.9
+    ("rmsnorm_bwd", 14336, "none"): "w28r1v8j2c1t3",  # 89.3 against loop 53.7
+    ("rmsnorm_bwd", 65536, "none"): "w32r1v8j2c4t3",  # 64.5 against loop 52.9
+    # rmsnorm_bwd_add: the same kernel with the residual gradient added (not swept apart)
+    ("rmsnorm_bwd_add", 4096, "none"): "w8r1v8j2c1t4",
+    ("rmsnorm_bwd_add", 8192, "none"): "w16r1v8j2c1t4",
+    ("rmsnorm_bwd_add", 14336, "none"): "w28r1v8j2c1t3",
+    ("rmsnorm_bwd_add", 65536, "none"): "w32r1v8j2c4t3",
 }
 LOOP_BLOCK = 1024  # threads per CTA of the streaming kernels (forward, backward row sums)
 TILE_BLOCK = 256  # threads per CTA of the streaming backward (8 warps on a 32-access tile)
@@ -298,6 +314,7 @@ class LaunchConfig:
     stages: int = 0  # backward, > 1: the staged kernel (x and dz via cp.async in shared memory)
     words: bool = False  # forward, tensor scaling: bf16 unpacked and FP8 packed as 32-bit words
     next_row: bool = False  # forward, tensor scaling: the next row group's x copied ahead
+    groups: int = 0  # forward, held weights or next_row: row groups per CTA (0: the module's)
 
     @property
     def threads(self) -> int:
@@ -312,7 +329,8 @@ class LaunchConfig:
         ``g`` (warp-level amax atomics), ``q`` (the FP8 forward's word unpacking and
         packing), ``p`` (the FP8 forward's next row group copied ahead), ``a2`` (split sums),
         ``s1`` (column sums in shared memory), ``t3`` (the staged backward, 3 rows deep),
-        ``m2`` (at least 2 CTAs per SM: a register cap for ptxas)."""
+        ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then ``x4`` (4 row groups
+        per CTA where a CTA takes several: a grid choice, the same code)."""
         if self.mode == "loop":
             return "loop"
         switches = ("h" if self.hold else "") + ("k" if self.packed else "")
@@ -324,6 +342,7 @@ class LaunchConfig:
         switches += f"s{self.shared_sums}" if self.shared_sums else ""
         switches += f"t{self.stages}" if self.stages else ""
         switches += f"m{self.min_ctas}" if self.min_ctas > 1 else ""
+        switches += f"x{self.groups}" if self.groups else ""
         return f"w{self.warps}r{self.rows}v{self.vec}j{self.iters}c{self.cluster}{switches}"
 
 
@@ -489,7 +508,7 @@ def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
 
 _TAG = re.compile(
     r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(?:a(\d+))?(?:s(\d+))?"
-    r"(?:t(\d+))?(?:m(\d+))?"
+    r"(?:t(\d+))?(?:m(\d+))?(?:x(\d+))?"
 )
 
 
@@ -506,7 +525,7 @@ def parse_tag(tag: str) -> LaunchConfig:
                         one_reduction=bool(m[10]), accumulators=int(m[15] or 1),
                         shared_sums=int(m[16] or 0), batched=bool(m[11]),
                         warp_amax=bool(m[12]), words=bool(m[13]), next_row=bool(m[14]),
-                        stages=int(m[17] or 0))  # fmt: skip
+                        stages=int(m[17] or 0), groups=int(m[19] or 0))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -907,7 +926,8 @@ class _NormFwdKernel(_NormKernel):
             # several row groups per CTA: weights loaded once (hold), or the next group's x
             # copied while the current one is worked on (next_row)
             if FWD_ONE_PASS and (cfg.hold or cfg.next_row):
-                clusters = max(min(groups, persistent), -(-groups // FWD_GROUPS_PER_CTA))
+                per_cta = cfg.groups or FWD_GROUPS_PER_CTA
+                clusters = max(min(groups, persistent), -(-groups // per_cta))
             grid = min(groups, clusters, MAX_GRID // cfg.cluster) * cfg.cluster
         else:
             tpr = loop_threads_per_row(hidden)
