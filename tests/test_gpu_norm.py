@@ -621,6 +621,17 @@ FP8_CANDIDATES = [
 ]
 
 
+def _without_fp8_switches(tag):
+    """A TUNED tag with the FP8 forward switches (o, g, q, p) and the row-group count (x) taken
+    out: the layout the switch tests start from."""
+    import dataclasses
+
+    import nvrtc_engine.ops.norm as norm
+
+    return dataclasses.replace(norm.parse_tag(tag), batched=False, warp_amax=False, words=False,
+                               next_row=False, groups=0).tag  # fmt: skip
+
+
 def _fp8_outputs(kernel, x, gamma, beta, scale, amax_start=0.0):
     """z bytes, mu, rsigma, amax and scale_inv of one tensor-scaling call (poisoned first)."""
     rows, hidden = x.shape
@@ -643,7 +654,7 @@ def _fp8_outputs(kernel, x, gamma, beta, scale, amax_start=0.0):
 )
 @pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
 def test_forward_fp8_candidates(op, values):
-    """Each FP8 candidate, with the measured table's layouts (norm.TUNED, its o/g switches
+    """Each FP8 candidate, with the measured table's layouts (norm.TUNED, its o/g/q/p/x letters
     taken out so that only the module switches set them) in force, against the float64
     reference (z bytes except at rounding ties, mu/rsigma, amax, scale_inv) and bit for bit
     against the kernel of the same layout without the switches (the same fp32 arithmetic: z
@@ -653,12 +664,10 @@ def test_forward_fp8_candidates(op, values):
     cluster (H = 65536), e5m2, zero-centred and fp32 gamma, a large mean offset (fp32 x),
     and an amax word that already holds more than this call's maximum (left unchanged). Each
     switch alone: H = 1001, 4096 and 14336 only."""
-    import dataclasses
 
     import nvrtc_engine.ops.norm as norm
 
-    layouts = {key: dataclasses.replace(norm.parse_tag(tag), batched=False, warp_amax=False).tag
-               for key, tag in norm.TUNED.items()}  # fmt: skip
+    layouts = {key: _without_fp8_switches(tag) for key, tag in norm.TUNED.items()}
     cases = [(1024, 1), (1024, 1003), (1001, 37), (4096, 1), (4096, 513), (8192, 1),
              (8192, 67), (14336, 1), (14336, 700), (65536, 2)]  # fmt: skip
     if len(values) == 1:
@@ -802,19 +811,17 @@ def _kernel_with(op, fields, tuned, values):
 def test_forward_fp8_round5_candidates(op, values):
     """Each round-5 candidate against the float64 reference and bit for bit (z bytes, mu,
     rsigma, amax, scale_inv) against the kernel of the same layout without the switches, over
-    TUNED's layouts with their o/g letters taken out, and (all four switches on) against the
+    TUNED's layouts with their o/g/q/p/x letters taken out, and (all four switches on) against the
     TUNED kernel itself: N = 1, N not a multiple of the rows per CTA (H = 1024: 4 rows per CTA),
     H odd (no ``p``: 2-byte accesses), N large enough that CTAs take several row groups (``p``:
     4096 x 5000, 1024 x 9001, 14336 x 700, 8192 x 3001; the float64 reference up to 12 Mi
     elements, bits only beyond), a cluster (H = 65536), e5m2, fp16 and
     fp32 x (a 1e4 mean offset), zero-centred fp32 gamma, unaligned x (the scalar path), and an
     amax word above this call's maximum (left unchanged)."""
-    import dataclasses
 
     import nvrtc_engine.ops.norm as norm
 
-    stripped = {key: dataclasses.replace(norm.parse_tag(tag), batched=False, warp_amax=False).tag
-                for key, tag in norm.TUNED.items()}  # fmt: skip
+    stripped = {key: _without_fp8_switches(tag) for key, tag in norm.TUNED.items()}
     cases = [(1024, 1), (1024, 9001), (1001, 37), (4096, 1), (4096, 5000), (8192, 3001),
              (14336, 1), (14336, 700), (65536, 2)]  # fmt: skip
     if len(values) < 4:
