@@ -12,8 +12,10 @@ for sm_90 (where clusters split large rows) at 768, 5120, 8192, 14336 and 65536.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -63,6 +65,36 @@ def variants(hidden_sizes, archs):
 def variant_id(v):
     op, dt, out, scaling, hidden, arch = v
     return f"{op}-{dt}-{out}-{scaling}-h{hidden or 'any'}-{arch}"
+
+
+@contextlib.contextmanager
+def rules_only():
+    """launch_config by the layout rules alone: norm.TUNED (the measured winners) emptied,
+    the configuration and kernel caches cleared on the way in and out."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(norm, "TUNED", {})
+        launch_config.cache_clear()
+        ne.clear_cache(disk=False)
+        try:
+            yield monkeypatch
+        finally:
+            launch_config.cache_clear()
+            ne.clear_cache(disk=False)
+
+
+def tuned_tag(key):
+    """norm.TUNED's tag for ``key`` where the table applies (sm_90, 16-bit x and gamma), else
+    None."""
+    if norm.arch_number(key.arch) != 90 or key.hidden_size is None or key.input.itemsize != 2:
+        return None
+    if ne.DTYPES[gamma_dtype(key)].itemsize != 2:
+        return None
+    return norm.TUNED.get((key.op, key.hidden_size, key.scaling))
+
+
+def switch_letters(tag):
+    """The code-switch letters of a tag (what follows ``w..r..v..j..c..``; none for loop)."""
+    return "" if tag == "loop" else re.sub(r"^w\d+r\d+v\d+j\d+c\d+", "", tag)
 
 
 def compile_and_check(key):
@@ -178,7 +210,13 @@ def test_launch_configurations_cover_rows_and_fit(op, dt, arch):
             assert cfg.min_ctas >= 2
             assert cfg.min_ctas * -(-cfg.threads // 128) * 128 * regs <= REGISTER_FILE
         assert cfg.cluster in (1, 2, 4, 8)
-        assert cfg.cluster == 1 or (arch == "sm_90" and cfg.rows == 1 and not spec.backward)
+        # the rules split no backward row over a cluster (BWD_CLUSTERS off); TUNED's staged
+        # backward layouts may (H = 65536: w32j2c4t2/t3), and only TUNED's are staged
+        # (BWD_STAGED off)
+        staged = spec.backward and cfg.stages > 0
+        assert not staged or tuned
+        assert cfg.cluster == 1 or (arch == "sm_90" and cfg.rows == 1
+                                    and (not spec.backward or staged))  # fmt: skip
         assert not cfg.hold or (not spec.backward and (cfg.min_ctas >= 2 or tuned))
     general = launch_config(make_key(op, in_dtype=dt, arch=arch))
     assert general.mode == "loop" and general.tag == "loop"
@@ -188,20 +226,33 @@ def test_configuration_choices():
     def tag(op, hidden, arch="sm_90", dt="bf16"):
         return launch_config(make_key(op, in_dtype=dt, hidden_size=hidden, arch=arch)).tag
 
-    assert tag("layernorm_fwd", 4096) == "w4r1v8j4c1"  # 4 x 16-byte accesses per thread
-    assert tag("layernorm_fwd", 768) == "w1r4v8j3c1"  # small rows: 4 rows per CTA
-    assert tag("layernorm_fwd", 1001).startswith("w1r4v1")  # odd H: single elements
-    assert tag("layernorm_fwd", 65536).endswith("c2")  # a cluster of 2 CTAs per row
-    # backward: no prefetch, no register cap, 4 accesses per thread (norm_tuning.json)
-    assert tag("layernorm_bwd", 4096) == "w4r1v8j4c1ns2"  # TUNED: shared-memory column sums
-    assert tag("rmsnorm_bwd", 4096) == "w4r1v8j4c1n"
-    assert tag("rmsnorm_bwd", 8192) == "w8r1v8j4c1n"
-    assert tag("layernorm_bwd", 8192) == "w8r1v8j4c1"  # TUNED: with the prefetch
+    with rules_only():  # the layout rules (norm.TUNED emptied)
+        assert tag("layernorm_fwd", 4096) == "w4r1v8j4c1"  # 4 x 16-byte accesses per thread
+        assert tag("layernorm_fwd", 768) == "w1r4v8j3c1"  # small rows: 4 rows per CTA
+        assert tag("layernorm_fwd", 1001).startswith("w1r4v1")  # odd H: single elements
+        assert tag("layernorm_fwd", 65536).endswith("c2")  # a cluster of 2 CTAs per row
+        # backward: no prefetch, no register cap, 4 accesses per thread (norm_tuning.json)
+        assert tag("layernorm_bwd", 4096) == "w4r1v8j4c1n"
+        assert tag("rmsnorm_bwd", 4096) == "w4r1v8j4c1n"
+        assert tag("rmsnorm_bwd", 8192) == "w8r1v8j4c1n"
+        assert tag("layernorm_bwd", 8192) == "w8r1v8j4c1n"
+        assert tag("rmsnorm_fwd", 4096) == "w4r1v8j4c1"
+        assert tag("layernorm_bwd", 14336) == "loop"  # no cluster layouts in the backward
+        assert tag("layernorm_bwd", 65536) == "loop"
+        assert tag("layernorm_fwd", 1 << 20) == "loop"
+    # norm.TUNED (sm_90, 16-bit x and gamma): the measured winners take precedence
+    assert tag("rmsnorm_fwd", 4096) == "w8r1v8j2c1"
+    assert tag("layernorm_bwd", 4096) == "w8r1v8j2c1t3"  # the staged backward, 3 rows deep
+    assert tag("rmsnorm_bwd", 4096) == "w8r1v8j2c1t4"
+    assert tag("rmsnorm_bwd", 8192) == "w16r1v8j2c1t4"
+    assert tag("layernorm_bwd", 8192) == "w16r1v8j2c1t4"
+    assert tag("layernorm_bwd", 14336) == "w28r1v8j2c1t2"
+    assert tag("layernorm_bwd", 65536) == "w32r1v8j2c4t2"  # staged over a cluster of 4
     assert tag("layernorm_bwd", 8192, "sm_100") == "w8r1v8j4c1n"  # TUNED is sm_90 only
-    assert tag("rmsnorm_fwd", 4096) == "w8r1v8j2c1"  # TUNED
+    assert tag("layernorm_bwd", 14336, "sm_100") == "loop"
     assert tag("rmsnorm_fwd", 4096, dt="fp32") == "w8r1v4j4c1"  # TUNED: 16-bit x only
-    assert tag("layernorm_bwd", 14336) == "loop"  # no cluster layouts in the backward
-    assert tag("layernorm_bwd", 65536) == "loop"
+    assert tag("layernorm_bwd", 4096, dt="fp32") == "w8r1v4j4c1n"
+    assert tag("layernorm_fwd", 4096) == "w4r1v8j4c1"  # no TUNED entry: the rules
     assert tag("layernorm_fwd", 1 << 20) == "loop"
 
 
@@ -211,23 +262,27 @@ def fp8_tag(op, hidden, arch="sm_90"):
 
 
 def test_held_weights_need_two_ctas_per_sm():
-    # not held by default (norm_tuning.json: LayerNorm lost with them); TUNED holds RMSNorm's
-    # (the o/g letters: the FP8 switches TUNED carries, test_tuned_fp8_forwards_...)
-    assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1o"
-    assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1og"
-    assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1hog"
-    assert fp8_tag("rmsnorm_fwd", 65536) == "w19r1v8j7c2h"
-    with pytest.MonkeyPatch.context() as monkeypatch:
+    # not held by the rules (norm_tuning.json: LayerNorm lost with them)
+    assert not norm.FWD_HOLD_WEIGHTS["tensor"]
+    with rules_only():
+        for op in FWD:
+            for hidden in (4096, 8192, 14336, 65536):
+                key = make_key(op, in_dtype="bf16", out_dtype="fp8", hidden_size=hidden,
+                               arch="sm_90")  # fmt: skip
+                assert not launch_config(key).hold
+    # TUNED holds RMSNorm's at 14336 and 65536, LayerNorm's nowhere (the o/g/q/p/x letters:
+    # the FP8 switches TUNED carries, test_tuned_fp8_forwards_carry_the_measured_switches)
+    assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1oqpx4"
+    assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1ogqp"
+    assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1hogq"
+    assert fp8_tag("rmsnorm_fwd", 65536) == "w19r1v8j7c2hogq"
+    with rules_only() as monkeypatch:
         monkeypatch.setitem(norm.FWD_HOLD_WEIGHTS, "tensor", True)
-        monkeypatch.setattr(norm, "TUNED", {})
         launch_config.cache_clear()
-        try:
-            assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1hm4"  # gamma/beta held
-            assert fp8_tag("rmsnorm_fwd", 8192) == "w8r1v8j4c1hm2"
-            # H = 14336: 14 warps; with the weights held only one CTA would fit an SM
-            assert fp8_tag("layernorm_fwd", 14336) == "w14r1v8j4c1"
-        finally:
-            launch_config.cache_clear()
+        assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1hm4"  # gamma/beta held
+        assert fp8_tag("rmsnorm_fwd", 8192) == "w8r1v8j4c1hm2"
+        # H = 14336: 14 warps; with the weights held only one CTA would fit an SM
+        assert fp8_tag("layernorm_fwd", 14336) == "w14r1v8j4c1"
     mx = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", scaling="mxfp8",
                   hidden_size=4096, arch="sm_90")  # fmt: skip
     assert launch_config(mx).tag == "w4r1v8j4c1"  # MXFP8: not held (FWD_HOLD_WEIGHTS)
@@ -269,12 +324,23 @@ def test_switches_follow_the_module_defaults():
             assert "Held<Wt::storage, V> gh[J];" in held and "__launch_bounds__(THREADS, 4)" in held
         finally:
             launch_config.cache_clear()
-    source = render(key).source
-    assert "fetch(grp);" in source and "xc[j][i]" not in source
-    assert "__launch_bounds__(THREADS)\n" in source
+    with rules_only():  # the module defaults: no prefetch, no cap, nothing held
+        source = render(key).source
+        assert "fetch(grp);" in source and "xc[j][i]" not in source
+        assert "__launch_bounds__(THREADS)\n" in source
+        assert launch_config(big).tag == "loop"  # no backward clusters (BWD_CLUSTERS)
+        assert "Held<" not in render(fp8).source
+        plain = render(make_key("layernorm_fwd", in_dtype="bf16", hidden_size=4096,
+                                arch="sm_90"))  # fmt: skip
+        assert "Held<" not in plain.source and "__launch_bounds__(THREADS)\n" in plain.source
+    # norm.TUNED's layouts of these keys: the staged backward (t3; t2 over a cluster of 4 at
+    # 65536), the FP8 forward with o/q/p and nothing held
+    assert launch_config(key).tag == norm.TUNED[("layernorm_bwd", 4096, "none")]
+    assert launch_config(big).tag == norm.TUNED[("layernorm_bwd", 65536, "none")]
+    assert launch_config(big).cluster == 4
+    assert "cp.async.wait_group" in render(key).source
+    assert launch_config(fp8).tag == norm.TUNED[("layernorm_fwd", 4096, "tensor")]
     assert "Held<" not in render(fp8).source
-    plain = render(make_key("layernorm_fwd", in_dtype="bf16", hidden_size=4096, arch="sm_90"))
-    assert "Held<" not in plain.source and "__launch_bounds__(THREADS)\n" in plain.source
 
 
 def test_tags_name_every_code_switch():
@@ -701,16 +767,40 @@ def test_round3_tags_round_trip():
     assert base.tag == "w4r1v8j4c1"
 
 
+def default_keys(ops, hidden_sizes, scalings=("none",), archs=("sm_90", "sm_100a")):
+    """Keys of ``ops`` at ``hidden_sizes`` and ``archs``, bf16 x (at 4096 also fp32 x, and bf16
+    x with fp32 gamma); forwards with each of ``scalings`` (tensor: e4m3 output)."""
+    for arch in archs:
+        for hidden in hidden_sizes:
+            inputs = [("bf16", {})]
+            if hidden == 4096:
+                inputs += [("fp32", {}), ("bf16", {"fp32_gamma": True})]
+            for op in ops:
+                for dt, flags in inputs:
+                    for scaling in ("none",) if op in BWD else scalings:
+                        out = dt if scaling == "none" else "fp8_e4m3"
+                        yield make_key(op, in_dtype=dt, out_dtype=out, scaling=scaling,
+                                       hidden_size=hidden, arch=arch, **flags)  # fmt: skip
+
+
 def test_round3_defaults_are_off():
     """The round-3 switches are off by the rules (measured: no gain, bench/results/
-    norm_tuning.json); the one TUNED entry that uses one is LayerNorm backward at 4096
-    (column sums in shared memory, 65.6% against 62.6% of copy bandwidth)."""
+    norm_tuning.json): keys outside norm.TUNED carry none of them (e, u, a, s); TUNED keys
+    take exactly TUNED's tag (its round-5 winners replaced the one entry that had one: s2,
+    LayerNorm backward at 4096)."""
     assert not norm.FWD_EARLY_WEIGHTS and not norm.FWD_ONE_REDUCTION
     assert norm.FWD_ACCUMULATORS == 1 and norm.BWD_SHARED_SUMS == 0
-    for op in FWD + BWD:
-        cfg = launch_config(make_key(op, in_dtype="bf16", hidden_size=4096, arch="sm_90"))
+    tuned = 0
+    for key in default_keys(FWD + BWD, (1000, 4096, 8192, 14336, 65536), ("none", "tensor")):
+        cfg = launch_config(key)
+        if tuned_tag(key) is not None:
+            assert cfg.tag == tuned_tag(key)
+            tuned += 1
+            continue
         assert not (cfg.early or cfg.one_reduction) and cfg.accumulators == 1
-        assert cfg.shared_sums == (2 if op == "layernorm_bwd" else 0)
+        assert cfg.shared_sums == 0
+        assert not set(switch_letters(cfg.tag)) & set("eusa"), key
+    assert tuned  # the loop met TUNED keys
 
 
 # Round-4 FP8 forward candidates (tensor scaling only): the batched output stage (``o``) and
@@ -723,11 +813,17 @@ FP8_CANDIDATES = [
 FP8_CANDIDATE_HIDDEN = (768, 1000, 1001, 1024, 4096, 8192, 14336, 65536)
 
 
+def _without_fp8_switches(tag):
+    """A TUNED tag with the FP8 forward switches (o, g, q, p) and the row-group count (x) taken
+    out: the layout the switch tests start from (as in test_gpu_norm.py)."""
+    return dataclasses.replace(norm.parse_tag(tag), batched=False, warp_amax=False, words=False,
+                               next_row=False, groups=0).tag  # fmt: skip
+
+
 def _with_switches(monkeypatch, values):
-    """The module switches ``values`` on, over TUNED's layouts with their own o/g letters taken
-    out (TUNED carries the measured winners; these tests are about the switches)."""
-    layouts = {key: dataclasses.replace(norm.parse_tag(tag), batched=False, warp_amax=False).tag
-               for key, tag in norm.TUNED.items()}  # fmt: skip
+    """The module switches ``values`` on, over TUNED's layouts with their own o/g/q/p/x letters
+    taken out (TUNED carries the measured winners; these tests are about the switches)."""
+    layouts = {key: _without_fp8_switches(tag) for key, tag in norm.TUNED.items()}
     monkeypatch.setattr(norm, "TUNED", layouts)
     for name, value in values.items():
         monkeypatch.setattr(norm, name, value)
@@ -735,22 +831,50 @@ def _with_switches(monkeypatch, values):
     ne.clear_cache(disk=False)
 
 
+# norm.TUNED's FP8 forwards (sm_90, bf16 x; bench/results/norm_tuning-fp8b.json, 2026-12-01)
+TUNED_FP8 = {
+    ("layernorm_fwd", 4096): "w4r1v8j4c1oqpx4",
+    ("layernorm_fwd", 8192): "w4r1v8j8c1ogqp",
+    ("layernorm_fwd", 14336): "w14r1v8j4c1ogq",
+    ("layernorm_fwd", 65536): "w19r1v8j7c2ogq",
+    ("rmsnorm_fwd", 4096): "w4r1v8j4c1ogq",
+    ("rmsnorm_fwd", 8192): "w4r1v8j8c1gq",
+    ("rmsnorm_fwd", 14336): "w14r1v8j4c1hogq",
+    ("rmsnorm_fwd", 65536): "w19r1v8j7c2hogq",
+}
+
+
 def test_tuned_fp8_forwards_carry_the_measured_switches():
-    """norm.TUNED's FP8 winners of 2026-12-01 (bench/results/norm_tuning-fp8.json) keep their
-    o/g letters whatever the module switches say, on sm_90 only."""
-    assert not norm.FWD_FP8_BATCHED and not norm.FWD_FP8_WARP_AMAX
-    assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1o"
-    assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1og"
-    assert fp8_tag("layernorm_fwd", 14336) == "w14r1v8j4c1og"
-    assert fp8_tag("rmsnorm_fwd", 4096) == "w4r1v8j4c1og"
-    assert fp8_tag("rmsnorm_fwd", 8192) == "w4r1v8j8c1g"
-    assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1hog"
-    key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=8192,
-                   arch="sm_100a")  # fmt: skip
-    assert not (launch_config(key).batched or launch_config(key).warp_amax)
+    """norm.TUNED's FP8 winners of 2026-12-01 (bench/results/norm_tuning-fp8b.json) keep their
+    o/g/q/p letters (and x4, 4 row groups per CTA) whatever the module switches say, on sm_90
+    only (16-bit x and gamma); elsewhere the module's defaults (off) apply."""
+    assert not (norm.FWD_FP8_BATCHED or norm.FWD_FP8_WARP_AMAX)
+    assert not (norm.FWD_FP8_WORDS or norm.FWD_FP8_NEXT_ROW)
+    for (op, hidden), tag in TUNED_FP8.items():
+        assert norm.TUNED[(op, hidden, "tensor")] == tag
+        assert fp8_tag(op, hidden) == tag
+        for dt in ("fp16", "bf16"):
+            key = make_key(op, in_dtype=dt, out_dtype="fp8", hidden_size=hidden, arch="sm_90")
+            assert launch_config(key) == norm.parse_tag(tag)
+        # not sm_90, or fp32 x, or fp32 gamma: the rules, none of the letters
+        others = [make_key(op, in_dtype="bf16", out_dtype="fp8", hidden_size=hidden,
+                           arch="sm_100a"),
+                  make_key(op, in_dtype="fp32", out_dtype="fp8", hidden_size=hidden,
+                           arch="sm_90"),
+                  make_key(op, in_dtype="bf16", out_dtype="fp8", hidden_size=hidden,
+                           arch="sm_90", fp32_gamma=True)]  # fmt: skip
+        for key in others:
+            cfg = launch_config(key)
+            assert not (cfg.batched or cfg.warp_amax or cfg.words or cfg.next_row), key
+            assert cfg.groups == 0 and not set(switch_letters(cfg.tag)) & set("ogqpx"), key
+    assert norm.parse_tag(TUNED_FP8[("layernorm_fwd", 4096)]).groups == 4
     source = render(make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8",
                              hidden_size=8192, arch="sm_90")).source  # fmt: skip
     assert "constexpr bool v = true;" in source and "amax_seen" in source
+    assert "load_fw<" in source and "cp.async.cg" in source
+    other = render(make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8",
+                            hidden_size=8192, arch="sm_100a")).source  # fmt: skip
+    assert "amax_seen" not in other and "load_fw<" not in other and "cp.async" not in other
 
 
 @pytest.mark.parametrize(
@@ -759,9 +883,10 @@ def test_tuned_fp8_forwards_carry_the_measured_switches():
 @pytest.mark.parametrize("arch", ARCHS)
 def test_fp8_candidates_compile(monkeypatch, arch, values):
     """Each FP8 candidate compiles for LayerNorm and RMSNorm with tensor scaling on every arch
-    and names itself in the symbol, with the measured table (norm.TUNED) in force: H = 768,
-    1000, 4096, 8192, 14336 (sm_90: the TUNED layouts, held weights at RMS 14336), 1001 (a
-    partial last access), 1024 (4 rows per CTA), 65536 (a cluster on sm_90/sm_100a). Both
+    and names itself in the symbol, over the measured table's layouts (norm.TUNED, its
+    o/g/q/p/x letters taken out): H = 768, 1000, 4096, 8192, 14336 (sm_90: the TUNED
+    layouts, held weights at RMS 14336), 1001 (a partial last access), 1024 (4 rows per
+    CTA), 65536 (a cluster on sm_90/sm_100a). Both
     switches on everywhere; each alone at H = 1001, 4096 and 14336 (e5m2 at 4096)."""
     both = len(values) == 2
     if not both and arch not in ("sm_90", "sm_100a"):
@@ -896,17 +1021,27 @@ def test_staged_backward_compiles(monkeypatch, arch, stages):
 
 
 def test_staged_backward_is_off_by_default_and_round_trips():
-    """BWD_STAGED is a candidate (off): no default layout is staged and the register
-    kernels take no dynamic shared memory; tags with ``t`` parse back."""
+    """BWD_STAGED is a candidate (off): no layout of the rules is staged and the register
+    kernels take no dynamic shared memory; norm.TUNED's staged winners (sm_90, 16-bit x and
+    gamma, H = 4096-65536) are exactly TUNED's tags; tags with ``t`` parse back."""
     assert norm.BWD_STAGED == 0
-    for op in BWD:
-        for hidden in (4096, 8192, 14336, 65536):
-            for arch in ("sm_90", "sm_100a"):
-                key = make_key(op, in_dtype="bf16", hidden_size=hidden, arch=arch)
-                assert launch_config(key).stages == 0
-                assert "cp.async" not in render(key).source
+    tuned, sizes = 0, (1000, 4096, 8192, 14336, 65536)
+    for key in default_keys(BWD, sizes):
+        cfg = launch_config(key)
+        if tuned_tag(key) is not None:
+            assert cfg.tag == tuned_tag(key) and cfg.stages > 1
+            assert "cp.async" in render(key).source
+            tuned += 1
+            continue
+        assert cfg.stages == 0 and "t" not in switch_letters(cfg.tag), key
+        assert "cp.async" not in render(key).source
+    assert tuned == sum(op in BWD and hidden in sizes for op, hidden, _ in norm.TUNED) > 0
     assert ne.get_kernel("layernorm_bwd", in_dtype="bf16", hidden_size=4096,
-                         arch="sm_90")._shared_bytes() == ()  # fmt: skip
+                         arch="sm_100a")._shared_bytes() == ()  # fmt: skip
+    tuned_cfg = norm.parse_tag(norm.TUNED[("layernorm_bwd", 4096, "none")])
+    assert ne.get_kernel("layernorm_bwd", in_dtype="bf16", hidden_size=4096,
+                         arch="sm_90")._shared_bytes() == (
+        norm.staged_smem_bytes(tuned_cfg, 2, 2), 0)  # fmt: skip
     cfg = LaunchConfig("regs", 8, 28, 1, 2, 1, stages=3)
     assert cfg.tag == "w28r1v8j2c1t3" and norm.parse_tag(cfg.tag) == cfg
     assert norm.parse_tag("w32r1v8j2c4t2").cluster == 4
@@ -985,14 +1120,20 @@ def _next_row_fits(key, cfg):
 
 
 def test_fp8_round5_defaults_are_off():
+    """FWD_FP8_WORDS and FWD_FP8_NEXT_ROW are off: keys outside norm.TUNED carry neither
+    (nor a row-group count, x); TUNED's FP8 keys carry exactly TUNED's tag."""
     assert not norm.FWD_FP8_WORDS and not norm.FWD_FP8_NEXT_ROW
-    for op in FWD:
-        for hidden in (1000, 4096, 8192, 14336, 65536):
-            for arch in ("sm_90", "sm_100a"):
-                cfg = launch_config(make_key(op, in_dtype="bf16", out_dtype="fp8",
-                                             hidden_size=hidden, arch=arch))  # fmt: skip
-                assert not (cfg.words or cfg.next_row)
-                assert "q" not in cfg.tag and "p" not in cfg.tag
+    tuned, sizes = 0, (1000, 4096, 8192, 14336, 65536)
+    for key in default_keys(FWD, sizes, ("tensor", "none")):
+        cfg = launch_config(key)
+        if tuned_tag(key) is not None:
+            assert cfg.tag == tuned_tag(key)
+            tuned += key.scaling == "tensor"
+            continue
+        assert not (cfg.words or cfg.next_row) and cfg.groups == 0, key
+        assert not set(switch_letters(cfg.tag)) & set("qpx"), key
+    assert tuned == sum(op in FWD and hidden in sizes and scaling == "tensor"
+                        for op, hidden, scaling in norm.TUNED) > 0  # fmt: skip
 
 
 @pytest.mark.parametrize(
