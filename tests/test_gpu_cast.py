@@ -308,8 +308,11 @@ def test_tile_candidates(monkeypatch, op, cand):
     key = ne.make_key(op, dtype="fp8")
     default = Engine().get(key)
     threads, blocks, group, switches = cand
-    cfg = dataclasses.replace(cast.tile_config(key), threads=threads, min_blocks=blocks,
-                              load_group=group, **switches)  # fmt: skip
+    # from the default's tile shape with every switch off (the default takes strip for
+    # dbias), then the candidate's
+    base = dataclasses.replace(cast.tile_config(key), strip=0, prefetch_next=False)
+    cfg = dataclasses.replace(base, threads=threads, min_blocks=blocks, load_group=group,
+                              **switches)  # fmt: skip
     monkeypatch.setattr(cast, "tile_config", lambda key: cfg)
     kernel = Engine().get(key)
     assert kernel._cfg == cfg and default._cfg != cfg

@@ -98,7 +98,12 @@ class TileConfig:
     ``gather4`` (89.6% / 89.6% of copy, against 88.6% / 89.1% for 512 threads without; 512
     threads with ``gather4`` collapse to 47%), the dbias kernels with ``prefetch`` (dbias
     70.7% / 69.2% against 69.5% / 68.1%, dbias_dgelu 61.9% / 62.0% against 59.7% / 61.0%);
-    ``sum_scatter`` measured 2-3x slower and stays off.
+    ``sum_scatter`` measured 2-3x slower and stays off. The strip sweep of the same day
+    (bench/results/cast_candidates-strip-8192x28672.json, 8192 x 28672) moved the 16-bit ->
+    FP8 dbias kernels (not the gated ops, not multi_cast_transpose) to 256 threads with
+    ``strip``: cast_transpose_dbias 4 blocks per SM, ``strip`` 2 (84.4% of copy, against
+    69.2% for 128 threads without), cast_transpose_dbias_d<act> 2 blocks per SM, ``strip`` 4
+    (dbias_dgelu 76.8%, against 59.1%); ``prefetch_next`` lost (54-63%).
 
     ``load_group`` (0: all): a thread's ``tile_rows / (threads / (tile_cols / chunk))``
     chunks are loaded and processed in groups of this many, two stages (the loads of the
@@ -179,6 +184,18 @@ def tile_config(key: KernelKey) -> TileConfig:
     reads_act = isinstance(spec, TileSpec) and (spec.dact is not None or spec.gated)
     rows = 128 if osz == 1 and isz <= 2 else 64 if max(isz, osz) <= 2 else 32
     measured = isz == 2 and osz == 1  # the 16-bit -> FP8 case the 2026-12-01 sweep measured
+    if sums and measured and spec.dbias and not spec.gated and not spec.multi:
+        # the strip sweep of 2026-12-01 (8192 x 28672; see the class docstring)
+        return TileConfig(
+            threads=256,
+            tile_rows=rows,
+            tile_cols=128,
+            chunk=16 // min(isz, osz),
+            min_blocks=2 if reads_act else 4,
+            load_group=1,
+            prefetch=True,
+            strip=4 if reads_act else 2,
+        )
     if sums:  # measured (bf16 -> fp8, 128-row tiles): see the class docstring
         return TileConfig(
             threads=256 if reads_act else 128,
