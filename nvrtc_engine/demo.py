@@ -133,8 +133,11 @@ def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 
     if can_run and not runs_on(arch, driver.get_device(ordinal).arch):
         print(f"arch {arch} does not run on this GPU: not running", file=out)
         can_run = False
-    if can_run:
+    if can_run:  # the float64 reference takes seconds per variant: say what is happening
+        print(f"running each variant on {tokens} tokens and checking it against the float64 "
+              "reference (fewer --tokens: a quicker check)", file=out)  # fmt: skip
         for i, row in enumerate(rows):
+            print(f"  {row.key} ...", file=out, flush=True)
             _run_one(row, tokens, ordinal, seed + i)
     from .cli import format_table
 

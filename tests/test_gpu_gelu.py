@@ -237,3 +237,17 @@ def test_disk_cached_kernel_runs_in_this_process(isolated_cache):
     assert kernel.origin == "disk"
     x_host = reference.sample_input((32, 1024), "bf16", np.random.default_rng(3))
     run_and_check(kernel, x_host, "fp8_e4m3", scale=3.0)
+
+
+def test_demo_runs_and_checks_each_variant(capsys):
+    """`nvrtc-engine demo` on a GPU: every variant run on the device and checked against the
+    float64 reference (a small --tokens keeps the reference quick); exit code 0 only when
+    every check passed, one progress line per variant before its check."""
+    from nvrtc_engine.cli import main
+
+    assert main(["demo", "--tokens", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "checking it against the float64 reference" in out
+    rows = [line for line in out.splitlines() if line.startswith("gelu_")]
+    assert len(rows) == 4 and all(" ok" in line for line in rows), out
+    assert out.count(" ...") == 4
