@@ -317,7 +317,44 @@ def candidates_section() -> str | None:
             md_table(["norm", "H", "output", "then", "% of copy", "best", "% of copy", "gain"],
                      sorted(rows, key=lambda r: (r[0], r[1], r[2]))),
         ]  # fmt: skip
-    for shape in ("8192x28672", "16384x8192"):
+    later = [
+        (
+            "norm_tuning-fp8b",
+            "--candidates fp8b",
+            "Norm FP8 forward, round 5",
+            "bf16 input, N = 16384 (2048 at H = 65536), % of copy (x read, z written once): the "
+            "layout in force when the sweep ran (the round-4 `TUNED` entries) and the best with "
+            "the round-5 switches (`q`: bf16 unpacked and FP8 packed as 32-bit words, `p`: the "
+            "next row group's x copied ahead by cp.async; host settings: row groups per CTA); "
+            "`norm.TUNED` now takes each winner (`x4` for 4 groups per CTA; at LayerNorm 8192 the "
+            "default 8 groups, 87.5%, within a point of 16; docs/norms.md).",
+        ),
+        (
+            "norm_tuning-bwd",
+            "--candidates bwd",
+            "Norm backward, staged kernel",
+            "bf16, N = 16384 (2048 at H = 65536), % of copy (x, dz read, dx written once): the "
+            "layout in force when the sweep ran and the best staged layout (`t{stages}`: x and "
+            "dz copied into shared memory by cp.async, stages rows ahead, read once); "
+            "`norm.TUNED` now takes each winner (docs/norms.md).",
+        ),
+    ]
+    for name, flag, title, text in later:
+        d = load(name)
+        if d is None:
+            continue
+        rows = _then_and_best(
+            d["rows"], lambda r: (r["norm"], r["hidden"], r["out"]),
+            lambda r: f"`{r['config']}`" + (f" {r['host']}" if r.get("host") else ""),
+        )  # fmt: skip
+        parts += [
+            f"### {title}",
+            source(d, f"norm_tuning.py {flag} --name {name}"),
+            text,
+            md_table(["norm", "H", "output", "then", "% of copy", "best", "% of copy", "gain"],
+                     sorted(rows, key=lambda r: (r[0], r[1], r[2]))),
+        ]  # fmt: skip
+    for shape in ("8192x28672", "16384x8192", "strip-8192x28672"):
         d = load(f"cast_candidates-{shape}")
         if d is None:
             continue
@@ -328,14 +365,29 @@ def candidates_section() -> str | None:
                     f"{switches}")  # fmt: skip
 
         rows = _then_and_best(d["rows"], lambda r: (r["op"],), shape_of)
+        strip = shape.startswith("strip-")
+        command = "cast_tuning.py --candidates --shapes 8192x28672,16384x8192 --rounds 2"
+        if strip:
+            command = (
+                f"cast_tuning.py --candidates --switch strip --shapes 8192x28672 --name {shape}"
+            )
+            command = command.replace("--name ", "--name cast_candidates-")
         parts += [
-            f"### Cast tile switches, {shape}",
-            source(d, "cast_tuning.py --candidates --shapes 8192x28672,16384x8192 --rounds 2"),
+            f"### Cast tile switches, {shape.removeprefix('strip-')}"
+            + (" (`strip`: column sums over several tiles per block)" if strip else ""),
+            source(d, command),
             "bf16 to fp8_e4m3 (tensor scaling), 128 x 128 tiles, % of copy: the shape in force "
             "when the sweep ran and the best candidate (`gather4`: 4-byte shared-memory reads "
             "in the transposed write, `prefetch`: L2 prefetches of a thread's later chunks, "
             "`sum_scatter`: dbias sums reduce-scattered); `tile_config` now takes the winners "
-            "(docs/cast.md).",
+            "(docs/cast.md)."
+            + (
+                " This sweep marks no default row: the defaults then (dbias 128 thr, 4/SM, "
+                "group 1; dbias_dgelu 256 thr, 2/SM, group 1; both with prefetch) are its rows "
+                "without a switch, 69.2% and 59.1%."
+                if strip
+                else ""
+            ),
             md_table(["op", "then", "% of copy", "best", "% of copy", "gain"], rows),
         ]
     d = load("activation_row_tuning-mxfp8")
