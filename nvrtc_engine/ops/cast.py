@@ -184,27 +184,18 @@ def tile_config(key: KernelKey) -> TileConfig:
     reads_act = isinstance(spec, TileSpec) and (spec.dact is not None or spec.gated)
     rows = 128 if osz == 1 and isz <= 2 else 64 if max(isz, osz) <= 2 else 32
     measured = isz == 2 and osz == 1  # the 16-bit -> FP8 case the 2026-12-01 sweep measured
-    if sums and measured and spec.dbias and not spec.gated and not spec.multi:
-        # the strip sweep of 2026-12-01 (8192 x 28672; see the class docstring)
-        return TileConfig(
-            threads=256,
-            tile_rows=rows,
-            tile_cols=128,
-            chunk=16 // min(isz, osz),
-            min_blocks=2 if reads_act else 4,
-            load_group=1,
-            prefetch=True,
-            strip=4 if reads_act else 2,
-        )
     if sums:  # measured (bf16 -> fp8, 128-row tiles): see the class docstring
+        # the 16-bit -> FP8 dbias kernels take strip (the strip sweep of 2026-12-01)
+        strip = measured and spec.dbias and not spec.gated and not spec.multi
         return TileConfig(
-            threads=256 if reads_act else 128,
+            threads=256 if reads_act or strip else 128,
             tile_rows=rows,
             tile_cols=128,
             chunk=16 // min(isz, osz),
             min_blocks=2 if reads_act else 4,
             load_group=1,
             prefetch=measured,
+            strip=(4 if reads_act else 2) if strip else 0,
         )
     return TileConfig(
         threads=256 if measured else 512 if rows == 128 else 256,
