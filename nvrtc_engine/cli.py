@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -44,11 +45,26 @@ def _arch_options(archs: Sequence[str] | None) -> list[str] | None:
     return checked or None
 
 
+def _file_after_archs(file: str | None, archs: list[str] | None) -> tuple[str, list[str] | None]:
+    """The variant file and the ``--arch`` values: ``prewarm --arch sm_90 FILE`` puts FILE
+    among the archs (``--arch`` takes one or more values), so a last value that names an
+    existing file or ends in .toml/.json is taken as the file. Raises ``ValueError`` (exit
+    code 2) when there is no file."""
+    if file is None and archs:
+        last = archs[-1]
+        if os.path.isfile(last) or last.lower().endswith((".toml", ".json")):
+            return last, archs[:-1] or None
+    if file is None:
+        raise ValueError("prewarm needs a variant file: nvrtc-engine prewarm FILE [--arch A ...]")
+    return file, archs
+
+
 def _cmd_prewarm(args: argparse.Namespace) -> int:
     from .prewarm import prewarm
 
-    arch = _arch_options(args.arch)
-    report = prewarm(args.file, arch=arch, workers=args.workers, progress=not args.no_progress)
+    file, archs = _file_after_archs(args.file, args.arch)
+    arch = _arch_options(archs)
+    report = prewarm(file, arch=arch, workers=args.workers, progress=not args.no_progress)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -211,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     pre = sub.add_parser(
         "prewarm", help="compile (in parallel) and cache every variant of a variant file"
     )
-    pre.add_argument("file", help="TOML or JSON variant file (see docs/variants.md)")
+    pre.add_argument("file", nargs="?", help="TOML or JSON variant file (see docs/variants.md)")
     pre.add_argument(
         "--arch",
         nargs="+",
@@ -267,8 +283,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except BrokenPipeError:  # output piped into a reader that stopped (``| head``)
-        import os
-
         # stdout is gone: point it at /dev/null so the interpreter's final flush is quiet
         with contextlib.suppress(OSError, ValueError):  # (no file descriptor: nothing to do)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -314,3 +314,16 @@ def test_prewarm_without_a_gpu_hints_at_the_arch_option(capsys, tmp_path, monkey
     assert "arch='sm_90'" not in err
     with pytest.raises(ne.NoDeviceError, match="pass arch='sm_90'"):
         prewarm_module.prewarm(str(variants))
+
+
+def test_prewarm_file_after_the_archs(tmp_path, capsys, isolated_cache):
+    """`prewarm --arch sm_90 FILE` (the file after --arch's values) reads FILE as the variant
+    file, and a bad arch in that order names --arch; no file at all is a clear exit 2."""
+    good = tmp_path / "v.toml"
+    good.write_text(VARIANTS)
+    assert main(["prewarm", "--arch", "sm_90", str(good), "--json", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["failed"] == []
+    assert main(["prewarm", "--arch", "sm_95", str(good), "--no-progress"]) == 2
+    assert "argument --arch: sm_95 is not allowed" in capsys.readouterr().err
+    assert main(["prewarm", "--arch", "sm_90"]) == 2
+    assert "prewarm needs a variant file" in capsys.readouterr().err
