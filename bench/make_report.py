@@ -382,9 +382,10 @@ def candidates_section() -> str | None:
             "`sum_scatter`: dbias sums reduce-scattered); `tile_config` now takes the winners "
             "(docs/cast.md)."
             + (
-                " This sweep marks no default row: the defaults then (dbias 128 thr, 4/SM, "
-                "group 1; dbias_dgelu 256 thr, 2/SM, group 1; both with prefetch) are its rows "
-                "without a switch, 69.2% and 59.1%."
+                " This sweep marks no default row and has no switch on its rows without one: "
+                "the shapes then (dbias 128 thr, 4/SM, group 1; dbias_dgelu 256 thr, 2/SM, "
+                "group 1) without prefetch, 69.2% and 59.1% (the defaults then also had "
+                "prefetch)."
                 if strip
                 else ""
             ),
@@ -558,10 +559,12 @@ def _pct(value: float | None) -> str:
 
 
 def _ratio(value: float | None) -> str:
-    """A speed-up as ``1.31x``; three decimals within half a percent of 1 (a tie to read)."""
+    """A speed-up as ``1.31x``; three decimals within half a percent of 1 or 2 (a tie, or the
+    cast targets' 2x, to read)."""
     if value is None:
         return "-"
-    return f"{value:.3f}x" if abs(value - 1) < 0.005 else f"{value:.2f}x"
+    near = abs(value - 1) < 0.005 or abs(value - 2) < 0.01
+    return f"{value:.3f}x" if near else f"{value:.2f}x"
 
 
 def activation_family_section() -> str | None:
@@ -679,7 +682,7 @@ def cast_section() -> str | None:
                 for r in d["kernels"] if r["impl"] == "nvrtc_engine"}  # fmt: skip
     for row in rows:
         x = speedups.get((row[0], row[1])) if row[2] == "nvrtc_engine" else None
-        row.append("-" if x is None else f"{x:.2f}x")
+        row.append(_ratio(x))
     return "\n\n".join(
         [
             "## Cast / transpose family",
@@ -706,7 +709,7 @@ def _under_two(d: dict[str, Any]) -> str:
     made one pass and the 2x target does not apply."""
     compiled = {(r["shape"], r["case"]): r.get("pct_of_copy") for r in d["kernels"]
                 if r["impl"] == "torch.compile"}  # fmt: skip
-    under = [f"{r['case']} at {r['shape']} ({r['x_vs_compile']:.2f}x)" for r in d["kernels"]
+    under = [f"{r['case']} at {r['shape']} ({_ratio(r['x_vs_compile'])})" for r in d["kernels"]
              if r["impl"] == "nvrtc_engine" and r.get("x_vs_compile") is not None
              and r["x_vs_compile"] < 2
              and (compiled.get((r["shape"], r["case"])) or 100) <= 60]  # fmt: skip

@@ -102,8 +102,10 @@ class TileConfig:
     (bench/results/cast_candidates-strip-8192x28672.json, 8192 x 28672) moved the 16-bit ->
     FP8 dbias kernels (not the gated ops, not multi_cast_transpose) to 256 threads with
     ``strip``: cast_transpose_dbias 4 blocks per SM, ``strip`` 2 (84.4% of copy, against
-    69.2% for 128 threads without), cast_transpose_dbias_d<act> 2 blocks per SM, ``strip`` 4
-    (dbias_dgelu 76.8%, against 59.1%); ``prefetch_next`` lost (54-63%).
+    69.2% for the earlier shape, 128 threads, without ``strip`` or ``prefetch``; the sweep
+    did not time that shape with ``prefetch``, the default then), cast_transpose_dbias_d<act>
+    2 blocks per SM, ``strip`` 4 (dbias_dgelu 76.8%, against 59.1% for 256 x 2 without
+    either); ``prefetch_next`` lost (54-63%).
 
     ``load_group`` (0: all): a thread's ``tile_rows / (threads / (tile_cols / chunk))``
     chunks are loaded and processed in groups of this many, two stages (the loads of the
