@@ -121,7 +121,12 @@ def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:
     arch = fields.get("arch")
     if arch is None:
         # the memo must not outlive a device switch: add the resolved arch to it
-        call: Any = (op, _device_arch(fields.get("device")), *sorted(fields.items()))
+        try:
+            device_arch = _device_arch(fields.get("device"))
+        except NoDeviceError:
+            make_key(op, **{**fields, "arch": "sm_90"})  # a bad field is the first error
+            raise
+        call: Any = (op, device_arch, *sorted(fields.items()))
     else:
         call = (op, *sorted(fields.items()))
     try:

@@ -226,3 +226,22 @@ def test_misspelled_scaling_and_layout_name_the_closest_one():
     assert info.value.field == "scaling"
     with pytest.raises(VariantError, match=r"\(did you mean columnwise\?\)"):
         make_key("gelu", dtype="fp8", layout="colwise", arch="sm_90")
+
+
+def test_get_kernel_reports_a_bad_field_before_asking_for_a_device(monkeypatch):
+    """Without a GPU and without arch, a misspelled op or dtype is reported as such (a
+    VariantError with a suggestion), not hidden behind NoDeviceError; a good call still
+    raises NoDeviceError with its hint."""
+    import nvrtc_engine as ne
+    from nvrtc_engine import api
+
+    def no_device(device):
+        raise ne.NoDeviceError("no CUDA device; pass arch='sm_90' (or another arch)")
+
+    monkeypatch.setattr(api, "_device_arch", no_device)
+    with pytest.raises(ne.VariantError, match="did you mean gelu"):
+        ne.get_kernel("gelo", dtype="bf16")
+    with pytest.raises(ne.VariantError, match="did you mean bf16"):
+        ne.get_kernel("gelu", dtype="bf61")
+    with pytest.raises(ne.NoDeviceError, match="arch='sm_90'"):
+        ne.get_kernel("gelu", dtype="bf16")
