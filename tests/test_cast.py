@@ -129,12 +129,13 @@ def test_tile_candidates_compile(monkeypatch, arch):
         key = make_key(op, dtype="fp8", arch=arch)
         if not shape:
             off = dataclasses.replace(chosen(key), sum_scatter=False, prefetch=False,
-                                      gather4=False)  # fmt: skip
+                                      gather4=False, strip=0, prefetch_next=False)  # fmt: skip
             monkeypatch.setattr(cast, "tile_config", lambda key, off=off: off)
             source = render(key).source
             assert not any(s in source for s in ("prefetch_l2", "kKeep", "kSlots4")), op
+        # (sum_scatter refuses strip, which the 16-bit -> FP8 dbias defaults take)
         cfg = dataclasses.replace(chosen(key), sum_scatter=True, prefetch=True, gather4=True,
-                                  **shape)  # fmt: skip
+                                  strip=0, prefetch_next=False, **shape)  # fmt: skip
         monkeypatch.setattr(cast, "tile_config", lambda key, cfg=cfg: cfg)
         kernel = Engine().get(key)
         assert kernel._cfg == cfg and kernel.artifact.image[:4] == b"\x7fELF", op
@@ -143,11 +144,12 @@ def test_tile_candidates_compile(monkeypatch, arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_strip_compiles(monkeypatch, arch):
-    """``TileConfig.strip`` / ``prefetch_next`` (off by default) compile on every arch for the
-    dbias ops, cast_transpose and a gated op (one shared buffer: two do not fit 48 KB); the
-    symbols carry ``_st<strip>[n]``, the workspace has a row per strip and the launch a
-    block per strip; the default source holds none of it; multi_cast_transpose and
-    sum_scatter refuse it."""
+    """``TileConfig.strip`` / ``prefetch_next`` compile on every arch for the dbias ops,
+    cast_transpose and a gated op (one shared buffer: two do not fit 48 KB); the symbols
+    carry ``_st<strip>[n]``, the workspace has a row per strip and the launch a block per
+    strip; with strip off the source holds none of it; multi_cast_transpose and sum_scatter
+    refuse it. The 16-bit -> FP8 dbias defaults take strip 2 (dbias) and 4 (dbias_d<act>),
+    256 threads; nothing else does, and prefetch_next is off everywhere."""
     import dataclasses
 
     from nvrtc_engine.ops import cast
@@ -164,8 +166,15 @@ def test_strip_compiles(monkeypatch, arch):
         ("dswiglu_cast_transpose", dict(strip=2, prefetch_next=True)),
     ]:  # fmt: skip
         key = make_key(op, dtype="fp8", arch=arch)
+        default = chosen(key)
+        want = (2 if op == "cast_transpose_dbias" else 4) if "dbias" in op else 0
+        assert default.strip == want and not default.prefetch_next, op
+        assert default.threads == 256 or not want, op
+        off = dataclasses.replace(default, strip=0, prefetch_next=False)
+        monkeypatch.setattr(cast, "tile_config", lambda key, off=off: off)
         assert "run_strip" not in render(key).source
-        cfg = dataclasses.replace(chosen(key), **fields)
+        monkeypatch.setattr(cast, "tile_config", chosen)
+        cfg = dataclasses.replace(default, **fields)
         monkeypatch.setattr(cast, "tile_config", lambda key, cfg=cfg: cfg)
         kernel = Engine().get(key)
         tag = f"_st{cfg.strip}" + ("n" if cfg.prefetch_next else "")
@@ -774,8 +783,8 @@ def test_cast_transpose_dbias_launches(monkeypatch, kernels):
     k = kernels["dbias"]
     cfg = tile_config(k.key)
     m, n = cfg.tile_rows + 32, 320  # two tile rows, the second partial
-    parts = k.workspace_rows(m)
-    assert parts == 2
+    parts = k.workspace_rows(m)  # a row per strip of tiles (the default takes strip 4)
+    assert cfg.strip == 4 and parts == 1
     ws = fake((parts, n), F4, ptr=0x40000)
     args = dict(out=fake((m, n), U1, ptr=0x10000), out_t=fake((n, m), U1, ptr=0x20000),
                 dbias=fake((n,), ptr=0x30000), workspace=ws)  # fmt: skip
