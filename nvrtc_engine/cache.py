@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import struct
-import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import CacheWarning
+from .errors import CacheWarning, warn_once
 from .index import KeyIndex
 from .kernel import Artifact
 
@@ -59,17 +58,6 @@ MAGIC = b"NVRTCENGINE\x01"
 # files however many entries come and go; two keys share a lock 1 time in 4096.
 LOCK_STRIPE_CHARS = 3
 _LEN = struct.Struct("<I")
-_warned: set[str] = set()
-_warn_lock = threading.Lock()
-
-
-def _reinit_after_fork() -> None:
-    global _warn_lock
-    _warn_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 @functools.lru_cache(maxsize=16)
@@ -171,17 +159,14 @@ def target_arch(artifact: Artifact) -> str:
 
 def warn_unusable(directory: Path | str, why: str) -> None:
     """Warn (:class:`CacheWarning`) that a cache directory is unusable, once per directory."""
-    with _warn_lock:
-        if str(directory) in _warned:
-            return
-        _warned.add(str(directory))
-    warnings.warn(
+    warn_once(
+        "cache", str(directory),
         f"nvrtc_engine: disk cache at {directory} is unusable ({why}); kernels are kept in "
         "memory only. Set NVRTC_ENGINE_CACHE_DIR to a writable directory, or "
         "NVRTC_ENGINE_DISABLE_DISK_CACHE=1 to silence this.",
         CacheWarning,
         stacklevel=4,
-    )
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,9 @@ failures). All of them survive pickling, so they cross process pools intact::
 
 from __future__ import annotations
 
+import os
+import threading
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -176,3 +179,29 @@ class ArgumentTypeError(NvrtcEngineError, TypeError):
 
 class CacheWarning(UserWarning):
     """The on-disk kernel cache is unusable; kernels are kept in memory only."""
+
+
+_warned_once: set[tuple[str, str]] = set()
+_warned_once_lock = threading.Lock()
+
+
+def _reinit_after_fork() -> None:
+    global _warned_once_lock
+    _warned_once_lock = threading.Lock()  # a lock held by another thread at fork stays held
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
+
+
+def warn_once(
+    kind: str, subject: str, message: str, category: type[Warning], stacklevel: int = 2
+) -> None:
+    """``warnings.warn(message, category)`` the first time this process sees ``(kind,
+    subject)`` (e.g. an unusable cache directory), thread-safe; ``stacklevel`` as
+    ``warnings.warn`` would take it in the caller."""
+    with _warned_once_lock:
+        if (kind, subject) in _warned_once:
+            return
+        _warned_once.add((kind, subject))
+    warnings.warn(message, category, stacklevel=stacklevel + 1)

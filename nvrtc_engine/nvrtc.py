@@ -15,16 +15,14 @@ import functools
 import os
 import re
 import sys
-import threading
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import config
-from .errors import CompileError, HeaderNotFoundError, VariantError
+from .errors import CompileError, HeaderNotFoundError, VariantError, warn_once
 from .key import KNOWN_ARCH_NUMBERS, arch_number
 
 __all__ = [
@@ -296,23 +294,18 @@ def find_cuda_include_dir() -> CudaIncludeDir:
 # The start of the warning for an unwritable debug directory (prewarm's workers filter it
 # out: the parent warns, once).
 DEBUG_DIR_WARNING = "nvrtc_engine: cannot write rendered sources to"
-_debug_warned: set[str] = set()
-_debug_warned_lock = threading.Lock()
 
 
 def _warn_debug_dir(directory: Path, exc: OSError) -> None:
     """Warn (``RuntimeWarning``) that rendered sources cannot be written, once per directory."""
-    with _debug_warned_lock:
-        if str(directory) in _debug_warned:
-            return
-        _debug_warned.add(str(directory))
-    warnings.warn(
+    warn_once(
+        "debug dir", str(directory),
         f"{DEBUG_DIR_WARNING} {directory} ({type(exc).__name__}: {exc}); kernels still "
         "compile, without their sources written. Set NVRTC_ENGINE_DEBUG_DIR to a writable "
         "directory.",
         RuntimeWarning,
         stacklevel=4,
-    )
+    )  # fmt: skip
 
 
 def check_debug_dir() -> bool:
