@@ -331,6 +331,16 @@ def test_rmsnorm_bwd_add_in_place():
                  in_place=True)  # fmt: skip
 
 
+def assert_backward_repeats(kernel, x_host, dz_host):
+    """The backward against the reference, then again on the same inputs: dx, dgamma (and
+    dbeta) the same bytes (deterministic for a fixed shape)."""
+    first = run_backward(kernel, x_host, dz_host=dz_host)
+    got = [t.clone() for t in first if t is not None]
+    again = run_backward(kernel, x_host, dz_host=dz_host, check_result=False)
+    for a, b in zip(got, [t for t in again if t is not None], strict=True):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
 @pytest.mark.parametrize(("hidden", "rows"), [(4096, 4096), (65536, 96), (None, 3000)])
 def test_backward_is_deterministic(hidden, rows):
     h = 1536 if hidden is None else hidden
@@ -338,11 +348,7 @@ def test_backward_is_deterministic(hidden, rows):
     dz_host = reference.sample_input((rows, h), "bf16", seed("det dz", h))
     for op in ("layernorm_bwd", "rmsnorm_bwd"):
         kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden)
-        first = run_backward(kernel, x_host, dz_host=dz_host)
-        got = [t.clone() for t in first if t is not None]
-        again = run_backward(kernel, x_host, dz_host=dz_host, check_result=False)
-        for a, b in zip(got, [t for t in again if t is not None], strict=True):
-            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+        assert_backward_repeats(kernel, x_host, dz_host)
 
 
 def test_general_kernel_beyond_65536_and_loop_specialization():
@@ -605,11 +611,7 @@ def test_backward_shared_sums(switches, op, shared, cap):
     kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=4096)
     x_host = reference.sample_input((700, 4096), "bf16", seed(op, "s3 det"))
     dz_host = reference.sample_input((700, 4096), "bf16", seed(op, "s3 det dz"))
-    first = run_backward(kernel, x_host, dz_host=dz_host)
-    got = [t.clone() for t in first if t is not None]
-    again = run_backward(kernel, x_host, dz_host=dz_host, check_result=False)
-    for a, b in zip(got, [t for t in again if t is not None], strict=True):
-        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    assert_backward_repeats(kernel, x_host, dz_host)
 
 
 # Round-4 FP8 forward candidates (tensor scaling): the batched output stage (FWD_FP8_BATCHED,
@@ -767,11 +769,7 @@ def test_backward_staged(switches, op, stages):
     kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=14336)
     x_host = reference.sample_input((700, 14336), "bf16", seed(op, "t det"))
     dz_host = reference.sample_input((700, 14336), "bf16", seed(op, "t det dz"))
-    first = run_backward(kernel, x_host, dz_host=dz_host)
-    got = [t.clone() for t in first if t is not None]
-    again = run_backward(kernel, x_host, dz_host=dz_host, check_result=False)
-    for a, b in zip(got, [t for t in again if t is not None], strict=True):
-        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    assert_backward_repeats(kernel, x_host, dz_host)
 
 
 # Round-5 FP8 forward candidates (tensor scaling): bf16 unpacked and FP8 packed as 32-bit
