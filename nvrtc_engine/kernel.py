@@ -13,6 +13,7 @@ argument and hands its launches to :meth:`Kernel._submit`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -130,7 +131,7 @@ class Kernel:
                         "cuModuleGetFunction"))  # fmt: skip
                 drv = driver._drv()
                 attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-                for function, size in zip(functions, self._shared_bytes(), strict=False):
+                for function, size in zip(functions, self._shared, strict=False):
                     if size:  # above 48 KB a function must opt in before it is launched
                         driver.check(drv.cuFuncSetAttribute(function, attr, size),
                                      "cuFuncSetAttribute")  # fmt: skip
@@ -143,6 +144,11 @@ class Kernel:
         artifact's symbols; empty (the default) where none takes any. A family that
         overrides it gets the opt-in attribute set when the image is loaded."""
         return ()
+
+    @functools.cached_property
+    def _shared(self) -> tuple[int, ...]:
+        """:meth:`_shared_bytes`, worked out once per kernel (launches read it)."""
+        return self._shared_bytes()
 
     # Launching: plans (the fast path) and the generic launch --------------------------------
 
@@ -190,7 +196,7 @@ class Kernel:
         handle = stream_handle(stream, like)
         loaded = self.loaded(like.device)
         driver.make_current(loaded.device)
-        shared = self._shared_bytes()
+        shared = self._shared
         for index, grid, block, params in calls:
             driver.launch(loaded.functions[index], grid, block, handle, params,
                           shared[index] if shared else 0)  # fmt: skip

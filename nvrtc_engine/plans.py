@@ -197,7 +197,7 @@ class LaunchPlan:
             for slot, kind in enumerate(pack.kinds):
                 if kind == "P" and values[slot] and slot not in referenced:
                     return _mismatch(kernel, slot, None)
-            shared = kernel._shared_bytes()
+            shared = kernel._shared
             shmem = shared[function] if shared else 0
             function = loaded.functions[function]
             plan.launches.append((function, grid, block, shmem, pack.preset(values), writes))

@@ -797,7 +797,7 @@ class _NormKernel(Kernel):
         got = self._devices.get(loaded.device.ordinal)
         if got is None:
             driver.make_current(loaded.device)
-            shared = self._shared_bytes() or (0,) * len(loaded.functions)
+            shared = self._shared or (0,) * len(loaded.functions)
             occ = tuple(_occupancy(f, t, b) for f, t, b in zip(
                 loaded.functions, self._function_threads(), shared, strict=True))  # fmt: skip
             cfg = self.config
