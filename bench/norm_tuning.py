@@ -170,8 +170,7 @@ def fp8b_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
         return []
     twin = norm.launch_config(ne.make_key(key.op, in_dtype=key.in_dtype, out_dtype=key.in_dtype,
                                           hidden_size=key.hidden_size, arch=key.arch))  # fmt: skip
-    fits = (default.vec * key.input.itemsize == 16
-            and default.threads * default.iters * 16 <= norm.STATIC_SMEM_BYTES - 1024)  # fmt: skip
+    fits = norm.next_row_fits(default, key.input.itemsize)
     out: list[tuple[Any, dict[str, Any]]] = []
     q = dataclasses.replace(default, words=True)
     out.append((q, {}))
@@ -190,7 +189,7 @@ def fp8b_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
         out.append((dataclasses.replace(full, min_ctas=cap), {}))
     same = (twin.warps, twin.iters, twin.rows) == (default.warps, default.iters, default.rows)
     if twin.mode == "regs" and not same:
-        twin_fits = twin.threads * twin.iters * 16 <= norm.STATIC_SMEM_BYTES - 1024
+        twin_fits = norm.next_row_fits(twin, key.input.itemsize)
         out.append((dataclasses.replace(twin, batched=True, warp_amax=True, words=True,
                                         next_row=twin_fits and fits), {}))  # fmt: skip
     return out

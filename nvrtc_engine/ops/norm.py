@@ -501,9 +501,15 @@ def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
         warp_amax=(cfg.warp_amax or FWD_FP8_WARP_AMAX) and key.scaling == "tensor",
         words=(cfg.words or FWD_FP8_WORDS) and key.scaling == "tensor",
         next_row=(cfg.next_row or FWD_FP8_NEXT_ROW) and key.scaling == "tensor"
-        and cfg.vec * key.input.itemsize == 16
-        and cfg.threads * cfg.iters * 16 <= STATIC_SMEM_BYTES - 1024,
+        and next_row_fits(cfg, key.input.itemsize),
     )  # fmt: skip
+
+
+def next_row_fits(cfg: LaunchConfig, itemsize: int) -> bool:
+    """Whether the FP8 forward's next-row copy (``p``) applies to ``cfg`` for x of
+    ``itemsize`` bytes: 16-byte accesses, and a slot of 16 bytes per access a thread holds
+    within the static shared memory (1 KB kept for the reductions)."""
+    return cfg.vec * itemsize == 16 and cfg.threads * cfg.iters * 16 <= STATIC_SMEM_BYTES - 1024
 
 
 _TAG = re.compile(
