@@ -130,7 +130,8 @@ class TileConfig:
     tile in 4-byte words (4 columns of a row) and transposes 4 x 4 bytes with byte
     permutes, instead of one shared-memory load per byte. Same results.
 
-    ``strip`` (candidate, 0: off; not ``multi_cast_transpose``, not with ``sum_scatter``): a
+    ``strip`` (0: off; on for the 16-bit -> FP8 dbias kernels, above; not
+    ``multi_cast_transpose``, not the gated ops' default, not with ``sum_scatter``): a
     block takes ``strip`` consecutive tiles down one column strip (fewer at the bottom
     edge) instead of one tile. The column sums run on in registers over the block's tiles
     and are reduced (butterfly, warp partials, workspace row) once per block, not once per
