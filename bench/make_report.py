@@ -338,6 +338,16 @@ def candidates_section() -> str | None:
             "dz copied into shared memory by cp.async, stages rows ahead, read once); "
             "`norm.TUNED` now takes each winner (docs/norms.md).",
         ),
+        (
+            "norm_tuning-big",
+            "--candidates big",
+            "Norm forward at H = 65536, clusters",
+            "bf16 input, N = 2048, % of copy (x read, z written once): the layout in force when "
+            "the sweep ran and the best of the row split over clusters of 2, 4 and 8 CTAs at "
+            "2-8 accesses per thread, as is, with held weights (`h`) and with the next row "
+            "group's x copied ahead (`p`, clusters of 4 and 8; host settings: row groups per "
+            "CTA); `norm.TUNED` now takes each winner (docs/norms.md).",
+        ),
     ]
     for name, flag, title, text in later:
         d = load(name)

@@ -4,7 +4,8 @@
 nvrtc_engine/ops/norm.py).
 
     python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
-                                [--round3-only] [--candidates fp8|fp8b|bwd] [--name norm_tuning]
+                                [--round3-only] [--candidates fp8|fp8b|bwd|big]
+                                [--name norm_tuning]
                                 [--zero-amax]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
@@ -24,7 +25,9 @@ FP8 candidates (:func:`fp8b_candidates`: ``FWD_FP8_WORDS``, ``FWD_FP8_NEXT_ROW``
 FP8 layouts and with 4 or 16 row groups per CTA); ``--candidates bwd`` times only the
 backward: the default, the round-5 staged layouts (:func:`staged_candidates`,
 ``BWD_STAGED``: x and dz copied into shared memory by cp.async, 2-4 rows deep) and, from H =
-14336, the general kernel (about 3 minutes on an H200, most of it NVRTC compiles); ``--name``
+14336, the general kernel (about 3 minutes on an H200, most of it NVRTC compiles);
+``--candidates big`` times only the forward at H = 65536 over thread block clusters of 2, 4
+and 8 CTAs (:func:`big_candidates`: held weights, the next row's x copied ahead); ``--name``
 names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
 zeroes the amax word before every FP8 call (timed with it), as a training step does once per
 forward, instead of leaving the first call's maximum there (which lets the guards skip every
@@ -195,16 +198,60 @@ def fp8b_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
     return out
 
 
+def big_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """The H >= 65536 forward candidates (sm_90/sm_100: thread block clusters) for a bf16- or
+    FP8-output forward ``key``, as (LaunchConfig, host settings): the row split over 2, 4 or
+    8 CTAs at 1-8 accesses of 16 bytes per thread (up to 64 elements; 32 warps at most), each
+    as is, with the weights held over 8 row groups per CTA (``h``), with the next row
+    group's x copied ahead (``p``, where its slots fit the static shared memory: clusters of
+    4 and 8) at 16 and 64 row groups per CTA (64: about one wave of resident clusters at N =
+    2048) and held plus copied (``hp``, 16 groups). FP8 layouts carry TUNED's ``ogq``. The
+    earlier sweeps tried only the rule's cluster of 2 (w19j7) in the forward: one CTA per SM,
+    a row per CTA, so nothing was in flight while a CTA reduced and wrote its row."""
+    import dataclasses
+
+    from nvrtc_engine.key import arch_number
+
+    spec = key.spec
+    if spec.backward or key.hidden_size is None or key.hidden_size < 65536:
+        return []
+    if not 90 <= arch_number(key.arch) < 110 or key.scaling not in ("none", "tensor"):
+        return []
+    vec = 16 // key.input.itemsize
+    accesses = key.hidden_size // vec
+    fp8 = key.scaling == "tensor"
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for cluster in (2, 4, 8):
+        for iters in (2, 4, 8):
+            warps = -(-accesses // (32 * cluster * iters))
+            iters = -(-accesses // (32 * cluster * warps))
+            if warps > 32 or warps * 32 * cluster > accesses or iters * vec > 64:
+                continue
+            base = norm.LaunchConfig("regs", vec, warps, 1, iters, cluster, batched=fp8,
+                                     warp_amax=fp8, words=fp8)  # fmt: skip
+            if any(c == base for c, _ in out):
+                continue
+            out.append((base, {}))
+            out.append((dataclasses.replace(base, hold=True), {"FWD_GROUPS_PER_CTA": 8}))
+            if norm.next_row_fits(base, key.input.itemsize):
+                p = dataclasses.replace(base, next_row=True)
+                held = dataclasses.replace(p, hold=True)
+                out += [(p, {"FWD_GROUPS_PER_CTA": 16}), (p, {"FWD_GROUPS_PER_CTA": 64}),
+                        (held, {"FWD_GROUPS_PER_CTA": 16})]  # fmt: skip
+    return [(c, h) for c, h in out if not (c == default and not h)]
+
+
 def candidates(
     norm: Any, key: Any, round3_only: bool = False, fp8_only: bool = False,
-    fp8b_only: bool = False, bwd_only: bool = False,
+    fp8b_only: bool = False, bwd_only: bool = False, big_only: bool = False,
 ) -> list[tuple[Any, dict[str, Any]]]:  # fmt: skip
     """(LaunchConfig, host settings) pairs to time for ``key``; the default comes first.
     ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`);
     ``fp8_only``: the default and the round-4 FP8 candidates (:func:`fp8_candidates`);
     ``fp8b_only``: the default and the round-5 FP8 candidates (:func:`fp8b_candidates`);
     ``bwd_only``: the default and the round-5 staged backward (:func:`staged_candidates`),
-    plus the general kernel (``loop``) where the default is not it."""
+    plus the general kernel (``loop``) where the default is not it; ``big_only``: the
+    default and the H >= 65536 forward cluster layouts (:func:`big_candidates`)."""
     spec = key.spec
     default = norm.launch_config(key)
     out: list[tuple[Any, dict[str, Any]]] = []
@@ -213,6 +260,11 @@ def candidates(
         if (cfg, host) not in out:
             out.append((cfg, host))
 
+    if big_only:
+        add(default)
+        for cfg, host in big_candidates(norm, key, default):
+            add(cfg, **host)
+        return out
     if bwd_only:
         add(default)
         for cfg in staged_candidates(norm, key):
@@ -308,10 +360,11 @@ def case_list(
     fp8_only = args.candidates == "fp8"
     fp8b_only = args.candidates == "fp8b"
     bwd_only = args.candidates == "bwd"
+    big_only = args.candidates == "big"
     modes = [("fwd", "bf16", {}), ("fwd", "fp8_e4m3", {"scaling": "tensor"})]
     if bwd_only:
         modes = []
-    if not (fp8_only or fp8b_only):
+    if not (fp8_only or fp8b_only or big_only):
         modes.append(("bwd", "bf16", {}))
     cases = []
     for h in sizes:
@@ -322,7 +375,7 @@ def case_list(
                 if defaults is not None:
                     defaults[(nm, direction, out)] = norm.launch_config(key)
                 for cfg, host in candidates(norm, key, args.round3_only, fp8_only,
-                                            fp8b_only, bwd_only):  # fmt: skip
+                                            fp8b_only, bwd_only, big_only):  # fmt: skip
                     cases.append((nm, h, direction, out, cfg, tuple(sorted(host.items()))))
     return cases
 
@@ -342,10 +395,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--candidates",
-        choices=["fp8", "fp8b", "bwd"],
+        choices=["fp8", "fp8b", "bwd", "big"],
         help="time only the defaults and these candidates (fp8: the round-4 FP8 forward "
         "switches; fp8b: the round-5 ones, q and p; forward bf16 and FP8 only; bwd: the "
         "round-5 staged backward, backward only, at 4096,8192,14336,65536 unless --hidden "
+        "says otherwise; big: the H = 65536 forward cluster layouts, at 65536 unless --hidden "
         "says otherwise)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
@@ -355,7 +409,9 @@ def main() -> int:
                         help="print the cases for sm_90 and exit (no GPU needed)")  # fmt: skip
     args = parser.parse_args()
     if args.hidden is None:
-        args.hidden = "4096,8192,14336" if args.candidates == "fp8" else "4096,8192,14336,65536"
+        args.hidden = {"fp8": "4096,8192,14336", "big": "65536"}.get(
+            args.candidates, "4096,8192,14336,65536"
+        )
     if args.list:
         for case in case_list(args, arch="sm_90"):
             print(*case[:4], case[4].tag, ",".join(f"{k}={v}" for k, v in case[5]))

@@ -14,7 +14,9 @@ in registers for bf16 and MXFP8 output, the held path with several row groups pe
 early weight loads, the one-reduction statistics, split sums; FP8 forward with the batched
 stage, warp amax, word packing and next-row copies together, ``norm_switch_fp8_ogqp``, and
 the next-row copies with held weights, ``..._fp8_held_qp``, including shapes where each CTA
-takes several row groups). The
+takes several row groups); the next-row copies with bf16 output at H = 65536 over a
+cluster of 4, ``norm_bf16_next_row_*`` (a TUNED-style tag; the defaults at 65536 are among
+the plain cases). The
 disk cache is off: switched kernels share keys with the defaults. Cast family:
 cast_transpose (+ dbias, + dgelu, gated dswiglu), transpose, multi_cast_transpose and
 MXFP8/NVFP4 quantize in every layout, on shapes that leave partial tiles; ``cast_switch_*``:
@@ -52,8 +54,9 @@ def cases() -> dict[str, Callable[[], None]]:
                 "scale_inv": torch.empty(1, device=dev)}  # fmt: skip
 
     out: dict[str, Callable[[], None]] = {}
+    # (97, 65536): the TUNED clusters with held weights, some clusters taking two row groups
     for rows, h, hidden in [(3, 1000, 1000), (5, 4096, 4096), (37, 8192, 8192), (2, 14336, 14336),
-                            (7, 1000, None), (3, 768, None)]:  # fmt: skip
+                            (97, 65536, 65536), (7, 1000, None), (3, 768, None)]:  # fmt: skip
         for nm in ("layernorm", "rmsnorm"):
             tag = f"{nm}_h{hidden or 'any'}_{h}x{rows}"
 
@@ -153,7 +156,7 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
     from nvrtc_engine.engine import Engine
 
     def switched(values, op, hidden, **fields):
-        values = {**values, "TUNED": {}}  # the rules alone, so the switches decide
+        values = {"TUNED": {}, **values}  # the rules alone (unless given), so the switches decide
         saved = {name: getattr(norm, name) for name in values}
         try:
             for name, value in values.items():
@@ -205,6 +208,21 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         "fp8_held_qp": {"FWD_HOLD_WEIGHTS": dict.fromkeys(norm.FWD_HOLD_WEIGHTS, True),
                         "FWD_FP8_WORDS": True, "FWD_FP8_NEXT_ROW": True},
     }  # fmt: skip
+    # the next-row copies with bf16 output (a TUNED-style tag: no module switch turns them on
+    # there), a cluster of 4, with and without held weights; 97 and 300 rows: clusters that
+    # take several row groups (FWD_GROUPS_PER_CTA, 8)
+    for tag in ("w8r1v8j8c4p", "w8r1v8j8c4hp"):
+        for rows in (1, 97, 300):
+            for nm in ("layernorm", "rmsnorm"):
+
+                def run_p(tag=tag, rows=rows, nm=nm):
+                    op = f"{nm}_fwd"
+                    k = switched({"TUNED": {(op, 65536, "none"): tag}}, op, 65536)
+                    assert k.config.next_row
+                    x, w, b = t(rows, 65536), t(65536), t(65536)
+                    k(x, w, b, 1e-5) if nm == "layernorm" else k(x, w, 1e-5)
+
+                out[f"norm_bf16_next_row_{tag}_{nm}_h65536x{rows}"] = run_p
     for label, values in fwd.items():
         fp8_only = label.startswith("fp8_")
         # (2000, 4096), (700, 14336): more row groups than the CTAs of the grid, so each CTA

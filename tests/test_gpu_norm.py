@@ -527,7 +527,8 @@ def test_tuned_defaults(entry):
     kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden, **fields)
     assert kernel.artifact.symbols[0].endswith(kernel.config.tag)
     run = run_forward if fwd else run_backward
-    many = 4 * 132 * 8 + 3 if hidden <= 8192 else (700 if hidden < 65536 else 67)
+    # H = 65536: 600 rows, so the held layouts' clusters take several row groups each
+    many = 4 * 132 * 8 + 3 if hidden <= 8192 else (700 if hidden < 65536 else 600)
     for rows in (1, 5, many):
         run(kernel, reference.sample_input((rows, hidden), "bf16", seed(op, hidden, rows, "t")))
     rng = seed(op, hidden, "tuned offset")
@@ -536,6 +537,25 @@ def test_tuned_defaults(entry):
                         **fields)  # fmt: skip
     assert zcg.config.tag == kernel.config.tag
     run(zcg, reference.sample_input((33, hidden), "bf16", seed(op, hidden, "zcg")))
+
+
+@pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
+@pytest.mark.parametrize("tag", ["w8r1v8j8c4p", "w8r1v8j8c4hp"])
+def test_next_row_copies_for_bf16_output(op, tag):
+    """``p`` with bf16 output (the bench/norm_tuning.py --candidates big layouts at H = 65536,
+    a cluster of 4, with and without held weights) against the float64 reference: N = 1, rows
+    that leave clusters without a row group, and 600 rows at 16 row groups per CTA (each
+    cluster copies several rows ahead)."""
+    import nvrtc_engine.ops.norm as norm
+
+    tuned = {**norm.TUNED, (op, 65536, "none"): tag}
+    kernel = _kernel_with(op, {"in_dtype": "bf16", "hidden_size": 65536}, tuned, {})
+    assert kernel.config.next_row and kernel.artifact.symbols[0].endswith(tag)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(norm, "FWD_GROUPS_PER_CTA", 16)
+        for rows in (1, 37, 600):
+            x = reference.sample_input((rows, 65536), "bf16", seed(op, tag, rows, "p16"))
+            run_forward(kernel, x)
 
 
 # Round-3 switches: early weight loads, one (count, mean, M2) reduction, split sums (forward);

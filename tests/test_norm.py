@@ -270,12 +270,13 @@ def test_held_weights_need_two_ctas_per_sm():
                 key = make_key(op, in_dtype="bf16", out_dtype="fp8", hidden_size=hidden,
                                arch="sm_90")  # fmt: skip
                 assert not launch_config(key).hold
-    # TUNED holds RMSNorm's at 14336 and 65536, LayerNorm's nowhere (the o/g/q/p/x letters:
+    # TUNED holds RMSNorm's at 14336 and 65536, LayerNorm's at 65536 (the o/g/q/p/x letters:
     # the FP8 switches TUNED carries, test_tuned_fp8_forwards_carry_the_measured_switches)
     assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1oqpx4"
     assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1ogqp"
     assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1hogq"
-    assert fp8_tag("rmsnorm_fwd", 65536) == "w19r1v8j7c2hogq"
+    assert fp8_tag("rmsnorm_fwd", 65536) == "w16r1v8j8c2hogq"
+    assert fp8_tag("layernorm_fwd", 65536) == "w4r1v8j8c8hogq"
     with rules_only() as monkeypatch:
         monkeypatch.setitem(norm.FWD_HOLD_WEIGHTS, "tensor", True)
         launch_config.cache_clear()
@@ -831,16 +832,17 @@ def _with_switches(monkeypatch, values):
     ne.clear_cache(disk=False)
 
 
-# norm.TUNED's FP8 forwards (sm_90, bf16 x; bench/results/norm_tuning-fp8b.json, 2026-12-01)
+# norm.TUNED's FP8 forwards (sm_90, bf16 x; bench/results/norm_tuning-fp8b.json, 2026-12-01;
+# H = 65536: norm_tuning-big.json)
 TUNED_FP8 = {
     ("layernorm_fwd", 4096): "w4r1v8j4c1oqpx4",
     ("layernorm_fwd", 8192): "w4r1v8j8c1ogqp",
     ("layernorm_fwd", 14336): "w14r1v8j4c1ogq",
-    ("layernorm_fwd", 65536): "w19r1v8j7c2ogq",
+    ("layernorm_fwd", 65536): "w4r1v8j8c8hogq",
     ("rmsnorm_fwd", 4096): "w4r1v8j4c1ogq",
     ("rmsnorm_fwd", 8192): "w4r1v8j8c1gq",
     ("rmsnorm_fwd", 14336): "w14r1v8j4c1hogq",
-    ("rmsnorm_fwd", 65536): "w19r1v8j7c2hogq",
+    ("rmsnorm_fwd", 65536): "w16r1v8j8c2hogq",
 }
 
 
@@ -1145,8 +1147,8 @@ def test_fp8_round5_candidates_compile(monkeypatch, arch, values):
     and RMSNorm with tensor scaling and names itself in the symbol, over TUNED's layouts:
     H = 768, 1000, 1001 (a partial last access, 2-byte accesses: no ``p``), 1024 (4 rows per
     CTA, one warp each), 4096 (also e5m2, fp16 and fp32 x, zero-centred fp32 gamma), 8192,
-    14336 (held weights for RMSNorm on sm_90), 65536 (a cluster on sm_90/sm_100a: its slots
-    do not fit, no ``p``)."""
+    14336 (held weights for RMSNorm on sm_90), 65536 (a cluster on sm_90/sm_100a: the slots
+    fit only TUNED's cluster of 8 for LayerNorm on sm_90)."""
     _with_switches(monkeypatch, values)
     words = values.get("FWD_FP8_WORDS", False)
     next_row = values.get("FWD_FP8_NEXT_ROW", False)
@@ -1171,8 +1173,10 @@ def test_fp8_round5_candidates_compile(monkeypatch, arch, values):
                     assert cfg.words == words
                     assert cfg.next_row == (next_row and fits)
                     assert norm.parse_tag(cfg.tag) == cfg
-                    if hidden == 65536 and arch in ("sm_90", "sm_100a"):
+                    if hidden == 65536 and arch == "sm_100a":
                         assert not fits  # 2 CTAs of 19 warps, 7 accesses each: 68 KB of slots
+                    if hidden == 65536 and arch == "sm_90":  # TUNED: w4j8c8 16 KB, w16j8c2 64 KB
+                        assert fits == (op == "layernorm_fwd" and in_dtype == "bf16"), cfg
                     if hidden == 1001:
                         assert not fits
                     kernel = compile_and_check(key)
@@ -1205,6 +1209,38 @@ def test_fp8_round5_candidates_leave_other_kernels_alone(monkeypatch, arch):
             cfg = launch_config(key)
             assert not (cfg.words or cfg.next_row)
             assert render(key).source == off[key], key
+    finally:
+        launch_config.cache_clear()
+        ne.clear_cache(disk=False)
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100a"])
+def test_next_row_copies_for_16_bit_output(monkeypatch, arch):
+    """A layout's ``p`` (a TUNED tag or a sweep's, bench/norm_tuning.py --candidates big)
+    applies to bf16/fp16 output as to FP8 tensor scaling: the copies are x's. H = 65536 over
+    a cluster of 4 (w8j8: 32 KB of slots, within the static shared memory) compiles with
+    cp.async and names ``p``; the FP8-only module switch leaves bf16 kernels alone; MXFP8
+    never takes ``p``."""
+    cfg = norm.LaunchConfig("regs", 8, 8, 1, 8, 4, next_row=True)
+    assert norm.next_row_fits(cfg, 2) and cfg.tag == "w8r1v8j8c4p"
+    monkeypatch.setitem(norm.TUNED, ("rmsnorm_fwd", 65536, "none"), cfg.tag)
+    monkeypatch.setitem(norm.TUNED, ("layernorm_fwd", 65536, "mxfp8"), cfg.tag)
+    launch_config.cache_clear()
+    try:
+        for op in FWD:
+            for in_dtype in ("bf16", "fp16"):
+                key = make_key(op, in_dtype=in_dtype, hidden_size=65536, arch=arch)
+                got = launch_config(key)
+                assert got.next_row == (op == "rmsnorm_fwd" and arch == "sm_90"), (key, got)
+                source = render(key).source
+                assert ("cp.async.cg" in source) == got.next_row
+                if got.next_row:
+                    kernel = compile_and_check(key)
+                    assert kernel.artifact.symbols[0].endswith("w8r1v8j8c4p")
+        mx = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", scaling="mxfp8",
+                      hidden_size=65536, arch="sm_90")  # fmt: skip
+        assert not launch_config(mx).next_row
+        assert "cp.async.cg" not in render(mx).source
     finally:
         launch_config.cache_clear()
         ne.clear_cache(disk=False)

@@ -197,6 +197,12 @@ FWD_FP8_WORDS = False
 # (the copy lands in shared memory: 16 bytes per access a thread holds); only where the
 # access is 16 bytes and the slots fit the static shared memory. Same values, same bytes.
 FWD_FP8_NEXT_ROW = False
+# A layout's ``p`` (a TUNED tag's, or a sweep's) applies to these scalings (the copy is x's,
+# whatever the output); FWD_FP8_NEXT_ROW turns it on for tensor scaling only.
+# bench/norm_tuning.py --candidates big tried it at H = 65536 over clusters of 4 and 8 CTAs
+# (whose slots fit the static shared memory), for bf16 and FP8 z: it lost there, 3-25 points
+# (norm_tuning-big.json), so no TUNED entry takes it for bf16 z yet.
+_NEXT_ROW_SCALING = ("tensor", "none")
 STATIC_SMEM_BYTES = 48 * 1024  # static shared memory a CTA may declare
 # Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
 # Each CTA (or cluster: H = 65536) holds a fixed share of the columns and loops over rows
@@ -230,7 +236,8 @@ STAGED_OVERHEAD_REGISTERS = 32
 TUNED: dict[tuple[str, int, str], str] = {
     ("rmsnorm_fwd", 4096, "none"): "w8r1v8j2c1",  # 91.1 against w4j4 88.0
     ("rmsnorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 96.2 against w14j4 93.2
-    ("rmsnorm_fwd", 65536, "none"): "w19r1v8j7c2h",  # 76.5 (8 groups) against 65.1
+    ("rmsnorm_fwd", 65536, "none"): "w16r1v8j8c2h",  # 77.8 (8 groups) against w19j7c2h 76.4
+    ("layernorm_fwd", 65536, "none"): "w16r1v8j8c2h",  # 61.6 (8 groups) against w19j7c2 58.7
     ("layernorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 91.0 against w14j4 90.0
     # FP8 forward with the round-4 switches (o: batched output stage, g: warp amax atomics)
     # and the round-5 ones (q: word unpacking and packing, p: the next row group copied
@@ -239,11 +246,15 @@ TUNED: dict[tuple[str, int, str], str] = {
     ("layernorm_fwd", 4096, "tensor"): "w4r1v8j4c1oqpx4",  # 82.8 against o 73.1
     ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1ogqp",  # 87.5 against og 77.5
     ("layernorm_fwd", 14336, "tensor"): "w14r1v8j4c1ogq",  # 79.2 against og 67.7
-    ("layernorm_fwd", 65536, "tensor"): "w19r1v8j7c2ogq",  # 47.3 against the rule's 39.1
+    ("layernorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogq",  # 50.1 (8 groups) against w19j7c2 47.1
     ("rmsnorm_fwd", 4096, "tensor"): "w4r1v8j4c1ogq",  # 87.5 against og 82.2
     ("rmsnorm_fwd", 8192, "tensor"): "w4r1v8j8c1gq",  # 90.7 against g 89.2
     ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1hogq",  # 94.7 (8 groups) against hog 83.9
-    ("rmsnorm_fwd", 65536, "tensor"): "w19r1v8j7c2hogq",  # 68.4 (8 groups) against h 59.6
+    ("rmsnorm_fwd", 65536, "tensor"): "w16r1v8j8c2hogq",  # 71.0 (8 groups) against w19j7 67.5
+    # H = 65536 forward entries: bench/norm_tuning.py --candidates big, 2026-12-01
+    # (norm_tuning-big.json: clusters of 2, 4 and 8 CTAs at 2-8 accesses per thread, held
+    # weights, next-row copies; the winners against the earlier w19j7c2 layouts; p lost
+    # everywhere there, 3-25 points)
     # Backward: the round-5 staged kernel (t: x and dz through shared memory, cp.async),
     # bench/norm_tuning.py --candidates bwd, 2026-12-01 (norm_tuning-bwd.json), against the
     # earlier defaults (register layouts; the general kernel from 14336)
@@ -313,7 +324,7 @@ class LaunchConfig:
     warp_amax: bool = False  # forward, tensor scaling: one guarded atomic per warp
     stages: int = 0  # backward, > 1: the staged kernel (x and dz via cp.async in shared memory)
     words: bool = False  # forward, tensor scaling: bf16 unpacked and FP8 packed as 32-bit words
-    next_row: bool = False  # forward, tensor scaling: the next row group's x copied ahead
+    next_row: bool = False  # forward (tensor scaling, bf16/fp16/fp32 z): next row's x copied ahead
     groups: int = 0  # forward, held weights or next_row: row groups per CTA (0: the module's)
 
     @property
@@ -500,7 +511,8 @@ def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
         batched=(cfg.batched or FWD_FP8_BATCHED) and key.scaling == "tensor",
         warp_amax=(cfg.warp_amax or FWD_FP8_WARP_AMAX) and key.scaling == "tensor",
         words=(cfg.words or FWD_FP8_WORDS) and key.scaling == "tensor",
-        next_row=(cfg.next_row or FWD_FP8_NEXT_ROW) and key.scaling == "tensor"
+        next_row=((cfg.next_row and key.scaling in _NEXT_ROW_SCALING)
+                  or (FWD_FP8_NEXT_ROW and key.scaling == "tensor"))
         and next_row_fits(cfg, key.input.itemsize),
     )  # fmt: skip
 
@@ -690,7 +702,7 @@ class NormSpec(OpSpec):
             warp_amax=cfg.warp_amax and key.scaling == "tensor",
             stages=cfg.stages if self.backward and cfg.mode == "regs" else 0,
             words=cfg.words and key.scaling == "tensor",
-            next_row=cfg.next_row and key.scaling == "tensor",
+            next_row=cfg.next_row and key.scaling in _NEXT_ROW_SCALING,
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
             stats_name=symbols[1] if len(symbols) == 3 else "",
@@ -808,7 +820,7 @@ class _NormKernel(Kernel):
                 loaded.functions, self._function_threads(), shared, strict=True))  # fmt: skip
             cfg = self.config
             clusters = 0
-            if cfg.mode == "regs" and cfg.cluster > 1 and self.spec.backward:
+            if cfg.mode == "regs" and cfg.cluster > 1:
                 clusters = _active_clusters(loaded.functions[0], cfg.threads, shared[0],
                                             cfg.cluster)  # fmt: skip
             got = _Device(loaded.device.sm_count, occ, clusters)
@@ -928,6 +940,8 @@ class _NormFwdKernel(_NormKernel):
             tpr = 0
             groups = -(-rows // cfg.rows)
             persistent = max(1, dev.sm_count * dev.occupancy[0] // cfg.cluster)
+            if dev.clusters:  # whole clusters per GPC: at most what is resident at once
+                persistent = min(persistent, dev.clusters)
             clusters = groups if FWD_ONE_PASS else persistent
             # several row groups per CTA: weights loaded once (hold), or the next group's x
             # copied while the current one is worked on (next_row)
