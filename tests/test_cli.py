@@ -327,3 +327,37 @@ def test_prewarm_file_after_the_archs(tmp_path, capsys, isolated_cache):
     assert "argument --arch: sm_95 is not allowed" in capsys.readouterr().err
     assert main(["prewarm", "--arch", "sm_90"]) == 2
     assert "prewarm needs a variant file" in capsys.readouterr().err
+
+
+def test_cache_commands_on_a_read_only_cache(capsys, monkeypatch, isolated_cache, tmp_path):
+    """list, info and export read a read-only cache; verify, clear and import, which write,
+    exit 2 saying so (diskcache is made to fail as it does in a read-only directory)."""
+    import sqlite3
+    import warnings
+
+    import diskcache
+
+    import nvrtc_engine as ne
+
+    main(["demo", "--arch", "sm_90", "--no-run"])
+    assert main(["cache", "export", str(tmp_path / "k.zip")]) == 0
+    ne.config.reset()  # the engine opens the directory again
+    ne.clear_cache(disk=False)
+    capsys.readouterr()
+
+    def refuse(*args, **kwargs):
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr(diskcache, "Cache", refuse)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the engine's one CacheWarning (tested elsewhere)
+        assert main(["cache", "list"]) == 0
+        assert "4 entries" in capsys.readouterr().out
+        assert main(["cache", "info"]) == 0
+        assert f"directory:  {isolated_cache} (read-only)" in capsys.readouterr().out
+        assert main(["cache", "export", str(tmp_path / "again.zip")]) == 0
+        for command in (["verify"], ["clear"], ["import", str(tmp_path / "k.zip")]):
+            assert main(["cache", *command]) == 2, command
+            err = capsys.readouterr().err
+            assert f"the disk cache at {isolated_cache} is read-only" in err, command
+            assert f"cache {command[0]} needs to write to it" in err, command
