@@ -60,15 +60,33 @@ def _file_after_archs(file: str | None, archs: list[str] | None) -> tuple[str, l
 
 
 def _cmd_prewarm(args: argparse.Namespace) -> int:
+    """Prewarm fills the disk cache: what it compiles into this process's memory ends with
+    the command. So no disk cache is an error before anything is compiled (exit code 2), and
+    kernels compiled but not stored (a read-only cache) a failure (exit code 1)."""
+    from .errors import NvrtcEngineError
     from .prewarm import prewarm
 
     file, archs = _file_after_archs(args.file, args.arch)
     arch = _arch_options(archs)
+    try:
+        disk = _open_disk()
+    except NvrtcEngineError as exc:
+        raise NvrtcEngineError(
+            f"{exc}; nothing was compiled: prewarm stores its kernels in the disk cache, and "
+            "without one they would be lost when this command exits"
+        ) from None
     report = prewarm(file, arch=arch, workers=args.workers, progress=not args.no_progress)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         print(report.summary())
+    if disk.read_only and report.compiled:
+        print(
+            f"nvrtc-engine: error: the disk cache at {disk.directory} is read-only (the warning "
+            f"above says why): kernels compiled but not stored: {len(report.compiled)}",
+            file=sys.stderr,
+        )
+        return 1
     return 0 if report.ok else 1
 
 

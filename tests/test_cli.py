@@ -361,3 +361,65 @@ def test_cache_commands_on_a_read_only_cache(capsys, monkeypatch, isolated_cache
             err = capsys.readouterr().err
             assert f"the disk cache at {isolated_cache} is read-only" in err, command
             assert f"cache {command[0]} needs to write to it" in err, command
+
+
+@pytest.mark.parametrize("why", ["unusable", "disabled"])
+def test_prewarm_without_a_disk_cache_exits_2_and_compiles_nothing(
+    why, capsys, monkeypatch, tmp_path
+):
+    """The command line's prewarm is for a warm disk cache: its workers' kernels would come
+    back to this process's memory only, which ends with the command."""
+    import warnings
+
+    import nvrtc_engine as ne
+    from nvrtc_engine import config
+
+    good = tmp_path / "v.toml"
+    good.write_text(VARIANTS)
+    if why == "unusable":
+        monkeypatch.setenv("NVRTC_ENGINE_CACHE_DIR", "/proc/nvrtc-engine-test")
+    else:
+        monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    ne.clear_cache(disk=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the engine's one CacheWarning (tested elsewhere)
+        assert main(["prewarm", str(good), "--workers", "2", "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "nothing was compiled" in captured.err
+    assert ("is unusable" if why == "unusable" else "the disk cache is disabled") in captured.err
+    assert ne.cache_info().compiles == 0 and ne.cache_info().memory_entries == 0
+
+
+def test_prewarm_into_a_read_only_cache_fails_for_what_it_cannot_store(
+    capsys, monkeypatch, isolated_cache, tmp_path
+):
+    import sqlite3
+    import warnings
+
+    import diskcache
+
+    import nvrtc_engine as ne
+
+    one = tmp_path / "one.toml"
+    one.write_text(VARIANTS.replace('["bf16", "fp8_e4m3"]', '"bf16"'))
+    both = tmp_path / "both.toml"
+    both.write_text(VARIANTS)
+    assert main(["prewarm", str(one), "--no-progress"]) == 0
+    ne.config.reset()  # the engine opens the directory again: read-only
+    ne.clear_cache(disk=False)
+    capsys.readouterr()
+
+    def refuse(*args, **kwargs):
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr(diskcache, "Cache", refuse)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the engine's one CacheWarning (tested elsewhere)
+        assert main(["prewarm", str(one), "--no-progress"]) == 0  # all there: warm
+        assert "1 already cached" in capsys.readouterr().out
+        assert main(["prewarm", str(both), "--workers", "1", "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert "1 compiled, 1 already cached, 0 failed" in captured.out
+    assert f"the disk cache at {isolated_cache} is read-only" in captured.err
+    assert "kernels compiled but not stored: 1" in captured.err
