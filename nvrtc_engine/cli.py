@@ -126,16 +126,18 @@ def _no_disk_reason() -> str:
 def _cache_info(args: argparse.Namespace) -> int:
     from .api import cache_info
 
+    # no disk cache: an error, as for the other cache commands (this process's memory cache,
+    # which cache_info() also counts, is empty on the command line: nothing else to report)
+    _open_disk()
     info = cache_info()
     if args.json:
         print(json.dumps(info.__dict__, indent=2))
     else:
         read_only = " (read-only)" if info.read_only else ""
-        print(f"directory:  {info.directory or '(none: ' + _no_disk_reason() + ')'}{read_only}")
+        print(f"directory:  {info.directory}{read_only}")
         print(f"entries:    {info.entries}")
         print(f"bytes:      {info.bytes}")
-        note = "" if info.directory else " (configured; no disk cache)"
-        print(f"size limit: {info.size_limit}{note}")
+        print(f"size limit: {info.size_limit}")
     return 0
 
 

@@ -57,14 +57,11 @@ def test_cache_commands_without_a_disk_cache_say_why(capsys, monkeypatch, isolat
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
     config.reset()
     ne.clear_cache(disk=False)
-    for command in ("clear", "verify", "list"):
-        assert main(["cache", command]) == 2, command
-        assert "the disk cache is disabled (NVRTC_ENGINE_DISABLE_DISK_CACHE=1" in (
-            capsys.readouterr().err)  # fmt: skip
-    assert main(["cache", "info"]) == 0
-    out = capsys.readouterr().out
-    assert "(none: the disk cache is disabled" in out
-    assert f"size limit: {config.settings().cache_size_limit} (configured" in out
+    for command in (["clear"], ["verify"], ["list"], ["info"], ["info", "--json"]):
+        assert main(["cache", *command]) == 2, command
+        captured = capsys.readouterr()
+        assert "the disk cache is disabled (NVRTC_ENGINE_DISABLE_DISK_CACHE=1" in captured.err
+        assert captured.out == "", command
     # the command line prints warnings on one line (_one_line_warning); Python's format is
     # back afterwards
     before = warnings.formatwarning
@@ -74,8 +71,10 @@ def test_cache_commands_without_a_disk_cache_say_why(capsys, monkeypatch, isolat
     ne.clear_cache(disk=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the engine's one CacheWarning (tested elsewhere)
-        assert main(["cache", "clear"]) == 2
-    assert "the disk cache at /proc/nvrtc-engine-test is unusable" in capsys.readouterr().err
+        for command in ("clear", "info"):
+            assert main(["cache", command]) == 2
+            err = capsys.readouterr().err
+            assert "the disk cache at /proc/nvrtc-engine-test is unusable" in err, command
     assert warnings.formatwarning is before
     line = _one_line_warning(UserWarning("disk cache at X is unusable"), UserWarning, "f", 1)
     assert line == "nvrtc-engine: warning: disk cache at X is unusable\n"
@@ -85,8 +84,10 @@ def test_cli_warnings_carry_one_prefix(tmp_path):
     env = {**os.environ, "NVRTC_ENGINE_CACHE_DIR": "/proc/nvrtc-engine-test"}
     done = subprocess.run([sys.executable, "-m", "nvrtc_engine.cli", "cache", "info"], env=env,
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 2, done.stderr
     assert "nvrtc-engine: warning: disk cache at /proc/nvrtc-engine-test is unusable" in (
+        done.stderr)  # fmt: skip
+    assert "nvrtc-engine: error: the disk cache at /proc/nvrtc-engine-test is unusable" in (
         done.stderr)  # fmt: skip
     assert "nvrtc_engine:" not in done.stderr
     line = _one_line_warning(UserWarning("nvrtc_engine: disk cache at X"), UserWarning, "f", 1)
