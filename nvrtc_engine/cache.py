@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import CacheWarning, warn_once
+from .errors import CacheWarning, warn, warn_once
 from .index import KeyIndex
 from .kernel import Artifact
 
@@ -172,7 +172,6 @@ def warn_unusable(directory: Path | str, why: str) -> None:
         "memory only. Set NVRTC_ENGINE_CACHE_DIR to a writable directory, or "
         "NVRTC_ENGINE_DISABLE_DISK_CACHE=1 to silence this.",
         CacheWarning,
-        stacklevel=4,
     )  # fmt: skip
 
 
@@ -185,7 +184,6 @@ def warn_read_only(directory: Path | str, why: str) -> None:
         "are read, new ones are kept in memory only. Set NVRTC_ENGINE_CACHE_DIR to a writable "
         "directory to keep them, or NVRTC_ENGINE_DISABLE_DISK_CACHE=1 to silence this.",
         CacheWarning,
-        stacklevel=4,
     )  # fmt: skip
 
 
@@ -451,12 +449,11 @@ class DiskCache:
             lock = filelock.FileLock(str(path))
             lock.acquire(timeout=timeout, poll_interval=0.005)
         except filelock.Timeout:
-            warnings.warn(
+            warn(
                 f"nvrtc_engine: waited {timeout:g} s for {path}, held by another process "
                 "compiling the same kernel; compiling without it (NVRTC_ENGINE_LOCK_TIMEOUT "
                 "sets the wait)",
                 CacheWarning,
-                stacklevel=3,
             )
             return _KeyLock(None, False)
         except OSError:
