@@ -255,20 +255,13 @@ def _check_read_only(directory, keys):
     assert _files(directory) == before
 
 
-def test_a_cache_diskcache_cannot_open_for_writing_is_read_read_only(isolated_cache, monkeypatch):
+def test_a_cache_diskcache_cannot_open_for_writing_is_read_read_only(
+    isolated_cache, read_only_diskcache
+):
     """diskcache opens a cache for writing (it writes its settings on open); where that fails
-    and the database can be read, the cache is read without it (here diskcache is made to
-    fail as it does in a read-only directory: root, who runs some CI, ignores permissions)."""
-    import sqlite3
-
-    import diskcache
-
+    and the database can be read, the cache is read without it."""
     keys = _read_only_cache(isolated_cache)
-
-    def refuse(*args, **kwargs):
-        raise sqlite3.OperationalError("attempt to write a readonly database")
-
-    monkeypatch.setattr(diskcache, "Cache", refuse)
+    read_only_diskcache()
     _check_read_only(isolated_cache, keys)
 
 

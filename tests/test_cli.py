@@ -330,26 +330,15 @@ def test_prewarm_file_after_the_archs(tmp_path, capsys, isolated_cache):
     assert "prewarm needs a variant file" in capsys.readouterr().err
 
 
-def test_cache_commands_on_a_read_only_cache(capsys, monkeypatch, isolated_cache, tmp_path):
+def test_cache_commands_on_a_read_only_cache(capsys, isolated_cache, tmp_path, read_only_diskcache):
     """list, info and export read a read-only cache; verify, clear and import, which write,
-    exit 2 saying so (diskcache is made to fail as it does in a read-only directory)."""
-    import sqlite3
+    exit 2 saying so."""
     import warnings
-
-    import diskcache
-
-    import nvrtc_engine as ne
 
     main(["demo", "--arch", "sm_90", "--no-run"])
     assert main(["cache", "export", str(tmp_path / "k.zip")]) == 0
-    ne.config.reset()  # the engine opens the directory again
-    ne.clear_cache(disk=False)
+    read_only_diskcache()
     capsys.readouterr()
-
-    def refuse(*args, **kwargs):
-        raise sqlite3.OperationalError("attempt to write a readonly database")
-
-    monkeypatch.setattr(diskcache, "Cache", refuse)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the engine's one CacheWarning (tested elsewhere)
         assert main(["cache", "list"]) == 0
@@ -393,28 +382,17 @@ def test_prewarm_without_a_disk_cache_exits_2_and_compiles_nothing(
 
 
 def test_prewarm_into_a_read_only_cache_fails_for_what_it_cannot_store(
-    capsys, monkeypatch, isolated_cache, tmp_path
+    capsys, isolated_cache, tmp_path, read_only_diskcache
 ):
-    import sqlite3
     import warnings
-
-    import diskcache
-
-    import nvrtc_engine as ne
 
     one = tmp_path / "one.toml"
     one.write_text(VARIANTS.replace('["bf16", "fp8_e4m3"]', '"bf16"'))
     both = tmp_path / "both.toml"
     both.write_text(VARIANTS)
     assert main(["prewarm", str(one), "--no-progress"]) == 0
-    ne.config.reset()  # the engine opens the directory again: read-only
-    ne.clear_cache(disk=False)
+    read_only_diskcache()
     capsys.readouterr()
-
-    def refuse(*args, **kwargs):
-        raise sqlite3.OperationalError("attempt to write a readonly database")
-
-    monkeypatch.setattr(diskcache, "Cache", refuse)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the engine's one CacheWarning (tested elsewhere)
         assert main(["prewarm", str(one), "--no-progress"]) == 0  # all there: warm
