@@ -9,7 +9,9 @@ headers are used) and :data:`SCHEMA`; never an install path. An entry is one byt
 where the header records the key, symbols, digest, NVRTC version, options, compile time and
 the SHA-256 of the image. Every load checks magic, lengths, schema, digest and hash; any
 mismatch (truncated write, garbage, a stale format) is a miss, and the bad entry is removed.
-A directory that cannot be opened or written degrades to memory-only with one warning.
+A directory that cannot be opened or written degrades to memory-only with one warning; one
+that holds a cache and can be read but not written is opened read-only (:class:`_ReadOnlyStore`):
+its kernels are read, new ones are kept in memory only, with one warning.
 
 Processes sharing a directory compile each digest once: :meth:`DiskCache.lock` is an OS file
 lock (``flock``, through ``filelock``) on one of 4096 lock files picked by the digest, taken
@@ -26,16 +28,20 @@ import hashlib
 import json
 import os
 import struct
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .errors import CacheWarning, warn_once
+from .errors import CacheWarning, warn, warn_once
 from .index import KeyIndex
 from .kernel import Artifact
+
+if TYPE_CHECKING:
+    import sqlite3
 
 __all__ = [
     "LOCK_STRIPE_CHARS",
@@ -48,6 +54,7 @@ __all__ = [
     "decode_entry",
     "encode_entry",
     "target_arch",
+    "warn_read_only",
     "warn_unusable",
 ]
 
@@ -165,8 +172,121 @@ def warn_unusable(directory: Path | str, why: str) -> None:
         "memory only. Set NVRTC_ENGINE_CACHE_DIR to a writable directory, or "
         "NVRTC_ENGINE_DISABLE_DISK_CACHE=1 to silence this.",
         CacheWarning,
-        stacklevel=4,
     )  # fmt: skip
+
+
+def warn_read_only(directory: Path | str, why: str) -> None:
+    """Warn (:class:`CacheWarning`) that a cache directory is read-only, once per directory
+    (the same once as :func:`warn_unusable`: a directory warns one way or the other)."""
+    warn_once(
+        "cache", str(directory),
+        f"nvrtc_engine: disk cache at {directory} is read-only ({why}); kernels already there "
+        "are read, new ones are kept in memory only. Set NVRTC_ENGINE_CACHE_DIR to a writable "
+        "directory to keep them, or NVRTC_ENGINE_DISABLE_DISK_CACHE=1 to silence this.",
+        CacheWarning,
+    )  # fmt: skip
+
+
+class _ReadOnlyStore:
+    """The reading part of ``diskcache.Cache``'s interface over its database opened read-only.
+
+    ``diskcache`` 5.6 has no read-only mode: opening a ``Cache`` writes its settings, and
+    every ``get`` under least-recently-used eviction counts the use in a write transaction,
+    which a read-only directory or database refuses ("attempt to write a readonly
+    database"). This reads the same tables with SQLite opened read-only, and leaves the value
+    files' format to ``diskcache.Disk``. It has no writing methods; :class:`DiskCache` never
+    calls them on a read-only cache.
+
+    SQLite opens the database ``mode=ro`` where its writers left (or let it create) the
+    ``-shm`` file of write-ahead logging, else (a read-only directory of a cache no process
+    has open) ``immutable=1``, which reads the database file as it stands. Should a writer
+    change it meanwhile, a read may fail or find a damaged entry: a miss, as every entry is
+    verified (SHA-256) on load.
+    """
+
+    def __init__(self, directory: str) -> None:
+        import diskcache
+        from diskcache.core import DBNAME
+
+        self.directory = directory
+        self._disk = diskcache.Disk(directory, min_file_size=0)
+        self._uri = Path(directory, DBNAME).absolute().as_uri()
+        self._local = threading.local()
+        self.size_limit = int(self._setting("size_limit"))  # raises if it cannot be read
+
+    @classmethod
+    def open(cls, directory: Path) -> _ReadOnlyStore | None:
+        """The store of the cache in ``directory`` (diskcache's), or ``None`` where there is
+        no database or it cannot be read."""
+        from diskcache.core import DBNAME
+
+        if not (directory / DBNAME).is_file():
+            return None
+        try:
+            return cls(str(directory))
+        except Exception:
+            return None
+
+    def _connect(self) -> sqlite3.Connection:
+        import sqlite3  # (not imported by a warm process, which reads through the key index)
+
+        error: Exception = sqlite3.OperationalError("unreachable")
+        for flag in ("mode=ro", "immutable=1"):
+            con = sqlite3.connect(f"{self._uri}?{flag}", uri=True)
+            try:
+                con.execute("SELECT COUNT(*) FROM Settings").fetchall()
+                return con
+            except sqlite3.Error as exc:
+                con.close()
+                error = exc
+        raise error
+
+    @property
+    def _sql(self) -> Any:
+        # one connection per thread and process, as diskcache keeps them
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid():
+            local.pid, local.con = os.getpid(), None
+        if local.con is None:
+            local.con = self._connect()
+        return local.con.execute
+
+    def _setting(self, name: str) -> Any:
+        ((value,),) = self._sql("SELECT value FROM Settings WHERE key = ?", (name,)).fetchall()
+        return value
+
+    def _row(self, key: str) -> Any:
+        db_key, raw = self._disk.put(key)
+        rows = self._sql(
+            "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = ?", (db_key, raw)
+        ).fetchall()
+        return rows[0] if rows else None
+
+    def get(self, key: str, default: Any = None, read: bool = False, retry: bool = False) -> Any:
+        row = self._row(key)
+        return default if row is None else self._disk.fetch(*row, read)
+
+    def __contains__(self, key: str) -> bool:
+        return self._row(key) is not None
+
+    def __len__(self) -> int:
+        return int(self._setting("count"))
+
+    def volume(self) -> int:
+        ((pages,),) = self._sql("PRAGMA page_count").fetchall()
+        ((page_size,),) = self._sql("PRAGMA page_size").fetchall()
+        return int(pages) * int(page_size) + int(self._setting("size"))
+
+    def iterkeys(self) -> Iterator[str]:
+        rows = self._sql("SELECT key, raw FROM Cache ORDER BY key, raw").fetchall()
+        for key, raw in rows:
+            yield self._disk.get(key, raw)
+
+    def close(self) -> None:
+        con = getattr(self._local, "con", None)
+        if con is not None and getattr(self._local, "pid", None) == os.getpid():
+            con.close()
+        self._local.con = None
 
 
 @dataclass(frozen=True)
@@ -213,8 +333,9 @@ class DiskCache:
     """Verified kernel images in a ``diskcache.Cache`` (SQLite index + files), LRU-capped.
 
     Use :meth:`open`, which returns ``None`` (after one warning) when the directory is
-    unusable. Reads never raise: a damaged or unreadable entry is a miss and is removed.
-    A failing write disables further writes with one warning.
+    unusable, and a ``read_only`` cache (after one warning) when it holds a cache that can be
+    read but not written. Reads never raise: a damaged or unreadable entry is a miss and is
+    removed (left, when read-only). A failing write disables further writes with one warning.
 
     ``diskcache`` writes a value of 32 KiB or more to a new, randomly named file (opened
     with ``O_EXCL``) before the SQLite transaction that points the index at it commits, and
@@ -223,10 +344,11 @@ class DiskCache:
     and the hash check on every load catches what the file system lost after a crash.
     """
 
-    def __init__(self, directory: Path, store: Any) -> None:
+    def __init__(self, directory: Path, store: Any, *, read_only: bool = False) -> None:
         self.directory = directory
         self._store = store
-        self._writable = True
+        self.read_only = read_only  # found read-only when opened: nothing is written
+        self._writable = not read_only
 
     @classmethod
     def open(cls, directory: Path, size_limit: int) -> DiskCache | None:
@@ -248,8 +370,14 @@ class DiskCache:
             )
             return cls(directory, store)
         except Exception as exc:  # permission, read-only FS, damaged database, missing HOME
-            warn_unusable(directory, f"{type(exc).__name__}: {exc}")
-            return None
+            why = f"{type(exc).__name__}: {exc}"
+        # a cache that can be read but not written: its kernels are still worth reading
+        read_only = _ReadOnlyStore.open(directory / ENTRIES_DIR)
+        if read_only is not None:
+            warn_read_only(directory, why)
+            return cls(directory, read_only, read_only=True)
+        warn_unusable(directory, why)
+        return None
 
     def get(self, digest: str) -> Artifact | None:
         """The verified artifact for ``digest``, or ``None`` (missing, damaged, unreadable)."""
@@ -321,12 +449,11 @@ class DiskCache:
             lock = filelock.FileLock(str(path))
             lock.acquire(timeout=timeout, poll_interval=0.005)
         except filelock.Timeout:
-            warnings.warn(
+            warn(
                 f"nvrtc_engine: waited {timeout:g} s for {path}, held by another process "
                 "compiling the same kernel; compiling without it (NVRTC_ENGINE_LOCK_TIMEOUT "
                 "sets the wait)",
                 CacheWarning,
-                stacklevel=3,
             )
             return _KeyLock(None, False)
         except OSError:
@@ -334,6 +461,8 @@ class DiskCache:
         return _KeyLock(lock, True)
 
     def delete(self, digest: str) -> None:
+        if self.read_only:
+            return
         with contextlib.suppress(Exception):
             self._store.delete(digest, retry=True)
 
@@ -408,7 +537,10 @@ class DiskCache:
 
         Safe while other processes use the cache: at worst a value file a writer has not
         committed yet is taken for an orphan, and that kernel is compiled once more later.
+        A read-only cache is checked, never fixed, and without diskcache's index check (it
+        needs a write transaction).
         """
+        fix = fix and not self.read_only
         bad: list[BadEntry] = []
         checked = 0
         for digest in self.digests():
@@ -435,6 +567,8 @@ class DiskCache:
     def _check_index(self, fix: bool) -> list[str]:
         # diskcache returns what it found as warning records (and repairs it with fix); it
         # records them under the caller's filters, so they must not be errors or ignored
+        if self.read_only:
+            return []
         with warnings.catch_warnings():
             warnings.simplefilter("always")
             try:
@@ -443,7 +577,10 @@ class DiskCache:
                 return [f"index check failed: {type(exc).__name__}: {exc}"]
 
     def clear(self) -> int:
-        """Remove every entry and the key index; returns the number of entries removed."""
+        """Remove every entry and the key index; returns the number of entries removed (0 for
+        a read-only cache, which is left as it is)."""
+        if self.read_only:
+            return 0
         self.index.clear()
         try:
             return int(self._store.clear(retry=True))

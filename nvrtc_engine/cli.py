@@ -60,25 +60,50 @@ def _file_after_archs(file: str | None, archs: list[str] | None) -> tuple[str, l
 
 
 def _cmd_prewarm(args: argparse.Namespace) -> int:
+    """Prewarm fills the disk cache: what it compiles into this process's memory ends with
+    the command. So no disk cache is an error before anything is compiled (exit code 2), and
+    kernels compiled but not stored (a read-only cache) a failure (exit code 1)."""
+    from .errors import NvrtcEngineError
     from .prewarm import prewarm
 
     file, archs = _file_after_archs(args.file, args.arch)
     arch = _arch_options(archs)
+    try:
+        disk = _open_disk()
+    except NvrtcEngineError as exc:
+        raise NvrtcEngineError(
+            f"{exc}; nothing was compiled: prewarm stores its kernels in the disk cache, and "
+            "without one they would be lost when this command exits"
+        ) from None
     report = prewarm(file, arch=arch, workers=args.workers, progress=not args.no_progress)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         print(report.summary())
+    if disk.read_only and report.compiled:
+        print(
+            f"nvrtc-engine: error: the disk cache at {disk.directory} is read-only (the warning "
+            f"above says why): kernels compiled but not stored: {len(report.compiled)}",
+            file=sys.stderr,
+        )
+        return 1
     return 0 if report.ok else 1
 
 
-def _open_disk() -> Any:
+def _open_disk(*, writes: str | None = None) -> Any:
+    """The disk cache, else an :class:`NvrtcEngineError` (exit code 2) saying why there is
+    none; for the command ``writes`` names, a read-only cache is such an error too."""
     from .engine import default_engine
     from .errors import NvrtcEngineError
 
     disk = default_engine().disk()
     if disk is None:
         raise NvrtcEngineError(_no_disk_reason())
+    if writes is not None and disk.read_only:
+        raise NvrtcEngineError(
+            f"the disk cache at {disk.directory} is read-only (the warning above says why); "
+            f"{writes} needs to write to it"
+        )
     return disk
 
 
@@ -101,15 +126,18 @@ def _no_disk_reason() -> str:
 def _cache_info(args: argparse.Namespace) -> int:
     from .api import cache_info
 
+    # no disk cache: an error, as for the other cache commands (this process's memory cache,
+    # which cache_info() also counts, is empty on the command line: nothing else to report)
+    _open_disk()
     info = cache_info()
     if args.json:
         print(json.dumps(info.__dict__, indent=2))
     else:
-        print(f"directory:  {info.directory or '(none: ' + _no_disk_reason() + ')'}")
+        read_only = " (read-only)" if info.read_only else ""
+        print(f"directory:  {info.directory}{read_only}")
         print(f"entries:    {info.entries}")
         print(f"bytes:      {info.bytes}")
-        note = "" if info.directory else " (configured; no disk cache)"
-        print(f"size limit: {info.size_limit}{note}")
+        print(f"size limit: {info.size_limit}")
     return 0
 
 
@@ -164,7 +192,7 @@ def format_table(
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
-    report = _open_disk().verify(fix=True)
+    report = _open_disk(writes="cache verify").verify(fix=True)
     for bad in report.bad:
         print(f"removed {bad.key} ({bad.digest[:12]}): {bad.reason}")
     for problem in report.problems:
@@ -176,7 +204,7 @@ def _cache_verify(args: argparse.Namespace) -> int:
 def _cache_clear(args: argparse.Namespace) -> int:
     from .api import cache_info, clear_cache
 
-    _open_disk()  # no disk cache: an error, as for verify, list, export and import
+    _open_disk(writes="cache clear")  # no disk cache: an error, as for the other commands
     info = cache_info()
     clear_cache()
     print(f"cleared {info.entries} entries ({info.bytes} bytes) from {info.directory}")
@@ -196,6 +224,7 @@ def _cache_export(args: argparse.Namespace) -> int:
 def _cache_import(args: argparse.Namespace) -> int:
     from .bundle import import_bundle
 
+    _open_disk(writes="cache import")
     report = import_bundle(args.bundle)
     print(f"imported {len(report.keys)} kernels (NVRTC {report.nvrtc_version}) from {report.path}")
     return 0

@@ -97,6 +97,15 @@ _ALIASES: dict[str, str] = {
     "float4_e2m1fn_x2": "fp4_e2m1",
 }  # fmt: skip
 
+# Every spelling dtype_name accepts, as an error message lists it: the canonical names, then
+# each alias as "alias -> name" (so "fp8 -> fp8_e4m3, e5m2 -> fp8_e5m2" cannot be read as
+# e5m2 being another fp8 alias). A suggestion comes from these spellings only.
+_ACCEPTED = (
+    ", ".join(sorted(DTYPES))
+    + "; aliases: "
+    + ", ".join(f"{alias} -> {name}" for alias, name in _ALIASES.items() if alias != name)
+)
+
 
 def _suggestion(value: Any, text: str) -> str:
     """``"did you mean X?"`` for a misspelled dtype name, else ``""``.
@@ -125,8 +134,9 @@ def _suggestion(value: Any, text: str) -> str:
 def dtype_name(value: Any, field: str = "dtype") -> str:
     """Canonical dtype name of ``value``: a name, alias, or numpy/ml_dtypes/torch dtype.
 
-    Raises :class:`~nvrtc_engine.VariantError` naming ``field`` and the allowed names, with
-    the closest accepted spelling (name or alias) when a misspelled name was given.
+    Raises :class:`~nvrtc_engine.VariantError` naming ``field``, the allowed names and every
+    alias (``alias -> name``), with the closest of those spellings when a misspelled name
+    was given.
     """
     if isinstance(value, DType):
         return value.name
@@ -139,9 +149,7 @@ def dtype_name(value: Any, field: str = "dtype") -> str:
         text = str(text).removeprefix("torch.")
     canonical = _ALIASES.get(text.strip().lower())
     if canonical is None:
-        aliases = "aliases: fp8=e4m3, e5m2, half, ..."
-        close = _suggestion(value, text.strip().lower())
-        raise VariantError(field, value, sorted(DTYPES), f"{close} {aliases}" if close else aliases)
+        raise VariantError(field, value, _ACCEPTED, _suggestion(value, text.strip().lower()))
     return canonical
 
 

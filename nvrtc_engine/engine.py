@@ -51,6 +51,8 @@ class CacheInfo:
         bytes: bytes the disk cache uses on disk.
         directory: the disk cache directory, or ``None`` when memory-only.
         size_limit: the disk cache's size cap in bytes (memory-only: the configured cap).
+        read_only: the disk cache directory could be read but not written: its kernels are
+            read, new ones are kept in memory only.
     """
 
     hits: int
@@ -62,6 +64,7 @@ class CacheInfo:
     bytes: int
     directory: str | None
     size_limit: int = 0
+    read_only: bool = False
 
 
 class _Flight:
@@ -182,6 +185,7 @@ class Engine:
             bytes=disk.volume() if disk is not None else 0,
             directory=str(disk.directory) if disk is not None else None,
             size_limit=disk.size_limit if disk is not None else config.settings().cache_size_limit,
+            read_only=disk is not None and disk.read_only,
         )
 
     def clear(self, *, memory: bool = True, disk: bool = True) -> None:
@@ -284,9 +288,10 @@ class Engine:
             return artifact, "disk"
         rendered, options, _header_version, digest = self.artifact_digest(key)
         disk = self.disk()
-        if disk is None:
+        found = disk.get_located(digest) if disk is not None else None
+        if found is None and (disk is None or disk.read_only):  # nowhere to store it
             return self._compile(key, rendered, options, digest), "compiled"
-        found = disk.get_located(digest)
+        assert disk is not None
         if found is None:
             with disk.lock(digest, config.settings().lock_timeout):
                 found = disk.get_located(digest)  # another process may have stored it
@@ -338,7 +343,8 @@ class Engine:
         header, artifact, file = found
         if not _artifact_is_for(key, header, artifact, record):
             return None
-        found_index.touch(name, record, self._entry_file(disk, key, artifact, file))
+        if not disk.read_only:
+            found_index.touch(name, record, self._entry_file(disk, key, artifact, file))
         return artifact
 
     def _entry_file(
@@ -360,9 +366,10 @@ class Engine:
         cuda_headers: bool,
     ) -> None:
         """Record ``key`` -> ``artifact.digest`` in the key index, after the full path found
-        or built it. Records nothing unless every input of the digest can be re-checked."""
+        or built it. Records nothing unless every input of the digest can be re-checked, and
+        nothing in a read-only cache."""
         fingerprint = environment_fingerprint()
-        if fingerprint is None:
+        if fingerprint is None or disk.read_only:
             return
         lib = nvrtc.library_record()  # NVRTC is loaded: the digest needed its version
         if lib is None or artifact.nvrtc_version != nvrtc.nvrtc_version():

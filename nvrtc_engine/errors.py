@@ -20,6 +20,7 @@ failures). All of them survive pickling, so they cross process pools intact::
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Sequence
@@ -194,14 +195,29 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
-def warn_once(
-    kind: str, subject: str, message: str, category: type[Warning], stacklevel: int = 2
-) -> None:
-    """``warnings.warn(message, category)`` the first time this process sees ``(kind,
-    subject)`` (e.g. an unusable cache directory), thread-safe; ``stacklevel`` as
-    ``warnings.warn`` would take it in the caller."""
+# The package's own frames: its modules' code objects carry paths under this directory, in
+# the form the import system gave them (absolute, or relative to a relative sys.path entry).
+_PACKAGE_DIR = os.path.dirname(__file__) + os.sep
+
+
+def warn(message: str, category: type[Warning]) -> None:
+    """``warnings.warn(message, category)`` attributed to the first frame outside this
+    package: the caller's line that called ``get_kernel``, ``prewarm``, a kernel..., however
+    deep in the engine the warning arose (Python 3.12's ``skip_file_prefixes``, for every
+    supported Python). With no such frame, the outermost one."""
+    frame = sys._getframe(1)
+    level = 2  # warnings.warn's stacklevel of ``frame``: 1 is this function
+    while frame.f_code.co_filename.startswith(_PACKAGE_DIR) and frame.f_back is not None:
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+def warn_once(kind: str, subject: str, message: str, category: type[Warning]) -> None:
+    """:func:`warn` the first time this process sees ``(kind, subject)`` (e.g. an unusable
+    cache directory), thread-safe."""
     with _warned_once_lock:
         if (kind, subject) in _warned_once:
             return
         _warned_once.add((kind, subject))
-    warnings.warn(message, category, stacklevel=stacklevel + 1)
+    warn(message, category)

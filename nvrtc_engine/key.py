@@ -66,6 +66,16 @@ def parse_arch(value: Any) -> str:
     return f"sm_{number}{suffix}"
 
 
+def _one_of(field: str, value: Any, choices: tuple[str, ...]) -> str:
+    """``value`` as one of ``choices`` (lower-case names), matched in any case and without
+    surrounding blanks: ``"MXFP8"`` -> ``"mxfp8"``. Raises :class:`VariantError` naming
+    ``field`` and ``choices``, with the closest one for a misspelled name."""
+    text = value.strip().lower() if isinstance(value, str) else value
+    if isinstance(text, str) and text in choices:
+        return text
+    raise VariantError(field, value, choices, did_you_mean(text, choices))
+
+
 def arch_number(arch: str) -> int:
     """The compute capability as an int: ``sm_90a`` -> 90."""
     return int(arch[3:].rstrip("af"))
@@ -80,8 +90,8 @@ class KernelKey:
             stored lower-case (``GELU`` -> ``gelu``).
         in_dtype / out_dtype: canonical dtype names (aliases and dtype objects accepted).
         scaling: ``none`` (high-precision output), ``tensor`` (per-tensor FP8 scale, amax and
-            scale_inv), ``mxfp8`` or ``nvfp4``.
-        layout: ``rowwise``, ``columnwise`` or ``both``.
+            scale_inv), ``mxfp8`` or ``nvfp4``; given in any case and stored lower-case.
+        layout: ``rowwise``, ``columnwise`` or ``both``, in any case (stored lower-case).
         hidden_size: the size of the last dimension compiled into the kernel, or ``None`` for
             the general kernel that takes it at run time.
         arch: compile target, ``sm_90``, ``sm_90a``, ``sm_100a``...
@@ -107,12 +117,8 @@ class KernelKey:
         set_(self, "op", spec.name)  # "GELU" -> "gelu": the key, symbol and cache use this
         set_(self, "in_dtype", dtype_name(self.in_dtype, "in_dtype"))
         set_(self, "out_dtype", dtype_name(self.out_dtype, "out_dtype"))
-        if self.scaling not in SCALINGS:
-            raise VariantError(
-                "scaling", self.scaling, SCALINGS, did_you_mean(self.scaling, SCALINGS)
-            )
-        if self.layout not in LAYOUTS:
-            raise VariantError("layout", self.layout, LAYOUTS, did_you_mean(self.layout, LAYOUTS))
+        set_(self, "scaling", _one_of("scaling", self.scaling, SCALINGS))
+        set_(self, "layout", _one_of("layout", self.layout, LAYOUTS))
         hs = self.hidden_size
         if hs is not None and (
             isinstance(hs, bool) or not isinstance(hs, int) or not 1 <= hs <= MAX_HIDDEN_SIZE

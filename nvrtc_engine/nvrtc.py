@@ -304,7 +304,6 @@ def _warn_debug_dir(directory: Path, exc: OSError) -> None:
         "compile, without their sources written. Set NVRTC_ENGINE_DEBUG_DIR to a writable "
         "directory.",
         RuntimeWarning,
-        stacklevel=4,
     )  # fmt: skip
 
 

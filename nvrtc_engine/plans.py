@@ -35,11 +35,11 @@ from __future__ import annotations
 
 import functools
 import sys
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from . import driver
 from .driver import _streams
+from .errors import warn
 from .interop import TORCH_TYPES, explicit_stream, torch_stream_getter
 
 if TYPE_CHECKING:
@@ -138,11 +138,10 @@ def _mismatch(kernel: Kernel, slot: int, ref: Ptr | Float | None) -> None:
     if kernel.name not in _warned:
         _warned.add(kernel.name)
         what = "no reference" if ref is None else f"{type(ref).__name__}({ref.index})"
-        warnings.warn(
+        warn(
             f"{kernel.name}: launch parameter {slot} does not match its reference ({what}); "
             "calls take the checked path (a bug in nvrtc_engine: please report it)",
             RuntimeWarning,
-            stacklevel=4,
         )
     return None
 

@@ -45,3 +45,24 @@ def isolated_cache(tmp_path, monkeypatch):
     ne.clear_cache(disk=False)
     ne.clear_cache(memory=False)
     config.reset()
+
+
+@pytest.fixture
+def read_only_diskcache(monkeypatch):
+    """A function that makes ``diskcache`` refuse to open a cache as it does in a read-only
+    directory (root, who runs some CI, ignores permissions) and has the default engine open
+    its directory again, so that it reads it read-only."""
+
+    def apply() -> None:
+        import sqlite3
+
+        import diskcache
+
+        def refuse(*args, **kwargs):
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+
+        monkeypatch.setattr(diskcache, "Cache", refuse)
+        config.reset()
+        ne.clear_cache(disk=False)
+
+    return apply

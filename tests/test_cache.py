@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -210,6 +211,74 @@ def test_read_only_cache_dir_degrades_to_memory(tmp_path, monkeypatch):
     ne.clear_cache()
     with pytest.warns(CacheWarning):
         assert ne.get_kernel("gelu", dtype="bf16", arch="sm_90").origin == "compiled"
+
+
+def _files(directory):
+    """``{relative path: (size, mtime_ns)}`` of the files under ``directory`` (SQLite's
+    ``-shm``/``-wal`` files of a read-only reader aside)."""
+    return {
+        str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in directory.rglob("*")
+        if p.is_file() and not p.name.endswith(("-shm", "-wal"))
+    }
+
+
+def _read_only_cache(directory):
+    """Two kernels (bf16, fp16) in ``directory``'s disk cache, without their key index
+    records (so that lookups go through the database); the keys of those and of a third."""
+    keys = [make_key("gelu", dtype=d, arch="sm_90") for d in ("bf16", "fp16", "fp32")]
+    writer = Engine()
+    for k in keys[:2]:
+        writer.get(k)
+    writer.disk().close()
+    shutil.rmtree(directory / "index", ignore_errors=True)  # (none: a racy fingerprint)
+    return keys
+
+
+def _check_read_only(directory, keys):
+    """A fresh engine reads the two stored kernels, compiles the third into memory only,
+    warns once, and writes nothing to ``directory``."""
+    before = _files(directory)
+    engine = Engine()
+    with pytest.warns(CacheWarning, match="is read-only .*kernels already there are read") as w:
+        origins = [engine.get(k).origin for k in keys]
+        again = Engine().get(keys[2])  # a new kernel again: compiled, not found
+    assert len(w) == 1
+    assert origins == ["disk", "disk", "compiled"] and again.origin == "compiled"
+    assert (engine.compiles, engine.disk_hits) == (1, 2)
+    info = engine.info()
+    assert info.read_only and info.directory == str(directory) and info.entries == 2
+    assert info.bytes > 0 and info.size_limit == ne.config.settings().cache_size_limit
+    disk = engine.disk()
+    assert sorted(h["key"] for _d, h, _a in disk.entries()) == sorted(map(str, keys[:2]))
+    assert disk.verify().checked == 2 and disk.clear() == 0
+    assert _files(directory) == before
+
+
+def test_a_cache_diskcache_cannot_open_for_writing_is_read_read_only(
+    isolated_cache, read_only_diskcache
+):
+    """diskcache opens a cache for writing (it writes its settings on open); where that fails
+    and the database can be read, the cache is read without it."""
+    keys = _read_only_cache(isolated_cache)
+    read_only_diskcache()
+    _check_read_only(isolated_cache, keys)
+
+
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0, reason="root ignores directory permissions"
+)
+def test_a_read_only_cache_directory_is_read(isolated_cache):
+    keys = _read_only_cache(isolated_cache)
+    modes = {}
+    for path in [isolated_cache, *isolated_cache.rglob("*")]:
+        modes[path] = path.stat().st_mode
+        path.chmod(modes[path] & ~0o222)
+    try:
+        _check_read_only(isolated_cache, keys)
+    finally:
+        for path, mode in modes.items():
+            path.chmod(mode)
 
 
 def test_disable_disk_cache(monkeypatch, isolated_cache):

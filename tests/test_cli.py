@@ -57,14 +57,11 @@ def test_cache_commands_without_a_disk_cache_say_why(capsys, monkeypatch, isolat
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
     config.reset()
     ne.clear_cache(disk=False)
-    for command in ("clear", "verify", "list"):
-        assert main(["cache", command]) == 2, command
-        assert "the disk cache is disabled (NVRTC_ENGINE_DISABLE_DISK_CACHE=1" in (
-            capsys.readouterr().err)  # fmt: skip
-    assert main(["cache", "info"]) == 0
-    out = capsys.readouterr().out
-    assert "(none: the disk cache is disabled" in out
-    assert f"size limit: {config.settings().cache_size_limit} (configured" in out
+    for command in (["clear"], ["verify"], ["list"], ["info"], ["info", "--json"]):
+        assert main(["cache", *command]) == 2, command
+        captured = capsys.readouterr()
+        assert "the disk cache is disabled (NVRTC_ENGINE_DISABLE_DISK_CACHE=1" in captured.err
+        assert captured.out == "", command
     # the command line prints warnings on one line (_one_line_warning); Python's format is
     # back afterwards
     before = warnings.formatwarning
@@ -74,8 +71,10 @@ def test_cache_commands_without_a_disk_cache_say_why(capsys, monkeypatch, isolat
     ne.clear_cache(disk=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the engine's one CacheWarning (tested elsewhere)
-        assert main(["cache", "clear"]) == 2
-    assert "the disk cache at /proc/nvrtc-engine-test is unusable" in capsys.readouterr().err
+        for command in ("clear", "info"):
+            assert main(["cache", command]) == 2
+            err = capsys.readouterr().err
+            assert "the disk cache at /proc/nvrtc-engine-test is unusable" in err, command
     assert warnings.formatwarning is before
     line = _one_line_warning(UserWarning("disk cache at X is unusable"), UserWarning, "f", 1)
     assert line == "nvrtc-engine: warning: disk cache at X is unusable\n"
@@ -85,8 +84,10 @@ def test_cli_warnings_carry_one_prefix(tmp_path):
     env = {**os.environ, "NVRTC_ENGINE_CACHE_DIR": "/proc/nvrtc-engine-test"}
     done = subprocess.run([sys.executable, "-m", "nvrtc_engine.cli", "cache", "info"], env=env,
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 2, done.stderr
     assert "nvrtc-engine: warning: disk cache at /proc/nvrtc-engine-test is unusable" in (
+        done.stderr)  # fmt: skip
+    assert "nvrtc-engine: error: the disk cache at /proc/nvrtc-engine-test is unusable" in (
         done.stderr)  # fmt: skip
     assert "nvrtc_engine:" not in done.stderr
     line = _one_line_warning(UserWarning("nvrtc_engine: disk cache at X"), UserWarning, "f", 1)
@@ -327,3 +328,77 @@ def test_prewarm_file_after_the_archs(tmp_path, capsys, isolated_cache):
     assert "argument --arch: sm_95 is not allowed" in capsys.readouterr().err
     assert main(["prewarm", "--arch", "sm_90"]) == 2
     assert "prewarm needs a variant file" in capsys.readouterr().err
+
+
+def test_cache_commands_on_a_read_only_cache(capsys, isolated_cache, tmp_path, read_only_diskcache):
+    """list, info and export read a read-only cache; verify, clear and import, which write,
+    exit 2 saying so."""
+    import warnings
+
+    main(["demo", "--arch", "sm_90", "--no-run"])
+    assert main(["cache", "export", str(tmp_path / "k.zip")]) == 0
+    read_only_diskcache()
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the engine's one CacheWarning (tested elsewhere)
+        assert main(["cache", "list"]) == 0
+        assert "4 entries" in capsys.readouterr().out
+        assert main(["cache", "info"]) == 0
+        assert f"directory:  {isolated_cache} (read-only)" in capsys.readouterr().out
+        assert main(["cache", "export", str(tmp_path / "again.zip")]) == 0
+        for command in (["verify"], ["clear"], ["import", str(tmp_path / "k.zip")]):
+            assert main(["cache", *command]) == 2, command
+            err = capsys.readouterr().err
+            assert f"the disk cache at {isolated_cache} is read-only" in err, command
+            assert f"cache {command[0]} needs to write to it" in err, command
+
+
+@pytest.mark.parametrize("why", ["unusable", "disabled"])
+def test_prewarm_without_a_disk_cache_exits_2_and_compiles_nothing(
+    why, capsys, monkeypatch, tmp_path
+):
+    """The command line's prewarm is for a warm disk cache: its workers' kernels would come
+    back to this process's memory only, which ends with the command."""
+    import warnings
+
+    import nvrtc_engine as ne
+    from nvrtc_engine import config
+
+    good = tmp_path / "v.toml"
+    good.write_text(VARIANTS)
+    if why == "unusable":
+        monkeypatch.setenv("NVRTC_ENGINE_CACHE_DIR", "/proc/nvrtc-engine-test")
+    else:
+        monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    config.reset()
+    ne.clear_cache(disk=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the engine's one CacheWarning (tested elsewhere)
+        assert main(["prewarm", str(good), "--workers", "2", "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "nothing was compiled" in captured.err
+    assert ("is unusable" if why == "unusable" else "the disk cache is disabled") in captured.err
+    assert ne.cache_info().compiles == 0 and ne.cache_info().memory_entries == 0
+
+
+def test_prewarm_into_a_read_only_cache_fails_for_what_it_cannot_store(
+    capsys, isolated_cache, tmp_path, read_only_diskcache
+):
+    import warnings
+
+    one = tmp_path / "one.toml"
+    one.write_text(VARIANTS.replace('["bf16", "fp8_e4m3"]', '"bf16"'))
+    both = tmp_path / "both.toml"
+    both.write_text(VARIANTS)
+    assert main(["prewarm", str(one), "--no-progress"]) == 0
+    read_only_diskcache()
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the engine's one CacheWarning (tested elsewhere)
+        assert main(["prewarm", str(one), "--no-progress"]) == 0  # all there: warm
+        assert "1 already cached" in capsys.readouterr().out
+        assert main(["prewarm", str(both), "--workers", "1", "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert "1 compiled, 1 already cached, 0 failed" in captured.out
+    assert f"the disk cache at {isolated_cache} is read-only" in captured.err
+    assert "kernels compiled but not stored: 1" in captured.err

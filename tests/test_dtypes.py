@@ -42,8 +42,26 @@ def test_unknown_dtype_lists_allowed(bad):
 def test_misspelled_dtype_suggests_the_closest_spelling(bad, close):
     with pytest.raises(VariantError) as info:
         dtype_name(bad, "in_dtype")
-    assert f"(did you mean {close}? aliases:" in str(info.value)
+    assert f"(did you mean {close}?);" in str(info.value)
     assert info.value.field == "in_dtype"
+
+
+@pytest.mark.parametrize("bad", ["flaot32", "float33", "e5m3", "halff", "bf61", "fp8_e4m4"])
+def test_the_message_lists_every_alias_as_a_pair_and_suggests_only_what_it_lists(bad):
+    from nvrtc_engine.dtypes import _ALIASES
+
+    with pytest.raises(VariantError) as info:
+        dtype_name(bad)
+    message = str(info.value)
+    names, _, aliases = info.value.allowed.partition("; aliases: ")
+    accepted = names.split(", ") + [pair.split(" -> ")[0] for pair in aliases.split(", ")]
+    # each alias is "alias -> canonical": no reading "fp8=e4m3, e5m2" as e5m2 being fp8
+    for alias, name in _ALIASES.items():
+        assert (alias in names.split(", ")) if alias == name else f"{alias} -> {name}" in aliases
+    assert sorted(accepted) == sorted(_ALIASES)
+    suggested = message.split("did you mean ")[1].split("?")[0]
+    assert suggested in accepted
+    assert message.endswith(info.value.allowed)
 
 
 @pytest.mark.parametrize("other", ["float64", "int8", "float8_e4m3fnuz", np.float64, 3])

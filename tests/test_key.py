@@ -245,3 +245,21 @@ def test_get_kernel_reports_a_bad_field_before_asking_for_a_device(monkeypatch):
         ne.get_kernel("gelu", dtype="bf61")
     with pytest.raises(ne.NoDeviceError, match="arch='sm_90'"):
         ne.get_kernel("gelu", dtype="bf16")
+
+
+def test_scaling_and_layout_are_matched_in_any_case_and_stored_lower_case():
+    upper = make_key("gelu", dtype="fp8", scaling="MXFP8", layout="ROWWISE", arch="sm_100a")
+    lower = make_key("gelu", dtype="fp8", scaling="mxfp8", layout="rowwise", arch="sm_100a")
+    assert upper == lower and (upper.scaling, upper.layout) == ("mxfp8", "rowwise")
+    assert str(upper) == str(lower)
+    assert key(scaling=" Tensor ", layout="RowWise") == key()
+    # a misspelling in upper case is matched lower-case for the suggestion, and the error
+    # shows what was given
+    with pytest.raises(VariantError, match=r"\(did you mean rowwise\?\)") as info:
+        make_key("gelu", dtype="fp8", layout="ROWWIZE", arch="sm_90")
+    assert info.value.field == "layout" and info.value.value == "'ROWWIZE'"
+    with pytest.raises(VariantError, match=r"\(did you mean mxfp8\?\)") as info:
+        make_key("gelu", dtype="fp8", scaling="MXPF8", arch="sm_100a")
+    assert info.value.field == "scaling"
+    with pytest.raises(VariantError, match="scaling=None is not allowed"):
+        key(scaling=None)
