@@ -348,6 +348,15 @@ def candidates_section() -> str | None:
             "group's x copied ahead (`p`, clusters of 4 and 8; host settings: row groups per "
             "CTA); `norm.TUNED` now takes each winner (docs/norms.md).",
         ),
+        (
+            "norm_tuning-bf16p",
+            "--candidates bf16p",
+            "Norm bf16 forward, next-row copies",
+            "bf16 input and output, N = 16384, % of copy (x read, z written once): the default "
+            "layout and the best with the next row group's x copied ahead (`p`, on it and its "
+            "neighbours, 4-16 row groups per CTA; `hp` with held weights). The defaults won "
+            "everywhere; nothing was adopted.",
+        ),
     ]
     for name, flag, title, text in later:
         d = load(name)

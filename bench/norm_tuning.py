@@ -4,7 +4,7 @@
 nvrtc_engine/ops/norm.py).
 
     python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
-                                [--round3-only] [--candidates fp8|fp8b|bwd|big]
+                                [--round3-only] [--candidates fp8|fp8b|bwd|big|bf16p]
                                 [--name norm_tuning]
                                 [--zero-amax]
 
@@ -27,7 +27,9 @@ backward: the default, the round-5 staged layouts (:func:`staged_candidates`,
 ``BWD_STAGED``: x and dz copied into shared memory by cp.async, 2-4 rows deep) and, from H =
 14336, the general kernel (about 3 minutes on an H200, most of it NVRTC compiles);
 ``--candidates big`` times only the forward at H = 65536 over thread block clusters of 2, 4
-and 8 CTAs (:func:`big_candidates`: held weights, the next row's x copied ahead); ``--name``
+and 8 CTAs (:func:`big_candidates`: held weights, the next row's x copied ahead);
+``--candidates bf16p`` times only the bf16 forward at H = 4096-14336 with the next row's x
+copied ahead (:func:`bf16p_candidates`); ``--name``
 names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
 zeroes the amax word before every FP8 call (timed with it), as a training step does once per
 forward, instead of leaving the first call's maximum there (which lets the guards skip every
@@ -198,6 +200,40 @@ def fp8b_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
     return out
 
 
+def bf16p_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """The next-row copies (``p``) for a bf16-output forward ``key`` at H <= 14336, as
+    (LaunchConfig, host settings): on the default layout and on its neighbours (half and
+    twice the accesses per thread) at 4, 8 and 16 row groups per CTA, and with held weights
+    (``hp``) at 8, where the slots fit the static shared memory. ``p`` with 4 row groups per
+    CTA gave LayerNorm FP8 at 4096 5 points (norm_tuning-fp8b.json); the bf16 forwards had
+    never had it (it was FP8-only)."""
+    import dataclasses
+
+    spec = key.spec
+    if spec.backward or key.scaling != "none" or default.mode != "regs":
+        return []
+    if key.hidden_size is None or key.hidden_size > 14336:
+        return []
+    layouts = [default]
+    accesses = key.hidden_size // default.vec
+    for iters in (default.iters // 2, default.iters * 2):
+        if iters < 1 or default.cluster > 1:
+            continue
+        warps = -(-accesses // (32 * iters))
+        iters = -(-accesses // (32 * warps))
+        cfg = norm.LaunchConfig("regs", default.vec, warps, 1, iters, 1)
+        if warps <= 32 and iters * default.vec <= 64 and cfg not in layouts:
+            layouts.append(cfg)
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for lay in layouts:
+        if not norm.next_row_fits(lay, key.input.itemsize):
+            continue
+        p = dataclasses.replace(lay, hold=False, min_ctas=0, next_row=True)
+        out += [(p, {"FWD_GROUPS_PER_CTA": g}) for g in (4, 8, 16)]
+        out.append((dataclasses.replace(p, hold=True), {"FWD_GROUPS_PER_CTA": 8}))
+    return out
+
+
 def big_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
     """The H >= 65536 forward candidates (sm_90/sm_100: thread block clusters) for a bf16- or
     FP8-output forward ``key``, as (LaunchConfig, host settings): the row split over 2, 4 or
@@ -244,6 +280,7 @@ def big_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[st
 def candidates(
     norm: Any, key: Any, round3_only: bool = False, fp8_only: bool = False,
     fp8b_only: bool = False, bwd_only: bool = False, big_only: bool = False,
+    bf16p_only: bool = False,
 ) -> list[tuple[Any, dict[str, Any]]]:  # fmt: skip
     """(LaunchConfig, host settings) pairs to time for ``key``; the default comes first.
     ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`);
@@ -251,7 +288,9 @@ def candidates(
     ``fp8b_only``: the default and the round-5 FP8 candidates (:func:`fp8b_candidates`);
     ``bwd_only``: the default and the round-5 staged backward (:func:`staged_candidates`),
     plus the general kernel (``loop``) where the default is not it; ``big_only``: the
-    default and the H >= 65536 forward cluster layouts (:func:`big_candidates`)."""
+    default and the H >= 65536 forward cluster layouts (:func:`big_candidates`);
+    ``bf16p_only``: the default and the bf16 forward's next-row copies
+    (:func:`bf16p_candidates`)."""
     spec = key.spec
     default = norm.launch_config(key)
     out: list[tuple[Any, dict[str, Any]]] = []
@@ -260,6 +299,11 @@ def candidates(
         if (cfg, host) not in out:
             out.append((cfg, host))
 
+    if bf16p_only:
+        add(default)
+        for cfg, host in bf16p_candidates(norm, key, default):
+            add(cfg, **host)
+        return out
     if big_only:
         add(default)
         for cfg, host in big_candidates(norm, key, default):
@@ -361,10 +405,13 @@ def case_list(
     fp8b_only = args.candidates == "fp8b"
     bwd_only = args.candidates == "bwd"
     big_only = args.candidates == "big"
+    bf16p_only = args.candidates == "bf16p"
     modes = [("fwd", "bf16", {}), ("fwd", "fp8_e4m3", {"scaling": "tensor"})]
     if bwd_only:
         modes = []
-    if not (fp8_only or fp8b_only or big_only):
+    if bf16p_only:
+        modes = modes[:1]
+    if not (fp8_only or fp8b_only or big_only or bf16p_only):
         modes.append(("bwd", "bf16", {}))
     cases = []
     for h in sizes:
@@ -375,7 +422,8 @@ def case_list(
                 if defaults is not None:
                     defaults[(nm, direction, out)] = norm.launch_config(key)
                 for cfg, host in candidates(norm, key, args.round3_only, fp8_only,
-                                            fp8b_only, bwd_only, big_only):  # fmt: skip
+                                            fp8b_only, bwd_only, big_only,
+                                            bf16p_only):  # fmt: skip
                     cases.append((nm, h, direction, out, cfg, tuple(sorted(host.items()))))
     return cases
 
@@ -395,12 +443,12 @@ def main() -> int:
     )
     parser.add_argument(
         "--candidates",
-        choices=["fp8", "fp8b", "bwd", "big"],
+        choices=["fp8", "fp8b", "bwd", "big", "bf16p"],
         help="time only the defaults and these candidates (fp8: the round-4 FP8 forward "
         "switches; fp8b: the round-5 ones, q and p; forward bf16 and FP8 only; bwd: the "
         "round-5 staged backward, backward only, at 4096,8192,14336,65536 unless --hidden "
         "says otherwise; big: the H = 65536 forward cluster layouts, at 65536 unless --hidden "
-        "says otherwise)",
+        "says otherwise; bf16p: the bf16 forward with next-row copies, at 4096,8192,14336)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument("--zero-amax", action="store_true",
@@ -409,7 +457,8 @@ def main() -> int:
                         help="print the cases for sm_90 and exit (no GPU needed)")  # fmt: skip
     args = parser.parse_args()
     if args.hidden is None:
-        args.hidden = {"fp8": "4096,8192,14336", "big": "65536"}.get(
+        sizes = "4096,8192,14336"
+        args.hidden = {"fp8": sizes, "big": "65536", "bf16p": sizes}.get(
             args.candidates, "4096,8192,14336,65536"
         )
     if args.list:
