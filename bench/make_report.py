@@ -357,6 +357,16 @@ def candidates_section() -> str | None:
             "neighbours, 4-16 row groups per CTA; `hp` with held weights). The defaults won "
             "everywhere; nothing was adopted.",
         ),
+        (
+            "norm_tuning-bwd2",
+            "--candidates bwd2",
+            "Norm backward, staged layouts and grids",
+            "bf16, N = 16384, % of copy (x, dz read, dx written once): the layout in force when "
+            "the sweep ran and the best staged layout at 1-4 accesses per thread, 2-6 stages, "
+            "with the persistent grid capped at 2, 4 or 8 CTAs per SM (host setting "
+            "`BWD_CTAS_PER_SM`; `b2` in a tag); `norm.TUNED` takes the 4096 winners "
+            "(docs/norms.md).",
+        ),
     ]
     for name, flag, title, text in later:
         d = load(name)

@@ -4,7 +4,7 @@
 nvrtc_engine/ops/norm.py).
 
     python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
-                                [--round3-only] [--candidates fp8|fp8b|bwd|big|bf16p]
+                                [--round3-only] [--candidates fp8|fp8b|bwd|big|bf16p|bwd2]
                                 [--name norm_tuning]
                                 [--zero-amax]
 
@@ -29,7 +29,8 @@ backward: the default, the round-5 staged layouts (:func:`staged_candidates`,
 ``--candidates big`` times only the forward at H = 65536 over thread block clusters of 2, 4
 and 8 CTAs (:func:`big_candidates`: held weights, the next row's x copied ahead);
 ``--candidates bf16p`` times only the bf16 forward at H = 4096-14336 with the next row's x
-copied ahead (:func:`bf16p_candidates`); ``--name``
+copied ahead (:func:`bf16p_candidates`); ``--candidates bwd2`` times only the backward at
+H = 4096-14336 over more staged layouts and CTAs per SM (:func:`bwd2_candidates`); ``--name``
 names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
 zeroes the amax word before every FP8 call (timed with it), as a training step does once per
 forward, instead of leaving the first call's maximum there (which lets the guards skip every
@@ -200,6 +201,25 @@ def fp8b_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
     return out
 
 
+def bwd2_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """More of the staged backward for a specialized backward ``key`` at H <= 14336, as
+    (LaunchConfig, host settings): 1, 2 and 4 accesses per thread (16-64 bytes of x), 2 to 6
+    stages (as many as fit), each at 2, 4 and 8 CTAs per SM at most (``BWD_CTAS_PER_SM``: the
+    persistent grid, and so the partial column-sum rows the finalize adds). The round-5 sweep
+    (``--candidates bwd``) tried 2 and 4 accesses at 2-4 stages, 8 CTAs per SM; LayerNorm at
+    4096 and 14336 ended 1-2 points short of 75%."""
+    spec = key.spec
+    if not spec.backward or key.hidden_size is None or key.hidden_size > 14336:
+        return []
+    layouts: list[Any] = []
+    for target in (16, 32, 64):
+        for stages in range(2, 7):
+            cfg = norm.staged_layout(key, stages, target)
+            if cfg is not None and cfg not in layouts:
+                layouts.append(cfg)
+    return [(cfg, {"BWD_CTAS_PER_SM": n}) for cfg in layouts for n in (2, 4, 8)]
+
+
 def bf16p_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
     """The next-row copies (``p``) for a bf16-output forward ``key`` at H <= 14336, as
     (LaunchConfig, host settings): on the default layout and on its neighbours (half and
@@ -280,7 +300,7 @@ def big_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[st
 def candidates(
     norm: Any, key: Any, round3_only: bool = False, fp8_only: bool = False,
     fp8b_only: bool = False, bwd_only: bool = False, big_only: bool = False,
-    bf16p_only: bool = False,
+    bf16p_only: bool = False, bwd2_only: bool = False,
 ) -> list[tuple[Any, dict[str, Any]]]:  # fmt: skip
     """(LaunchConfig, host settings) pairs to time for ``key``; the default comes first.
     ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`);
@@ -290,7 +310,8 @@ def candidates(
     plus the general kernel (``loop``) where the default is not it; ``big_only``: the
     default and the H >= 65536 forward cluster layouts (:func:`big_candidates`);
     ``bf16p_only``: the default and the bf16 forward's next-row copies
-    (:func:`bf16p_candidates`)."""
+    (:func:`bf16p_candidates`); ``bwd2_only``: the default and more staged backward layouts
+    and grids (:func:`bwd2_candidates`)."""
     spec = key.spec
     default = norm.launch_config(key)
     out: list[tuple[Any, dict[str, Any]]] = []
@@ -299,6 +320,11 @@ def candidates(
         if (cfg, host) not in out:
             out.append((cfg, host))
 
+    if bwd2_only:
+        add(default)
+        for cfg, host in bwd2_candidates(norm, key, default):
+            add(cfg, **host)
+        return out
     if bf16p_only:
         add(default)
         for cfg, host in bf16p_candidates(norm, key, default):
@@ -406,8 +432,9 @@ def case_list(
     bwd_only = args.candidates == "bwd"
     big_only = args.candidates == "big"
     bf16p_only = args.candidates == "bf16p"
+    bwd2_only = args.candidates == "bwd2"
     modes = [("fwd", "bf16", {}), ("fwd", "fp8_e4m3", {"scaling": "tensor"})]
-    if bwd_only:
+    if bwd_only or bwd2_only:
         modes = []
     if bf16p_only:
         modes = modes[:1]
@@ -423,7 +450,7 @@ def case_list(
                     defaults[(nm, direction, out)] = norm.launch_config(key)
                 for cfg, host in candidates(norm, key, args.round3_only, fp8_only,
                                             fp8b_only, bwd_only, big_only,
-                                            bf16p_only):  # fmt: skip
+                                            bf16p_only, bwd2_only):  # fmt: skip
                     cases.append((nm, h, direction, out, cfg, tuple(sorted(host.items()))))
     return cases
 
@@ -443,12 +470,13 @@ def main() -> int:
     )
     parser.add_argument(
         "--candidates",
-        choices=["fp8", "fp8b", "bwd", "big", "bf16p"],
+        choices=["fp8", "fp8b", "bwd", "big", "bf16p", "bwd2"],
         help="time only the defaults and these candidates (fp8: the round-4 FP8 forward "
         "switches; fp8b: the round-5 ones, q and p; forward bf16 and FP8 only; bwd: the "
         "round-5 staged backward, backward only, at 4096,8192,14336,65536 unless --hidden "
         "says otherwise; big: the H = 65536 forward cluster layouts, at 65536 unless --hidden "
-        "says otherwise; bf16p: the bf16 forward with next-row copies, at 4096,8192,14336)",
+        "says otherwise; bf16p: the bf16 forward with next-row copies, at 4096,8192,14336; "
+        "bwd2: more staged backward layouts and grids, at 4096,8192,14336)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument("--zero-amax", action="store_true",
@@ -458,7 +486,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.hidden is None:
         sizes = "4096,8192,14336"
-        args.hidden = {"fp8": sizes, "big": "65536", "bf16p": sizes}.get(
+        args.hidden = {"fp8": sizes, "big": "65536", "bf16p": sizes, "bwd2": sizes}.get(
             args.candidates, "4096,8192,14336,65536"
         )
     if args.list:

@@ -242,8 +242,9 @@ def test_configuration_choices():
         assert tag("layernorm_fwd", 1 << 20) == "loop"
     # norm.TUNED (sm_90, 16-bit x and gamma): the measured winners take precedence
     assert tag("rmsnorm_fwd", 4096) == "w8r1v8j2c1"
-    assert tag("layernorm_bwd", 4096) == "w8r1v8j2c1t3"  # the staged backward, 3 rows deep
-    assert tag("rmsnorm_bwd", 4096) == "w8r1v8j2c1t4"
+    # the staged backward, 3 rows deep, at most 2 CTAs per SM; RMSNorm 5 rows deep
+    assert tag("layernorm_bwd", 4096) == "w8r1v8j2c1t3b2"
+    assert tag("rmsnorm_bwd", 4096) == "w8r1v8j2c1t5"
     assert tag("rmsnorm_bwd", 8192) == "w16r1v8j2c1t4"
     assert tag("layernorm_bwd", 8192) == "w16r1v8j2c1t4"
     assert tag("layernorm_bwd", 14336) == "w28r1v8j2c1t2"
@@ -1244,6 +1245,28 @@ def test_next_row_copies_for_16_bit_output(monkeypatch, arch):
     finally:
         launch_config.cache_clear()
         ne.clear_cache(disk=False)
+
+
+def test_backward_ctas_per_sm_is_a_grid_choice(monkeypatch):
+    """``b{n}`` caps the backward's persistent grid at n CTAs per SM (so n partial column-sum
+    rows per SM; BWD_CTAS_PER_SM otherwise), names itself in the tag after ``x``, round-trips
+    through parse_tag, and leaves the rendered code as it is."""
+    cfg = norm.parse_tag("w8r1v8j2c1t3b2")
+    assert cfg.ctas_per_sm == 2 and cfg.stages == 3 and cfg.tag == "w8r1v8j2c1t3b2"
+    assert norm.parse_tag("w4r1v8j4c1oqpx4b3").tag == "w4r1v8j4c1oqpx4b3"
+    key = make_key("layernorm_bwd", in_dtype="bf16", hidden_size=4096, arch="sm_90")
+    assert launch_config(key).ctas_per_sm == 2
+    plain = dataclasses.replace(cfg, ctas_per_sm=0)
+    monkeypatch.setattr(norm, "launch_config", lambda k: plain)
+    source = render(key).source
+    monkeypatch.setattr(norm, "launch_config", lambda k: cfg)
+    assert render(key).source == source.replace(plain.tag, cfg.tag)
+    dev = norm._Device(sm_count=132, occupancy=(4, 8))
+    kernel = object.__new__(norm.LayerNormBwdKernel)
+    kernel.config, kernel.spec = cfg, key.spec
+    assert kernel._plan(dev, 16384, 4096).parts == 132 * 2
+    kernel.config = plain
+    assert kernel._plan(dev, 16384, 4096).parts == 132 * min(4, norm.BWD_CTAS_PER_SM)
 
 
 def test_fp8_round5_tags_round_trip():

@@ -255,19 +255,21 @@ TUNED: dict[tuple[str, int, str], str] = {
     # (norm_tuning-big.json: clusters of 2, 4 and 8 CTAs at 2-8 accesses per thread, held
     # weights, next-row copies; the winners against the earlier w19j7c2 layouts; p lost
     # everywhere there, 3-25 points)
+    # Backward at 4096: bench/norm_tuning.py --candidates bwd2, 2026-12-01 (norm_tuning-bwd2.json:
+    # 1-4 accesses per thread, 2-6 stages, 2/4/8 CTAs per SM); elsewhere round 5's.
     # Backward: the round-5 staged kernel (t: x and dz through shared memory, cp.async),
     # bench/norm_tuning.py --candidates bwd, 2026-12-01 (norm_tuning-bwd.json), against the
     # earlier defaults (register layouts; the general kernel from 14336)
-    ("layernorm_bwd", 4096, "none"): "w8r1v8j2c1t3",  # 72.6 against w4j4ns2 66.3
+    ("layernorm_bwd", 4096, "none"): "w8r1v8j2c1t3b2",  # 78.5 against b8 (t3) 71.8, bwd2
     ("layernorm_bwd", 8192, "none"): "w16r1v8j2c1t4",  # 85.6 against w8j4 60.2
     ("layernorm_bwd", 14336, "none"): "w28r1v8j2c1t2",  # 75.1 against loop 44.4
     ("layernorm_bwd", 65536, "none"): "w32r1v8j2c4t2",  # 58.5 against loop 50.5
-    ("rmsnorm_bwd", 4096, "none"): "w8r1v8j2c1t4",  # 78.3 against w4j4n 77.0
+    ("rmsnorm_bwd", 4096, "none"): "w8r1v8j2c1t5",  # 85.7 against t4 77.3, bwd2
     ("rmsnorm_bwd", 8192, "none"): "w16r1v8j2c1t4",  # 93.5 against w8j4n 84.9
     ("rmsnorm_bwd", 14336, "none"): "w28r1v8j2c1t3",  # 89.3 against loop 53.7
     ("rmsnorm_bwd", 65536, "none"): "w32r1v8j2c4t3",  # 64.5 against loop 52.9
     # rmsnorm_bwd_add: the same kernel with the residual gradient added (not swept apart)
-    ("rmsnorm_bwd_add", 4096, "none"): "w8r1v8j2c1t4",
+    ("rmsnorm_bwd_add", 4096, "none"): "w8r1v8j2c1t5",
     ("rmsnorm_bwd_add", 8192, "none"): "w16r1v8j2c1t4",
     ("rmsnorm_bwd_add", 14336, "none"): "w28r1v8j2c1t3",
     ("rmsnorm_bwd_add", 65536, "none"): "w32r1v8j2c4t3",
@@ -326,6 +328,7 @@ class LaunchConfig:
     words: bool = False  # forward, tensor scaling: bf16 unpacked and FP8 packed as 32-bit words
     next_row: bool = False  # forward (tensor scaling, bf16/fp16/fp32 z): next row's x copied ahead
     groups: int = 0  # forward, held weights or next_row: row groups per CTA (0: the module's)
+    ctas_per_sm: int = 0  # backward, regs: at most this many CTAs per SM (0: BWD_CTAS_PER_SM)
 
     @property
     def threads(self) -> int:
@@ -340,8 +343,10 @@ class LaunchConfig:
         ``g`` (warp-level amax atomics), ``q`` (the FP8 forward's word unpacking and
         packing), ``p`` (the FP8 forward's next row group copied ahead), ``a2`` (split sums),
         ``s1`` (column sums in shared memory), ``t3`` (the staged backward, 3 rows deep),
-        ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then ``x4`` (4 row groups
-        per CTA where a CTA takes several: a grid choice, the same code)."""
+        ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then the grid choices, the
+        same code: ``x4`` (4 row groups per CTA where a CTA takes several, forward) and ``b2``
+        (the backward's persistent grid at most 2 CTAs per SM, and as many partial column-sum
+        rows)."""
         if self.mode == "loop":
             return "loop"
         switches = ("h" if self.hold else "") + ("k" if self.packed else "")
@@ -354,6 +359,7 @@ class LaunchConfig:
         switches += f"t{self.stages}" if self.stages else ""
         switches += f"m{self.min_ctas}" if self.min_ctas > 1 else ""
         switches += f"x{self.groups}" if self.groups else ""
+        switches += f"b{self.ctas_per_sm}" if self.ctas_per_sm else ""
         return f"w{self.warps}r{self.rows}v{self.vec}j{self.iters}c{self.cluster}{switches}"
 
 
@@ -526,7 +532,7 @@ def next_row_fits(cfg: LaunchConfig, itemsize: int) -> bool:
 
 _TAG = re.compile(
     r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(?:a(\d+))?(?:s(\d+))?"
-    r"(?:t(\d+))?(?:m(\d+))?(?:x(\d+))?"
+    r"(?:t(\d+))?(?:m(\d+))?(?:x(\d+))?(?:b(\d+))?"
 )
 
 
@@ -543,7 +549,8 @@ def parse_tag(tag: str) -> LaunchConfig:
                         one_reduction=bool(m[10]), accumulators=int(m[15] or 1),
                         shared_sums=int(m[16] or 0), batched=bool(m[11]),
                         warp_amax=bool(m[12]), words=bool(m[13]), next_row=bool(m[14]),
-                        stages=int(m[17] or 0), groups=int(m[19] or 0))  # fmt: skip
+                        stages=int(m[17] or 0), groups=int(m[19] or 0),
+                        ctas_per_sm=int(m[20] or 0))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -1061,7 +1068,7 @@ class _NormBwdKernel(_NormKernel):
         stats_grid = tpr = chunk_rows = parts = stats = 0
         if rows > 0 and cfg.mode == "regs":
             groups = -(-rows // cfg.rows)
-            per_sm = min(dev.occupancy[0], BWD_CTAS_PER_SM)
+            per_sm = min(dev.occupancy[0], cfg.ctas_per_sm or BWD_CTAS_PER_SM)
             resident = dev.sm_count * per_sm // cfg.cluster
             if dev.clusters:  # whole clusters per GPC: at most what is resident at once
                 resident = min(resident, dev.clusters)
