@@ -89,12 +89,18 @@ def _expected(name: str) -> tuple[str, bool]:
 def export_bundle(path: str | os.PathLike[str]) -> BundleReport:
     """Write every valid entry of the disk cache built by this NVRTC to bundle ``path``.
 
-    The file appears atomically (written beside it, then renamed). Raises
-    :class:`BundleError` when there is no disk cache or nothing to export.
+    The file appears atomically (written beside it, then renamed); its directory must
+    exist. Raises :class:`BundleError` when there is no disk cache, nothing to export, or
+    the file cannot be written (naming ``path`` and the reason).
     """
     target = Path(path)
     where = str(target)
     disk = _disk(where, "export")
+    if target.is_dir():
+        raise BundleError(where, None, "is a directory; give the bundle's file name")
+    if not target.parent.is_dir():  # as cp or zip would: the directory is not created
+        missing = "is not a directory" if target.parent.exists() else "does not exist"
+        raise BundleError(where, None, f"cannot write: {target.parent} {missing}")
     nv = nvrtc_version()
     records: list[dict[str, Any]] = []
     files: list[tuple[str, bytes]] = []
@@ -134,10 +140,10 @@ def export_bundle(path: str | os.PathLike[str]) -> BundleReport:
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "entries": records,
     }
-    if target.is_dir():
-        raise IsADirectoryError(f"{target} is a directory; give the bundle's file name")
-    target.parent.mkdir(parents=True, exist_ok=True)  # FileExistsError if a file is in the way
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    except OSError as exc:  # the temporary file's name would only confuse: name the bundle
+        raise BundleError(where, None, f"cannot write: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zf:
             zf.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
@@ -147,8 +153,10 @@ def export_bundle(path: str | os.PathLike[str]) -> BundleReport:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600; a bundle is meant to be shared
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise BundleError(where, None, f"cannot write: {exc.strerror or exc}") from None
         raise
     return BundleReport(where, tuple(r["key"] for r in records), nv, tuple(skipped))
 

@@ -214,6 +214,7 @@ def _cache_clear(args: argparse.Namespace) -> int:
 def _cache_export(args: argparse.Namespace) -> int:
     from .bundle import export_bundle
 
+    _open_disk()  # no disk cache: an error with the reason, as for the other commands
     report = export_bundle(args.bundle)
     for line in report.skipped:
         print(f"skipped {line}")

@@ -25,6 +25,7 @@ KEYS = [make_key("gelu", dtype=d, arch=a) for d in ("fp8", "bf16") for a in ("sm
 def bundle(tmp_path):
     prewarm(KEYS, workers=1, progress=False)
     path = tmp_path / "out" / "kernels.nvrtc-bundle"
+    path.parent.mkdir()
     report = export_bundle(path)
     assert sorted(report.keys) == sorted(map(str, KEYS)) and report.skipped == ()
     assert report.nvrtc_version == nvrtc_version()
@@ -168,6 +169,33 @@ def test_export_needs_a_disk_cache_with_entries(tmp_path, monkeypatch):
     ne.clear_cache()
     with pytest.raises(BundleError, match="no disk cache"):
         export_bundle(tmp_path / "b.zip")
+
+
+def test_export_refuses_a_path_it_cannot_write_naming_it(tmp_path, monkeypatch):
+    """As cp would: a missing directory is not created; an OS error names the bundle, not
+    the temporary file beside it."""
+    import os
+
+    ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    missing = tmp_path / "no-such-dir" / "b.zip"
+    with pytest.raises(BundleError, match=f"{missing}: cannot write: .*no-such-dir does not"):
+        export_bundle(missing)
+    assert not missing.parent.exists()
+    (tmp_path / "k.zip").write_bytes(b"")
+    with pytest.raises(BundleError, match="k.zip is not a directory"):
+        export_bundle(tmp_path / "k.zip" / "sub.zip")
+
+    def refuse(src, dst):
+        raise PermissionError(13, "Permission denied", src)
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(BundleError) as info:
+        export_bundle(tmp_path / "b.zip")
+    assert str(info.value) == f"{tmp_path / 'b.zip'}: cannot write: Permission denied"
+    assert list(tmp_path.glob(".b.zip.*")) == []
+    if os.path.isdir("/proc/self"):  # a directory that takes no new files
+        with pytest.raises(BundleError, match="^/proc/x.zip: cannot write: "):
+            export_bundle("/proc/x.zip")
 
 
 def test_bundle_file_mode_follows_the_umask(tmp_path):

@@ -57,7 +57,8 @@ def test_cache_commands_without_a_disk_cache_say_why(capsys, monkeypatch, isolat
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
     config.reset()
     ne.clear_cache(disk=False)
-    for command in (["clear"], ["verify"], ["list"], ["info"], ["info", "--json"]):
+    for command in (["clear"], ["verify"], ["list"], ["info"], ["info", "--json"],
+                    ["export", "b.zip"]):  # fmt: skip
         assert main(["cache", *command]) == 2, command
         captured = capsys.readouterr()
         assert "the disk cache is disabled (NVRTC_ENGINE_DISABLE_DISK_CACHE=1" in captured.err
@@ -71,8 +72,8 @@ def test_cache_commands_without_a_disk_cache_say_why(capsys, monkeypatch, isolat
     ne.clear_cache(disk=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the engine's one CacheWarning (tested elsewhere)
-        for command in ("clear", "info"):
-            assert main(["cache", command]) == 2
+        for command in (["clear"], ["info"], ["export", "b.zip"]):
+            assert main(["cache", *command]) == 2
             err = capsys.readouterr().err
             assert "the disk cache at /proc/nvrtc-engine-test is unusable" in err, command
     assert warnings.formatwarning is before
@@ -254,6 +255,13 @@ def test_cli_arch_number_version_and_os_errors(capsys, tmp_path):
     assert "nvrtc-engine" in capsys.readouterr().out
     assert main(["cache", "export", str(tmp_path)]) == 2  # a directory, not a file name
     assert "is a directory" in capsys.readouterr().err
+    missing = tmp_path / "no-such-dir" / "x.zip"
+    assert main(["cache", "export", str(missing)]) == 2  # not created, as cp would not
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"nvrtc-engine: error: {missing}: cannot write: {missing.parent} does not exist\n"
+    )
+    assert captured.out == "" and not missing.parent.exists()
 
 
 def test_verify_keeps_lock_files(isolated_cache, capsys):
