@@ -8,7 +8,7 @@ from typing import Any
 from . import driver
 from .dtypes import DTYPES, dtype_name
 from .engine import CacheInfo, default_engine
-from .errors import NoDeviceError, VariantError, did_you_mean
+from .errors import ArgumentTypeError, NoDeviceError, VariantError, did_you_mean
 from .kernel import Kernel
 from .key import KernelKey
 
@@ -53,12 +53,13 @@ def make_key(
     for high-precision outputs). ``arch`` defaults to the arch of
     ``device`` (default: the current device).
 
-    Raises :class:`~nvrtc_engine.VariantError` for a bad field, ``TypeError`` for ``dtype``
-    together with ``out_dtype``, :class:`~nvrtc_engine.NoDeviceError` when ``arch`` is
-    omitted and there is no GPU.
+    Raises :class:`~nvrtc_engine.VariantError` for a bad field,
+    :class:`~nvrtc_engine.ArgumentTypeError` (a ``TypeError``) for ``dtype`` together with
+    ``out_dtype``, :class:`~nvrtc_engine.NoDeviceError` when ``arch`` is omitted and there is
+    no GPU.
     """
     if dtype is not None and out_dtype is not None:
-        raise TypeError("give dtype (the output dtype) or out_dtype, not both")
+        raise ArgumentTypeError("out_dtype", "give dtype (the output dtype) or out_dtype, not both")
     if out_dtype is not None:
         out: str | None = dtype_name(out_dtype, "out_dtype")
     elif dtype is not None:
@@ -109,14 +110,20 @@ def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:
     ``device``, op flags). Repeated calls with the same arguments return the same object
     from a dictionary lookup.
 
-    Raises :class:`~nvrtc_engine.VariantError` (bad field), :class:`~nvrtc_engine.NoDeviceError`
-    (no ``arch`` and no GPU), :class:`~nvrtc_engine.CompileError` (NVRTC failure, with log),
+    Raises :class:`~nvrtc_engine.VariantError` (bad field),
+    :class:`~nvrtc_engine.ArgumentTypeError` (fields that do not go together: ``dtype`` and
+    ``out_dtype``, a key and fields), :class:`~nvrtc_engine.NoDeviceError` (no ``arch`` and
+    no GPU), :class:`~nvrtc_engine.CompileError` (NVRTC failure, with log),
     :class:`~nvrtc_engine.HeaderNotFoundError` (CUDA headers needed and missing).
     """
     engine = default_engine()
     if isinstance(op, KernelKey):
         if fields:
-            raise TypeError("get_kernel(key) takes no other fields")
+            raise ArgumentTypeError(
+                next(iter(fields)),
+                "get_kernel(key) takes no other fields: the key fixes them all "
+                "(dataclasses.replace(key, ...) changes one)",
+            )
         return engine.get(op)
     arch = fields.get("arch")
     if arch is None:

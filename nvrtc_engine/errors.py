@@ -12,7 +12,8 @@ failures). All of them survive pickling, so they cross process pools intact::
     ├── CompileError            (RuntimeError) NVRTC rejected a rendered kernel
     ├── CudaError               (RuntimeError) a CUDA driver call failed
     ├── ArgumentError           (ValueError)   an argument with the wrong shape/dtype/device/...
-    └── ArgumentTypeError       (TypeError)    an argument that is not an array/stream at all
+    └── ArgumentTypeError       (TypeError)    an argument that is not an array/stream at all,
+                                               or key fields that do not go together
 
     CacheWarning                (UserWarning)  the disk cache degraded to memory-only
 """
@@ -168,7 +169,9 @@ class ArgumentError(NvrtcEngineError, ValueError):
 
 
 class ArgumentTypeError(NvrtcEngineError, TypeError):
-    """A kernel argument is not an array, stream or scalar of an accepted kind.
+    """A kernel argument is not an array, stream or scalar of an accepted kind; or a call's
+    key fields do not go together (``dtype`` with ``out_dtype``; ``get_kernel(key)`` with
+    fields), as Python's own ``TypeError`` for a call's arguments.
 
     Attribute ``argument`` names the argument at fault.
     """

@@ -153,8 +153,20 @@ def test_make_key_defaults():
     assert (k.in_dtype, k.out_dtype, k.scaling) == ("bf16", "bf16", "none")
     k = make_key("gelu", in_dtype="fp32", out_dtype="e5m2", arch="sm_89")
     assert (k.in_dtype, k.out_dtype, k.scaling) == ("fp32", "fp8_e5m2", "tensor")
-    with pytest.raises(TypeError, match="not both"):
+    with pytest.raises(ne.ArgumentTypeError, match="^out_dtype: .*not both") as info:
         make_key("gelu", dtype="fp8", out_dtype="fp8", arch="sm_90")
+    assert isinstance(info.value, TypeError) and info.value.argument == "out_dtype"
+
+
+def test_key_call_misuse_is_a_library_error_and_a_type_error():
+    """Fields that do not go together: an NvrtcEngineError, and still the TypeError a
+    Python call with wrong arguments raises."""
+    with pytest.raises(ne.ArgumentTypeError, match="not both") as info:
+        ne.get_kernel("gelu", dtype="bf16", out_dtype="fp16", arch="sm_90")
+    assert isinstance(info.value, ne.NvrtcEngineError) and isinstance(info.value, TypeError)
+    key = make_key("gelu", dtype="bf16", arch="sm_90")
+    with pytest.raises(ne.ArgumentTypeError, match="^hidden_size: get_kernel.key. takes no"):
+        ne.get_kernel(key, hidden_size=4096)
 
 
 def test_missing_arch_without_gpu_is_a_clear_error(monkeypatch):
