@@ -158,6 +158,16 @@ def test_make_key_defaults():
     assert isinstance(info.value, TypeError) and info.value.argument == "out_dtype"
 
 
+def test_a_kernel_name_given_as_the_op_says_how_to_pass_it():
+    name = "gelu_bf16_bf16_none_rowwise_h4096_sm90"
+    for call in (lambda: ne.get_kernel(name), lambda: make_key(name, arch="sm_90")):
+        with pytest.raises(VariantError, match=r"a kernel name, not an op: pass ne\.KernelKey"):
+            call()
+    assert make_key("gelu", dtype="bf16", hidden_size=4096, arch="sm_90") == KernelKey.parse(name)
+    with pytest.raises(VariantError, match=r"\(did you mean gelu\?\)"):  # not a name: as before
+        make_key("gelo", arch="sm_90")
+
+
 def test_key_call_misuse_is_a_library_error_and_a_type_error():
     """Fields that do not go together: an NvrtcEngineError, and still the TypeError a
     Python call with wrong arguments raises."""

@@ -23,12 +23,27 @@ def registered_ops() -> tuple[str, ...]:
 def get_spec(op: str) -> OpSpec:
     """The spec of ``op``, named in any case (``GELU`` is ``gelu``); ``spec.name`` is the
     canonical lower-case name. Raises :class:`~nvrtc_engine.VariantError` listing known ops,
-    with the closest one for a misspelled name."""
+    with the closest one for a misspelled name, or for a kernel name (``str(key)``) the way
+    to pass it."""
     spec = _REGISTRY.get(op) if isinstance(op, str) else None
     if spec is None and isinstance(op, str):
         spec = _REGISTRY.get(op.strip().lower())
     if spec is None:
         ops = registered_ops()
         text = op.strip().lower() if isinstance(op, str) else op
-        raise VariantError("op", op, ops, did_you_mean(text, ops))
+        hint = _kernel_name_hint(text) or did_you_mean(text, ops)
+        raise VariantError("op", op, ops, hint)
     return spec
+
+
+def _kernel_name_hint(text: object) -> str:
+    """The hint for a whole kernel name given as the op, or ``""``."""
+    from ..key import KernelKey  # (an error path; key.py imports this module)
+
+    if not isinstance(text, str):
+        return ""
+    try:
+        KernelKey.parse(text)
+    except VariantError:
+        return ""
+    return "a kernel name, not an op: pass ne.KernelKey.parse(name) to get_kernel"
