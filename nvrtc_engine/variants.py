@@ -5,7 +5,8 @@ with ``"defaults"`` and ``"variants"``, or a bare list of entries). An entry nam
 of :func:`~nvrtc_engine.make_key`: ``op``, ``dtype`` or ``in_dtype``/``out_dtype``,
 ``scaling``, ``layout``, ``hidden_size`` (an int, or ``"any"``/``null`` for the general
 kernel), ``arch``, and op flags (``flags = {zero_centered_gamma = true}`` or the flag name as
-a field). Any field may be a list: the entry stands for the cross product. See
+a field). Any field may be a list: the entry stands for the cross product. An entry may
+also be a kernel name (``"gelu_bf16_e4m3_tensor_rowwise_h4096_sm90"``), as in a list. See
 ``docs/variants.md`` for the format and two model configs as examples.
 
     >>> keys = load_variants("llama3_8b_fp8_mlp.toml", arch="sm_90")
@@ -71,9 +72,10 @@ def _parse_toml(text: str) -> Any:
     return tomllib.loads(text)
 
 
-def read_entries(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def read_entries(path: str | os.PathLike[str]) -> list[dict[str, Any] | str]:
     """The entries of a TOML (``.toml``) or JSON (any other suffix) variant file, with the
-    file's ``defaults`` merged into each; lists are not expanded yet.
+    file's ``defaults`` merged into each; lists are not expanded yet. A kernel name entry
+    (``str(key)``, which fixes every field) is kept as it is, for :func:`resolve_variants`.
 
     Raises :class:`VariantListError` naming the file for unreadable or malformed content.
     """
@@ -102,10 +104,15 @@ def read_entries(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         raise VariantListError(source, None, "'defaults' must be a table/object")
     if not isinstance(entries, list) or not entries:
         raise VariantListError(source, None, "'variants' must be a non-empty list of entries")
-    out = []
+    out: list[dict[str, Any] | str] = []
     for i, entry in enumerate(entries):
+        if isinstance(entry, str):
+            out.append(entry)
+            continue
         if not isinstance(entry, dict):
-            raise VariantListError(source, i, f"expected a table/object, got {entry!r}")
+            raise VariantListError(
+                source, i, f"expected a table/object or a kernel name, got {entry!r}"
+            )
         out.append({**defaults, **entry})
     return out
 

@@ -124,7 +124,8 @@ def test_default_arch_is_asked_once_and_only_when_needed():
         ("[[variants]]\nop = 'gelu\n", ".toml", "not valid TOML"),
         ("{\"variants\": []}", ".json", "non-empty list"),
         ("{\"variant\": [{\"op\": \"gelu\"}]}", ".json", "unknown top-level"),
-        ("[1, 2]", ".json", "entry 0: expected a table"),
+        ("[1, 2]", ".json", "entry 0: expected a table/object or a kernel name, got 1"),
+        ('["gelu_bf16"]', ".json", "entry 0: .*canonical kernel name"),
         ("{", ".json", "not valid JSON"),
     ],
 )  # fmt: skip
@@ -135,6 +136,32 @@ def test_bad_files_name_the_file_and_entry(tmp_path, text, suffix, match):
         load_variants(path)
     assert str(path) in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".toml"])
+def test_a_file_entry_may_be_a_kernel_name_as_in_a_list(tmp_path, suffix):
+    """A kernel name fixes every field: the file's defaults do not apply to it; arch=
+    replaces its arch, as for a name in a Python list."""
+    name = "gelu_bf16_bf16_none_rowwise_h4096_sm90"
+    path = tmp_path / f"v{suffix}"
+    if suffix == ".json":
+        path.write_text(
+            json.dumps(
+                {
+                    "defaults": {"arch": "sm_100a"},
+                    "variants": [name, {"op": "silu", "dtype": "bf16"}],
+                }
+            )
+        )
+    else:
+        path.write_text(
+            "defaults = { arch = 'sm_100a' }\n"
+            f"variants = ['{name}', {{ op = 'silu', dtype = 'bf16' }}]\n"
+        )
+    keys = load_variants(path)
+    assert keys[0] == KernelKey.parse(name) == resolve_variants([name])[0]
+    assert [(k.op, k.arch) for k in keys] == [("gelu", "sm_90"), ("silu", "sm_100a")]
+    assert [k.arch for k in load_variants(path, arch="sm_89")] == ["sm_89", "sm_89"]
 
 
 def test_missing_file_and_bad_list_items(tmp_path):
