@@ -24,7 +24,8 @@ __all__ = ["main"]
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(args.arch, args.tokens, not args.no_run, sys.stdout, seed=args.seed)
+    arch = _arch_options([args.arch])[0] if args.arch is not None else None  # as prewarm's
+    return run_demo(arch, args.tokens, not args.no_run, sys.stdout, seed=args.seed)
 
 
 def _arch_options(archs: Sequence[str] | None) -> list[str] | None:
@@ -232,7 +233,10 @@ def _cache_import(args: argparse.Namespace) -> int:
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
     return value
@@ -266,7 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="compile for these archs (e.g. sm_90 sm_100a), replacing the file's; "
         "default: the file's, else this GPU's",
     )
-    pre.add_argument("--workers", type=int, help="worker processes (default: usable CPUs)")
+    pre.add_argument(
+        "--workers", type=_positive_int, help="worker processes (default: usable CPUs)"
+    )
     pre.add_argument("--no-progress", action="store_true", help="no progress bar")
     pre.add_argument("--json", action="store_true", help="machine-readable report")
     pre.set_defaults(func=_cmd_prewarm)

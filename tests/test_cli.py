@@ -95,11 +95,25 @@ def test_cli_warnings_carry_one_prefix(tmp_path):
     assert line == "nvrtc-engine: warning: disk cache at X\n"
 
 
-def test_bad_arch_exits_2(capsys):
+def test_bad_arch_exits_2(capsys, tmp_path):
     assert main(["demo", "--arch", "sm_70", "--no-run"]) == 2
     captured = capsys.readouterr()
-    assert "arch='sm_70' is not allowed" in captured.err
+    assert "nvrtc-engine: error: argument --arch: sm_70 is not allowed" in captured.err
     assert captured.out == ""  # the error comes before the demo prints anything
+    # demo and prewarm parse --arch alike: the same line for the same value
+    assert main(["prewarm", _variant_file(tmp_path), "--arch", "sm_91"]) == 2
+    prewarm_err = capsys.readouterr().err
+    assert main(["demo", "--arch", "sm_91", "--no-run"]) == 2
+    assert capsys.readouterr().err == prewarm_err
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_bad_workers_is_an_argparse_error(capsys, tmp_path, value):
+    with pytest.raises(SystemExit) as info:
+        main(["prewarm", _variant_file(tmp_path), "--workers", value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: argument --workers: expected a positive integer, got {value}\n" in err
 
 
 def test_console_script_runs_in_a_fresh_process(isolated_cache, tmp_path):
