@@ -25,8 +25,9 @@ modulo 2**32):
 rounding is that of a / 2**(E - 1) to an integer, ties to even, which float64 ``rint`` of the
 exactly scaled value computes.
 
-The full run takes about half an hour on 2 cores (the reference's nearest-value search
-dominates); its result on this branch is recorded in the commit log.
+Run on the fp4-speed branch (commit c33c1af's conversion), 2 cores, 985 s: ``all 2**32
+patterns: 0 mismatches`` (new == old == reference.e2m1_encode for every pattern). The
+reference's nearest-value search dominates the time.
 """
 
 from __future__ import annotations
