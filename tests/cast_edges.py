@@ -31,3 +31,35 @@ def edge_input(shape: tuple[int, int], rng: np.random.Generator, sixes: bool = F
         i, j = np.indices(shape)
         x[(i % 16) == (j % 16)] = 6.0
     return x.astype(ne.DTYPES["bf16"].numpy())
+
+
+# bf16 bit patterns for NVFP4's non-finite cases: NaN of both signs (quiet and signaling),
+# +-inf. E2M1 has no NaN: every NaN gives 0x7 (+6, the sign dropped), inf saturates to +-6.
+NON_FINITE_BF16 = [0x7FC0, 0xFFC0, 0x7F81, 0xFF81, 0xFFFF, 0x7F80, 0xFF80]
+
+
+def nvfp4_non_finite_input(
+    shape: tuple[int, int], rng: np.random.Generator, signaling: bool = True
+) -> np.ndarray:
+    """:func:`edge_input` (with ``sixes``) plus up to 60 entries of :data:`NON_FINITE_BF16`
+    (without the signaling NaNs unless ``signaling``: the host emulation's fmaxf, glibc's,
+    returns NaN for those, the GPU's drops them as any NaN)."""
+    x = edge_input(shape, rng, sixes=True).view(np.uint16)
+    flat = x.reshape(-1)
+    at = rng.choice(flat.size, size=min(flat.size // 16, 60), replace=False)
+    picks = [b for b in NON_FINITE_BF16 if signaling or b & 0x7FC0 == 0x7FC0 or b & 0x7F == 0]
+    flat[at] = rng.choice(picks, size=at.size)
+    return x.view(ne.DTYPES["bf16"].numpy())
+
+
+def nvfp4_reference_with_nan(x: np.ndarray, amax: float, direction: str) -> reference.NVFP4Result:
+    """:func:`~nvrtc_engine.reference.nvfp4_quantize` of ``x`` whose NaNs count as 0 in the
+    block maxima (as fmaxf drops them) and give the code 0x7."""
+    with np.errstate(invalid="ignore"):
+        x = x.astype(np.float64)
+    nan = np.isnan(x)
+    want = reference.nvfp4_quantize(np.where(nan, 0.0, x), amax, direction)
+    codes = want.codes.copy()
+    codes[nan if direction == "rowwise" else nan.T] = 0x7
+    want.codes, want.data = codes, reference.pack_e2m1(codes)
+    return want

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cast_edges import edge_input
+from cast_edges import edge_input, nvfp4_non_finite_input, nvfp4_reference_with_nan
 from fakes import FakeCupyArray
 
 import nvrtc_engine as ne
@@ -471,6 +471,21 @@ def test_mxfp8_thread_mappings(emulate, monkeypatch, cfg, layout):
         _check_mxfp8_host(kernel, x, buf, "bf16", "fp8_e4m3", layout)
 
 
+def _check_nvfp4_at_2688(kernel, x, layout, want):
+    """Quantize bf16 ``x`` with amax 2688 (S_enc 1) and compare data and scales with the
+    reference result ``want``."""
+    m, k = x.shape
+    buf = np.ascontiguousarray(x).view(np.uint16)
+    shape = (m, -(-k // 2)) if layout == "rowwise" else (k, -(-m // 2))
+    data, scales = poison(shape, 1), poison(nvfp4_scale_shape(m, k, layout), 1)
+    kernel(arr(buf, "bf16"), **{f"{layout}_data": arr(data),
+                                f"{layout}_scale_inv": arr(scales)},
+           amax=arr(f32(2688.0)), compute_amax=False)  # fmt: skip
+    r, c = nvfp4_scale_shape(m, k, layout, padded=False)
+    assert (scales[:r, :c] == want.scales).all(), (m, k)
+    assert (data == want.data).all(), (m, k)
+
+
 @pytest.mark.parametrize("layout", ["rowwise", "columnwise"])
 def test_nvfp4_edge_values(emulate, layout):
     """E2M1 midpoints, values above 6 * block scale (block scales rounded down), -0, tiny
@@ -480,16 +495,19 @@ def test_nvfp4_edge_values(emulate, layout):
     rng = np.random.default_rng(7)
     for m, k in [(64, 128), (48, 80), (33, 31)]:
         x = edge_input((m, k), rng, sixes=True)
-        buf = np.ascontiguousarray(x).view(np.uint16)
-        shape = (m, -(-k // 2)) if layout == "rowwise" else (k, -(-m // 2))
-        data, scales = poison(shape, 1), poison(nvfp4_scale_shape(m, k, layout), 1)
-        kernel(arr(buf, "bf16"), **{f"{layout}_data": arr(data),
-                                    f"{layout}_scale_inv": arr(scales)},
-               amax=arr(f32(2688.0)), compute_amax=False)  # fmt: skip
         want = reference.nvfp4_quantize(x.astype(np.float64), 2688.0, layout)
-        r, c = nvfp4_scale_shape(m, k, layout, padded=False)
-        assert (scales[:r, :c] == want.scales).all(), (m, k)
-        assert (data == want.data).all(), (m, k)
+        _check_nvfp4_at_2688(kernel, x, layout, want)
+
+
+@pytest.mark.parametrize("layout", ["rowwise", "columnwise"])
+def test_nvfp4_non_finite(emulate, layout):
+    """Quiet NaN of either sign gives 0x7 (sign dropped), +-inf saturate to +-6, beside the
+    edge values of test_nvfp4_edge_values (tests/cast_edges.py)."""
+    kernel = emulate(ne.get_kernel("quantize", dtype="fp4_e2m1", layout=layout, arch="sm_90"))
+    rng = np.random.default_rng(11)
+    for m, k in [(64, 128), (33, 31)]:
+        x = nvfp4_non_finite_input((m, k), rng, signaling=False)
+        _check_nvfp4_at_2688(kernel, x, layout, nvfp4_reference_with_nan(x, 2688.0, layout))
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from nvrtc_engine.ops.cast import DACT_OPS, GATED_OPS
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
-from cast_edges import edge_input  # noqa: E402
+from cast_edges import edge_input, nvfp4_non_finite_input, nvfp4_reference_with_nan  # noqa: E402
 from test_gpu_gelu import poisoned, to_host, to_torch  # noqa: E402  (needs torch)
 
 # Shapes looped over inside each test (one compile per test): all bounds-checked, then
@@ -686,6 +686,29 @@ def test_nvfp4_edge_values(layout):
         res = kernel(to_torch(x_host, "bf16"), amax=fp32(2688.0), compute_amax=False)
         torch.cuda.synchronize()
         _nvfp4_check(res, x_host, 2688.0, layout)
+
+    for_shapes([(64, 128), (48, 80), (33, 31), (256, 4096)], check)
+
+
+@pytest.mark.parametrize("layout", ["rowwise", "columnwise", "both"])
+def test_nvfp4_non_finite(layout):
+    """NaN of either sign (quiet and signaling) gives 0x7, +-inf saturate to +-6, beside the
+    edge values of test_nvfp4_edge_values; data and scales bit-exact (tests/cast_edges.py)."""
+    rng = rng_for("nvfp4 non-finite", layout)
+    kernel = ne.get_kernel("quantize", dtype="fp4_e2m1", layout=layout)
+
+    def check(shape):
+        x_host = nvfp4_non_finite_input(shape, rng)
+        res = kernel(to_torch(x_host, "bf16"), amax=fp32(2688.0), compute_amax=False)
+        torch.cuda.synchronize()
+        m, k = shape
+        for direction in ("rowwise", "columnwise"):
+            if layout in (direction, "both"):
+                want = nvfp4_reference_with_nan(x_host, 2688.0, direction)
+                assert (getattr(res, f"{direction}_data").cpu().numpy() == want.data).all()
+                real = nvfp4_scale_shape(m, k, direction, padded=False)
+                s = getattr(res, f"{direction}_scale_inv").cpu().numpy()
+                assert (s[: real[0], : real[1]] == want.scales).all(), f"{direction} scales"
 
     for_shapes([(64, 128), (48, 80), (33, 31), (256, 4096)], check)
 

@@ -27,27 +27,78 @@ __device__ __forceinline__ unsigned int e2m1x2(float lo, float hi) {
   return r & 0xffu;
 }
 #else
-// Round-to-nearest-even as a float -> minifloat conversion (E2M1: exponent bias 1, one
-// mantissa bit), a few integer and float operations instead of one compare per midpoint:
-// a = min(|v|, 6). For a >= 1 (codes 2..7) the fp32 bits' exponent and top
-// mantissa bit, (bits >> 22) - 252, rounded to nearest even on the 22 bits below by integer
-// addition (a carry moves into the exponent: 1.75 -> 2); for a < 1 (codes 0..2, steps of
-// 0.5) the float addition a + 2^22, whose ulp is 0.5, rounds to nearest even and leaves the
-// code in the low bits. Midpoints thus round down at 0.25, 1.25, 2.5, 5 and up at 0.75, 1.75,
-// 3.5, as the reference's nearest-value search. Sign bit from v; NaN (also signaling) gives
-// 0x7.
+// fminf / fmaxf as the GPU computes them, y not NaN: y for any NaN x, signaling ones too
+// (glibc's fminf returns NaN for those: the host builds of the tests would differ).
+__device__ __forceinline__ float fmin_gpu(float x, float y) {
+#ifdef __CUDA_ARCH__
+  return fminf(x, y);
+#else
+  return x != x ? y : (x < y ? x : y);
+#endif
+}
+__device__ __forceinline__ float fmax_gpu(float x, float y) {
+#ifdef __CUDA_ARCH__
+  return fmaxf(x, y);
+#else
+  return x != x ? y : (x > y ? x : y);
+#endif
+}
+// Software path, bit-exact with the reference's nearest-value search (and with the previous
+// integer-rounding form of this function): a = min(|v|, 6), NaN giving 6. For the binade 2^E (E = 0, 1, 2) of max(a, 1), one
+// bitwise operation on its exponent bits gives c = 2^(E - 104); fmaf(a, 2^-126, c) rounds
+// a * 2^-126 once onto the float32 grid of c's binade, 2^(E - 127): the E2M1 grid of a's
+// range (steps 0.5 below 2, then 1, then 2) scaled by 2^-126, ties to the even multiple,
+// i.e. the even code (0.25, 1.25, 2.5, 5 round down; 0.75, 1.75, 3.5 up). The exact
+// difference z = q * 2^-126 of the rounded value q has the bits code << 22 (1.0 is the
+// smallest normal float32, 0.5 the subnormal 2^-127; NVRTC keeps subnormals, no -ftz).
+// The sign is that of fminf(v, 6): NaN gives +6, every other value keeps its sign (-0 too).
+// bench/e2m1_exhaustive.py checks this against the reference for all 2^32 float32 patterns.
+__device__ __forceinline__ unsigned int e2m1_mag22(float v) {
+  const float a = fmin_gpu(fabsf(v), 6.f);
+  const unsigned int m = __float_as_uint(fmax_gpu(a, 1.f));
+  // c: exponent bits 0-3 of m kept, bit 3 inverted, bit 4 set (127+E -> 23+E), rest 0; one
+  // LOP3 ((m & 0x07800000) ^ 0x0c000000), which the compiler otherwise splits in two.
+  unsigned int cb;
+#ifdef __CUDA_ARCH__
+  asm("lop3.b32 %0, %1, 0x07800000, 0x0c000000, 0x6a;" : "=r"(cb) : "r"(m));
+#else
+  cb = (m & 0x07800000u) ^ 0x0c000000u;
+#endif
+  const float c = __uint_as_float(cb);
+  return __float_as_uint(fmaf(a, 1.17549435e-38f, c) - c);  // 2^-126
+}
+// v's sign bits as a float32 word: that of fminf(v, 6), so NaN gives 0 and -0 gives 1.
+__device__ __forceinline__ unsigned int e2m1_signword(float v) {
+  return __float_as_uint(fmin_gpu(v, 6.f));
+}
 __device__ __forceinline__ unsigned int e2m1(float v) {
-  const float a = fminf(fabsf(v), 6.f);
-  const unsigned int b = __float_as_uint(a);
-  const unsigned int hi = (b + 0x1fffffu + ((b >> 22) & 1u) - (252u << 22)) >> 22;
-  const unsigned int lo = __float_as_uint(a + 4194304.f) - 0x4a800000u;
-  const unsigned int code = a < 1.f ? lo : hi;
-  return v == v ? code | ((__float_as_uint(v) >> 28) & 0x8u) : 0x7u;
+  return (e2m1_mag22(v) >> 22) | ((e2m1_signword(v) >> 28) & 0x8u);
 }
 __device__ __forceinline__ unsigned int e2m1x2(float lo, float hi) {
   return e2m1(lo) | (e2m1(hi) << 4);
 }
 #endif
+
+// Eight codes in a word, v[k] in bits 4k .. 4k + 3 (four e2m1x2 bytes, the first lowest).
+__device__ __forceinline__ unsigned int e2m1x8(const float (&v)[8]) {
+#ifdef NVE_HW_FP4
+  unsigned int w = 0u;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) w |= e2m1x2(v[2 * j], v[2 * j + 1]) << (8 * j);
+  return w;
+#else
+  // Each z = code << 22 shifted into its nibble (the codes do not overlap, so + is |),
+  // each sign moved from bit 31 to bit 4k + 3.
+  unsigned int w = 0u;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const unsigned int z = e2m1_mag22(v[k]);
+    w += k < 6 ? z >> (22 - 4 * k) : z << (4 * k - 22);
+    w |= (e2m1_signword(v[k]) >> (28 - 4 * k)) & (0x8u << (4 * k));
+  }
+  return w;
+#endif
+}
 
 // The E4M3 byte's value (finite codes; what a block scale holds).
 __device__ __forceinline__ float e4m3_value(unsigned int b) {
