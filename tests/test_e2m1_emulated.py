@@ -29,3 +29,15 @@ def test_named_cases():
     nan = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001], np.uint32).view(np.float32)
     want = [0, 2, 2, 4, 4, 6, 6, 7, 7, 8, 8, 7, 15, 7, 1, 7, 7, 7, 7]
     assert e2m1.new_e2m1(np.concatenate([v, nan])).tolist() == want
+
+
+def test_nvrtc_options_keep_subnormals():
+    """The software path reads E2M1 codes from subnormal fp32 results (0.5 is 2^-127): the
+    options an NVFP4 kernel compiles with must not flush them (no -ftz=true, no fast math)."""
+    import nvrtc_engine as ne
+    from nvrtc_engine.engine import Engine
+
+    key = ne.make_key("quantize", in_dtype="bf16", out_dtype="fp4_e2m1", arch="sm_90")
+    _rendered, options, _headers, _digest = Engine().artifact_digest(key)
+    flags = " ".join(options.flags())
+    assert "ftz=true" not in flags and "fast_math" not in flags and "fast-math" not in flags
