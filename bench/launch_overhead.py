@@ -84,9 +84,19 @@ def family_cases(ne: Any, torch: Any, cuda: Any) -> dict[str, Callable[[], Any]]
     def empty(*shape: int, dtype: Any) -> Any:
         return torch.empty(shape, dtype=dtype, device=cuda)
 
-    x = torch.randn(1, 1024, device=cuda).to(bf16)  # defined values: uninitialized memory
-    # (NaN, huge values) changes what the amax guard and atomics do on the GPU
-    s, a, si = torch.ones(1, device=cuda), torch.zeros(1, device=cuda), empty(1, dtype=fp32)
+    def filled(*shape: int, dtype: Any, value: float | None = None) -> Any:
+        """Defined values (normal samples, or ``value``): uninitialized memory (NaN, huge
+        values) changes what the amax guard and atomics do on the GPU. tests/fake_torch.py
+        (--cpu) has only ``empty``, and no GPU reads the values there."""
+        if not hasattr(torch, "randn"):
+            return empty(*shape, dtype=dtype)
+        if value is None:
+            return torch.randn(*shape, device=cuda).to(dtype)
+        return torch.full(shape, value, dtype=dtype, device=cuda)
+
+    x = filled(1, 1024, dtype=bf16)
+    s, a, si = filled(1, dtype=fp32, value=1.0), filled(1, dtype=fp32, value=0.0), empty(
+        1, dtype=fp32)  # fmt: skip
     gelu_fp8 = ne.get_kernel("gelu", dtype="fp8")
     y8 = empty(1, 1024, dtype=fp8)
     dgelu = ne.get_kernel("dgelu", dtype="bf16")

@@ -367,6 +367,15 @@ def candidates_section() -> str | None:
             "`BWD_CTAS_PER_SM`; `b2` in a tag); `norm.TUNED` takes the 4096 winners "
             "(docs/norms.md).",
         ),
+        (
+            "norm_tuning-onered",
+            "--candidates onered --norms layernorm",
+            "LayerNorm forward, one reduction",
+            "bf16 input, N = 16384 (2048 at H = 65536), % of copy: the layout in force when the "
+            "sweep ran and the best with the one (count, mean, M2) reduction (`u`; `a2`: split "
+            "sums), on TUNED's FP8 layouts below 65536 and on the cluster leaders at 65536; "
+            "`norm.TUNED` takes the 65536 winners (docs/norms.md).",
+        ),
     ]
     for name, flag, title, text in later:
         d = load(name)

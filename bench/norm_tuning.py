@@ -4,7 +4,7 @@
 nvrtc_engine/ops/norm.py).
 
     python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
-                                [--round3-only] [--candidates fp8|fp8b|bwd|big|bf16p|bwd2]
+                                [--round3-only] [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered]
                                 [--name norm_tuning]
                                 [--zero-amax]
 
@@ -30,7 +30,10 @@ backward: the default, the round-5 staged layouts (:func:`staged_candidates`,
 and 8 CTAs (:func:`big_candidates`: held weights, the next row's x copied ahead);
 ``--candidates bf16p`` times only the bf16 forward at H = 4096-14336 with the next row's x
 copied ahead (:func:`bf16p_candidates`); ``--candidates bwd2`` times only the backward at
-H = 4096-14336 over more staged layouts and CTAs per SM (:func:`bwd2_candidates`); ``--name``
+H = 4096-14336 over more staged layouts and CTAs per SM (:func:`bwd2_candidates`);
+``--candidates onered`` times LayerNorm's one reduction (FP8 at H = 4096-14336, both outputs
+at 65536: :func:`onered_candidates`);
+``--name``
 names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
 zeroes the amax word before every FP8 call (timed with it), as a training step does once per
 forward, instead of leaving the first call's maximum there (which lets the guards skip every
@@ -201,6 +204,39 @@ def fp8b_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
     return out
 
 
+def onered_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """LayerNorm's one (count, mean, M2) reduction (``u``), as (LaunchConfig, host
+    settings). At H >= 65536, where each row reduction is a cluster barrier: on the leaders
+    of ``--candidates big`` (w16j8c2, w19j7c2, w4j8c8, w8j8c4), each as is and with held
+    weights (8 row groups per CTA), with 1 and 2 partial sums per thread (``a2``); FP8
+    layouts carry TUNED's ``ogq``. Below, FP8 only: ``u`` and ``ua2`` on the default (TUNED)
+    layout with its switches. The round-3 sweep tried ``u`` only up to H = 14336 and before
+    the FP8 switches (it lost there on the plain FP8 layouts)."""
+    import dataclasses
+
+    spec = key.spec
+    if spec.backward or spec.rms or key.hidden_size is None or default.mode != "regs":
+        return []
+    if key.scaling not in ("none", "tensor"):
+        return []
+    fp8 = key.scaling == "tensor"
+    if key.hidden_size < 65536:
+        if not fp8:
+            return []
+        one = dataclasses.replace(default, one_reduction=True)
+        return [(one, {}), (dataclasses.replace(one, accumulators=2), {})]
+    vec = 16 // key.input.itemsize
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for warps, iters, cluster in ((16, 8, 2), (19, 7, 2), (4, 8, 8), (8, 8, 4)):
+        base = norm.LaunchConfig("regs", vec, warps, 1, iters, cluster, one_reduction=True,
+                                 batched=fp8, warp_amax=fp8, words=fp8)  # fmt: skip
+        for accs in (1, 2):
+            cfg = dataclasses.replace(base, accumulators=accs)
+            out.append((cfg, {}))
+            out.append((dataclasses.replace(cfg, hold=True), {"FWD_GROUPS_PER_CTA": 8}))
+    return out
+
+
 def bwd2_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
     """More of the staged backward for a specialized backward ``key`` at H <= 14336, as
     (LaunchConfig, host settings): 1, 2 and 4 accesses per thread (16-64 bytes of x), 2 to 6
@@ -300,7 +336,7 @@ def big_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[st
 def candidates(
     norm: Any, key: Any, round3_only: bool = False, fp8_only: bool = False,
     fp8b_only: bool = False, bwd_only: bool = False, big_only: bool = False,
-    bf16p_only: bool = False, bwd2_only: bool = False,
+    bf16p_only: bool = False, bwd2_only: bool = False, onered_only: bool = False,
 ) -> list[tuple[Any, dict[str, Any]]]:  # fmt: skip
     """(LaunchConfig, host settings) pairs to time for ``key``; the default comes first.
     ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`);
@@ -311,7 +347,8 @@ def candidates(
     default and the H >= 65536 forward cluster layouts (:func:`big_candidates`);
     ``bf16p_only``: the default and the bf16 forward's next-row copies
     (:func:`bf16p_candidates`); ``bwd2_only``: the default and more staged backward layouts
-    and grids (:func:`bwd2_candidates`)."""
+    and grids (:func:`bwd2_candidates`); ``onered_only``: the default and LayerNorm's one
+    reduction at H >= 65536 (:func:`onered_candidates`)."""
     spec = key.spec
     default = norm.launch_config(key)
     out: list[tuple[Any, dict[str, Any]]] = []
@@ -320,6 +357,11 @@ def candidates(
         if (cfg, host) not in out:
             out.append((cfg, host))
 
+    if onered_only:
+        add(default)
+        for cfg, host in onered_candidates(norm, key, default):
+            add(cfg, **host)
+        return out
     if bwd2_only:
         add(default)
         for cfg, host in bwd2_candidates(norm, key, default):
@@ -433,12 +475,13 @@ def case_list(
     big_only = args.candidates == "big"
     bf16p_only = args.candidates == "bf16p"
     bwd2_only = args.candidates == "bwd2"
+    onered_only = args.candidates == "onered"
     modes = [("fwd", "bf16", {}), ("fwd", "fp8_e4m3", {"scaling": "tensor"})]
     if bwd_only or bwd2_only:
         modes = []
     if bf16p_only:
         modes = modes[:1]
-    if not (fp8_only or fp8b_only or big_only or bf16p_only):
+    if not (fp8_only or fp8b_only or big_only or bf16p_only or onered_only):
         modes.append(("bwd", "bf16", {}))
     cases = []
     for h in sizes:
@@ -450,7 +493,7 @@ def case_list(
                     defaults[(nm, direction, out)] = norm.launch_config(key)
                 for cfg, host in candidates(norm, key, args.round3_only, fp8_only,
                                             fp8b_only, bwd_only, big_only,
-                                            bf16p_only, bwd2_only):  # fmt: skip
+                                            bf16p_only, bwd2_only, onered_only):  # fmt: skip
                     cases.append((nm, h, direction, out, cfg, tuple(sorted(host.items()))))
     return cases
 
@@ -470,13 +513,14 @@ def main() -> int:
     )
     parser.add_argument(
         "--candidates",
-        choices=["fp8", "fp8b", "bwd", "big", "bf16p", "bwd2"],
+        choices=["fp8", "fp8b", "bwd", "big", "bf16p", "bwd2", "onered"],
         help="time only the defaults and these candidates (fp8: the round-4 FP8 forward "
         "switches; fp8b: the round-5 ones, q and p; forward bf16 and FP8 only; bwd: the "
         "round-5 staged backward, backward only, at 4096,8192,14336,65536 unless --hidden "
         "says otherwise; big: the H = 65536 forward cluster layouts, at 65536 unless --hidden "
         "says otherwise; bf16p: the bf16 forward with next-row copies, at 4096,8192,14336; "
-        "bwd2: more staged backward layouts and grids, at 4096,8192,14336)",
+        "bwd2: more staged backward layouts and grids, at 4096,8192,14336; onered: LayerNorm's "
+        "one reduction, FP8 at 4096-14336 and both outputs at 65536)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument("--zero-amax", action="store_true",
@@ -486,9 +530,13 @@ def main() -> int:
     args = parser.parse_args()
     if args.hidden is None:
         sizes = "4096,8192,14336"
-        args.hidden = {"fp8": sizes, "big": "65536", "bf16p": sizes, "bwd2": sizes}.get(
-            args.candidates, "4096,8192,14336,65536"
-        )
+        args.hidden = {
+            "fp8": sizes,
+            "big": "65536",
+            "bf16p": sizes,
+            "bwd2": sizes,
+            "onered": "4096,8192,14336,65536",
+        }.get(args.candidates, "4096,8192,14336,65536")
     if args.list:
         for case in case_list(args, arch="sm_90"):
             print(*case[:4], case[4].tag, ",".join(f"{k}={v}" for k, v in case[5]))

@@ -277,7 +277,7 @@ def test_held_weights_need_two_ctas_per_sm():
     assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1ogqp"
     assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1hogq"
     assert fp8_tag("rmsnorm_fwd", 65536) == "w16r1v8j8c2hogq"
-    assert fp8_tag("layernorm_fwd", 65536) == "w4r1v8j8c8hogq"
+    assert fp8_tag("layernorm_fwd", 65536) == "w16r1v8j8c2huogqa2"
     with rules_only() as monkeypatch:
         monkeypatch.setitem(norm.FWD_HOLD_WEIGHTS, "tensor", True)
         launch_config.cache_clear()
@@ -834,12 +834,12 @@ def _with_switches(monkeypatch, values):
 
 
 # norm.TUNED's FP8 forwards (sm_90, bf16 x; bench/results/norm_tuning-fp8b.json, 2026-12-01;
-# H = 65536: norm_tuning-big.json)
+# H = 65536: norm_tuning-big.json, LayerNorm norm_tuning-onered.json)
 TUNED_FP8 = {
     ("layernorm_fwd", 4096): "w4r1v8j4c1oqpx4",
     ("layernorm_fwd", 8192): "w4r1v8j8c1ogqp",
     ("layernorm_fwd", 14336): "w14r1v8j4c1ogq",
-    ("layernorm_fwd", 65536): "w4r1v8j8c8hogq",
+    ("layernorm_fwd", 65536): "w16r1v8j8c2huogqa2",
     ("rmsnorm_fwd", 4096): "w4r1v8j4c1ogq",
     ("rmsnorm_fwd", 8192): "w4r1v8j8c1gq",
     ("rmsnorm_fwd", 14336): "w14r1v8j4c1hogq",
@@ -1148,8 +1148,8 @@ def test_fp8_round5_candidates_compile(monkeypatch, arch, values):
     and RMSNorm with tensor scaling and names itself in the symbol, over TUNED's layouts:
     H = 768, 1000, 1001 (a partial last access, 2-byte accesses: no ``p``), 1024 (4 rows per
     CTA, one warp each), 4096 (also e5m2, fp16 and fp32 x, zero-centred fp32 gamma), 8192,
-    14336 (held weights for RMSNorm on sm_90), 65536 (a cluster on sm_90/sm_100a: the slots
-    fit only TUNED's cluster of 8 for LayerNorm on sm_90)."""
+    14336 (held weights for RMSNorm on sm_90), 65536 (a cluster on sm_90/sm_100a: its slots
+    do not fit, no ``p``)."""
     _with_switches(monkeypatch, values)
     words = values.get("FWD_FP8_WORDS", False)
     next_row = values.get("FWD_FP8_NEXT_ROW", False)
@@ -1176,8 +1176,8 @@ def test_fp8_round5_candidates_compile(monkeypatch, arch, values):
                     assert norm.parse_tag(cfg.tag) == cfg
                     if hidden == 65536 and arch == "sm_100a":
                         assert not fits  # 2 CTAs of 19 warps, 7 accesses each: 68 KB of slots
-                    if hidden == 65536 and arch == "sm_90":  # TUNED: w4j8c8 16 KB, w16j8c2 64 KB
-                        assert fits == (op == "layernorm_fwd" and in_dtype == "bf16"), cfg
+                    if hidden == 65536 and arch == "sm_90":  # TUNED: w16j8c2, 64 KB of slots
+                        assert not fits, cfg
                     if hidden == 1001:
                         assert not fits
                     kernel = compile_and_check(key)

@@ -237,7 +237,7 @@ TUNED: dict[tuple[str, int, str], str] = {
     ("rmsnorm_fwd", 4096, "none"): "w8r1v8j2c1",  # 91.1 against w4j4 88.0
     ("rmsnorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 96.2 against w14j4 93.2
     ("rmsnorm_fwd", 65536, "none"): "w16r1v8j8c2h",  # 77.8 (8 groups) against w19j7c2h 76.4
-    ("layernorm_fwd", 65536, "none"): "w16r1v8j8c2h",  # 61.6 (8 groups) against w19j7c2 58.7
+    ("layernorm_fwd", 65536, "none"): "w16r1v8j8c2hua2",  # 66.2 against h 62.0, onered
     ("layernorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 91.0 against w14j4 90.0
     # FP8 forward with the round-4 switches (o: batched output stage, g: warp amax atomics)
     # and the round-5 ones (q: word unpacking and packing, p: the next row group copied
@@ -246,7 +246,7 @@ TUNED: dict[tuple[str, int, str], str] = {
     ("layernorm_fwd", 4096, "tensor"): "w4r1v8j4c1oqpx4",  # 82.8 against o 73.1
     ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1ogqp",  # 87.5 against og 77.5
     ("layernorm_fwd", 14336, "tensor"): "w14r1v8j4c1ogq",  # 79.2 against og 67.7
-    ("layernorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogq",  # 50.1 (8 groups) against w19j7c2 47.1
+    ("layernorm_fwd", 65536, "tensor"): "w16r1v8j8c2huogqa2",  # 51.8 against w4j8c8hogq 50.9
     ("rmsnorm_fwd", 4096, "tensor"): "w4r1v8j4c1ogq",  # 87.5 against og 82.2
     ("rmsnorm_fwd", 8192, "tensor"): "w4r1v8j8c1gq",  # 90.7 against g 89.2
     ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1hogq",  # 94.7 (8 groups) against hog 83.9
@@ -254,7 +254,8 @@ TUNED: dict[tuple[str, int, str], str] = {
     # H = 65536 forward entries: bench/norm_tuning.py --candidates big, 2026-12-01
     # (norm_tuning-big.json: clusters of 2, 4 and 8 CTAs at 2-8 accesses per thread, held
     # weights, next-row copies; the winners against the earlier w19j7c2 layouts; p lost
-    # everywhere there, 3-25 points)
+    # everywhere there, 3-25 points); LayerNorm then --candidates onered (norm_tuning-onered.json:
+    # u, one (count, mean, M2) reduction, a cluster barrier fewer per row; a2, split sums)
     # Backward at 4096: bench/norm_tuning.py --candidates bwd2, 2026-12-01 (norm_tuning-bwd2.json:
     # 1-4 accesses per thread, 2-6 stages, 2/4/8 CTAs per SM); elsewhere round 5's.
     # Backward: the round-5 staged kernel (t: x and dz through shared memory, cp.async),
@@ -497,8 +498,9 @@ def staged_layout(
 def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
     """``cfg`` with the module's defaults for the round-3 switches (``FWD_EARLY_WEIGHTS``,
     ``FWD_ONE_REDUCTION``, ``FWD_ACCUMULATORS``, ``BWD_SHARED_SUMS``) and the round-4 FP8
-    candidates (``FWD_FP8_BATCHED``, ``FWD_FP8_WARP_AMAX``: tensor scaling only; on where
-    ``cfg``, a :data:`TUNED` entry, has them) where they apply."""
+    candidates (``FWD_FP8_BATCHED``, ``FWD_FP8_WARP_AMAX``: tensor scaling only) where they
+    apply; each stays on where ``cfg``, a :data:`TUNED` entry, has it (``e``, ``u``, ``a2``:
+    the H = 65536 LayerNorm entries take ``u`` and ``a2``)."""
     spec = key.spec
     assert isinstance(spec, NormSpec)
     if cfg.mode != "regs" or cfg.stages:
@@ -512,8 +514,9 @@ def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
         shared = min(BWD_SHARED_SUMS, spec.accumulators, fits)
         return dataclasses.replace(cfg, shared_sums=shared) if shared else cfg
     return dataclasses.replace(
-        cfg, early=FWD_EARLY_WEIGHTS and not cfg.hold,
-        one_reduction=FWD_ONE_REDUCTION and not spec.rms, accumulators=FWD_ACCUMULATORS,
+        cfg, early=(cfg.early or FWD_EARLY_WEIGHTS) and not cfg.hold,
+        one_reduction=(cfg.one_reduction or FWD_ONE_REDUCTION) and not spec.rms,
+        accumulators=cfg.accumulators if cfg.accumulators > 1 else FWD_ACCUMULATORS,
         batched=(cfg.batched or FWD_FP8_BATCHED) and key.scaling == "tensor",
         warp_amax=(cfg.warp_amax or FWD_FP8_WARP_AMAX) and key.scaling == "tensor",
         words=(cfg.words or FWD_FP8_WORDS) and key.scaling == "tensor",
