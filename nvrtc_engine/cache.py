@@ -187,6 +187,20 @@ def warn_read_only(directory: Path | str, why: str) -> None:
     )  # fmt: skip
 
 
+def _read_only_reason(directory: Path, why: str) -> str:
+    """Why a cache that can be read cannot be written, in the system's words where it has
+    them (a read-only file system, no write permission), then diskcache's error ``why``
+    (SQLite says only "unable to open database file" on a read-only mount)."""
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return f"read-only file system; {why}"
+    except (OSError, AttributeError):  # no statvfs (Windows) or no directory
+        pass
+    if not os.access(directory, os.W_OK):
+        return f"no write permission; {why}"
+    return why
+
+
 class _ReadOnlyStore:
     """The reading part of ``diskcache.Cache``'s interface over its database opened read-only.
 
@@ -374,7 +388,7 @@ class DiskCache:
         # a cache that can be read but not written: its kernels are still worth reading
         read_only = _ReadOnlyStore.open(directory / ENTRIES_DIR)
         if read_only is not None:
-            warn_read_only(directory, why)
+            warn_read_only(directory, _read_only_reason(directory, why))
             return cls(directory, read_only, read_only=True)
         warn_unusable(directory, why)
         return None

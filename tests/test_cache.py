@@ -265,6 +265,25 @@ def test_a_cache_diskcache_cannot_open_for_writing_is_read_read_only(
     _check_read_only(isolated_cache, keys)
 
 
+@pytest.mark.skipif(not hasattr(os, "statvfs"), reason="no statvfs")
+def test_a_read_only_mount_is_named_in_the_warning(isolated_cache, read_only_diskcache,
+                                                   monkeypatch):  # fmt: skip
+    """On a read-only file system SQLite says only "unable to open database file": the
+    warning names the cause the system reports (statvfs's read-only flag)."""
+    keys = _read_only_cache(isolated_cache)
+    read_only_diskcache()
+    real = os.statvfs
+
+    class Mounted:
+        def __init__(self, path):
+            self._stat = real(path)
+            self.f_flag = self._stat.f_flag | os.ST_RDONLY
+
+    monkeypatch.setattr(os, "statvfs", Mounted)
+    with pytest.warns(CacheWarning, match="is read-only .read-only file system; "):
+        assert Engine().get(keys[0]).origin == "disk"
+
+
 @pytest.mark.skipif(
     hasattr(os, "geteuid") and os.geteuid() == 0, reason="root ignores directory permissions"
 )

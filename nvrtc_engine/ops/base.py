@@ -66,7 +66,10 @@ class OpSpec:
         if key.out_dtype not in self.out_dtypes:
             raise VariantError("out_dtype", key.out_dtype, self.out_dtypes, hint)
         if key.scaling not in self.scalings:
-            raise VariantError("scaling", key.scaling, self.scalings, hint)
+            block = key.scaling in ("mxfp8", "nvfp4") and self.name != "quantize"
+            raise VariantError("scaling", key.scaling, self.scalings, hint + (
+                f"; {key.scaling} quantization of a tensor is the 'quantize' op" if block
+                else ""))  # fmt: skip
         if key.layout not in self.layouts:
             raise VariantError("layout", key.layout, self.layouts, hint)
         fp8_out = DTYPES[key.out_dtype].is_fp8
