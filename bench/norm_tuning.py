@@ -333,22 +333,40 @@ def big_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[st
     return [(c, h) for c, h in out if not (c == default and not h)]
 
 
+def _staged_pairs(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates bwd``: the staged layouts (:func:`staged_candidates`), plus the general
+    kernel (``loop``) from H = 14336, as (LaunchConfig, host settings)."""
+    out = [(cfg, {}) for cfg in staged_candidates(norm, key)]
+    if key.hidden_size >= 14336:
+        out.append((norm.LaunchConfig("loop", 16 // key.input.itemsize), {}))
+    return out
+
+
+def _fp8_pairs(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates fp8`` (:func:`fp8_candidates`) as (LaunchConfig, host settings)."""
+    return [(cfg, {}) for cfg in fp8_candidates(norm, key, default)]
+
+
+# --candidates NAME: (the candidates besides the default, (norm, key, default) -> (cfg,
+# host settings) pairs; the passes timed: forward to bf16, forward to FP8, backward)
+CANDIDATE_SETS: dict[str, tuple[Any, tuple[str, ...]]] = {
+    "fp8": (_fp8_pairs, ("bf16", "fp8")),
+    "fp8b": (fp8b_candidates, ("bf16", "fp8")),
+    "bwd": (_staged_pairs, ("bwd",)),
+    "big": (big_candidates, ("bf16", "fp8")),
+    "bf16p": (bf16p_candidates, ("bf16",)),
+    "bwd2": (bwd2_candidates, ("bwd",)),
+    "onered": (onered_candidates, ("bf16", "fp8")),
+}
+
+
 def candidates(
-    norm: Any, key: Any, round3_only: bool = False, fp8_only: bool = False,
-    fp8b_only: bool = False, bwd_only: bool = False, big_only: bool = False,
-    bf16p_only: bool = False, bwd2_only: bool = False, onered_only: bool = False,
-) -> list[tuple[Any, dict[str, Any]]]:  # fmt: skip
+    norm: Any, key: Any, round3_only: bool = False, only: str | None = None
+) -> list[tuple[Any, dict[str, Any]]]:
     """(LaunchConfig, host settings) pairs to time for ``key``; the default comes first.
     ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`);
-    ``fp8_only``: the default and the round-4 FP8 candidates (:func:`fp8_candidates`);
-    ``fp8b_only``: the default and the round-5 FP8 candidates (:func:`fp8b_candidates`);
-    ``bwd_only``: the default and the round-5 staged backward (:func:`staged_candidates`),
-    plus the general kernel (``loop``) where the default is not it; ``big_only``: the
-    default and the H >= 65536 forward cluster layouts (:func:`big_candidates`);
-    ``bf16p_only``: the default and the bf16 forward's next-row copies
-    (:func:`bf16p_candidates`); ``bwd2_only``: the default and more staged backward layouts
-    and grids (:func:`bwd2_candidates`); ``onered_only``: the default and LayerNorm's one
-    reduction at H >= 65536 (:func:`onered_candidates`)."""
+    ``only``: the default and the named set of :data:`CANDIDATE_SETS` (``--candidates``:
+    fp8, fp8b, bwd, big, bf16p, bwd2, onered)."""
     spec = key.spec
     default = norm.launch_config(key)
     out: list[tuple[Any, dict[str, Any]]] = []
@@ -357,42 +375,10 @@ def candidates(
         if (cfg, host) not in out:
             out.append((cfg, host))
 
-    if onered_only:
+    if only is not None:
         add(default)
-        for cfg, host in onered_candidates(norm, key, default):
+        for cfg, host in CANDIDATE_SETS[only][0](norm, key, default):
             add(cfg, **host)
-        return out
-    if bwd2_only:
-        add(default)
-        for cfg, host in bwd2_candidates(norm, key, default):
-            add(cfg, **host)
-        return out
-    if bf16p_only:
-        add(default)
-        for cfg, host in bf16p_candidates(norm, key, default):
-            add(cfg, **host)
-        return out
-    if big_only:
-        add(default)
-        for cfg, host in big_candidates(norm, key, default):
-            add(cfg, **host)
-        return out
-    if bwd_only:
-        add(default)
-        for cfg in staged_candidates(norm, key):
-            add(cfg)
-        if key.hidden_size >= 14336:
-            add(norm.LaunchConfig("loop", 16 // key.input.itemsize))
-        return out
-    if fp8b_only:
-        add(default)
-        for cfg, host in fp8b_candidates(norm, key, default):
-            add(cfg, **host)
-        return out
-    if fp8_only:
-        add(default)
-        for cfg in fp8_candidates(norm, key, default):
-            add(cfg)
         return out
     if round3_only:
         add(default)
@@ -469,20 +455,10 @@ def case_list(
     import nvrtc_engine.ops.norm as norm
 
     sizes = hidden if hidden is not None else [int(v) for v in args.hidden.split(",")]
-    fp8_only = args.candidates == "fp8"
-    fp8b_only = args.candidates == "fp8b"
-    bwd_only = args.candidates == "bwd"
-    big_only = args.candidates == "big"
-    bf16p_only = args.candidates == "bf16p"
-    bwd2_only = args.candidates == "bwd2"
-    onered_only = args.candidates == "onered"
-    modes = [("fwd", "bf16", {}), ("fwd", "fp8_e4m3", {"scaling": "tensor"})]
-    if bwd_only or bwd2_only:
-        modes = []
-    if bf16p_only:
-        modes = modes[:1]
-    if not (fp8_only or fp8b_only or big_only or bf16p_only or onered_only):
-        modes.append(("bwd", "bf16", {}))
+    passes = CANDIDATE_SETS[args.candidates][1] if args.candidates else ("bf16", "fp8", "bwd")
+    all_modes = {"bf16": ("fwd", "bf16", {}), "fp8": ("fwd", "fp8_e4m3", {"scaling": "tensor"}),
+                 "bwd": ("bwd", "bf16", {})}  # fmt: skip
+    modes = [all_modes[name] for name in passes]
     cases = []
     for h in sizes:
         for nm in args.norms.split(","):
@@ -491,9 +467,7 @@ def case_list(
                                   hidden_size=h, arch=arch, **extra)  # fmt: skip
                 if defaults is not None:
                     defaults[(nm, direction, out)] = norm.launch_config(key)
-                for cfg, host in candidates(norm, key, args.round3_only, fp8_only,
-                                            fp8b_only, bwd_only, big_only,
-                                            bf16p_only, bwd2_only, onered_only):  # fmt: skip
+                for cfg, host in candidates(norm, key, args.round3_only, args.candidates):
                     cases.append((nm, h, direction, out, cfg, tuple(sorted(host.items()))))
     return cases
 
@@ -513,7 +487,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--candidates",
-        choices=["fp8", "fp8b", "bwd", "big", "bf16p", "bwd2", "onered"],
+        choices=list(CANDIDATE_SETS),
         help="time only the defaults and these candidates (fp8: the round-4 FP8 forward "
         "switches; fp8b: the round-5 ones, q and p; forward bf16 and FP8 only; bwd: the "
         "round-5 staged backward, backward only, at 4096,8192,14336,65536 unless --hidden "

@@ -201,7 +201,8 @@ FWD_FP8_NEXT_ROW = False
 # whatever the output); FWD_FP8_NEXT_ROW turns it on for tensor scaling only.
 # bench/norm_tuning.py --candidates big tried it at H = 65536 over clusters of 4 and 8 CTAs
 # (whose slots fit the static shared memory), for bf16 and FP8 z: it lost there, 3-25 points
-# (norm_tuning-big.json), so no TUNED entry takes it for bf16 z yet.
+# (norm_tuning-big.json), and on the bf16 forwards at 4096-14336, 0.7-4.7 points
+# (--candidates bf16p, norm_tuning-bf16p.json), so no TUNED entry takes it for 16-bit z.
 _NEXT_ROW_SCALING = ("tensor", "none")
 STATIC_SMEM_BYTES = 48 * 1024  # static shared memory a CTA may declare
 # Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
@@ -342,7 +343,7 @@ class LaunchConfig:
         change the code follow: ``h`` (held weights), ``k`` (packed), ``n`` (no prefetch),
         ``e`` (early weight loads), ``u`` (one reduction), ``o`` (batched FP8 output stage),
         ``g`` (warp-level amax atomics), ``q`` (the FP8 forward's word unpacking and
-        packing), ``p`` (the FP8 forward's next row group copied ahead), ``a2`` (split sums),
+        packing), ``p`` (the forward's next row group copied ahead), ``a2`` (split sums),
         ``s1`` (column sums in shared memory), ``t3`` (the staged backward, 3 rows deep),
         ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then the grid choices, the
         same code: ``x4`` (4 row groups per CTA where a CTA takes several, forward) and ``b2``
