@@ -388,9 +388,11 @@ def compile_source(
         encoded = [f.encode() for f in flags]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
         log_size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        log_buf = b" " * log_size
+        # bytearrays, not b" " * n: for n == 1 (an empty log) that is CPython's shared
+        # one-byte object b" ", and NVRTC's terminating NUL would overwrite it process-wide
+        log_buf = bytearray(log_size)
         _check(nvrtc.nvrtcGetProgramLog(prog, log_buf), "nvrtcGetProgramLog")
-        log = log_buf.rstrip(b"\x00 ").decode(errors="replace")
+        log = bytes(log_buf).rstrip(b"\x00 ").decode(errors="replace")
         if int(err) != 0:
             raise CompileError(
                 key=key,
@@ -402,12 +404,13 @@ def compile_source(
             )
         if options.output == "cubin":
             size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-            image = b" " * size
-            _check(nvrtc.nvrtcGetCUBIN(prog, image), "nvrtcGetCUBIN")
+            buffer = bytearray(size)
+            _check(nvrtc.nvrtcGetCUBIN(prog, buffer), "nvrtcGetCUBIN")
         else:
             size = _check(nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-            image = b" " * size
-            _check(nvrtc.nvrtcGetPTX(prog, image), "nvrtcGetPTX")
+            buffer = bytearray(size)
+            _check(nvrtc.nvrtcGetPTX(prog, buffer), "nvrtcGetPTX")
+        image = bytes(buffer)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     return CompileResult(

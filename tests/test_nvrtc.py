@@ -162,3 +162,14 @@ def test_compile_speed_levers_keep_the_cubin_identical(arch):
         cuda_headers=r.cuda_headers,
     )
     assert on.image == off.image
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "compute_90"])
+def test_an_empty_log_leaves_python_shared_bytes_alone(arch):
+    # NVRTC writes a one-byte log (its NUL) when there is nothing to say; a b" " * 1 buffer
+    # is CPython's shared one-byte b" ", and print's separators became NULs process-wide
+    result = compile_source("empty.cu", 'extern "C" __global__ void k() {}', [],
+                            CompileOptions(arch=arch))  # fmt: skip
+    assert result.log == ""
+    assert bytes((32,))[0] == 32 and " ".encode("ascii")[0] == 32
+    assert result.image.startswith(b"\x7fELF" if arch == "sm_90" else b"//")
