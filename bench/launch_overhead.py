@@ -7,8 +7,10 @@ Times (microseconds per call, best of --repeat x --calls calls, GPU not waited o
 whole Kernel.__call__ of a GELU bf16 kernel on a (1, 1024) tensor (the planned fast path, the
 generic path, with allocation), one small call of each family, each step of a launch (array
 adaptation, stream lookup, parameter packing, context check, the driver call through
-cuda.bindings and through ctypes), a plain torch.nn.functional.gelu, and a raw cuLaunchKernel
-with per-call argument tuples. Writes bench/results/launch_overhead.json.
+cuda.bindings, through ctypes and through the compiled launcher), the planned call with its
+plan launching through cuda.bindings instead of the compiled launcher, a plain
+torch.nn.functional.gelu, and a raw cuLaunchKernel with per-call argument tuples. Writes
+bench/results/launch_overhead.json.
 
 --cpu measures the Python side only: tests/host_cuda/libcuda_stub.c stands in for libcuda (so
 cuda.bindings and ctypes still convert every argument; the stub's cuLaunchKernel returns at
@@ -233,6 +235,25 @@ def main() -> int:
         "Kernel.__call__(x) (allocates)": lambda: kernel(x),
         "Kernel.__call__(x, out), generic path (no launch plan)": lambda: generic(x, out),
     }
+    compiled = None
+    try:
+        from nvrtc_engine import launcher
+    except ImportError:  # a version from before the compiled launcher
+        launcher = None
+    if launcher is not None:
+        compiled = launcher.get()
+        print(f"launcher: {launcher.status()}", file=sys.stderr)
+    if compiled is not None:  # the same kernel, its plan made to launch through cuda.bindings
+        bound = type(kernel)(kernel.key, kernel.artifact, kernel.origin)
+        launcher._launch = None
+        try:
+            for _ in range(2):
+                bound(x, out)
+        finally:
+            launcher._launch = compiled
+        cases["Kernel.__call__(x, out), through cuda.bindings (NVRTC_ENGINE_LAUNCHER=bindings)"] = (
+            lambda: bound(x, out)
+        )
     if not args.cpu:
         import torch.nn.functional as F
 
@@ -262,6 +283,14 @@ def main() -> int:
         "step: x.data_ptr()": x.data_ptr,
         "step: kernel.loaded(dev)": lambda: kernel.loaded(dev),
     })  # fmt: skip
+    if compiled is not None:
+        cases["step: cuLaunchKernel (compiled launcher, packed params)"] = lambda: compiled(
+            func_int, 1, threads, 0, stream, address, 0
+        )
+        context_int = int(loaded.device.context)
+        cases["step: compiled launcher with the context check"] = lambda: compiled(
+            func_int, 1, threads, 0, stream, address, context_int
+        )
     if hasattr(driver.ParamPack, "preset"):  # the launch-plan pieces
         preset = pack.preset((x.data_ptr(), out.data_ptr(), 1024, 0, 0, 0, 1))
         xp, yp = x.data_ptr(), out.data_ptr()
@@ -298,6 +327,8 @@ def main() -> int:
 
     info: dict[str, Any] = {"nvrtc_engine": str(Path(nvrtc_engine.__file__).parent),
                             "version": args.label or version(nvrtc_engine)}  # fmt: skip
+    if launcher is not None:
+        info["launcher"] = launcher.status()
     if args.cpu:
         info.update(mode="cpu: stub libcuda, fake torch (Python-side time only)")
         path = common.write_results(args.name or "launch_overhead-cpu", {**info, "rows": rows})

@@ -23,6 +23,13 @@ variable                            type      meaning
 ``NVRTC_ENGINE_LOCK_TIMEOUT``       seconds   longest wait for another process compiling
                                               the same kernel before compiling anyway
                                               (default 60)
+``NVRTC_ENGINE_LAUNCHER``           choice    how kernels are launched: ``auto`` (the
+                                              default: the compiled launcher when a C
+                                              compiler and the Python headers are there,
+                                              else cuda.bindings), ``compiled`` (the
+                                              compiled launcher or an error), ``bindings``
+                                              (always cuda.bindings); see
+                                              :mod:`nvrtc_engine.launcher`
 ==================================  ========  ===============================================
 """
 
@@ -41,6 +48,7 @@ _DEFAULT_SIZE_LIMIT = 512 * 1024 * 1024
 _DEFAULT_LOCK_TIMEOUT = 60.0
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+LAUNCHERS = ("auto", "compiled", "bindings")
 _SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -56,6 +64,7 @@ class Settings:
     debug_dir: Path | None = None
     workers: int | None = None
     lock_timeout: float = _DEFAULT_LOCK_TIMEOUT
+    launcher: str = "auto"
 
     def resolved_cache_dir(self) -> Path:
         """The disk cache directory: the configured one, else the platform user cache dir.
@@ -144,6 +153,13 @@ def _parse_seconds(name: str, raw: str) -> float:
     return value
 
 
+def _parse_launcher(name: str, raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in LAUNCHERS:
+        raise ValueError(f"{name}={raw!r}: expected one of {', '.join(LAUNCHERS)}")
+    return value
+
+
 def _path(raw: str | None) -> Path | None:
     """``~`` expanded and made absolute (a relative path would follow the working directory)."""
     return Path(raw).expanduser().absolute() if raw else None
@@ -173,6 +189,7 @@ def from_environment(env: dict[str, str] | None = None) -> Settings:
             "NVRTC_ENGINE_LOCK_TIMEOUT",
             e.get("NVRTC_ENGINE_LOCK_TIMEOUT", str(_DEFAULT_LOCK_TIMEOUT)),
         ),
+        launcher=_parse_launcher("NVRTC_ENGINE_LAUNCHER", e.get("NVRTC_ENGINE_LAUNCHER", "auto")),
     )
 
 
@@ -209,7 +226,8 @@ def _checked(name: str, value: object) -> object:
         raise TypeError(f"{label}: expected a path (str or os.PathLike) or None")
     if isinstance(value, str):  # the environment variable's spelling
         parse = {"cache_size_limit": _parse_size, "workers": _parse_int,
-                 "lock_timeout": _parse_seconds}.get(name, _parse_bool)  # fmt: skip
+                 "lock_timeout": _parse_seconds, "launcher": _parse_launcher}.get(
+            name, _parse_bool)  # fmt: skip
         try:
             return parse(name, value)
         except ValueError as exc:  # "name='raw': reason" -> "configure(name='raw'): reason"
@@ -219,6 +237,8 @@ def _checked(name: str, value: object) -> object:
             return value
         raise TypeError(f"{label}: expected True or False (or the variable's words: "
                         "'1'/'0', 'true'/'false', 'yes'/'no', 'on'/'off')")  # fmt: skip
+    if name == "launcher":
+        raise TypeError(f"{label}: expected one of {', '.join(map(repr, LAUNCHERS))}")
     if name == "workers" and value is None:
         return None
     number = isinstance(value, (int, float)) and not isinstance(value, bool)

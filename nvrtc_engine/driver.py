@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from . import launcher
 from .errors import CudaError, NoDeviceError
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "device_count",
     "get_device",
     "launch",
+    "launch_failed",
     "load_function",
     "make_current",
     "pointer_device",
@@ -62,7 +64,10 @@ def check(result: Any, call: str) -> Any:
             name = drv.CUresult(int(err)).name
         except Exception:
             name = str(err)
-        _, desc = drv.cuGetErrorString(err)
+        try:
+            _, desc = drv.cuGetErrorString(err)
+        except Exception:  # a code cuda.bindings has no enum member for
+            desc = None
         detail = desc.decode() if isinstance(desc, bytes) else ""
         raise CudaError(call, int(err), name, detail)
     if len(result) == 1:
@@ -306,7 +311,8 @@ def stream_object(handle: int) -> Any:
 
 
 def launch(function: Any, grid: int, block: int, stream: int, params: Any, shmem: int = 0) -> None:
-    """``cuLaunchKernel`` with a 1-D grid and block.
+    """``cuLaunchKernel`` with a 1-D grid and block, through the compiled launcher when this
+    process has one (:mod:`nvrtc_engine.launcher`), else through cuda.bindings.
 
     ``function`` is a ``CUfunction``; ``params`` the ``void*[]`` address that
     :meth:`ParamPack.pack` returns (an int; a ``ctypes.c_void_p`` is accepted); ``stream``
@@ -314,11 +320,29 @@ def launch(function: Any, grid: int, block: int, stream: int, params: Any, shmem
     """
     if type(params) is not int:
         params = params.value
+    compiled = launcher.get()
+    if compiled is not None:
+        code = compiled(int(function), grid, block, shmem, stream, params, 0)
+        if code:
+            launch_failed(code)
+        return
     (err,) = _drv().cuLaunchKernel(
         function, grid, 1, 1, block, 1, 1, shmem, stream_object(stream), params, 0
     )
     if err:
         check((err,), "cuLaunchKernel")
+
+
+def launch_failed(code: int) -> None:
+    """Raise the :class:`~nvrtc_engine.CudaError` for a failed compiled launch: ``code`` is
+    what the compiled launcher returned (a ``CUresult``; negative: the context query or
+    switch before the launch failed, nothing was launched)."""
+    call = "cuLaunchKernel" if code > 0 else "cuCtxGetCurrent/cuCtxSetCurrent"
+    try:
+        err: Any = _drv().CUresult(abs(code))
+    except ValueError:
+        err = abs(code)
+    check((err,), call)
 
 
 def synchronize(dev: Device) -> None:

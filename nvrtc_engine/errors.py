@@ -157,6 +157,13 @@ class CudaError(NvrtcEngineError, RuntimeError):
         self.name = name
 
 
+class LauncherError(NvrtcEngineError, RuntimeError):
+    """The compiled launcher (:mod:`nvrtc_engine.launcher`) cannot be built or bound: no C
+    compiler, no Python headers, a compiler error (its output is in the message), or a driver
+    without the functions it calls. Raised only with ``NVRTC_ENGINE_LAUNCHER=compiled``;
+    otherwise launches go through cuda.bindings."""
+
+
 class ArgumentError(NvrtcEngineError, ValueError):
     """A kernel argument has the wrong shape, dtype, device, layout or alignment.
 

@@ -37,7 +37,7 @@ import functools
 import sys
 from typing import TYPE_CHECKING, Any
 
-from . import driver
+from . import driver, launcher
 from .driver import _streams
 from .errors import warn
 from .interop import TORCH_TYPES, explicit_stream, torch_stream_getter
@@ -206,15 +206,19 @@ class LaunchPlan:
         return plan
 
     def _generate(self) -> tuple[str, dict[str, Any]]:
-        """The source of :attr:`run` and the names it uses."""
+        """The source of :attr:`run` and the names it uses: launching through the compiled
+        launcher (:mod:`nvrtc_engine.launcher`) when this process has one, which also checks
+        the context, else through cuda.bindings."""
         drv = driver._drv()
         device = self.device
+        compiled = launcher.get()
         names: dict[str, Any] = {
             "get_context": drv.cuCtxGetCurrent, "cu_launch": drv.cuLaunchKernel,
             "context": device.context, "device": device, "make_current": driver.make_current,
             "raw_stream": torch_stream_getter(), "explicit_stream": explicit_stream,
             "streams": _streams, "stream_object": driver.stream_object, "check": driver.check,
-            "empty": sys.modules["torch"].empty,
+            "empty": sys.modules["torch"].empty, "c_launch": compiled,
+            "launch_failed": driver.launch_failed, "context_address": int(device.context),
         }  # fmt: skip
         lines = ["def run(tensors, ptrs, floats, stream, allocate=True):"]
         if self.allocs:
@@ -229,18 +233,22 @@ class LaunchPlan:
                     f"        tensors[{index}] = t",
                     f"        ptrs[{index}] = p",
                 ]
-        lines += [
-            "    if get_context()[1] != context:",
-            "        make_current(device)",
-            f"    handle = raw_stream({device.ordinal}) if stream is None "
-            "else explicit_stream(stream)",
-            "    s = streams.get(handle)",
-            "    if s is None:",
-            "        s = stream_object(handle)",
-        ]
+        if compiled is None:
+            lines += [
+                "    if get_context()[1] != context:",
+                "        make_current(device)",
+            ]
+        lines.append(f"    handle = raw_stream({device.ordinal}) if stream is None "
+                     "else explicit_stream(stream)")  # fmt: skip
+        if compiled is None:
+            lines += [
+                "    s = streams.get(handle)",
+                "    if s is None:",
+                "        s = stream_object(handle)",
+            ]
         for n, (function, grid, block, shmem, preset, writes) in enumerate(self.launches):
-            names.update({f"function{n}": function, f"preset{n}": preset,
-                          f"local{n}": preset.local})  # fmt: skip
+            names.update({f"function{n}": function if compiled is None else int(function),
+                          f"preset{n}": preset, f"local{n}": preset.local})  # fmt: skip
             lines += [
                 "    try:",
                 f"        slots, values, address = local{n}.views",
@@ -251,12 +259,21 @@ class LaunchPlan:
                 source = f"ptrs[{index}] + {offset}" if offset else (
                     f"ptrs[{index}]" if view == "slots" else f"floats[{index}]")  # fmt: skip
                 lines.append(f"    {view}[{slot}] = {source}")
-            lines += [
-                f"    (err,) = cu_launch(function{n}, {grid}, 1, 1, {block}, 1, 1, {shmem}, s, "
-                "address, 0)",
-                "    if err:",
-                '        check((err,), "cuLaunchKernel")',
-            ]
+            if compiled is None:
+                lines += [
+                    f"    (err,) = cu_launch(function{n}, {grid}, 1, 1, {block}, 1, 1, {shmem}, "
+                    "s, address, 0)",
+                    "    if err:",
+                    '        check((err,), "cuLaunchKernel")',
+                ]
+            else:  # the first launch makes the context current; the others find it so
+                ctx = "context_address" if n == 0 else "0"
+                lines += [
+                    f"    err = c_launch(function{n}, {grid}, {block}, {shmem}, handle, address, "
+                    f"{ctx})",
+                    "    if err:",
+                    "        launch_failed(err)",
+                ]
         lines.append("    return tensors")
         return "\n".join(lines) + "\n", names
 

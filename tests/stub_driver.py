@@ -64,6 +64,11 @@ class Stub:
     def context_sets(self) -> int:
         return self._u64("stub_ctx_set_calls")
 
+    def fail(self, launch: int = 0, ctx_set: int = 0) -> None:
+        """Make cuLaunchKernel / cuCtxSetCurrent return these CUresults (0: succeed)."""
+        ctypes.c_int.in_dll(self.lib, "stub_launch_error").value = launch
+        ctypes.c_int.in_dll(self.lib, "stub_ctx_set_error").value = ctx_set
+
     def record_params(self, count: int, function: object = None) -> None:
         """Copy ``count`` 8-byte parameter slots at each launch of ``function`` (a
         ``CUfunction``), or of any function not given a count."""

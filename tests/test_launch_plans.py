@@ -20,7 +20,7 @@ import pytest
 from fakes import FakeCaiArray, FakeCupyArray, FakeStream
 
 import nvrtc_engine as ne
-from nvrtc_engine import ArgumentError, ArgumentTypeError, CudaError, driver, interop
+from nvrtc_engine import ArgumentError, ArgumentTypeError, CudaError, driver, interop, launcher
 from nvrtc_engine import kernel as kernel_mod
 from nvrtc_engine.kernel import Loaded
 
@@ -136,6 +136,10 @@ def env(monkeypatch):
     monkeypatch.setattr(interop, "_TORCH_DTYPES", {})
     monkeypatch.setattr(interop, "_raw_stream", None)
     monkeypatch.setattr(driver, "_drv", lambda: env.drv)
+    # these fakes stand in for cuda.bindings; the compiled launcher is tested against the
+    # stub libcuda (test_launch_stub.py, test_launcher.py)
+    monkeypatch.setattr(launcher, "_resolved", True)
+    monkeypatch.setattr(launcher, "_launch", None)
     saved = set(interop.TORCH_TYPES)
     driver._streams.clear()
     yield env

@@ -4,7 +4,8 @@ libcuda (tests/host_cuda/libcuda_stub.c), with fake torch tensors, in a subproce
 
 For each call: the generic path's launch (the first call with torch tensors), the launch
 that builds the plan and the planned launch must give the driver the same function, grid,
-block, stream and parameter bytes.
+block, stream and parameter bytes; refused launches and context switches raise CudaError. It
+runs once with the compiled launcher (nvrtc_engine/launcher.py) and once through cuda.bindings.
 """
 
 from __future__ import annotations
@@ -105,14 +106,42 @@ SCRIPT = textwrap.dedent(
     assert stub.context_sets == sets + 1 and stub.last()["params"][0] == x.data_ptr()
     y2 = gelu(x)
     assert stub.last()["params"][1] == y2.data_ptr()
-    print("OK", stub.launches)
+
+    # a refused launch and a refused context switch are CudaErrors, planned or not
+    from nvrtc_engine import launcher
+    for call in (lambda: gelu(x, y), lambda: ne.get_kernel("gelu", dtype="fp16")(
+            T((2, 8), "float16"), T((2, 8), "float16"))):
+        stub.fail(launch=700)
+        try:
+            call()
+        except ne.CudaError as exc:
+            assert exc.code == 700 and exc.call == "cuLaunchKernel", exc
+        else:
+            raise AssertionError("no CudaError")
+        stub.fail()
+    errors = []
+    def switch():
+        stub.fail(ctx_set=201)
+        try:
+            gelu(x, y)
+        except ne.CudaError as exc:
+            errors.append(exc)
+        stub.fail()
+    thread = threading.Thread(target=switch)
+    thread.start()
+    thread.join()
+    assert len(errors) == 1 and errors[0].code == 201 and "cuCtxSetCurrent" in errors[0].call
+    gelu(x, y)
+    print("OK", stub.launches, launcher.status())
     """
 )
 
 
 @pytest.mark.skipif(stub_driver.compiler() is None, reason="no C compiler for the stub libcuda")
-def test_real_bindings_against_the_stub_driver(tmp_path):
+@pytest.mark.parametrize("mode", ["compiled", "bindings"])
+def test_real_bindings_against_the_stub_driver(tmp_path, mode):
     env = dict(os.environ)
+    env["NVRTC_ENGINE_LAUNCHER"] = mode
     env["PYTHONPATH"] = os.pathsep.join(
         [str(HERE), str(HERE.parent), *filter(None, [env.get("PYTHONPATH")])]
     )
@@ -121,4 +150,6 @@ def test_real_bindings_against_the_stub_driver(tmp_path):
         [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.startswith("OK")
+    ok, _, status = done.stdout.split(" ", 2)
+    assert ok == "OK", done.stdout
+    assert status.startswith({"compiled": "compiled (", "bindings": "cuda.bindings ("}[mode])

@@ -7,6 +7,8 @@
  * the last function, grid, block, shared memory and stream, and its 8-byte parameter slots
  * (copied at launch, as the driver does): as many as stub_count_params set for the function,
  * else stub_param_count.
+ * stub_launch_error / stub_ctx_set_error, when set, make cuLaunchKernel / cuCtxSetCurrent fail
+ * with that CUresult.
  * Everything else cuda.bindings asks for through cuGetProcAddress is reported missing.
  *
  * Build: cc -O2 -shared -fPIC -Wl,-soname,libcuda.so.1 -o libcuda.so.1 libcuda_stub.c -ldl
@@ -32,6 +34,8 @@ int stub_param_count = 0;
 int stub_last_count = 0;
 uint64_t stub_params[STUB_MAX_PARAMS];
 uint64_t stub_ctx_set_calls = 0;
+int stub_launch_error = 0;  /* when non-zero, what cuLaunchKernel returns (launching nothing) */
+int stub_ctx_set_error = 0; /* when non-zero, what cuCtxSetCurrent returns */
 
 static __thread handle_t current_ctx = 0;
 static handle_t counted_function[256];
@@ -65,7 +69,12 @@ CUresult cuDeviceGetName(char *name, int length, int device) {
 CUresult cuDevicePrimaryCtxRetain(handle_t *ctx, int device) { *ctx = STUB_CONTEXT; return 0; }
 CUresult cuDevicePrimaryCtxRelease(int device) { return 0; }
 CUresult cuCtxGetCurrent(handle_t *ctx) { *ctx = current_ctx; return 0; }
-CUresult cuCtxSetCurrent(handle_t ctx) { stub_ctx_set_calls++; current_ctx = ctx; return 0; }
+CUresult cuCtxSetCurrent(handle_t ctx) {
+    if (stub_ctx_set_error) return stub_ctx_set_error;
+    stub_ctx_set_calls++;
+    current_ctx = ctx;
+    return 0;
+}
 CUresult cuCtxGetDevice(int *device) { *device = 0; return current_ctx ? 0 : 201; }
 CUresult cuCtxSynchronize(void) { return 0; }
 CUresult cuModuleLoadData(handle_t *module, const void *image) { *module = next_module++; return 0; }
@@ -88,6 +97,7 @@ CUresult cuGetErrorName(CUresult error, const char **text) { *text = "STUB_ERROR
 CUresult cuLaunchKernel(handle_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned shmem, handle_t stream, void **params, void **extra) {
     if (current_ctx != STUB_CONTEXT) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+    if (stub_launch_error) return stub_launch_error;
     stub_launches++;
     stub_last_function = f;
     stub_last_grid[0] = gx; stub_last_grid[1] = gy; stub_last_grid[2] = gz;
@@ -109,10 +119,13 @@ CUresult cuGetExportTable(const void **table, const void *id) {
     return 500; /* CUDA_ERROR_NOT_FOUND */
 }
 
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status);
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status) {
     static void *self;
     if (!self) self = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     *pfn = self ? dlsym(self, symbol) : NULL;
+    if (strcmp(symbol, "cuGetProcAddress") == 0 && version >= 12000)
+        *pfn = (void *)cuGetProcAddress_v2; /* as the driver: from 12.0 on, the _v2 ABI */
     if (status) *status = *pfn ? 0 : 1;
     return *pfn ? 0 : 500; /* CUDA_ERROR_NOT_FOUND */
 }

@@ -1,0 +1,235 @@
+"""The compiled launcher: ``cuLaunchKernel`` called from C instead of through cuda.bindings.
+
+cuda.bindings converts each of ``cuLaunchKernel``'s eleven arguments into its own object on
+every call, which costs more host time than the driver's own launch work
+(``bench/launch_overhead.py``; docs/performance.md#launch-overhead). This module builds a
+small CPython extension (``_launch.c``, next to this file) with the system's C compiler and
+the Python headers, the way Triton builds its launchers, and imports it as
+``nvrtc_engine._nve_launch``. Its ``launch(function, grid, block, shmem, stream, params,
+context)`` takes plain ints, makes ``context`` current when it is not, and calls the driver
+through the function pointers that cuda.bindings' ``cuGetProcAddress`` gives (the same
+driver, the same default-stream mode: ``CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM``).
+
+The extension is built once per machine and Python: into ``<cache dir>/launcher/<digest>/``
+(the digest covers the C source, the Python version and the extension suffix), written to a
+temporary name and renamed, so processes racing to build it each get a whole file. With the
+disk cache disabled or its directory not writable, it is built into a temporary directory,
+once per process. A file there that does not import (truncated, from another build) is
+rebuilt.
+
+``NVRTC_ENGINE_LAUNCHER`` (:mod:`nvrtc_engine.config`) chooses: ``auto`` (the default) uses
+the compiled launcher when it builds, else cuda.bindings (no compiler or no Python headers:
+silently; a compiler that fails: one :class:`RuntimeWarning` with its message), ``compiled``
+raises :class:`~nvrtc_engine.errors.LauncherError` on the first launch when it cannot be
+built, ``bindings`` never builds it. :func:`status` says which is in use and why. Results
+are identical either way: the same function, grid, block, stream and parameter bytes reach
+the driver (tests/test_launcher.py, against the stub libcuda).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from . import config
+from .errors import LauncherError, warn
+
+__all__ = ["SOURCE", "build", "compiler", "get", "reset", "status"]
+
+SOURCE = Path(__file__).with_name("_launch.c")
+MODULE = "nvrtc_engine._nve_launch"
+BUILD_TIMEOUT = 120.0  # seconds for the C compiler
+
+_lock = threading.Lock()
+_resolved = False
+_launch: Any = None  # the bound launch function, or None (cuda.bindings)
+_why = "not yet resolved (resolved on the first launch)"
+
+
+def compiler() -> list[str] | None:
+    """The C compiler command: ``$CC``, else the one Python was built with, else ``cc``,
+    ``gcc`` or ``clang`` on the PATH; None when there is none."""
+    candidates = [os.environ.get("CC", ""), sysconfig.get_config_var("CC") or "",
+                  "cc", "gcc", "clang"]  # fmt: skip
+    for candidate in candidates:
+        words = shlex.split(candidate)
+        if words and shutil.which(words[0]):
+            return words
+    return None
+
+
+def _python_includes() -> list[str]:
+    """The directories holding ``Python.h`` and ``pyconfig.h``; empty when not installed."""
+    paths = sysconfig.get_paths()
+    found = dict.fromkeys(p for p in (paths.get("include"), paths.get("platinclude")) if p)
+    if not any((Path(p) / "Python.h").is_file() for p in found):
+        return []
+    return list(found)
+
+
+def _digest() -> str:
+    h = hashlib.sha256(SOURCE.read_bytes())
+    h.update(sys.version.encode())
+    h.update(str(sysconfig.get_config_var("EXT_SUFFIX")).encode())
+    return h.hexdigest()[:16]
+
+
+def _library_name() -> str:
+    return "_nve_launch" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+
+
+def build(directory: Path) -> Path:
+    """Compile the extension into ``directory`` (made if missing) unless a file is there;
+    return its path. Raises :class:`LauncherError` when there is no compiler or no Python
+    headers, or the compiler fails (with its output), ``OSError`` when ``directory`` cannot
+    be written."""
+    out = directory / _library_name()
+    if out.is_file():
+        return out
+    cc = compiler()
+    if cc is None:
+        raise LauncherError("no C compiler (set CC, or install cc/gcc/clang)")
+    includes = _python_includes()
+    if not includes:
+        raise LauncherError(
+            f"no Python headers (Python.h) for {sys.executable}: install the python3-dev "
+            "(Debian/Ubuntu) or python3-devel (Fedora/RHEL) package"
+        )
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{_library_name()}.{os.getpid()}.{threading.get_ident()}.tmp"
+    command = [*cc, "-O2", "-shared", "-fPIC", *(f"-I{p}" for p in includes),
+               str(SOURCE), "-o", str(tmp)]  # fmt: skip
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        tmp.unlink(missing_ok=True)
+        raise LauncherError(f"{shlex.join(command)}: {exc}") from None
+    if done.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        output = (done.stderr or done.stdout).strip()
+        raise LauncherError(f"{shlex.join(command)} failed ({done.returncode}):\n{output}")
+    os.replace(tmp, out)
+    return out
+
+
+def _load(path: Path) -> Any:
+    """Import the extension at ``path`` (as :data:`MODULE`)."""
+    loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
+    spec = importlib.util.spec_from_file_location(MODULE, path, loader=loader)
+    if spec is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def _built_module() -> Any:
+    """Build (or find) and import the extension: in the cache directory if it can be
+    written, else in a temporary directory (removed once imported)."""
+    s = config.settings()
+    if not s.disable_disk_cache:
+        try:
+            directory = s.resolved_cache_dir() / "launcher" / _digest()
+            try:
+                return _load(build(directory))
+            except ImportError:  # a broken file from an earlier build: build it again
+                (directory / _library_name()).unlink(missing_ok=True)
+                return _load(build(directory))
+        except OSError:
+            pass  # not writable (or no home directory): a private temporary directory
+    scratch = Path(tempfile.mkdtemp(prefix="nvrtc_engine_launcher_"))
+    try:
+        return _load(build(scratch))
+    finally:  # an imported extension stays mapped once its file is gone
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _bind(module: Any) -> None:
+    """Hand the extension the driver functions cuda.bindings uses."""
+    from . import driver
+
+    drv = driver._drv()
+    flags = drv.CUdriverProcAddress_flags
+    ptds = os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0").strip()
+    flag = (flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM if ptds not in ("", "0")
+            else flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM)  # fmt: skip
+    addresses = []
+    for symbol in ("cuLaunchKernel", "cuCtxGetCurrent", "cuCtxSetCurrent"):
+        try:
+            err, pfn, _ = drv.cuGetProcAddress(symbol.encode(), 12000, flag)
+        except Exception as exc:  # a driver too old for it, or none
+            raise LauncherError(f"cuGetProcAddress({symbol}): {exc}") from None
+        if int(err) != 0 or not int(pfn):
+            raise LauncherError(f"cuGetProcAddress({symbol}) found no driver function ({err})")
+        addresses.append(int(pfn))
+    module.bind(*addresses)
+
+
+def get() -> Any:
+    """The compiled ``launch`` function, bound to the driver, or None to launch through
+    cuda.bindings; built, imported and bound on the first call of a process (the driver must
+    be initialized by then), then remembered.
+
+    Raises :class:`LauncherError` when ``NVRTC_ENGINE_LAUNCHER=compiled`` and it cannot be
+    built; under ``auto`` that is one ``RuntimeWarning`` (none when there is no compiler or
+    no Python headers) and None.
+    """
+    if _resolved:
+        return _launch
+    return _resolve()
+
+
+def _resolve() -> Any:
+    global _resolved, _launch, _why
+    with _lock:
+        if _resolved:
+            return _launch
+        mode = config.settings().launcher
+        launch = None
+        if mode == "bindings":
+            why = "cuda.bindings (NVRTC_ENGINE_LAUNCHER=bindings)"
+        else:
+            try:
+                module = _built_module()
+                _bind(module)
+                launch = module.launch
+                why = f"compiled ({module.__file__ or MODULE})"
+            except (LauncherError, ImportError, OSError) as exc:
+                if mode == "compiled":
+                    raise LauncherError(f"the compiled launcher cannot be built: {exc}") from exc
+                why = f"cuda.bindings (the compiled launcher cannot be built: {exc})"
+                quiet = compiler() is None or not _python_includes()
+                if not quiet:
+                    warn(f"nvrtc_engine launches through cuda.bindings, with more host time "
+                         f"per launch: the compiled launcher cannot be built: {exc}",
+                         RuntimeWarning)  # fmt: skip
+        _launch, _why, _resolved = launch, why, True
+        return launch
+
+
+def status() -> str:
+    """Which launcher this process uses and why, e.g. ``"compiled (/home/u/.cache/...)"``
+    or ``"cuda.bindings (no C compiler ...)"``; ``"not yet resolved"`` before the first
+    launch."""
+    return _why
+
+
+def reset() -> None:
+    """Forget the choice, so the next launch resolves it again (after
+    :func:`nvrtc_engine.config.configure` changes ``launcher``; kernels keep the launch plans
+    they made with the old one)."""
+    global _resolved, _launch, _why
+    with _lock:
+        _resolved, _launch = False, None
+        _why = "not yet resolved (resolved on the first launch)"

@@ -1,0 +1,264 @@
+"""The compiled launcher (nvrtc_engine/launcher.py, nvrtc_engine/_launch.c): what its launch
+hands the driver, its error codes and argument checks (in a subprocess, against ctypes
+stand-ins for the driver functions), and how it is built, found, rebuilt and given up on.
+
+The whole launch path through it, against the stub libcuda, is test_launch_stub.py's.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import nvrtc_engine as ne
+from nvrtc_engine import config, launcher
+from nvrtc_engine.errors import LauncherError
+
+needs_cc = pytest.mark.skipif(
+    launcher.compiler() is None or not launcher._python_includes(),
+    reason="no C compiler or no Python headers",
+)
+
+DRIVER_STANDIN = textwrap.dedent(
+    """
+    import ctypes, sys, threading
+    from pathlib import Path
+    from nvrtc_engine import launcher
+
+    module = launcher._load(launcher.build(Path(sys.argv[1])))
+    try:
+        module.launch(1, 1, 1, 0, 0, 0, 0)
+    except RuntimeError as exc:
+        assert "before bind" in str(exc)
+    else:
+        raise AssertionError("launch before bind")
+
+    calls = []
+    state = {"context": 0, "launch": 0, "get": 0, "set": 0}
+    LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7,
+                              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+    GET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+    SET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+    def launch(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
+        calls.append(("launch", f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra,
+                      state["context"]))
+        return state["launch"]
+
+    def get(out):
+        calls.append(("get",))
+        out[0] = state["context"]
+        return state["get"]
+
+    def set_(ctx):
+        calls.append(("set", ctx))
+        if state["set"]:
+            return state["set"]
+        state["context"] = ctx
+        return 0
+
+    fns = (LAUNCH(launch), GET(get), SET(set_))
+    addr = [ctypes.cast(f, ctypes.c_void_p).value for f in fns]
+    for bad in ((addr[0], 0, addr[2]), (addr[0], addr[1])):
+        try:
+            module.bind(*bad)
+        except (ValueError, TypeError):
+            pass
+        else:
+            raise AssertionError(f"bind{bad}")
+    module.bind(*addr)
+
+    CTX, F, S, P = 0xC0DE0000, 0x1234, 0x5000, 0x7F00AB00
+    # the context is made current, then the launch; a second launch finds it current
+    assert module.launch(F, 132, 256, 4096, S, P, CTX) == 0
+    assert calls == [("get",), ("set", CTX), ("launch", F, 132, 1, 1, 256, 1, 1, 4096, S, P,
+                                               None, CTX)], calls
+    calls.clear()
+    assert module.launch(F, 2**32 - 1, 1024, 0, 0, P, CTX) == 0
+    assert calls == [("get",), ("launch", F, 2**32 - 1, 1, 1, 1024, 1, 1, 0, None, P, None,
+                                CTX)], calls
+    calls.clear()
+    # context 0: leave the context alone
+    assert module.launch(F, 1, 32, 0, S, P, 0) == 0 and [c[0] for c in calls] == ["launch"]
+    calls.clear()
+    # errors: the launch's CUresult; minus the context query's or switch's, nothing launched
+    state["launch"] = 700
+    assert module.launch(F, 1, 32, 0, S, P, CTX) == 700
+    state["launch"], state["get"] = 0, 201
+    calls.clear()
+    assert module.launch(F, 1, 32, 0, S, P, CTX) == -201 and calls == [("get",)]
+    state["get"], state["set"], state["context"] = 0, 709, 0
+    calls.clear()
+    assert module.launch(F, 1, 32, 0, S, P, CTX) == -709 and [c[0] for c in calls] == ["get",
+                                                                                       "set"]
+    state["set"] = 0
+    # argument checks, before any driver call
+    calls.clear()
+    bad = [((F, 1, 32, 0, S, P), TypeError), ((F, -1, 32, 0, S, P, 0), OverflowError),
+           ((F, 2**32, 32, 0, S, P, 0), OverflowError), ((F, 1, 32, 0, "s", P, 0), TypeError),
+           ((F, 1.5, 32, 0, S, P, 0), TypeError)]
+    for args, error in bad:
+        try:
+            module.launch(*args)
+        except error:
+            pass
+        else:
+            raise AssertionError(f"launch{args}")
+    assert calls == []
+    # the GIL is released around the driver calls: another thread runs the driver function
+    done = []
+    threads = [threading.Thread(target=lambda: done.append(module.launch(F, 1, 32, 0, S, P, 0)))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert done == [0] * 8 and len(calls) == 8
+    print("OK")
+    """
+)
+
+
+@needs_cc
+def test_compiled_launch_hands_the_driver_what_it_was_given(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parent.parent), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER_STANDIN, str(tmp_path / "build")], env=env,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "OK"
+
+
+@pytest.fixture
+def fresh(tmp_path, monkeypatch):
+    """Launcher state forgotten before and after; the cache in tmp_path."""
+    monkeypatch.setenv("NVRTC_ENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("NVRTC_ENGINE_LAUNCHER", raising=False)
+    config.reset()
+    launcher.reset()
+    yield tmp_path
+    launcher.reset()
+    config.reset()
+
+
+def failing_compiler(tmp_path: Path) -> str:
+    cc = tmp_path / "bad-cc"
+    cc.write_text("#!/bin/sh\necho 'fatal error: something is wrong' >&2\nexit 3\n")
+    cc.chmod(0o755)
+    return str(cc)
+
+
+def test_without_a_compiler_it_launches_through_bindings_quietly(fresh, monkeypatch):
+    monkeypatch.setattr(launcher, "compiler", lambda: None)
+    assert launcher.get() is None  # no warning (warnings are errors here)
+    assert launcher.status().startswith("cuda.bindings (the compiled launcher cannot be built")
+    assert "no C compiler" in launcher.status()
+    with pytest.raises(LauncherError, match="no C compiler"):
+        launcher.build(fresh / "b")
+
+
+def test_without_python_headers_it_launches_through_bindings_quietly(fresh, monkeypatch):
+    monkeypatch.setattr(launcher, "_python_includes", lambda: [])
+    assert launcher.get() is None
+    assert "python3-dev" in launcher.status()
+
+
+@needs_cc
+def test_a_failing_compiler_warns_once_and_falls_back(fresh, monkeypatch):
+    monkeypatch.setenv("CC", failing_compiler(fresh))
+    with pytest.warns(RuntimeWarning, match="(?s)through cuda.bindings.*something is wrong"):
+        assert launcher.get() is None
+    assert launcher.get() is None  # resolved once: no second warning
+    assert "failed (3)" in launcher.status()
+
+
+@needs_cc
+def test_compiled_mode_raises_when_it_cannot_be_built(fresh, monkeypatch):
+    monkeypatch.setenv("CC", failing_compiler(fresh))
+    ne.configure(launcher="compiled")
+    with pytest.raises(LauncherError, match="(?s)cannot be built.*something is wrong") as info:
+        launcher.get()
+    assert isinstance(info.value, ne.NvrtcEngineError)
+
+
+def test_bindings_mode_never_builds(fresh, monkeypatch):
+    def no_build(directory):
+        raise AssertionError("built")
+
+    monkeypatch.setattr(launcher, "build", no_build)
+    monkeypatch.setenv("NVRTC_ENGINE_LAUNCHER", "bindings")
+    config.reset()
+    assert launcher.get() is None
+    assert launcher.status() == "cuda.bindings (NVRTC_ENGINE_LAUNCHER=bindings)"
+
+
+@needs_cc
+def test_built_once_into_the_cache_directory_and_a_broken_file_rebuilt(fresh):
+    module = launcher._built_module()
+    path = Path(module.__file__)
+    assert path.parent == fresh / "cache" / "launcher" / launcher._digest()
+    assert hasattr(module, "launch") and hasattr(module, "bind")
+    built = path.stat().st_mtime_ns
+    assert Path(launcher.build(path.parent)) == path and path.stat().st_mtime_ns == built
+    leftovers = [p.name for p in path.parent.iterdir() if p != path]
+    assert leftovers == []  # the temporary name was renamed into place
+
+    # a truncated file (another build's crash, a full disk) is rebuilt, not fatal
+    broken = fresh / "cache2" / "launcher" / launcher._digest()
+    broken.mkdir(parents=True)
+    (broken / path.name).write_bytes(b"\x7fELF truncated")
+    config.configure(cache_dir=fresh / "cache2")
+    module = launcher._built_module()
+    assert Path(module.__file__).parent == broken
+    assert (broken / path.name).stat().st_size > 1000
+
+
+@needs_cc
+def test_without_a_disk_cache_it_is_built_in_a_temporary_directory(fresh, monkeypatch):
+    import tempfile
+
+    made = []
+    real = tempfile.mkdtemp
+
+    def recording(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", recording)
+    config.configure(disable_disk_cache=True)
+    module = launcher._built_module()
+    assert hasattr(module, "launch")
+    assert len(made) == 1 and not os.path.exists(made[0])  # removed once imported
+    assert not (fresh / "cache").exists()
+
+
+def test_the_digest_covers_source_and_python(monkeypatch):
+    first = launcher._digest()
+    monkeypatch.setattr(sys, "version", sys.version + " (another build)")
+    assert launcher._digest() != first
+
+
+def test_launcher_setting():
+    assert config.from_environment({}).launcher == "auto"
+    for raw, value in (("compiled", "compiled"), (" Bindings ", "bindings"), ("AUTO", "auto")):
+        assert config.from_environment({"NVRTC_ENGINE_LAUNCHER": raw}).launcher == value
+    with pytest.raises(ValueError, match="NVRTC_ENGINE_LAUNCHER='c'.*auto, compiled, bindings"):
+        config.from_environment({"NVRTC_ENGINE_LAUNCHER": "c"})
+    try:
+        assert ne.configure(launcher="bindings").launcher == "bindings"
+        with pytest.raises(ValueError, match="configure"):
+            ne.configure(launcher="fast")
+        with pytest.raises(TypeError, match="auto"):
+            ne.configure(launcher=1)
+        assert config.settings().launcher == "bindings"
+    finally:
+        config.reset()
