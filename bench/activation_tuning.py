@@ -3,6 +3,7 @@ defaults (``LaunchConfig`` in nvrtc_engine/ops/activation.py; H200 numbers in
 docs/performance.md).
 
     python bench/activation_tuning.py [--tokens 16384] [--hidden 8192] [--rounds 2]
+        [--fns gelu,identity] [--outs fp8,bf16] [--name activation_tuning]
 
 For GELU bf16->fp8_e4m3 (tensor scaling) and bf16->bf16, and for the identity function
 through the same template (the memory-only ceiling of the kernel's structure), times every
@@ -35,6 +36,7 @@ import common
 CONFIGS = [
     (128, 1, 16), (256, 1, 16), (512, 1, 16), (128, 2, 16), (256, 2, 16), (512, 2, 16),
     (512, 4, 16), (128, 1, 32), (256, 1, 32), (512, 1, 32), (256, 2, 32), (512, 2, 32),
+    (128, 4, 16), (256, 4, 16), (128, 2, 32), (128, 4, 32), (256, 4, 32),
 ]  # fmt: skip
 
 
@@ -43,6 +45,9 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--hidden", type=int, default=8192)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--fns", default="gelu,identity", help="functions (comma-separated)")
+    parser.add_argument("--outs", default="fp8,bf16", help="output dtypes (comma-separated)")
+    parser.add_argument("--name", default="activation_tuning", help="results file name")
     args = parser.parse_args()
     import torch
 
@@ -62,7 +67,7 @@ def main() -> int:
     spec = next(s for s in activation.ACTIVATION_SPECS if s.name == "gelu")
     cases = []
     for fn, (threads, unroll, cb), streaming, out in itertools.product(
-        ["gelu", "identity"], CONFIGS, [False, True], ["fp8", "bf16"]
+        args.fns.split(","), CONFIGS, [False, True], args.outs.split(",")
     ):
         for guard in [True, False] if out == "fp8" else [True]:
             cases.append((fn, threads, unroll, cb, streaming, out, guard))
@@ -105,7 +110,7 @@ def main() -> int:
                                     for t in times],
                      "default": default})  # fmt: skip
     rows.sort(key=lambda r: (r["fn"], r["out"], -r["gbps"]))
-    path = common.write_results("activation_tuning", {**common.gpu_info(), "copy_gbps": copy,
+    path = common.write_results(args.name, {**common.gpu_info(), "copy_gbps": copy,
                                                       "shape": [args.tokens, args.hidden],
                                                       "rounds": args.rounds,
                                                       "rows": rows})  # fmt: skip

@@ -281,6 +281,15 @@ def main() -> int:
             lambda: raw(c_func, c_one, c_one, c_one, c_block, c_one, c_one, c_zero, c_stream,
                         c_params, None),
         "step: x.data_ptr()": x.data_ptr,
+        "step: x.dtype": lambda: x.dtype,
+        "step: x.shape": lambda: x.shape,
+        "step: x.get_device()": x.get_device,
+        "step: x.is_contiguous()": x.is_contiguous,
+        "step: x.is_cuda": lambda: x.is_cuda,
+        "step: type(x) in TORCH_TYPES": lambda: type(x) in interop.TORCH_TYPES,
+        "step: one tensor's plan-key part (dtype, shape, device, contiguity)":
+            lambda: (x.dtype, x.shape, x.get_device(), x.is_contiguous()),
+        "step: a call of an empty Python function": lambda: None,
         "step: kernel.loaded(dev)": lambda: kernel.loaded(dev),
     })  # fmt: skip
     if compiled is not None:
