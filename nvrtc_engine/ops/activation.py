@@ -94,9 +94,6 @@ class LaunchConfig:
     # 32-value blocks (``unroll`` of them: 64 contiguous bf16 bytes in, 32 FP8 bytes out, one
     # E8M0 scale, no shuffles) instead of one 16-byte chunk per lane.
     owner: bool = False
-    # Streaming cache hints on the flat kernel's whole-word accesses (NVE_STREAMING): None
-    # follows ``CODEGEN["streaming"]`` (off by default; the tuning sweeps switch it there).
-    streaming: bool | None = None
     # FP8 outputs stored as 32-bit words built from the paired conversions
     # (nve::convert_fp8_words) instead of a byte array the compiler repacks byte by byte: the
     # same bytes, fewer instructions (sm_90 SASS, gelu MXFP8 rowwise: see docs/activations.md).
@@ -113,19 +110,8 @@ class LaunchConfig:
 
 
 def launch_config(key: KernelKey) -> LaunchConfig:
-    """The flat kernel's launch configuration for ``key`` (see :class:`LaunchConfig`).
-
-    Tensor-scaled forward ops (``cast`` among them) take 128 threads x 2 chunks of 32 input
-    bytes with the streaming cache hints: on the H200 (bench/activation_tuning.py --outs fp8,
-    three rounds, bench/results/activation_tuning-fp8-*.json) GELU bf16->fp8 ran 100.5% /
-    98.0% of copy bandwidth at 8192 x 28672 / 16384 x 8192 against 87.9% / 92.3% for the
-    former 512 x 4 x 16 bytes, and the identity (``cast``) 101.4% / 98.2% against 100.4% /
-    97.2%. Tensor-scaled backward ops keep 512 x 4 (not measured in that sweep).
-    """
+    """The flat kernel's launch configuration for ``key`` (see :class:`LaunchConfig`)."""
     if key.scaling == "tensor":
-        kind = key.spec.kind if isinstance(key.spec, ActivationSpec) else None
-        if kind == "act":
-            return LaunchConfig(threads=128, unroll=2, chunk_bytes=32, streaming=True)
         return LaunchConfig(threads=512, unroll=4)
     return LaunchConfig(threads=128, unroll=1)
 
@@ -323,8 +309,6 @@ class ActivationSpec(OpSpec):
             if split and cfg2.unroll % (32 // vec):
                 raise ValueError(f"split_scales needs unroll a multiple of {32 // vec} (the "
                                  f"lanes of a 32-value block), not {cfg2}")  # fmt: skip
-            if cfg2.streaming is not None:
-                ctx.update(streaming=cfg2.streaming)
             ctx.update(structure=structure, threads=cfg2.threads, unroll=cfg2.unroll,
                        owner=owner, split_scales=split,
                        fp8_words=cfg2.fp8_words and key.output.itemsize == 1)  # fmt: skip
