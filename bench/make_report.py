@@ -68,6 +68,11 @@ def gelu_section() -> str | None:
     )
 
 
+def launcher_name(status: str) -> str:
+    """``launcher.status()`` as the report names it."""
+    return "compiled launcher" if status.startswith("compiled") else "cuda.bindings path"
+
+
 def launch_section() -> str | None:
     d = load("launch_overhead")
     cpu = load("launch_overhead-cpu")
@@ -83,6 +88,11 @@ def launch_section() -> str | None:
                 "(docs/architecture.md#launch); the generic path is the same call with plans "
                 "switched off (what CuPy arrays and first calls take); the family rows are one "
                 "small call each"
+                + (
+                    f"; launches went through the {launcher_name(d['launcher'])}"
+                    if d.get("launcher")
+                    else ""
+                )
             )
         else:
             what = (
@@ -108,6 +118,28 @@ def launch_section() -> str | None:
             "Python launch path can be faster than them.",
             md_table(["call", "us"], [[r["case"], f"{r['us']:.2f}"] for r in short["rows"]]),
         ]
+        runs = [run for run in (load("launch_overhead-200-run1"), load("launch_overhead-200-run2"),
+                                short) if run is not None]  # fmt: skip
+        if len(runs) > 1:
+            wanted = [
+                "Kernel.__call__(x, out)",
+                "Kernel.__call__(x, out), through cuda.bindings (NVRTC_ENGINE_LAUNCHER=bindings)",
+                "torch.nn.functional.gelu(x)",
+                "step: cuLaunchKernel (compiled launcher, packed params)",
+                "step: cuLaunchKernel (cuda.bindings, packed params)",
+                "floor: cuLaunchKernel from C++, 7 params, legacy stream, runs of 200",
+            ]
+            by_run = [{r["case"]: r["us"] for r in run["rows"]} for run in runs]
+            rows = [[case, *(f"{b[case]:.2f}" if case in b else "-" for b in by_run)]
+                    for case in wanted]  # fmt: skip
+            parts += [
+                f"The host's speed moved between runs of the same session: the runs of 200 at "
+                f"{', '.join(run['date'][11:16] for run in runs)} UTC "
+                "(`bench/results/launch_overhead-200-run*.json` and the table above), the "
+                "planned call through the compiled launcher beside the same call planned "
+                "through cuda.bindings and PyTorch's own GELU:",
+                md_table(["call", *(f"us, {run['date'][11:16]}" for run in runs)], rows),
+            ]
     if cpu is not None:
         base = load("launch_overhead-cpu-baseline") or {"rows": []}
         before = {r["case"]: r["us"] for r in base["rows"]}
