@@ -76,7 +76,7 @@ print(json.dumps({"import_ms": (t1 - t0) * 1e3 - nvrtc_ms, "nvrtc_load_ms": nvrt
 
 def pick_variants() -> tuple[list[str], dict[str, list[str]], list[str]]:
     """(names, names by source, skipped entries) for the benchmark's 100 variants."""
-    from nvrtc_engine import make_key
+    from nvrtc_engine import KernelKey, make_key
     from nvrtc_engine.ops import registered_ops
     from nvrtc_engine.variants import VariantListError, expand_entry, read_entries
 
@@ -86,14 +86,21 @@ def pick_variants() -> tuple[list[str], dict[str, list[str]], list[str]]:
     for path in EXAMPLES:
         got = by_source.setdefault(path.name, [])
         for i, entry in enumerate(read_entries(path)):
-            if entry["op"] not in registered_ops():
+            if isinstance(entry, str):  # a kernel name fixes every field
+                try:
+                    keys = [KernelKey.parse(entry)]
+                except ValueError as exc:
+                    skipped.append(f"{path.name} entry {i}: {exc}")
+                    continue
+            elif entry["op"] not in registered_ops():
                 skipped.append(f"{path.name} entry {i}: op {entry['op']!r} not registered yet")
                 continue
-            try:
-                keys = expand_entry(entry, source=path.name, index=i)
-            except VariantListError as exc:
-                skipped.append(f"{exc} (not supported by this build yet)")
-                continue
+            else:
+                try:
+                    keys = expand_entry(entry, source=path.name, index=i)
+                except VariantListError as exc:
+                    skipped.append(f"{exc} (not supported by this build yet)")
+                    continue
             for key in keys:
                 if str(key) not in names and len(names) < TARGET:
                     names[str(key)] = None

@@ -285,3 +285,15 @@ def test_scaling_and_layout_are_matched_in_any_case_and_stored_lower_case():
     assert info.value.field == "scaling"
     with pytest.raises(VariantError, match="scaling=None is not allowed"):
         key(scaling=None)
+
+
+def test_documented_arch_and_name_spellings():
+    # docs/usage.md: any case, surrounding spaces, the bare number, no underscore
+    from nvrtc_engine.key import parse_arch
+
+    for spelling in ("sm_90", "SM_90", " sm_90 ", "90", 90, "sm90"):
+        assert parse_arch(spelling) == "sm_90"
+    assert parse_arch("sm90a") == parse_arch("SM_90A") == "sm_90a"
+    assert str(make_key(" Gelu ", dtype="bf16", arch="sm_90")) == str(
+        make_key("gelu", dtype="bf16", arch="sm_90")
+    )
