@@ -217,8 +217,8 @@ def _checked(name: str, value: object) -> object:
     """A :func:`configure` value for field ``name``, checked as its environment variable is:
     paths (``str`` or ``os.PathLike``, or None) made absolute; booleans as ``bool`` or the
     variable's words; ``cache_size_limit`` bytes > 0 (or ``"512M"``); ``workers`` > 0 or
-    None; ``lock_timeout`` finite seconds >= 0. Raises ``TypeError``/``ValueError`` naming
-    the field."""
+    None; ``lock_timeout`` finite seconds >= 0; ``launcher`` one of :data:`LAUNCHERS`.
+    Raises ``TypeError``/``ValueError`` naming the field."""
     label = f"configure({name}={value!r})"
     if name in _PATHS:
         if value is None or isinstance(value, (str, os.PathLike)):

@@ -23,7 +23,8 @@ silently; a compiler that fails: one :class:`RuntimeWarning` with its message), 
 raises :class:`~nvrtc_engine.errors.LauncherError` on the first launch when it cannot be
 built, ``bindings`` never builds it. :func:`status` says which is in use and why. Results
 are identical either way: the same function, grid, block, stream and parameter bytes reach
-the driver (tests/test_launcher.py, against the stub libcuda).
+the driver (tests/test_launch_stub.py runs the launch path both ways against a stub libcuda;
+tests/test_launcher.py tests the extension and its build).
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ _why = "not yet resolved (resolved on the first launch)"
 
 
 def compiler() -> list[str] | None:
-    """The C compiler command: ``$CC``, else the one Python was built with, else ``cc``,
-    ``gcc`` or ``clang`` on the PATH; None when there is none."""
+    """The C compiler command: the first of ``$CC``, the one Python was built with
+    (``sysconfig``'s ``CC``), ``cc``, ``gcc`` and ``clang`` whose program is on the PATH (a
+    ``$CC`` naming no program is passed over); None when there is none."""
     candidates = [os.environ.get("CC", ""), sysconfig.get_config_var("CC") or "",
                   "cc", "gcc", "clang"]  # fmt: skip
     for candidate in candidates:
