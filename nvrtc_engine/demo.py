@@ -152,6 +152,10 @@ def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 
         cells.append(cell)
     for line in format_table(header, cells, right=("ms", "image B", "GB/s")):
         print(line, file=out)
+    if can_run:
+        from . import launcher
+
+        print(f"launches: {launcher.status()}", file=out)
     info = cache_info()
     if info.directory:
         print(f"cache: {info.directory} ({info.entries} entries, {info.bytes} bytes)", file=out)
