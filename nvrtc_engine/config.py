@@ -260,7 +260,8 @@ def configure(**overrides: object) -> Settings:
 
     Values are checked as the environment variables are (``cache_size_limit="2G"`` and
     ``workers="4"`` are accepted; ``cache_size_limit=0`` is not). Takes effect for caches
-    opened afterwards (see :func:`nvrtc_engine.clear_cache`). Raises ``TypeError`` for an
+    opened afterwards (see :func:`nvrtc_engine.clear_cache`); a new ``launcher`` takes effect
+    at the next launch (launch plans made before keep theirs). Raises ``TypeError`` for an
     unknown field or a value of the wrong type, ``ValueError`` for a value out of range; the
     settings are then unchanged.
     """
@@ -273,7 +274,18 @@ def configure(**overrides: object) -> Settings:
     with _lock:
         base = _current if _current is not None else from_environment()
         _current = dataclasses.replace(base, **checked)  # type: ignore[arg-type]
-        return _current
+        current = _current
+    _launcher_changed(base, current)
+    return current
+
+
+def _launcher_changed(before: Settings | None, after: Settings) -> None:
+    """A changed ``launcher`` setting takes effect at the next launch (launch plans made
+    before keep theirs)."""
+    if before is None or before.launcher != after.launcher:
+        from . import launcher  # (imported here: launcher imports this module)
+
+        launcher.reset()
 
 
 def _reinit_after_fork() -> None:
@@ -289,5 +301,7 @@ def reset() -> Settings:
     """Forget overrides and re-read the environment."""
     global _current
     with _lock:
-        _current = from_environment()
-        return _current
+        before = _current
+        _current = current = from_environment()
+    _launcher_changed(before, current)
+    return current

@@ -11,11 +11,15 @@ failures). All of them survive pickling, so they cross process pools intact::
     ├── HeaderNotFoundError     (RuntimeError) CUDA headers needed but not found
     ├── CompileError            (RuntimeError) NVRTC rejected a rendered kernel
     ├── CudaError               (RuntimeError) a CUDA driver call failed
+    ├── LauncherError           (RuntimeError) NVRTC_ENGINE_LAUNCHER=compiled and the compiled
+    │                                          launcher cannot be built
     ├── ArgumentError           (ValueError)   an argument with the wrong shape/dtype/device/...
     └── ArgumentTypeError       (TypeError)    an argument that is not an array/stream at all,
                                                or key fields that do not go together
 
     CacheWarning                (UserWarning)  the disk cache degraded to memory-only
+    RuntimeWarning                             the compiled launcher cannot be built (a C
+                                               compiler is there): cuda.bindings launches
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ __all__ = [
     "CompileError",
     "CudaError",
     "HeaderNotFoundError",
+    "LauncherError",
     "NoDeviceError",
     "NvrtcEngineError",
     "VariantError",

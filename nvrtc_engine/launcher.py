@@ -19,12 +19,13 @@ rebuilt.
 
 ``NVRTC_ENGINE_LAUNCHER`` (:mod:`nvrtc_engine.config`) chooses: ``auto`` (the default) uses
 the compiled launcher when it builds, else cuda.bindings (no compiler or no Python headers:
-silently; a compiler that fails: one :class:`RuntimeWarning` with its message), ``compiled``
-raises :class:`~nvrtc_engine.errors.LauncherError` on the first launch when it cannot be
-built, ``bindings`` never builds it. :func:`status` says which is in use and why. Results
-are identical either way: the same function, grid, block, stream and parameter bytes reach
-the driver (tests/test_launch_stub.py runs the launch path both ways against a stub libcuda;
-tests/test_launcher.py tests the extension and its build).
+silently; a compiler that fails, or a ``$CC`` that names no program: one
+:class:`RuntimeWarning` with the reason), ``compiled`` raises
+:class:`~nvrtc_engine.LauncherError` on every launch when it cannot be built (the build is
+tried once per process), ``bindings`` never builds it. :func:`status` says which is in use
+and why. Results are identical either way: the same function, grid, block, stream and
+parameter bytes reach the driver (tests/test_launch_stub.py runs the launch path both ways
+against a stub libcuda; tests/test_launcher.py tests the extension and its build).
 """
 
 from __future__ import annotations
@@ -55,20 +56,30 @@ BUILD_TIMEOUT = 120.0  # seconds for the C compiler
 _lock = threading.Lock()
 _resolved = False
 _launch: Any = None  # the bound launch function, or None (cuda.bindings)
+_error: LauncherError | None = None  # NVRTC_ENGINE_LAUNCHER=compiled and the build failed
 _why = "not yet resolved (resolved on the first launch)"
 
 
 def compiler() -> list[str] | None:
-    """The C compiler command: the first of ``$CC``, the one Python was built with
-    (``sysconfig``'s ``CC``), ``cc``, ``gcc`` and ``clang`` whose program is on the PATH (a
-    ``$CC`` naming no program is passed over); None when there is none."""
-    candidates = [os.environ.get("CC", ""), sysconfig.get_config_var("CC") or "",
-                  "cc", "gcc", "clang"]  # fmt: skip
-    for candidate in candidates:
+    """The C compiler command: ``$CC`` when it is set (even when it names no program: the
+    build then says so), else the first of the one Python was built with (``sysconfig``'s
+    ``CC``), ``cc``, ``gcc`` and ``clang`` whose program is on the PATH; None when there is
+    none."""
+    explicit = shlex.split(os.environ.get("CC", ""))
+    if explicit:
+        return explicit
+    for candidate in (sysconfig.get_config_var("CC") or "", "cc", "gcc", "clang"):
         words = shlex.split(candidate)
         if words and shutil.which(words[0]):
             return words
     return None
+
+
+def _quiet_fallback() -> bool:
+    """Whether a failed build falls back without a warning: no compiler anywhere (and no
+    ``$CC`` asked for one) or no Python headers, the usual state of a machine without build
+    tools."""
+    return compiler() is None or not _python_includes()
 
 
 def _python_includes() -> list[str]:
@@ -102,6 +113,8 @@ def build(directory: Path) -> Path:
     cc = compiler()
     if cc is None:
         raise LauncherError("no C compiler (set CC, or install cc/gcc/clang)")
+    if shutil.which(cc[0]) is None:
+        raise LauncherError(f"CC={shlex.join(cc)!r} names no program on the PATH")
     includes = _python_includes()
     if not includes:
         raise LauncherError(
@@ -113,14 +126,16 @@ def build(directory: Path) -> Path:
     command = [*cc, "-O2", "-shared", "-fPIC", *(f"-I{p}" for p in includes),
                str(SOURCE), "-o", str(tmp)]  # fmt: skip
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+        done = subprocess.run(command, capture_output=True, timeout=BUILD_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:
         tmp.unlink(missing_ok=True)
         raise LauncherError(f"{shlex.join(command)}: {exc}") from None
     if done.returncode != 0:
         tmp.unlink(missing_ok=True)
-        output = (done.stderr or done.stdout).strip()
+        output = (done.stderr or done.stdout).decode(errors="replace").strip()
         raise LauncherError(f"{shlex.join(command)} failed ({done.returncode}):\n{output}")
+    if not tmp.is_file():
+        raise LauncherError(f"{shlex.join(command)} exited 0 but wrote no {tmp.name}")
     os.replace(tmp, out)
     return out
 
@@ -152,7 +167,9 @@ def _built_module() -> Any:
             pass  # not writable (or no home directory): a private temporary directory
     scratch = Path(tempfile.mkdtemp(prefix="nvrtc_engine_launcher_"))
     try:
-        return _load(build(scratch))
+        module = _load(build(scratch))
+        module._nve_where = "built in a temporary directory, removed once imported"
+        return module
     finally:  # an imported extension stays mapped once its file is gone
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -187,18 +204,21 @@ def get() -> Any:
     built; under ``auto`` that is one ``RuntimeWarning`` (none when there is no compiler or
     no Python headers) and None.
     """
-    if _resolved:
+    if _resolved and _error is None:
         return _launch
     return _resolve()
 
 
 def _resolve() -> Any:
-    global _resolved, _launch, _why
+    global _resolved, _launch, _why, _error
+    warning = None
     with _lock:
         if _resolved:
+            if _error is not None:
+                raise LauncherError(str(_error))
             return _launch
         mode = config.settings().launcher
-        launch = None
+        launch = error = None
         if mode == "bindings":
             why = "cuda.bindings (NVRTC_ENGINE_LAUNCHER=bindings)"
         else:
@@ -206,32 +226,41 @@ def _resolve() -> Any:
                 module = _built_module()
                 _bind(module)
                 launch = module.launch
-                why = f"compiled ({module.__file__ or MODULE})"
+                where = getattr(module, "_nve_where", None) or module.__file__ or MODULE
+                why = f"compiled ({where})"
             except (LauncherError, ImportError, OSError) as exc:
-                if mode == "compiled":
-                    raise LauncherError(f"the compiled launcher cannot be built: {exc}") from exc
                 why = f"cuda.bindings (the compiled launcher cannot be built: {exc})"
-                quiet = compiler() is None or not _python_includes()
-                if not quiet:
-                    warn(f"nvrtc_engine launches through cuda.bindings, with more host time "
-                         f"per launch: the compiled launcher cannot be built: {exc}",
-                         RuntimeWarning)  # fmt: skip
-        _launch, _why, _resolved = launch, why, True
-        return launch
+                if mode == "compiled":
+                    error = LauncherError(f"the compiled launcher cannot be built: {exc}")
+                    why = f"none (NVRTC_ENGINE_LAUNCHER=compiled, and {error})"
+                elif not _quiet_fallback():
+                    warning = (
+                        f"nvrtc_engine launches through cuda.bindings, with more host "
+                        f"time per launch: the compiled launcher cannot be built: {exc}"
+                    )
+        # remembered before anything is raised or warned: one build attempt per process
+        _launch, _why, _error, _resolved = launch, why, error, True
+    if error is not None:
+        raise error
+    if warning is not None:
+        warn(warning, RuntimeWarning)
+    return launch
 
 
 def status() -> str:
-    """Which launcher this process uses and why, e.g. ``"compiled (/home/u/.cache/...)"``
-    or ``"cuda.bindings (no C compiler ...)"``; ``"not yet resolved"`` before the first
-    launch."""
+    """Which launch path this process uses and why: ``"compiled (<path of the extension>)"``,
+    ``"cuda.bindings (NVRTC_ENGINE_LAUNCHER=bindings)"``, ``"cuda.bindings (the compiled
+    launcher cannot be built: <reason>)"``, ``"none (NVRTC_ENGINE_LAUNCHER=compiled, and
+    ...)"``; ``"not yet resolved (...)"`` before the first launch, and after :func:`reset`."""
     return _why
 
 
 def reset() -> None:
-    """Forget the choice, so the next launch resolves it again (after
-    :func:`nvrtc_engine.config.configure` changes ``launcher``; kernels keep the launch plans
-    they made with the old one)."""
-    global _resolved, _launch, _why
+    """Forget the choice, so the next launch resolves it again;
+    :func:`nvrtc_engine.configure` calls it when it changes ``launcher``. Launch plans made
+    before keep the launch path they were made with (a kernel's ``_launch_plans.clear()``
+    drops them)."""
+    global _resolved, _launch, _why, _error
     with _lock:
-        _resolved, _launch = False, None
+        _resolved, _launch, _error = False, None, None
         _why = "not yet resolved (resolved on the first launch)"

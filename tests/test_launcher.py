@@ -150,11 +150,19 @@ def fresh(tmp_path, monkeypatch):
     config.reset()
 
 
-def failing_compiler(tmp_path: Path) -> str:
+def failing_compiler(tmp_path: Path, body: str = "echo 'fatal error: something is wrong' >&2\n"
+                     "exit 3") -> str:  # fmt: skip
+    """A C compiler that fails (``body``: its shell script), counting its runs in
+    ``tmp_path/runs``."""
     cc = tmp_path / "bad-cc"
-    cc.write_text("#!/bin/sh\necho 'fatal error: something is wrong' >&2\nexit 3\n")
+    cc.write_text(f"#!/bin/sh\necho run >> {tmp_path / 'runs'}\n{body}\n")
     cc.chmod(0o755)
     return str(cc)
+
+
+def runs(tmp_path: Path) -> int:
+    path = tmp_path / "runs"
+    return len(path.read_text().splitlines()) if path.exists() else 0
 
 
 def test_without_a_compiler_it_launches_through_bindings_quietly(fresh, monkeypatch):
@@ -177,17 +185,70 @@ def test_a_failing_compiler_warns_once_and_falls_back(fresh, monkeypatch):
     monkeypatch.setenv("CC", failing_compiler(fresh))
     with pytest.warns(RuntimeWarning, match="(?s)through cuda.bindings.*something is wrong"):
         assert launcher.get() is None
-    assert launcher.get() is None  # resolved once: no second warning
-    assert "failed (3)" in launcher.status()
+    assert launcher.get() is None  # resolved once: no second warning, no second build
+    assert "failed (3)" in launcher.status() and runs(fresh) == 1
 
 
 @needs_cc
-def test_compiled_mode_raises_when_it_cannot_be_built(fresh, monkeypatch):
+def test_the_fallback_is_remembered_even_when_the_warning_raises(fresh, monkeypatch):
+    # warnings as errors (this suite's own setting): the first launch raises the warning,
+    # later ones go through cuda.bindings without building again
+    import warnings
+
+    monkeypatch.setenv("CC", failing_compiler(fresh))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeWarning):
+            launcher.get()
+        assert launcher.get() is None
+    assert runs(fresh) == 1 and launcher.status().startswith("cuda.bindings (")
+
+
+@needs_cc
+def test_compiler_output_that_is_not_utf8(fresh, monkeypatch):
+    monkeypatch.setenv("CC", failing_compiler(fresh, "printf '\\377\\376 bad bytes' >&2\nexit 1"))
+    with pytest.warns(RuntimeWarning, match="bad bytes"):
+        assert launcher.get() is None
+
+
+@needs_cc
+def test_a_compiler_that_writes_nothing(fresh, monkeypatch):
+    monkeypatch.setenv("CC", failing_compiler(fresh, "exit 0"))
+    with pytest.warns(RuntimeWarning, match="exited 0 but wrote no"):
+        assert launcher.get() is None
+    assert runs(fresh) == 1
+
+
+def test_a_cc_naming_no_program_is_not_passed_over(fresh, monkeypatch):
+    monkeypatch.setenv("CC", str(fresh / "no-such-cc"))
+    with pytest.warns(RuntimeWarning, match="names no program on the PATH"):
+        assert launcher.get() is None
+    launcher.reset()
+    ne.configure(launcher="compiled")
+    with pytest.raises(LauncherError, match="names no program"):
+        launcher.get()
+
+
+@needs_cc
+def test_compiled_mode_raises_at_every_launch_and_builds_once(fresh, monkeypatch):
     monkeypatch.setenv("CC", failing_compiler(fresh))
     ne.configure(launcher="compiled")
-    with pytest.raises(LauncherError, match="(?s)cannot be built.*something is wrong") as info:
-        launcher.get()
-    assert isinstance(info.value, ne.NvrtcEngineError)
+    for _ in range(3):
+        with pytest.raises(LauncherError, match="(?s)cannot be built.*something is wrong") as info:
+            launcher.get()
+        assert isinstance(info.value, ne.NvrtcEngineError)
+    assert runs(fresh) == 1
+    assert launcher.status().startswith("none (NVRTC_ENGINE_LAUNCHER=compiled")
+    assert ne.LauncherError is LauncherError and "LauncherError" in ne.__all__
+
+
+def test_configure_launcher_takes_effect_at_the_next_launch(fresh):
+    ne.configure(launcher="bindings")
+    assert launcher.get() is None and launcher.status().endswith("=bindings)")
+    ne.configure(cache_size_limit="1G")  # another field: the choice stands
+    assert launcher.status().endswith("=bindings)")
+    ne.configure(launcher="auto")
+    assert launcher.status().startswith("not yet resolved")
 
 
 def test_bindings_mode_never_builds(fresh, monkeypatch):
@@ -236,7 +297,7 @@ def test_without_a_disk_cache_it_is_built_in_a_temporary_directory(fresh, monkey
     monkeypatch.setattr(tempfile, "mkdtemp", recording)
     config.configure(disable_disk_cache=True)
     module = launcher._built_module()
-    assert hasattr(module, "launch")
+    assert hasattr(module, "launch") and "temporary directory" in module._nve_where
     assert len(made) == 1 and not os.path.exists(made[0])  # removed once imported
     assert not (fresh / "cache").exists()
 
