@@ -47,7 +47,7 @@ from typing import Any
 from . import config
 from .errors import LauncherError, warn
 
-__all__ = ["SOURCE", "build", "compiler", "get", "reset", "status"]
+__all__ = ["SOURCE", "build", "cached_path", "compiler", "get", "reset", "status"]
 
 SOURCE = Path(__file__).with_name("_launch.c")
 MODULE = "nvrtc_engine._nve_launch"
@@ -138,6 +138,19 @@ def build(directory: Path) -> Path:
         raise LauncherError(f"{shlex.join(command)} exited 0 but wrote no {tmp.name}")
     os.replace(tmp, out)
     return out
+
+
+def cached_path() -> Path | None:
+    """The compiled launcher built for this Python in the configured cache directory
+    (``<cache dir>/launcher/<digest>/``), or None: not built there yet, or no disk cache."""
+    s = config.settings()
+    if s.disable_disk_cache:
+        return None
+    try:
+        path = s.resolved_cache_dir() / "launcher" / _digest() / _library_name()
+    except OSError:
+        return None
+    return path if path.is_file() else None
 
 
 def _load(path: Path) -> Any:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from nvrtc_engine import driver
+from nvrtc_engine import driver, launcher
 from nvrtc_engine.cli import _one_line_warning, main
 
 
@@ -45,7 +45,20 @@ def test_cache_info_and_clear(capsys):
     assert main(["cache", "clear"]) == 0
     assert "cleared 4 entries" in capsys.readouterr().out
     main(["cache", "info"])
-    assert "entries:    0" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "entries:    0" in out and "launcher:   not built yet" in out
+
+
+@pytest.mark.skipif(launcher.compiler() is None or not launcher._python_includes(),
+                    reason="no C compiler or no Python headers")  # fmt: skip
+def test_cache_info_shows_the_compiled_launcher(capsys):
+    main(["cache", "info", "--json"])
+    assert json.loads(capsys.readouterr().out)["launcher"] is None
+    built = launcher._built_module().__file__
+    main(["cache", "info"])
+    assert f"launcher:   {built}" in capsys.readouterr().out
+    main(["cache", "info", "--json"])
+    assert json.loads(capsys.readouterr().out)["launcher"] == built
 
 
 def test_cache_commands_without_a_disk_cache_say_why(capsys, monkeypatch, isolated_cache):
