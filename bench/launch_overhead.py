@@ -245,12 +245,16 @@ def main() -> int:
         print(f"launcher: {launcher.status()}", file=sys.stderr)
     if compiled is not None:  # the same kernel, its plan made to launch through cuda.bindings
         bound = type(kernel)(kernel.key, kernel.artifact, kernel.origin)
-        launcher._launch = None
+        mode = ne.config.settings().launcher
+        ne.configure(launcher="bindings")
         try:
             for _ in range(2):
                 bound(x, out)
         finally:
-            launcher._launch = compiled
+            ne.configure(launcher=mode)
+        compiled = launcher.get()  # resolved again: the extension built before
+        plan = next(iter(bound._launch_plans.values()))
+        assert "cu_launch(" in plan.source, "the bindings-planned case launches otherwise"
         cases["Kernel.__call__(x, out), through cuda.bindings (NVRTC_ENGINE_LAUNCHER=bindings)"] = (
             lambda: bound(x, out)
         )

@@ -41,13 +41,17 @@ import sys
 import sysconfig
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from . import config
 from .errors import LauncherError, warn
 
-__all__ = ["SOURCE", "build", "cached_path", "compiler", "get", "reset", "status"]
+__all__ = [
+    "SOURCE", "build", "cached_path", "compile_shared", "compiler", "compiler_command", "get",
+    "reset", "status",
+]  # fmt: skip
 
 SOURCE = Path(__file__).with_name("_launch.c")
 MODULE = "nvrtc_engine._nve_launch"
@@ -110,21 +114,36 @@ def build(directory: Path) -> Path:
     out = directory / _library_name()
     if out.is_file():
         return out
-    cc = compiler()
-    if cc is None:
-        raise LauncherError("no C compiler (set CC, or install cc/gcc/clang)")
-    if shutil.which(cc[0]) is None:
-        raise LauncherError(f"CC={shlex.join(cc)!r} names no program on the PATH")
+    compiler_command()  # no compiler: say so before asking for the headers
     includes = _python_includes()
     if not includes:
         raise LauncherError(
             f"no Python headers (Python.h) for {sys.executable}: install the python3-dev "
             "(Debian/Ubuntu) or python3-devel (Fedora/RHEL) package"
         )
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{_library_name()}.{os.getpid()}.{threading.get_ident()}.tmp"
-    command = [*cc, "-O2", "-shared", "-fPIC", *(f"-I{p}" for p in includes),
-               str(SOURCE), "-o", str(tmp)]  # fmt: skip
+    return compile_shared(SOURCE, out, [f"-I{p}" for p in includes])
+
+
+def compiler_command() -> list[str]:
+    """:func:`compiler`, or :class:`LauncherError` saying why there is none to run."""
+    cc = compiler()
+    if cc is None:
+        raise LauncherError("no C compiler (set CC, or install cc/gcc/clang)")
+    if shutil.which(cc[0]) is None:
+        raise LauncherError(f"CC={shlex.join(cc)!r} names no program on the PATH")
+    return cc
+
+
+def compile_shared(source: Path, out: Path, flags: Sequence[str], libs: Sequence[str] = ()) -> Path:
+    """Compile C ``source`` into the shared library ``out`` (``-O2 -shared -fPIC`` plus
+    ``flags``, then ``libs``) with :func:`compiler_command`'s compiler: written to a
+    temporary name in ``out``'s directory (made if missing) and renamed, so processes racing
+    to build it each see a whole file. Raises :class:`LauncherError` with the compiler's
+    output when it fails or writes nothing."""
+    cc = compiler_command()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    command = [*cc, "-O2", "-shared", "-fPIC", *flags, str(source), "-o", str(tmp), *libs]
     try:
         done = subprocess.run(command, capture_output=True, timeout=BUILD_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:

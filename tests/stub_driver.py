@@ -3,7 +3,8 @@
 
 Load it before anything opens the CUDA driver, and only in a process of its own (a
 subprocess): once loaded, the process sees one fake sm_90 device, so GPU tests there would not
-be skipped. :func:`load` builds it with the C compiler (``CC``, default ``cc``) into a cache
+be skipped. :func:`load` builds it with the compiled launcher's compiler and
+build step (``nvrtc_engine.launcher.compile_shared``; ``CC`` picks the compiler) into a cache
 directory and returns a :class:`Stub` reading what the last ``cuLaunchKernel`` was given.
 """
 
@@ -12,38 +13,27 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
-import shutil
-import subprocess
 import tempfile
 from pathlib import Path
+
+from nvrtc_engine import launcher
 
 SOURCE = Path(__file__).resolve().parent / "host_cuda" / "libcuda_stub.c"
 CONTEXT = 0xC0DE0000
 
 
-def compiler() -> str | None:
-    """The C compiler to build the stub with, or None if there is none."""
-    return shutil.which(os.environ.get("CC", "cc"))
+def compiler() -> list[str] | None:
+    """The C compiler to build the stub with (the compiled launcher's), or None."""
+    return launcher.compiler()
 
 
 def build(directory: str | os.PathLike[str] | None = None) -> Path:
     """Compile the stub (once per source version) and return the library's path."""
-    cc = compiler()
-    if cc is None:
-        raise RuntimeError("no C compiler to build the stub libcuda with (set CC)")
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(source).hexdigest()[:16]
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
     base = Path(directory or Path(tempfile.gettempdir()) / f"nvrtc_engine_stub_{os.getuid()}")
     out = base / digest / "libcuda.so.1"
     if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        subprocess.run(
-            [cc, "-O2", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp),
-             str(SOURCE), "-ldl"],
-            check=True, capture_output=True, text=True,
-        )  # fmt: skip
-        os.replace(tmp, out)
+        launcher.compile_shared(SOURCE, out, ["-Wl,-soname,libcuda.so.1"], ["-ldl"])
     return out
 
 
