@@ -94,6 +94,44 @@ def cuda_time_ms(
     return statistics.median(times)
 
 
+def paired_ms(
+    fns: dict[Any, Callable[[], Any]], *, rounds: int = 20, repeat: int = 5, batch: int = 10,
+    seed: int = 0,
+) -> dict[Any, list[float]]:  # fmt: skip
+    """Milliseconds per call of each of ``fns``, one figure per round (:func:`cuda_time_ms`
+    with ``repeat`` samples of ``batch`` calls). Every round times each function once, in an
+    order shuffled per round (``seed``), so that a slow drift of the GPU's speed (seen on
+    the shared H200: 4-8 points between minutes) lands on all of them alike. Compare
+    candidates round by round (:func:`paired_ratios`), not by their overall medians."""
+    import random
+
+    rng = random.Random(seed)
+    names = list(fns)
+    for name in names:  # warm-up: compile, load, first-touch
+        cuda_time_ms(fns[name], warmup=2, repeat=1, batch=1)
+    out: dict[Any, list[float]] = {name: [] for name in names}
+    for _ in range(rounds):
+        rng.shuffle(names)
+        for name in names:
+            out[name].append(cuda_time_ms(fns[name], warmup=1, repeat=repeat, batch=batch))
+    return out
+
+
+def paired_ratios(times: dict[Any, list[float]], baseline: Any) -> dict[Any, dict[str, float]]:
+    """Per candidate of :func:`paired_ms`'s ``times``: the median, lowest and highest over
+    rounds of (baseline's time / the candidate's time) in the same round (above 1: faster
+    than the baseline), and the fraction of rounds it was faster."""
+    base = times[baseline]
+    out = {}
+    for name, ts in times.items():
+        ratios = [b / t for b, t in zip(base, ts, strict=True)]
+        out[name] = {
+            "median": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
+            "faster": sum(r > 1 for r in ratios) / len(ratios),
+        }  # fmt: skip
+    return out
+
+
 def fresh_compile(fn: Any, **options: Any) -> Any:
     """``torch.compile(fn, **options)`` after ``torch._dynamo.reset()``: each case compiles
     fresh, as a program that compiles just that op would. Without the reset, closures of one

@@ -4,9 +4,9 @@
 nvrtc_engine/ops/norm.py).
 
     python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
-                                [--round3-only] [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered]
-                                [--name norm_tuning]
-                                [--zero-amax]
+                                [--round3-only]
+                                [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered|near|big2]
+                                [--name norm_tuning] [--zero-amax] [--repeat 20] [--shuffle]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
 2048, from H = 65536 on): the forward to bf16 and to fp8_e4m3 (tensor scaling) for the
@@ -32,7 +32,15 @@ and 8 CTAs (:func:`big_candidates`: held weights, the next row's x copied ahead)
 copied ahead (:func:`bf16p_candidates`); ``--candidates bwd2`` times only the backward at
 H = 4096-14336 over more staged layouts and CTAs per SM (:func:`bwd2_candidates`);
 ``--candidates onered`` times LayerNorm's one reduction (FP8 at H = 4096-14336, both outputs
-at 65536: :func:`onered_candidates`);
+at 65536: :func:`onered_candidates`); ``--candidates near`` the neighbourhood of each
+default layout (:func:`near_candidates`: each switch flipped, other row-group counts, half
+and twice the accesses; the staged backward's depth and grid), for re-checking near misses
+with ``--shuffle`` and many short rounds (e.g. ``--rounds 8 --repeat 5``): each round then
+times the cases in a shuffled order and rows add ``vs_default``, the median over rounds of
+the default's time over the case's in the same round (the shared GPU drifts by more than
+the differences sought; a same-round ratio cancels the drift); ``--candidates big2`` the
+H = 65536 layouts after the cluster mailboxes (:func:`big2_candidates`: clusters of 4 and 8
+with next-row copies, the staged backward over clusters of 8);
 ``--name``
 names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
 zeroes the amax word before every FP8 call (timed with it), as a training step does once per
@@ -48,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import sys
 import time
@@ -302,35 +311,148 @@ def big_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[st
     a row per CTA, so nothing was in flight while a CTA reduced and wrote its row."""
     import dataclasses
 
+    if key.spec.backward:
+        return []
+    vec = 16 // key.input.itemsize
+    fp8 = key.scaling == "tensor"
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for cluster, warps, iters in _cluster_layouts(key, (2, 4, 8)):
+        base = norm.LaunchConfig("regs", vec, warps, 1, iters, cluster, batched=fp8,
+                                 warp_amax=fp8, words=fp8)  # fmt: skip
+        if any(c == base for c, _ in out):
+            continue
+        out.append((base, {}))
+        out.append((dataclasses.replace(base, hold=True), {"FWD_GROUPS_PER_CTA": 8}))
+        if norm.next_row_fits(base, key.input.itemsize):
+            p = dataclasses.replace(base, next_row=True)
+            held = dataclasses.replace(p, hold=True)
+            out += [(p, {"FWD_GROUPS_PER_CTA": 16}), (p, {"FWD_GROUPS_PER_CTA": 64}),
+                    (held, {"FWD_GROUPS_PER_CTA": 16})]  # fmt: skip
+    return [(c, h) for c, h in out if not (c == default and not h)]
+
+
+def _cluster_layouts(key: Any, clusters: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """(cluster, warps, accesses per thread) for the row of ``key`` over each of ``clusters``
+    CTAs at 2, 4 and 8 accesses of 16 bytes per thread (balanced; up to 64 elements and 32
+    warps); none unless H >= 65536 on sm_90-sm_10x with no or tensor scaling."""
     from nvrtc_engine.key import arch_number
 
-    spec = key.spec
-    if spec.backward or key.hidden_size is None or key.hidden_size < 65536:
+    if key.hidden_size is None or key.hidden_size < 65536:
         return []
     if not 90 <= arch_number(key.arch) < 110 or key.scaling not in ("none", "tensor"):
         return []
     vec = 16 // key.input.itemsize
     accesses = key.hidden_size // vec
-    fp8 = key.scaling == "tensor"
-    out: list[tuple[Any, dict[str, Any]]] = []
-    for cluster in (2, 4, 8):
+    out = []
+    for cluster in clusters:
         for iters in (2, 4, 8):
             warps = -(-accesses // (32 * cluster * iters))
             iters = -(-accesses // (32 * cluster * warps))
             if warps > 32 or warps * 32 * cluster > accesses or iters * vec > 64:
                 continue
-            base = norm.LaunchConfig("regs", vec, warps, 1, iters, cluster, batched=fp8,
-                                     warp_amax=fp8, words=fp8)  # fmt: skip
-            if any(c == base for c, _ in out):
-                continue
-            out.append((base, {}))
-            out.append((dataclasses.replace(base, hold=True), {"FWD_GROUPS_PER_CTA": 8}))
-            if norm.next_row_fits(base, key.input.itemsize):
-                p = dataclasses.replace(base, next_row=True)
-                held = dataclasses.replace(p, hold=True)
-                out += [(p, {"FWD_GROUPS_PER_CTA": 16}), (p, {"FWD_GROUPS_PER_CTA": 64}),
-                        (held, {"FWD_GROUPS_PER_CTA": 16})]  # fmt: skip
-    return [(c, h) for c, h in out if not (c == default and not h)]
+            out.append((cluster, warps, iters))
+    return out
+
+
+def big2_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """H >= 65536 after the cluster mailboxes (no cluster barrier per row reduction; the
+    first sweep after them, ``--candidates big``, norm_tuning-big-mail.json, put clusters of
+    8 with the next row copied ahead 8-26% ahead of TUNED's clusters of 2), as (LaunchConfig,
+    host settings). Forward: clusters of 4 and 8 at 2, 4 and 8 accesses per thread with the
+    next row copied ahead (``p``, where it fits), at 16, 32 and 64 row groups per CTA, with
+    and without held weights, and for LayerNorm with and without the one reduction (``u``);
+    FP8 layouts carry ``ogq``. Backward: the staged kernel over clusters of 8 at 2, 4 and 8
+    accesses per thread, 2-4 stages, 2 or 4 CTAs per SM or the module's."""
+    import dataclasses
+
+    spec = key.spec
+    vec = 16 // key.input.itemsize
+    fp8 = key.scaling == "tensor"
+    out: list[tuple[Any, dict[str, Any]]] = []
+    if spec.backward:
+        limit = norm.OPTIN_SMEM_BYTES[90] - 1024
+        for _, warps, iters in _cluster_layouts(key, (8,)):
+            for stages in (2, 3, 4):
+                for per_sm in (0, 2, 4):
+                    cfg = norm.LaunchConfig("regs", vec, warps, 1, iters, 8, stages=stages,
+                                            ctas_per_sm=per_sm)  # fmt: skip
+                    regs = spec.accumulators * iters * vec + norm.STAGED_OVERHEAD_REGISTERS
+                    smem = norm.staged_smem_bytes(cfg, key.input.itemsize, 2)
+                    if regs <= norm.MAX_REGISTERS and smem <= limit and cfg != default:
+                        out.append((cfg, {}))
+        return out
+    for cluster, warps, iters in _cluster_layouts(key, (4, 8)):
+        base = norm.LaunchConfig("regs", vec, warps, 1, iters, cluster, batched=fp8,
+                                 warp_amax=fp8, words=fp8, next_row=True)  # fmt: skip
+        if not norm.next_row_fits(base, key.input.itemsize):
+            continue
+        for groups in (16, 32, 64):
+            for hold in (False, True):
+                for one in (False, True) if not spec.rms else (False,):
+                    cfg = dataclasses.replace(base, groups=groups, hold=hold,
+                                              one_reduction=one)  # fmt: skip
+                    if cfg != default:
+                        out.append((cfg, {}))
+    return out
+
+
+def near_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """The neighbourhood of the default (TUNED) layout of a specialized ``key``, as
+    (LaunchConfig, host settings), for a paired re-check (``--shuffle``, many short rounds)
+    of the near misses. Forward (one CTA per row group): each switch flipped alone (``h``,
+    ``e``, ``u`` for LayerNorm, ``a2``; with tensor scaling ``o``, ``g``, ``q``; ``p`` where
+    it fits), 4 and 16 row groups per CTA where the weights are held or the next row is
+    copied, held weights at 4 and 16 groups, and half and twice the accesses per thread
+    with the same switches. Staged backward: one stage fewer and more, 2, 4 and 8 CTAs per
+    SM, and the layouts for 16 and 64 bytes of x per thread at the same depth."""
+    import dataclasses
+
+    spec = key.spec
+    if default.mode != "regs" or key.hidden_size is None or default.cluster > 1:
+        return []
+    out: list[tuple[Any, dict[str, Any]]] = []
+
+    def add(cfg: Any) -> None:
+        if cfg is not None and cfg != default and (cfg, {}) not in out:
+            out.append((cfg, {}))
+
+    if spec.backward:
+        if not default.stages:
+            return []
+        for stages in (default.stages - 1, default.stages + 1):
+            if stages >= 2:
+                add(dataclasses.replace(default, stages=stages))
+        for per_sm in (2, 4, 8):
+            add(dataclasses.replace(default, ctas_per_sm=per_sm))
+        for target in (16, 64):
+            cfg = norm.staged_layout(key, default.stages, target)
+            add(dataclasses.replace(cfg, ctas_per_sm=default.ctas_per_sm) if cfg else None)
+        return out
+    fp8 = key.scaling == "tensor"
+    fits = norm.next_row_fits(default, key.input.itemsize)
+    flips = ["hold", "early", "accumulators"] + (["one_reduction"] if not spec.rms else [])
+    flips += ["batched", "warp_amax", "words"] if fp8 else []
+    flips += ["next_row"] if fits else []
+    for field in flips:
+        if field == "accumulators":
+            add(dataclasses.replace(default, accumulators=1 if default.accumulators > 1 else 2))
+        else:
+            add(dataclasses.replace(default, **{field: not getattr(default, field)}))
+    for groups in (4, 16):
+        if default.hold or default.next_row:
+            add(dataclasses.replace(default, groups=groups))
+        add(dataclasses.replace(default, hold=True, early=False, groups=groups))
+    accesses = key.hidden_size // default.vec
+    for iters in (default.iters // 2, default.iters * 2):
+        if iters < 1 or iters * default.vec > norm.MAX_ELEMENTS:
+            continue
+        warps = -(-accesses // (32 * iters))
+        iters = -(-accesses // (32 * warps))
+        if warps <= 32:
+            cfg = dataclasses.replace(default, warps=warps, iters=iters, rows=1)
+            add(dataclasses.replace(cfg, next_row=cfg.next_row
+                                    and norm.next_row_fits(cfg, key.input.itemsize)))  # fmt: skip
+    return out
 
 
 def _staged_pairs(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
@@ -357,6 +479,8 @@ CANDIDATE_SETS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "bf16p": (bf16p_candidates, ("bf16",)),
     "bwd2": (bwd2_candidates, ("bwd",)),
     "onered": (onered_candidates, ("bf16", "fp8")),
+    "near": (near_candidates, ("bf16", "fp8", "bwd")),
+    "big2": (big2_candidates, ("bf16", "fp8", "bwd")),
 }
 
 
@@ -494,9 +618,24 @@ def main() -> int:
         "says otherwise; big: the H = 65536 forward cluster layouts, at 65536 unless --hidden "
         "says otherwise; bf16p: the bf16 forward with next-row copies, at 4096,8192,14336; "
         "bwd2: more staged backward layouts and grids, at 4096,8192,14336; onered: LayerNorm's "
-        "one reduction, FP8 at 4096-14336 and both outputs at 65536)",
+        "one reduction, FP8 at 4096-14336 and both outputs at 65536; near: the neighbourhood "
+        "of each default layout, for paired re-checks with --shuffle; big2: H = 65536 after "
+        "the cluster mailboxes, forward and backward)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=20,
+        help="timed samples per case and round (common.cuda_time_ms)",
+    )
+    parser.add_argument(
+        "--shuffle",
+        action="store_true",
+        help="time the cases of a round in a shuffled order (seeded by the "
+        "round); with many short rounds, compare same-round ratios "
+        "(vs_default) rather than medians",
+    )
     parser.add_argument("--zero-amax", action="store_true",
                         help="zero the amax word before every FP8 call (timed)")  # fmt: skip
     parser.add_argument("--list", action="store_true",
@@ -510,6 +649,7 @@ def main() -> int:
             "bf16p": sizes,
             "bwd2": sizes,
             "onered": "4096,8192,14336,65536",
+            "big2": "65536",
         }.get(args.candidates, "4096,8192,14336,65536")
     if args.list:
         for case in case_list(args, arch="sm_90"):
@@ -552,7 +692,10 @@ def main() -> int:
         kernels: dict[tuple, Any] = {}
         workspaces: dict[tuple, Any] = {}
         for rnd in range(args.rounds):
-            for case in cases:
+            order = list(cases)
+            if args.shuffle:
+                random.Random(rnd).shuffle(order)
+            for case in order:
                 nm, _, direction, out, cfg, host = case
                 ln = nm == "layernorm"
                 kkey = case[:5]
@@ -594,7 +737,8 @@ def main() -> int:
                     kw = {"workspace": workspaces[case]}
                     args_ = (dz, x, mu, rs, w, dx, dw, db) if ln else (dz, x, rs, w, dx, dw)
                     nbytes = 3 * n * h * 2
-                ms = common.cuda_time_ms(lambda k=call, a=args_, kw=kw: k(*a, **kw))
+                ms = common.cuda_time_ms(lambda k=call, a=args_, kw=kw: k(*a, **kw),
+                                         repeat=args.repeat)  # fmt: skip
                 for name, value in host_defaults.items():
                     setattr(norm, name, value)
                 results.setdefault(case, []).append(ms)
@@ -621,9 +765,18 @@ def main() -> int:
             "ms_rounds": times, "ms": ms, "pct": 100 * nbytes / (ms * 1e-3) / 1e9 / copy,
             "symbol": meta[case]["symbol"],
         })  # fmt: skip
+    defaults_by_group = {(r["norm"], r["hidden"], r["direction"], r["out"]): r["ms_rounds"]
+                         for r in rows_out if r["default"]}  # fmt: skip
+    for r in rows_out:
+        base = defaults_by_group.get((r["norm"], r["hidden"], r["direction"], r["out"]))
+        if base is not None and len(base) == len(r["ms_rounds"]):
+            ratios = [b / t for b, t in zip(base, r["ms_rounds"], strict=True)]
+            r["vs_default"] = statistics.median(ratios)
+            r["faster_rounds"] = sum(q > 1 for q in ratios) / len(ratios)
     rows_out.sort(key=lambda r: (r["norm"], r["hidden"], r["direction"], r["out"], r["ms"]))
     info = {**common.gpu_info(), "copy_gbps": copy, "rounds": args.rounds,
             "candidates": args.candidates, "zero_amax": args.zero_amax,
+            "repeat": args.repeat, "shuffle": args.shuffle,
             "seconds": time.perf_counter() - started}  # fmt: skip
     path = common.write_results(args.name, {**info, "rows": rows_out})
     shown = []
@@ -636,7 +789,8 @@ def main() -> int:
     print(f"device copy {copy:.0f} GB/s; * = current default")
     columns = [("norm", "norm", ""), ("hidden", "H", ""), ("direction", "dir", ""),
                ("out", "out", ""), ("config", "config", ""), ("host", "host", ""),
-               ("mark", "", ""), ("ms", "ms", ".4f"), ("pct", "% copy", ".1f")]  # fmt: skip
+               ("mark", "", ""), ("ms", "ms", ".4f"), ("pct", "% copy", ".1f"),
+               ("vs_default", "x default", ".4f"), ("faster_rounds", "won", ".2f")]  # fmt: skip
     print(common.table(shown, columns))
     print(f"wrote {path} in {time.perf_counter() - started:.0f} s")
     return 0
