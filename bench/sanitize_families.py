@@ -17,8 +17,9 @@ the next-row copies with held weights, ``..._fp8_held_qp``, including shapes whe
 takes several row groups); the next-row copies with bf16 output at H = 65536 over a
 cluster of 4, ``norm_bf16_next_row_*`` (a TUNED-style tag; the defaults at 65536 are among
 the plain cases). The
-disk cache is off: switched kernels share keys with the defaults. Cast family:
-cast_transpose (+ dbias, + dgelu, gated dswiglu), transpose, multi_cast_transpose and
+disk cache is off: switched kernels share keys with the defaults. Cast family: cast (the
+flat kernel with the identity, its own tensor-scaled configuration; aligned and at an odd
+offset), cast_transpose (+ dbias, + dgelu, gated dswiglu), transpose, multi_cast_transpose and
 MXFP8/NVFP4 quantize in every layout, on shapes that leave partial tiles; ``cast_switch_*``:
 the dbias kernels with ``TileConfig.strip`` (several tiles per block, two shared buffers,
 one barrier per tile) and ``prefetch_next``, off by default, on shapes whose strips end in
@@ -86,6 +87,12 @@ def cases() -> dict[str, Callable[[], None]]:
         tag = f"{m}x{k}"
         out[f"cast_transpose_{tag}"] = lambda m=m, k=k: ne.get_kernel(
             "cast_transpose", dtype="fp8")(t(m, k), **tensor())  # fmt: skip
+        # cast: the flat kernel with the identity (its own tensor-scaled configuration:
+        # streaming hints, unguarded amax atomic), aligned and at an odd offset
+        out[f"cast_{tag}"] = lambda m=m, k=k: ne.get_kernel("cast", dtype="fp8")(
+            t(m, k), **tensor())  # fmt: skip
+        out[f"cast_unaligned_{tag}"] = lambda m=m, k=k: ne.get_kernel("cast", dtype="fp8")(
+            t(m * k + 1)[1:], **tensor())  # fmt: skip
         out[f"transpose_{tag}"] = lambda m=m, k=k: ne.get_kernel(
             "transpose", in_dtype="bf16", out_dtype="bf16")(t(m, k))  # fmt: skip
         out[f"cast_transpose_dbias_{tag}"] = lambda m=m, k=k: ne.get_kernel(

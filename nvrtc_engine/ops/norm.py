@@ -202,7 +202,9 @@ FWD_FP8_NEXT_ROW = False
 # bench/norm_tuning.py --candidates big tried it at H = 65536 over clusters of 4 and 8 CTAs
 # (whose slots fit the static shared memory), for bf16 and FP8 z: it lost there, 3-25 points
 # (norm_tuning-big.json), and on the bf16 forwards at 4096-14336, 0.7-4.7 points
-# (--candidates bf16p, norm_tuning-bf16p.json), so no TUNED entry takes it for 16-bit z.
+# (--candidates bf16p, norm_tuning-bf16p.json). Once the cluster mailboxes took the cluster
+# barrier out of the row reductions it won at H = 65536 (clusters of 8, 64 row groups per
+# CTA: --candidates big2, norm_tuning-big2.json), where TUNED now takes it for every z.
 _NEXT_ROW_SCALING = ("tensor", "none")
 STATIC_SMEM_BYTES = 48 * 1024  # static shared memory a CTA may declare
 # Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
@@ -237,21 +239,33 @@ STAGED_OVERHEAD_REGISTERS = 32
 TUNED: dict[tuple[str, int, str], str] = {
     ("rmsnorm_fwd", 4096, "none"): "w8r1v8j2c1",  # 91.1 against w4j4 88.0
     ("rmsnorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 96.2 against w14j4 93.2
-    ("rmsnorm_fwd", 65536, "none"): "w16r1v8j8c2h",  # 77.8 (8 groups) against w19j7c2h 76.4
-    ("layernorm_fwd", 65536, "none"): "w16r1v8j8c2hua2",  # 66.2 against h 62.0, onered
+    ("rmsnorm_fwd", 65536, "none"): "w4r1v8j8c8hpx64",  # 91.2 against w16j8c2h 88.6, big2
+    ("layernorm_fwd", 65536, "none"): "w4r1v8j8c8hpx64",  # 84.0 against w16j8c2hua2 72.4, big2
     ("layernorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 91.0 against w14j4 90.0
     # FP8 forward with the round-4 switches (o: batched output stage, g: warp amax atomics)
     # and the round-5 ones (q: word unpacking and packing, p: the next row group copied
     # ahead; x4: 4 row groups per CTA), bench/norm_tuning.py --candidates fp8b, 2026-12-01
     # (norm_tuning-fp8b.json; the round-4 entries before them in norm_tuning-fp8.json)
-    ("layernorm_fwd", 4096, "tensor"): "w4r1v8j4c1oqpx4",  # 82.8 against o 73.1
-    ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1ogqp",  # 87.5 against og 77.5
+    ("layernorm_fwd", 4096, "tensor"): "w4r1v8j4c1ogqpx4",  # 82.3 against oqpx4 81.6, near
+    ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1ogqpa2",  # 88.6 against ogqp 87.7, near
     ("layernorm_fwd", 14336, "tensor"): "w14r1v8j4c1ogq",  # 79.2 against og 67.7
-    ("layernorm_fwd", 65536, "tensor"): "w16r1v8j8c2huogqa2",  # 51.8 against w4j8c8hogq 50.9
-    ("rmsnorm_fwd", 4096, "tensor"): "w4r1v8j4c1ogq",  # 87.5 against og 82.2
+    ("layernorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqpx64",  # 72.2 against c2huogqa2 54.8, big2
+    ("rmsnorm_fwd", 4096, "tensor"): "w4r1v8j4c1hogqx4",  # 89.2 against ogq 88.3, near
     ("rmsnorm_fwd", 8192, "tensor"): "w4r1v8j8c1gq",  # 90.7 against g 89.2
     ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1hogq",  # 94.7 (8 groups) against hog 83.9
-    ("rmsnorm_fwd", 65536, "tensor"): "w16r1v8j8c2hogq",  # 71.0 (8 groups) against w19j7 67.5
+    ("rmsnorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqpx64",  # 90.6 against c2hogq 81.7, big2
+    # "near": bench/norm_tuning.py --candidates near --shuffle --rounds 8 --repeat 5,
+    # 2026-12-01 (norm_tuning-near-{ln,rms}.json): the neighbourhood of each entry timed in
+    # shuffled short rounds; the entries marked "near" were faster than the previous one in
+    # 88-100% of the rounds (median same-round speed-ups 1.003-1.011x); the figures are
+    # that run's.
+    # H = 65536, "big2": bench/norm_tuning.py --candidates big2 --shuffle --rounds 3
+    # --repeat 5, 2026-12-01 (norm_tuning-big2.json), after the cluster mailboxes took the
+    # cluster barrier (and its MEMBAR.ALL.GPU) out of every row reduction: clusters of 8
+    # with the next row copied ahead and 64 row groups per CTA, and the staged backward over
+    # clusters of 8, faster than the entries before in every round (figures: that run's;
+    # the previous entries had themselves gained 1-13 points from the mailboxes alone,
+    # norm_tuning-big-mail.json). Before the mailboxes:
     # H = 65536 forward entries: bench/norm_tuning.py --candidates big, 2026-12-01
     # (norm_tuning-big.json: clusters of 2, 4 and 8 CTAs at 2-8 accesses per thread, held
     # weights, next-row copies; the winners against the earlier w19j7c2 layouts; p lost
@@ -264,17 +278,17 @@ TUNED: dict[tuple[str, int, str], str] = {
     # earlier defaults (register layouts; the general kernel from 14336)
     ("layernorm_bwd", 4096, "none"): "w8r1v8j2c1t3b2",  # 78.5 against b8 (t3) 71.8, bwd2
     ("layernorm_bwd", 8192, "none"): "w16r1v8j2c1t4",  # 85.6 against w8j4 60.2
-    ("layernorm_bwd", 14336, "none"): "w28r1v8j2c1t2",  # 75.1 against loop 44.4
-    ("layernorm_bwd", 65536, "none"): "w32r1v8j2c4t2",  # 58.5 against loop 50.5
+    ("layernorm_bwd", 14336, "none"): "w28r1v8j2c1t2b2",  # 74.3 against t2 74.0, near
+    ("layernorm_bwd", 65536, "none"): "w8r1v8j4c8t3b2",  # 69.2 against w32j2c4t2 60.4, big2
     ("rmsnorm_bwd", 4096, "none"): "w8r1v8j2c1t5",  # 85.7 against t4 77.3, bwd2
     ("rmsnorm_bwd", 8192, "none"): "w16r1v8j2c1t4",  # 93.5 against w8j4n 84.9
     ("rmsnorm_bwd", 14336, "none"): "w28r1v8j2c1t3",  # 89.3 against loop 53.7
-    ("rmsnorm_bwd", 65536, "none"): "w32r1v8j2c4t3",  # 64.5 against loop 52.9
+    ("rmsnorm_bwd", 65536, "none"): "w4r1v8j8c8t3b4",  # 77.1 against w32j2c4t3 73.3, big2
     # rmsnorm_bwd_add: the same kernel with the residual gradient added (not swept apart)
     ("rmsnorm_bwd_add", 4096, "none"): "w8r1v8j2c1t5",
     ("rmsnorm_bwd_add", 8192, "none"): "w16r1v8j2c1t4",
     ("rmsnorm_bwd_add", 14336, "none"): "w28r1v8j2c1t3",
-    ("rmsnorm_bwd_add", 65536, "none"): "w32r1v8j2c4t3",
+    ("rmsnorm_bwd_add", 65536, "none"): "w4r1v8j8c8t3b4",
 }
 LOOP_BLOCK = 1024  # threads per CTA of the streaming kernels (forward, backward row sums)
 TILE_BLOCK = 256  # threads per CTA of the streaming backward (8 warps on a 32-access tile)
