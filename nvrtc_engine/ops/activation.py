@@ -84,7 +84,17 @@ class LaunchConfig:
     identity function, one pass 88-90%). Without amax, small blocks with one chunk each
     are best (128 x 1: 91.5% of copy for GELU bf16->bf16). With tensor scaling every
     block ends with an atomicMax on the one amax word, so blocks must be few: 512 threads x
-    4 chunks (75.8%, against 45% for 128 x 1).
+    4 chunks (75.8%, against 45% for 128 x 1) in that sweep. bench/flat_ab.py (2026-12-01,
+    paired rounds, each candidate's speed over 512 x 4 in the same round, at 16384 x 8192 /
+    8192 x 28672; bench/results/flat_ab*.json) then chose per function:
+
+    - the identity (``cast``, memory only): 512 x 2 with the streaming cache hints and the
+      unguarded amax atomic, 1.020x / 1.014x (faster in 85% of 20 rounds; with the amax
+      word zeroed before every call 1.022x / 1.015x, every round);
+    - every other function: 128 x 2 chunks of 32 bytes with the streaming hints, gelu
+      1.035x / 1.026x, silu 1.017x / 1.012x, relu, qgelu, srelu 1.009-1.017x (faster in
+      88-100% of 16 rounds); the gradients dgelu 1.037x / 1.033x, the others 1.000-1.004x
+      (12 rounds).
     """
 
     threads: int
@@ -103,6 +113,10 @@ class LaunchConfig:
     # one of the block groups the lanes hold together (and stores its byte), and the
     # multipliers are broadcast by shuffles, instead of every lane computing every scale.
     split_scales: bool = False
+    # Flat kernel: the streaming cache hints and the guarded amax atomic for this
+    # configuration (see ``CODEGEN`` in ops/base.py); None takes the module-wide setting.
+    streaming: bool | None = None
+    amax_guard: bool | None = None
 
     def vec(self, itemsize: int) -> int:
         """Elements per chunk."""
@@ -112,7 +126,9 @@ class LaunchConfig:
 def launch_config(key: KernelKey) -> LaunchConfig:
     """The flat kernel's launch configuration for ``key`` (see :class:`LaunchConfig`)."""
     if key.scaling == "tensor":
-        return LaunchConfig(threads=512, unroll=4)
+        if isinstance(key.spec, ActivationSpec) and key.spec.act == "identity":
+            return LaunchConfig(threads=512, unroll=2, streaming=True, amax_guard=False)
+        return LaunchConfig(threads=128, unroll=2, chunk_bytes=32, streaming=True)
     return LaunchConfig(threads=128, unroll=1)
 
 
@@ -312,6 +328,10 @@ class ActivationSpec(OpSpec):
             ctx.update(structure=structure, threads=cfg2.threads, unroll=cfg2.unroll,
                        owner=owner, split_scales=split,
                        fp8_words=cfg2.fp8_words and key.output.itemsize == 1)  # fmt: skip
+            if cfg2.streaming is not None:
+                ctx["streaming"] = cfg2.streaming
+            if cfg2.amax_guard is not None:
+                ctx["amax_guard"] = cfg2.amax_guard
         return ctx
 
     def kernel_class(self) -> type[Kernel]:
