@@ -70,17 +70,28 @@ def write_results(name: str, payload: dict[str, Any], out_dir: str | None = None
 
 
 def cuda_time_ms(
-    fn: Callable[[], Any], *, warmup: int = 5, repeat: int = 20, batch: int = 10
-) -> float:
+    fn: Callable[[], Any], *, warmup: int = 5, repeat: int = 20, batch: int = 10,
+    warmup_s: float = 0.03,
+) -> float:  # fmt: skip
     """Milliseconds per ``fn()`` on torch's current stream: the median over ``repeat``
     samples, each a CUDA-event interval around ``batch`` back-to-back calls, divided by
     ``batch``. Batching keeps the event records' own cost and any gap between launches out
-    of the figure (a 0.1 ms kernel timed alone reads a few percent slow)."""
+    of the figure (a 0.1 ms kernel timed alone reads a few percent slow). Warm-up: ``warmup``
+    calls, then calls for at least ``warmup_s`` seconds: on the H200 the first timing of a
+    kernel in a process could read 8 points low after 5 warm-up calls, and every later
+    one not (bench/results/logs/first-use-2026-12-01.txt)."""
+    import time
+
     import torch
 
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    started = time.perf_counter()
+    while time.perf_counter() - started < warmup_s:
+        for _ in range(batch):
+            fn()
+        torch.cuda.synchronize()
     times = []
     for _ in range(repeat):
         start = torch.cuda.Event(enable_timing=True)
@@ -107,13 +118,14 @@ def paired_ms(
 
     rng = random.Random(seed)
     names = list(fns)
-    for name in names:  # warm-up: compile, load, first-touch
+    for name in names:  # warm-up: compile, load, first use
         cuda_time_ms(fns[name], warmup=2, repeat=1, batch=1)
     out: dict[Any, list[float]] = {name: [] for name in names}
     for _ in range(rounds):
         rng.shuffle(names)
         for name in names:
-            out[name].append(cuda_time_ms(fns[name], warmup=1, repeat=repeat, batch=batch))
+            out[name].append(cuda_time_ms(fns[name], warmup=1, repeat=repeat, batch=batch,
+                                          warmup_s=0.0))  # fmt: skip
     return out
 
 
