@@ -77,9 +77,10 @@ def cuda_time_ms(
     samples, each a CUDA-event interval around ``batch`` back-to-back calls, divided by
     ``batch``. Batching keeps the event records' own cost and any gap between launches out
     of the figure (a 0.1 ms kernel timed alone reads a few percent slow). Warm-up: ``warmup``
-    calls, then calls for at least ``warmup_s`` seconds: on the H200 the first timing of a
-    kernel in a process could read 8 points low after 5 warm-up calls, and every later
-    one not (bench/results/logs/first-use-2026-12-01.txt)."""
+    calls, then calls for at least ``warmup_s`` seconds (on the H200 one first timing of a
+    kernel in a process read 8 points low after 5 warm-up calls and every later one not:
+    bench/results/logs/first-use-2026-12-01.txt; the longer warm-up did not change the
+    bandwidth benchmarks' figures for it, whose cause is still open)."""
     import time
 
     import torch

@@ -85,16 +85,14 @@ class LaunchConfig:
     are best (128 x 1: 91.5% of copy for GELU bf16->bf16). With tensor scaling every
     block ends with an atomicMax on the one amax word, so blocks must be few: 512 threads x
     4 chunks (75.8%, against 45% for 128 x 1) in that sweep. bench/flat_ab.py (2026-12-01,
-    paired rounds, each candidate's speed over 512 x 4 in the same round, at 16384 x 8192 /
-    8192 x 28672; bench/results/flat_ab*.json) then chose per function:
-
-    - the identity (``cast``, memory only): 512 x 2 with the streaming cache hints and the
-      unguarded amax atomic, 1.020x / 1.014x (faster in 85% of 20 rounds; with the amax
-      word zeroed before every call 1.022x / 1.015x, every round);
-    - every other function: 128 x 2 chunks of 32 bytes with the streaming hints, gelu
-      1.035x / 1.026x, silu 1.017x / 1.012x, relu, qgelu, srelu 1.009-1.017x (faster in
-      88-100% of 16 rounds); the gradients dgelu 1.037x / 1.033x, the others 1.000-1.004x
-      (12 rounds).
+    paired rounds, at 16384 x 8192 / 8192 x 28672; bench/results/flat_ab*.json) measured the
+    identity (``cast``) 1.020x / 1.014x faster with 512 x 2, streaming hints and the unguarded
+    atomic, and the other functions 1.000-1.037x faster with 128 x 2 x 32 bytes and streaming
+    hints; but bench/cast_bandwidth.py and bench/activation_bandwidth.py then measured those at
+    92-93% of copy, against 96-101% for 512 x 4 in their earlier runs, in two runs each, while
+    one-off scripts of the same hour agreed with flat_ab (bench/results/logs/first-use- and
+    fresh-output-2026-12-01.txt). Unexplained, so 512 x 4 stays; ``streaming`` and
+    ``amax_guard`` remain as tuning fields.
     """
 
     threads: int
@@ -126,9 +124,7 @@ class LaunchConfig:
 def launch_config(key: KernelKey) -> LaunchConfig:
     """The flat kernel's launch configuration for ``key`` (see :class:`LaunchConfig`)."""
     if key.scaling == "tensor":
-        if isinstance(key.spec, ActivationSpec) and key.spec.act == "identity":
-            return LaunchConfig(threads=512, unroll=2, streaming=True, amax_guard=False)
-        return LaunchConfig(threads=128, unroll=2, chunk_bytes=32, streaming=True)
+        return LaunchConfig(threads=512, unroll=4)
     return LaunchConfig(threads=128, unroll=1)
 
 
