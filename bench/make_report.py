@@ -400,6 +400,40 @@ def candidates_section() -> str | None:
             "(docs/norms.md).",
         ),
         (
+            "norm_tuning-near-ln",
+            "--candidates near --norms layernorm --hidden 4096,8192,14336 --rounds 8 --repeat 5 "
+            "--shuffle",
+            "LayerNorm, neighbourhood of each entry (paired rounds)",
+            "bf16 input, N = 16384, % of copy: the entry in force when the sweep ran and the "
+            "best of its neighbourhood (each switch flipped, other row-group counts, half and "
+            "twice the accesses; the staged backward's depth and grid), timed in 8 shuffled "
+            "rounds; the JSON's `vs_default` is each case's median same-round speed over the "
+            "entry. `norm.TUNED` takes the winners faster in >= 88% of the rounds (docs/norms.md).",
+        ),
+        (
+            "norm_tuning-near-rms",
+            "--candidates near --norms rmsnorm --hidden 4096 --rounds 8 --repeat 5 --shuffle",
+            "RMSNorm at 4096, neighbourhood of each entry (paired rounds)",
+            "As the LayerNorm table above, at H = 4096.",
+        ),
+        (
+            "norm_tuning-big-mail",
+            "--candidates big --rounds 3 --repeat 5 --shuffle",
+            "Norm forward at H = 65536 after the cluster mailboxes",
+            "bf16 input, N = 2048, % of copy: the entries of the time (clusters of 2), now "
+            "with the row sums exchanged through mailboxes instead of a cluster barrier, and "
+            "the best of the `--candidates big` layouts (docs/norms.md).",
+        ),
+        (
+            "norm_tuning-big2",
+            "--candidates big2 --rounds 3 --repeat 5 --shuffle",
+            "Norm at H = 65536, clusters of 4 and 8 (paired rounds)",
+            "bf16, N = 2048, % of copy: the entry in force when the sweep ran and the best of "
+            "clusters of 4 and 8 with the next row copied ahead (16-64 row groups per CTA, "
+            "held weights or not, `u` or not) and of the staged backward over clusters of 8; "
+            "`norm.TUNED` takes each winner (docs/norms.md).",
+        ),
+        (
             "norm_tuning-onered",
             "--candidates onered --norms layernorm",
             "LayerNorm forward, one reduction",
@@ -414,15 +448,16 @@ def candidates_section() -> str | None:
         if d is None:
             continue
         rows = _then_and_best(
-            d["rows"], lambda r: (r["norm"], r["hidden"], r["out"]),
+            d["rows"], lambda r: (r["norm"], r["hidden"], r.get("direction", "fwd"), r["out"]),
             lambda r: f"`{r['config']}`" + (f" {r['host']}" if r.get("host") else ""),
         )  # fmt: skip
+        command = flag if "--name" in flag or name == "norm_tuning" else f"{flag} --name {name}"
         parts += [
             f"### {title}",
-            source(d, f"norm_tuning.py {flag} --name {name}"),
+            source(d, f"norm_tuning.py {command}"),
             text,
-            md_table(["norm", "H", "output", "then", "% of copy", "best", "% of copy", "gain"],
-                     sorted(rows, key=lambda r: (r[0], r[1], r[2]))),
+            md_table(["norm", "H", "dir", "output", "then", "% of copy", "best", "% of copy",
+                      "gain"], sorted(rows, key=lambda r: (r[0], r[1], r[2], r[3]))),
         ]  # fmt: skip
     for shape in ("8192x28672", "16384x8192", "strip-8192x28672"):
         d = load(f"cast_candidates-{shape}")
@@ -708,9 +743,9 @@ def norm_section() -> str | None:
             "## Normalization family",
             source(
                 d,
-                "norm_bandwidth.py --repeat=20"
-                if compiled
-                else "norm_bandwidth.py --no-compile --repeat=20",
+                "norm_bandwidth.py"
+                + ("" if compiled else " --no-compile")
+                + f" --repeat={d.get('repeat', 20)}",
             ),
             f"bf16; device copy **{d['copy_gbps']:.0f} GB/s**"
             + ("" if compiled else "; torch.compile not measured in this run (device time)")

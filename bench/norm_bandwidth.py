@@ -241,7 +241,8 @@ def main() -> int:
     for r in rows:
         r["pct_of_copy"] = 100.0 * r["gbps"] / copy if r["gbps"] else None
     path = common.write_results("norm_bandwidth", {
-        **common.gpu_info(), "copy_gbps": copy, "dtype": "bf16", "eps": EPS, "rows": rows,
+        **common.gpu_info(), "copy_gbps": copy, "dtype": "bf16", "eps": EPS,
+        "repeat": args.repeat, "rows": rows,
     })  # fmt: skip
     print(f"device copy: {copy:.0f} GB/s   bf16 input; GB/s counts each tensor once")
     print(common.table(rows, [("norm", "norm", ""), ("case", "case", ""), ("tokens", "N", "d"),
