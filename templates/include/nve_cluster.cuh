@@ -1,11 +1,11 @@
 // nvrtc_engine device helpers: thread block clusters (sm_90 and newer), through PTX.
 //
 // A kernel declared with __cluster_dims__(C, 1, 1) runs its CTAs in groups of C that are
-// scheduled together and can read each other's shared memory. cluster_sync() is a barrier
-// over every thread of every CTA in the cluster with release/acquire ordering: shared memory
-// written before it (by any CTA of the cluster) is visible to cluster_load() after it. A CTA
-// must not exit while another CTA may still read its shared memory: end with cluster_sync().
-// All barrier calls must be made by every thread of the warp (the barrier is .aligned).
+// scheduled together and can reach each other's shared memory. The CTAs exchange values
+// through mailboxes (below: st.async into each other's shared memory, counted on mbarriers),
+// not through a release/acquire cluster barrier. A CTA must not exit while another may still
+// write to its shared memory: kernels end with cluster_sync_relaxed(). All barrier calls
+// must be made by every thread of the warp (the barrier is .aligned).
 #pragma once
 
 namespace nve {
@@ -24,32 +24,16 @@ __device__ __forceinline__ unsigned cluster_id() {
   return r;
 }
 
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile(
-      "barrier.cluster.arrive.release.aligned;\n\t"
-      "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-// The float at shared-memory address p (a variable of this CTA) in CTA `rank` of the cluster.
-__device__ __forceinline__ float cluster_load(const float* p, unsigned rank) {
-  const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-  return v;
-}
-
 // ---- Mailboxes: values exchanged over the cluster without a cluster barrier --------------
-// An arrive with release ordering at cluster scope (cluster_sync, fence.acq_rel.cluster)
-// compiles to MEMBAR.ALL.GPU on sm_90: the thread first waits until every store it has in
-// flight is performed GPU-wide (a norm kernel's output of the previous row). A mailbox avoids
-// it: each CTA writes its values into every CTA's shared memory with st.async, whose bytes
-// complete a transaction count on the receiving CTA's mbarrier, and each CTA waits only on
-// its own mbarrier (no fence, no barrier). Set up with mbar_init (one thread) then
-// cluster_sync_init (every thread) before any CTA sends; per exchange: one thread of each CTA
-// calls mbar_expect_tx with the bytes it will receive, sends, and every thread mbar_wait()s
-// for that phase.
+// An arrive with release ordering at cluster scope (barrier.cluster.arrive.release,
+// fence.acq_rel.cluster) compiles to MEMBAR.ALL.GPU on sm_90: the thread first waits until
+// every store it has in flight is performed GPU-wide (a norm kernel's output of the previous
+// row). A mailbox avoids it: each CTA writes its values into every CTA's shared memory with
+// st.async, whose bytes complete a transaction count on the receiving CTA's mbarrier, and
+// each CTA waits only on its own mbarrier (no fence, no barrier). Set up with mbar_init (one
+// thread) then cluster_sync_init (every thread) before any CTA sends; per exchange: one
+// thread of each CTA calls mbar_expect_tx with the bytes it will receive, sends, and every
+// thread mbar_wait()s for that phase.
 
 __device__ __forceinline__ unsigned smem_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
