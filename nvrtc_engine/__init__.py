@@ -27,6 +27,7 @@ from .errors import (
     LauncherError,
     NoDeviceError,
     NvrtcEngineError,
+    SettingsError,
     VariantError,
 )
 from .kernel import Kernel
@@ -53,6 +54,7 @@ __all__ = [
     "NoDeviceError",
     "NvrtcEngineError",
     "PrewarmReport",
+    "SettingsError",
     "VariantError",
     "__version__",
     "cache_info",

@@ -42,6 +42,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import SettingsError
+
 __all__ = ["Settings", "configure", "reset", "settings"]
 
 _DEFAULT_SIZE_LIMIT = 512 * 1024 * 1024
@@ -115,7 +117,7 @@ def _parse_bool(name: str, raw: str) -> bool:
         return True
     if value in _FALSE:
         return False
-    raise ValueError(f"{name}={raw!r}: expected one of 1/0, true/false, yes/no, on/off")
+    raise SettingsError(f"{name}={raw!r}: expected one of 1/0, true/false, yes/no, on/off")
 
 
 def _parse_size(name: str, raw: str) -> int:
@@ -127,9 +129,11 @@ def _parse_size(name: str, raw: str) -> int:
     try:
         value = int(float(text) * factor)
     except ValueError:
-        raise ValueError(f"{name}={raw!r}: expected a size such as 536870912, 512M or 2G") from None
+        raise SettingsError(
+            f"{name}={raw!r}: expected a size such as 536870912, 512M or 2G"
+        ) from None
     if value <= 0:
-        raise ValueError(f"{name}={raw!r}: the size must be positive")
+        raise SettingsError(f"{name}={raw!r}: the size must be positive")
     return value
 
 
@@ -137,9 +141,9 @@ def _parse_int(name: str, raw: str) -> int:
     try:
         value = int(raw.strip())
     except ValueError:
-        raise ValueError(f"{name}={raw!r}: expected a positive integer") from None
+        raise SettingsError(f"{name}={raw!r}: expected a positive integer") from None
     if value <= 0:
-        raise ValueError(f"{name}={raw!r}: expected a positive integer")
+        raise SettingsError(f"{name}={raw!r}: expected a positive integer")
     return value
 
 
@@ -147,16 +151,16 @@ def _parse_seconds(name: str, raw: str) -> float:
     try:
         value = float(raw.strip())
     except ValueError:
-        raise ValueError(f"{name}={raw!r}: expected a number of seconds") from None
+        raise SettingsError(f"{name}={raw!r}: expected a number of seconds") from None
     if not value >= 0 or value == float("inf"):
-        raise ValueError(f"{name}={raw!r}: expected a finite number of seconds >= 0")
+        raise SettingsError(f"{name}={raw!r}: expected a finite number of seconds >= 0")
     return value
 
 
 def _parse_launcher(name: str, raw: str) -> str:
     value = raw.strip().lower()
     if value not in LAUNCHERS:
-        raise ValueError(f"{name}={raw!r}: expected one of {', '.join(LAUNCHERS)}")
+        raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(LAUNCHERS)}")
     return value
 
 
@@ -231,7 +235,7 @@ def _checked(name: str, value: object) -> object:
         try:
             return parse(name, value)
         except ValueError as exc:  # "name='raw': reason" -> "configure(name='raw'): reason"
-            raise ValueError(f"{label}: {str(exc).split(': ', 1)[-1]}") from None
+            raise SettingsError(f"{label}: {str(exc).split(': ', 1)[-1]}") from None
     if name in _BOOLS:
         if isinstance(value, bool):
             return value
@@ -245,13 +249,13 @@ def _checked(name: str, value: object) -> object:
     if name == "lock_timeout":
         if number and 0 <= float(value) < float("inf"):  # type: ignore[arg-type]
             return float(value)  # type: ignore[arg-type]
-        raise (ValueError if number else TypeError)(
+        raise (SettingsError if number else TypeError)(
             f"{label}: expected a finite number of seconds >= 0"
         )
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{label}: expected a positive integer")
     if value <= 0:
-        raise ValueError(f"{label}: expected a positive integer")
+        raise SettingsError(f"{label}: expected a positive integer")
     return value
 
 

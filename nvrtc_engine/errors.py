@@ -13,6 +13,8 @@ failures). All of them survive pickling, so they cross process pools intact::
     ├── CudaError               (RuntimeError) a CUDA driver call failed
     ├── LauncherError           (RuntimeError) NVRTC_ENGINE_LAUNCHER=compiled and the compiled
     │                                          launcher cannot be built
+    ├── SettingsError           (ValueError)   a malformed NVRTC_ENGINE_* variable or configure()
+    │                                          value
     ├── ArgumentError           (ValueError)   an argument with the wrong shape/dtype/device/...
     └── ArgumentTypeError       (TypeError)    an argument that is not an array/stream at all,
                                                or key fields that do not go together
@@ -167,6 +169,12 @@ class LauncherError(NvrtcEngineError, RuntimeError):
     compiler, no Python headers, a compiler error (its output is in the message), or a driver
     without the functions it calls. Raised only with ``NVRTC_ENGINE_LAUNCHER=compiled``;
     otherwise launches go through cuda.bindings."""
+
+
+class SettingsError(NvrtcEngineError, ValueError):
+    """A setting has a malformed value: an ``NVRTC_ENGINE_*`` environment variable (the
+    message names it and the value) or a :func:`nvrtc_engine.configure` argument. A value of
+    the wrong type passed to ``configure`` raises ``TypeError``."""
 
 
 class ArgumentError(NvrtcEngineError, ValueError):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import nvrtc_engine as ne
 from nvrtc_engine import config
 
 
@@ -42,8 +43,19 @@ def test_defaults_and_parsing():
     ],
 )
 def test_malformed_values_name_the_variable(var, value):
-    with pytest.raises(ValueError, match=var):
+    with pytest.raises(ne.SettingsError, match=var) as info:
         config.from_environment({var: value})
+    assert isinstance(info.value, ValueError) and isinstance(info.value, ne.NvrtcEngineError)
+
+
+def test_configure_values_raise_settings_errors():
+    with pytest.raises(ne.SettingsError, match="workers"):
+        config.configure(workers=0)
+    with pytest.raises(ne.SettingsError, match="lock_timeout"):
+        config.configure(lock_timeout=-1)
+    with pytest.raises(ne.SettingsError, match="launcher"):
+        config.configure(launcher="sometimes")
+    config.reset()
 
 
 def test_configure_and_reset(tmp_path):
