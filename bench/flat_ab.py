@@ -2,20 +2,20 @@
 nvrtc_engine/ops/activation.py), op by op, on the H200.
 
     python bench/flat_ab.py [--shapes 16384x8192,8192x28672] [--ops cast,gelu]
-        [--configs 512x4x16,512x2x16+s-g,...] [--rounds 20] [--zero-amax] [--name flat_ab]
+        [--configs default,512x2x16+s-g,...] [--rounds 20] [--zero-amax] [--name flat_ab]
 
 A configuration is ``THREADSxUNROLLxCHUNK_BYTES`` with optional ``+s``/``-s`` (streaming cache
 hints on/off) and ``+g``/``-g`` (the guarded amax atomic on/off); without them the module-wide
-``CODEGEN`` setting applies. The first configuration is the baseline (default: the op's
-current one, ``default``). Every op x configuration of a shape is timed in each round, in
+``CODEGEN`` setting applies; ``default`` is the op's current configuration. The first
+configuration is the baseline. Every op x configuration of a shape is timed in each round, in
 an order shuffled per round (``common.paired_ms``), and each candidate is reported as the
 median over rounds of its speed relative to the baseline *in the same round*: the shared
 GPU's speed drifts by more than the differences sought (bench/results/logs/
-flat-config-ab-2026-12-01.txt), and a same-round ratio cancels the drift. bf16 input,
-FP8 E4M3 output with tensor scaling; % of copy counts input(s) + output once (gradient ops,
-``dgelu`` etc., read grad and x). ``--zero-amax``
-zeroes the amax word before every call (inside the timing, for every candidate alike), as
-a training step does; by default the word keeps its maximum, as in bench/cast_bandwidth.py.
+flat-config-ab-2026-12-01.txt), and a same-round ratio cancels the drift. bf16 input, FP8
+E4M3 output with tensor scaling; % of copy counts input(s) + output once (gradient ops,
+``dgelu`` etc., read grad and x). ``--zero-amax`` zeroes the amax word before every call
+(inside the timing, for every candidate alike), as a training step does; by default the word
+keeps its maximum, as in bench/cast_bandwidth.py. Needs torch and a GPU.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"
 
 import common
 
-DEFAULT_CONFIGS = "default,512x4x16,512x2x16+s-g,512x2x16-g,512x2x16+s,256x1x32+s,128x2x32+s"
+DEFAULT_CONFIGS = "default,512x2x16+s-g,512x2x16-g,512x2x16+s,256x1x32+s,128x2x32+s,128x2x32"
 
 
 def parse_config(text: str, activation: Any) -> Any:
@@ -62,13 +62,20 @@ def _call(kernel: Any, inputs: tuple[Any, ...], y8: Any, scale: Any, amax: Any, 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", default="16384x8192,8192x28672")
-    parser.add_argument("--ops", default="cast,gelu", help="flat ops with tensor scaling")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--shapes", default="16384x8192,8192x28672",
+                        help="MxK shapes of the bf16 input (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--ops", default="cast,gelu",
+                        help="flat ops with tensor scaling (default: %(default)s)")  # fmt: skip
     parser.add_argument("--configs", default=DEFAULT_CONFIGS,
-                        help="comma-separated; the first is the baseline")  # fmt: skip
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--zero-amax", action="store_true")
+                        help="comma-separated; the first is the baseline; 'default' is the "
+                        "op's current configuration (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=20,
+                        help="paired rounds (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--zero-amax", action="store_true",
+                        help="zero the amax word before every call, inside the timing")  # fmt: skip
     parser.add_argument("--name", default="flat_ab", help="bench/results/NAME.json")
     args = parser.parse_args()
     import torch

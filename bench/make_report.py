@@ -977,7 +977,9 @@ def timing_section() -> str:
     return "\n\n".join([
         "## How kernels are timed",
         "Every GPU figure comes from `bench/common.py`'s `cuda_time_ms`: CUDA events around "
-        "10 back-to-back calls, divided by 10, median of 20 such samples after 5 warm-up calls; "
+        "10 back-to-back calls, divided by 10, median of 20 such samples after 5 warm-up calls "
+        "(since 2026-12-01 ~20:15 UTC, 5 calls and then at least 30 ms of calls: the cast and "
+        "activation runs marked rejected-flat-ab are the only results timed that way); "
         "the copy bandwidth is a torch `copy_` of 1 GiB timed the same way (bytes read + "
         "written). Until 2026-11-29 each sample was a single call between two events, which "
         "read a 0.13 ms kernel 5-15% slower than the batched figure for the same code; the "

@@ -600,8 +600,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--big-tokens", type=int, default=2048)
-    parser.add_argument("--hidden", default=None, help="default 4096,8192,14336,65536 "
-                        "(4096,8192,14336 with --candidates)")  # fmt: skip
+    parser.add_argument("--hidden", default=None, help="default 4096,8192,14336,65536; "
+                        "4096,8192,14336 with --candidates fp8, bf16p or bwd2; 65536 with "
+                        "--candidates big or big2")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--norms", default="layernorm,rmsnorm")
     parser.add_argument(
@@ -652,8 +653,11 @@ def main() -> int:
             "big2": "65536",
         }.get(args.candidates, "4096,8192,14336,65536")
     if args.list:
-        for case in case_list(args, arch="sm_90"):
-            print(*case[:4], case[4].tag, ",".join(f"{k}={v}" for k, v in case[5]))
+        try:
+            for case in case_list(args, arch="sm_90"):
+                print(*case[:4], case[4].tag, ",".join(f"{k}={v}" for k, v in case[5]))
+        except BrokenPipeError:  # e.g. | head: stop quietly (no flush of the closed pipe)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     import torch
 

@@ -514,8 +514,8 @@ def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
     """``cfg`` with the module's defaults for the round-3 switches (``FWD_EARLY_WEIGHTS``,
     ``FWD_ONE_REDUCTION``, ``FWD_ACCUMULATORS``, ``BWD_SHARED_SUMS``) and the round-4 FP8
     candidates (``FWD_FP8_BATCHED``, ``FWD_FP8_WARP_AMAX``: tensor scaling only) where they
-    apply; each stays on where ``cfg``, a :data:`TUNED` entry, has it (``e``, ``u``, ``a2``:
-    the H = 65536 LayerNorm entries take ``u`` and ``a2``)."""
+    apply; each stays on where ``cfg``, a :data:`TUNED` entry, has it (``e``, ``u``, ``a2``,
+    ``o``, ``g``, ``q``, ``p``)."""
     spec = key.spec
     assert isinstance(spec, NormSpec)
     if cfg.mode != "regs" or cfg.stages:
