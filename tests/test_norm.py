@@ -342,7 +342,7 @@ def test_switches_follow_the_module_defaults():
     # 65536), the FP8 forward with o/q/p and nothing held
     assert launch_config(key).tag == norm.TUNED[("layernorm_bwd", 4096, "none")]
     assert launch_config(big).tag == norm.TUNED[("layernorm_bwd", 65536, "none")]
-    assert launch_config(big).cluster == 4
+    assert launch_config(big).cluster == 8
     assert "cp.async.wait_group" in render(key).source
     assert launch_config(fp8).tag == norm.TUNED[("layernorm_fwd", 4096, "tensor")]
     assert "Held<" not in render(fp8).source
@@ -1156,8 +1156,9 @@ def test_fp8_round5_candidates_compile(monkeypatch, arch, values):
     and RMSNorm with tensor scaling and names itself in the symbol, over TUNED's layouts:
     H = 768, 1000, 1001 (a partial last access, 2-byte accesses: no ``p``), 1024 (4 rows per
     CTA, one warp each), 4096 (also e5m2, fp16 and fp32 x, zero-centred fp32 gamma), 8192,
-    14336 (held weights for RMSNorm on sm_90), 65536 (a cluster on sm_90/sm_100a: its slots
-    do not fit, no ``p``)."""
+    14336 (held weights for RMSNorm on sm_90), 65536 (a cluster: on sm_100a the rules' 2 CTAs
+    of 19 warps, whose slots do not fit, no ``p``; on sm_90 TUNED's 8 CTAs of 4 warps, whose
+    16 KB of slots fit)."""
     _with_switches(monkeypatch, values)
     words = values.get("FWD_FP8_WORDS", False)
     next_row = values.get("FWD_FP8_NEXT_ROW", False)
@@ -1184,8 +1185,8 @@ def test_fp8_round5_candidates_compile(monkeypatch, arch, values):
                     assert norm.parse_tag(cfg.tag) == cfg
                     if hidden == 65536 and arch == "sm_100a":
                         assert not fits  # 2 CTAs of 19 warps, 7 accesses each: 68 KB of slots
-                    if hidden == 65536 and arch == "sm_90":  # TUNED: w16j8c2, 64 KB of slots
-                        assert not fits, cfg
+                    if hidden == 65536 and arch == "sm_90":  # TUNED: w4j8c8, 16 KB of slots
+                        assert fits, cfg
                     if hidden == 1001:
                         assert not fits
                     kernel = compile_and_check(key)
@@ -1228,8 +1229,8 @@ def test_next_row_copies_for_16_bit_output(monkeypatch, arch):
     """A layout's ``p`` (a TUNED tag or a sweep's, bench/norm_tuning.py --candidates big)
     applies to bf16/fp16 output as to FP8 tensor scaling: the copies are x's. H = 65536 over
     a cluster of 4 (w8j8: 32 KB of slots, within the static shared memory) compiles with
-    cp.async and names ``p``; the FP8-only module switch leaves bf16 kernels alone; MXFP8
-    never takes ``p``."""
+    cp.async and names ``p``, as does TUNED's LayerNorm entry (a cluster of 8); the FP8-only
+    module switch leaves bf16 kernels alone; MXFP8 never takes ``p``."""
     cfg = norm.LaunchConfig("regs", 8, 8, 1, 8, 4, next_row=True)
     assert norm.next_row_fits(cfg, 2) and cfg.tag == "w8r1v8j8c4p"
     monkeypatch.setitem(norm.TUNED, ("rmsnorm_fwd", 65536, "none"), cfg.tag)
@@ -1240,12 +1241,13 @@ def test_next_row_copies_for_16_bit_output(monkeypatch, arch):
             for in_dtype in ("bf16", "fp16"):
                 key = make_key(op, in_dtype=in_dtype, hidden_size=65536, arch=arch)
                 got = launch_config(key)
-                assert got.next_row == (op == "rmsnorm_fwd" and arch == "sm_90"), (key, got)
+                assert got.next_row == (arch == "sm_90"), (key, got)
                 source = render(key).source
                 assert ("cp.async.cg" in source) == got.next_row
                 if got.next_row:
+                    want = cfg.tag if op == "rmsnorm_fwd" else norm.TUNED[(op, 65536, "none")]
                     kernel = compile_and_check(key)
-                    assert kernel.artifact.symbols[0].endswith("w8r1v8j8c4p")
+                    assert kernel.artifact.symbols[0].endswith(want)
         mx = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", scaling="mxfp8",
                       hidden_size=65536, arch="sm_90")  # fmt: skip
         assert not launch_config(mx).next_row
