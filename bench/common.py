@@ -70,29 +70,18 @@ def write_results(name: str, payload: dict[str, Any], out_dir: str | None = None
 
 
 def cuda_time_ms(
-    fn: Callable[[], Any], *, warmup: int = 5, repeat: int = 20, batch: int = 10,
-    warmup_s: float = 0.03,
-) -> float:  # fmt: skip
+    fn: Callable[[], Any], *, warmup: int = 5, repeat: int = 20, batch: int = 10
+) -> float:
     """Milliseconds per ``fn()`` on torch's current stream: the median over ``repeat``
     samples, each a CUDA-event interval around ``batch`` back-to-back calls, divided by
-    ``batch``. Batching keeps the event records' own cost and any gap between launches out
-    of the figure (a 0.1 ms kernel timed alone reads a few percent slow). Warm-up: ``warmup``
-    calls, then calls for at least ``warmup_s`` seconds (on the H200 one first timing of a
-    kernel in a process read 8 points low after 5 warm-up calls and every later one not:
-    bench/results/logs/first-use-2026-12-01.txt; the longer warm-up did not change the
-    bandwidth benchmarks' figures for it, whose cause is still open)."""
-    import time
-
+    ``batch``, after ``warmup`` calls. Batching keeps the event records' own cost and any gap
+    between launches out of the figure (a 0.1 ms kernel timed alone reads a few percent
+    slow)."""
     import torch
 
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    started = time.perf_counter()
-    while time.perf_counter() - started < warmup_s:
-        for _ in range(batch):
-            fn()
-        torch.cuda.synchronize()
     times = []
     for _ in range(repeat):
         start = torch.cuda.Event(enable_timing=True)
@@ -125,8 +114,7 @@ def paired_ms(
     for _ in range(rounds):
         rng.shuffle(names)
         for name in names:
-            out[name].append(cuda_time_ms(fns[name], warmup=1, repeat=repeat, batch=batch,
-                                          warmup_s=0.0))  # fmt: skip
+            out[name].append(cuda_time_ms(fns[name], warmup=1, repeat=repeat, batch=batch))
     return out
 
 

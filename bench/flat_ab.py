@@ -37,10 +37,11 @@ import common
 DEFAULT_CONFIGS = "default,512x2x16+s-g,512x2x16-g,512x2x16+s,256x1x32+s,128x2x32+s,128x2x32"
 
 
-def parse_config(text: str, activation: Any) -> Any:
-    """A ``LaunchConfig`` from ``THREADSxUNROLLxCHUNK[+s|-s][+g|-g]``; None for ``default``."""
+def parse_config(text: str, activation: Any) -> tuple[Any, dict[str, bool]]:
+    """``(LaunchConfig, CODEGEN switches)`` from ``THREADSxUNROLLxCHUNK[+s|-s][+g|-g]``;
+    ``(None, {})`` for ``default``."""
     if text == "default":
-        return None
+        return None, {}
     body, switches = text, {}
     for letter, field in (("s", "streaming"), ("g", "amax_guard")):
         for sign, value in (("+", True), ("-", False)):
@@ -48,7 +49,7 @@ def parse_config(text: str, activation: Any) -> Any:
                 body = body.replace(sign + letter, "")
                 switches[field] = value
     threads, unroll, chunk = (int(v) for v in body.split("x"))
-    return activation.LaunchConfig(threads, unroll, chunk, **switches)
+    return activation.LaunchConfig(threads, unroll, chunk), switches
 
 
 def _call(kernel: Any, inputs: tuple[Any, ...], y8: Any, scale: Any, amax: Any, scale_inv: Any,
@@ -83,7 +84,9 @@ def main() -> int:
     import nvrtc_engine as ne
     import nvrtc_engine.ops.activation as activation
     from nvrtc_engine.engine import Engine
+    from nvrtc_engine.ops.base import CODEGEN
 
+    codegen = dict(CODEGEN)
     copy = common.copy_bandwidth_gbps()
     chosen = activation.launch_config
     labels = args.configs.split(",")
@@ -102,14 +105,16 @@ def main() -> int:
         nbytes: dict[tuple[str, str], int] = {}
         for op in args.ops.split(","):
             for label in labels:
-                cfg = parse_config(label, activation)
+                cfg, switches = parse_config(label, activation)
                 key = ne.make_key(op, dtype="fp8")
                 activation.launch_config = (lambda key, cfg=cfg: cfg) if cfg else chosen
+                CODEGEN.update(switches)  # read when the candidate is rendered
                 try:
                     kernel = Engine().get(key)
-                    used[op, label] = cfg or chosen(key)
+                    used[op, label] = (cfg or chosen(key), {**codegen, **switches})
                 finally:
                     activation.launch_config = chosen
+                    CODEGEN.update(codegen)
                 if kernel._backward and grad is None:
                     grad = torch.randn(m, k, device="cuda").to(torch.bfloat16)
                 inputs = (grad, x) if kernel._backward else (x,)
@@ -121,11 +126,10 @@ def main() -> int:
             ratios = common.paired_ratios({lb: times[op, lb] for lb in labels}, labels[0])
             for label in labels:
                 ms = statistics.median(times[op, label])
-                cfg = used[op, label]
+                cfg, switches = used[op, label]
                 rows.append({
                     "shape": shape, "op": op, "config": label, "threads": cfg.threads,
-                    "unroll": cfg.unroll, "chunk_bytes": cfg.chunk_bytes,
-                    "streaming": cfg.streaming, "amax_guard": cfg.amax_guard,
+                    "unroll": cfg.unroll, "chunk_bytes": cfg.chunk_bytes, **switches,
                     "ms_rounds": times[op, label], "ms": ms,
                     "pct": 100 * nbytes[op, label] / (ms * 1e-3) / 1e9 / copy,
                     "vs_baseline": ratios[label],

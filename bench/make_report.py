@@ -451,10 +451,9 @@ def candidates_section() -> str | None:
             d["rows"], lambda r: (r["norm"], r["hidden"], r.get("direction", "fwd"), r["out"]),
             lambda r: f"`{r['config']}`" + (f" {r['host']}" if r.get("host") else ""),
         )  # fmt: skip
-        command = flag if "--name" in flag or name == "norm_tuning" else f"{flag} --name {name}"
         parts += [
             f"### {title}",
-            source(d, f"norm_tuning.py {command}"),
+            source(d, f"norm_tuning.py {flag} --name {name}"),
             text,
             md_table(["norm", "H", "dir", "output", "then", "% of copy", "best", "% of copy",
                       "gain"], sorted(rows, key=lambda r: (r[0], r[1], r[2], r[3]))),
@@ -978,8 +977,8 @@ def timing_section() -> str:
         "## How kernels are timed",
         "Every GPU figure comes from `bench/common.py`'s `cuda_time_ms`: CUDA events around "
         "10 back-to-back calls, divided by 10, median of 20 such samples after 5 warm-up calls "
-        "(since 2026-12-01 ~20:15 UTC, 5 calls and then at least 30 ms of calls: the cast and "
-        "activation runs marked rejected-flat-ab are the only results timed that way); "
+        "(the cast and activation runs marked rejected-flat-ab warmed up for 30 ms more, a "
+        "change tried for them and then undone); "
         "the copy bandwidth is a torch `copy_` of 1 GiB timed the same way (bytes read + "
         "written). Until 2026-11-29 each sample was a single call between two events, which "
         "read a 0.13 ms kernel 5-15% slower than the batched figure for the same code; the "

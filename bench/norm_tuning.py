@@ -370,15 +370,12 @@ def big2_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
     fp8 = key.scaling == "tensor"
     out: list[tuple[Any, dict[str, Any]]] = []
     if spec.backward:
-        limit = norm.OPTIN_SMEM_BYTES[90] - 1024
         for _, warps, iters in _cluster_layouts(key, (8,)):
             for stages in (2, 3, 4):
                 for per_sm in (0, 2, 4):
                     cfg = norm.LaunchConfig("regs", vec, warps, 1, iters, 8, stages=stages,
                                             ctas_per_sm=per_sm)  # fmt: skip
-                    regs = spec.accumulators * iters * vec + norm.STAGED_OVERHEAD_REGISTERS
-                    smem = norm.staged_smem_bytes(cfg, key.input.itemsize, 2)
-                    if regs <= norm.MAX_REGISTERS and smem <= limit and cfg != default:
+                    if norm.staged_fits(key, cfg) and cfg != default:
                         out.append((cfg, {}))
         return out
     for cluster, warps, iters in _cluster_layouts(key, (4, 8)):

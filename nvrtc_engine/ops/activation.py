@@ -91,8 +91,7 @@ class LaunchConfig:
     hints; but bench/cast_bandwidth.py and bench/activation_bandwidth.py then measured those at
     92-93% of copy, against 96-101% for 512 x 4 in their earlier runs, in two runs each, while
     one-off scripts of the same hour agreed with flat_ab (bench/results/logs/first-use- and
-    fresh-output-2026-12-01.txt). Unexplained, so 512 x 4 stays; ``streaming`` and
-    ``amax_guard`` remain as tuning fields.
+    fresh-output-2026-12-01.txt). Unexplained, so 512 x 4 stays.
     """
 
     threads: int
@@ -111,10 +110,6 @@ class LaunchConfig:
     # one of the block groups the lanes hold together (and stores its byte), and the
     # multipliers are broadcast by shuffles, instead of every lane computing every scale.
     split_scales: bool = False
-    # Flat kernel: the streaming cache hints and the guarded amax atomic for this
-    # configuration (see ``CODEGEN`` in ops/base.py); None takes the module-wide setting.
-    streaming: bool | None = None
-    amax_guard: bool | None = None
 
     def vec(self, itemsize: int) -> int:
         """Elements per chunk."""
@@ -324,10 +319,6 @@ class ActivationSpec(OpSpec):
             ctx.update(structure=structure, threads=cfg2.threads, unroll=cfg2.unroll,
                        owner=owner, split_scales=split,
                        fp8_words=cfg2.fp8_words and key.output.itemsize == 1)  # fmt: skip
-            if cfg2.streaming is not None:
-                ctx["streaming"] = cfg2.streaming
-            if cfg2.amax_guard is not None:
-                ctx["amax_guard"] = cfg2.amax_guard
         return ctx
 
     def kernel_class(self) -> type[Kernel]:

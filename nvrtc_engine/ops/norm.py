@@ -485,9 +485,7 @@ def staged_layout(
     if key.hidden_size is None or not spec.backward or stages < 2:
         return None
     itemsize = key.input.itemsize
-    w_size = DTYPES[gamma_dtype(key)].itemsize
     arch = arch_number(key.arch)
-    limit = OPTIN_SMEM_BYTES.get(arch, min(OPTIN_SMEM_BYTES.values())) - 1024
     vec = _vector_width(key.hidden_size, itemsize)
     accesses = key.hidden_size // vec
     start = max(1, target_bytes // (vec * itemsize))
@@ -500,14 +498,27 @@ def staged_layout(
                 if warps > 32 or (cluster > 1 and warps * 32 * cluster > accesses):
                     continue
                 iters = -(-accesses // (32 * cluster * warps))
-                regs = spec.accumulators * iters * vec + STAGED_OVERHEAD_REGISTERS
-                regs = -(-regs // 8) * 8
-                if regs > MAX_REGISTERS or not fits_register_file(warps, regs):
-                    continue
                 cfg = LaunchConfig("regs", vec, warps, 1, iters, cluster, stages=depth)
-                if staged_smem_bytes(cfg, itemsize, w_size) <= limit:
+                if staged_fits(key, cfg):
                     return cfg
     return None
+
+
+def staged_fits(key: KernelKey, cfg: LaunchConfig) -> bool:
+    """Whether the staged backward layout ``cfg`` fits ``key``'s arch: the estimated
+    registers (the column sums, fp32, plus :data:`STAGED_OVERHEAD_REGISTERS`) within 255 and
+    the register file, and the shared memory of its stages plus gamma within the arch's
+    opt-in limit (:data:`OPTIN_SMEM_BYTES`, 1 KB kept for the reductions)."""
+    spec = key.spec
+    assert isinstance(spec, NormSpec)
+    regs = spec.accumulators * cfg.iters * cfg.vec + STAGED_OVERHEAD_REGISTERS
+    regs = -(-regs // 8) * 8
+    if regs > MAX_REGISTERS or not fits_register_file(cfg.warps, regs):
+        return False
+    arch = arch_number(key.arch)
+    limit = OPTIN_SMEM_BYTES.get(arch, min(OPTIN_SMEM_BYTES.values())) - 1024
+    w_size = DTYPES[gamma_dtype(key)].itemsize
+    return staged_smem_bytes(cfg, key.input.itemsize, w_size) <= limit
 
 
 def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
