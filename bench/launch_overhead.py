@@ -243,6 +243,14 @@ def main() -> int:
     if launcher is not None:
         compiled = launcher.get()
         print(f"launcher: {launcher.status()}", file=sys.stderr)
+    if compiled is not None and "_fast" in vars(kernel):  # the compiled fast path (plans.py)
+        python_fast = type(kernel)(kernel.key, kernel.artifact, kernel.origin)
+        for _ in range(2):
+            python_fast(x, out)
+        del python_fast._fast  # back to the class's key reader; its plan keeps its Python run
+        cases["Kernel.__call__(x, out), Python fast path (plans.fast_path, LaunchPlan.run)"] = (
+            lambda: python_fast(x, out)
+        )
     if compiled is not None:  # the same kernel, its plan made to launch through cuda.bindings
         bound = type(kernel)(kernel.key, kernel.artifact, kernel.origin)
         mode = ne.config.settings().launcher
@@ -324,6 +332,11 @@ def main() -> int:
         cases["step: Kernel._fast (key, plan lookup, plan.run)"] = lambda: kernel._fast(
             tensors, (), None
         )
+        if "_fast" in vars(kernel):  # the compiled one; the Python one beside it
+            py_fast = type(kernel)._fast
+            cases["step: Kernel._fast in Python (plans.fast_path)"] = lambda: py_fast(
+                kernel, tensors, (), None
+            )
         cases["step: plan key lookup (a new key tuple)"] = lambda: kernel._launch_plans.get(
             tuple(list(key))
         )

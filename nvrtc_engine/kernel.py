@@ -22,7 +22,7 @@ from . import driver
 from .errors import ArgumentError, NoDeviceError
 from .interop import Array, allocate_like, as_array, stream_handle
 from .key import arch_number
-from .plans import NO_PLAN, LaunchPlan, LaunchSpec, fast_path
+from .plans import NO_PLAN, LaunchPlan, LaunchSpec, compiled_fast, fast_path
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -185,6 +185,10 @@ class Kernel:
                         del plans[next(iter(plans))]
                 plan.key = key
                 plans[key] = plan
+                if plan.native is not None and "_fast" not in self.__dict__:
+                    fast = compiled_fast(self)  # from now on, this kernel's key reader
+                    if fast is not None:
+                        self._fast = fast  # type: ignore[method-assign]
                 plan.run(tensors, list(ptrs), floats, stream, allocate=False)
                 return
         calls = [(i, g, b, p.pack(*v)) for i, g, b, p, v, _ in launches]

@@ -49,8 +49,8 @@ from . import config
 from .errors import LauncherError, warn
 
 __all__ = [
-    "SOURCE", "build", "cached_path", "compile_shared", "compiler", "compiler_command", "get",
-    "reset", "status",
+    "SOURCE", "build", "cached_path", "compile_shared", "compiler", "compiler_command",
+    "extension", "get", "reset", "status",
 ]  # fmt: skip
 
 SOURCE = Path(__file__).with_name("_launch.c")
@@ -60,6 +60,7 @@ BUILD_TIMEOUT = 120.0  # seconds for the C compiler
 _lock = threading.Lock()
 _resolved = False
 _launch: Any = None  # the bound launch function, or None (cuda.bindings)
+_module: Any = None  # the extension whose launch _launch is
 _error: LauncherError | None = None  # NVRTC_ENGINE_LAUNCHER=compiled and the build failed
 _why = "not yet resolved (resolved on the first launch)"
 
@@ -242,7 +243,7 @@ def get() -> Any:
 
 
 def _resolve() -> Any:
-    global _resolved, _launch, _why, _error
+    global _resolved, _launch, _module, _why, _error
     warning = None
     with _lock:
         if _resolved:
@@ -250,7 +251,7 @@ def _resolve() -> Any:
                 raise LauncherError(str(_error))
             return _launch
         mode = config.settings().launcher
-        launch = error = None
+        launch = module = error = None
         if mode == "bindings":
             why = "cuda.bindings (NVRTC_ENGINE_LAUNCHER=bindings)"
         else:
@@ -261,6 +262,7 @@ def _resolve() -> Any:
                 where = getattr(module, "_nve_where", None) or module.__file__ or MODULE
                 why = f"compiled ({where})"
             except (LauncherError, ImportError, OSError) as exc:
+                module = None
                 why = f"cuda.bindings (the compiled launcher cannot be built: {exc})"
                 if mode == "compiled":
                     error = LauncherError(f"the compiled launcher cannot be built: {exc}")
@@ -271,12 +273,19 @@ def _resolve() -> Any:
                         f"time per launch: the compiled launcher cannot be built: {exc}"
                     )
         # remembered before anything is raised or warned: one build attempt per process
-        _launch, _why, _error, _resolved = launch, why, error, True
+        _launch, _module, _why, _error, _resolved = launch, module, why, error, True
     if error is not None:
         raise error
     if warning is not None:
         warn(warning, RuntimeWarning)
     return launch
+
+
+def extension() -> Any:
+    """The imported extension whose ``launch`` :func:`get` returned (its ``fast`` is
+    ``Kernel._fast`` in C: :mod:`nvrtc_engine.plans`), or None: launches go through
+    cuda.bindings, or :func:`get` has not resolved the choice yet."""
+    return _module if _resolved else None
 
 
 def status() -> str:
@@ -292,7 +301,7 @@ def reset() -> None:
     :func:`nvrtc_engine.configure` calls it when it changes ``launcher``. Launch plans made
     before keep the launch path they were made with (a kernel's ``_launch_plans.clear()``
     drops them)."""
-    global _resolved, _launch, _why, _error
+    global _resolved, _launch, _module, _why, _error
     with _lock:
-        _resolved, _launch, _error = False, None, None
+        _resolved, _launch, _module, _error = False, None, None, None
         _why = "not yet resolved (resolved on the first launch)"

@@ -29,12 +29,24 @@ plan's constants bound as names): the key reader once per number of arguments, t
 function once per plan; and the kernel's last plan is tried before its dictionary of plans.
 Together that takes about a quarter off a loop over arguments and slots with a dictionary
 lookup (bench/launch_overhead.py).
+
+With the compiled launcher (:mod:`nvrtc_engine.launcher`) both run in C instead. A plan made
+then also gets a *native spec* (:attr:`LaunchPlan.native`: each launch's function, grid,
+block, shared memory, packed parameters and the slots a call rewrites, as bytes), unless it
+allocates outputs; and the kernel's first such plan replaces the kernel's ``_fast`` by the
+extension's ``fast`` (bound to the kernel, in its ``__dict__``). That function reads the
+same plan key as the Python one, reads a tensor's attributes without the interpreter, and
+launches a plan with a native spec itself: the parameters copied into its stack frame (so
+threads never share them), this call's pointers and floats written, the GIL released once
+around the context check and the launches. Plans without a spec run their Python ``run``.
 """
 
 from __future__ import annotations
 
 import functools
+import struct
 import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from . import driver, launcher
@@ -47,7 +59,9 @@ if TYPE_CHECKING:
 
     from .kernel import Kernel, Loaded
 
-__all__ = ["NO_PLAN", "Float", "LaunchPlan", "LaunchSpec", "Ptr", "Refs", "fast_path"]
+__all__ = [
+    "NO_PLAN", "Float", "LaunchPlan", "LaunchSpec", "Ptr", "Refs", "compiled_fast", "fast_path",
+]  # fmt: skip
 
 # A launch as a family describes it: (function index, grid, block, ParamPack, parameter
 # values, references: (slot, Ptr or Float) for each slot that depends on the call)
@@ -130,6 +144,23 @@ def fast_path(count: int) -> Callable[..., tuple[Any, Any]]:
     return namespace["_fast"]
 
 
+def compiled_fast(kernel: Kernel) -> Any:
+    """The compiled extension's ``fast`` bound to ``kernel`` (a drop-in for its ``_fast``:
+    the same arguments, plan keys and results), or None without the compiled launcher."""
+    module = launcher.extension()
+    if module is None:
+        return None
+    module.setup_fast(TORCH_TYPES)  # the same set object always: cheap and idempotent
+    return types.MethodType(module.fast, kernel)
+
+
+# The native spec's layout (nvrtc_engine/_launch.c, prepare()); the limits are the C side's.
+_SPEC_HEADER = struct.Struct("<IIQ")  # launches, device ordinal, context
+_SPEC_LAUNCH = struct.Struct("<QIIIIII")  # function, grid, block, shmem, slots, writes, 0
+_SPEC_WRITE = struct.Struct("<IIIIQ")  # kind (0: address, 1: float), slot, index, 0, offset
+_SPEC_MAX_LAUNCHES, _SPEC_MAX_SLOTS = 4, 64
+
+
 _warned: set[str] = set()
 
 
@@ -159,7 +190,7 @@ class LaunchPlan:
     with those outputs, or None, launching nothing, when one is not aligned as planned.
     """
 
-    __slots__ = ("allocs", "device", "key", "launches", "run", "source")
+    __slots__ = ("allocs", "device", "key", "launches", "native", "run", "source")
 
     key: Any  # the plan key it was made for (set by Kernel._submit)
 
@@ -203,7 +234,32 @@ class LaunchPlan:
         plan.source, namespace = plan._generate()
         exec(compile(plan.source, f"<launch plan of {kernel.name}>", "exec"), namespace)
         plan.run = namespace["run"]
+        plan.native = plan._native() if namespace["c_launch"] is not None else None
         return plan
+
+    def _native(self) -> tuple[bytes, Any, Any, Any] | None:
+        """The plan's native spec for the compiled fast path: ``(spec, raw_stream,
+        explicit_stream, launch_failed)``, or None when the plan allocates outputs (its
+        Python ``run`` does that) or exceeds the C side's limits."""
+        if self.allocs or len(self.launches) > _SPEC_MAX_LAUNCHES:
+            return None
+        parts = [_SPEC_HEADER.pack(len(self.launches), self.device.ordinal,
+                                   int(self.device.context))]  # fmt: skip
+        for function, grid, block, shmem, preset, writes in self.launches:
+            image = preset._image
+            slots = len(image) // 8
+            if slots > _SPEC_MAX_SLOTS or len(image) % 8:
+                return None
+            parts.append(_SPEC_LAUNCH.pack(int(function), grid, block, shmem, slots,
+                                           len(writes), 0))  # fmt: skip
+            parts.append(image)
+            for view, slot, index, offset in writes:
+                if view == "slots":
+                    parts.append(_SPEC_WRITE.pack(0, slot, index, 0, offset))
+                else:  # "values": the float32 view's index 2 * slot
+                    parts.append(_SPEC_WRITE.pack(1, slot // 2, index, 0, 0))
+        getter = torch_stream_getter()
+        return b"".join(parts), getter, explicit_stream, driver.launch_failed
 
     def _generate(self) -> tuple[str, dict[str, Any]]:
         """The source of :attr:`run` and the names it uses: launching through the compiled
@@ -280,3 +336,4 @@ class LaunchPlan:
 
 NO_PLAN = LaunchPlan()  # a kernel's last plan before it has one (its key matches no call)
 NO_PLAN.key = None
+NO_PLAN.native = None

@@ -132,6 +132,40 @@ SCRIPT = textwrap.dedent(
     thread.join()
     assert len(errors) == 1 and errors[0].code == 201 and "cuCtxSetCurrent" in errors[0].call
     gelu(x, y)
+
+    # the compiled fast path (plans.py): planned kernels use it, and it reads the same plan
+    # keys as the Python one, for every kind of argument
+    from nvrtc_engine import plans
+    from types import SimpleNamespace
+    compiled = launcher.status().startswith("compiled")
+    assert ("_fast" in vars(gelu)) == compiled and ("_fast" in vars(lb)) == compiled
+    if compiled:
+        c_fast = launcher.extension().fast
+        cpu = fake_torch.Tensor((4, 96), D["bfloat16"], device=-1)
+        strided = fake_torch.Tensor((4, 96), D["bfloat16"], strides=(1, 4))
+        for args, extra in [((None, x, y, None, None, None), None), ((None, xu, y, s, a, None), 3),
+                            ((x, None), ("mx", 1)), ((x, strided), None), ((cpu, x), None),
+                            ((x, cpu), None), ((x, object()), None), ((None,), 0)]:
+            for floats in [(), (1e-5,)]:
+                holder = SimpleNamespace(_last_plan=plans.NO_PLAN, _launch_plans={})
+                want = plans.fast_path(len(args))(holder, args, floats, None, extra)
+                got = c_fast(holder, args, floats, None, extra)
+                assert got == want and (want[1] is None or got[0] is None), (args, got, want)
+        # planned calls launch what the Python plan launches: new pointers, per-call floats
+        rk = cases[2][0].__defaults__[0]
+        for eps in (1e-6, 0.25, 3.0e-3):
+            xr2, z2, r2 = T((4, 64)), T((4, 64)), T((4,), "float32")
+            seen = []
+            for path in ("python", "compiled"):
+                fast = vars(rk).pop("_fast")
+                if path == "compiled":
+                    rk._fast = fast
+                rk(xr2, cases[2][0].__defaults__[2], eps, z2, r2)
+                rk._fast = fast
+                seen.append(stub.last())
+            assert seen[0] == seen[1] and seen[0]["params"][0] == xr2.data_ptr(), seen
+        y3 = gelu(x)
+        assert stub.last()["params"][1] == y3.data_ptr() != y2.data_ptr()
     print("OK", stub.launches, launcher.status())
     """
 )
