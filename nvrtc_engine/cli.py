@@ -39,10 +39,7 @@ def _arch_options(archs: Sequence[str] | None) -> list[str] | None:
         try:
             checked.append(parse_arch(arch))
         except VariantError as exc:
-            why = f" ({exc.hint})" if exc.hint else ""
-            raise ValueError(
-                f"argument --arch: {arch} is not allowed{why}; allowed: {exc.allowed}"
-            ) from None
+            raise ValueError(f"argument --arch: {arch} {exc.detail}") from None
     return checked or None
 
 

@@ -74,23 +74,32 @@ def did_you_mean(value: object, choices: Sequence[str]) -> str:
 class VariantError(NvrtcEngineError, ValueError):
     """A kernel variant key field is outside its closed set of allowed values.
 
+    The message is ``field=value`` followed by ``detail``: by default ``is not allowed
+    (hint); allowed: ...``; a caller with a clearer sentence passes its own ``detail``
+    (:func:`nvrtc_engine.key.parse_arch` does, for a bad arch).
+
     Attributes: ``field`` (the key field at fault), ``value`` (what was given, as text),
-    ``allowed`` (the allowed values, as text) and ``hint`` (why, or a suggestion; may be
-    ``""``).
+    ``allowed`` (the allowed values, as text), ``hint`` (why, or a suggestion; may be
+    ``""``) and ``detail`` (the message after ``field=value``, so that another front end,
+    such as the command line's ``--arch``, can put its own name for the value before it).
     """
 
-    def __init__(self, field: str, value: object, allowed: object, hint: str = "") -> None:
+    def __init__(
+        self, field: str, value: object, allowed: object, hint: str = "", *, detail: str = ""
+    ) -> None:
         allowed_text = (
             ", ".join(map(str, allowed)) if isinstance(allowed, (list, tuple)) else str(allowed)
         )
-        # the hint first: the list of allowed values can be long (every op)
-        message = f"{field}={value!r} is not allowed" + (f" ({hint})" if hint else "")
-        message += f"; allowed: {allowed_text}"
-        super().__init__(message)
+        if not detail:
+            # the hint first: the list of allowed values can be long (every op)
+            detail = "is not allowed" + (f" ({hint})" if hint else "")
+            detail += f"; allowed: {allowed_text}"
+        super().__init__(f"{field}={value!r} {detail}")
         self.field = field
         self.value = repr(value)
         self.allowed = allowed_text
         self.hint = hint
+        self.detail = detail
 
 
 class NoDeviceError(NvrtcEngineError, RuntimeError):

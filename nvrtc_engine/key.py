@@ -38,7 +38,14 @@ def parse_arch(value: Any) -> str:
 
     Accepts the compute capabilities of :data:`KNOWN_ARCH_NUMBERS` and any newer one (a
     future device), with an ``a`` suffix from sm_90 on and an ``f`` suffix from sm_100 on.
-    Raises :class:`VariantError` for anything else, naming the accepted forms.
+
+    Returns:
+        The arch in canonical form: ``"SM90A"`` -> ``"sm_90a"``, ``90`` -> ``"sm_90"``.
+
+    Raises:
+        VariantError: ``field="arch"``, for a malformed name (``sm_5``, ``compute_90``, ``""``),
+            an arch older than sm_80, one between the known archs (``sm_95``) or a suffix the
+            arch cannot take (``sm_89a``). Its message says which, and what to pass.
     """
     text = f"sm_{value}" if isinstance(value, int) and not isinstance(value, bool) else value
     if isinstance(text, str) and text.strip().isdigit():  # "90" from a command line
@@ -46,24 +53,38 @@ def parse_arch(value: Any) -> str:
     m = _ARCH_RE.match(text.strip().lower()) if isinstance(text, str) else None
     number = int(m.group(1)) if m else 0
     if m is None or (number not in KNOWN_ARCH_NUMBERS and number < KNOWN_ARCH_NUMBERS[-1]):
-        why = ("not an arch name such as sm_90" if m is None else
-               "names no GPU" if number >= 80 else "older than Ampere (sm_80)")  # fmt: skip
-        raise VariantError(
-            "arch",
-            value,
-            [f"sm_{n}" for n in KNOWN_ARCH_NUMBERS],
-            f"{why}; a known compute capability, or one newer than sm_{KNOWN_ARCH_NUMBERS[-1]} "
-            "(compiled as PTX), with an 'a' suffix from sm_90 on and an 'f' suffix from sm_100 "
-            "on (sm_90a, sm_100f)",
-        )
+        raise _arch_error(value, None if m is None else number)
     suffix = m.group(2)
     if suffix and number < SUFFIX_FROM[suffix]:
         allowed = [f"sm_{n}{suffix}" for n in KNOWN_ARCH_NUMBERS if n >= SUFFIX_FROM[suffix]]
         kind = "arch-specific 'a'" if suffix == "a" else "family-specific 'f'"
-        raise VariantError(
-            "arch", value, allowed, f"{kind} targets exist from sm_{SUFFIX_FROM[suffix]} on"
-        )
+        hint = f"{kind} targets exist from sm_{SUFFIX_FROM[suffix]} on"
+        detail = (f"cannot take the '{suffix}' suffix: {hint}; pass sm_{number}, or one of "
+                  f"{', '.join(allowed)}")  # fmt: skip
+        raise VariantError("arch", value, allowed, hint, detail=detail)
     return f"sm_{number}{suffix}"
+
+
+def _arch_error(value: Any, number: int | None) -> VariantError:
+    """The :class:`VariantError` for an arch that is not a known compute capability nor a
+    newer one: ``number`` is ``None`` for a malformed name. Returns it (the caller raises)."""
+    known = [f"sm_{n}" for n in KNOWN_ARCH_NUMBERS]
+    tail = f"known archs: {', '.join(known)} (a newer one is compiled as PTX)"
+    if number is None:
+        hint = "not an arch name such as sm_90"
+        detail = ("is not an arch name: expected sm_<major><minor> such as sm_90 (optionally "
+                  f"sm_90a, sm_100f); {tail}")  # fmt: skip
+    elif number < KNOWN_ARCH_NUMBERS[0]:
+        hint = f"older than Ampere (sm_{KNOWN_ARCH_NUMBERS[0]})"
+        detail = (
+            f"is older than Ampere: the oldest arch supported is sm_{KNOWN_ARCH_NUMBERS[0]}; {tail}"
+        )
+    else:
+        below = max(n for n in KNOWN_ARCH_NUMBERS if n < number)
+        above = min(n for n in KNOWN_ARCH_NUMBERS if n > number)
+        hint = "names no GPU"
+        detail = f"names no GPU (it lies between sm_{below} and sm_{above}); {tail}"
+    return VariantError("arch", value, known, hint, detail=detail)
 
 
 def _one_of(field: str, value: Any, choices: tuple[str, ...]) -> str:

@@ -117,13 +117,43 @@ def test_arch_forms():
         ("gpu90", "not an arch name"),
         ("sm_90f", "family-specific 'f' targets exist from sm_100 on"),
         ("sm_80a", "arch-specific 'a' targets exist from sm_90 on"),
-        ("sm_90b", "allowed"),
+        ("sm_90b", "expected sm_<major><minor>"),
     ],
 )
 def test_arch_outside_the_known_set_is_refused_before_rendering(arch, says):
     with pytest.raises(VariantError, match=re.escape(says)) as err:
         key(arch=arch)
     assert err.value.field == "arch"
+
+
+KNOWN = "sm_80, sm_86, sm_87, sm_88, sm_89, sm_90, sm_100, sm_103, sm_107, sm_110, sm_120, sm_121"
+
+
+@pytest.mark.parametrize(
+    "arch, message",
+    [
+        ("sm_5", "arch='sm_5' is not an arch name: expected sm_<major><minor> such as sm_90 "
+                 f"(optionally sm_90a, sm_100f); known archs: {KNOWN} (a newer one is compiled "
+                 "as PTX)"),
+        ("compute_90", "arch='compute_90' is not an arch name: expected sm_<major><minor>"),
+        ("", "arch='' is not an arch name: expected sm_<major><minor>"),
+        ("sm_50", "arch='sm_50' is older than Ampere: the oldest arch supported is sm_80; "
+                  f"known archs: {KNOWN} "),
+        ("sm_95", "arch='sm_95' names no GPU (it lies between sm_90 and sm_100); known archs: "),
+        ("sm_89a", "arch='sm_89a' cannot take the 'a' suffix: arch-specific 'a' targets exist "
+                   "from sm_90 on; pass sm_89, or one of sm_90a, sm_100a, "),
+        ("sm_90f", "arch='sm_90f' cannot take the 'f' suffix: family-specific 'f' targets exist "
+                   "from sm_100 on; pass sm_90, or one of sm_100f, "),
+    ],
+)  # fmt: skip
+def test_arch_message_says_what_is_wrong_and_what_to_pass(arch, message):
+    """The message leads with the fault and ends with what to pass; ``detail`` is the part
+    after ``arch=...`` (the command line puts ``--arch``'s own text before it)."""
+    with pytest.raises(VariantError) as err:
+        key(arch=arch)
+    assert str(err.value).startswith(message)
+    assert "is not allowed" not in str(err.value)
+    assert str(err.value) == f"arch={arch!r} {err.value.detail}"
 
 
 def test_parse_rejects_garbage():
@@ -205,6 +235,10 @@ def test_errors_pickle_round_trip():
     err = VariantError("arch", "sm_70", ["sm_80"])
     again = pickle.loads(pickle.dumps(err))
     assert type(again) is VariantError and again.field == "arch" and str(again) == str(err)
+    with pytest.raises(VariantError) as info:
+        key(arch="sm_5")  # a message of its own (detail=...)
+    again = pickle.loads(pickle.dumps(info.value))
+    assert str(again) == str(info.value) and again.detail == info.value.detail
 
 
 def test_unknown_keyword_is_named_with_a_suggestion():
