@@ -21,12 +21,15 @@ from nvrtc_engine import (
 )
 from nvrtc_engine.ops.activation import (
     ACTIVATION_SPECS,
+    ActivationConfig,
     ActivationGradKernel,
     ActivationKernel,
     ClampedSwiGLUGradKernel,
     ClampedSwiGLUKernel,
     LaunchConfig,
     MXFP8Output,
+    TileConfig,
+    launch_config,
     magic,
     row_config,
     tile_config,
@@ -221,6 +224,37 @@ def test_kernel_classes(kernels):
     assert type(kernels["dswiglu"]) is ActivationGradKernel
     assert type(kernels["clamped"]) is ClampedSwiGLUKernel
     assert type(kernels["dclamped"]) is ClampedSwiGLUGradKernel
+
+
+def test_config_names_the_structure_and_launch_configuration(kernels, monkeypatch):
+    """``kernel.config`` is the structure and configuration its key chose (the functions
+    rendering used), read-only, and the block size launches use."""
+    choose = {"flat": launch_config, "rows": row_config, "tile": tile_config}
+    for name, kernel in kernels.items():
+        cfg = kernel.config
+        assert type(cfg) is ActivationConfig, name
+        assert cfg.structure == kernel.key.spec.structure(kernel.key), name
+        assert cfg.launch == choose[cfg.structure](kernel.key), name
+        assert cfg.threads == cfg.launch.threads
+        assert isinstance(cfg.launch, TileConfig if cfg.structure == "tile" else LaunchConfig)
+    assert [kernels[n].config.structure for n in ("gelu", "swiglu", "mx_row", "mx_both")] == [
+        "flat", "rows", "rows", "tile"]  # fmt: skip
+    assert repr(kernels["gelu"].config) == (
+        "ActivationConfig(structure='flat', launch=LaunchConfig(threads=128, unroll=1, "
+        "chunk_bytes=16, owner=False, fp8_words=True, split_scales=False))"
+    )
+    assert repr(kernels["mx_both"].config).startswith(
+        "ActivationConfig(structure='tile', launch=TileConfig(threads=128, chunks_per_row=16, "
+    )
+    with pytest.raises(AttributeError):
+        kernels["gelu"].config = kernels["swiglu"].config  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        kernels["gelu"].config.structure = "rows"  # type: ignore[misc]
+    # what a launch uses: the block size, and a configuration other than the default
+    swiglu = kernels["swiglu"]
+    ((_, _, block, _, _, _),) = _launches(swiglu, monkeypatch, arr((8, 128)), arr((8, 64)))
+    assert block == swiglu.config.threads
+    assert _lane_mode(kernels["mx_row"], monkeypatch).config.launch == LaunchConfig(128, 4)
 
 
 def test_rank_and_gated_shapes(kernels):

@@ -15,8 +15,9 @@ flat element-wise kernel (``flat``, :func:`launch_config`); gated and dgated ops
 MXFP8, and every MXFP8 ``rowwise`` output, run the row-flat kernel (``rows``,
 :func:`row_config`): the flat kernel's 1-D chunk order with a row/column split of the chunk
 index; MXFP8 ``columnwise`` and ``both`` outputs run a tiled kernel of 32-row tiles
-(``tile``, :class:`TileConfig`). Math:
-``templates/include/nve_act.cuh``; references: :mod:`nvrtc_engine.reference`.
+(``tile``, :class:`TileConfig`). A kernel's ``config`` (:class:`ActivationConfig`) names
+its structure and configuration. Math: ``templates/include/nve_act.cuh``; references:
+:mod:`nvrtc_engine.reference`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ __all__ = [
     "CLAMPED_SWIGLU_ALPHA",
     "CLAMPED_SWIGLU_LINEAR_OFFSET",
     "KINDS",
+    "ActivationConfig",
     "ActivationGradKernel",
     "ActivationKernel",
     "ActivationSpec",
@@ -217,6 +219,30 @@ def tile_config(key: KernelKey) -> TileConfig:
     return TileConfig(threads=128, chunks_per_row=16, iters=4, clamp_loads=True)
 
 
+@dataclass(frozen=True)
+class ActivationConfig:
+    """An activation kernel's configuration, as ``kernel.config`` returns it: ``structure``,
+    the kernel structure of its key (:meth:`ActivationSpec.structure`: ``flat``, ``rows`` for
+    the row-flat kernel, ``tile``), and ``launch``, that structure's configuration as the
+    kernel was rendered and is launched with: the :class:`LaunchConfig` of
+    :func:`launch_config` (flat) or :func:`row_config` (rows), or the :class:`TileConfig` of
+    :func:`tile_config` (tile).
+
+    ``launch`` is the object those functions returned, switches included that the key does
+    not use (rendering drops them): ``fp8_words`` acts on FP8 outputs only, ``owner`` on the
+    row-flat kernel only, ``split_scales`` on MXFP8 rowwise lane mode (rows) and MXFP8
+    ``both`` (tile) only.
+    """
+
+    structure: str
+    launch: LaunchConfig | TileConfig
+
+    @property
+    def threads(self) -> int:
+        """Threads per block (CTA)."""
+        return self.launch.threads
+
+
 def tile_render_context(key: KernelKey, cfg: TileConfig) -> dict[str, Any]:
     """What ``templates/mxfp8_tile.j2`` (the MXFP8 tiled kernel) needs from ``cfg`` beside
     the op's values: for the activation family's ``tile`` structure and for ``quantize``'s
@@ -328,7 +354,8 @@ class ActivationSpec(OpSpec):
 
 
 class _Launcher(Kernel):
-    """Argument binding and launch shared by every activation kernel class."""
+    """Argument binding and launch shared by every activation kernel class, and the
+    read-only ``config`` (:class:`ActivationConfig`) they all expose."""
 
     _fast = fast_path(6)  # grad, x, out, scale, amax, scale_inv
     _flat_params = driver.ParamPack("PPqPPPi")
@@ -355,6 +382,7 @@ class _Launcher(Kernel):
             self._tile_rows = cfg.tile_rows()
             self._tile_cols = cfg.tile_cols(self._vec)
             self._tiles_per_block = cfg.tiles_per_block
+            self._config = ActivationConfig(self._structure, cfg)
         else:
             flat = launch_config(key) if self._structure == "flat" else row_config(key)
             self._vec = flat.vec(key.input.itemsize)
@@ -363,6 +391,15 @@ class _Launcher(Kernel):
             self._owner = self._structure == "rows" and flat.owner
             # positions per block and iteration: chunks, or in owner mode 32-value blocks
             self._per_block = flat.threads * flat.unroll * (32 if self._owner else self._vec)
+            self._config = ActivationConfig(self._structure, flat)
+
+    @property
+    def config(self) -> ActivationConfig:
+        """The kernel structure and launch configuration this kernel was built with (the
+        one its key chooses; read-only). Returns an :class:`ActivationConfig`, e.g.
+        ``ActivationConfig(structure='flat', launch=LaunchConfig(threads=128, unroll=1,
+        ...))``."""
+        return self._config
 
     # -- checks ---------------------------------------------------------------------------
 
@@ -574,6 +611,12 @@ class ActivationKernel(_Launcher):
     or devices, missing ``scale``/``amax`` with tensor scaling.
 
     Math: as TransformerEngine's activations (``templates/include/nve_act.cuh``), in fp32.
+
+    Attribute ``config`` (read-only; every activation kernel class has it): the kernel
+    structure and launch configuration the key chose, an :class:`ActivationConfig`:
+    ``kernel.config.structure`` is ``"flat"``, ``"rows"`` or ``"tile"``,
+    ``kernel.config.threads`` the threads per block and ``kernel.config.launch`` the whole
+    :class:`LaunchConfig` (flat, rows) or :class:`TileConfig` (tile).
     """
 
     def __call__(
