@@ -9,8 +9,11 @@ generic path, with allocation), one small call of each family, each step of a la
 adaptation, stream lookup, parameter packing, context check, the driver call through
 cuda.bindings, through ctypes and through the compiled launcher), the planned call with its
 plan launching through cuda.bindings instead of the compiled launcher, a plain
-torch.nn.functional.gelu, and a raw cuLaunchKernel with per-call argument tuples. Writes
-bench/results/launch_overhead.json.
+torch.nn.functional.gelu, and a raw cuLaunchKernel with per-call argument tuples. Then
+(--paired ROUNDS) the main rows again in shuffled rounds of 200 calls, each with its median
+excess over the bare compiled launch of the same round: the host's speed drifts between
+minutes (the C++ floor read 3.1-4.6 us in runs of one day), so a row measured a minute after
+another does not compare with it. Writes bench/results/launch_overhead.json.
 
 --cpu measures the Python side only: tests/host_cuda/libcuda_stub.c stands in for libcuda (so
 cuda.bindings and ctypes still convert every argument; the stub's cuLaunchKernel returns at
@@ -50,6 +53,49 @@ def per_call_us(fn: Callable[[], Any], sync: Callable[[], Any], calls: int, repe
         best = min(best, (time.perf_counter() - start) / calls * 1e6)
         sync()
     return best
+
+
+PAIRED = (  # the rows timed again in paired rounds (--paired), against the bare launch
+    "Kernel.__call__(x, out)",
+    "Kernel.__call__(x, out), Python fast path (plans.fast_path, LaunchPlan.run)",
+    "Kernel.__call__(x, out), through cuda.bindings (NVRTC_ENGINE_LAUNCHER=bindings)",
+    "torch.nn.functional.gelu(x)",
+    "raw cuLaunchKernel, argument tuples",
+    "step: cuLaunchKernel (compiled launcher, packed params)",
+)
+BARE = "step: cuLaunchKernel (compiled launcher, packed params)"
+
+
+def paired_rows(
+    cases: dict[str, Callable[[], Any]], sync: Callable[[], Any], calls: int, rounds: int
+) -> list[dict[str, Any]]:
+    """The :data:`PAIRED` cases timed in ``rounds`` rounds, each case once per round in a
+    shuffled order (the host's speed drifts between minutes by more than the differences
+    sought): per case the median over rounds of its time per call and of its excess over the
+    bare launch (:data:`BARE`, the driver's cuLaunchKernel called from C with fixed
+    arguments) in the same round."""
+    import random
+    import statistics
+
+    names = [n for n in PAIRED if n in cases]
+    if BARE not in names:
+        return []
+    times: dict[str, list[float]] = {n: [] for n in names}
+    rng = random.Random(0)
+    for _ in range(rounds):
+        rng.shuffle(names)
+        for name in names:
+            times[name].append(per_call_us(cases[name], sync, calls, 1))
+    rows = []
+    for name in PAIRED:
+        if name not in times:
+            continue
+        over = [t - b for t, b in zip(times[name], times[BARE], strict=True)]
+        rows.append({"case": f"paired: {name}", "us": statistics.median(times[name]),
+                     "over_bare_us": statistics.median(over), "rounds": rounds})  # fmt: skip
+        print(f"{rows[-1]['us']:8.2f}  ({rows[-1]['over_bare_us']:+.2f} over the bare launch)  "
+              f"{rows[-1]['case']}", file=sys.stderr)  # fmt: skip
+    return rows
 
 
 def version(package: Any) -> str:
@@ -165,6 +211,12 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true", help="stub libcuda and fake torch")
     parser.add_argument("--calls", type=int, default=5000, help="calls per timing")
     parser.add_argument("--repeat", type=int, default=5, help="timings; the best is kept")
+    parser.add_argument(
+        "--paired", type=int, default=30, metavar="ROUNDS",
+        help="then time the main rows again in this many shuffled rounds of 200 calls each "
+        "(a run short enough for the GPU's launch queue) and report medians and the excess "
+        "over the bare compiled launch (0: skip)",
+    )  # fmt: skip
     parser.add_argument(
         "--label",
         help="what was measured, e.g. 'main at 7f43cc5' (default: the package version and, in "
@@ -347,6 +399,8 @@ def main() -> int:
     for name, fn in cases.items():
         rows.append({"case": name, "us": per_call_us(fn, sync, args.calls, args.repeat)})
         print(f"{rows[-1]['us']:8.2f}  {name}", file=sys.stderr)
+    if args.paired:
+        rows += paired_rows(cases, sync, min(args.calls, 200), args.paired)
     if not args.cpu:
         rows += launch_floor()
     import nvrtc_engine

@@ -491,15 +491,6 @@ class _Launcher(Kernel):
         compact = int(self._mx and not self._gated and s_row_stride == cols // MXFP8_BLOCK)
         return ur, uq, sr, sq, m, s, compact
 
-    def _call(self, grad: Any, x: Any, out: Any, scale: Any, amax: Any, scale_inv: Any,
-              stream: Any, floats: tuple[float, ...] = ()) -> Any:  # fmt: skip
-        """What every family class's ``__call__`` does: the call's launch plan if it has one,
-        else the generic path (which builds the plan). Returns the output."""
-        done, key = self._fast((grad, x, out, scale, amax, scale_inv), floats, stream)
-        if done is not None:
-            return done[2]
-        return self._run(grad, x, out, scale, amax, scale_inv, stream, floats, key)
-
     def _run(self, grad: Any, x: Any, out: Any, scale: Any, amax: Any, scale_inv: Any,
              stream: Any, floats: tuple[float, ...], key: Any) -> Any:  # fmt: skip
         """The generic path: check every argument, then launch (``floats``: clamped SwiGLU's
@@ -629,7 +620,10 @@ class ActivationKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        return self._call(None, x, out, scale, amax, scale_inv, stream)
+        done, key = self._fast((None, x, out, scale, amax, scale_inv), (), stream)
+        if done is not None:  # launched through the call's plan
+            return done[2]
+        return self._run(None, x, out, scale, amax, scale_inv, stream, (), key)
 
 
 class ActivationGradKernel(_Launcher):
@@ -665,7 +659,10 @@ class ActivationGradKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        return self._call(grad, x, out, scale, amax, scale_inv, stream)
+        done, key = self._fast((grad, x, out, scale, amax, scale_inv), (), stream)
+        if done is not None:  # launched through the call's plan
+            return done[2]
+        return self._run(grad, x, out, scale, amax, scale_inv, stream, (), key)
 
 
 class ClampedSwiGLUKernel(_Launcher):
@@ -696,7 +693,10 @@ class ClampedSwiGLUKernel(_Launcher):
         stream: Any = None,
     ) -> Any:
         floats = _clamp_params(limit, alpha, linear_offset)
-        return self._call(None, x, out, scale, amax, scale_inv, stream, floats)
+        done, key = self._fast((None, x, out, scale, amax, scale_inv), floats, stream)
+        if done is not None:  # launched through the call's plan
+            return done[2]
+        return self._run(None, x, out, scale, amax, scale_inv, stream, floats, key)
 
 
 class ClampedSwiGLUGradKernel(_Launcher):
@@ -726,7 +726,10 @@ class ClampedSwiGLUGradKernel(_Launcher):
         stream: Any = None,
     ) -> Any:
         floats = _clamp_params(limit, alpha, linear_offset)
-        return self._call(grad, x, out, scale, amax, scale_inv, stream, floats)
+        done, key = self._fast((grad, x, out, scale, amax, scale_inv), floats, stream)
+        if done is not None:  # launched through the call's plan
+            return done[2]
+        return self._run(grad, x, out, scale, amax, scale_inv, stream, floats, key)
 
 
 _PLAIN = (
