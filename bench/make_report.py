@@ -128,19 +128,21 @@ def launch_section() -> str | None:
             "main ones timed again in shuffled rounds of 200 calls, medians over the rounds, "
             "with each row's median excess over the bare compiled launch (the driver's "
             "cuLaunchKernel called from C with fixed arguments) in the same round. Target: "
-            "`Kernel.__call__` with torch tensors <= 5 us." + launch_verdict(d),
+            "`Kernel.__call__` with torch tensors <= 5 us, host time: judged on the runs of "
+            "200 calls below.",
             md_table(["call", "us", "over the bare launch, us"], rows),
         ]
     short = load("launch_overhead-200")
     if short is not None:
         parts += [
-            f"The same script in runs of 200 calls (best of 20; `python bench/launch_overhead.py "
-            f"--calls 200 --repeat 20 --name launch_overhead-200`, {short['date'][:10]}, "
+            "The same script in runs of 200 calls (best of 20; `python bench/launch_overhead.py "
+            "--calls 200 --repeat 20 --paired 40 --name launch_overhead-200`, "
+            f"{short['date'][:10]}, "
             f"{short.get('gpu', 'GPU')}): a run of 5000 launches outgrows the GPU's queue of "
             "pending launches, after which each launch waits for the GPU to retire one, so the "
             "longer runs time the GPU as much as the host. The `floor:` rows are "
             "cuLaunchKernel called from C++ (bench/launch_floor.cu, built with nvcc there): no "
-            "Python launch path can be faster than them.",
+            "Python launch path can be faster than them." + launch_verdict(short),
             md_table(["call", "us", "over the bare launch, us"], launch_rows(short)),
         ]
         runs = [run for run in (load("launch_overhead-200-run1"), load("launch_overhead-200-run2"),
