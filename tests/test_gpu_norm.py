@@ -896,3 +896,59 @@ def test_forward_fp8_round5_candidates(op, values):
                                       strict=True):  # fmt: skip
                     if a is not None:
                         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name
+
+
+# Held weights as fp32 (``f``): layouts with and without it, at the sizes the sweep tries.
+HELD_F32_LAYOUTS = [
+    (4096, "w4r1v8j4c1hogqpfx4"), (4096, "w4r1v8j4c1hfx8"), (8192, "w4r1v8j8c1hogqfx4"),
+    (14336, "w14r1v8j4c1hogqfx8"), (1001, "w8r1v1j4c1hfx4"), (65536, "w4r1v8j8c8hogqpfx64"),
+]  # fmt: skip
+
+
+def _forward_bits(kernel, x, gamma, beta):
+    """z bytes, mu and rsigma (and amax, scale_inv with tensor scaling) of one call."""
+    if kernel.key.scaling == "tensor":
+        return _fp8_outputs(kernel, x, gamma, beta, 3.0)
+    args = (x, gamma, EPS) if kernel.key.op == "rmsnorm_fwd" else (x, gamma, beta, EPS)
+    res = kernel(*args)
+    torch.cuda.synchronize()
+    return res.z.view(torch.uint8), getattr(res, "mu", None), res.rsigma
+
+
+@pytest.mark.parametrize("hidden,tag", HELD_F32_LAYOUTS, ids=[t for _, t in HELD_F32_LAYOUTS])
+@pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
+def test_forward_held_fp32_weights(op, hidden, tag):
+    """Held weights converted to fp32 once (``f``) against the float64 reference, and bit for
+    bit (z bytes, mu, rsigma; amax and scale_inv with tensor scaling) against the same layout
+    holding them as stored (the same fp32 values: bf16 to fp32 is exact): bf16, E4M3 and
+    E5M2 outputs, zero-centred gamma, N = 1 and N large enough that CTAs take several row
+    groups (2 rows at H = 65536: a cluster each)."""
+    import dataclasses
+
+    import nvrtc_engine.ops.norm as norm
+
+    plain = dataclasses.replace(norm.parse_tag(tag), hold_f32=False).tag
+    rows_list = [1, 2] if hidden == 65536 else [1, 3001]
+    variants = [("bf16", {}), ("fp8_e4m3", {}), ("fp8_e5m2", {"zero_centered_gamma": True})]
+    for out, flags in variants:
+        scaling = "tensor" if out.startswith("fp8") else "none"
+        fields = dict(in_dtype="bf16", out_dtype=out, scaling=scaling, hidden_size=hidden,
+                      **flags)  # fmt: skip
+        kernel = _kernel_with(op, fields, {(op, hidden, scaling): tag}, {})
+        other = _kernel_with(op, fields, {(op, hidden, scaling): plain}, {})
+        assert kernel.config.hold_f32 and kernel.config.tag == tag, kernel.config.tag
+        assert not other.config.hold_f32 and other.config.tag == plain
+        for rows in rows_list:
+            x_host = reference.sample_input((rows, hidden), "bf16",
+                                            seed(op, hidden, rows, out, "held32"))  # fmt: skip
+            run_forward(kernel, x_host, scale=3.0)
+            zcg = kernel.key.flag("zero_centered_gamma")
+            g_host, b_host = params(seed(op, hidden, "bf16"), hidden, "bf16", zcg)
+            x = to_torch(x_host, "bf16")
+            gamma, beta = to_torch(g_host, "bf16"), to_torch(b_host, "bf16")
+            got = _forward_bits(kernel, x, gamma, beta)
+            want = _forward_bits(other, x, gamma, beta)
+            for a, b in zip(got, want, strict=True):
+                if a is not None:
+                    assert torch.equal(a.contiguous().view(torch.uint8),
+                                       b.contiguous().view(torch.uint8)), (rows, out)  # fmt: skip
