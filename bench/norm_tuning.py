@@ -5,7 +5,7 @@ nvrtc_engine/ops/norm.py).
 
     python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
                                 [--round3-only]
-                                [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered|near|big2|held32]
+                                [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered|near|big2]
                                 [--name norm_tuning] [--zero-amax] [--repeat 20] [--shuffle]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
@@ -452,32 +452,6 @@ def near_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
     return out
 
 
-def held32_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
-    """Held weights as fp32 (``f``: converted once per CTA, a register per element each, no
-    conversion per row), as (LaunchConfig, host settings): the default (TUNED) forward layout
-    with ``hf`` at 4, 8 and 16 row groups per CTA (32 and 64 over clusters), with and
-    without the next-row copy where the default has it; and ``f`` added to a default that
-    already holds its weights as stored."""
-    import dataclasses
-
-    if key.spec.backward or default.mode != "regs" or key.hidden_size is None:
-        return []
-    out: list[tuple[Any, dict[str, Any]]] = []
-
-    def add(cfg: Any) -> None:
-        if cfg != default and (cfg, {}) not in out:
-            out.append((cfg, {}))
-
-    if default.hold:
-        add(dataclasses.replace(default, hold_f32=True))
-    held = dataclasses.replace(default, hold=True, hold_f32=True, early=False)
-    for groups in (32, 64) if default.cluster > 1 else (4, 8, 16):
-        add(dataclasses.replace(held, groups=groups))
-        if held.next_row:
-            add(dataclasses.replace(held, groups=groups, next_row=False))
-    return out
-
-
 def _staged_pairs(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
     """``--candidates bwd``: the staged layouts (:func:`staged_candidates`), plus the general
     kernel (``loop``) from H = 14336, as (LaunchConfig, host settings)."""
@@ -504,7 +478,6 @@ CANDIDATE_SETS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "onered": (onered_candidates, ("bf16", "fp8")),
     "near": (near_candidates, ("bf16", "fp8", "bwd")),
     "big2": (big2_candidates, ("bf16", "fp8", "bwd")),
-    "held32": (held32_candidates, ("bf16", "fp8")),
 }
 
 
@@ -645,8 +618,7 @@ def main() -> int:
         "bwd2: more staged backward layouts and grids, at 4096,8192,14336; onered: LayerNorm's "
         "one reduction, FP8 at 4096-14336 and both outputs at 65536; near: the neighbourhood "
         "of each default layout, for paired re-checks with --shuffle; big2: H = 65536 after "
-        "the cluster mailboxes, forward and backward; held32: held weights as fp32, the "
-        "forward at 4096,8192,14336,65536)",
+        "the cluster mailboxes, forward and backward)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument(

@@ -365,37 +365,6 @@ def test_tags_name_every_code_switch():
         norm.parse_tag("loop")
 
 
-def test_held_fp32_weights_tag_and_source():
-    """``f`` (held weights as fp32) names its code: only with ``h``, round-trips, renders fp32
-    arrays in place of the packed Held words, and compiles (sm_90, bf16 and FP8 outputs, both
-    norms)."""
-    import dataclasses
-
-    cfg = norm.parse_tag("w4r1v8j4c1hogqpfx4")
-    assert cfg.hold and cfg.hold_f32 and cfg.groups == 4 and cfg.tag == "w4r1v8j4c1hogqpfx4"
-    assert dataclasses.replace(cfg, hold_f32=False).tag == "w4r1v8j4c1hogqpx4"
-    assert dataclasses.replace(cfg, hold=False).tag == "w4r1v8j4c1ogqpx4"  # f needs h
-    with pytest.raises(ValueError, match="needs held weights"):
-        norm.parse_tag("w4r1v8j4c1ogqpfx4")
-    for op in ("layernorm_fwd", "rmsnorm_fwd"):
-        for out, scaling in (("bf16", "none"), ("fp8_e4m3", "tensor")):
-            key = make_key(op, in_dtype="bf16", out_dtype=out, scaling=scaling,
-                           hidden_size=4096, arch="sm_90")  # fmt: skip
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setitem(norm.TUNED, (op, 4096, scaling), "w4r1v8j4c1hfx8")
-                launch_config.cache_clear()
-                ne.clear_cache(disk=False)
-                try:
-                    assert launch_config(key).hold_f32
-                    source = render(key).source
-                    assert "float gh[J][V];" in source and "Held<" not in source
-                    kernel = ne.get_kernel(key)
-                finally:
-                    launch_config.cache_clear()
-                    ne.clear_cache(disk=False)
-            assert kernel.artifact.symbols[0].endswith("w4r1v8j4c1hfx8")
-
-
 def test_tuned_layouts_are_valid():
     """Every measured winner (norm.TUNED) is a valid layout of its hidden size and is what
     launch_config returns for the key it names (bf16 and fp16, sm_90)."""

@@ -345,7 +345,6 @@ class LaunchConfig:
     next_row: bool = False  # forward (tensor scaling, bf16/fp16/fp32 z): next row's x copied ahead
     groups: int = 0  # forward, held weights or next_row: row groups per CTA (0: the module's)
     ctas_per_sm: int = 0  # backward, regs: at most this many CTAs per SM (0: BWD_CTAS_PER_SM)
-    hold_f32: bool = False  # forward, with hold: held as fp32, converted once (not per row)
 
     @property
     def threads(self) -> int:
@@ -358,8 +357,7 @@ class LaunchConfig:
         change the code follow: ``h`` (held weights), ``k`` (packed), ``n`` (no prefetch),
         ``e`` (early weight loads), ``u`` (one reduction), ``o`` (batched FP8 output stage),
         ``g`` (warp-level amax atomics), ``q`` (the FP8 forward's word unpacking and
-        packing), ``p`` (the forward's next row group copied ahead), ``f`` (held weights
-        as fp32, converted once: a register per element each), ``a2`` (split sums),
+        packing), ``p`` (the forward's next row group copied ahead), ``a2`` (split sums),
         ``s1`` (column sums in shared memory), ``t3`` (the staged backward, 3 rows deep),
         ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then the grid choices, the
         same code: ``x4`` (4 row groups per CTA where a CTA takes several, forward) and ``b2``
@@ -372,7 +370,6 @@ class LaunchConfig:
         switches += ("e" if self.early else "") + ("u" if self.one_reduction else "")
         switches += ("o" if self.batched else "") + ("g" if self.warp_amax else "")
         switches += ("q" if self.words else "") + ("p" if self.next_row else "")
-        switches += "f" if self.hold and self.hold_f32 else ""
         switches += f"a{self.accumulators}" if self.accumulators > 1 else ""
         switches += f"s{self.shared_sums}" if self.shared_sums else ""
         switches += f"t{self.stages}" if self.stages else ""
@@ -563,7 +560,7 @@ def next_row_fits(cfg: LaunchConfig, itemsize: int) -> bool:
 
 
 _TAG = re.compile(
-    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(f?)(?:a(\d+))?(?:s(\d+))?"
+    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(?:a(\d+))?(?:s(\d+))?"
     r"(?:t(\d+))?(?:m(\d+))?(?:x(\d+))?(?:b(\d+))?"
 )
 
@@ -576,15 +573,13 @@ def parse_tag(tag: str) -> LaunchConfig:
     if m is None:
         raise ValueError(f"not a norm configuration tag: {tag!r}")
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
-    if m[15] and not m[6]:
-        raise ValueError(f"not a norm configuration tag: {tag!r} ('f' needs held weights, 'h')")
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
-                        packed=bool(m[7]), min_ctas=int(m[19] or 0), early=bool(m[9]),
-                        one_reduction=bool(m[10]), accumulators=int(m[16] or 1),
-                        shared_sums=int(m[17] or 0), batched=bool(m[11]),
+                        packed=bool(m[7]), min_ctas=int(m[18] or 0), early=bool(m[9]),
+                        one_reduction=bool(m[10]), accumulators=int(m[15] or 1),
+                        shared_sums=int(m[16] or 0), batched=bool(m[11]),
                         warp_amax=bool(m[12]), words=bool(m[13]), next_row=bool(m[14]),
-                        hold_f32=bool(m[15]), stages=int(m[18] or 0), groups=int(m[20] or 0),
-                        ctas_per_sm=int(m[21] or 0))  # fmt: skip
+                        stages=int(m[17] or 0), groups=int(m[19] or 0),
+                        ctas_per_sm=int(m[20] or 0))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -731,7 +726,6 @@ class NormSpec(OpSpec):
             iters=cfg.iters,
             cluster=cfg.cluster,
             hold=cfg.hold,
-            hold_f32=cfg.hold and cfg.hold_f32,
             prefetch=cfg.prefetch,
             packed=cfg.packed,
             min_ctas=cfg.min_ctas,
