@@ -20,8 +20,10 @@ cuda.bindings and ctypes still convert every argument; the stub's cuLaunchKernel
 once, where the real driver takes ~1.5-2 us) and tests/fake_torch.py for torch (its tensors'
 attributes are plain Python, roughly as cheap as torch's). Writes
 bench/results/launch_overhead-cpu.json. Runs against any version of nvrtc_engine on the
-path, so `PYTHONPATH=<old checkout> python bench/launch_overhead.py --cpu --name
-launch_overhead-cpu-baseline` gives the baseline column of docs/performance.md.
+path that has ``nvrtc_engine.launcher`` (the stub is built with it), so `PYTHONPATH=<old
+checkout> python bench/launch_overhead.py --cpu --name launch_overhead-cpu-baseline` gives
+the baseline column of docs/performance.md (the committed baseline, 7f43cc5 on 2026-11-29,
+predates the launcher: it was measured with that day's copy of this script).
 """
 
 from __future__ import annotations

@@ -141,8 +141,11 @@ def launch_section() -> str | None:
             f"{short.get('gpu', 'GPU')}): a run of 5000 launches outgrows the GPU's queue of "
             "pending launches, after which each launch waits for the GPU to retire one, so the "
             "longer runs time the GPU as much as the host. The `floor:` rows are "
-            "cuLaunchKernel called from C++ (bench/launch_floor.cu, built with nvcc there): no "
-            "Python launch path can be faster than them." + launch_verdict(short),
+            "cuLaunchKernel called from C++ (bench/launch_floor.cu, built with nvcc there), "
+            "timed at the end of the run: the driver's own time per launch, which bounds any "
+            "launch path from below; the host's speed drifts between minutes, so a row timed "
+            "earlier can read below them (the paired rows compare within rounds)."
+            + launch_verdict(short),
             md_table(["call", "us", "over the bare launch, us"], launch_rows(short)),
         ]
         runs = [run for run in (load("launch_overhead-200-run1"), load("launch_overhead-200-run2"),
@@ -178,9 +181,17 @@ def launch_section() -> str | None:
             f"({cpu['cpu_model']}), no GPU: `python bench/launch_overhead.py --cpu` (data: "
             "`bench/results/launch_overhead-cpu*.json`). A stub libcuda "
             "(tests/host_cuda/libcuda_stub.c) returns at once from every call, so cuda.bindings "
-            "and ctypes still convert their arguments but the driver's own time (~1-2 us per "
-            "launch) is missing; tensors are tests/fake_torch.py's. The baseline column is "
-            f"the same script run against {base.get('version', 'the previous version')}.",
+            "and ctypes still convert their arguments but the driver's own time (~3 us per "
+            "launch on the H200 host) is missing; tensors are tests/fake_torch.py's. The "
+            "baseline column is the same script run against "
+            f"{base.get('version', 'the previous version')}"
+            + (
+                f", on the same machine ({base['date'][:10]})"
+                if base.get("cpu_model") == cpu.get("cpu_model")
+                else f", on another machine ({base.get('cpu_model', '?')}, {base['date'][:10]}): "
+                "compare rows within a column"
+            )
+            + ".",
             md_table(["call", "us", "baseline us"], rows),
         ]
     return "\n\n".join(parts)

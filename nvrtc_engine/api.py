@@ -25,7 +25,10 @@ def _device_arch(device: int | None) -> str:
         ordinal = driver.current_device() if device is None else device
         return driver.get_device(ordinal).arch
     except NoDeviceError as exc:
-        raise NoDeviceError(f"{str(exc).rstrip('. ')}; {NO_GPU_HINT}") from None
+        raise NoDeviceError(
+            f"no arch given, and no GPU to take it from: {NO_GPU_HINT} "
+            f"(the driver said: {str(exc).rstrip('. ')})"
+        ) from None
 
 
 def make_key(

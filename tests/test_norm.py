@@ -1089,7 +1089,7 @@ def test_staged_grid_is_persistent_and_counts_whole_clusters():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(norm, "launch_config", lambda k: cfg)
         kernel = norm.LayerNormBwdKernel.__new__(norm.LayerNormBwdKernel)
-        kernel.config, kernel.spec = cfg, key.spec
+        kernel._config, kernel.spec = cfg, key.spec
         for rows, want in ((1, 1), (7, 7), (2048, 30)):
             plan = kernel._plan(_Device(132, (1, 8), 30), rows, 65536)
             assert plan.parts == want and plan.part_elements == 2 * want * 65536
@@ -1273,9 +1273,9 @@ def test_backward_ctas_per_sm_is_a_grid_choice(monkeypatch):
     assert render(key).source == source.replace(plain.tag, cfg.tag)
     dev = norm._Device(sm_count=132, occupancy=(4, 8))
     kernel = object.__new__(norm.LayerNormBwdKernel)
-    kernel.config, kernel.spec = cfg, key.spec
+    kernel._config, kernel.spec = cfg, key.spec
     assert kernel._plan(dev, 16384, 4096).parts == 132 * 2
-    kernel.config = plain
+    kernel._config = plain
     assert kernel._plan(dev, 16384, 4096).parts == 132 * min(4, norm.BWD_CTAS_PER_SM)
 
 

@@ -835,13 +835,19 @@ def _aligned(arrays: list[tuple[Array | None, int]]) -> bool:
 class _NormKernel(Kernel):
     """What the norm kernels share: configuration, per-device grids, argument checks."""
 
+    @property
+    def config(self) -> LaunchConfig:
+        """The kernel's :class:`LaunchConfig` (read-only): the layout its image was compiled
+        for, ``launch_config(key)`` when it was made; ``config.tag`` ends its symbols."""
+        return self._config
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         key = self.key
         spec = key.spec
         assert isinstance(spec, NormSpec)
         self.spec = spec
-        self.config = launch_config(key)
+        self._config = launch_config(key)
         self._in = key.input
         self._out = key.output
         self._w = DTYPES[gamma_dtype(key)]
