@@ -148,26 +148,36 @@ def launch_section() -> str | None:
             + launch_verdict(short),
             md_table(["call", "us", "over the bare launch, us"], launch_rows(short)),
         ]
-        runs = [run for run in (load("launch_overhead-200-run1"), load("launch_overhead-200-run2"),
-                                short) if run is not None]  # fmt: skip
-        if len(runs) > 1 and len({run.get("version") for run in runs}) == 1:
+        recheck = load("launch_overhead-200-recheck")
+        if recheck is not None:
+            runs = [short, recheck]
             wanted = [
                 "Kernel.__call__(x, out)",
+                "paired: Kernel.__call__(x, out)",
+                "Kernel.__call__(x, out), Python fast path (plans.fast_path, LaunchPlan.run)",
                 "Kernel.__call__(x, out), through cuda.bindings (NVRTC_ENGINE_LAUNCHER=bindings)",
                 "torch.nn.functional.gelu(x)",
+                "paired: torch.nn.functional.gelu(x)",
                 "step: cuLaunchKernel (compiled launcher, packed params)",
-                "step: cuLaunchKernel (cuda.bindings, packed params)",
+                "paired: step: cuLaunchKernel (compiled launcher, packed params)",
                 "floor: cuLaunchKernel from C++, 7 params, legacy stream, runs of 200",
             ]
-            by_run = [{r["case"]: r["us"] for r in run["rows"]} for run in runs]
-            rows = [[case, *(f"{b[case]:.2f}" if case in b else "-" for b in by_run)]
-                    for case in wanted]  # fmt: skip
+            by_run = [{r["case"]: r for r in run["rows"]} for run in runs]
+
+            def cell(row: dict[str, Any] | None) -> str:
+                if row is None:
+                    return "-"
+                over = f" ({row['over_bare_us']:+.2f})" if "over_bare_us" in row else ""
+                return f"{row['us']:.2f}{over}"
+
+            rows = [[case, *(cell(b.get(case)) for b in by_run)] for case in wanted]
             parts += [
-                f"The host's speed moved between runs of the same session: the runs of 200 at "
-                f"{', '.join(run['date'][11:16] for run in runs)} UTC "
-                "(`bench/results/launch_overhead-200-run*.json` and the table above), the "
-                "planned call through the compiled launcher beside the same call planned "
-                "through cuda.bindings and PyTorch's own GELU:",
+                "The same command again at "
+                f"{recheck['date'][11:16]} UTC ({recheck['version']}, the same launch path; "
+                "`bench/results/launch_overhead-200-recheck.json`), beside the run above: the "
+                "host ran slower then, the Python side most (paired rows: median us, and in "
+                "parentheses the excess over the bare launch of the same rounds)."
+                + launch_verdict(recheck),
                 md_table(["call", *(f"us, {run['date'][11:16]}" for run in runs)], rows),
             ]
     if cpu is not None:
