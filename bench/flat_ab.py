@@ -6,7 +6,9 @@ nvrtc_engine/ops/activation.py), op by op, on the H200.
 
 A configuration is ``THREADSxUNROLLxCHUNK_BYTES`` with optional ``+s``/``-s`` (streaming cache
 hints on/off) and ``+g``/``-g`` (the guarded amax atomic on/off); without them the module-wide
-``CODEGEN`` setting applies; ``default`` is the op's current configuration. The first
+``CODEGEN`` setting applies; ``default`` is the op's current configuration. A suffix ``@gN``
+caps the grid at N blocks (``activation.MAX_GRID`` while the call is planned; the kernel's
+blocks then loop over the rest), e.g. ``default@g1056``. The first
 configuration is the baseline. Every op x configuration of a shape is timed in each round, in
 an order shuffled per round (``common.paired_ms``), and each candidate is reported as the
 median over rounds of its speed relative to the baseline *in the same round*: the shared
@@ -105,7 +107,8 @@ def main() -> int:
         nbytes: dict[tuple[str, str], int] = {}
         for op in args.ops.split(","):
             for label in labels:
-                cfg, switches = parse_config(label, activation)
+                text, _, cap = label.partition("@g")
+                cfg, switches = parse_config(text, activation)
                 key = ne.make_key(op, dtype="fp8")
                 activation.launch_config = (lambda key, cfg=cfg: cfg) if cfg else chosen
                 CODEGEN.update(switches)  # read when the candidate is rendered
@@ -121,6 +124,12 @@ def main() -> int:
                 nbytes[op, label] = (2 * len(inputs) + 1) * n
                 fns[op, label] = _call(kernel, inputs, y8, scale, amax, scale_inv,
                                        args.zero_amax)  # fmt: skip
+                grid_cap = activation.MAX_GRID
+                activation.MAX_GRID = int(cap) if cap else grid_cap
+                try:  # the first call plans the launch: its grid stays with the plan
+                    fns[op, label]()
+                finally:
+                    activation.MAX_GRID = grid_cap
         times = common.paired_ms(fns, rounds=args.rounds)
         for op in args.ops.split(","):
             ratios = common.paired_ratios({lb: times[op, lb] for lb in labels}, labels[0])
@@ -128,7 +137,8 @@ def main() -> int:
                 ms = statistics.median(times[op, label])
                 cfg, switches = used[op, label]
                 rows.append({
-                    "shape": shape, "op": op, "config": label, "threads": cfg.threads,
+                    "shape": shape, "op": op, "config": label,
+                    "max_grid": int(label.partition("@g")[2] or 0) or None, "threads": cfg.threads,
                     "unroll": cfg.unroll, "chunk_bytes": cfg.chunk_bytes, **switches,
                     "ms_rounds": times[op, label], "ms": ms,
                     "pct": 100 * nbytes[op, label] / (ms * 1e-3) / 1e9 / copy,
