@@ -61,14 +61,15 @@ class NvrtcEngineError(Exception):
         return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
-def did_you_mean(value: object, choices: Sequence[str]) -> str:
-    """``"did you mean X?"`` for the closest of ``choices`` to ``value``, or ``""``."""
+def did_you_mean(value: object, choices: Sequence[str], n: int = 1) -> str:
+    """``"did you mean X?"`` for the closest of ``choices`` to ``value`` (``"did you mean X
+    or Y?"`` for the ``n`` closest, closest first), or ``""`` when none is close."""
     if not isinstance(value, str):
         return ""
     import difflib  # (an error path: not imported with the package)
 
-    close = difflib.get_close_matches(value, list(choices), n=1)
-    return f"did you mean {close[0]}?" if close else ""
+    close = difflib.get_close_matches(value, list(choices), n=n)
+    return f"did you mean {' or '.join(close)}?" if close else ""
 
 
 class VariantError(NvrtcEngineError, ValueError):

@@ -31,7 +31,7 @@ def get_spec(op: str) -> OpSpec:
     if spec is None:
         ops = registered_ops()
         text = op.strip().lower() if isinstance(op, str) else op
-        hint = _kernel_name_hint(text) or did_you_mean(text, ops)
+        hint = _kernel_name_hint(text) or did_you_mean(text, ops, n=2)  # gleu: glu or gelu
         raise VariantError("op", op, ops, hint)
     return spec
 
