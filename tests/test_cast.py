@@ -338,6 +338,16 @@ def kernels():
     }
 
 
+def test_config_is_the_kernels_configuration_and_read_only(kernels):
+    from nvrtc_engine.ops.quantize import quantize_config
+
+    for name, kernel in kernels.items():
+        want = (quantize_config if name in ("mx", "fp4") else tile_config)(kernel.key)
+        assert kernel.config == want, name
+        with pytest.raises(AttributeError):
+            kernel.config = want
+
+
 def test_wrong_rank_and_hidden_size(kernels):
     with pytest.raises(ArgumentError, match=r"x: must be 2-D .* got shape \(4, 8, 64\)"):
         kernels["ct"](fake((4, 8, 64)), **scalars())
