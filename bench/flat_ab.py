@@ -114,7 +114,7 @@ def main() -> int:
                 CODEGEN.update(switches)  # read when the candidate is rendered
                 try:
                     kernel = Engine().get(key)
-                    used[op, label] = (cfg or chosen(key), {**codegen, **switches})
+                    used[op, label] = (cfg or chosen(key), {**codegen, **switches}, cap)
                 finally:
                     activation.launch_config = chosen
                     CODEGEN.update(codegen)
@@ -135,10 +135,10 @@ def main() -> int:
             ratios = common.paired_ratios({lb: times[op, lb] for lb in labels}, labels[0])
             for label in labels:
                 ms = statistics.median(times[op, label])
-                cfg, switches = used[op, label]
+                cfg, switches, cap = used[op, label]
                 rows.append({
                     "shape": shape, "op": op, "config": label,
-                    "max_grid": int(label.partition("@g")[2] or 0) or None, "threads": cfg.threads,
+                    "max_grid": int(cap) if cap else None, "threads": cfg.threads,
                     "unroll": cfg.unroll, "chunk_bytes": cfg.chunk_bytes, **switches,
                     "ms_rounds": times[op, label], "ms": ms,
                     "pct": 100 * nbytes[op, label] / (ms * 1e-3) / 1e9 / copy,

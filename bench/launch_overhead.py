@@ -57,15 +57,15 @@ def per_call_us(fn: Callable[[], Any], sync: Callable[[], Any], calls: int, repe
     return best
 
 
+BARE = "step: cuLaunchKernel (compiled launcher, packed params)"
 PAIRED = (  # the rows timed again in paired rounds (--paired), against the bare launch
     "Kernel.__call__(x, out)",
     "Kernel.__call__(x, out), Python fast path (plans.fast_path, LaunchPlan.run)",
     "Kernel.__call__(x, out), through cuda.bindings (NVRTC_ENGINE_LAUNCHER=bindings)",
     "torch.nn.functional.gelu(x)",
     "raw cuLaunchKernel, argument tuples",
-    "step: cuLaunchKernel (compiled launcher, packed params)",
+    BARE,
 )
-BARE = "step: cuLaunchKernel (compiled launcher, packed params)"
 
 
 def paired_rows(

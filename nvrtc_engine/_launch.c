@@ -83,6 +83,16 @@ static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_RETURN_NONE;
 }
 
+/* Make `context` current on this thread if it is not (NULL: leave the context alone); 0, or
+ * minus the CUresult of the failed query or switch. Called without the GIL. */
+static CUresult_t make_current(void *context) {
+    if (context == NULL) return 0;
+    void *current = NULL;
+    CUresult_t err = ctx_get_current(&current);
+    if (err == 0 && current != context) err = ctx_set_current(context);
+    return -err;
+}
+
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 7) {
@@ -108,14 +118,9 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     void *context = address_of(args[6]);
     if (context == NULL && PyErr_Occurred()) return NULL;
 
-    CUresult_t err = 0;
+    CUresult_t err;
     Py_BEGIN_ALLOW_THREADS
-    if (context != NULL) {
-        void *current = NULL;
-        err = ctx_get_current(&current);
-        if (err == 0 && current != context) err = ctx_set_current(context);
-        err = -err;
-    }
+    err = make_current(context);
     if (err == 0)
         err = launch_kernel(function, grid, 1, 1, block, 1, 1, shmem, stream, params, NULL);
     Py_END_ALLOW_THREADS
@@ -386,12 +391,9 @@ static int run_native(PyObject *native, const unsigned long long *ptrs, Py_ssize
         PyErr_SetString(PyExc_RuntimeError, "launch before bind");
         return 0;
     }
-    CUresult_t err = 0;
+    CUresult_t err;
     Py_BEGIN_ALLOW_THREADS
-    void *current = NULL;
-    err = ctx_get_current(&current);
-    if (err == 0 && current != context) err = ctx_set_current(context);
-    err = -err;
+    err = make_current(context);
     for (int j = 0; j < count && err == 0; j++) {
         prepared_t *l = &launches[j];
         err = launch_kernel(l->function, l->grid, 1, 1, l->block, 1, 1, l->shmem, cu_stream,

@@ -271,6 +271,11 @@ class Preset:
         self._image = image
         self.local = threading.local()  # .views: this thread's (slots, floats, address)
 
+    @property
+    def image(self) -> bytes:
+        """The packed parameters (8 bytes per slot), as :meth:`ParamPack.preset` packed them."""
+        return self._image
+
     def buffers(self) -> tuple[memoryview, memoryview, int]:
         try:
             return self.local.views

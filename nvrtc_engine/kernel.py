@@ -80,7 +80,8 @@ class Kernel:
 
     Attributes: ``key`` (:class:`~nvrtc_engine.KernelKey`), ``artifact``
     (:class:`Artifact`: image, symbols, digest...), ``origin`` (how this process got it:
-    ``"compiled"``, ``"disk"``). Calling it launches it; see the family's ``__call__``.
+    ``"compiled"``, ``"disk"``), ``config`` (the family's launch configuration). Calling it
+    launches it; see the family's ``__call__``.
     Loading on a device happens on the first launch there, once.
     """
 
@@ -101,6 +102,14 @@ class Kernel:
     def name(self) -> str:
         """The canonical variant name, ``str(key)``."""
         return str(self.key)
+
+    @property
+    def config(self) -> Any:
+        """The launch configuration this kernel was rendered and is launched with, chosen
+        from its key when the kernel was made (read-only; each family sets ``_config``): an
+        activation kernel's ``ActivationConfig``, a norm kernel's ``norm.LaunchConfig``, a
+        cast kernel's ``TileConfig``, ``quantize``'s ``QuantizeConfig``."""
+        return self._config
 
     def loaded(self, device: int) -> Loaded:
         """The kernel's functions on ``device``, loading the image there on first use.

@@ -246,7 +246,7 @@ class LaunchPlan:
         parts = [_SPEC_HEADER.pack(len(self.launches), self.device.ordinal,
                                    int(self.device.context))]  # fmt: skip
         for function, grid, block, shmem, preset, writes in self.launches:
-            image = preset._image
+            image = preset.image
             slots = len(image) // 8
             if slots > _SPEC_MAX_SLOTS or len(image) % 8:
                 return None

@@ -102,7 +102,7 @@ def test_load_groups_compile(monkeypatch, arch):
         cfg = cast.TileConfig(128, 128, 128, 16, 2, group)  # 8 chunks per thread
         monkeypatch.setattr(cast, "tile_config", lambda key, cfg=cfg: cfg)
         kernel = Engine().get(make_key(op, dtype="fp8", arch=arch))
-        assert kernel._cfg == cfg and kernel.artifact.image[:4] == b"\x7fELF"
+        assert kernel.config == cfg and kernel.artifact.image[:4] == b"\x7fELF"
     cfg = cast.TileConfig(128, 128, 128, 16, 2, 3)
     monkeypatch.setattr(cast, "tile_config", lambda key: cfg)
     with pytest.raises(CompileError, match="load_group"):
@@ -138,7 +138,7 @@ def test_tile_candidates_compile(monkeypatch, arch):
                                   strip=0, prefetch_next=False, **shape)  # fmt: skip
         monkeypatch.setattr(cast, "tile_config", lambda key, cfg=cfg: cfg)
         kernel = Engine().get(key)
-        assert kernel._cfg == cfg and kernel.artifact.image[:4] == b"\x7fELF", op
+        assert kernel.config == cfg and kernel.artifact.image[:4] == b"\x7fELF", op
         monkeypatch.setattr(cast, "tile_config", chosen)
 
 
@@ -179,7 +179,7 @@ def test_strip_compiles(monkeypatch, arch):
         kernel = Engine().get(key)
         tag = f"_st{cfg.strip}" + ("n" if cfg.prefetch_next else "")
         assert kernel.artifact.symbols[0] == f"{key}{tag}", op
-        assert kernel._cfg == cfg and kernel.artifact.image[:4] == b"\x7fELF", op
+        assert kernel.config == cfg and kernel.artifact.image[:4] == b"\x7fELF", op
         if "dbias" in op:
             assert kernel.artifact.symbols[1] == f"{key}{tag}_dbias"
             assert kernel.workspace_rows(9 * 128 + 1) == -(-10 // cfg.strip)
@@ -908,13 +908,13 @@ def test_every_quantize_candidate_compiles(monkeypatch):
     for cfg in QUANTIZE_CANDIDATES:
         monkeypatch.setattr(quantize, "quantize_config", lambda key, cfg=cfg: cfg)
         kernel = Engine().get(make_key("quantize", dtype="fp8", layout="both", arch="sm_90"))
-        assert kernel._cfg == cfg and kernel.artifact.image[:4] == b"\x7fELF"
+        assert kernel.config == cfg and kernel.artifact.image[:4] == b"\x7fELF"
 
 
 def test_quantize_mxfp8_warp_mapping_launch(monkeypatch):
     rec = _Recorder(monkeypatch, {0: 120})
     k = ne.get_kernel("quantize", dtype="fp8", layout="both", arch="sm_90")
-    cfg = k._cfg
+    cfg = k.config
     m, n = 100, 300
     outs = {
         "rowwise_data": fake((m, n), U1, ptr=0x1000),

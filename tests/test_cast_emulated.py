@@ -281,7 +281,7 @@ def test_tile_candidates(emulate, monkeypatch, op, in_dtype, out_dtype, cand):
     for c in (base, cfg):
         monkeypatch.setattr(cast, "tile_config", lambda key, c=c: c)
         kernels[c] = emulate(Engine().get(key))
-        assert kernels[c]._cfg == c
+        assert kernels[c].config == c
     rng = np.random.default_rng(12)
     # full tiles; a full tile and edges; with strip, strips of several tiles that end in an
     # edge tile, and a strip cut short by the bottom edge
@@ -463,7 +463,7 @@ def test_mxfp8_thread_mappings(emulate, monkeypatch, cfg, layout):
     monkeypatch.setattr(quantize, "quantize_config", lambda key: cfg)
     kernel = emulate(Engine().get(ne.make_key("quantize", dtype="fp8", layout=layout,
                                               arch="sm_90")))  # fmt: skip
-    assert kernel._cfg == cfg
+    assert kernel.config == cfg
     rng = np.random.default_rng(6)
     for m, k in [(31, 33), (96, 320), (64, 512), (40, 128)]:
         x = edge_input((m, k), rng)

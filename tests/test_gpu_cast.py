@@ -245,7 +245,7 @@ def test_every_load_group_gives_the_same_bytes(monkeypatch, op):
             cfg = cast.TileConfig(threads, 128, 128, 16, blocks, group)
             monkeypatch.setattr(cast, "tile_config", lambda key, cfg=cfg: cfg)
             kernel = Engine().get(ne.make_key(op, in_dtype="bf16", out_dtype="fp8_e4m3"))
-            assert kernel._cfg == cfg
+            assert kernel.config == cfg
             got = []
             for (x, a), (m, k) in zip(inputs, shapes, strict=True):
                 width = 2 * k if gated else k
@@ -315,7 +315,7 @@ def test_tile_candidates(monkeypatch, op, cand):
                               **switches)  # fmt: skip
     monkeypatch.setattr(cast, "tile_config", lambda key: cfg)
     kernel = Engine().get(key)
-    assert kernel._cfg == cfg and default._cfg != cfg
+    assert kernel.config == cfg and default.config != cfg
     rng = rng_for("tile candidates", op, _candidate_id(cand))
     # 1000 x 1000: strips of 4 tiles cut short by the bottom edge, ending in edge tiles
     for_shapes(
@@ -517,7 +517,7 @@ def test_mxfp8_every_tuning_candidate(monkeypatch, layout):
     for cfg in quantize.QUANTIZE_CANDIDATES:
         monkeypatch.setattr(quantize, "quantize_config", lambda key, cfg=cfg: cfg)
         kernel = Engine().get(ne.make_key("quantize", dtype="fp8", layout=layout))
-        assert kernel._cfg == cfg
+        assert kernel.config == cfg
         try:
             for_shapes([*SMALL, (200, 1000), (256, 1024)],
                        lambda shape, k=kernel: _check_mxfp8(k, rng, shape, edges=True))  # fmt: skip

@@ -354,8 +354,11 @@ class ActivationSpec(OpSpec):
 
 
 class _Launcher(Kernel):
-    """Argument binding and launch shared by every activation kernel class, and the
-    read-only ``config`` (:class:`ActivationConfig`) they all expose."""
+    """Argument binding and launch shared by every activation kernel class. Their ``config``
+    (``Kernel.config``) is an :class:`ActivationConfig`, e.g. ``ActivationConfig(
+    structure='flat', launch=LaunchConfig(threads=128, unroll=1, ...))``."""
+
+    _config: ActivationConfig
 
     _fast = fast_path(6)  # grad, x, out, scale, amax, scale_inv
     _flat_params = driver.ParamPack("PPqPPPi")
@@ -392,14 +395,6 @@ class _Launcher(Kernel):
             # positions per block and iteration: chunks, or in owner mode 32-value blocks
             self._per_block = flat.threads * flat.unroll * (32 if self._owner else self._vec)
             self._config = ActivationConfig(self._structure, flat)
-
-    @property
-    def config(self) -> ActivationConfig:
-        """The kernel structure and launch configuration this kernel was built with (the
-        one its key chooses; read-only). Returns an :class:`ActivationConfig`, e.g.
-        ``ActivationConfig(structure='flat', launch=LaunchConfig(threads=128, unroll=1,
-        ...))``."""
-        return self._config
 
     # -- checks ---------------------------------------------------------------------------
 

@@ -322,7 +322,7 @@ class TransposeKernel(CastKernelBase):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._cfg = tile_config(self.key)
+        self._config = tile_config(self.key)
         self._dtype = self.key.input
 
     def __call__(self, x: Any, out: Any = None, *, stream: Any = None) -> Any:
@@ -337,11 +337,11 @@ class TransposeKernel(CastKernelBase):
             return out
         size = self._dtype.itemsize
         vec = aligned16(xa.ptr, oa.ptr, k * size, m * size)
-        grid = self._cfg.tile_blocks(ceil_div(m, self._cfg.tile_rows),
-                                     ceil_div(k, self._cfg.tile_cols))  # fmt: skip
+        grid = self._config.tile_blocks(ceil_div(m, self._config.tile_rows),
+                                     ceil_div(k, self._config.tile_cols))  # fmt: skip
         _check_grid(grid, "x")
         values = (xa.ptr, 0, 0, oa.ptr, 0, 0, 0, 0, m, k, int(vec))
-        launch = (0, grid, self._cfg.threads, self._params, values, _TRANSPOSE_REFS)
+        launch = (0, grid, self._config.threads, self._params, values, _TRANSPOSE_REFS)
         self._submit(key, given, (x, out), (xa.ptr, oa.ptr), (), stream, xa, [launch])
         return out
 
@@ -386,7 +386,7 @@ class CastTransposeKernel(CastKernelBase):
         super().__init__(*args, **kwargs)
         spec = self.key.spec
         assert isinstance(spec, TileSpec)
-        self._cfg = tile_config(self.key)
+        self._config = tile_config(self.key)
         self._in = self.key.input
         self._out = self.key.output
         self._dbias = spec.dbias
@@ -396,13 +396,13 @@ class CastTransposeKernel(CastKernelBase):
     def workspace_rows(self, rows: int) -> int:
         """Rows of the dbias workspace for an input of ``rows`` rows (one per block of a
         column strip: ``TileConfig.strip`` tiles share one)."""
-        return ceil_div(ceil_div(rows, self._cfg.tile_rows), self._cfg.strip or 1)
+        return ceil_div(ceil_div(rows, self._config.tile_rows), self._config.strip or 1)
 
     def dbias_depth(self, rows: int) -> int:
         """An upper bound on the fp32 additions any term of dbias passes through (for error
         bounds): per-thread rows (over ``strip`` tiles), the warp butterfly, the warps, then
         the finalize kernel."""
-        cfg = self._cfg
+        cfg = self._config
         per_thread = cfg.tile_rows * (cfg.tile_cols // cfg.chunk) // cfg.threads
         per_thread *= cfg.strip or 1
         return per_thread + 5 + cfg.threads // 32 + ceil_div(self.workspace_rows(rows), 8) + 8
@@ -452,12 +452,12 @@ class CastTransposeKernel(CastKernelBase):
         if m > 0:
             isz, osz = self._in.itemsize, self._out.itemsize
             vec = aligned16(xa.ptr, act_ptr, oa.ptr, ta.ptr, k * isz, k * osz, m * osz)
-            grid = self._cfg.tile_blocks(ceil_div(m, self._cfg.tile_rows),
-                                         ceil_div(k, self._cfg.tile_cols))  # fmt: skip
+            grid = self._config.tile_blocks(ceil_div(m, self._config.tile_rows),
+                                         ceil_div(k, self._config.tile_cols))  # fmt: skip
             _check_grid(grid, "x")
             values = (xa.ptr, act_ptr, oa.ptr, ta.ptr, partial_ptr, scale_ptr, amax_ptr,
                       scale_inv_ptr, m, k, int(vec))  # fmt: skip
-            launches.append((0, grid, self._cfg.threads, self._params, values, _TILE_REFS))
+            launches.append((0, grid, self._config.threads, self._params, values, _TILE_REFS))
         if self._dbias:
             values = (partial_ptr, self.workspace_rows(m), k, dbias_ptr)
             launches.append((1, ceil_div(k, 32), 256, self._dbias_params, values, _DBIAS_REFS))
@@ -518,7 +518,7 @@ class MultiCastTransposeKernel(CastKernelBase):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._cfg = tile_config(self.key)
+        self._config = tile_config(self.key)
         self._in = self.key.input
         self._out = self.key.output
 
@@ -542,7 +542,7 @@ class MultiCastTransposeKernel(CastKernelBase):
         results: list[tuple[Any, Any]] = []
         entries: list[tuple[int, ...]] = []
         first = None
-        cfg = self._cfg
+        cfg = self._config
         isz, osz = self._in.itemsize, self._out.itemsize
         for i in range(n):
             xa = self._input(xs[i], f"xs[{i}]", self._in)

@@ -59,18 +59,10 @@ def aligned16(*ptrs: int) -> bool:
 
 
 class CastKernelBase(Kernel):
-    """Shared argument handling of the cast / transpose / quantize kernels, and their
-    read-only ``config``."""
-
-    _cfg: Any  # set by each kernel class from its key
-
-    @property
-    def config(self) -> Any:
-        """The configuration this kernel was rendered and is launched with (read-only): the
-        ``TileConfig`` of :func:`nvrtc_engine.ops.cast.tile_config` for transpose and the
-        cast-transpose kernels, the ``QuantizeConfig`` of
-        :func:`nvrtc_engine.ops.quantize.quantize_config` for ``quantize``."""
-        return self._cfg
+    """Shared argument handling of the cast / transpose / quantize kernels. Their ``config``
+    (``Kernel.config``) is the ``TileConfig`` of :func:`nvrtc_engine.ops.cast.tile_config`
+    (transpose, the cast-transpose kernels) or the ``QuantizeConfig`` of
+    :func:`nvrtc_engine.ops.quantize.quantize_config` (``quantize``)."""
 
     def _matrix(self, a: Array, name: str) -> tuple[int, int]:
         """``(rows, cols)`` of a 2-D array; checks the key's ``hidden_size`` against cols."""

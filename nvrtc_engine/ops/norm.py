@@ -833,13 +833,11 @@ def _aligned(arrays: list[tuple[Array | None, int]]) -> bool:
 
 
 class _NormKernel(Kernel):
-    """What the norm kernels share: configuration, per-device grids, argument checks."""
+    """What the norm kernels share: configuration, per-device grids, argument checks. Their
+    ``config`` (``Kernel.config``) is the :class:`LaunchConfig` their image was compiled for,
+    ``launch_config(key)`` when the kernel was made; ``config.tag`` ends its symbols."""
 
-    @property
-    def config(self) -> LaunchConfig:
-        """The kernel's :class:`LaunchConfig` (read-only): the layout its image was compiled
-        for, ``launch_config(key)`` when it was made; ``config.tag`` ends its symbols."""
-        return self._config
+    _config: LaunchConfig
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -284,7 +284,7 @@ class QuantizeKernel(CastKernelBase):
         self._rowwise = key.layout in ("rowwise", "both")
         self._colwise = key.layout in ("columnwise", "both")
         self._shape_fn = nvfp4_scale_shape if self._fp4 else mxfp8_scale_shape
-        self._cfg = quantize_config(key)
+        self._config = quantize_config(key)
         self._tile = None if self._fp4 else mx_tile_config(key)
 
     def _data_shape(self, m: int, k: int, direction: str) -> tuple[int, int]:
@@ -359,7 +359,7 @@ class QuantizeKernel(CastKernelBase):
                     raise ArgumentError(name, "is only for NVFP4 (MXFP8 has no tensor scale)")
             if not compute_amax:
                 raise ArgumentError("compute_amax", "is only for NVFP4")
-        threads, (tile_rows, tile_cols) = self._cfg.threads, self._cfg.tile
+        threads, (tile_rows, tile_cols) = self._config.threads, self._config.tile
         tiles = ceil_div(m, tile_rows) * ceil_div(k, tile_cols)
         pad_blocks = min(ceil_div(pad_items, threads), PAD_MAX_BLOCKS)
         if self._tile_fits(xa.ptr, ptrs, pads, m, k):
