@@ -381,7 +381,7 @@ def _then_and_best(
 
 
 def candidates_section() -> str | None:
-    """The 2026-12-01 candidate sweeps behind this session's new defaults."""
+    """The candidate sweeps (2026-12-01 and 02) behind the new defaults."""
     parts = []
     d = load("norm_tuning-fp8")
     if d is not None:
@@ -490,6 +490,44 @@ def candidates_section() -> str | None:
             "sums), on TUNED's FP8 layouts below 65536 and on the cluster leaders at 65536; "
             "`norm.TUNED` takes the 65536 winners (docs/norms.md).",
         ),
+        (
+            "norm_tuning-lanes",
+            "--candidates lanes --rounds 12 --repeat 5 --shuffle",
+            "Norm round 8: row sums across lanes, 32-bit word reads (paired rounds)",
+            "bf16, N = 16384 (2048 at H = 65536), % of copy: the entry in force when the sweep "
+            "ran and the best with `l` (a row sum's per-warp values added across lanes by "
+            "shuffles) and, where the entry had none, `q` (the staged backward's shared-memory "
+            "reads, or the bf16 forward's loads, as 32-bit words), timed in 12 shuffled "
+            "rounds; `norm.TUNED` takes the backward winners faster in >= 92% of the rounds "
+            "(docs/norms.md). Every forward kept its entry.",
+        ),
+        (
+            "norm_tuning-fold",
+            "--candidates fold --rounds 12 --repeat 5 --shuffle",
+            "Norm staged backward: fp32 gamma, folded dx (paired rounds)",
+            "bf16, N = 16384 (2048 at H = 65536), % of copy: the staged backward entries after "
+            "the round above and the best with `f` (weight(gamma) in shared memory as fp32) "
+            "and `d` (dx from the row's constants, two FFMA per element), 12 shuffled rounds; "
+            "`norm.TUNED` takes RMSNorm 14336 (`f`) and LayerNorm 4096 (`d`, since replaced "
+            "by the cluster layout below).",
+        ),
+        (
+            "norm_tuning-bwdc",
+            "--candidates bwdc --hidden 8192,14336 --rounds 8 --repeat 5 --shuffle",
+            "Norm at 8192 and 14336 over clusters of 2 and 4 CTAs (paired rounds)",
+            "bf16, N = 16384, % of copy: the entry in force and the best of the staged "
+            "backward and the FP8 forward with each row split over a thread block cluster of "
+            "2 or 4 CTAs (1-8 accesses per thread, 2 or 3 stages, 16 or 64 row groups per CTA "
+            "with the next row copied ahead), 8 shuffled rounds; `norm.TUNED` takes LayerNorm "
+            "backward 14336 and RMSNorm FP8 forward 8192 (docs/norms.md).",
+        ),
+        (
+            "norm_tuning-bwdc-4096",
+            "--candidates bwdc --hidden 4096 --rounds 8 --repeat 5 --shuffle",
+            "Norm at 4096 over clusters of 2 and 4 CTAs (paired rounds)",
+            "As the table above, at H = 4096; `norm.TUNED` takes LayerNorm backward (a "
+            "cluster of 4 CTAs of one warp each).",
+        ),
     ]
     for name, flag, title, text in later:
         d = load(name)
@@ -562,7 +600,7 @@ def candidates_section() -> str | None:
         ]  # fmt: skip
     if not parts:
         return None
-    return "\n\n".join(["## Candidate sweeps of 2026-12-01 (new defaults)", *parts])
+    return "\n\n".join(["## Candidate sweeps of 2026-12-01 and 2026-12-02 (new defaults)", *parts])
 
 
 PHASES = ("CUDA C++ Frontend", "NVVM Optimizer", "PTX Translation", "total (wall)")

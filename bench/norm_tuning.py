@@ -452,6 +452,101 @@ def near_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
     return out
 
 
+def lanes_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates lanes`` (round 8): the default (TUNED) layout of a specialized ``key``
+    with ``l`` flipped (a row sum's per-warp values added across lanes by shuffles, not read
+    and added one by one by every thread), and where the layout has no ``q`` (the staged
+    backward: x, dz and gamma read from shared memory as 32-bit words; the bf16 forward: x,
+    gamma and beta loaded as words) also with ``q`` and with both, as (LaunchConfig, host
+    settings)."""
+    import dataclasses
+
+    if default.mode != "regs" or default.warps < 2:
+        return []
+    out = [(dataclasses.replace(default, lanes=not default.lanes), {})]
+    if not default.words and (default.stages or not key.spec.backward):
+        out.append((dataclasses.replace(default, words=True), {}))
+        out.append((dataclasses.replace(default, words=True, lanes=not default.lanes), {}))
+    return out
+
+
+def fold_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates fold`` (round 8): the staged backward's default (TUNED) layout with
+    ``f`` (weight(gamma) in shared memory as fp32), ``d`` (dx from the row's constants, two
+    FFMA per element) and both, as (LaunchConfig, host settings)."""
+    import dataclasses
+
+    if not (key.spec.backward and default.mode == "regs" and default.stages):
+        return []
+    return [(dataclasses.replace(default, gamma32=f, folded=d), {})
+            for f, d in ((True, False), (False, True), (True, True))]  # fmt: skip
+
+
+def _split_rows(accesses: int, iters_options: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """(cluster, warps, accesses per thread) that split a row of ``accesses`` accesses
+    exactly over clusters of 2 and 4 CTAs of 1-32 warps, at each of ``iters_options``."""
+    out = []
+    for cluster in (2, 4):
+        for iters in iters_options:
+            warps, rest = divmod(accesses, 32 * cluster * iters)
+            if not rest and 1 <= warps <= 32:
+                out.append((cluster, warps, iters))
+    return out
+
+
+def bwdc_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates bwdc`` (round 8): the staged backward at H = 4096-14336 over
+    thread block clusters of 2 and 4 CTAs (the row's sums exchanged through the cluster
+    mailboxes, as at 65536; a CTA's stages then take a half or a quarter of the shared
+    memory, so more CTAs fit an SM), at 1, 2 and 4 accesses per thread, 2 and 3 stages, 2
+    CTAs per SM or the module's, with the default's ``q``/``l``/``f``/``d``, as
+    (LaunchConfig, host settings)."""
+    import dataclasses
+
+    if not (key.spec.backward and default.mode == "regs" and default.stages):
+        return []
+    if key.hidden_size not in (4096, 8192, 14336):
+        return []
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for cluster, warps, iters in _split_rows(key.hidden_size // default.vec, (1, 2, 4)):
+        for stages in (2, 3):
+            for per_sm in (0, 2):
+                cfg = dataclasses.replace(default, warps=warps, iters=iters, cluster=cluster,
+                                          stages=stages, ctas_per_sm=per_sm)  # fmt: skip
+                if norm.staged_fits(key, cfg) and cfg != default:
+                    out.append((cfg, {}))
+    return out
+
+
+def fwdc_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates bwdc``, forward (round 8): FP8 (tensor-scaled) rows at H = 4096-14336
+    over clusters of 2 and 4 CTAs, as TUNED takes at 65536: 2, 4 and 8 accesses per
+    thread, ``ogq``, the next row copied ahead (``p``, where it fits) at 16 and 64 row groups
+    per CTA, with and without held weights, as (LaunchConfig, host settings)."""
+    import dataclasses
+
+    if key.spec.backward or key.scaling != "tensor" or key.hidden_size not in (4096, 8192, 14336):
+        return []
+    vec = 16 // key.input.itemsize
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for cluster, warps, iters in _split_rows(key.hidden_size // vec, (2, 4, 8)):
+        base = norm.LaunchConfig("regs", vec, warps, 1, iters, cluster, batched=True,
+                                 warp_amax=True, words=True, next_row=True)  # fmt: skip
+        if not norm.next_row_fits(base, key.input.itemsize):
+            continue
+        for groups in (16, 64):
+            for hold in (False, True):
+                cfg = dataclasses.replace(base, groups=groups, hold=hold)
+                if cfg != default:
+                    out.append((cfg, {}))
+    return out
+
+
+def _clusters_pairs(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates bwdc``: :func:`bwdc_candidates` and :func:`fwdc_candidates`."""
+    return bwdc_candidates(norm, key, default) + fwdc_candidates(norm, key, default)
+
+
 def _staged_pairs(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
     """``--candidates bwd``: the staged layouts (:func:`staged_candidates`), plus the general
     kernel (``loop``) from H = 14336, as (LaunchConfig, host settings)."""
@@ -478,6 +573,9 @@ CANDIDATE_SETS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "onered": (onered_candidates, ("bf16", "fp8")),
     "near": (near_candidates, ("bf16", "fp8", "bwd")),
     "big2": (big2_candidates, ("bf16", "fp8", "bwd")),
+    "lanes": (lanes_candidates, ("bf16", "fp8", "bwd")),
+    "fold": (fold_candidates, ("bwd",)),
+    "bwdc": (_clusters_pairs, ("fp8", "bwd")),
 }
 
 
@@ -487,7 +585,7 @@ def candidates(
     """(LaunchConfig, host settings) pairs to time for ``key``; the default comes first.
     ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`);
     ``only``: the default and the named set of :data:`CANDIDATE_SETS` (``--candidates``:
-    fp8, fp8b, bwd, big, bf16p, bwd2, onered)."""
+    fp8, fp8b, bwd, big, bf16p, bwd2, onered, near, big2, lanes, fold, bwdc)."""
     spec = key.spec
     default = norm.launch_config(key)
     out: list[tuple[Any, dict[str, Any]]] = []

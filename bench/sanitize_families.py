@@ -14,9 +14,11 @@ in registers for bf16 and MXFP8 output, the held path with several row groups pe
 early weight loads, the one-reduction statistics, split sums; FP8 forward with the batched
 stage, warp amax, word packing and next-row copies together, ``norm_switch_fp8_ogqp``, and
 the next-row copies with held weights, ``..._fp8_held_qp``, including shapes where each CTA
-takes several row groups); the next-row copies with bf16 output at H = 65536 over a
-cluster of 4, ``norm_bf16_next_row_*`` (a TUNED-style tag; the defaults at 65536 are among
-the plain cases). The
+takes several row groups; round 8, forward and backward, on the rules' layouts and on TUNED's:
+row sums across lanes by shuffles, ``..._lanes``, and with the staged backward's
+shared-memory reads as 32-bit words, fp32 gamma and folded dx, ``..._round8``); the
+next-row copies with bf16 output at H = 65536 over a cluster of 4, ``norm_bf16_next_row_*``
+(a TUNED-style tag; the defaults at 65536 are among the plain cases). The
 disk cache is off: switched kernels share keys with the defaults. Cast family: cast (the
 flat kernel with the identity, its own tensor-scaled configuration; aligned and at an odd
 offset), cast_transpose (+ dbias, + dgelu, gated dswiglu), transpose, multi_cast_transpose and
@@ -186,10 +188,19 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         # round 5: x and dz staged in (dynamic) shared memory by cp.async, 2 or 3 rows deep
         "staged2": {"BWD_STAGED": 2},
         "staged3": {"BWD_STAGED": 3},
-    }
+        # round 8: row sums across lanes by shuffles; the staged backward's reads as 32-bit
+        # words, gamma as fp32 in shared memory, dx from the row's constants: on the rules'
+        # layouts, and on TUNED's (staged, a cluster of 8 at 65536)
+        "lanes": {"ROW_SUM_LANES": True},
+        "tuned": {"TUNED": norm.TUNED},
+        "staged3_round8": {"BWD_STAGED": 3, "ROW_SUM_LANES": True, "BWD_STAGED_WORDS": True,
+                           "BWD_GAMMA32": True, "BWD_FOLDED": True},
+        "tuned_round8": {"TUNED": norm.TUNED, "ROW_SUM_LANES": True, "BWD_STAGED_WORDS": True,
+                         "BWD_GAMMA32": True, "BWD_FOLDED": True},
+    }  # fmt: skip
     for label, values in bwd.items():
         shapes = [(5, 4096), (7, 1000), (1003, 1024), (2, 14336)]
-        if label.startswith("staged"):  # rows that wrap the stages; H odd; a cluster of 4
+        if label.startswith(("staged", "tuned")):  # rows that wrap the stages; H odd; clusters
             shapes += [(1, 8192), (700, 14336), (37, 1001), (3, 65536), (97, 65536)]
         for rows, h in shapes:
             for nm in ("layernorm", "rmsnorm"):
@@ -214,6 +225,10 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
                      "FWD_FP8_WORDS": True, "FWD_FP8_NEXT_ROW": True},
         "fp8_held_qp": {"FWD_HOLD_WEIGHTS": dict.fromkeys(norm.FWD_HOLD_WEIGHTS, True),
                         "FWD_FP8_WORDS": True, "FWD_FP8_NEXT_ROW": True},
+        # round 8: row sums across lanes by shuffles, on the rules' layouts and on TUNED's
+        "lanes": {"ROW_SUM_LANES": True},
+        "tuned": {"TUNED": norm.TUNED},
+        "tuned_lanes": {"TUNED": norm.TUNED, "ROW_SUM_LANES": True},
     }  # fmt: skip
     # the next-row copies with bf16 output (a TUNED-style tag: no module switch turns them on
     # there), a cluster of 4, with and without held weights; 97 and 300 rows: clusters that
@@ -235,6 +250,8 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         # (2000, 4096), (700, 14336): more row groups than the CTAs of the grid, so each CTA
         # takes several and the next-row copies run
         sizes = [(3, 1000), (4099, 1024), (5, 4096), (2, 65536)]
+        if label.startswith("tuned"):  # TUNED's layouts at 4096-14336 (clusters at 8192)
+            sizes = [*sizes, (513, 4096), (67, 8192), (700, 14336)]
         for rows, h in sizes + ([(2000, 4096), (700, 14336)] if fp8_only else []):
             for nm in ("layernorm", "rmsnorm"):
                 for out_dtype, scaling in (("bf16", "none"), ("fp8", "tensor"),

@@ -896,3 +896,136 @@ def test_forward_fp8_round5_candidates(op, values):
                                       strict=True):  # fmt: skip
                     if a is not None:
                         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name
+
+
+# Round-8 candidates: a row sum's per-warp values added across lanes by shuffles
+# (ROW_SUM_LANES, ``l``); the staged backward's shared-memory reads as 32-bit words
+# (BWD_STAGED_WORDS, ``q``), its gamma in shared memory as fp32 (BWD_GAMMA32, ``f``) and its
+# dx from the row's constants (BWD_FOLDED, ``d``).
+ROUND8_FWD = [{"ROW_SUM_LANES": True}]
+ROUND8_BWD = [{"ROW_SUM_LANES": True}, {"BWD_STAGED_WORDS": True},
+              {"ROW_SUM_LANES": True, "BWD_STAGED_WORDS": True}, {"BWD_GAMMA32": True},
+              {"BWD_FOLDED": True}, {"BWD_GAMMA32": True, "BWD_FOLDED": True},
+              {"ROW_SUM_LANES": False, "BWD_STAGED_WORDS": True, "BWD_GAMMA32": True,
+               "BWD_FOLDED": True}]  # fmt: skip
+# the switches that keep the arithmetic (and so the bytes) of the kernel without them
+SAME_BITS = {"BWD_STAGED_WORDS", "BWD_GAMMA32"}
+ROUND8_CASES = [(1001, 37), (4096, 1), (4096, 513), (8192, 67), (14336, 1), (14336, 700),
+                (65536, 3)]  # fmt: skip
+
+
+def _round8_kernel(op, fields, values):
+    """``op``'s kernel for ``fields`` with TUNED as it is and the round-8 ``values``, and the
+    letters they must have added to the tag (the reference kernel: the same without them)."""
+    import nvrtc_engine.ops.norm as norm
+
+    default = _kernel_with(op, fields, norm.TUNED, {})
+    kernel = _kernel_with(op, fields, norm.TUNED, values)
+    cfg, base = kernel.config, default.config
+    assert kernel.artifact.symbols[0].endswith(cfg.tag)
+    if cfg.mode == "regs":
+        assert cfg.lanes == (base.lanes or (values.get("ROW_SUM_LANES", False) and cfg.warps > 1))
+        staged = cfg.stages > 0
+        for field, name in (("words", "BWD_STAGED_WORDS"), ("gamma32", "BWD_GAMMA32"),
+                            ("folded", "BWD_FOLDED")):  # fmt: skip
+            assert getattr(cfg, field) == (getattr(base, field)
+                                           or (values.get(name, False) and staged))  # fmt: skip
+    return kernel, default
+
+
+@pytest.mark.parametrize(
+    "values", ROUND8_FWD, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
+)
+@pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
+def test_forward_round8_candidates(op, values):
+    """``l`` on the forward against the float64 reference, over TUNED's layouts (bf16 and FP8
+    tensor-scaled z at 4096-65536: one CTA of 4-14 warps per row, and clusters at 65536) and
+    the rules' (H = 1001, MXFP8 z; fp32 x with a 1e4 mean offset), N = 1 and several rows per
+    CTA; two calls give the same bytes."""
+    outputs = [("bf16", {}), ("fp8_e4m3", {"scaling": "tensor"}),
+               ("fp8_e4m3", {"scaling": "mxfp8"})]  # fmt: skip
+    for hidden, rows in ROUND8_CASES:
+        for out, extra in outputs if hidden in (4096, 14336) else outputs[:2]:
+            fields = dict(in_dtype="bf16", out_dtype=out, hidden_size=hidden, **extra)
+            kernel, _ = _round8_kernel(op, fields, values)
+            x_host = reference.sample_input((rows, hidden), "bf16", seed(op, hidden, rows, "r6"))
+            z, _ = run_forward(kernel, x_host)
+            first = z.clone()
+            again, _ = run_forward(kernel, x_host)
+            assert torch.equal(first.view(torch.uint8), again.view(torch.uint8))
+    fields = dict(in_dtype="fp32", hidden_size=4096)
+    kernel, _ = _round8_kernel(op, fields, values)
+    x_host = (1e4 + seed(op, "r6 offset").standard_normal((33, 4096))).astype(np.float32)
+    run_forward(kernel, x_host)
+
+
+@pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
+def test_forward_bf16_words(op):
+    """``q`` on the bf16-output forward (x, gamma and beta loaded as 32-bit words; TUNED
+    entries only, sm_90): z the same bytes as without it, and within the float64 bound, on
+    TUNED's and the rules' layouts at 4096-65536 (held weights and next-row copies at 65536),
+    N = 1 and odd N, unaligned x (the element-by-element path)."""
+    import dataclasses
+
+    import nvrtc_engine.ops.norm as norm
+
+    if arch() != "sm_90":
+        pytest.skip("TUNED applies on sm_90 only")
+    for hidden, rows in ROUND8_CASES[1:]:
+        fields = dict(in_dtype="bf16", hidden_size=hidden)
+        base = launch_config(ne.make_key(op, **fields))
+        tuned = dict(norm.TUNED)
+        tuned[(op, hidden, "none")] = dataclasses.replace(base, words=True).tag
+        kernel = _kernel_with(op, fields, tuned, {})
+        assert kernel.config.words and kernel.artifact.symbols[0].endswith(kernel.config.tag)
+        default = _kernel_with(op, fields, norm.TUNED, {})
+        assert not default.config.words
+        x_host = reference.sample_input((rows, hidden), "bf16", seed(op, hidden, rows, "q16"))
+        views = [None]
+        if rows > 1:
+            flat = torch.empty(rows * hidden + 1, dtype=torch.bfloat16, device="cuda")
+            views.append(flat[1:].view(rows, hidden))
+            views[-1].copy_(to_torch(x_host, "bf16"))
+        for x in views:
+            got, _ = run_forward(kernel, x_host, x=x)
+            got = got.clone()
+            want, _ = run_forward(default, x_host, x=x)
+            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+@pytest.mark.parametrize(
+    "values", ROUND8_BWD, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
+)
+@pytest.mark.parametrize("op", BWD)
+def test_backward_round8_candidates(op, values):
+    """``l``, ``q``, ``f`` and ``d`` on the backward (TUNED's staged layouts at 4096-65536,
+    the rules' elsewhere) against the float64 reference: N = 1 and odd N, H = 1001,
+    zero-centred fp32 gamma, fp32 x with a 1e4 mean offset, unaligned x (the element-by-element
+    copies). With ``q`` and ``f`` alone dx, dgamma and dbeta are the same bytes as without
+    them (the same arithmetic); with ``l`` or ``d`` two calls give the same bytes."""
+    cases = [(h, r, "bf16", {}) for h, r in ROUND8_CASES]
+    cases += [(4096, 77, "bf16", {"zero_centered_gamma": True, "fp32_gamma": True}),
+              (4096, 13, "fp32", {})]  # fmt: skip
+    for hidden, rows, in_dtype, flags in cases:
+        fields = dict(in_dtype=in_dtype, hidden_size=hidden, **flags)
+        kernel, default = _round8_kernel(op, fields, values)
+        rng = seed(op, hidden, rows, in_dtype, sorted(flags), "r6")
+        if in_dtype == "fp32":
+            x_host = (1e4 + rng.standard_normal((rows, hidden))).astype(np.float32)
+        else:
+            x_host = reference.sample_input((rows, hidden), in_dtype, rng)
+        dz_host = reference.sample_input((rows, hidden), in_dtype, rng, outliers=4.0)
+        got = [t.clone() for t in run_backward(kernel, x_host, dz_host=dz_host) if t is not None]
+        if {name for name, on in values.items() if on} <= SAME_BITS:
+            want = [t for t in run_backward(default, x_host, dz_host=dz_host) if t is not None]
+        else:
+            again = run_backward(kernel, x_host, dz_host=dz_host, check_result=False)
+            want = [t for t in again if t is not None]
+        for a, b in zip(got, want, strict=True):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    kernel, _ = _round8_kernel(op, dict(in_dtype="bf16", hidden_size=4096), values)
+    x_host = reference.sample_input((300, 4096), "bf16", seed(op, "r6 unaligned"))
+    flat = torch.empty(300 * 4096 + 1, dtype=torch.bfloat16, device="cuda")
+    x = flat[1:].view(300, 4096)
+    x.copy_(to_torch(x_host, "bf16"))
+    run_backward(kernel, x_host, x=x)

@@ -244,13 +244,13 @@ def test_configuration_choices():
         assert tag("layernorm_fwd", 1 << 20) == "loop"
     # norm.TUNED (sm_90, 16-bit x and gamma): the measured winners take precedence
     assert tag("rmsnorm_fwd", 4096) == "w8r1v8j2c1"
-    # the staged backward, 3 rows deep, at most 2 CTAs per SM; RMSNorm 5 rows deep
-    assert tag("layernorm_bwd", 4096) == "w8r1v8j2c1t3b2"
+    # the staged backward (3 rows deep; RMSNorm at 4096 5 rows deep), some over clusters
+    assert tag("layernorm_bwd", 4096) == "w1r1v8j4c4qdt3"  # staged over a cluster of 4
     assert tag("rmsnorm_bwd", 4096) == "w8r1v8j2c1t5"
-    assert tag("rmsnorm_bwd", 8192) == "w16r1v8j2c1t4"
-    assert tag("layernorm_bwd", 8192) == "w16r1v8j2c1t4"
-    assert tag("layernorm_bwd", 14336) == "w28r1v8j2c1t2b2"
-    assert tag("layernorm_bwd", 65536) == "w8r1v8j4c8t3b2"  # staged over a cluster of 8
+    assert tag("rmsnorm_bwd", 8192) == "w16r1v8j2c1qt4"
+    assert tag("layernorm_bwd", 8192) == "w16r1v8j2c1qlt4"
+    assert tag("layernorm_bwd", 14336) == "w7r1v8j4c2qt3"  # staged over a cluster of 2
+    assert tag("layernorm_bwd", 65536) == "w8r1v8j4c8qlt3b2"  # staged over a cluster of 8
     assert tag("layernorm_bwd", 8192, "sm_100") == "w8r1v8j4c1n"  # TUNED is sm_90 only
     assert tag("layernorm_bwd", 14336, "sm_100") == "loop"
     assert tag("rmsnorm_fwd", 4096, dt="fp32") == "w8r1v4j4c1"  # TUNED: 16-bit x only
@@ -411,7 +411,7 @@ def test_render_cluster_and_headers():
     # the row sums go through the cluster's mailboxes: no release-ordered cluster barrier
     assert "mail_exchange<" in r.source and "nve::cluster_sync();" not in r.source
     assert not r.cuda_headers
-    small = render(make_key("layernorm_bwd", in_dtype="bf16", hidden_size=4096, arch="sm_90"))
+    small = render(make_key("rmsnorm_bwd", in_dtype="bf16", hidden_size=4096, arch="sm_90"))
     assert "__cluster_dims__" not in small.source
     fp8_ampere = render(make_key("rmsnorm_fwd", in_dtype="bf16", out_dtype="fp8", arch="sm_80"))
     assert fp8_ampere.cuda_headers and "NVE_SOFT_FP8" in fp8_ampere.source
@@ -847,16 +847,17 @@ TUNED_FP8 = {
     ("layernorm_fwd", 14336): "w14r1v8j4c1ogq",
     ("layernorm_fwd", 65536): "w4r1v8j8c8hogqpx64",
     ("rmsnorm_fwd", 4096): "w4r1v8j4c1hogqx4",
-    ("rmsnorm_fwd", 8192): "w4r1v8j8c1gq",
+    ("rmsnorm_fwd", 8192): "w2r1v8j8c2hogqpx64",
     ("rmsnorm_fwd", 14336): "w14r1v8j4c1hogq",
     ("rmsnorm_fwd", 65536): "w4r1v8j8c8hogqpx64",
 }
 
 
 def test_tuned_fp8_forwards_carry_the_measured_switches():
-    """norm.TUNED's FP8 winners of 2026-12-01 (bench/results/norm_tuning-fp8b.json) keep their
-    o/g/q/p letters (and x4, 4 row groups per CTA) whatever the module switches say, on sm_90
-    only (16-bit x and gamma); elsewhere the module's defaults (off) apply."""
+    """norm.TUNED's FP8 winners (bench/results/norm_tuning-fp8b.json, 2026-12-01; at RMSNorm
+    8192 norm_tuning-bwdc.json, 2026-12-02) keep their o/g/q/p letters (and x4, 4 row groups
+    per CTA) whatever the module switches say, on sm_90 only (16-bit x and gamma); elsewhere
+    the module's defaults (off) apply."""
     assert not (norm.FWD_FP8_BATCHED or norm.FWD_FP8_WARP_AMAX)
     assert not (norm.FWD_FP8_WORDS or norm.FWD_FP8_NEXT_ROW)
     for (op, hidden), tag in TUNED_FP8.items():
@@ -1265,7 +1266,8 @@ def test_backward_ctas_per_sm_is_a_grid_choice(monkeypatch):
     assert cfg.ctas_per_sm == 2 and cfg.stages == 3 and cfg.tag == "w8r1v8j2c1t3b2"
     assert norm.parse_tag("w4r1v8j4c1oqpx4b3").tag == "w4r1v8j4c1oqpx4b3"
     key = make_key("layernorm_bwd", in_dtype="bf16", hidden_size=4096, arch="sm_90")
-    assert launch_config(key).ctas_per_sm == 2
+    big = make_key("layernorm_bwd", in_dtype="bf16", hidden_size=65536, arch="sm_90")
+    assert launch_config(big).ctas_per_sm == 2  # a TUNED entry's b2
     plain = dataclasses.replace(cfg, ctas_per_sm=0)
     monkeypatch.setattr(norm, "launch_config", lambda k: plain)
     source = render(key).source
@@ -1298,3 +1300,68 @@ def test_fp8_round5_tags_round_trip():
     # the older tags parse as before
     assert norm.parse_tag("w4r1v8j4c1ns2") == LaunchConfig("regs", 8, 4, 1, 4, 1, prefetch=False,
                                                            shared_sums=2)  # fmt: skip
+
+
+# Round-8 candidates: ROW_SUM_LANES (``l``: a row sum's per-warp values added across lanes by
+# shuffles) and BWD_STAGED_WORDS (``q`` on the staged backward: shared-memory reads as words).
+def test_round8_tags_round_trip():
+    lanes = LaunchConfig("regs", 8, 14, 1, 4, 1, batched=True, warp_amax=True, words=True,
+                         lanes=True)  # fmt: skip
+    assert lanes.tag == "w14r1v8j4c1ogql" and norm.parse_tag(lanes.tag) == lanes
+    staged = LaunchConfig("regs", 8, 28, 1, 2, 1, words=True, lanes=True, stages=2,
+                          ctas_per_sm=2)  # fmt: skip
+    assert staged.tag == "w28r1v8j2c1qlt2b2" and norm.parse_tag(staged.tag) == staged
+    both = dataclasses.replace(staged, gamma32=True, folded=True)
+    assert both.tag == "w28r1v8j2c1qlfdt2b2" and norm.parse_tag(both.tag) == both
+    assert norm.parse_tag("w28r1v8j2c1dt3").folded and not norm.parse_tag("w28r1v8j2c1dt3").gamma32
+    held = norm.parse_tag("w4r1v8j8c8hogqplx64")
+    assert held.lanes and held.next_row and held.groups == 64 and held.cluster == 8
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_round8_switches_compile(monkeypatch, arch):
+    """With ROW_SUM_LANES, BWD_STAGED_WORDS, BWD_GAMMA32 and BWD_FOLDED on (all off by
+    default), every op compiles at TUNED's hidden sizes and H = 1001 (bf16; FP8
+    tensor-scaled and MXFP8 z forward); ``l`` appears exactly where a row has several warps
+    of one CTA and ``q``, ``f`` and ``d`` on every staged backward, each changing the source,
+    and nothing changes for the general kernel."""
+    assert not (norm.ROW_SUM_LANES or norm.BWD_STAGED_WORDS)
+    assert not (norm.BWD_GAMMA32 or norm.BWD_FOLDED)
+    keys = []
+    for hidden in (1001, 4096, 8192, 14336, 65536, None):
+        for op in ("layernorm_fwd", "rmsnorm_fwd"):
+            for out, scaling in (("bf16", "none"), ("fp8_e4m3", "tensor"), ("fp8_e4m3", "mxfp8")):
+                keys.append(make_key(op, in_dtype="bf16", out_dtype=out, scaling=scaling,
+                                     hidden_size=hidden, arch=arch))  # fmt: skip
+        for op in BWD:
+            keys.append(make_key(op, in_dtype="bf16", hidden_size=hidden, arch=arch))
+    launch_config.cache_clear()
+    before = {key: (launch_config(key), render(key).source) for key in keys}
+    monkeypatch.setattr(norm, "ROW_SUM_LANES", True)
+    monkeypatch.setattr(norm, "BWD_STAGED_WORDS", True)
+    monkeypatch.setattr(norm, "BWD_GAMMA32", True)
+    monkeypatch.setattr(norm, "BWD_FOLDED", True)
+    launch_config.cache_clear()
+    ne.clear_cache(disk=False)
+    try:
+        for key in keys:
+            old, old_source = before[key]
+            cfg = launch_config(key)
+            staged = old.mode == "regs" and old.stages > 0
+            want = dataclasses.replace(
+                old, lanes=old.mode == "regs" and old.warps > 1, words=old.words or staged,
+                gamma32=staged and norm.staged_fits(key, dataclasses.replace(old, gamma32=True)),
+                folded=staged,
+            )  # fmt: skip
+            assert cfg == want, key
+            if cfg.stages:
+                assert norm.staged_fits(key, cfg), key
+            source = render(key).source
+            assert (source != old_source) == (cfg != old), key
+            if cfg.lanes:
+                assert "Switch l:" in source
+            kernel = ne.get_kernel(key)
+            assert kernel.artifact.symbols[0].endswith(cfg.tag)
+    finally:
+        launch_config.cache_clear()
+        ne.clear_cache(disk=False)

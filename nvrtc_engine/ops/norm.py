@@ -25,8 +25,10 @@ one (count, mean, M2) reduction, split sums, backward column sums in shared memo
 off by default but on in TUNED's FP8 layouts: the FP8 forward's output stage batched,
 warp-level amax atomics; round 5, off by default: the staged backward, x and dz copied into
 shared memory by cp.async several rows ahead, and the FP8 forward's bf16 unpacking and FP8
-packing by 32-bit words, the next row group's x copied ahead into shared memory); the
-choice is part of the kernel's symbol, e.g.
+packing by 32-bit words, the next row group's x copied ahead into shared memory; round 8,
+off by default: a row sum's per-warp values added across lanes by shuffles, and in the
+staged backward shared-memory reads by 32-bit words, gamma kept as fp32 and dx from per-row
+constants); the choice is part of the kernel's symbol, e.g.
 ``layernorm_fwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1`` or
 ``layernorm_bwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1nm3``. When no register layout
 fits (and always for ``hidden_size=None``) the general kernel streams each row (symbol suffix
@@ -207,6 +209,25 @@ FWD_FP8_NEXT_ROW = False
 # CTA: --candidates big2, norm_tuning-big2.json), where TUNED now takes it for every z.
 _NEXT_ROW_SCALING = ("tensor", "none")
 STATIC_SMEM_BYTES = 48 * 1024  # static shared memory a CTA may declare
+# Round-8 switches, off by default (bench/norm_tuning.py --candidates lanes). SASS (sm_90,
+# NVRTC 13.5, bf16): after a row sum's block barrier every thread read the W per-warp values
+# and added them one by one: at LayerNorm backward H = 14336 (w28, two sums) 14 LDS.128 and
+# 54 FADD of the ~600 instructions a thread issues per row, and the staged backward unpacked
+# each bf16 it read from shared memory in two instructions for odd elements (the forward's
+# ``q`` had fixed that there). ROW_SUM_LANES (suffix ``l``): lane i reads warp i's value and
+# the warp adds them by a butterfly of shuffles (log2 W steps; every lane the same bits, in
+# another order than the one-by-one sum). BWD_STAGED_WORDS (``q`` on the staged backward):
+# x, dz and gamma read from shared memory as 32-bit words and unpacked one instruction per
+# element (same values, same bytes). BWD_GAMMA32 (``f``, staged backward): weight(gamma) kept
+# in shared memory as fp32, converted once, instead of gamma as stored (unpacked, and with
+# zero-centred gamma incremented, twice per row). BWD_FOLDED (``d``, staged backward): dx =
+# r dy - (xc c1 + c0) with xc = x - mu and the row's c1 = r^2 mean(dy xhat), c0 = r mean(dy):
+# two FFMA per element after xc and dy instead of four operations (other roundings, within
+# the same bound).
+ROW_SUM_LANES = False
+BWD_STAGED_WORDS = False
+BWD_GAMMA32 = False
+BWD_FOLDED = False
 # Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
 # Each CTA (or cluster: H = 65536) holds a fixed share of the columns and loops over rows
 # (persistent grid); a thread copies its share of the row's x and dz into shared memory
@@ -251,7 +272,7 @@ TUNED: dict[tuple[str, int, str], str] = {
     ("layernorm_fwd", 14336, "tensor"): "w14r1v8j4c1ogq",  # 79.2 against og 67.7
     ("layernorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqpx64",  # 72.2 against c2huogqa2 54.8, big2
     ("rmsnorm_fwd", 4096, "tensor"): "w4r1v8j4c1hogqx4",  # 89.2 against ogq 88.3, near
-    ("rmsnorm_fwd", 8192, "tensor"): "w4r1v8j8c1gq",  # 90.7 against g 89.2
+    ("rmsnorm_fwd", 8192, "tensor"): "w2r1v8j8c2hogqpx64",  # 95.2 against w4j8c1gq 91.5, bwdc
     ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1hogq",  # 94.7 (8 groups) against hog 83.9
     ("rmsnorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqpx64",  # 90.6 against c2hogq 81.7, big2
     # "near": bench/norm_tuning.py --candidates near --shuffle --rounds 8 --repeat 5,
@@ -275,19 +296,31 @@ TUNED: dict[tuple[str, int, str], str] = {
     # 1-4 accesses per thread, 2-6 stages, 2/4/8 CTAs per SM); elsewhere round 5's.
     # Backward: the round-5 staged kernel (t: x and dz through shared memory, cp.async),
     # bench/norm_tuning.py --candidates bwd, 2026-12-01 (norm_tuning-bwd.json), against the
-    # earlier defaults (register layouts; the general kernel from 14336)
-    ("layernorm_bwd", 4096, "none"): "w8r1v8j2c1t3b2",  # 78.5 against b8 (t3) 71.8, bwd2
-    ("layernorm_bwd", 8192, "none"): "w16r1v8j2c1t4",  # 85.6 against w8j4 60.2
-    ("layernorm_bwd", 14336, "none"): "w28r1v8j2c1t2b2",  # 74.3 against t2 74.0, near
-    ("layernorm_bwd", 65536, "none"): "w8r1v8j4c8t3b2",  # 69.2 against w32j2c4t2 60.4, big2
+    # earlier defaults (register layouts; the general kernel from 14336). "lanes": bench/
+    # norm_tuning.py --candidates lanes --shuffle --rounds 12 --repeat 5, 2026-12-02
+    # (norm_tuning-lanes.json): q (shared-memory reads as words) and l (row sums across
+    # lanes) on the staged entries, taken where faster than the entry before in >= 92% of
+    # the rounds (median same-round speed-ups 1.002-1.046x); the figures are that run's.
+    # "fold": --candidates fold, same settings (norm_tuning-fold.json): f (fp32 gamma in
+    # shared memory) and d (dx from per-row constants) on those entries; f won at RMSNorm
+    # 14336 (every round, 1.016x), d at LayerNorm 4096 (92% of rounds, 1.004x); both lost
+    # elsewhere (to 0.937x). "bwdc": --candidates bwdc, 8 rounds (norm_tuning-bwdc.json,
+    # norm_tuning-bwdc-4096.json): the staged backward and the FP8 forward at 4096-14336
+    # split over clusters of 2 and 4 CTAs (the row sums through the cluster mailboxes);
+    # faster than the entries before in every round at LayerNorm backward 14336 (1.182x)
+    # and 4096 (1.040x) and RMSNorm FP8 forward 8192 (1.042x); slower elsewhere.
+    ("layernorm_bwd", 4096, "none"): "w1r1v8j4c4qdt3",  # 83.1 against w8j2c1qdt3b2 79.8, bwdc
+    ("layernorm_bwd", 8192, "none"): "w16r1v8j2c1qlt4",  # 86.3 against t4 84.8, lanes
+    ("layernorm_bwd", 14336, "none"): "w7r1v8j4c2qt3",  # 88.9 against w28j2c1qt2b2 75.2, bwdc
+    ("layernorm_bwd", 65536, "none"): "w8r1v8j4c8qlt3b2",  # 70.4 against t3b2 67.5, lanes
     ("rmsnorm_bwd", 4096, "none"): "w8r1v8j2c1t5",  # 85.7 against t4 77.3, bwd2
-    ("rmsnorm_bwd", 8192, "none"): "w16r1v8j2c1t4",  # 93.5 against w8j4n 84.9
-    ("rmsnorm_bwd", 14336, "none"): "w28r1v8j2c1t3",  # 89.3 against loop 53.7
+    ("rmsnorm_bwd", 8192, "none"): "w16r1v8j2c1qt4",  # 92.9 against t4 92.7, lanes
+    ("rmsnorm_bwd", 14336, "none"): "w28r1v8j2c1lft3",  # 93.6 against lt3 92.2, fold
     ("rmsnorm_bwd", 65536, "none"): "w4r1v8j8c8t3b4",  # 77.1 against w32j2c4t3 73.3, big2
     # rmsnorm_bwd_add: the same kernel with the residual gradient added (not swept apart)
     ("rmsnorm_bwd_add", 4096, "none"): "w8r1v8j2c1t5",
-    ("rmsnorm_bwd_add", 8192, "none"): "w16r1v8j2c1t4",
-    ("rmsnorm_bwd_add", 14336, "none"): "w28r1v8j2c1t3",
+    ("rmsnorm_bwd_add", 8192, "none"): "w16r1v8j2c1qt4",
+    ("rmsnorm_bwd_add", 14336, "none"): "w28r1v8j2c1lft3",
     ("rmsnorm_bwd_add", 65536, "none"): "w4r1v8j8c8t3b4",
 }
 LOOP_BLOCK = 1024  # threads per CTA of the streaming kernels (forward, backward row sums)
@@ -341,10 +374,13 @@ class LaunchConfig:
     batched: bool = False  # forward, tensor scaling: the output stage under one branch
     warp_amax: bool = False  # forward, tensor scaling: one guarded atomic per warp
     stages: int = 0  # backward, > 1: the staged kernel (x and dz via cp.async in shared memory)
-    words: bool = False  # forward, tensor scaling: bf16 unpacked and FP8 packed as 32-bit words
+    words: bool = False  # FP8 forward, staged backward: bf16 (and FP8) moved as 32-bit words
     next_row: bool = False  # forward (tensor scaling, bf16/fp16/fp32 z): next row's x copied ahead
     groups: int = 0  # forward, held weights or next_row: row groups per CTA (0: the module's)
     ctas_per_sm: int = 0  # backward, regs: at most this many CTAs per SM (0: BWD_CTAS_PER_SM)
+    lanes: bool = False  # regs: a row sum's W warp values added across lanes by shuffles
+    gamma32: bool = False  # staged backward: weight(gamma) held in shared memory as fp32
+    folded: bool = False  # staged backward: dx from the row's constants, two FFMA per element
 
     @property
     def threads(self) -> int:
@@ -357,7 +393,9 @@ class LaunchConfig:
         change the code follow: ``h`` (held weights), ``k`` (packed), ``n`` (no prefetch),
         ``e`` (early weight loads), ``u`` (one reduction), ``o`` (batched FP8 output stage),
         ``g`` (warp-level amax atomics), ``q`` (the FP8 forward's word unpacking and
-        packing), ``p`` (the forward's next row group copied ahead), ``a2`` (split sums),
+        packing), ``p`` (the forward's next row group copied ahead), ``l`` (the row sums'
+        per-warp values added across lanes by shuffles), ``f`` (the staged backward's gamma
+        in shared memory as fp32), ``d`` (its dx from per-row constants), ``a2`` (split sums),
         ``s1`` (column sums in shared memory), ``t3`` (the staged backward, 3 rows deep),
         ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then the grid choices, the
         same code: ``x4`` (4 row groups per CTA where a CTA takes several, forward) and ``b2``
@@ -370,6 +408,8 @@ class LaunchConfig:
         switches += ("e" if self.early else "") + ("u" if self.one_reduction else "")
         switches += ("o" if self.batched else "") + ("g" if self.warp_amax else "")
         switches += ("q" if self.words else "") + ("p" if self.next_row else "")
+        switches += ("l" if self.lanes else "") + ("f" if self.gamma32 else "")
+        switches += "d" if self.folded else ""
         switches += f"a{self.accumulators}" if self.accumulators > 1 else ""
         switches += f"s{self.shared_sums}" if self.shared_sums else ""
         switches += f"t{self.stages}" if self.stages else ""
@@ -452,17 +492,18 @@ def launch_config(key: KernelKey) -> LaunchConfig:
     if tuned is None and BWD_STAGED > 1 and key.spec.backward:
         tuned = staged_layout(key, BWD_STAGED)
     cfg = tuned if tuned is not None else _layout(key, *_switches(key))
-    return _round3_switches(key, cfg)
+    return _round8_switches(key, _round3_switches(key, cfg))
 
 
 def staged_smem_bytes(cfg: LaunchConfig, in_size: int, w_size: int) -> int:
     """Dynamic shared memory (bytes) of a staged backward CTA (``cfg.stages`` > 1): x and dz
-    of ``stages`` rows (``in_size`` bytes each) and gamma once (``w_size`` bytes), for the
-    CTA's ``iters * 32 * warps`` accesses of ``vec`` elements; 0 for other layouts."""
+    of ``stages`` rows (``in_size`` bytes each) and gamma once (``w_size`` bytes; 4 with
+    ``gamma32``), for the CTA's ``iters * 32 * warps`` accesses of ``vec`` elements; 0 for
+    other layouts."""
     if cfg.mode != "regs" or cfg.stages < 2:
         return 0
     share = cfg.iters * 32 * cfg.warps * cfg.vec
-    return share * (2 * cfg.stages * in_size + w_size)
+    return share * (2 * cfg.stages * in_size + (4 if cfg.gamma32 else w_size))
 
 
 def staged_layout(
@@ -545,11 +586,30 @@ def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
         accumulators=cfg.accumulators if cfg.accumulators > 1 else FWD_ACCUMULATORS,
         batched=(cfg.batched or FWD_FP8_BATCHED) and key.scaling == "tensor",
         warp_amax=(cfg.warp_amax or FWD_FP8_WARP_AMAX) and key.scaling == "tensor",
-        words=(cfg.words or FWD_FP8_WORDS) and key.scaling == "tensor",
+        words=cfg.words or (FWD_FP8_WORDS and key.scaling == "tensor"),
         next_row=((cfg.next_row and key.scaling in _NEXT_ROW_SCALING)
                   or (FWD_FP8_NEXT_ROW and key.scaling == "tensor"))
         and next_row_fits(cfg, key.input.itemsize),
     )  # fmt: skip
+
+
+def _round8_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
+    """``cfg`` with ``ROW_SUM_LANES`` (several warps per row), ``BWD_STAGED_WORDS``,
+    ``BWD_GAMMA32`` (where its fp32 gamma fits the arch's shared memory) and ``BWD_FOLDED``
+    (the staged backward) where they apply; each stays on where ``cfg``, a :data:`TUNED`
+    entry, has it (``l``, ``q``, ``f``, ``d``)."""
+    if cfg.mode != "regs":
+        return cfg
+    staged = cfg.stages > 0
+    lanes = (cfg.lanes or ROW_SUM_LANES) and cfg.warps > 1
+    words = cfg.words or (BWD_STAGED_WORDS and staged)
+    folded = cfg.folded or (BWD_FOLDED and staged)
+    gamma32 = cfg.gamma32 or (
+        BWD_GAMMA32 and staged and staged_fits(key, dataclasses.replace(cfg, gamma32=True))
+    )
+    if (lanes, words, gamma32, folded) == (cfg.lanes, cfg.words, cfg.gamma32, cfg.folded):
+        return cfg
+    return dataclasses.replace(cfg, lanes=lanes, words=words, gamma32=gamma32, folded=folded)
 
 
 def next_row_fits(cfg: LaunchConfig, itemsize: int) -> bool:
@@ -560,7 +620,7 @@ def next_row_fits(cfg: LaunchConfig, itemsize: int) -> bool:
 
 
 _TAG = re.compile(
-    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(?:a(\d+))?(?:s(\d+))?"
+    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(l?)(f?)(d?)(?:a(\d+))?(?:s(\d+))?"
     r"(?:t(\d+))?(?:m(\d+))?(?:x(\d+))?(?:b(\d+))?"
 )
 
@@ -574,12 +634,13 @@ def parse_tag(tag: str) -> LaunchConfig:
         raise ValueError(f"not a norm configuration tag: {tag!r}")
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
-                        packed=bool(m[7]), min_ctas=int(m[18] or 0), early=bool(m[9]),
-                        one_reduction=bool(m[10]), accumulators=int(m[15] or 1),
-                        shared_sums=int(m[16] or 0), batched=bool(m[11]),
+                        packed=bool(m[7]), min_ctas=int(m[21] or 0), early=bool(m[9]),
+                        one_reduction=bool(m[10]), accumulators=int(m[18] or 1),
+                        shared_sums=int(m[19] or 0), batched=bool(m[11]),
                         warp_amax=bool(m[12]), words=bool(m[13]), next_row=bool(m[14]),
-                        stages=int(m[17] or 0), groups=int(m[19] or 0),
-                        ctas_per_sm=int(m[20] or 0))  # fmt: skip
+                        lanes=bool(m[15]), gamma32=bool(m[16]), folded=bool(m[17]),
+                        stages=int(m[20] or 0), groups=int(m[22] or 0),
+                        ctas_per_sm=int(m[23] or 0))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -709,6 +770,7 @@ class NormSpec(OpSpec):
         symbols = self.symbols(key)
         w_dtype = gamma_dtype(key)
         out = key.output
+        staged = self.backward and cfg.mode == "regs" and cfg.stages > 0
         ctx.update(
             direction="bwd" if self.backward else "fwd",
             rms=self.rms,
@@ -736,9 +798,12 @@ class NormSpec(OpSpec):
             tensor_scaling=key.scaling == "tensor",
             batched=cfg.batched and key.scaling == "tensor",
             warp_amax=cfg.warp_amax and key.scaling == "tensor",
-            stages=cfg.stages if self.backward and cfg.mode == "regs" else 0,
-            words=cfg.words and key.scaling == "tensor",
+            stages=cfg.stages if staged else 0,
+            words=cfg.words and (not self.backward or staged),
             next_row=cfg.next_row and key.scaling in _NEXT_ROW_SCALING,
+            lanes=cfg.lanes and cfg.mode == "regs",
+            gamma32=cfg.gamma32 and staged,
+            folded=cfg.folded and staged,
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
             stats_name=symbols[1] if len(symbols) == 3 else "",
