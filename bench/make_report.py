@@ -519,7 +519,8 @@ def candidates_section() -> str | None:
             "backward and the FP8 forward with each row split over a thread block cluster of "
             "2 or 4 CTAs (1-8 accesses per thread, 2 or 3 stages, 16 or 64 row groups per CTA "
             "with the next row copied ahead), 8 shuffled rounds; `norm.TUNED` takes LayerNorm "
-            "backward 14336 and RMSNorm FP8 forward 8192 (docs/norms.md).",
+            "backward 14336 (`w7r1v8j4c2qt3`: the table's `b2` twin tied with it) and RMSNorm "
+            "FP8 forward 8192 (docs/norms.md).",
         ),
         (
             "norm_tuning-bwdc-4096",
@@ -838,8 +839,40 @@ def norm_section() -> str | None:
             "backward x and dz read and dx written once. Targets (issue 4): forward >= 90% of copy "
             "at H >= 4096 and never below torch.compile; backward >= 75%." + _later_fp8(d),
             md_table(["norm", "case", "N x H", "implementation", "us", "GB/s", "% of copy"], rows),
+            *_compile_recheck(d),
         ]
     )
+
+
+def _compile_recheck(d: dict[str, Any]) -> list[str]:
+    """The torch.compile recheck (norm_bandwidth-compile-recheck.json), when newer than ``d``:
+    runs up to 2026-12-02 reused one function's code over every shape, so past dynamo's
+    recompile limit (8) the last shapes' torch.compile rows ran eagerly."""
+    r = load("norm_bandwidth-compile-recheck")
+    if r is None or r["date"] <= d["date"]:
+        return []
+    by = {(q["norm"], q["case"], q["tokens"], q["hidden"], q["impl"]): q for q in r["rows"]}
+    rows = []
+    for (norm, case, n, h, impl), q in sorted(by.items()):
+        if impl != "torch.compile" or q.get("ms") is None:
+            continue
+        ours = by.get((norm, case, n, h, "nvrtc_engine specialized"))
+        if ours is None or ours.get("ms") is None:
+            continue
+        rows.append([norm, case, f"{n}x{h}", _pct(ours["pct_of_copy"]), _pct(q["pct_of_copy"]),
+                     f"{q['ms'] / ours['ms']:.2f}x"])  # fmt: skip
+    shapes = ", ".join(sorted({f"{q['tokens']}x{q['hidden']}" for q in r["rows"]}))
+    return [
+        "In the run above torch.compile's rows for the last shapes ran eagerly: the benchmark "
+        "compiled the same function for every shape, and past dynamo's recompile limit (8) "
+        "dynamo falls back to eager (its log says so; RMSNorm forward at 14336 and 65536). "
+        f"It now compiles each shape afresh (`common.fresh_compile`). The recheck of {shapes} "
+        "with the fix, both implementations in the same run:",
+        source(r, f"norm_bandwidth.py --norms rmsnorm --shapes {shapes.replace(', ', ',')} "
+                  "--name norm_bandwidth-compile-recheck"),
+        md_table(["norm", "case", "N x H", "nvrtc_engine specialized", "torch.compile",
+                  "x torch.compile"], rows),
+    ]  # fmt: skip
 
 
 def _later_fp8(d: dict[str, Any]) -> str:

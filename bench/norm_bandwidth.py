@@ -2,6 +2,7 @@
 device copy, PyTorch eager and torch.compile.
 
     python bench/norm_bandwidth.py [--norms layernorm,rmsnorm] [--no-compile] [--repeat 50]
+                                   [--shapes 16384x4096,...] [--name norm_bandwidth]
 
 bf16, N = 16384 rows at H in {1024, 4096, 8192, 14336} and N = 2048 at H = 65536. Cases:
   - fwd bf16->bf16: z (+ mu, rsigma),
@@ -11,12 +12,14 @@ Implementations: nvrtc_engine with hidden_size=H ("specialized", the kernel name
 launch configuration) and hidden_size=None ("general"); torch eager (F.layer_norm /
 F.rms_norm, then amax and a saturating cast for FP8; backward: aten.native_layer_norm_backward,
 for RMSNorm the kernel's math in torch ops and, separately, autograd through F.rms_norm);
-torch.compile of the same functions (a failure is reported in the table, not fatal).
+torch.compile of the same functions, compiled afresh for each shape (common.fresh_compile;
+a failure is reported in the table, not fatal).
 
 GB/s counts each tensor once: forward x read + z written + gamma (and beta) read; backward
 x and dz read + dx written. Each timed call touches its own copy of the row tensors, cycling
 over enough copies that the traffic per cycle is at least 256 MB (so nothing is served from
-L2). Writes bench/results/norm_bandwidth.json (and $OUT/norm_bandwidth.json when set).
+L2). Writes bench/results/norm_bandwidth.json, or NAME.json with ``--name`` (and the same
+under $OUT when set).
 """
 
 from __future__ import annotations
@@ -150,7 +153,8 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dic
     fns = torch_fns(norm, h)
     variants = [("torch eager", fns)]
     if not args.no_compile:
-        variants.append(("torch.compile", {name: compiled(f) for name, f in fns.items()}))
+        compiled = {name: common.fresh_compile(f, dynamic=False) for name, f in fns.items()}
+        variants.append(("torch.compile", compiled))
     for impl, f in variants:
         add("fwd bf16->bf16", impl, fwd_bytes, lambda f=f: f["fwd"](fc.next()["x"], w, b))
 
@@ -212,13 +216,6 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dic
     return rows
 
 
-def compiled(fn: Any) -> Any:
-    """torch.compile(fn); the first call compiles (inside the timing warm-up)."""
-    import torch
-
-    return torch.compile(fn, dynamic=False)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--norms", default="layernorm,rmsnorm")
@@ -226,6 +223,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--shapes", default="", help="e.g. 16384x4096,2048x65536 (default: all)")
     parser.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
+    parser.add_argument("--name", default="norm_bandwidth", help="bench/results/NAME.json")
     args = parser.parse_args()
     import torch
 
@@ -240,7 +238,7 @@ def main() -> int:
             rows += bench_shape(norm, n, h, args)
     for r in rows:
         r["pct_of_copy"] = 100.0 * r["gbps"] / copy if r["gbps"] else None
-    path = common.write_results("norm_bandwidth", {
+    path = common.write_results(args.name, {
         **common.gpu_info(), "copy_gbps": copy, "dtype": "bf16", "eps": EPS,
         "repeat": args.repeat, "rows": rows,
     })  # fmt: skip

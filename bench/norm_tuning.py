@@ -5,7 +5,8 @@ nvrtc_engine/ops/norm.py).
 
     python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
                                 [--round3-only]
-                                [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered|near|big2]
+                                [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered|near|big2|
+                                              lanes|fold|bwdc]
                                 [--name norm_tuning] [--zero-amax] [--repeat 20] [--shuffle]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
@@ -40,7 +41,12 @@ times the cases in a shuffled order and rows add ``vs_default``, the median over
 the default's time over the case's in the same round (the shared GPU drifts by more than
 the differences sought; a same-round ratio cancels the drift); ``--candidates big2`` the
 H = 65536 layouts after the cluster mailboxes (:func:`big2_candidates`: clusters of 4 and 8
-with next-row copies, the staged backward over clusters of 8);
+with next-row copies, the staged backward over clusters of 8); round 8: ``--candidates
+lanes`` each default with ``l`` (row sums across lanes) and ``q`` (word reads) flipped
+(:func:`lanes_candidates`), ``--candidates fold`` the staged backward with ``f`` (fp32 gamma
+in shared memory) and ``d`` (folded dx) (:func:`fold_candidates`), ``--candidates bwdc`` the
+staged backward and the FP8 forward at H = 4096-14336 over clusters of 2 and 4 CTAs
+(:func:`bwdc_candidates`, :func:`fwdc_candidates`);
 ``--name``
 names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
 zeroes the amax word before every FP8 call (timed with it), as a training step does once per
@@ -716,7 +722,9 @@ def main() -> int:
         "bwd2: more staged backward layouts and grids, at 4096,8192,14336; onered: LayerNorm's "
         "one reduction, FP8 at 4096-14336 and both outputs at 65536; near: the neighbourhood "
         "of each default layout, for paired re-checks with --shuffle; big2: H = 65536 after "
-        "the cluster mailboxes, forward and backward)",
+        "the cluster mailboxes, forward and backward; lanes: l and q flipped on each default; "
+        "fold: f and d on the staged backward; bwdc: the staged backward and the FP8 forward "
+        "over clusters of 2 and 4 at 4096-14336)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument(

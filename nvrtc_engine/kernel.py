@@ -52,6 +52,13 @@ class Artifact:
     options: tuple[str, ...]
     compile_ms: float
 
+    def __repr__(self) -> str:  # the image's bytes would run to hundreds of KB
+        return (
+            f"Artifact({self.kind}, {len(self.image)} bytes, symbols={self.symbols!r}, "
+            f"digest={self.digest[:12]!r}..., nvrtc={self.nvrtc_version}, "
+            f"compile_ms={self.compile_ms:.1f})"
+        )
+
 
 @dataclass(frozen=True)
 class Loaded:

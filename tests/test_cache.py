@@ -69,6 +69,12 @@ def _artifact(image=b"\x7fELF-image-bytes"):
     )
 
 
+def test_artifact_repr_is_short():
+    """The repr names the image's size, not its bytes (a cubin runs to hundreds of KB)."""
+    text = repr(_artifact(image=b"\0" * 300_000))
+    assert "300000 bytes" in text and "symbols=('k',)" in text and len(text) < 200
+
+
 def test_entry_round_trip_and_damage():
     art = _artifact()
     value = encode_entry("k", art)

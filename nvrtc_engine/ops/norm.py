@@ -346,10 +346,12 @@ class LaunchConfig:
     ``"loop"`` (the row is streamed from memory; the general kernel). In ``regs`` mode a row
     is held by ``cluster`` CTAs (a thread block cluster, sm_90/sm_100) of ``warps`` warps
     each; each thread holds ``iters`` accesses of ``vec`` elements; a CTA holds ``rows`` rows.
-    ``hold``, ``prefetch``, ``packed`` and ``min_ctas`` switch code paths (see :attr:`tag`
-    and the module constants ``FWD_HOLD_WEIGHTS``, ``BWD_PREFETCH``, ``BWD_PACKED``);
-    ``stages`` > 1 selects the staged backward (``BWD_STAGED``; one row per CTA or cluster,
-    ``prefetch``, ``packed`` and ``shared_sums`` do not apply). In
+    The other fields switch code paths or grid choices, each named by a letter in :attr:`tag`
+    (which lists them) and most with a module constant that turns it on by default
+    (``FWD_HOLD_WEIGHTS``, ``BWD_PREFETCH``, ``BWD_PACKED``, ``FWD_FP8_WORDS``,
+    ``ROW_SUM_LANES``, ...); ``stages`` > 1 selects the staged backward (``BWD_STAGED``; one
+    row per CTA or cluster, ``prefetch``, ``packed`` and ``shared_sums`` do not apply, so a
+    staged layout reports the field defaults for them). In
     ``loop`` mode ``vec`` is the widest access (16 bytes of x), used at run time when the
     hidden size is a multiple of it and every pointer is 16-byte aligned.
 
@@ -393,9 +395,10 @@ class LaunchConfig:
         change the code follow: ``h`` (held weights), ``k`` (packed), ``n`` (no prefetch),
         ``e`` (early weight loads), ``u`` (one reduction), ``o`` (batched FP8 output stage),
         ``g`` (warp-level amax atomics), ``q`` (the FP8 forward's word unpacking and
-        packing), ``p`` (the forward's next row group copied ahead), ``l`` (the row sums'
-        per-warp values added across lanes by shuffles), ``f`` (the staged backward's gamma
-        in shared memory as fp32), ``d`` (its dx from per-row constants), ``a2`` (split sums),
+        packing; the staged backward's and bf16 forward's 32-bit word reads), ``p`` (the
+        forward's next row group copied ahead), ``l`` (the row sums' per-warp values added
+        across lanes by shuffles), ``f`` (the staged backward's gamma in shared memory as
+        fp32), ``d`` (its dx from per-row constants), ``a2`` (split sums),
         ``s1`` (column sums in shared memory), ``t3`` (the staged backward, 3 rows deep),
         ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then the grid choices, the
         same code: ``x4`` (4 row groups per CTA where a CTA takes several, forward) and ``b2``
