@@ -25,8 +25,9 @@ def _device_arch(device: int | None) -> str:
         ordinal = driver.current_device() if device is None else device
         return driver.get_device(ordinal).arch
     except NoDeviceError as exc:
+        source = "no GPU" if device is None else f"no GPU {device}"
         raise NoDeviceError(
-            f"no arch given, and no GPU to take it from: {NO_GPU_HINT} "
+            f"no arch given, and {source} to take it from: {NO_GPU_HINT} "
             f"(the driver said: {str(exc).rstrip('. ')})"
         ) from None
 

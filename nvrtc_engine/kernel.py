@@ -102,8 +102,9 @@ class Kernel:
         self._last_plan = NO_PLAN  # the plan of the last planned call, checked first
 
     def __repr__(self) -> str:
-        return (f"<Kernel {self.key} {self.artifact.kind} {len(self.artifact.image)} B "
-                f"({self.origin})>")  # fmt: skip
+        tag = getattr(getattr(self, "_config", None), "tag", None)  # as the symbol carries it
+        return (f"<Kernel {self.key}{f' [{tag}]' if tag else ''} {self.artifact.kind} "
+                f"{len(self.artifact.image)} B ({self.origin})>")  # fmt: skip
 
     @property
     def name(self) -> str:

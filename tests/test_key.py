@@ -220,6 +220,8 @@ def test_missing_arch_without_gpu_is_a_clear_error(monkeypatch):
         make_key("gelu", dtype="fp8")
     with pytest.raises(ne.NoDeviceError, match="arch="):
         ne.get_kernel("gelu", dtype="fp8")
+    with pytest.raises(ne.NoDeviceError, match="^no arch given, and no GPU 0 to take it from"):
+        ne.get_kernel("gelu", dtype="fp8", device=0)
 
 
 def test_key_is_frozen_hashable_picklable():

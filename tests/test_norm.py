@@ -1304,6 +1304,11 @@ def test_fp8_round5_tags_round_trip():
 
 # Round-8 candidates: ROW_SUM_LANES (``l``: a row sum's per-warp values added across lanes by
 # shuffles) and BWD_STAGED_WORDS (``q`` on the staged backward: shared-memory reads as words).
+def test_kernel_repr_names_the_layout():
+    k = ne.get_kernel("layernorm_bwd", in_dtype="bf16", hidden_size=14336, arch="sm_90")
+    assert f"[{k.config.tag}]" in repr(k) and k.config.tag == "w7r1v8j4c2qt3"
+
+
 def test_round8_tags_round_trip():
     lanes = LaunchConfig("regs", 8, 14, 1, 4, 1, batched=True, warp_amax=True, words=True,
                          lanes=True)  # fmt: skip
