@@ -337,11 +337,11 @@ class TransposeKernel(CastKernelBase):
             return out
         size = self._dtype.itemsize
         vec = aligned16(xa.ptr, oa.ptr, k * size, m * size)
-        grid = self._config.tile_blocks(ceil_div(m, self._config.tile_rows),
-                                     ceil_div(k, self._config.tile_cols))  # fmt: skip
+        cfg = self._config
+        grid = cfg.tile_blocks(ceil_div(m, cfg.tile_rows), ceil_div(k, cfg.tile_cols))
         _check_grid(grid, "x")
         values = (xa.ptr, 0, 0, oa.ptr, 0, 0, 0, 0, m, k, int(vec))
-        launch = (0, grid, self._config.threads, self._params, values, _TRANSPOSE_REFS)
+        launch = (0, grid, cfg.threads, self._params, values, _TRANSPOSE_REFS)
         self._submit(key, given, (x, out), (xa.ptr, oa.ptr), (), stream, xa, [launch])
         return out
 
@@ -452,12 +452,12 @@ class CastTransposeKernel(CastKernelBase):
         if m > 0:
             isz, osz = self._in.itemsize, self._out.itemsize
             vec = aligned16(xa.ptr, act_ptr, oa.ptr, ta.ptr, k * isz, k * osz, m * osz)
-            grid = self._config.tile_blocks(ceil_div(m, self._config.tile_rows),
-                                         ceil_div(k, self._config.tile_cols))  # fmt: skip
+            cfg = self._config
+            grid = cfg.tile_blocks(ceil_div(m, cfg.tile_rows), ceil_div(k, cfg.tile_cols))
             _check_grid(grid, "x")
             values = (xa.ptr, act_ptr, oa.ptr, ta.ptr, partial_ptr, scale_ptr, amax_ptr,
                       scale_inv_ptr, m, k, int(vec))  # fmt: skip
-            launches.append((0, grid, self._config.threads, self._params, values, _TILE_REFS))
+            launches.append((0, grid, cfg.threads, self._params, values, _TILE_REFS))
         if self._dbias:
             values = (partial_ptr, self.workspace_rows(m), k, dbias_ptr)
             launches.append((1, ceil_div(k, 32), 256, self._dbias_params, values, _DBIAS_REFS))

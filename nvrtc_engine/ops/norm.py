@@ -804,7 +804,7 @@ class NormSpec(OpSpec):
             stages=cfg.stages if staged else 0,
             words=cfg.words and (not self.backward or staged),
             next_row=cfg.next_row and key.scaling in _NEXT_ROW_SCALING,
-            lanes=cfg.lanes and cfg.mode == "regs",
+            lanes=cfg.lanes,  # set only on register layouts (_round8_switches, parse_tag)
             gamma32=cfg.gamma32 and staged,
             folded=cfg.folded and staged,
             mxfp8=key.scaling == "mxfp8",
