@@ -6,7 +6,7 @@ nvrtc_engine/ops/norm.py).
     python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
                                 [--round3-only]
                                 [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered|near|big2|
-                                              lanes|fold|bwdc]
+                                              lanes|fold|bwdc|sfwd|snear]
                                 [--name norm_tuning] [--zero-amax] [--repeat 20] [--shuffle]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
@@ -46,7 +46,10 @@ lanes`` each default with ``l`` (row sums across lanes) and ``q`` (word reads) f
 (:func:`lanes_candidates`), ``--candidates fold`` the staged backward with ``f`` (fp32 gamma
 in shared memory) and ``d`` (folded dx) (:func:`fold_candidates`), ``--candidates bwdc`` the
 staged backward and the FP8 forward at H = 4096-14336 over clusters of 2 and 4 CTAs
-(:func:`bwdc_candidates`, :func:`fwdc_candidates`);
+(:func:`bwdc_candidates`, :func:`fwdc_candidates`); round 9: ``--candidates sfwd`` the
+staged forward (:func:`sfwd_candidates`: x through shared memory several rows deep, the
+weights in shared memory as stored or as fp32), ``--candidates snear`` the neighbourhood of
+each staged forward default (:func:`snear_candidates`);
 ``--name``
 names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
 zeroes the amax word before every FP8 call (timed with it), as a training step does once per
@@ -548,6 +551,77 @@ def fwdc_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
     return out
 
 
+def sfwd_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates sfwd`` (round 9): the staged forward (x through shared memory by
+    cp.async, 2-4 rows deep, a persistent grid; ``FWD_STAGED``) with the weights in shared
+    memory as stored or as fp32 (``f``), one CTA per row or the row over a cluster (2 CTAs
+    below H = 65536; 4 and 8 at 65536), 2, 4 and 8 accesses per thread where they split the
+    row exactly; ``q`` (word reads), and ``og`` for FP8 as TUNED's FP8 entries; where the
+    shared memory fits, as (LaunchConfig, host settings)."""
+    if key.spec.backward or key.scaling == "mxfp8" or key.hidden_size is None:
+        return []
+    fp8 = key.scaling == "tensor"
+    vec = 16 // key.input.itemsize
+    accesses, rest = divmod(key.hidden_size, vec)
+    if rest:
+        return []
+    clusters = (4, 8) if key.hidden_size >= 65536 else (1, 2)
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for cluster in clusters:
+        for iters in (2, 4, 8):
+            warps, left = divmod(accesses, 32 * cluster * iters)
+            if left or not 1 <= warps <= 32:
+                continue
+            for stages in (2, 3, 4):
+                for f32 in (False, True):
+                    cfg = norm.LaunchConfig("regs", vec, warps, 1, iters, cluster,
+                                            batched=fp8, warp_amax=fp8, words=True,
+                                            stages=stages, gamma32=f32)  # fmt: skip
+                    if norm.staged_fits(key, cfg) and cfg != default:
+                        out.append((cfg, {}))
+    return out
+
+
+def snear_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates snear`` (round 9): the neighbourhood of a staged forward default (TUNED's
+    ``t`` entries): one stage more and fewer, ``f``, ``l`` (several warps) and ``u``
+    (LayerNorm) flipped, the persistent grid capped at 1-4 CTAs per SM (``b``), and the
+    row over other clusters (1-8 CTAs; 4-8 at H = 65536) at half, the same and twice the
+    accesses per thread, where they split the row exactly and fit, as (LaunchConfig, host
+    settings); none for other defaults."""
+    import dataclasses
+
+    if key.spec.backward or default.mode != "regs" or not default.stages:
+        return []
+    out: list[tuple[Any, dict[str, Any]]] = []
+
+    def add(cfg: Any) -> None:
+        if cfg != default and norm.staged_fits(key, cfg) and (cfg, {}) not in out:
+            out.append((cfg, {}))
+
+    for stages in (default.stages - 1, default.stages + 1):
+        if stages >= 2:
+            add(dataclasses.replace(default, stages=stages))
+    add(dataclasses.replace(default, gamma32=not default.gamma32))
+    if default.warps > 1:
+        add(dataclasses.replace(default, lanes=not default.lanes))
+    if not key.spec.rms:
+        add(dataclasses.replace(default, one_reduction=not default.one_reduction))
+    for per_sm in (1, 2, 3, 4):
+        if per_sm != default.ctas_per_sm:
+            add(dataclasses.replace(default, ctas_per_sm=per_sm))
+    accesses = key.hidden_size // default.vec
+    clusters = (4, 8) if key.hidden_size >= 65536 else (1, 2, 4, 8)
+    for cluster in clusters:
+        for iters in sorted({max(1, default.iters // 2), default.iters, default.iters * 2}):
+            warps, rest = divmod(accesses, 32 * cluster * iters)
+            if not rest and 1 <= warps <= 32:
+                for stages in (2, 3):
+                    add(dataclasses.replace(default, warps=warps, iters=iters, cluster=cluster,
+                                            stages=stages))  # fmt: skip
+    return out
+
+
 def _clusters_pairs(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
     """``--candidates bwdc``: :func:`bwdc_candidates` and :func:`fwdc_candidates`."""
     return bwdc_candidates(norm, key, default) + fwdc_candidates(norm, key, default)
@@ -582,6 +656,8 @@ CANDIDATE_SETS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "lanes": (lanes_candidates, ("bf16", "fp8", "bwd")),
     "fold": (fold_candidates, ("bwd",)),
     "bwdc": (_clusters_pairs, ("fp8", "bwd")),
+    "sfwd": (sfwd_candidates, ("bf16", "fp8")),
+    "snear": (snear_candidates, ("bf16", "fp8")),
 }
 
 
@@ -591,7 +667,7 @@ def candidates(
     """(LaunchConfig, host settings) pairs to time for ``key``; the default comes first.
     ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`);
     ``only``: the default and the named set of :data:`CANDIDATE_SETS` (``--candidates``:
-    fp8, fp8b, bwd, big, bf16p, bwd2, onered, near, big2, lanes, fold, bwdc)."""
+    fp8, fp8b, bwd, big, bf16p, bwd2, onered, near, big2, lanes, fold, bwdc, sfwd, snear)."""
     spec = key.spec
     default = norm.launch_config(key)
     out: list[tuple[Any, dict[str, Any]]] = []
@@ -724,7 +800,8 @@ def main() -> int:
         "of each default layout, for paired re-checks with --shuffle; big2: H = 65536 after "
         "the cluster mailboxes, forward and backward; lanes: l and q flipped on each default; "
         "fold: f and d on the staged backward; bwdc: the staged backward and the FP8 forward "
-        "over clusters of 2 and 4 at 4096-14336)",
+        "over clusters of 2 and 4 at 4096-14336; sfwd: the staged forward, 2-4 rows deep, "
+        "weights as stored or fp32; snear: the neighbourhood of each staged forward default)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument(

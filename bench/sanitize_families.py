@@ -16,7 +16,8 @@ stage, warp amax, word packing and next-row copies together, ``norm_switch_fp8_o
 the next-row copies with held weights, ``..._fp8_held_qp``, including shapes where each CTA
 takes several row groups; round 8, forward and backward, on the rules' layouts and on TUNED's:
 row sums across lanes by shuffles, ``..._lanes``, and with the staged backward's
-shared-memory reads as 32-bit words, fp32 gamma and folded dx, ``..._round8``); the
+shared-memory reads as 32-bit words, fp32 gamma and folded dx, ``..._round8``; round 9,
+the staged forward, ``norm_switch_staged*`` and TUNED's, ``norm_switch_tuned_*``); the
 next-row copies with bf16 output at H = 65536 over a cluster of 4, ``norm_bf16_next_row_*``
 (a TUNED-style tag; the defaults at 65536 are among the plain cases). The
 disk cache is off: switched kernels share keys with the defaults. Cast family: cast (the
@@ -229,6 +230,10 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         "lanes": {"ROW_SUM_LANES": True},
         "tuned": {"TUNED": norm.TUNED},
         "tuned_lanes": {"TUNED": norm.TUNED, "ROW_SUM_LANES": True},
+        # round 9: the staged forward (x in dynamic shared memory by cp.async, a persistent
+        # grid), weights as stored (2 rows deep) and as fp32 (3 rows deep)
+        "staged2": {"FWD_STAGED": 2},
+        "staged3_f32": {"FWD_STAGED": 3, "FWD_GAMMA32": True},
     }  # fmt: skip
     # the next-row copies with bf16 output (a TUNED-style tag: no module switch turns them on
     # there), a cluster of 4, with and without held weights; 97 and 300 rows: clusters that
@@ -252,6 +257,8 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         sizes = [(3, 1000), (4099, 1024), (5, 4096), (2, 65536)]
         if label.startswith("tuned"):  # TUNED's layouts at 4096-14336 (clusters at 8192)
             sizes = [*sizes, (513, 4096), (67, 8192), (700, 14336)]
+        if label.startswith(("tuned", "staged")):  # rows that wrap the stages; H odd; clusters
+            sizes = [*sizes, (2000, 4096), (37, 1001), (97, 65536)]
         for rows, h in sizes + ([(2000, 4096), (700, 14336)] if fp8_only else []):
             for nm in ("layernorm", "rmsnorm"):
                 for out_dtype, scaling in (("bf16", "none"), ("fp8", "tensor"),

@@ -643,14 +643,18 @@ FP8_CANDIDATES = [
 ]
 
 
-def _without_fp8_switches(tag):
-    """A TUNED tag with the FP8 forward switches (o, g, q, p) and the row-group count (x) taken
-    out: the layout the switch tests start from."""
+def _without_fp8_switches(key, tag):
+    """A TUNED tag with the FP8 forward switches (o, g, q, p), the row-group count (x) and the
+    staged forward (t, f, b: the register kernel of the same layout) taken out: the layout the
+    switch tests start from."""
     import dataclasses
 
     import nvrtc_engine.ops.norm as norm
 
-    return dataclasses.replace(norm.parse_tag(tag), batched=False, warp_amax=False, words=False,
+    cfg = norm.parse_tag(tag)
+    if key[0].endswith("_fwd"):  # TUNED's key: (op, hidden size, scaling)
+        cfg = dataclasses.replace(cfg, stages=0, gamma32=False, ctas_per_sm=0)
+    return dataclasses.replace(cfg, batched=False, warp_amax=False, words=False,
                                next_row=False, groups=0).tag  # fmt: skip
 
 
@@ -689,7 +693,7 @@ def test_forward_fp8_candidates(op, values):
 
     import nvrtc_engine.ops.norm as norm
 
-    layouts = {key: _without_fp8_switches(tag) for key, tag in norm.TUNED.items()}
+    layouts = {key: _without_fp8_switches(key, tag) for key, tag in norm.TUNED.items()}
     cases = [(1024, 1), (1024, 1003), (1001, 37), (4096, 1), (4096, 513), (8192, 1),
              (8192, 67), (14336, 1), (14336, 700), (65536, 2)]  # fmt: skip
     if len(values) == 1:
@@ -839,7 +843,7 @@ def test_forward_fp8_round5_candidates(op, values):
 
     import nvrtc_engine.ops.norm as norm
 
-    stripped = {key: _without_fp8_switches(tag) for key, tag in norm.TUNED.items()}
+    stripped = {key: _without_fp8_switches(key, tag) for key, tag in norm.TUNED.items()}
     cases = [(1024, 1), (1024, 9001), (1001, 37), (4096, 1), (4096, 5000), (8192, 3001),
              (14336, 1), (14336, 700), (65536, 2)]  # fmt: skip
     if len(values) < 4:
@@ -1029,3 +1033,73 @@ def test_backward_round8_candidates(op, values):
     x = flat[1:].view(300, 4096)
     x.copy_(to_torch(x_host, "bf16"))
     run_backward(kernel, x_host, x=x)
+
+
+# Round-9 candidate: the staged forward (FWD_STAGED, ``t{stages}`` on a forward key): x copied
+# into shared memory by cp.async, ``stages`` rows deep, a persistent grid; FWD_GAMMA32 (``f``):
+# the weights in shared memory as fp32.
+@pytest.mark.parametrize("f32", [False, True], ids=["stored", "fp32"])
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
+def test_forward_staged(switches, op, stages, f32):
+    """The staged forward against the float64 reference: bf16 x to bf16, FP8 (tensor, e4m3)
+    and MXFP8 (e5m2) z at STAGED_CASES (N = 1: the prologue issues rows past the end; more
+    rows than CTAs: the stages wrap around; H odd: 2-byte accesses, copied element by
+    element; H = 1000: a partial last access; H = 65536: a cluster), unaligned x (the
+    element-by-element copies), fp16 x, zero-centred fp32 gamma, a large mean offset (fp32
+    x); and bit for bit (z bytes, mu, rsigma, amax) against the register kernel of the same
+    layout, whose arithmetic it keeps."""
+    import dataclasses
+
+    import nvrtc_engine.ops.norm as norm
+
+    switches(FWD_STAGED=stages, FWD_GAMMA32=f32)
+    modes = (("bf16", "none"), ("fp8_e4m3", "tensor"), ("fp8_e5m2", "mxfp8"))
+    for hidden, rows in STAGED_CASES:
+        for out, scaling in modes:
+            kernel = ne.get_kernel(op, in_dtype="bf16", out_dtype=out, scaling=scaling,
+                                   hidden_size=hidden)  # fmt: skip
+            cfg = kernel.config
+            if norm.staged_layout(kernel.key, stages) is not None:
+                assert 2 <= cfg.stages <= stages and kernel.artifact.symbols[0].endswith(cfg.tag)
+            x_host = reference.sample_input((rows, hidden), "bf16",
+                                            seed(op, hidden, rows, out, "tf"))  # fmt: skip
+            run_forward(kernel, x_host)
+    kernel = ne.get_kernel(op, in_dtype="bf16", out_dtype="fp8_e4m3", hidden_size=4096)
+    assert kernel.config.stages >= 2
+    x_host = reference.sample_input((300, 4096), "bf16", seed(op, "tf unaligned"))
+    flat = torch.empty(300 * 4096 + 1, dtype=torch.bfloat16, device="cuda")
+    x = flat[1:].view(300, 4096)
+    x.copy_(to_torch(x_host, "bf16"))
+    run_forward(kernel, x_host, x=x)
+    for in_dtype, flags in (("fp16", {}), ("bf16", {"zero_centered_gamma": True,
+                                                    "fp32_gamma": True})):  # fmt: skip
+        kernel = ne.get_kernel(op, in_dtype=in_dtype, out_dtype="fp8_e4m3", hidden_size=4096,
+                               **flags)  # fmt: skip
+        assert kernel.config.stages >= 2
+        x_host = reference.sample_input((77, 4096), in_dtype, seed(op, in_dtype, "tf flags"))
+        run_forward(kernel, x_host)
+    x_host = (1e4 + seed(op, "tf offset").standard_normal((13, 4096))).astype(np.float32)
+    kernel = ne.get_kernel(op, in_dtype="fp32", hidden_size=4096)
+    assert kernel.config.stages >= 2
+    run_forward(kernel, x_host)
+    # bit for bit against the register kernel of the same layout (persistent grid or not)
+    for hidden, rows in ((4096, 2000), (14336, 700), (65536, 64)):
+        fields = dict(in_dtype="bf16", out_dtype="fp8_e4m3", scaling="tensor",
+                      hidden_size=hidden)  # fmt: skip
+        staged = ne.get_kernel(op, **fields)
+        if not staged.config.stages:
+            continue
+        plain = dataclasses.replace(staged.config, stages=0, gamma32=False).tag
+        register = _kernel_with(op, fields, {(op, hidden, "tensor"): plain}, {})
+        assert register.config.tag == plain
+        x_host = reference.sample_input((rows, hidden), "bf16", seed(op, hidden, "tf bits"))
+        g_host, b_host = params(seed(op, hidden, "bf16"), hidden, "bf16", False)
+        x = to_torch(x_host, "bf16")
+        gamma, beta = to_torch(g_host, "bf16"), to_torch(b_host, "bf16")
+        got = _fp8_outputs(staged, x, gamma, beta, 3.0)
+        want = _fp8_outputs(register, x, gamma, beta, 3.0)
+        for a, b, name in zip(got, want, ("z", "mu", "rsigma", "amax", "scale_inv"),
+                              strict=True):  # fmt: skip
+            if a is not None:
+                assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), (hidden, name)

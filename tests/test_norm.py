@@ -144,7 +144,7 @@ def test_key_names_and_parse():
     bwd = make_key("rmsnorm_bwd_add", dtype="fp16", arch="sm_100a", fp32_gamma=True)
     assert str(bwd) == "rmsnorm_bwd_add_fp16_fp16_none_rowwise_hany_sm100a_wf32"
     assert KernelKey.parse(str(bwd)) == bwd
-    assert key.spec.symbols(key) == (f"{key}_w4r1v8j4c1ogqpx4",)  # norm.TUNED's FP8 winner
+    assert key.spec.symbols(key) == (f"{key}_w4r1v8j4c1ogqft2",)  # norm.TUNED's FP8 winner
     assert bwd.spec.symbols(bwd) == (f"{bwd}_loop", f"{bwd}_loop_stats", f"{bwd}_loop_finalize")
     mx = make_key("rmsnorm_fwd", in_dtype="bf16", out_dtype="e5m2", scaling="mxfp8", arch="sm_90")
     assert mx.scaling == "mxfp8" and "mxfp8" in str(mx)
@@ -273,14 +273,15 @@ def test_held_weights_need_two_ctas_per_sm():
                 key = make_key(op, in_dtype="bf16", out_dtype="fp8", hidden_size=hidden,
                                arch="sm_90")  # fmt: skip
                 assert not launch_config(key).hold
-    # TUNED holds RMSNorm's at 4096, 14336 and 65536, LayerNorm's at 65536 (the o/g/q/p/x letters:
-    # the FP8 switches TUNED carries, test_tuned_fp8_forwards_carry_the_measured_switches)
-    assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1ogqpx4"
-    assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1ogqpa2"
+    # TUNED holds RMSNorm's at 4096, 14336 and 65536 (the o/g/q/p/x letters: the FP8 switches
+    # TUNED carries, test_tuned_fp8_forwards_carry_the_measured_switches); LayerNorm's FP8
+    # entries are staged (t: x, and f: the weights, in shared memory), none held
+    assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1ogqft2"
+    assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1uogqt3"
     assert fp8_tag("rmsnorm_fwd", 4096) == "w4r1v8j4c1hogqx4"
     assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1hogq"
     assert fp8_tag("rmsnorm_fwd", 65536) == "w4r1v8j8c8hogqpx64"
-    assert fp8_tag("layernorm_fwd", 65536) == "w4r1v8j8c8hogqpx64"
+    assert fp8_tag("layernorm_fwd", 65536) == "w4r1v8j8c8ogqt2"
     with rules_only() as monkeypatch:
         monkeypatch.setitem(norm.FWD_HOLD_WEIGHTS, "tensor", True)
         launch_config.cache_clear()
@@ -820,17 +821,21 @@ FP8_CANDIDATES = [
 FP8_CANDIDATE_HIDDEN = (768, 1000, 1001, 1024, 4096, 8192, 14336, 65536)
 
 
-def _without_fp8_switches(tag):
-    """A TUNED tag with the FP8 forward switches (o, g, q, p) and the row-group count (x) taken
-    out: the layout the switch tests start from (as in test_gpu_norm.py)."""
-    return dataclasses.replace(norm.parse_tag(tag), batched=False, warp_amax=False, words=False,
+def _without_fp8_switches(key, tag):
+    """A TUNED tag with the FP8 forward switches (o, g, q, p), the row-group count (x) and the
+    staged forward (t, f, b: the register kernel of the same layout) taken out: the layout the
+    switch tests start from (as in test_gpu_norm.py)."""
+    cfg = norm.parse_tag(tag)
+    if key[0].endswith("_fwd"):  # TUNED's key: (op, hidden size, scaling)
+        cfg = dataclasses.replace(cfg, stages=0, gamma32=False, ctas_per_sm=0)
+    return dataclasses.replace(cfg, batched=False, warp_amax=False, words=False,
                                next_row=False, groups=0).tag  # fmt: skip
 
 
 def _with_switches(monkeypatch, values):
     """The module switches ``values`` on, over TUNED's layouts with their own o/g/q/p/x letters
     taken out (TUNED carries the measured winners; these tests are about the switches)."""
-    layouts = {key: _without_fp8_switches(tag) for key, tag in norm.TUNED.items()}
+    layouts = {key: _without_fp8_switches(key, tag) for key, tag in norm.TUNED.items()}
     monkeypatch.setattr(norm, "TUNED", layouts)
     for name, value in values.items():
         monkeypatch.setattr(norm, name, value)
@@ -839,13 +844,13 @@ def _with_switches(monkeypatch, values):
 
 
 # norm.TUNED's FP8 forwards (sm_90, bf16 x; bench/results/norm_tuning-fp8b.json, 2026-12-01;
-# H = 65536: norm_tuning-big2.json; LayerNorm 4096 and 8192
-# and RMSNorm 4096: norm_tuning-near-{ln,rms}.json)
+# H = 65536: norm_tuning-big2.json; RMSNorm 4096: norm_tuning-near-rms.json; LayerNorm: the
+# staged forward, norm_tuning-sfwd.json and norm_tuning-snear.json, 2026-12-02)
 TUNED_FP8 = {
-    ("layernorm_fwd", 4096): "w4r1v8j4c1ogqpx4",
-    ("layernorm_fwd", 8192): "w4r1v8j8c1ogqpa2",
-    ("layernorm_fwd", 14336): "w14r1v8j4c1ogq",
-    ("layernorm_fwd", 65536): "w4r1v8j8c8hogqpx64",
+    ("layernorm_fwd", 4096): "w4r1v8j4c1ogqft2",
+    ("layernorm_fwd", 8192): "w4r1v8j8c1uogqt3",
+    ("layernorm_fwd", 14336): "w7r1v8j4c2ogqt2",
+    ("layernorm_fwd", 65536): "w4r1v8j8c8ogqt2",
     ("rmsnorm_fwd", 4096): "w4r1v8j4c1hogqx4",
     ("rmsnorm_fwd", 8192): "w2r1v8j8c2hogqpx64",
     ("rmsnorm_fwd", 14336): "w14r1v8j4c1hogq",
@@ -877,11 +882,14 @@ def test_tuned_fp8_forwards_carry_the_measured_switches():
             cfg = launch_config(key)
             assert not (cfg.batched or cfg.warp_amax or cfg.words or cfg.next_row), key
             assert cfg.groups == 0 and not set(switch_letters(cfg.tag)) & set("ogqpx"), key
-    assert norm.parse_tag(TUNED_FP8[("layernorm_fwd", 4096)]).groups == 4
+    assert norm.parse_tag(TUNED_FP8[("rmsnorm_fwd", 4096)]).groups == 4
     source = render(make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8",
                              hidden_size=8192, arch="sm_90")).source  # fmt: skip
     assert "constexpr bool v = true;" in source and "amax_seen" in source
-    assert "load_fw<" in source and "cp.async.cg" in source
+    assert "store_fw<" in source and "cp.async.cg" in source and "row_stats(" in source
+    held = render(make_key("rmsnorm_fwd", in_dtype="bf16", out_dtype="fp8",
+                           hidden_size=4096, arch="sm_90")).source  # fmt: skip
+    assert "load_fw<" in held and "gh[j].get<Wt>(gf);" in held
     other = render(make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8",
                             hidden_size=8192, arch="sm_100a")).source  # fmt: skip
     assert "amax_seen" not in other and "load_fw<" not in other and "cp.async" not in other
@@ -1352,11 +1360,12 @@ def test_round8_switches_compile(monkeypatch, arch):
         for key in keys:
             old, old_source = before[key]
             cfg = launch_config(key)
-            staged = old.mode == "regs" and old.stages > 0
+            staged = old.mode == "regs" and old.stages > 0 and key.spec.backward
             want = dataclasses.replace(
                 old, lanes=old.mode == "regs" and old.warps > 1, words=old.words or staged,
-                gamma32=staged and norm.staged_fits(key, dataclasses.replace(old, gamma32=True)),
-                folded=staged,
+                gamma32=old.gamma32
+                or (staged and norm.staged_fits(key, dataclasses.replace(old, gamma32=True))),
+                folded=old.folded or staged,
             )  # fmt: skip
             assert cfg == want, key
             if cfg.stages:
@@ -1370,3 +1379,116 @@ def test_round8_switches_compile(monkeypatch, arch):
     finally:
         launch_config.cache_clear()
         ne.clear_cache(disk=False)
+
+
+# Round-9 candidate: the staged forward (FWD_STAGED, tag letter ``t{stages}`` on a forward
+# key; FWD_GAMMA32, ``f``: the weights in shared memory as fp32).
+@pytest.mark.parametrize("f32", [False, True], ids=["stored", "fp32"])
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_staged_forward_compiles(monkeypatch, arch, stages, f32):
+    """Every forward op compiles staged on every arch (bf16 x to bf16, FP8 tensor-scaled and
+    MXFP8 z; fp16 and fp32 x, fp32 gamma and zero-centred gamma at 4096), names ``t`` (and
+    ``f`` where the fp32 weights fit) in its symbol, fits the arch's opt-in shared memory,
+    takes exactly that dynamic shared memory, copies x with cp.async and keeps none of the
+    register kernels' row-group switches (held weights, next-row copies)."""
+    monkeypatch.setattr(norm, "TUNED", {})
+    monkeypatch.setattr(norm, "FWD_STAGED", stages)
+    monkeypatch.setattr(norm, "FWD_GAMMA32", f32)
+    launch_config.cache_clear()
+    ne.clear_cache(disk=False)
+    limit = norm.OPTIN_SMEM_BYTES[int(arch[3:].rstrip("a"))] - 1024
+    modes = (("bf16", "none"), ("fp8_e4m3", "tensor"), ("fp8_e4m3", "mxfp8"))
+    cases = [("bf16", h, out, sc, {}) for h in STAGED_HIDDEN for out, sc in modes]
+    cases += [("fp16", 4096, "fp16", "none", {}), ("fp32", 4096, "fp8_e5m2", "tensor", {}),
+              ("bf16", 4096, "fp8_e4m3", "tensor", {"fp32_gamma": True}),
+              ("bf16", 4096, "bf16", "none", {"zero_centered_gamma": True})]  # fmt: skip
+    try:
+        for op in FWD:
+            for dt, hidden, out, scaling, flags in cases:
+                key = make_key(op, in_dtype=dt, out_dtype=out, scaling=scaling,
+                               hidden_size=hidden, arch=arch, **flags)  # fmt: skip
+                cfg = launch_config(key)
+                staged = norm.staged_layout(key, stages)
+                if staged is None:  # too large for the shared memory of an arch without clusters
+                    assert hidden >= 14336 and arch in ("sm_80", "sm_89"), key
+                    assert not cfg.stages
+                    continue
+                assert cfg == staged and 2 <= cfg.stages <= stages and cfg.rows == 1
+                assert not (cfg.hold or cfg.next_row or cfg.early), key
+                assert f"t{cfg.stages}" in cfg.tag and norm.parse_tag(cfg.tag) == cfg
+                fits32 = norm.staged_fits(key, dataclasses.replace(cfg, gamma32=True))
+                assert cfg.gamma32 == (f32 and fits32), key
+                w_size = 4 if flags.get("fp32_gamma") or dt == "fp32" else 2
+                size = norm.staged_smem_bytes(cfg, key.input.itemsize, w_size,
+                                              **norm.staged_counts(key.spec))  # fmt: skip
+                weights = 1 if op == "rmsnorm_fwd" else 2
+                share = cfg.iters * cfg.warps * 32 * cfg.vec
+                assert size == share * (
+                    cfg.stages * key.input.itemsize + weights * (4 if cfg.gamma32 else w_size)
+                )
+                assert 0 < size <= limit
+                kernel = compile_and_check(key)
+                assert kernel.artifact.symbols[0].endswith(cfg.tag)
+                assert kernel._shared_bytes() == (size,)
+                source = render(key).source
+                assert "cp.async.wait_group" in source and "extern __shared__" in source
+                assert ("put_f32(" in source) == cfg.gamma32
+    finally:
+        launch_config.cache_clear()
+        ne.clear_cache(disk=False)
+
+
+def test_staged_forward_is_off_by_default_and_round_trips():
+    """FWD_STAGED is a candidate (off by default): no forward layout of the rules is staged
+    and the register forward takes no dynamic shared memory; staged forward tags parse back
+    and name their shared memory."""
+    assert norm.FWD_STAGED == 0 and not norm.FWD_GAMMA32
+    for key in default_keys(FWD, (1000, 4096, 8192, 14336, 65536), ("none", "tensor")):
+        cfg = launch_config(key)
+        tag = tuned_tag(key)
+        if tag is not None and "t" in switch_letters(tag):
+            assert cfg.tag == tag and cfg.stages > 1
+            continue
+        assert cfg.stages == 0 and "cp.async.wait_group" not in render(key).source, key
+    assert ne.get_kernel("layernorm_fwd", in_dtype="bf16", hidden_size=4096,
+                         arch="sm_100a")._shared_bytes() == ()  # fmt: skip
+    cfg = LaunchConfig("regs", 8, 14, 1, 4, 1, batched=True, warp_amax=True, words=True,
+                       stages=3, gamma32=True)  # fmt: skip
+    assert cfg.tag == "w14r1v8j4c1ogqft3" and norm.parse_tag(cfg.tag) == cfg
+    key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=14336,
+                   arch="sm_90")  # fmt: skip
+    assert norm.staged_counts(key.spec) == {"tensors": 1, "weights": 2}
+    assert norm.staged_smem_bytes(cfg, 2, 2, tensors=1, weights=2) == 14336 * (3 * 2 + 2 * 4)
+    assert norm.staged_fits(key, cfg)  # 196 KB: one CTA per SM on sm_90
+    assert norm.staged_fits(key, dataclasses.replace(cfg, stages=4))  # 224 KB
+    assert not norm.staged_fits(key, dataclasses.replace(cfg, stages=5))
+    rms = make_key("rmsnorm_fwd", in_dtype="bf16", hidden_size=14336, arch="sm_90")
+    assert norm.staged_counts(rms.spec) == {"tensors": 1, "weights": 1}
+
+
+def test_tuned_can_name_a_staged_forward(monkeypatch):
+    """A forward ``t`` tag in norm.TUNED is what the key gets on sm_90 (with its dynamic
+    shared memory and the same symbol stem); the staged kernel's source keeps the register
+    kernel's arithmetic: the same row sums and output expressions, only where x and the
+    weights come from differs."""
+    key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=14336,
+                   arch="sm_90")  # fmt: skip
+    with rules_only() as mp:
+        mp.setattr(norm, "TUNED", {("layernorm_fwd", 14336, "tensor"): "w7r1v8j4c2ogqft3"})
+        launch_config.cache_clear()
+        cfg = launch_config(key)
+        assert cfg.tag == "w7r1v8j4c2ogqft3"
+        kernel = compile_and_check(key)
+        assert kernel._shared_bytes() == (7168 * (3 * 2 + 2 * 4),)
+        staged_source = render(key).source
+        mp.setattr(norm, "TUNED", {("layernorm_fwd", 14336, "tensor"): "w7r1v8j4c2ogq"})
+        launch_config.cache_clear()
+        plain_source = render(key).source
+    for line in (
+        "zf[i] = fmaf((xf[j][i] - mean) * rs, gf[i], bf[i]);",
+        "row_sum<1>(t, red, parity, pos.slot, pos.warp, pos.lane);",
+    ):
+        assert line in staged_source
+    assert "zf[i] = fmaf((xf[j][i] - mean) * rs, weight(gf[i]), bf[i]);" in plain_source
+    assert "cp.async" not in plain_source and "get_f32(sg, j, pos.t, gf);" in staged_source

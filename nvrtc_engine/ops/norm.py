@@ -78,6 +78,7 @@ __all__ = [
     "launch_config",
     "loop_threads_per_row",
     "parse_tag",
+    "staged_counts",
     "staged_layout",
     "staged_smem_bytes",
 ]
@@ -242,6 +243,21 @@ BWD_FOLDED = False
 # ~33 KB of loads in flight per SM at 4.3 TB/s; H = 14336 bf16 with 3 stages keeps 2 rows of
 # 56 KB in flight per SM.
 BWD_STAGED = 0
+# Round-9 candidate, off by default (0): the staged forward (symbol suffix ``t{stages}`` on a
+# forward key). Each CTA (cluster) keeps the same columns and loops over rows (persistent
+# grid); a thread copies its share of each row's x into shared memory by cp.async, ``stages``
+# rows deep, and gamma (and beta) once; with FWD_GAMMA32 (suffix ``f``) the weights are kept
+# there as fp32 with zero-centring applied, so the output stage reads 16-byte words of ready
+# values instead of loading (from L1/L2) and unpacking bf16 per row. Why (SASS and ncu of the
+# register kernels, LayerNorm FP8 at H = 14336): the CTA holds one row, so nothing is in
+# flight while it reduces and writes (41% achieved occupancy, DRAM at 58%), and the weights
+# cost about 2.25 instructions per element per row (loads and unpacking) of the ~12 issued.
+# bench/norm_tuning.py --candidates sfwd (H200, 2026-12-02, norm_tuning-sfwd.json): LayerNorm
+# FP8 won at every H (TUNED takes it: 14336 over a cluster of 2, 93.0% of copy against 78.8%;
+# f only at 4096), while the bf16 forwards and RMSNorm's lost to their register kernels
+# (0.90-0.99x, norm_tuning-sfwd-rms.json); so off by the rules, on through TUNED.
+FWD_STAGED = 0
+FWD_GAMMA32 = False
 # Dynamic shared memory a CTA may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin), by
 # compute capability: sm_80/87 163 KB, sm_86/89/120 99 KB, sm_90/100/103 227 KB.
 OPTIN_SMEM_BYTES = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448,
@@ -267,10 +283,16 @@ TUNED: dict[tuple[str, int, str], str] = {
     # and the round-5 ones (q: word unpacking and packing, p: the next row group copied
     # ahead; x4: 4 row groups per CTA), bench/norm_tuning.py --candidates fp8b, 2026-12-01
     # (norm_tuning-fp8b.json; the round-4 entries before them in norm_tuning-fp8.json)
-    ("layernorm_fwd", 4096, "tensor"): "w4r1v8j4c1ogqpx4",  # 82.3 against oqpx4 81.6, near
-    ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1ogqpa2",  # 88.6 against ogqp 87.7, near
-    ("layernorm_fwd", 14336, "tensor"): "w14r1v8j4c1ogq",  # 79.2 against og 67.7
-    ("layernorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqpx64",  # 72.2 against c2huogqa2 54.8, big2
+    # LayerNorm FP8: the round-9 staged forward (t: x through shared memory, 2-3 rows deep,
+    # persistent grid; f: the weights there as fp32), bench/norm_tuning.py --candidates sfwd
+    # --norms layernorm --rounds 6 --repeat 5 --shuffle, 2026-12-02 (norm_tuning-sfwd.json):
+    # faster than the entry before in every round (median same-round speed-ups 1.013x,
+    # 1.037x, 1.183x, 1.091x); the register entries they replace in the comments. Then
+    # --candidates snear (8 rounds, norm_tuning-snear.json): u at 8192 (1.012x, every round).
+    ("layernorm_fwd", 4096, "tensor"): "w4r1v8j4c1ogqft2",  # 84.5 against ogqpx4 83.6
+    ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1uogqt3",  # 93.2 against ogqt3 92.2 (89.0)
+    ("layernorm_fwd", 14336, "tensor"): "w7r1v8j4c2ogqt2",  # 93.0 against w14j4c1ogq 78.8
+    ("layernorm_fwd", 65536, "tensor"): "w4r1v8j8c8ogqt2",  # 77.7 against hogqpx64 71.5
     ("rmsnorm_fwd", 4096, "tensor"): "w4r1v8j4c1hogqx4",  # 89.2 against ogq 88.3, near
     ("rmsnorm_fwd", 8192, "tensor"): "w2r1v8j8c2hogqpx64",  # 95.2 against w4j8c1gq 91.5, bwdc
     ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1hogq",  # 94.7 (8 groups) against hog 83.9
@@ -349,9 +371,10 @@ class LaunchConfig:
     The other fields switch code paths or grid choices, each named by a letter in :attr:`tag`
     (which lists them) and most with a module constant that turns it on by default
     (``FWD_HOLD_WEIGHTS``, ``BWD_PREFETCH``, ``BWD_PACKED``, ``FWD_FP8_WORDS``,
-    ``ROW_SUM_LANES``, ...); ``stages`` > 1 selects the staged backward (``BWD_STAGED``; one
-    row per CTA or cluster, ``prefetch``, ``packed`` and ``shared_sums`` do not apply, so a
-    staged layout reports the field defaults for them). In
+    ``ROW_SUM_LANES``, ...); ``stages`` > 1 selects the staged kernel (``BWD_STAGED``,
+    ``FWD_STAGED``; one row per CTA or cluster, a persistent grid; backward, ``prefetch``,
+    ``packed`` and ``shared_sums`` do not apply, so a staged layout reports the field
+    defaults for them; forward, ``hold``, ``early`` and ``next_row`` do not apply). In
     ``loop`` mode ``vec`` is the widest access (16 bytes of x), used at run time when the
     hidden size is a multiple of it and every pointer is 16-byte aligned.
 
@@ -375,13 +398,13 @@ class LaunchConfig:
     shared_sums: int = 0  # backward: column-sum arrays kept in shared memory (0, 1 or 2)
     batched: bool = False  # forward, tensor scaling: the output stage under one branch
     warp_amax: bool = False  # forward, tensor scaling: one guarded atomic per warp
-    stages: int = 0  # backward, > 1: the staged kernel (x and dz via cp.async in shared memory)
+    stages: int = 0  # > 1: the staged kernel (x, and dz backward, via cp.async in shared memory)
     words: bool = False  # FP8 forward, staged backward: bf16 (and FP8) moved as 32-bit words
     next_row: bool = False  # forward (tensor scaling, bf16/fp16/fp32 z): next row's x copied ahead
     groups: int = 0  # forward, held weights or next_row: row groups per CTA (0: the module's)
-    ctas_per_sm: int = 0  # backward, regs: at most this many CTAs per SM (0: BWD_CTAS_PER_SM)
+    ctas_per_sm: int = 0  # backward, staged forward: at most this many CTAs per SM (0: module's)
     lanes: bool = False  # regs: a row sum's W warp values added across lanes by shuffles
-    gamma32: bool = False  # staged backward: weight(gamma) held in shared memory as fp32
+    gamma32: bool = False  # staged: weight(gamma) (and beta) held in shared memory as fp32
     folded: bool = False  # staged backward: dx from the row's constants, two FFMA per element
 
     @property
@@ -397,13 +420,13 @@ class LaunchConfig:
         ``g`` (warp-level amax atomics), ``q`` (the FP8 forward's word unpacking and
         packing; the staged backward's and bf16 forward's 32-bit word reads), ``p`` (the
         forward's next row group copied ahead), ``l`` (the row sums' per-warp values added
-        across lanes by shuffles), ``f`` (the staged backward's gamma in shared memory as
-        fp32), ``d`` (its dx from per-row constants), ``a2`` (split sums),
-        ``s1`` (column sums in shared memory), ``t3`` (the staged backward, 3 rows deep),
+        across lanes by shuffles), ``f`` (a staged kernel's weights in shared memory as
+        fp32), ``d`` (the staged backward's dx from per-row constants), ``a2`` (split sums),
+        ``s1`` (column sums in shared memory), ``t3`` (the staged kernel, 3 rows deep),
         ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then the grid choices, the
         same code: ``x4`` (4 row groups per CTA where a CTA takes several, forward) and ``b2``
-        (the backward's persistent grid at most 2 CTAs per SM, and as many partial column-sum
-        rows)."""
+        (a persistent grid of at most 2 CTAs per SM: the backward's, with as many partial
+        column-sum rows, and the staged forward's)."""
         if self.mode == "loop":
             return "loop"
         switches = ("h" if self.hold else "") + ("k" if self.packed else "")
@@ -492,42 +515,58 @@ def launch_config(key: KernelKey) -> LaunchConfig:
     precedence over these rules.
     """
     tuned = _tuned(key)
-    if tuned is None and BWD_STAGED > 1 and key.spec.backward:
-        tuned = staged_layout(key, BWD_STAGED)
+    if tuned is None:
+        stages = BWD_STAGED if key.spec.backward else FWD_STAGED
+        tuned = staged_layout(key, stages) if stages > 1 else None
     cfg = tuned if tuned is not None else _layout(key, *_switches(key))
     return _round8_switches(key, _round3_switches(key, cfg))
 
 
-def staged_smem_bytes(cfg: LaunchConfig, in_size: int, w_size: int) -> int:
-    """Dynamic shared memory (bytes) of a staged backward CTA (``cfg.stages`` > 1): x and dz
-    of ``stages`` rows (``in_size`` bytes each) and gamma once (``w_size`` bytes; 4 with
-    ``gamma32``), for the CTA's ``iters * 32 * warps`` accesses of ``vec`` elements; 0 for
-    other layouts."""
+def staged_smem_bytes(
+    cfg: LaunchConfig, in_size: int, w_size: int, *, tensors: int = 2, weights: int = 1
+) -> int:
+    """Dynamic shared memory (bytes) of a staged CTA (``cfg.stages`` > 1): ``tensors`` row
+    tensors of ``stages`` rows (``in_size`` bytes each; the backward's x and dz, the forward's
+    x) and ``weights`` weight tensors once (``w_size`` bytes; 4 with ``gamma32``: the
+    backward's gamma, the forward's gamma and beta), for the CTA's ``iters * 32 * warps``
+    accesses of ``vec`` elements; 0 for other layouts. :func:`staged_counts` gives a key's
+    ``tensors`` and ``weights``."""
     if cfg.mode != "regs" or cfg.stages < 2:
         return 0
     share = cfg.iters * 32 * cfg.warps * cfg.vec
-    return share * (2 * cfg.stages * in_size + (4 if cfg.gamma32 else w_size))
+    return share * (tensors * cfg.stages * in_size + weights * (4 if cfg.gamma32 else w_size))
+
+
+def staged_counts(spec: NormSpec) -> dict[str, int]:
+    """The row tensors and weight tensors a staged kernel of ``spec`` keeps in shared memory
+    (:func:`staged_smem_bytes`' keywords): backward x and dz, gamma; forward x, gamma (and
+    beta for LayerNorm)."""
+    if spec.backward:
+        return {"tensors": 2, "weights": 1}
+    return {"tensors": 1, "weights": 1 if spec.rms else 2}
 
 
 def staged_layout(
-    key: KernelKey, stages: int, target_bytes: int = STAGED_TARGET_BYTES
+    key: KernelKey, stages: int, target_bytes: int | None = None
 ) -> LaunchConfig | None:
-    """The staged backward layout (:data:`BWD_STAGED`) of a specialized backward key, or None
-    where none fits.
+    """The staged layout of a specialized key (:data:`BWD_STAGED`, :data:`FWD_STAGED`), or
+    None where none fits.
 
     Rule (a guess to be measured): the access width as for the register kernels; one row per
-    CTA (or cluster); the fewest warps that give each thread ``target_bytes`` of x (default
-    :data:`STAGED_TARGET_BYTES`: 2 bf16 accesses), up to twice that (at most 64 elements),
-    such that the estimated registers (the column sums, fp32, one or two per element a
-    thread holds, plus :data:`STAGED_OVERHEAD_REGISTERS`) fit 255 and the register file, and
-    the shared memory of ``stages`` rows plus gamma fits the arch's opt-in limit
-    (:data:`OPTIN_SMEM_BYTES`, 1 KB kept for the reductions); ``stages`` drops one at a
-    time, down to 2, before the row is split over a cluster of 2, 4 or 8 CTAs (sm_90 and
-    sm_100 only)."""
+    CTA (or cluster); the fewest warps that give each thread ``target_bytes`` of x (default:
+    backward :data:`STAGED_TARGET_BYTES`, 2 bf16 accesses; forward the register kernels'
+    ``TARGET_BYTES``), up to twice that (at most 64 elements), such that the estimated
+    registers fit 255 and the register file (:func:`staged_fits`), and the shared memory of
+    ``stages`` rows plus the weights fits the arch's opt-in limit (:data:`OPTIN_SMEM_BYTES`,
+    1 KB kept for the reductions); ``stages`` drops one at a time, down to 2, before the row
+    is split over a cluster of 2, 4 or 8 CTAs (sm_90 and sm_100 only). Forward layouts take
+    the weights as fp32 (``f``) with :data:`FWD_GAMMA32` where that fits."""
     spec = key.spec
     assert isinstance(spec, NormSpec)
-    if key.hidden_size is None or not spec.backward or stages < 2:
+    if key.hidden_size is None or stages < 2:
         return None
+    if target_bytes is None:
+        target_bytes = STAGED_TARGET_BYTES if spec.backward else TARGET_BYTES["fwd"]
     itemsize = key.input.itemsize
     arch = arch_number(key.arch)
     vec = _vector_width(key.hidden_size, itemsize)
@@ -543,26 +582,34 @@ def staged_layout(
                     continue
                 iters = -(-accesses // (32 * cluster * warps))
                 cfg = LaunchConfig("regs", vec, warps, 1, iters, cluster, stages=depth)
+                if not spec.backward and FWD_GAMMA32:
+                    f32 = dataclasses.replace(cfg, gamma32=True)
+                    cfg = f32 if staged_fits(key, f32) else cfg
                 if staged_fits(key, cfg):
                     return cfg
     return None
 
 
 def staged_fits(key: KernelKey, cfg: LaunchConfig) -> bool:
-    """Whether the staged backward layout ``cfg`` fits ``key``'s arch: the estimated
-    registers (the column sums, fp32, plus :data:`STAGED_OVERHEAD_REGISTERS`) within 255 and
-    the register file, and the shared memory of its stages plus gamma within the arch's
+    """Whether the staged layout ``cfg`` fits ``key``'s arch: the estimated registers
+    (backward: the column sums, fp32, plus :data:`STAGED_OVERHEAD_REGISTERS`; forward: as the
+    register kernels, the row in fp32 plus :data:`OVERHEAD_REGISTERS`) within 255 and the
+    register file, and the shared memory of its stages plus the weights within the arch's
     opt-in limit (:data:`OPTIN_SMEM_BYTES`, 1 KB kept for the reductions)."""
     spec = key.spec
     assert isinstance(spec, NormSpec)
-    regs = spec.accumulators * cfg.iters * cfg.vec + STAGED_OVERHEAD_REGISTERS
-    regs = -(-regs // 8) * 8
+    elements = cfg.iters * cfg.vec
+    if spec.backward:
+        regs = -(-(spec.accumulators * elements + STAGED_OVERHEAD_REGISTERS) // 8) * 8
+    else:
+        regs = _registers(False, 0, elements)
     if regs > MAX_REGISTERS or not fits_register_file(cfg.warps, regs):
         return False
     arch = arch_number(key.arch)
     limit = OPTIN_SMEM_BYTES.get(arch, min(OPTIN_SMEM_BYTES.values())) - 1024
     w_size = DTYPES[gamma_dtype(key)].itemsize
-    return staged_smem_bytes(cfg, key.input.itemsize, w_size) <= limit
+    size = staged_smem_bytes(cfg, key.input.itemsize, w_size, **staged_counts(spec))
+    return size <= limit
 
 
 def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
@@ -603,7 +650,7 @@ def _round8_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
     entry, has it (``l``, ``q``, ``f``, ``d``)."""
     if cfg.mode != "regs":
         return cfg
-    staged = cfg.stages > 0
+    staged = cfg.stages > 0 and key.spec.backward  # the BWD_* switches: staged backward only
     lanes = (cfg.lanes or ROW_SUM_LANES) and cfg.warps > 1
     words = cfg.words or (BWD_STAGED_WORDS and staged)
     folded = cfg.folded or (BWD_FOLDED and staged)
@@ -773,7 +820,7 @@ class NormSpec(OpSpec):
         symbols = self.symbols(key)
         w_dtype = gamma_dtype(key)
         out = key.output
-        staged = self.backward and cfg.mode == "regs" and cfg.stages > 0
+        staged = cfg.mode == "regs" and cfg.stages > 0  # either direction
         ctx.update(
             direction="bwd" if self.backward else "fwd",
             rms=self.rms,
@@ -790,11 +837,11 @@ class NormSpec(OpSpec):
             rows=cfg.rows,
             iters=cfg.iters,
             cluster=cfg.cluster,
-            hold=cfg.hold,
+            hold=cfg.hold and not staged,
             prefetch=cfg.prefetch,
             packed=cfg.packed,
             min_ctas=cfg.min_ctas,
-            early=cfg.early and not cfg.hold,
+            early=cfg.early and not cfg.hold and not staged,
             one_reduction=cfg.one_reduction and not self.rms,
             accs=cfg.accumulators,
             smem=min(cfg.shared_sums, self.accumulators),
@@ -803,7 +850,7 @@ class NormSpec(OpSpec):
             warp_amax=cfg.warp_amax and key.scaling == "tensor",
             stages=cfg.stages if staged else 0,
             words=cfg.words and (not self.backward or staged),
-            next_row=cfg.next_row and key.scaling in _NEXT_ROW_SCALING,
+            next_row=cfg.next_row and key.scaling in _NEXT_ROW_SCALING and not staged,
             lanes=cfg.lanes,  # set only on register layouts (_round8_switches, parse_tag)
             gamma32=cfg.gamma32 and staged,
             folded=cfg.folded and staged,
@@ -1000,6 +1047,12 @@ class _NormFwdKernel(_NormKernel):
     def _function_threads(self) -> tuple[int, ...]:
         return (self.config.threads,)
 
+    def _shared_bytes(self) -> tuple[int, ...]:
+        """The staged forward's dynamic shared memory (:func:`staged_smem_bytes`)."""
+        size = staged_smem_bytes(self.config, self._in.itemsize, self._w.itemsize,
+                                 **staged_counts(self.spec))  # fmt: skip
+        return (size,) if size else ()
+
     def _forward(
         self, x: Any, gamma: Any, beta: Any, eps: Any, out: Any, mu: Any, rsigma: Any,
         scale: Any, amax: Any, scale_inv: Any, stream: Any,
@@ -1050,10 +1103,13 @@ class _NormFwdKernel(_NormKernel):
             persistent = max(1, dev.sm_count * dev.occupancy[0] // cfg.cluster)
             if dev.clusters:  # whole clusters per GPC: at most what is resident at once
                 persistent = min(persistent, dev.clusters)
-            clusters = groups if FWD_ONE_PASS else persistent
+            clusters = groups if FWD_ONE_PASS and not cfg.stages else persistent
             # several row groups per CTA: weights loaded once (hold), or the next group's x
-            # copied while the current one is worked on (next_row)
-            if FWD_ONE_PASS and (cfg.hold or cfg.next_row):
+            # copied while the current one is worked on (next_row); the staged forward is
+            # persistent (at most cfg.ctas_per_sm CTAs per SM where set)
+            if cfg.stages and cfg.ctas_per_sm:
+                clusters = max(1, min(persistent, dev.sm_count * cfg.ctas_per_sm // cfg.cluster))
+            elif FWD_ONE_PASS and (cfg.hold or cfg.next_row):
                 per_cta = cfg.groups or FWD_GROUPS_PER_CTA
                 clusters = max(min(groups, persistent), -(-groups // per_cta))
             grid = min(groups, clusters, MAX_GRID // cfg.cluster) * cfg.cluster
