@@ -2,6 +2,7 @@
 eager and torch.compile producing the same outputs.
 
     python bench/cast_bandwidth.py [--shapes 16384x8192,8192x28672] [--no-compile]
+                                   [--paired ROUNDS] [--name cast_bandwidth]
 
 For each shape (bf16 input), in one run:
   - cast bf16 -> fp8_e4m3 (tensor scaling: amax, scale_inv),
@@ -14,8 +15,14 @@ For each shape (bf16 input), in one run:
 beside the device copy bandwidth (torch copy_ of 1 GiB). GB/s counts each tensor read or
 written once (input(s), outputs, scales; not the amax word or internal workspaces). The
 torch.compile column compiles the same function as the eager one; a compile failure is
-reported in the JSON and the table, not fatal. Writes bench/results/cast_bandwidth.json
-(and $OUT/cast_bandwidth.json when OUT is set).
+reported in the JSON and the table, not fatal. With ``--paired ROUNDS`` each case's
+nvrtc_engine call and torch.compile function are timed again in ROUNDS shuffled rounds
+(``common.paired_ms``: both in every round, so a drift of the GPU's speed between minutes
+lands on both), and the rows add ``x_vs_compile_paired``, the median over rounds of
+torch.compile's time over ours in the same round, with its lowest and highest round
+(the ratio the 2x target of issue 5 is read from; the single-run ``x_vs_compile`` sets two
+medians taken minutes apart against each other). Writes bench/results/NAME.json (default
+cast_bandwidth; and $OUT/NAME.json when OUT is set).
 """
 
 from __future__ import annotations
@@ -110,7 +117,9 @@ def torch_fns(torch: Any) -> dict[str, Callable[..., Any]]:
     }  # fmt: skip
 
 
-def bench_shape(m: int, k: int, compiled_fns: dict[str, Any] | None) -> list[dict[str, Any]]:
+def bench_shape(
+    m: int, k: int, compiled_fns: dict[str, Any] | None, paired: int = 0
+) -> list[dict[str, Any]]:
     import torch
 
     import nvrtc_engine as ne
@@ -198,7 +207,18 @@ def bench_shape(m: int, k: int, compiled_fns: dict[str, Any] | None) -> list[dic
         except Exception as exc:
             add(case, "torch.compile", nbytes, None, f"compile failed: {type(exc).__name__}: {exc}")
             continue
-        add(case, "torch.compile", nbytes, lambda c=compiled, args=args: c(*args))
+
+        def theirs(c: Any = compiled, args: tuple = args) -> Any:
+            return c(*args)
+
+        add(case, "torch.compile", nbytes, theirs)
+        if paired:
+            times = common.paired_ms({"ours": ours, "compile": theirs}, rounds=paired)
+            ratio = common.paired_ratios(times, "compile")["ours"]  # theirs / ours, per round
+            row = next(r for r in rows if r["case"] == case and r["impl"] == "nvrtc_engine")
+            row.update(x_vs_compile_paired=ratio["median"], paired_low=ratio["low"],
+                       paired_high=ratio["high"], paired_rounds=paired,
+                       paired_ms=times)  # fmt: skip
         torch.cuda.empty_cache()
     return rows
 
@@ -208,6 +228,14 @@ def main() -> int:
     parser.add_argument("--shapes", default="16384x8192,8192x28672",
                         help="comma-separated MxK (each a multiple of 32)")  # fmt: skip
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument(
+        "--paired",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="also time ours against torch.compile in ROUNDS shuffled rounds",
+    )
+    parser.add_argument("--name", default="cast_bandwidth", help="bench/results/NAME.json")
     args = parser.parse_args()
     import torch
 
@@ -217,7 +245,7 @@ def main() -> int:
     shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")]
     compiled_fns: dict[str, Any] | None = None if args.no_compile else {}
     for m, k in shapes:
-        rows += bench_shape(m, k, compiled_fns)
+        rows += bench_shape(m, k, compiled_fns, args.paired)
     compiled = {(r["shape"], r["case"]): r.get("ms") for r in rows if r["impl"] == "torch.compile"}
     for r in rows:
         if r.get("gbps") is not None:
@@ -225,15 +253,17 @@ def main() -> int:
         other = compiled.get((r["shape"], r["case"]))
         if r["impl"] == "nvrtc_engine" and r.get("ms") and other:
             r["x_vs_compile"] = other / r["ms"]
-    path = common.write_results("cast_bandwidth", {
+    path = common.write_results(args.name, {
         **common.gpu_info(), "copy_gbps": copy, "shapes": [list(s) for s in shapes],
-        "input_dtype": "bf16", "kernels": rows,
+        "input_dtype": "bf16", "paired_rounds": args.paired, "kernels": rows,
     })  # fmt: skip
     print(f"device copy: {copy:.0f} GB/s   bf16 input")
     print(common.table(rows, [
         ("shape", "shape", ""), ("case", "case", ""), ("impl", "implementation", ""),
         ("ms", "ms", ".4f"), ("gbps", "GB/s", ".0f"), ("pct_of_copy", "% of copy", ".1f"),
         ("x_vs_compile", "x torch.compile", ".2f"),
+        ("x_vs_compile_paired", "x compile, paired", ".3f"),
+        ("paired_low", "low", ".3f"), ("paired_high", "high", ".3f"),
     ]))  # fmt: skip
     failed = [r for r in rows if r.get("error")]
     for r in failed:
