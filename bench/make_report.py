@@ -364,8 +364,12 @@ def _then_and_best(
     rows: list[dict[str, Any]],
     group: Callable[[dict[str, Any]], tuple],
     label: Callable[[dict[str, Any]], str],
+    paired: bool = False,
 ) -> list[list[Any]]:
-    """Per group: the default when the sweep ran, the best row, and the gain in points."""
+    """Per group: the default when the sweep ran, the best row (by median % of copy), and the
+    gain in points; with ``paired`` (sweeps timed in shuffled rounds) also the best row's
+    median same-round speed over the default and the fraction of rounds it was faster (a
+    best by medians can still have lost most rounds)."""
     out = []
     chosen: dict[tuple, dict[str, dict[str, Any]]] = {}
     for case, tag, r in _best_and_default([r for r in rows if "pct" in r], group, "pct"):
@@ -378,6 +382,11 @@ def _then_and_best(
                     f"{best['pct']:.1f}%",
                     "-" if then is None else
                     f"{round(best['pct'], 1) - round(then['pct'], 1):+.1f}"])  # fmt: skip
+        if paired:
+            same = best.get("vs_default")
+            won = best.get("faster_rounds")
+            out[-1].append("-" if same is None or best is then
+                           else f"{same:.3f}x ({won:.0%})")  # fmt: skip
     return out
 
 
@@ -561,16 +570,18 @@ def candidates_section() -> str | None:
         d = load(name)
         if d is None:
             continue
+        paired = any("vs_default" in r for r in d["rows"])
         rows = _then_and_best(
             d["rows"], lambda r: (r["norm"], r["hidden"], r.get("direction", "fwd"), r["out"]),
-            lambda r: f"`{r['config']}`" + (f" {r['host']}" if r.get("host") else ""),
+            lambda r: f"`{r['config']}`" + (f" {r['host']}" if r.get("host") else ""), paired,
         )  # fmt: skip
+        header = ["norm", "H", "dir", "output", "then", "% of copy", "best", "% of copy", "gain"]
         parts += [
             f"### {title}",
             source(d, f"norm_tuning.py {flag} --name {name}"),
             text,
-            md_table(["norm", "H", "dir", "output", "then", "% of copy", "best", "% of copy",
-                      "gain"], sorted(rows, key=lambda r: (r[0], r[1], r[2], r[3]))),
+            md_table(header + (["same round (won)"] if paired else []),
+                     sorted(rows, key=lambda r: (r[0], r[1], r[2], r[3]))),
         ]  # fmt: skip
     for shape in ("8192x28672", "16384x8192", "strip-8192x28672"):
         d = load(f"cast_candidates-{shape}")
@@ -970,6 +981,11 @@ def _cast_paired() -> list[str]:
                      f"{min(ratios):.3f}-{max(ratios):.3f}",
                      f"{sum(x >= 2 for x in ratios)} of {len(ratios)}"])  # fmt: skip
     shapes = ",".join(f"{m}x{k}" for m, k in d["shapes"])
+    rereads = {r["case"] for r in d["kernels"]  # torch.compile at most 60%: it re-reads x
+               if r["impl"] == "torch.compile" and (r.get("pct_of_copy") or 100) <= 60}  # fmt: skip
+    under = [f"{r['case']} {r['x_vs_compile']:.2f}x" for r in d["kernels"]
+             if r.get("paired_ms") and r.get("x_vs_compile") is not None
+             and r["x_vs_compile"] < 2 and r["case"] in rereads]  # fmt: skip
     return [
         "Ours against torch.compile in paired rounds: the same script again, each case's two "
         f"implementations timed in {d['paired_rounds']} shuffled rounds (`common.paired_ms`: "
@@ -979,7 +995,11 @@ def _cast_paired() -> list[str]:
         "against each other).",
         source(d, f"cast_bandwidth.py --shapes {shapes} --paired {d['paired_rounds']} "
                   "--name cast_bandwidth-paired"),
-        f"Device copy **{d['copy_gbps']:.0f} GB/s** in that run; us: medians over the rounds.",
+        f"Device copy **{d['copy_gbps']:.0f} GB/s** in that run; us: medians over the rounds; "
+        "x, single run: the same run's plain timing first (each implementation's median of 20 "
+        "samples, taken one after the other, as in the table above)"
+        + (f", under 2x there for {', '.join(under)}" if under else "")
+        + "; x, paired median: the median over rounds of the same-round ratio.",
         md_table(["shape", "case", "ours us", "torch.compile us", "x, single run",
                   "x, paired median", "rounds (low-high)", "rounds >= 2x"], rows),
     ]  # fmt: skip

@@ -254,8 +254,9 @@ BWD_STAGED = 0
 # cost about 2.25 instructions per element per row (loads and unpacking) of the ~12 issued.
 # bench/norm_tuning.py --candidates sfwd (H200, 2026-12-02, norm_tuning-sfwd.json): LayerNorm
 # FP8 won at every H (TUNED takes it: 14336 over a cluster of 2, 93.0% of copy against 78.8%;
-# f only at 4096), while the bf16 forwards and RMSNorm's lost to their register kernels
-# (0.90-0.99x, norm_tuning-sfwd-rms.json); so off by the rules, on through TUNED.
+# f only at 4096), while RMSNorm's forwards and LayerNorm bf16 at 4096 and 8192 lost to their
+# register kernels (0.90-0.99x, norm_tuning-sfwd-rms.json) and LayerNorm bf16 at 14336 and
+# 65536 tied (1.003-1.005x, 5 of 6 rounds); so off by the rules, on through TUNED.
 FWD_STAGED = 0
 FWD_GAMMA32 = False
 # Dynamic shared memory a CTA may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin), by
