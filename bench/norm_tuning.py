@@ -491,11 +491,14 @@ def fold_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
             for f, d in ((True, False), (False, True), (True, True))]  # fmt: skip
 
 
-def _split_rows(accesses: int, iters_options: tuple[int, ...]) -> list[tuple[int, int, int]]:
+def _split_rows(
+    accesses: int, iters_options: Any, clusters: tuple[int, ...] = (2, 4)
+) -> list[tuple[int, int, int]]:
     """(cluster, warps, accesses per thread) that split a row of ``accesses`` accesses
-    exactly over clusters of 2 and 4 CTAs of 1-32 warps, at each of ``iters_options``."""
+    exactly over clusters of ``clusters`` CTAs (default 2 and 4) of 1-32 warps, at each of
+    ``iters_options``."""
     out = []
-    for cluster in (2, 4):
+    for cluster in clusters:
         for iters in iters_options:
             warps, rest = divmod(accesses, 32 * cluster * iters)
             if not rest and 1 <= warps <= 32:
@@ -567,18 +570,14 @@ def sfwd_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
         return []
     clusters = (4, 8) if key.hidden_size >= 65536 else (1, 2)
     out: list[tuple[Any, dict[str, Any]]] = []
-    for cluster in clusters:
-        for iters in (2, 4, 8):
-            warps, left = divmod(accesses, 32 * cluster * iters)
-            if left or not 1 <= warps <= 32:
-                continue
-            for stages in (2, 3, 4):
-                for f32 in (False, True):
-                    cfg = norm.LaunchConfig("regs", vec, warps, 1, iters, cluster,
-                                            batched=fp8, warp_amax=fp8, words=True,
-                                            stages=stages, gamma32=f32)  # fmt: skip
-                    if norm.staged_fits(key, cfg) and cfg != default:
-                        out.append((cfg, {}))
+    for cluster, warps, iters in _split_rows(accesses, (2, 4, 8), clusters):
+        for stages in (2, 3, 4):
+            for f32 in (False, True):
+                cfg = norm.LaunchConfig("regs", vec, warps, 1, iters, cluster, batched=fp8,
+                                        warp_amax=fp8, words=True, stages=stages,
+                                        gamma32=f32)  # fmt: skip
+                if norm.staged_fits(key, cfg) and cfg != default:
+                    out.append((cfg, {}))
     return out
 
 
@@ -612,13 +611,10 @@ def snear_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[
             add(dataclasses.replace(default, ctas_per_sm=per_sm))
     accesses = key.hidden_size // default.vec
     clusters = (4, 8) if key.hidden_size >= 65536 else (1, 2, 4, 8)
-    for cluster in clusters:
-        for iters in sorted({max(1, default.iters // 2), default.iters, default.iters * 2}):
-            warps, rest = divmod(accesses, 32 * cluster * iters)
-            if not rest and 1 <= warps <= 32:
-                for stages in (2, 3):
-                    add(dataclasses.replace(default, warps=warps, iters=iters, cluster=cluster,
-                                            stages=stages))  # fmt: skip
+    iters = sorted({max(1, default.iters // 2), default.iters, default.iters * 2})
+    for cluster, warps, n in _split_rows(accesses, iters, clusters):
+        for stages in (2, 3):
+            add(dataclasses.replace(default, warps=warps, iters=n, cluster=cluster, stages=stages))
     return out
 
 

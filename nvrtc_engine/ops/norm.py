@@ -943,6 +943,16 @@ def _active_clusters(function: Any, threads: int, shmem: int, cluster: int) -> i
     return max(0, int(n))
 
 
+def _persistent(dev: _Device, cluster: int, per_sm: int) -> int:
+    """CTAs (clusters of ``cluster``) of a persistent grid with at most ``per_sm`` CTAs per
+    SM: never more clusters than are resident at once (``dev.clusters``, where the driver
+    says), at least one."""
+    n = dev.sm_count * per_sm // cluster
+    if dev.clusters:  # whole clusters per GPC: at most what is resident at once
+        n = min(n, dev.clusters)
+    return max(1, n)
+
+
 def _aligned(arrays: list[tuple[Array | None, int]]) -> bool:
     """Whether every array's address is a multiple of its access size (at most 16 bytes)."""
     return all(a is None or a.ptr % min(16, size) == 0 for a, size in arrays)
@@ -986,6 +996,13 @@ class _NormKernel(Kernel):
     def _function_threads(self) -> tuple[int, ...]:
         """Threads per CTA of each function in ``loaded.functions``."""
         raise NotImplementedError
+
+    def _shared_bytes(self) -> tuple[int, ...]:
+        """A staged layout's dynamic shared memory (:func:`staged_smem_bytes`) for the main
+        kernel, none for the others (the backward's finalize); () for other layouts."""
+        size = staged_smem_bytes(self.config, self._in.itemsize, self._w.itemsize,
+                                 **staged_counts(self.spec))  # fmt: skip
+        return (size,) + (0,) * (len(self._function_threads()) - 1) if size else ()
 
     def _rows(self, xa: Array, name: str) -> tuple[int, int]:
         """``(rows, hidden)`` of a ``(..., hidden)`` array, checked against the key."""
@@ -1048,12 +1065,6 @@ class _NormFwdKernel(_NormKernel):
     def _function_threads(self) -> tuple[int, ...]:
         return (self.config.threads,)
 
-    def _shared_bytes(self) -> tuple[int, ...]:
-        """The staged forward's dynamic shared memory (:func:`staged_smem_bytes`)."""
-        size = staged_smem_bytes(self.config, self._in.itemsize, self._w.itemsize,
-                                 **staged_counts(self.spec))  # fmt: skip
-        return (size,) if size else ()
-
     def _forward(
         self, x: Any, gamma: Any, beta: Any, eps: Any, out: Any, mu: Any, rsigma: Any,
         scale: Any, amax: Any, scale_inv: Any, stream: Any,
@@ -1101,16 +1112,13 @@ class _NormFwdKernel(_NormKernel):
         if cfg.mode == "regs":
             tpr = 0
             groups = -(-rows // cfg.rows)
-            persistent = max(1, dev.sm_count * dev.occupancy[0] // cfg.cluster)
-            if dev.clusters:  # whole clusters per GPC: at most what is resident at once
-                persistent = min(persistent, dev.clusters)
+            # the staged forward's grid is persistent, at most cfg.ctas_per_sm CTAs per SM
+            per_sm = min(dev.occupancy[0], cfg.ctas_per_sm or dev.occupancy[0])
+            persistent = _persistent(dev, cfg.cluster, per_sm)
             clusters = groups if FWD_ONE_PASS and not cfg.stages else persistent
             # several row groups per CTA: weights loaded once (hold), or the next group's x
-            # copied while the current one is worked on (next_row); the staged forward is
-            # persistent (at most cfg.ctas_per_sm CTAs per SM where set)
-            if cfg.stages and cfg.ctas_per_sm:
-                clusters = max(1, min(persistent, dev.sm_count * cfg.ctas_per_sm // cfg.cluster))
-            elif FWD_ONE_PASS and (cfg.hold or cfg.next_row):
+            # copied while the current one is worked on (next_row)
+            if FWD_ONE_PASS and not cfg.stages and (cfg.hold or cfg.next_row):
                 per_cta = cfg.groups or FWD_GROUPS_PER_CTA
                 clusters = max(min(groups, persistent), -(-groups // per_cta))
             grid = min(groups, clusters, MAX_GRID // cfg.cluster) * cfg.cluster
@@ -1215,11 +1223,6 @@ class _NormBwdKernel(_NormKernel):
             return (self.config.threads, FINALIZE_BLOCK)
         return (TILE_BLOCK, LOOP_BLOCK, FINALIZE_BLOCK)
 
-    def _shared_bytes(self) -> tuple[int, ...]:
-        """The staged layout's dynamic shared memory (main kernel; the finalize takes none)."""
-        size = staged_smem_bytes(self.config, self._in.itemsize, self._w.itemsize)
-        return (size, 0) if size else ()
-
     def _plan(self, dev: _Device, rows: int, hidden: int) -> _BwdPlan:
         cfg = self.config
         nacc = self.spec.accumulators
@@ -1227,10 +1230,7 @@ class _NormBwdKernel(_NormKernel):
         if rows > 0 and cfg.mode == "regs":
             groups = -(-rows // cfg.rows)
             per_sm = min(dev.occupancy[0], cfg.ctas_per_sm or BWD_CTAS_PER_SM)
-            resident = dev.sm_count * per_sm // cfg.cluster
-            if dev.clusters:  # whole clusters per GPC: at most what is resident at once
-                resident = min(resident, dev.clusters)
-            parts = min(groups, max(1, resident))
+            parts = min(groups, _persistent(dev, cfg.cluster, per_sm))
         elif rows > 0:
             tpr = loop_threads_per_row(hidden)
             stats_grid = min(-(-rows // (LOOP_BLOCK // tpr)), dev.sm_count * dev.occupancy[1])
