@@ -49,7 +49,11 @@ staged backward and the FP8 forward at H = 4096-14336 over clusters of 2 and 4 C
 (:func:`bwdc_candidates`, :func:`fwdc_candidates`); round 9: ``--candidates sfwd`` the
 staged forward (:func:`sfwd_candidates`: x through shared memory several rows deep, the
 weights in shared memory as stored or as fp32), ``--candidates snear`` the neighbourhood of
-each staged forward default (:func:`snear_candidates`);
+each staged forward default (:func:`snear_candidates`); round 10: ``--candidates srows`` the
+staged forward with 2 and 4 rows per CTA sharing the weights (:func:`srows_candidates`),
+``--candidates bal`` each persistent default with a balanced grid (:func:`bal_candidates`),
+``--candidates sregs`` the staged forward with its weights in registers
+(:func:`sregs_candidates`);
 ``--name``
 names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
 zeroes the amax word before every FP8 call (timed with it), as a training step does once per
@@ -554,6 +558,20 @@ def fwdc_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
     return out
 
 
+def _staged_forward_shape(key: Any) -> tuple[bool, int, int, tuple[int, ...]] | None:
+    """For the staged forward sweeps: (FP8 output, elements per 16-byte access, accesses per
+    row, the clusters to try: 1 and 2 CTAs below H = 65536, 4 and 8 at 65536), or None for
+    a key they skip (backward, MXFP8, general, H not a multiple of the access)."""
+    if key.spec.backward or key.scaling == "mxfp8" or key.hidden_size is None:
+        return None
+    vec = 16 // key.input.itemsize
+    accesses, rest = divmod(key.hidden_size, vec)
+    if rest:
+        return None
+    clusters = (4, 8) if key.hidden_size >= 65536 else (1, 2)
+    return key.scaling == "tensor", vec, accesses, clusters
+
+
 def sfwd_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
     """``--candidates sfwd`` (round 9): the staged forward (x through shared memory by
     cp.async, 2-4 rows deep, a persistent grid; ``FWD_STAGED``) with the weights in shared
@@ -561,14 +579,10 @@ def sfwd_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
     below H = 65536; 4 and 8 at 65536), 2, 4 and 8 accesses per thread where they split the
     row exactly; ``q`` (word reads), and ``og`` for FP8 as TUNED's FP8 entries; where the
     shared memory fits, as (LaunchConfig, host settings)."""
-    if key.spec.backward or key.scaling == "mxfp8" or key.hidden_size is None:
+    shape = _staged_forward_shape(key)
+    if shape is None:
         return []
-    fp8 = key.scaling == "tensor"
-    vec = 16 // key.input.itemsize
-    accesses, rest = divmod(key.hidden_size, vec)
-    if rest:
-        return []
-    clusters = (4, 8) if key.hidden_size >= 65536 else (1, 2)
+    fp8, vec, accesses, clusters = shape
     out: list[tuple[Any, dict[str, Any]]] = []
     for cluster, warps, iters in _split_rows(accesses, (2, 4, 8), clusters):
         for stages in (2, 3, 4):
@@ -618,6 +632,81 @@ def snear_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[
     return out
 
 
+def srows_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates srows`` (round 10): the staged forward with 2 and 4 rows per CTA (one
+    stage area per row, the weights shared: more warps per SM for the same shared memory),
+    one CTA per row group, 2, 4 and 8 accesses per thread where they split the row exactly,
+    2 and 3 stages, weights as stored or as fp32 (``f``), ``q``, and ``og`` for FP8; where
+    the shared memory and the register file fit, as (LaunchConfig, host settings)."""
+    if key.spec.backward or key.scaling == "mxfp8" or key.hidden_size is None:
+        return []
+    fp8 = key.scaling == "tensor"
+    vec = 16 // key.input.itemsize
+    accesses, rest = divmod(key.hidden_size, vec)
+    if rest or key.hidden_size >= 65536:
+        return []
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for _, warps, iters in _split_rows(accesses, (2, 4, 8), (1,)):
+        for rows in (2, 4):
+            for stages in (2, 3):
+                for f32 in (False, True):
+                    cfg = norm.LaunchConfig("regs", vec, warps, rows, iters, 1, batched=fp8,
+                                            warp_amax=fp8, words=True, stages=stages,
+                                            gamma32=f32)  # fmt: skip
+                    if rows * warps <= 32 and norm.staged_fits(key, cfg) and cfg != default:
+                        out.append((cfg, {}))
+    return out
+
+
+def sregs_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates sregs`` (round 10): the staged forward with its weights in registers
+    rather than shared memory (a CTA's shared memory then holds only x's stages, so more
+    CTAs fit an SM, or more stages): held once per CTA (``h``) or loaded per row from global
+    memory before the reductions (``e``), one CTA per row (1 or 2 rows per CTA) or the row
+    over a cluster (2 below H = 65536; 4 and 8 at 65536), 4 and 8 accesses per thread where
+    they split the row exactly, 2-4 stages, ``q``, and ``og`` for FP8; where the shared
+    memory and the registers fit, as (LaunchConfig, host settings)."""
+    shape = _staged_forward_shape(key)
+    if shape is None:
+        return []
+    fp8, vec, accesses, clusters = shape
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for cluster, warps, iters in _split_rows(accesses, (4, 8), clusters):
+        for rows in (1, 2) if cluster == 1 else (1,):
+            for stages in (2, 3, 4):
+                for hold in (True, False):
+                    cfg = norm.LaunchConfig("regs", vec, warps, rows, iters, cluster,
+                                            hold=hold, early=not hold, batched=fp8,
+                                            warp_amax=fp8, words=True,
+                                            stages=stages)  # fmt: skip
+                    if rows * warps <= 32 and norm.staged_fits(key, cfg) and cfg != default:
+                        out.append((cfg, {}))
+    return out
+
+
+def bal_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates bal`` (round 10): the default with a balanced persistent grid
+    (``PERSISTENT_BALANCED``, host side) where its grid is persistent (the staged forward,
+    the forwards with several row groups per CTA, every register backward); a staged forward
+    default of one row per CTA (or cluster) also with two rows per CTA (``r2``; a cluster's
+    row in one CTA of as many warps, where that fits), with either grid, as (LaunchConfig,
+    host settings)."""
+    import dataclasses
+
+    if default.mode != "regs":
+        return []
+    persistent = key.spec.backward or default.stages or default.hold or default.next_row
+    out: list[tuple[Any, dict[str, Any]]] = []
+    if persistent:
+        out.append((default, {"PERSISTENT_BALANCED": True}))
+    if not key.spec.backward and default.stages and default.rows == 1:
+        warps = default.warps * default.cluster  # a cluster's row in one CTA
+        two = dataclasses.replace(default, rows=2, warps=warps, cluster=1)
+        if warps <= 16 and norm.staged_fits(key, two):
+            out += [(two, {}), (two, {"PERSISTENT_BALANCED": True})]
+    return out
+
+
 def _clusters_pairs(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
     """``--candidates bwdc``: :func:`bwdc_candidates` and :func:`fwdc_candidates`."""
     return bwdc_candidates(norm, key, default) + fwdc_candidates(norm, key, default)
@@ -654,6 +743,9 @@ CANDIDATE_SETS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "bwdc": (_clusters_pairs, ("fp8", "bwd")),
     "sfwd": (sfwd_candidates, ("bf16", "fp8")),
     "snear": (snear_candidates, ("bf16", "fp8")),
+    "srows": (srows_candidates, ("bf16", "fp8")),
+    "bal": (bal_candidates, ("bf16", "fp8", "bwd")),
+    "sregs": (sregs_candidates, ("bf16", "fp8")),
 }
 
 
@@ -663,7 +755,8 @@ def candidates(
     """(LaunchConfig, host settings) pairs to time for ``key``; the default comes first.
     ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`);
     ``only``: the default and the named set of :data:`CANDIDATE_SETS` (``--candidates``:
-    fp8, fp8b, bwd, big, bf16p, bwd2, onered, near, big2, lanes, fold, bwdc, sfwd, snear)."""
+    fp8, fp8b, bwd, big, bf16p, bwd2, onered, near, big2, lanes, fold, bwdc, sfwd, snear,
+    srows, bal, sregs)."""
     spec = key.spec
     default = norm.launch_config(key)
     out: list[tuple[Any, dict[str, Any]]] = []
@@ -797,7 +890,10 @@ def main() -> int:
         "the cluster mailboxes, forward and backward; lanes: l and q flipped on each default; "
         "fold: f and d on the staged backward; bwdc: the staged backward and the FP8 forward "
         "over clusters of 2 and 4 at 4096-14336; sfwd: the staged forward, 2-4 rows deep, "
-        "weights as stored or fp32; snear: the neighbourhood of each staged forward default)",
+        "weights as stored or fp32; snear: the neighbourhood of each staged forward default; "
+        "srows: the staged forward with 2 and 4 rows per CTA, at 4096,8192,14336; bal: each "
+        "persistent default with a balanced grid, staged forwards also with 2 rows per CTA; "
+        "sregs: the staged forward with its weights in registers, h or e)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument(
@@ -827,6 +923,7 @@ def main() -> int:
             "bwd2": sizes,
             "onered": "4096,8192,14336,65536",
             "big2": "65536",
+            "srows": sizes,
         }.get(args.candidates, "4096,8192,14336,65536")
     if args.list:
         try:
@@ -846,7 +943,8 @@ def main() -> int:
     copy = common.copy_bandwidth_gbps()
     chosen = norm.launch_config
     host_defaults = {name: getattr(norm, name) for name in ("BWD_CTAS_PER_SM",
-                                                            "FWD_GROUPS_PER_CTA")}  # fmt: skip
+                                                            "FWD_GROUPS_PER_CTA",
+                                                            "PERSISTENT_BALANCED")}  # fmt: skip
     bf16 = torch.bfloat16
     scale = torch.full((1,), 2.0, device="cuda")
     amax = torch.zeros(1, device="cuda")

@@ -17,7 +17,8 @@ the next-row copies with held weights, ``..._fp8_held_qp``, including shapes whe
 takes several row groups; round 8, forward and backward, on the rules' layouts and on TUNED's:
 row sums across lanes by shuffles, ``..._lanes``, and with the staged backward's
 shared-memory reads as 32-bit words, fp32 gamma and folded dx, ``..._round8``; round 9,
-the staged forward, ``norm_switch_staged*`` and TUNED's, ``norm_switch_tuned_*``); the
+the staged forward, ``norm_switch_staged*`` and TUNED's, ``norm_switch_tuned_*``; with
+several rows per CTA, ``norm_staged_rows_*``); the
 next-row copies with bf16 output at H = 65536 over a cluster of 4, ``norm_bf16_next_row_*``
 (a TUNED-style tag; the defaults at 65536 are among the plain cases). The
 disk cache is off: switched kernels share keys with the defaults. Cast family: cast (the
@@ -250,6 +251,29 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
                     k(x, w, b, 1e-5) if nm == "layernorm" else k(x, w, 1e-5)
 
                 out[f"norm_bf16_next_row_{tag}_{nm}_h65536x{rows}"] = run_p
+    # round 10: the staged forward with 2 and 4 rows per CTA (TUNED-style tags): a row slot
+    # without a row in the last group (3 and 7 rows), stages that wrap (2000), H = 1000 (a
+    # partial access), H odd (copied element by element)
+    # (and, by the last three tags, the weights in registers: held, h, or per row, e)
+    for tag, h in (("w4r2v8j4c1qt2", 4096), ("w2r4v8j8c1qft3", 4096), ("w1r4v8j4c1t2", 1000),
+                   ("w1r2v1j32c1ft3", 1001), ("w4r2v8j4c1eqt3", 4096), ("w1r2v1j32c1ht2", 1001),
+                   ("w4r1v8j8c8ht2", 65536)):  # fmt: skip
+        for rows in (1, 3, 7, 2000):
+            for nm in ("layernorm", "rmsnorm"):
+                for out_dtype, scaling in (("bf16", "none"), ("fp8", "tensor")):
+
+                    def run_rows(tag=tag, h=h, rows=rows, nm=nm, out_dtype=out_dtype,
+                                 scaling=scaling):  # fmt: skip
+                        op = f"{nm}_fwd"
+                        k = switched({"TUNED": {(op, h, scaling): tag}}, op, h,
+                                     out_dtype=out_dtype, scaling=scaling)  # fmt: skip
+                        assert k.config.stages > 1
+                        x, w, b = t(rows, h), t(h), t(h)
+                        kw = tensor() if scaling == "tensor" else {}
+                        k(x, w, b, 1e-5, **kw) if nm == "layernorm" else k(x, w, 1e-5, **kw)
+
+                    name = f"{nm}_fwd_{out_dtype}_{scaling}_h{h}x{rows}"
+                    out[f"norm_staged_rows_{tag}_{name}"] = run_rows
     for label, values in fwd.items():
         fp8_only = label.startswith("fp8_")
         # (2000, 4096), (700, 14336): more row groups than the CTAs of the grid, so each CTA

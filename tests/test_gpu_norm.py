@@ -123,6 +123,16 @@ def run_forward(kernel, x_host, *, zcg=None, scale=3.0, x=None, eps=EPS):
     return out, ref
 
 
+def unaligned_bf16(x_host):
+    """x_host as a bf16 CUDA tensor one element past a 16-byte boundary (the kernels'
+    element-by-element path)."""
+    rows, hidden = x_host.shape
+    flat = torch.empty(rows * hidden + 1, dtype=torch.bfloat16, device="cuda")
+    x = flat[1:].view(rows, hidden)
+    x.copy_(to_torch(x_host, "bf16"))
+    return x
+
+
 def arch() -> str:
     major, minor = torch.cuda.get_device_capability()
     return f"sm_{major}{minor}"
@@ -675,6 +685,22 @@ def _fp8_outputs(kernel, x, gamma, beta, scale, amax_start=0.0):
     return out.view(torch.uint8), mu, rsigma, amax, scale_inv
 
 
+def _assert_same_fp8(kernel, other, rows, label):
+    """Two tensor-scaled forward kernels of one key give the same bits (z bytes, mu, rsigma,
+    amax, scale_inv) on ``rows`` rows of bf16 x."""
+    key = kernel.key
+    hidden = key.hidden_size
+    x_host = reference.sample_input((rows, hidden), "bf16", seed(key.op, hidden, label))
+    g_host, b_host = params(seed(key.op, hidden, "bf16"), hidden, "bf16", False)
+    x = to_torch(x_host, "bf16")
+    gamma, beta = to_torch(g_host, "bf16"), to_torch(b_host, "bf16")
+    got = _fp8_outputs(kernel, x, gamma, beta, 3.0)
+    want = _fp8_outputs(other, x, gamma, beta, 3.0)
+    for a, b, name in zip(got, want, ("z", "mu", "rsigma", "amax", "scale_inv"), strict=True):
+        if a is not None:
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), (kernel.name, name)
+
+
 @pytest.mark.parametrize(
     "values", FP8_CANDIDATES, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
 )
@@ -777,9 +803,7 @@ def test_backward_staged(switches, op, stages):
         run_backward(kernel, x_host)
     kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=4096)
     x_host = reference.sample_input((300, 4096), "bf16", seed(op, "t unaligned"))
-    flat = torch.empty(300 * 4096 + 1, dtype=torch.bfloat16, device="cuda")
-    x = flat[1:].view(300, 4096)
-    x.copy_(to_torch(x_host, "bf16"))
+    x = unaligned_bf16(x_host)
     run_backward(kernel, x_host, x=x)
     for hidden in (4096, 14336):
         kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden,
@@ -811,11 +835,16 @@ FP8_ROUND5 = [
 def _kernel_with(op, fields, tuned, values):
     """``op``'s kernel for ``fields`` with ``norm.TUNED = tuned`` and the module switches
     ``values``, compiled afresh (neither cache sees the monkeypatched switches)."""
+    return _kernel_patched(op, fields, {"TUNED": tuned, **values})
+
+
+def _kernel_patched(op, fields, attrs):
+    """``op``'s kernel for ``fields`` with the norm module's ``attrs`` set (names to values),
+    compiled afresh."""
     import nvrtc_engine.ops.norm as norm
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(norm, "TUNED", tuned)
-        for name, value in values.items():
+        for name, value in attrs.items():
             mp.setattr(norm, name, value)
         launch_config.cache_clear()
         ne.clear_cache(disk=False)
@@ -967,8 +996,8 @@ def test_forward_round8_candidates(op, values):
 def test_forward_bf16_words(op):
     """``q`` on the bf16-output forward (x, gamma and beta loaded as 32-bit words; TUNED
     entries only, sm_90): z the same bytes as without it, and within the float64 bound, on
-    TUNED's and the rules' layouts at 4096-65536 (held weights and next-row copies at 65536),
-    N = 1 and odd N, unaligned x (the element-by-element path)."""
+    TUNED's and the rules' layouts at 4096-65536, each with and without q (at 65536 the staged
+    forward with held weights), N = 1 and odd N, unaligned x (the element-by-element path)."""
     import dataclasses
 
     import nvrtc_engine.ops.norm as norm
@@ -978,18 +1007,16 @@ def test_forward_bf16_words(op):
     for hidden, rows in ROUND8_CASES[1:]:
         fields = dict(in_dtype="bf16", hidden_size=hidden)
         base = launch_config(ne.make_key(op, **fields))
-        tuned = dict(norm.TUNED)
-        tuned[(op, hidden, "none")] = dataclasses.replace(base, words=True).tag
-        kernel = _kernel_with(op, fields, tuned, {})
+        twins = []  # the layout with q, then without (a staged entry may have it already)
+        for words in (True, False):
+            tuned = dict(norm.TUNED)
+            tuned[(op, hidden, "none")] = dataclasses.replace(base, words=words).tag
+            twins.append(_kernel_with(op, fields, tuned, {}))
+        kernel, default = twins
         assert kernel.config.words and kernel.artifact.symbols[0].endswith(kernel.config.tag)
-        default = _kernel_with(op, fields, norm.TUNED, {})
         assert not default.config.words
         x_host = reference.sample_input((rows, hidden), "bf16", seed(op, hidden, rows, "q16"))
-        views = [None]
-        if rows > 1:
-            flat = torch.empty(rows * hidden + 1, dtype=torch.bfloat16, device="cuda")
-            views.append(flat[1:].view(rows, hidden))
-            views[-1].copy_(to_torch(x_host, "bf16"))
+        views = [None] + ([unaligned_bf16(x_host)] if rows > 1 else [])
         for x in views:
             got, _ = run_forward(kernel, x_host, x=x)
             got = got.clone()
@@ -1029,9 +1056,7 @@ def test_backward_round8_candidates(op, values):
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
     kernel, _ = _round8_kernel(op, dict(in_dtype="bf16", hidden_size=4096), values)
     x_host = reference.sample_input((300, 4096), "bf16", seed(op, "r6 unaligned"))
-    flat = torch.empty(300 * 4096 + 1, dtype=torch.bfloat16, device="cuda")
-    x = flat[1:].view(300, 4096)
-    x.copy_(to_torch(x_host, "bf16"))
+    x = unaligned_bf16(x_host)
     run_backward(kernel, x_host, x=x)
 
 
@@ -1068,9 +1093,7 @@ def test_forward_staged(switches, op, stages, f32):
     kernel = ne.get_kernel(op, in_dtype="bf16", out_dtype="fp8_e4m3", hidden_size=4096)
     assert kernel.config.stages >= 2
     x_host = reference.sample_input((300, 4096), "bf16", seed(op, "tf unaligned"))
-    flat = torch.empty(300 * 4096 + 1, dtype=torch.bfloat16, device="cuda")
-    x = flat[1:].view(300, 4096)
-    x.copy_(to_torch(x_host, "bf16"))
+    x = unaligned_bf16(x_host)
     run_forward(kernel, x_host, x=x)
     for in_dtype, flags in (("fp16", {}), ("bf16", {"zero_centered_gamma": True,
                                                     "fp32_gamma": True})):  # fmt: skip
@@ -1093,13 +1116,94 @@ def test_forward_staged(switches, op, stages, f32):
         plain = dataclasses.replace(staged.config, stages=0, gamma32=False).tag
         register = _kernel_with(op, fields, {(op, hidden, "tensor"): plain}, {})
         assert register.config.tag == plain
-        x_host = reference.sample_input((rows, hidden), "bf16", seed(op, hidden, "tf bits"))
-        g_host, b_host = params(seed(op, hidden, "bf16"), hidden, "bf16", False)
-        x = to_torch(x_host, "bf16")
-        gamma, beta = to_torch(g_host, "bf16"), to_torch(b_host, "bf16")
-        got = _fp8_outputs(staged, x, gamma, beta, 3.0)
-        want = _fp8_outputs(register, x, gamma, beta, 3.0)
-        for a, b, name in zip(got, want, ("z", "mu", "rsigma", "amax", "scale_inv"),
-                              strict=True):  # fmt: skip
-            if a is not None:
-                assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), (hidden, name)
+        _assert_same_fp8(staged, register, rows, "tf bits")
+
+
+@pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd", *BWD])
+def test_balanced_persistent_grid(monkeypatch, op):
+    """PERSISTENT_BALANCED (a round-10 candidate, host side): TUNED's kernels on the balanced
+    persistent grid against the float64 reference (2053 rows at H = 4096: 514 CTAs where the
+    plain grid has 528; 263 rows at 65536 over clusters), and the forward bit for bit against
+    the plain grid (a row's arithmetic does not depend on the CTA that takes it)."""
+    import nvrtc_engine.ops.norm as norm
+    from nvrtc_engine.plans import NO_PLAN
+
+    def balanced(kernel, on):
+        monkeypatch.setattr(norm, "PERSISTENT_BALANCED", on)
+        kernel._launch_plans.clear()  # the grid is part of a cached launch plan
+        kernel._last_plan = NO_PLAN
+
+    for hidden, rows in ((4096, 2053), (65536, 263)):
+        fields = dict(in_dtype="bf16", hidden_size=hidden)
+        if op.endswith("fwd"):
+            fields.update(out_dtype="fp8_e4m3", scaling="tensor")
+        kernel = ne.get_kernel(op, **fields)
+        x_host = reference.sample_input((rows, hidden), "bf16", seed(op, hidden, "balanced"))
+        if op.endswith("fwd"):
+            want = run_forward(kernel, x_host)[0].clone()
+            balanced(kernel, True)
+            got = run_forward(kernel, x_host)[0]
+            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+        else:
+            balanced(kernel, True)
+            run_backward(kernel, x_host)
+        balanced(kernel, False)
+
+
+def _kernel_tagged(op, fields, tag):
+    """``op``'s kernel for ``fields`` with the layout ``tag`` whatever the key (norm._tuned
+    answering it for every key), compiled afresh."""
+    import nvrtc_engine.ops.norm as norm
+
+    cfg = norm.parse_tag(tag)
+    kernel = _kernel_patched(op, fields, {"_tuned": lambda key: cfg})
+    assert kernel.config == cfg
+    return kernel
+
+
+# Round-10 candidate: the staged forward with several rows per CTA (``r2``/``r4`` with ``t``),
+# a stage area per row slot and the weights shared.
+STAGED_ROWS = [  # (tag, in dtype, H, out dtype, scaling, flags, row counts)
+    ("w4r2v8j4c1qt2", "bf16", 4096, "bf16", "none", {}, (1, 3, 4099)),
+    ("w2r4v8j8c1ogqft3", "bf16", 4096, "fp8_e4m3", "tensor", {}, (2, 5, 4099)),
+    ("w4r2v8j8c1qft2", "bf16", 8192, "fp8_e5m2", "mxfp8", {}, (1, 2053)),
+    ("w1r4v8j4c1t2", "fp16", 1000, "fp8_e4m3", "tensor", {"zero_centered_gamma": True}, (7, 301)),
+    ("w2r2v4j8c1ft2", "fp32", 2048, "fp32", "none", {}, (9,)),
+    ("w1r2v1j32c1t3", "bf16", 1001, "fp8_e4m3", "tensor", {"fp32_gamma": True}, (9, 50)),
+    # the weights in registers: held once (h) or loaded per row (e)
+    ("w4r1v8j8c8hogqt2", "bf16", 65536, "fp8_e4m3", "tensor", {}, (1, 37)),
+    ("w4r2v8j4c1eqt3", "bf16", 4096, "bf16", "none", {}, (3, 4099)),
+    ("w1r2v8j4c1ht2", "fp16", 1000, "fp8_e5m2", "mxfp8", {"zero_centered_gamma": True}, (7,)),
+]
+
+
+@pytest.mark.parametrize("case", STAGED_ROWS, ids=lambda c: c[0] + "-" + c[1] + "-" + str(c[2]))
+@pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
+def test_forward_staged_rows(op, case):
+    """The staged forward with 2 and 4 rows per CTA, and with its weights in registers (held,
+    ``h``, over a cluster at 65536; loaded per row, ``e``), against the float64 reference: N = 1
+    and N not a multiple of the rows per CTA (a row slot without a row in the last group),
+    more rows than CTAs (the stages wrap), H = 1000 (a partial last access), H odd (2-byte
+    accesses, copied element by element), fp16 x with zero-centred gamma, fp32 x with a 1e4
+    mean offset, fp32 gamma, bf16, FP8 and MXFP8 z; unaligned x at 4096; and bit for bit
+    (z bytes, mu, rsigma, amax) against the register kernel of the same layout."""
+    import dataclasses
+
+    tag, in_dtype, hidden, out, scaling, flags, counts = case
+    fields = dict(in_dtype=in_dtype, out_dtype=out, scaling=scaling, hidden_size=hidden, **flags)
+    kernel = _kernel_tagged(op, fields, tag)
+    for rows in counts:
+        rng = seed(op, tag, rows, "tr")
+        if in_dtype == "fp32":
+            x_host = (1e4 + rng.standard_normal((rows, hidden))).astype(np.float32)
+        else:
+            x_host = reference.sample_input((rows, hidden), in_dtype, rng)
+        run_forward(kernel, x_host)
+    if hidden == 4096:
+        x_host = reference.sample_input((301, 4096), "bf16", seed(op, tag, "tr unaligned"))
+        x = unaligned_bf16(x_host)
+        run_forward(kernel, x_host, x=x)
+    if scaling == "tensor" and in_dtype == "bf16" and not flags:
+        plain = dataclasses.replace(kernel.config, stages=0, gamma32=False).tag
+        register = _kernel_tagged(op, fields, plain)
+        _assert_same_fp8(kernel, register, 3001, "tr bits")

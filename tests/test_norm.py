@@ -144,7 +144,7 @@ def test_key_names_and_parse():
     bwd = make_key("rmsnorm_bwd_add", dtype="fp16", arch="sm_100a", fp32_gamma=True)
     assert str(bwd) == "rmsnorm_bwd_add_fp16_fp16_none_rowwise_hany_sm100a_wf32"
     assert KernelKey.parse(str(bwd)) == bwd
-    assert key.spec.symbols(key) == (f"{key}_w4r1v8j4c1ogqft2",)  # norm.TUNED's FP8 winner
+    assert key.spec.symbols(key) == (f"{key}_w4r2v8j4c1hogqt3",)  # norm.TUNED's FP8 winner
     assert bwd.spec.symbols(bwd) == (f"{bwd}_loop", f"{bwd}_loop_stats", f"{bwd}_loop_finalize")
     mx = make_key("rmsnorm_fwd", in_dtype="bf16", out_dtype="e5m2", scaling="mxfp8", arch="sm_90")
     assert mx.scaling == "mxfp8" and "mxfp8" in str(mx)
@@ -275,13 +275,13 @@ def test_held_weights_need_two_ctas_per_sm():
                 assert not launch_config(key).hold
     # TUNED holds RMSNorm's at 4096, 14336 and 65536 (the o/g/q/p/x letters: the FP8 switches
     # TUNED carries, test_tuned_fp8_forwards_carry_the_measured_switches); LayerNorm's FP8
-    # entries are staged (t: x, and f: the weights, in shared memory), none held
-    assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1ogqft2"
+    # entries are staged (t: x in shared memory), at 4096 and 65536 with the weights held
+    assert fp8_tag("layernorm_fwd", 4096) == "w4r2v8j4c1hogqt3"
     assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1uogqt3"
     assert fp8_tag("rmsnorm_fwd", 4096) == "w4r1v8j4c1hogqx4"
     assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1hogq"
     assert fp8_tag("rmsnorm_fwd", 65536) == "w4r1v8j8c8hogqpx64"
-    assert fp8_tag("layernorm_fwd", 65536) == "w4r1v8j8c8ogqt2"
+    assert fp8_tag("layernorm_fwd", 65536) == "w4r1v8j8c8hogqt3"
     with rules_only() as monkeypatch:
         monkeypatch.setitem(norm.FWD_HOLD_WEIGHTS, "tensor", True)
         launch_config.cache_clear()
@@ -340,13 +340,13 @@ def test_switches_follow_the_module_defaults():
                                 arch="sm_90"))  # fmt: skip
         assert "Held<" not in plain.source and "__launch_bounds__(THREADS)\n" in plain.source
     # norm.TUNED's layouts of these keys: the staged backward (t3; t2 over a cluster of 4 at
-    # 65536), the FP8 forward with o/q/p and nothing held
+    # 65536), the FP8 forward staged with o/g/q and its weights held (h, round 10)
     assert launch_config(key).tag == norm.TUNED[("layernorm_bwd", 4096, "none")]
     assert launch_config(big).tag == norm.TUNED[("layernorm_bwd", 65536, "none")]
     assert launch_config(big).cluster == 8
     assert "cp.async.wait_group" in render(key).source
     assert launch_config(fp8).tag == norm.TUNED[("layernorm_fwd", 4096, "tensor")]
-    assert "Held<" not in render(fp8).source
+    assert "Held<Wt::storage, V> gh[J];" in render(fp8).source
 
 
 def test_tags_name_every_code_switch():
@@ -845,12 +845,13 @@ def _with_switches(monkeypatch, values):
 
 # norm.TUNED's FP8 forwards (sm_90, bf16 x; bench/results/norm_tuning-fp8b.json, 2026-12-01;
 # H = 65536: norm_tuning-big2.json; RMSNorm 4096: norm_tuning-near-rms.json; LayerNorm: the
-# staged forward, norm_tuning-sfwd.json and norm_tuning-snear.json, 2026-12-02)
+# staged forward, norm_tuning-sfwd.json and norm_tuning-snear.json, 2026-12-02; two rows per
+# CTA, norm_tuning-srows.json and norm_tuning-bal.json; weights held, norm_tuning-sregs.json)
 TUNED_FP8 = {
-    ("layernorm_fwd", 4096): "w4r1v8j4c1ogqft2",
+    ("layernorm_fwd", 4096): "w4r2v8j4c1hogqt3",
     ("layernorm_fwd", 8192): "w4r1v8j8c1uogqt3",
-    ("layernorm_fwd", 14336): "w7r1v8j4c2ogqt2",
-    ("layernorm_fwd", 65536): "w4r1v8j8c8ogqt2",
+    ("layernorm_fwd", 14336): "w14r2v8j4c1ogqt2",
+    ("layernorm_fwd", 65536): "w4r1v8j8c8hogqt3",
     ("rmsnorm_fwd", 4096): "w4r1v8j4c1hogqx4",
     ("rmsnorm_fwd", 8192): "w2r1v8j8c2hogqpx64",
     ("rmsnorm_fwd", 14336): "w14r1v8j4c1hogq",
@@ -1103,6 +1104,27 @@ def test_staged_grid_is_persistent_and_counts_whole_clusters():
             plan = kernel._plan(_Device(132, (1, 8), 30), rows, 65536)
             assert plan.parts == want and plan.part_elements == 2 * want * 65536
         assert kernel._plan(_Device(132, (1, 8), 0), 2048, 65536).parts == 33
+
+
+def test_balanced_persistent_grid(monkeypatch):
+    """PERSISTENT_BALANCED (off by default): the fewest clusters that keep the most row
+    groups one cluster takes, so that none takes one more than the others; never more than
+    the resident clusters or the row groups, at least one."""
+    from nvrtc_engine.ops.norm import _Device, _persistent
+
+    dev = _Device(132, (4, 8), 0)
+    assert not norm.PERSISTENT_BALANCED
+    assert _persistent(dev, 1, 4, 16384) == 528  # 16 CTAs take 32 rows, 512 take 31
+    assert _persistent(dev, 1, 4, 7) == 7
+    monkeypatch.setattr(norm, "PERSISTENT_BALANCED", True)
+    for groups in (1, 7, 528, 529, 1000, 8192, 16384, 16385, 100003):
+        n = _persistent(dev, 1, 4, groups)
+        most = -(-groups // min(528, groups))
+        assert 1 <= n <= min(528, groups) and -(-groups // n) == most
+        assert n == 1 or -(-groups // (n - 1)) > most  # the fewest
+    assert _persistent(dev, 1, 4, 16384) == 512
+    assert _persistent(_Device(132, (1, 8), 30), 4, 1, 2048) == 30  # 69 row groups: 29.7
+    assert _persistent(_Device(132, (1, 8), 33), 4, 1, 2048) == 33  # 62.06: 63 -> 33
 
 
 def test_tuned_can_name_a_staged_layout(monkeypatch):
@@ -1465,6 +1487,82 @@ def test_staged_forward_is_off_by_default_and_round_trips():
     assert not norm.staged_fits(key, dataclasses.replace(cfg, stages=5))
     rms = make_key("rmsnorm_fwd", in_dtype="bf16", hidden_size=14336, arch="sm_90")
     assert norm.staged_counts(rms.spec) == {"tensors": 1, "weights": 1}
+
+
+# Round-10 candidate: the staged forward with several rows per CTA (``r2``/``r4`` with ``t``):
+# a stage area per row slot, the weights shared by the slots.
+STAGED_ROWS = [  # (tag, in dtype, H, scaling, flags)
+    ("w4r2v8j4c1qt2", "bf16", 4096, "none", {}),
+    ("w2r4v8j8c1ogqft3", "bf16", 4096, "tensor", {}),
+    ("w4r2v8j8c1qft2", "bf16", 8192, "mxfp8", {}),
+    ("w1r4v8j4c1t2", "fp16", 1000, "tensor", {"zero_centered_gamma": True}),
+    ("w2r2v4j8c1ft2", "fp32", 2048, "none", {}),
+    ("w1r2v1j32c1t3", "bf16", 1001, "tensor", {"fp32_gamma": True}),
+    # the weights in registers, not shared memory: held (h), or loaded per row (e)
+    ("w4r1v8j8c8hogqt2", "bf16", 65536, "tensor", {}),
+    ("w4r2v8j4c1eqt3", "bf16", 4096, "none", {}),
+    ("w1r2v8j4c1ht2", "fp16", 1000, "mxfp8", {"zero_centered_gamma": True}),
+]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_staged_forward_rows_compile(arch):
+    """A staged forward with 2 or 4 rows per CTA, or with its weights in registers (``h``,
+    ``e``), as norm.TUNED would name one, compiles on every arch (clusters from sm_90), for
+    both forward ops and every output mode: its symbol ends with the tag, its dynamic shared
+    memory is a stage area of ``stages`` rows per row slot plus the weights once (none in
+    registers), within the arch's opt-in limit (sm_80 and sm_89 skip the fp32 weights that
+    pass theirs), and the kernel waits for the row slots' shares of staged weights with one
+    block barrier."""
+    limit = norm.OPTIN_SMEM_BYTES[int(arch[3:].rstrip("a"))] - 1024
+    compiled = 0
+    with rules_only() as mp:
+        for tag, dt, hidden, scaling, flags in STAGED_ROWS:
+            cfg = norm.parse_tag(tag)
+            mp.setattr(norm, "_tuned", lambda key, cfg=cfg: cfg)
+            out = {"none": dt, "tensor": "fp8_e4m3", "mxfp8": "fp8_e5m2"}[scaling]
+            for op in FWD:
+                launch_config.cache_clear()
+                key = make_key(op, in_dtype=dt, out_dtype=out, scaling=scaling,
+                               hidden_size=hidden, arch=arch, **flags)  # fmt: skip
+                assert launch_config(key) == cfg and cfg.rows > 1
+                if cfg.cluster > 1 and arch in ("sm_80", "sm_89"):
+                    continue  # no clusters before sm_90
+                if not norm.staged_fits(key, cfg):  # past sm_80/sm_89's shared memory
+                    assert arch in ("sm_80", "sm_89") and cfg.gamma32, key
+                    continue
+                compiled += 1
+                w_size = 4 if flags.get("fp32_gamma") or dt == "fp32" else 2
+                weights = 0 if cfg.hold or cfg.early else 1 if op == "rmsnorm_fwd" else 2
+                share = cfg.iters * cfg.warps * 32 * cfg.vec
+                size = share * (cfg.rows * cfg.stages * key.input.itemsize
+                                + weights * (4 if cfg.gamma32 else w_size))  # fmt: skip
+                assert size <= limit
+                kernel = compile_and_check(key)
+                assert kernel.artifact.symbols[0].endswith(tag)
+                assert kernel._shared_bytes() == (size,)
+                source = render(key).source
+                assert ("if (grp == pos.cluster) __syncthreads();" in source) == bool(weights)
+                assert ("stage_weights(" in source or "put_f32(" in source) == bool(weights)
+                assert ("Held<Wt::storage, V> gh[J];" in source) == cfg.hold
+    launch_config.cache_clear()
+    assert compiled >= 6 if arch in ("sm_80", "sm_89") else compiled == 2 * len(STAGED_ROWS)
+
+
+def test_staged_rows_count_in_the_fit():
+    """staged_fits counts every row slot: their stage areas in the shared memory (the weights
+    once), their warps in the register file."""
+    key = make_key("layernorm_fwd", in_dtype="bf16", hidden_size=8192, arch="sm_90")
+    one = norm.parse_tag("w4r1v8j8c1qt3")
+    four = dataclasses.replace(one, rows=4)
+    assert norm.staged_fits(key, one) and norm.staged_fits(key, four)  # 4 x 48 + 32 KB
+    assert norm.staged_smem_bytes(four, 2, 2, tensors=1, weights=2) == 8192 * (4 * 3 * 2 + 2 * 2)
+    assert not norm.staged_fits(key, dataclasses.replace(four, gamma32=True))  # 4 x 48 + 64 KB
+    assert norm.staged_fits(key, dataclasses.replace(four, rows=2, gamma32=True))
+    # 32 elements a thread (72 registers): 24 warps fit the register file, 32 do not
+    eight = norm.parse_tag("w8r3v8j4c1qt2")
+    assert norm.staged_fits(key, eight)
+    assert not norm.staged_fits(key, dataclasses.replace(eight, rows=4))
 
 
 def test_tuned_can_name_a_staged_forward(monkeypatch):

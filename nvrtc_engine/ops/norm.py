@@ -256,9 +256,19 @@ BWD_STAGED = 0
 # FP8 won at every H (TUNED takes it: 14336 over a cluster of 2, 93.0% of copy against 78.8%;
 # f only at 4096), while RMSNorm's forwards and LayerNorm bf16 at 4096 and 8192 lost to their
 # register kernels (0.90-0.99x, norm_tuning-sfwd-rms.json) and LayerNorm bf16 at 14336 and
-# 65536 tied (1.003-1.005x, 5 of 6 rounds); so off by the rules, on through TUNED.
+# 65536 tied (1.003-1.005x, 5 of 6 rounds); so off by the rules, on through TUNED. Round 10
+# (TUNED only): several rows per CTA sharing the weights (r2), and the weights in registers
+# (h, e) rather than shared memory (staged_weights_in_registers).
 FWD_STAGED = 0
 FWD_GAMMA32 = False
+# Round-10 candidate, off by default: a balanced persistent grid (host side only; the
+# staged forward, the forwards that take several row groups per CTA and every register
+# backward). The persistent grid has as many CTAs
+# (clusters) as are resident at once, and CTA i takes row groups i, i + grid, ...: with
+# 16384 rows over 528 CTAs, 16 take 32 rows and 512 take 31, so the last row's time runs on
+# 3% of the grid. Balanced: the fewest CTAs that keep the most row groups any CTA takes
+# (here 512 CTAs of 32 rows each), so that all of them finish together.
+PERSISTENT_BALANCED = False
 # Dynamic shared memory a CTA may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin), by
 # compute capability: sm_80/87 163 KB, sm_86/89/120 99 KB, sm_90/100/103 227 KB.
 OPTIN_SMEM_BYTES = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448,
@@ -278,7 +288,10 @@ TUNED: dict[tuple[str, int, str], str] = {
     ("rmsnorm_fwd", 4096, "none"): "w8r1v8j2c1",  # 91.1 against w4j4 88.0
     ("rmsnorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 96.2 against w14j4 93.2
     ("rmsnorm_fwd", 65536, "none"): "w4r1v8j8c8hpx64",  # 91.2 against w16j8c2h 88.6, big2
-    ("layernorm_fwd", 65536, "none"): "w4r1v8j8c8hpx64",  # 84.0 against w16j8c2hua2 72.4, big2
+    # LayerNorm bf16 at 65536: the staged forward with the weights held in registers (round
+    # 10, --candidates sregs --hidden 4096,65536, 4 rounds, norm_tuning-sregs.json: 1.036x,
+    # every round); before it hpx64 (84.0 against w16j8c2hua2 72.4, big2)
+    ("layernorm_fwd", 65536, "none"): "w4r1v8j8c8hqt2",  # 87.6 against hpx64 84.5
     ("layernorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 91.0 against w14j4 90.0
     # FP8 forward with the round-4 switches (o: batched output stage, g: warp amax atomics)
     # and the round-5 ones (q: word unpacking and packing, p: the next row group copied
@@ -290,10 +303,16 @@ TUNED: dict[tuple[str, int, str], str] = {
     # faster than the entry before in every round (median same-round speed-ups 1.013x,
     # 1.037x, 1.183x, 1.091x); the register entries they replace in the comments. Then
     # --candidates snear (8 rounds, norm_tuning-snear.json): u at 8192 (1.012x, every round).
-    ("layernorm_fwd", 4096, "tensor"): "w4r1v8j4c1ogqft2",  # 84.5 against ogqpx4 83.6
+    # Round 10, two rows per CTA sharing the weights (r2): --candidates srows (6 rounds,
+    # norm_tuning-srows.json) and bal (8 rounds, norm_tuning-bal.json), 2026-12-02, faster
+    # than the entry before in every round of both: 4096 1.011x and 1.014x, 14336 (the
+    # cluster's row in one CTA of 14 warps) 1.015x and 1.020x; % of copy from bal. Then
+    # --candidates sregs (4 rounds, norm_tuning-sregs.json): the weights held in registers
+    # instead of shared memory (h) at 4096 (1.014x) and 65536 (1.043x), every round.
+    ("layernorm_fwd", 4096, "tensor"): "w4r2v8j4c1hogqt3",  # 87.4 against ogqft2 86.1 (83.6)
     ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1uogqt3",  # 93.2 against ogqt3 92.2 (89.0)
-    ("layernorm_fwd", 14336, "tensor"): "w7r1v8j4c2ogqt2",  # 93.0 against w14j4c1ogq 78.8
-    ("layernorm_fwd", 65536, "tensor"): "w4r1v8j8c8ogqt2",  # 77.7 against hogqpx64 71.5
+    ("layernorm_fwd", 14336, "tensor"): "w14r2v8j4c1ogqt2",  # 92.4 against w7r1j4c2 90.6 (78.8)
+    ("layernorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqt3",  # 81.7 against ogqt2 78.5 (71.5)
     ("rmsnorm_fwd", 4096, "tensor"): "w4r1v8j4c1hogqx4",  # 89.2 against ogq 88.3, near
     ("rmsnorm_fwd", 8192, "tensor"): "w2r1v8j8c2hogqpx64",  # 95.2 against w4j8c1gq 91.5, bwdc
     ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1hogq",  # 94.7 (8 groups) against hog 83.9
@@ -527,24 +546,36 @@ def staged_smem_bytes(
     cfg: LaunchConfig, in_size: int, w_size: int, *, tensors: int = 2, weights: int = 1
 ) -> int:
     """Dynamic shared memory (bytes) of a staged CTA (``cfg.stages`` > 1): ``tensors`` row
-    tensors of ``stages`` rows (``in_size`` bytes each; the backward's x and dz, the forward's
-    x) and ``weights`` weight tensors once (``w_size`` bytes; 4 with ``gamma32``: the
-    backward's gamma, the forward's gamma and beta), for the CTA's ``iters * 32 * warps``
-    accesses of ``vec`` elements; 0 for other layouts. :func:`staged_counts` gives a key's
-    ``tensors`` and ``weights``."""
+    tensors of ``stages`` rows for each of the CTA's ``cfg.rows`` row slots (``in_size`` bytes
+    each; the backward's x and dz, the forward's x) and ``weights`` weight tensors once,
+    shared by the row slots (``w_size`` bytes; 4 with ``gamma32``: the backward's gamma, the
+    forward's gamma and beta), for a row slot's ``iters * 32 * warps`` accesses of ``vec``
+    elements; 0 for other layouts. :func:`staged_counts` gives a key's ``tensors`` and
+    ``weights``."""
     if cfg.mode != "regs" or cfg.stages < 2:
         return 0
     share = cfg.iters * 32 * cfg.warps * cfg.vec
-    return share * (tensors * cfg.stages * in_size + weights * (4 if cfg.gamma32 else w_size))
+    rows = tensors * cfg.stages * cfg.rows * in_size
+    return share * (rows + weights * (4 if cfg.gamma32 else w_size))
 
 
-def staged_counts(spec: NormSpec) -> dict[str, int]:
-    """The row tensors and weight tensors a staged kernel of ``spec`` keeps in shared memory
-    (:func:`staged_smem_bytes`' keywords): backward x and dz, gamma; forward x, gamma (and
-    beta for LayerNorm)."""
+def staged_counts(spec: NormSpec, cfg: LaunchConfig | None = None) -> dict[str, int]:
+    """The row tensors and weight tensors a staged kernel of ``spec`` (with layout ``cfg``)
+    keeps in shared memory (:func:`staged_smem_bytes`' keywords): backward x and dz, gamma;
+    forward x, gamma (and beta for LayerNorm), none of the weights where ``cfg`` keeps them
+    in registers (:func:`staged_weights_in_registers`)."""
     if spec.backward:
         return {"tensors": 2, "weights": 1}
+    if cfg is not None and staged_weights_in_registers(spec, cfg):
+        return {"tensors": 1, "weights": 0}
     return {"tensors": 1, "weights": 1 if spec.rms else 2}
+
+
+def staged_weights_in_registers(spec: NormSpec, cfg: LaunchConfig) -> bool:
+    """Whether a staged forward layout keeps its weights in registers rather than shared
+    memory (round 10): held once per CTA (``h``) or loaded per row from global memory, an L2
+    hit, before the reductions (``e``); the staged backward always stages gamma."""
+    return cfg.stages > 0 and not spec.backward and (cfg.hold or cfg.early)
 
 
 def staged_layout(
@@ -600,16 +631,18 @@ def staged_fits(key: KernelKey, cfg: LaunchConfig) -> bool:
     spec = key.spec
     assert isinstance(spec, NormSpec)
     elements = cfg.iters * cfg.vec
+    w_size = DTYPES[gamma_dtype(key)].itemsize
     if spec.backward:
         regs = -(-(spec.accumulators * elements + STAGED_OVERHEAD_REGISTERS) // 8) * 8
+    elif staged_weights_in_registers(spec, cfg):
+        regs = _registers(False, 0, elements, w_size, weights=1 if spec.rms else 2)
     else:
         regs = _registers(False, 0, elements)
-    if regs > MAX_REGISTERS or not fits_register_file(cfg.warps, regs):
+    if regs > MAX_REGISTERS or not fits_register_file(cfg.rows * cfg.warps, regs):
         return False
     arch = arch_number(key.arch)
     limit = OPTIN_SMEM_BYTES.get(arch, min(OPTIN_SMEM_BYTES.values())) - 1024
-    w_size = DTYPES[gamma_dtype(key)].itemsize
-    size = staged_smem_bytes(cfg, key.input.itemsize, w_size, **staged_counts(spec))
+    size = staged_smem_bytes(cfg, key.input.itemsize, w_size, **staged_counts(spec, cfg))
     return size <= limit
 
 
@@ -822,6 +855,8 @@ class NormSpec(OpSpec):
         w_dtype = gamma_dtype(key)
         out = key.output
         staged = cfg.mode == "regs" and cfg.stages > 0  # either direction
+        # the staged forward may keep its weights in registers (h, e); never the backward
+        regs_weights = staged and staged_weights_in_registers(self, cfg)
         ctx.update(
             direction="bwd" if self.backward else "fwd",
             rms=self.rms,
@@ -838,11 +873,11 @@ class NormSpec(OpSpec):
             rows=cfg.rows,
             iters=cfg.iters,
             cluster=cfg.cluster,
-            hold=cfg.hold and not staged,
+            hold=cfg.hold and (not staged or regs_weights),
             prefetch=cfg.prefetch,
             packed=cfg.packed,
             min_ctas=cfg.min_ctas,
-            early=cfg.early and not cfg.hold and not staged,
+            early=cfg.early and not cfg.hold and (not staged or regs_weights),
             one_reduction=cfg.one_reduction and not self.rms,
             accs=cfg.accumulators,
             smem=min(cfg.shared_sums, self.accumulators),
@@ -853,7 +888,7 @@ class NormSpec(OpSpec):
             words=cfg.words and (not self.backward or staged),
             next_row=cfg.next_row and key.scaling in _NEXT_ROW_SCALING and not staged,
             lanes=cfg.lanes,  # set only on register layouts (_round8_switches, parse_tag)
-            gamma32=cfg.gamma32 and staged,
+            gamma32=cfg.gamma32 and staged and not regs_weights,
             folded=cfg.folded and staged,
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
@@ -943,14 +978,19 @@ def _active_clusters(function: Any, threads: int, shmem: int, cluster: int) -> i
     return max(0, int(n))
 
 
-def _persistent(dev: _Device, cluster: int, per_sm: int) -> int:
-    """CTAs (clusters of ``cluster``) of a persistent grid with at most ``per_sm`` CTAs per
-    SM: never more clusters than are resident at once (``dev.clusters``, where the driver
-    says), at least one."""
+def _persistent(dev: _Device, cluster: int, per_sm: int, groups: int) -> int:
+    """Clusters (CTAs where ``cluster`` is 1) of a persistent grid over ``groups`` row groups
+    with at most ``per_sm`` CTAs per SM: never more clusters than are resident at once
+    (``dev.clusters``, where the driver says) nor than row groups, at least one; with
+    :data:`PERSISTENT_BALANCED`, the fewest that keep the most row groups one cluster
+    takes."""
     n = dev.sm_count * per_sm // cluster
     if dev.clusters:  # whole clusters per GPC: at most what is resident at once
         n = min(n, dev.clusters)
-    return max(1, n)
+    n = max(1, min(n, groups))
+    if PERSISTENT_BALANCED:
+        n = -(-groups // -(-groups // n))
+    return n
 
 
 def _aligned(arrays: list[tuple[Array | None, int]]) -> bool:
@@ -1001,7 +1041,7 @@ class _NormKernel(Kernel):
         """A staged layout's dynamic shared memory (:func:`staged_smem_bytes`) for the main
         kernel, none for the others (the backward's finalize); () for other layouts."""
         size = staged_smem_bytes(self.config, self._in.itemsize, self._w.itemsize,
-                                 **staged_counts(self.spec))  # fmt: skip
+                                 **staged_counts(self.spec, self.config))  # fmt: skip
         return (size,) + (0,) * (len(self._function_threads()) - 1) if size else ()
 
     def _rows(self, xa: Array, name: str) -> tuple[int, int]:
@@ -1114,7 +1154,7 @@ class _NormFwdKernel(_NormKernel):
             groups = -(-rows // cfg.rows)
             # the staged forward's grid is persistent, at most cfg.ctas_per_sm CTAs per SM
             per_sm = min(dev.occupancy[0], cfg.ctas_per_sm or dev.occupancy[0])
-            persistent = _persistent(dev, cfg.cluster, per_sm)
+            persistent = _persistent(dev, cfg.cluster, per_sm, groups)
             clusters = groups if FWD_ONE_PASS and not cfg.stages else persistent
             # several row groups per CTA: weights loaded once (hold), or the next group's x
             # copied while the current one is worked on (next_row)
@@ -1230,7 +1270,7 @@ class _NormBwdKernel(_NormKernel):
         if rows > 0 and cfg.mode == "regs":
             groups = -(-rows // cfg.rows)
             per_sm = min(dev.occupancy[0], cfg.ctas_per_sm or BWD_CTAS_PER_SM)
-            parts = min(groups, _persistent(dev, cfg.cluster, per_sm))
+            parts = _persistent(dev, cfg.cluster, per_sm, groups)
         elif rows > 0:
             tpr = loop_threads_per_row(hidden)
             stats_grid = min(-(-rows // (LOOP_BLOCK // tpr)), dev.sm_count * dev.occupancy[1])
