@@ -143,19 +143,36 @@ def _cache_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _current_digest(name: str, memo: dict[str, str | None]) -> str | None:
+    """The digest this installation would store key ``name`` under now (its templates,
+    options, NVRTC and headers), or None where the name is no key of this version."""
+    if name not in memo:
+        from .engine import default_engine
+        from .key import KernelKey
+
+        try:
+            memo[name] = default_engine().artifact_digest(KernelKey.parse(name))[3]
+        except Exception:  # an old or foreign key: nothing to compare with
+            memo[name] = None
+    return memo[name]
+
+
 def _cache_list(args: argparse.Namespace) -> int:
     from .cache import target_arch
 
     rows = []
+    memo: dict[str, str | None] = {}
     for digest, header, artifact in _open_disk().entries():
         if header is None or artifact is None:
             rows.append({"key": "(damaged)", "digest": digest})
             continue
+        current = _current_digest(header["key"], memo)
         rows.append({
             "key": header["key"], "digest": digest, "arch": target_arch(artifact),
             "kind": artifact.kind, "bytes": len(artifact.image),
             "compile_ms": round(artifact.compile_ms, 1), "nvrtc": artifact.nvrtc_version,
             "created": header.get("created"),
+            "current": None if current is None else current == digest,
         })  # fmt: skip
     rows.sort(key=lambda r: (r["key"], r["digest"]))
     if args.json:
@@ -163,17 +180,21 @@ def _cache_list(args: argparse.Namespace) -> int:
         return 0
     if rows:
         # size is the entry's image, cubin or PTX as the kind column says
-        header = ("key", "arch", "kind", "size", "compile", "NVRTC", "digest")
+        # current: whether get_kernel would use the entry now (no: superseded by a change of
+        # templates, options or NVRTC; it stays until evicted or `cache clear`)
+        header = ("key", "arch", "kind", "size", "compile", "NVRTC", "digest", "current")
+        mark = {True: "yes", False: "no", None: "?"}
         cells = [
             (r["key"], r["arch"], r["kind"], f"{r['bytes']} B", f"{r['compile_ms']:.1f} ms",
-             r["nvrtc"], r["digest"][:12])
+             r["nvrtc"], r["digest"][:12], mark[r["current"]])
             if "arch" in r
-            else (r["key"], "", "", "", "", "", r["digest"][:12])
+            else (r["key"], "", "", "", "", "", r["digest"][:12], "")
             for r in rows
         ]  # fmt: skip
         for line in format_table(header, cells, right=("size", "compile")):
             print(line)
-    print(f"{len(rows)} entries")
+    superseded = sum(r.get("current") is False for r in rows)
+    print(f"{len(rows)} entries" + (f", {superseded} superseded" if superseded else ""))
     return 0
 
 

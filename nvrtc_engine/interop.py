@@ -74,8 +74,17 @@ class Array:
 
     @property
     def dtype_text(self) -> str:
-        """The array's own dtype as text (for error messages)."""
-        return str(self._dtype)
+        """The array's own dtype as text (for error messages): an array-interface typestr
+        with numpy's name for it (``"<u2 (uint16)"``; raw bytes, ``V``, stay bare)."""
+        text = str(self._dtype)
+        if isinstance(self._dtype, str) and text[:1] in "<>|=" and text[1:2] in "biufc":
+            try:
+                import numpy
+
+                return f"{text} ({numpy.dtype(text).name})"
+            except (ImportError, TypeError):
+                pass
+        return text
 
     @property
     def numel(self) -> int:

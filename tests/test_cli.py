@@ -216,11 +216,46 @@ def test_cache_list_columns_hold_for_long_arch_names_and_ptx(capsys, tmp_path):
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == "8 entries"
     header = lines[0].split()
-    assert header == ["key", "arch", "kind", "size", "compile", "NVRTC", "digest"]
+    assert header == ["key", "arch", "kind", "size", "compile", "NVRTC", "digest", "current"]
     assert any(" compute_1" in line and " ptx " in line for line in lines)
     assert any(" sm_120f " in line and " cubin " in line for line in lines)
-    _assert_columns_line_up(lines[:-1], left=("arch", "kind", "NVRTC", "digest"),
+    _assert_columns_line_up(lines[:-1], left=("arch", "kind", "NVRTC", "digest", "current"),
                             right=("size", "compile"))  # fmt: skip
+    assert all(line.endswith(" yes") for line in lines[1:-1])
+
+
+def test_cache_list_marks_superseded_entries(capsys, monkeypatch, isolated_cache):
+    """An entry of a key whose source has changed since (here: a patched render, past the
+    key index) stays on disk beside the new one until evicted; ``cache list`` marks which
+    one get_kernel uses now (current yes) and counts the superseded."""
+    import dataclasses
+
+    import nvrtc_engine as ne
+    import nvrtc_engine.engine as engine
+
+    old = ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    real = engine.render
+
+    def changed(key):
+        r = real(key)
+        return dataclasses.replace(r, source=r.source + "\n// a template change\n")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(engine, "render", changed)
+        mp.setattr(engine.Engine, "_from_index", lambda self, key: None)
+        ne.clear_cache(disk=False)
+        new = ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    ne.clear_cache(disk=False)
+    assert new.artifact.digest != old.artifact.digest
+    assert main(["cache", "list", "--json"]) == 0
+    rows = {r["digest"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows[old.artifact.digest]["current"] is True
+    assert rows[new.artifact.digest]["current"] is False
+    assert main(["cache", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "2 entries, 1 superseded"
+    marks = {line.split()[-2]: line.split()[-1] for line in lines[1:-1]}
+    assert marks == {old.artifact.digest[:12]: "yes", new.artifact.digest[:12]: "no"}
 
 
 def test_demo_sizes_are_images_with_their_kind(capsys):

@@ -464,7 +464,7 @@ def test_forward_input_checks(ln_fp8):
         ln_fp8(arr((4, 65), "<u2"), arr((65,), "<u2"), arr((65,), "<u2"), **scalars())
     with pytest.raises(ArgumentError, match=r"gamma: has shape \(32,\); expected \(64,\)"):
         ln_fp8(arr((4, 64), "<u2"), arr((32,), "<u2"), arr((64,), "<u2"), **scalars())
-    with pytest.raises(ArgumentError, match="gamma: has dtype <f4; .* takes bf16"):
+    with pytest.raises(ArgumentError, match=r"gamma: has dtype <f4 \(float32\); .* takes bf16"):
         ln_fp8(**fwd_args(w_type="<f4"), out=z, **scalars())
     with pytest.raises(ArgumentTypeError, match="beta: expected a CUDA array"):
         ln_fp8(arr((4, 64), "<u2"), arr((64,), "<u2"), None, out=z, **scalars())
@@ -474,10 +474,26 @@ def test_forward_input_checks(ln_fp8):
         ln_fp8(arr((), "<u2"), arr((64,), "<u2"), arr((64,), "<u2"))
 
 
-@pytest.mark.parametrize("eps", [-1e-5, float("nan"), float("inf"), True, "1e-5x", None])
+@pytest.mark.parametrize("eps", [-1e-5, float("nan"), float("inf"), True, None, object()])
 def test_eps_checked(ln_fp8, eps):
     with pytest.raises(ArgumentError, match="eps: must be"):
         ln_fp8(**fwd_args(), eps=eps, out=arr((4, 64), "|u1", 4), **scalars())
+
+
+def test_eps_type_errors(ln_fp8):
+    """eps is a number: a string is a type error (float() would take "1e-5"), and an array
+    where eps goes, most often beta given to RMSNorm, says that RMSNorm takes none; numpy
+    scalars and ints are numbers."""
+    from nvrtc_engine.ops.norm import _eps
+
+    for text in ("1e-5", b"1e-5"):
+        with pytest.raises(ArgumentTypeError, match="eps: must be a float >= 0, got"):
+            ln_fp8(**fwd_args(), eps=text, out=arr((4, 64), "|u1", 4), **scalars())
+    rms = ne.get_kernel("rmsnorm_fwd", in_dtype="bf16", hidden_size=64, arch="sm_90")
+    args = fwd_args()
+    with pytest.raises(ArgumentTypeError, match=r"shape \(64,\) \(RMSNorm kernels take no beta"):
+        rms(args["x"], args["gamma"], args["beta"])
+    assert _eps(np.float32(0.5)) == 0.5 and _eps(1) == 1.0 and _eps(np.array(0.25)) == 0.25
 
 
 def test_forward_output_checks(ln_fp8):

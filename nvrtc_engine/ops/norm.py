@@ -1087,8 +1087,20 @@ def _valid_eps(value: Any) -> float | None:
 
 
 def _eps(value: Any) -> float:
-    if isinstance(value, bool):
-        raise ArgumentError("eps", f"must be a float >= 0, got {value!r}")
+    """``eps`` as a float: a real number >= 0 (not a bool, a string or an array; an array
+    here is most often beta given to an RMSNorm kernel, which takes none)."""
+    if type(value) is not float:
+        if isinstance(value, (str, bytes)):
+            raise ArgumentTypeError("eps", f"must be a float >= 0, got {value!r}")
+        if hasattr(value, "__cuda_array_interface__") or (
+            hasattr(value, "shape") and hasattr(value, "dtype") and getattr(value, "ndim", 0)
+        ):  # fmt: skip
+            raise ArgumentTypeError(
+                "eps", f"must be a float >= 0, got an array of shape {tuple(value.shape)} "
+                "(RMSNorm kernels take no beta: kernel(x, gamma, eps, ...))",
+            )  # fmt: skip
+        if isinstance(value, bool):
+            raise ArgumentError("eps", f"must be a float >= 0, got {value!r}")
     try:
         eps = float(value)
     except (TypeError, ValueError):
