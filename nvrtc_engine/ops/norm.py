@@ -392,9 +392,11 @@ class LaunchConfig:
     (which lists them) and most with a module constant that turns it on by default
     (``FWD_HOLD_WEIGHTS``, ``BWD_PREFETCH``, ``BWD_PACKED``, ``FWD_FP8_WORDS``,
     ``ROW_SUM_LANES``, ...); ``stages`` > 1 selects the staged kernel (``BWD_STAGED``,
-    ``FWD_STAGED``; one row per CTA or cluster, a persistent grid; backward, ``prefetch``,
-    ``packed`` and ``shared_sums`` do not apply, so a staged layout reports the field
-    defaults for them; forward, ``hold``, ``early`` and ``next_row`` do not apply). In
+    ``FWD_STAGED``; a persistent grid; backward: one row per CTA or cluster, and
+    ``prefetch``, ``packed`` and ``shared_sums`` do not apply, so a staged layout reports
+    the field defaults for them; forward: several rows per CTA without a cluster, ``hold``
+    and ``early`` keep the weights in registers rather than shared memory, ``next_row``
+    does not apply). In
     ``loop`` mode ``vec`` is the widest access (16 bytes of x), used at run time when the
     hidden size is a multiple of it and every pointer is 16-byte aligned.
 
@@ -1082,23 +1084,24 @@ def _valid_eps(value: Any) -> float | None:
         return value
     try:
         return _eps(value)
-    except ArgumentError:
+    except (ArgumentError, ArgumentTypeError):
         return None
 
 
-def _eps(value: Any) -> float:
-    """``eps`` as a float: a real number >= 0 (not a bool, a string or an array; an array
-    here is most often beta given to an RMSNorm kernel, which takes none)."""
+def _eps(value: Any, rms: bool = False) -> float:
+    """``eps`` as a float: a real number >= 0 (not a bool, a string, a CUDA array or an
+    array with dimensions). For an RMSNorm kernel (``rms``) an array here is most often
+    beta, which it takes none of, and the message says so."""
     if type(value) is not float:
         if isinstance(value, (str, bytes)):
             raise ArgumentTypeError("eps", f"must be a float >= 0, got {value!r}")
         if hasattr(value, "__cuda_array_interface__") or (
             hasattr(value, "shape") and hasattr(value, "dtype") and getattr(value, "ndim", 0)
         ):  # fmt: skip
+            hint = " (RMSNorm kernels take no beta: kernel(x, gamma, eps, ...))" if rms else ""
             raise ArgumentTypeError(
-                "eps", f"must be a float >= 0, got an array of shape {tuple(value.shape)} "
-                "(RMSNorm kernels take no beta: kernel(x, gamma, eps, ...))",
-            )  # fmt: skip
+                "eps", f"must be a float >= 0, got an array of shape {tuple(value.shape)}{hint}"
+            )
         if isinstance(value, bool):
             raise ArgumentError("eps", f"must be a float >= 0, got {value!r}")
     try:
@@ -1133,7 +1136,7 @@ class _NormFwdKernel(_NormKernel):
         rows, hidden = self._rows(xa, "x")
         ga = self._like(gamma, "gamma", xa, (hidden,), self._w)
         ba = None if self.spec.rms else self._like(beta, "beta", xa, (hidden,), self._w)
-        eps_value = _eps(eps)
+        eps_value = _eps(eps, self.spec.rms)
         out, oa = self._output(out, "out", xa, xa.shape, self._out)
         mua = None
         if not self.spec.rms:
