@@ -688,9 +688,9 @@ def candidates_section() -> str | None:
 PHASES = ("CUDA C++ Frontend", "NVVM Optimizer", "PTX Translation", "total (wall)")
 
 
-# compile_latency-<tag>.json files, in the report's order: this session's 2-core development
-# machine, the one of the sessions before it (another CPU model), the GPU host.
-COMPILE_HOSTS = ("dev-2core", "dev-2core-2026-11-30", "h200-host")
+# compile_latency-<tag>.json files, in the report's order: the 2-core development machines of
+# 2026-12-02 (AMD EPYC), 2026-12-01 (Intel Xeon) and 2026-11-30 (AMD EPYC), the GPU host.
+COMPILE_HOSTS = ("dev-2core-2026-12-02", "dev-2core", "dev-2core-2026-11-30", "h200-host")
 
 
 def compile_section() -> str | None:
