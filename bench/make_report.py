@@ -608,6 +608,29 @@ def candidates_section() -> str | None:
             "4096 (1.014x) and 65536 (1.043x) and LayerNorm bf16 at 65536 (1.036x), each faster "
             "in every round; RMSNorm kept its entries.",
         ),
+        (
+            "norm_tuning-defer",
+            "--candidates defer --rounds 6 --repeat 5 --shuffle",
+            "Norm backward, each row's dx written a row later (paired rounds)",
+            "The staged backward with `i` (a row's sums posted, its dx written after the next "
+            "row's first pass, so the cluster exchange's wait overlaps that work; one row fewer "
+            "in flight), at the entry's depth and deeper, and at 65536 over 4, 8 or 16 warps per "
+            "CTA, 3-5 stages and 1-3 CTAs per SM, 6 shuffled rounds; `norm.TUNED` takes the "
+            "backward at 65536 (LayerNorm 1.090x, RMSNorm 1.125x) and RMSNorm at 14336 "
+            "(1.008x), each faster in every round.",
+        ),
+        (
+            "norm_tuning-fdefer",
+            "--candidates fdefer --rounds 6 --repeat 5 --shuffle",
+            "Norm forward, each row's z written a row later (paired rounds)",
+            "The staged forward with `i` (one row per CTA: a row's statistics posted, its z "
+            "written after the next row's, x read again from its stage), each staged entry at "
+            "its depth and one deeper with `u` flipped, and at 65536 every forward as 8 CTAs of "
+            "4 warps with held weights, 3-4 stages, 1-2 CTAs per SM, 6 shuffled rounds; "
+            "`norm.TUNED` takes LayerNorm bf16 65536 (1.057x), LayerNorm FP8 4096 (1.010x) and "
+            "RMSNorm bf16 and FP8 65536 (1.024x, 1.052x), each faster in every round; LayerNorm "
+            "FP8 lost with `i` at 8192-65536 (0.66-0.96x).",
+        ),
     ]
     for name, flag, title, text in later:
         d = load(name)

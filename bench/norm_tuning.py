@@ -6,7 +6,8 @@ nvrtc_engine/ops/norm.py).
     python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
                                 [--round3-only]
                                 [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered|near|big2|
-                                              lanes|fold|bwdc|sfwd|snear]
+                                              lanes|fold|bwdc|sfwd|snear|srows|bal|
+                                              sregs|defer|fdefer]
                                 [--name norm_tuning] [--zero-amax] [--repeat 20] [--shuffle]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
@@ -53,7 +54,9 @@ each staged forward default (:func:`snear_candidates`); round 10: ``--candidates
 staged forward with 2 and 4 rows per CTA sharing the weights (:func:`srows_candidates`),
 ``--candidates bal`` each persistent default with a balanced grid (:func:`bal_candidates`),
 ``--candidates sregs`` the staged forward with its weights in registers
-(:func:`sregs_candidates`);
+(:func:`sregs_candidates`); round 11: ``--candidates defer`` the staged backward with each
+row's dx written a row later (:func:`defer_candidates`), ``--candidates fdefer`` the
+staged forward with each row's z written a row later (:func:`fdefer_candidates`);
 ``--name``
 names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
 zeroes the amax word before every FP8 call (timed with it), as a training step does once per
@@ -707,6 +710,79 @@ def bal_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[st
     return out
 
 
+def defer_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates defer`` (round 11): the staged backward's default (TUNED) layout with
+    ``i`` (a row's dx written after the next row's sums are posted) at its depth and one and
+    two stages deeper (``i`` keeps one row fewer in flight), and one stage deeper without
+    ``i``; at H = 65536 also 3-5 stages at 1-3 CTAs per SM and the cluster's row over 16
+    warps of 2 accesses or 4 warps of 8, with and without ``i``; where they fit, as
+    (LaunchConfig, host settings)."""
+    import dataclasses
+
+    if not (key.spec.backward and default.mode == "regs" and default.stages):
+        return []
+    out: list[tuple[Any, dict[str, Any]]] = []
+
+    def add(cfg: Any) -> None:
+        if cfg.deferred and cfg.stages < 3:
+            return
+        if cfg != default and norm.staged_fits(key, cfg) and (cfg, {}) not in out:
+            out.append((cfg, {}))
+
+    for stages in range(default.stages, default.stages + 3):
+        add(dataclasses.replace(default, stages=stages, deferred=True))
+    add(dataclasses.replace(default, stages=default.stages + 1))
+    if key.hidden_size >= 65536:
+        row = default.warps * default.iters  # accesses of a CTA's share of the row
+        shapes = [(default.warps, default.iters)]
+        shapes += [(w, row // w) for w in (16, 4) if w != default.warps and row % w == 0]
+        for warps, iters in shapes:
+            for stages in (3, 4, 5):
+                for per_sm in (1, 2, 3):
+                    for deferred in (False, True):
+                        add(dataclasses.replace(default, warps=warps, iters=iters, stages=stages,
+                                                ctas_per_sm=per_sm, deferred=deferred))  # fmt: skip
+    return out
+
+
+def fdefer_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates fdefer`` (round 11): the staged forward with ``i`` (a row's z written
+    after the next row's statistics are posted; one row per CTA): each staged default (TUNED;
+    a default of several rows per CTA as one row per CTA) at its depth and one stage deeper,
+    with ``u`` flipped for LayerNorm, and at H = 65536 every forward (RMSNorm's register
+    entries too) as the staged layout of 8 CTAs of 4 warps, weights held (``h``), 3 and 4
+    stages at 1 and 2 CTAs per SM, with and without ``u``; where they fit, as (LaunchConfig,
+    host settings)."""
+    import dataclasses
+
+    if key.spec.backward or key.scaling == "mxfp8" or default.mode != "regs":
+        return []
+    out: list[tuple[Any, dict[str, Any]]] = []
+
+    def add(cfg: Any) -> None:
+        if cfg != default and norm.staged_fits(key, cfg) and (cfg, {}) not in out:
+            out.append((cfg, {}))
+
+    fp8 = key.scaling == "tensor"
+    bases = []
+    if default.stages:
+        bases.append(dataclasses.replace(default, rows=1))  # (warps are per row)
+    if key.hidden_size >= 65536:
+        bases.append(norm.LaunchConfig("regs", default.vec, 4, 1, 8, 8, hold=True, batched=fp8,
+                                       warp_amax=fp8, words=True, stages=3))  # fmt: skip
+    unis = (False, True) if not key.spec.rms else (False,)
+    for base in bases:
+        for stages in (max(3, base.stages), max(3, base.stages) + 1):
+            for u in unis:
+                for per_sm in (0,) if key.hidden_size < 65536 else (0, 1, 2):
+                    add(dataclasses.replace(base, stages=stages, one_reduction=u, deferred=True,
+                                            ctas_per_sm=per_sm or base.ctas_per_sm))  # fmt: skip
+        if key.hidden_size >= 65536:
+            for u in unis:
+                add(dataclasses.replace(base, stages=3, one_reduction=u))
+    return out
+
+
 def _clusters_pairs(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
     """``--candidates bwdc``: :func:`bwdc_candidates` and :func:`fwdc_candidates`."""
     return bwdc_candidates(norm, key, default) + fwdc_candidates(norm, key, default)
@@ -746,6 +822,8 @@ CANDIDATE_SETS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "srows": (srows_candidates, ("bf16", "fp8")),
     "bal": (bal_candidates, ("bf16", "fp8", "bwd")),
     "sregs": (sregs_candidates, ("bf16", "fp8")),
+    "defer": (defer_candidates, ("bwd",)),
+    "fdefer": (fdefer_candidates, ("bf16", "fp8")),
 }
 
 
@@ -756,7 +834,7 @@ def candidates(
     ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`);
     ``only``: the default and the named set of :data:`CANDIDATE_SETS` (``--candidates``:
     fp8, fp8b, bwd, big, bf16p, bwd2, onered, near, big2, lanes, fold, bwdc, sfwd, snear,
-    srows, bal, sregs)."""
+    srows, bal, sregs, defer, fdefer)."""
     spec = key.spec
     default = norm.launch_config(key)
     out: list[tuple[Any, dict[str, Any]]] = []

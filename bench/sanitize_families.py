@@ -18,7 +18,8 @@ takes several row groups; round 8, forward and backward, on the rules' layouts a
 row sums across lanes by shuffles, ``..._lanes``, and with the staged backward's
 shared-memory reads as 32-bit words, fp32 gamma and folded dx, ``..._round8``; round 9,
 the staged forward, ``norm_switch_staged*`` and TUNED's, ``norm_switch_tuned_*``; with
-several rows per CTA, ``norm_staged_rows_*``); the
+several rows per CTA, ``norm_staged_rows_*``; round 11, the staged backward and forward with
+each row's dx or z written a row later, ``norm_switch_*_deferred_*``); the
 next-row copies with bf16 output at H = 65536 over a cluster of 4, ``norm_bf16_next_row_*``
 (a TUNED-style tag; the defaults at 65536 are among the plain cases). The
 disk cache is off: switched kernels share keys with the defaults. Cast family: cast (the
@@ -199,6 +200,11 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
                            "BWD_GAMMA32": True, "BWD_FOLDED": True},
         "tuned_round8": {"TUNED": norm.TUNED, "ROW_SUM_LANES": True, "BWD_STAGED_WORDS": True,
                          "BWD_GAMMA32": True, "BWD_FOLDED": True},
+        # round 11: each row's dx written a row later (i), on the rules' staged layouts (3 and
+        # 4 stages) and on TUNED's (clusters of 2, 4 and 8)
+        "staged3_deferred": {"BWD_STAGED": 3, "BWD_DEFERRED": True},
+        "staged4_deferred": {"BWD_STAGED": 4, "BWD_DEFERRED": True},
+        "tuned_deferred": {"TUNED": norm.TUNED, "BWD_DEFERRED": True},
     }  # fmt: skip
     for label, values in bwd.items():
         shapes = [(5, 4096), (7, 1000), (1003, 1024), (2, 14336)]
@@ -235,6 +241,10 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         # grid), weights as stored (2 rows deep) and as fp32 (3 rows deep)
         "staged2": {"FWD_STAGED": 2},
         "staged3_f32": {"FWD_STAGED": 3, "FWD_GAMMA32": True},
+        # round 11: each row's z written a row later (i), 3 stages, with one reduction
+        "staged3_deferred": {"FWD_STAGED": 3, "FWD_DEFERRED": True},
+        "staged3_deferred_one": {"FWD_STAGED": 3, "FWD_DEFERRED": True, "FWD_ONE_REDUCTION": True},
+        "tuned_deferred": {"TUNED": norm.TUNED, "FWD_DEFERRED": True},
     }  # fmt: skip
     # the next-row copies with bf16 output (a TUNED-style tag: no module switch turns them on
     # there), a cluster of 4, with and without held weights; 97 and 300 rows: clusters that

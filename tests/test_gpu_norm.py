@@ -655,15 +655,15 @@ FP8_CANDIDATES = [
 
 def _without_fp8_switches(key, tag):
     """A TUNED tag with the FP8 forward switches (o, g, q, p), the row-group count (x) and the
-    staged forward (t, f, b: the register kernel of the same layout) taken out: the layout the
-    switch tests start from."""
+    staged forward (t, f, b, i: the register kernel of the same layout) taken out: the layout
+    the switch tests start from."""
     import dataclasses
 
     import nvrtc_engine.ops.norm as norm
 
     cfg = norm.parse_tag(tag)
     if key[0].endswith("_fwd"):  # TUNED's key: (op, hidden size, scaling)
-        cfg = dataclasses.replace(cfg, stages=0, gamma32=False, ctas_per_sm=0)
+        cfg = dataclasses.replace(cfg, stages=0, gamma32=False, ctas_per_sm=0, deferred=False)
     return dataclasses.replace(cfg, batched=False, warp_amax=False, words=False,
                                next_row=False, groups=0).tag  # fmt: skip
 
@@ -1113,7 +1113,7 @@ def test_forward_staged(switches, op, stages, f32):
         staged = ne.get_kernel(op, **fields)
         if not staged.config.stages:
             continue
-        plain = dataclasses.replace(staged.config, stages=0, gamma32=False).tag
+        plain = dataclasses.replace(staged.config, stages=0, gamma32=False, deferred=False).tag
         register = _kernel_with(op, fields, {(op, hidden, "tensor"): plain}, {})
         assert register.config.tag == plain
         _assert_same_fp8(staged, register, rows, "tf bits")
@@ -1193,12 +1193,7 @@ def test_forward_staged_rows(op, case):
     fields = dict(in_dtype=in_dtype, out_dtype=out, scaling=scaling, hidden_size=hidden, **flags)
     kernel = _kernel_tagged(op, fields, tag)
     for rows in counts:
-        rng = seed(op, tag, rows, "tr")
-        if in_dtype == "fp32":
-            x_host = (1e4 + rng.standard_normal((rows, hidden))).astype(np.float32)
-        else:
-            x_host = reference.sample_input((rows, hidden), in_dtype, rng)
-        run_forward(kernel, x_host)
+        run_forward(kernel, _sample_x(seed(op, tag, rows, "tr"), rows, hidden, in_dtype))
     if hidden == 4096:
         x_host = reference.sample_input((301, 4096), "bf16", seed(op, tag, "tr unaligned"))
         x = unaligned_bf16(x_host)
@@ -1207,3 +1202,99 @@ def test_forward_staged_rows(op, case):
         plain = dataclasses.replace(kernel.config, stages=0, gamma32=False).tag
         register = _kernel_tagged(op, fields, plain)
         _assert_same_fp8(kernel, register, 3001, "tr bits")
+
+
+def _sample_x(rng, rows, hidden, in_dtype):
+    """x of ``rows`` x ``hidden`` for a test: fp32 with a 1e4 mean offset (catches one-pass
+    variance), other dtypes the reference's sample."""
+    if in_dtype == "fp32":
+        return (1e4 + rng.standard_normal((rows, hidden))).astype(np.float32)
+    return reference.sample_input((rows, hidden), in_dtype, rng)
+
+
+def _deferred_pair(op, fields, tag):
+    """``op``'s kernel for ``fields`` with the layout ``tag`` (with ``i``) and with the same
+    layout without ``i``."""
+    import dataclasses
+
+    kernel = _kernel_tagged(op, fields, tag)
+    plain = _kernel_tagged(op, fields, dataclasses.replace(kernel.config, deferred=False).tag)
+    return kernel, plain
+
+
+# Round-11 candidate: the staged backward with each row's dx written a row later (``i``).
+DEFERRED = [  # (tag, in dtype, H, flags, row counts)
+    ("w8r1v8j4c8qlit3b2", "bf16", 65536, {}, (1, 5, 263, 2048)),
+    ("w4r1v8j8c8it4b1", "bf16", 65536, {"zero_centered_gamma": True}, (37,)),
+    ("w7r1v8j4c2qit3", "fp16", 14336, {"fp32_gamma": True}, (1, 1001)),
+    ("w1r1v8j4c4qdit4", "bf16", 4096, {}, (2, 4099)),
+    ("w8r1v8j2c1it5", "bf16", 4096, {}, (1, 3, 4099)),
+    ("w1r1v1j32c1fdit3", "bf16", 1001, {}, (37,)),
+    ("w2r1v4j8c1it3", "fp32", 2048, {}, (13,)),
+]
+
+
+@pytest.mark.parametrize("case", DEFERRED, ids=lambda c: c[0] + "-" + c[1] + "-" + str(c[2]))
+@pytest.mark.parametrize("op", BWD)
+def test_backward_deferred(op, case):
+    """``i`` on the staged backward against the float64 reference: over clusters of 8, 4 and
+    2 CTAs and one CTA, N = 1, N below and above the number of CTAs (clusters) in the
+    persistent grid (a CTA with no row, one row, many: the last row's dx after the loop),
+    N = 2048 at H = 65536, H odd (copied element by element), fp16 x with fp32 gamma,
+    zero-centred gamma, fp32 x with a 1e4 mean offset, unaligned x at 4096; and bit for bit
+    (dx, dgamma, dbeta) against the same layout without ``i``."""
+    tag, in_dtype, hidden, flags, counts = case
+    fields = dict(in_dtype=in_dtype, hidden_size=hidden, **flags)
+    kernel, plain = _deferred_pair(op, fields, tag)
+    for rows in counts:
+        rng = seed(op, tag, rows, "defer")
+        x_host = _sample_x(rng, rows, hidden, in_dtype)
+        dz_host = reference.sample_input((rows, hidden), in_dtype, rng, outliers=4.0)
+        got = [t.clone() for t in run_backward(kernel, x_host, dz_host=dz_host) if t is not None]
+        want = run_backward(plain, x_host, dz_host=dz_host, check_result=False)
+        for a, b in zip(got, [t for t in want if t is not None], strict=True):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    if hidden == 4096:
+        x_host = reference.sample_input((301, 4096), "bf16", seed(op, tag, "defer unaligned"))
+        run_backward(kernel, x_host, x=unaligned_bf16(x_host))
+
+
+# Round 11 on the staged forward (``i``, one row per CTA): each row's z written a row later.
+FWD_DEFERRED = [  # (tag, in dtype, H, out dtype, scaling, flags, row counts)
+    ("w4r1v8j8c8hogqit3", "bf16", 65536, "fp8_e4m3", "tensor", {}, (1, 5, 300)),
+    ("w4r1v8j8c8huqit4", "bf16", 65536, "bf16", "none", {}, (1, 37)),
+    ("w4r1v8j8c8hqit3b1", "bf16", 65536, "fp8_e5m2", "mxfp8", {"zero_centered_gamma": True}, (7,)),
+    ("w4r1v8j4c1hogqit3", "bf16", 4096, "fp8_e4m3", "tensor", {}, (1, 4099)),
+    ("w7r1v8j4c2ogqfit3", "bf16", 14336, "bf16", "none", {}, (3, 1001)),
+    ("w4r1v8j4c1eqit3", "bf16", 4096, "bf16", "none", {}, (2, 4099)),
+    ("w1r1v1j32c1uit3", "bf16", 1001, "fp8_e4m3", "tensor", {"fp32_gamma": True}, (9, 50)),
+    ("w2r1v4j8c1it3", "fp32", 2048, "fp32", "none", {}, (9,)),
+    ("w1r1v8j4c1hit4", "fp16", 1000, "fp8_e5m2", "mxfp8", {"zero_centered_gamma": True}, (7,)),
+]
+
+
+@pytest.mark.parametrize("case", FWD_DEFERRED, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}-{c[4]}")
+@pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
+def test_forward_deferred(op, case):
+    """``i`` on the staged forward against the float64 reference: clusters of 8 and 2 CTAs and
+    one CTA, LayerNorm with and without ``u`` (one or two statistics exchanges per row), the
+    weights held (``h``), loaded per row (``e``) or in shared memory (as fp32, ``f``), N = 1,
+    N below and above the grid's CTAs (the last row's z after the loop), H odd and H = 1000,
+    fp16 and fp32 x (a 1e4 mean offset), fp32 and zero-centred gamma, bf16, FP8 and MXFP8 z;
+    unaligned x at 4096; and bit for bit against the same layout without ``i`` (z bytes; with
+    FP8 from bf16 x also mu, rsigma, amax and scale_inv)."""
+    tag, in_dtype, hidden, out, scaling, flags, counts = case
+    if op == "rmsnorm_fwd":
+        tag = tag.replace("u", "")  # (u: LayerNorm only)
+    fields = dict(in_dtype=in_dtype, out_dtype=out, scaling=scaling, hidden_size=hidden, **flags)
+    kernel, plain = _deferred_pair(op, fields, tag)
+    for rows in counts:
+        x_host = _sample_x(seed(op, tag, rows, "fdefer"), rows, hidden, in_dtype)
+        got = run_forward(kernel, x_host)[0].clone()
+        want = run_forward(plain, x_host)[0]
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    if hidden == 4096:
+        x_host = reference.sample_input((301, 4096), "bf16", seed(op, tag, "fdefer unaligned"))
+        run_forward(kernel, x_host, x=unaligned_bf16(x_host))
+    if scaling == "tensor" and in_dtype == "bf16" and not flags:
+        _assert_same_fp8(kernel, plain, 3001, "fdefer bits")

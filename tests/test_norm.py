@@ -144,7 +144,7 @@ def test_key_names_and_parse():
     bwd = make_key("rmsnorm_bwd_add", dtype="fp16", arch="sm_100a", fp32_gamma=True)
     assert str(bwd) == "rmsnorm_bwd_add_fp16_fp16_none_rowwise_hany_sm100a_wf32"
     assert KernelKey.parse(str(bwd)) == bwd
-    assert key.spec.symbols(key) == (f"{key}_w4r2v8j4c1hogqt3",)  # norm.TUNED's FP8 winner
+    assert key.spec.symbols(key) == (f"{key}_w4r1v8j4c1hogqit3",)  # norm.TUNED's FP8 winner
     assert bwd.spec.symbols(bwd) == (f"{bwd}_loop", f"{bwd}_loop_stats", f"{bwd}_loop_finalize")
     mx = make_key("rmsnorm_fwd", in_dtype="bf16", out_dtype="e5m2", scaling="mxfp8", arch="sm_90")
     assert mx.scaling == "mxfp8" and "mxfp8" in str(mx)
@@ -250,7 +250,7 @@ def test_configuration_choices():
     assert tag("rmsnorm_bwd", 8192) == "w16r1v8j2c1qt4"
     assert tag("layernorm_bwd", 8192) == "w16r1v8j2c1qlt4"
     assert tag("layernorm_bwd", 14336) == "w7r1v8j4c2qt3"  # staged over a cluster of 2
-    assert tag("layernorm_bwd", 65536) == "w8r1v8j4c8qlt3b2"  # staged over a cluster of 8
+    assert tag("layernorm_bwd", 65536) == "w16r1v8j2c8qlit3b2"  # staged over a cluster of 8
     assert tag("layernorm_bwd", 8192, "sm_100") == "w8r1v8j4c1n"  # TUNED is sm_90 only
     assert tag("layernorm_bwd", 14336, "sm_100") == "loop"
     assert tag("rmsnorm_fwd", 4096, dt="fp32") == "w8r1v4j4c1"  # TUNED: 16-bit x only
@@ -276,11 +276,11 @@ def test_held_weights_need_two_ctas_per_sm():
     # TUNED holds RMSNorm's at 4096, 14336 and 65536 (the o/g/q/p/x letters: the FP8 switches
     # TUNED carries, test_tuned_fp8_forwards_carry_the_measured_switches); LayerNorm's FP8
     # entries are staged (t: x in shared memory), at 4096 and 65536 with the weights held
-    assert fp8_tag("layernorm_fwd", 4096) == "w4r2v8j4c1hogqt3"
+    assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1hogqit3"
     assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1uogqt3"
     assert fp8_tag("rmsnorm_fwd", 4096) == "w4r1v8j4c1hogqx4"
     assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1hogq"
-    assert fp8_tag("rmsnorm_fwd", 65536) == "w4r1v8j8c8hogqpx64"
+    assert fp8_tag("rmsnorm_fwd", 65536) == "w4r1v8j8c8hogqit3"
     assert fp8_tag("layernorm_fwd", 65536) == "w4r1v8j8c8hogqt3"
     with rules_only() as monkeypatch:
         monkeypatch.setitem(norm.FWD_HOLD_WEIGHTS, "tensor", True)
@@ -410,7 +410,7 @@ def test_render_cluster_and_headers():
     r = render(big)
     assert "__cluster_dims__(8, 1, 1)" in r.source and '#include "nve_cluster.cuh"' in r.source
     # the row sums go through the cluster's mailboxes: no release-ordered cluster barrier
-    assert "mail_exchange<" in r.source and "nve::cluster_sync();" not in r.source
+    assert "mail_send<" in r.source and "nve::cluster_sync();" not in r.source
     assert not r.cuda_headers
     small = render(make_key("rmsnorm_bwd", in_dtype="bf16", hidden_size=4096, arch="sm_90"))
     assert "__cluster_dims__" not in small.source
@@ -864,16 +864,17 @@ def _with_switches(monkeypatch, values):
 # norm.TUNED's FP8 forwards (sm_90, bf16 x; bench/results/norm_tuning-fp8b.json, 2026-12-01;
 # H = 65536: norm_tuning-big2.json; RMSNorm 4096: norm_tuning-near-rms.json; LayerNorm: the
 # staged forward, norm_tuning-sfwd.json and norm_tuning-snear.json, 2026-12-02; two rows per
-# CTA, norm_tuning-srows.json and norm_tuning-bal.json; weights held, norm_tuning-sregs.json)
+# CTA, norm_tuning-srows.json and norm_tuning-bal.json; weights held, norm_tuning-sregs.json;
+# z a row later, norm_tuning-fdefer.json)
 TUNED_FP8 = {
-    ("layernorm_fwd", 4096): "w4r2v8j4c1hogqt3",
+    ("layernorm_fwd", 4096): "w4r1v8j4c1hogqit3",
     ("layernorm_fwd", 8192): "w4r1v8j8c1uogqt3",
     ("layernorm_fwd", 14336): "w14r2v8j4c1ogqt2",
     ("layernorm_fwd", 65536): "w4r1v8j8c8hogqt3",
     ("rmsnorm_fwd", 4096): "w4r1v8j4c1hogqx4",
     ("rmsnorm_fwd", 8192): "w2r1v8j8c2hogqpx64",
     ("rmsnorm_fwd", 14336): "w14r1v8j4c1hogq",
-    ("rmsnorm_fwd", 65536): "w4r1v8j8c8hogqpx64",
+    ("rmsnorm_fwd", 65536): "w4r1v8j8c8hogqit3",
 }
 
 
@@ -1610,3 +1611,73 @@ def test_tuned_can_name_a_staged_forward(monkeypatch):
         assert line in staged_source
     assert "zf[i] = fmaf((xf[j][i] - mean) * rs, weight(gf[i]), bf[i]);" in plain_source
     assert "cp.async" not in plain_source and "get_f32(sg, j, pos.t, gf);" in staged_source
+
+
+# Round 11: the staged backward with each row's dx written a row later (``i``).
+DEFERRED = [  # (tag, in dtype, H, flags)
+    ("w8r1v8j4c8qlit3b2", "bf16", 65536, {}),
+    ("w4r1v8j8c8it4b1", "bf16", 65536, {"zero_centered_gamma": True}),
+    ("w7r1v8j4c2qit3", "fp16", 14336, {"fp32_gamma": True}),
+    ("w8r1v8j2c1it5", "bf16", 4096, {}),
+    ("w1r1v1j32c1fdit3", "bf16", 1001, {}),
+]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_deferred_backward_compile(arch):
+    """A staged backward with ``i`` compiles on every arch (clusters from sm_90) for the three
+    backward ops: its symbol ends with the tag, its dynamic shared memory is that of the same
+    layout without ``i`` (S stages), its source posts a row's sums before the previous row's
+    dx, and over a cluster the mailboxes have 4 parts instead of 2."""
+    compiled = 0
+    with rules_only() as mp:
+        for tag, dt, hidden, flags in DEFERRED:
+            cfg = norm.parse_tag(tag)
+            assert cfg.deferred and cfg.tag == tag
+            plain = dataclasses.replace(cfg, deferred=False)
+            if cfg.cluster > 1 and arch in ("sm_80", "sm_89"):
+                continue  # no clusters before sm_90
+            for op in BWD:
+                key = make_key(op, in_dtype=dt, hidden_size=hidden, arch=arch, **flags)
+                sources, sizes = [], []
+                for layout in (cfg, plain):
+                    mp.setattr(norm, "_tuned", lambda key, layout=layout: layout)
+                    launch_config.cache_clear()
+                    ne.clear_cache(disk=False)
+                    assert launch_config(key) == layout
+                    kernel = compile_and_check(key)
+                    assert kernel.artifact.symbols[0].endswith(layout.tag)
+                    sizes.append(kernel._shared_bytes())
+                    sources.append(render(key).source)
+                compiled += 1
+                assert sizes[0] == sizes[1]
+                post = "row_post<kAcc>(s, red, parity, 0, pos.warp, pos.lane);"
+                assert post in sources[0] and post not in sources[1]
+                assert "output(prev, pst, pr, pm, ps);" in sources[0]
+                if cfg.cluster > 1:
+                    assert "constexpr int kMailLog2 = 2;" in sources[0]
+                    assert "constexpr int kMailLog2 = 1;" in sources[1]
+    launch_config.cache_clear()
+    assert compiled == 3 * (2 if arch in ("sm_80", "sm_89") else len(DEFERRED))
+
+
+def test_deferred_switch_applies_from_three_stages(monkeypatch):
+    """BWD_DEFERRED turns ``i`` on for staged backward layouts of three stages or more only:
+    not on a two-stage one (a TUNED ``i`` there is dropped too), a register layout or a
+    forward."""
+    monkeypatch.setattr(norm, "BWD_DEFERRED", True)
+    entries = {("layernorm_bwd", 4096, "none"): "w8r1v8j2c1t3",
+               ("rmsnorm_bwd", 4096, "none"): "w8r1v8j2c1it2",
+               ("layernorm_fwd", 4096, "none"): "w4r1v8j4c1qt3"}  # fmt: skip
+    monkeypatch.setattr(norm, "TUNED", entries)
+
+    def cfg(op):
+        return launch_config(make_key(op, in_dtype="bf16", hidden_size=4096, arch="sm_90"))
+
+    launch_config.cache_clear()
+    try:
+        assert cfg("layernorm_bwd").deferred and cfg("layernorm_bwd").tag.endswith("it3")
+        assert not cfg("rmsnorm_bwd").deferred and cfg("rmsnorm_bwd").tag == "w8r1v8j2c1t2"
+        assert not cfg("layernorm_fwd").deferred
+    finally:
+        launch_config.cache_clear()

@@ -229,6 +229,19 @@ ROW_SUM_LANES = False
 BWD_STAGED_WORDS = False
 BWD_GAMMA32 = False
 BWD_FOLDED = False
+# Round-11 switch, off by default (bench/norm_tuning.py --candidates defer). The staged
+# backward over a cluster of 8 (H = 65536) stayed at 70% of copy (LayerNorm) against 89% for
+# the cluster of 2 at 14336: each row waits for its sums from the 8 CTAs (one mailbox
+# exchange) before it writes dx, and nothing of that CTA's own is left to issue meanwhile.
+# BWD_DEFERRED (suffix ``i``, three stages or more): a row's sums are posted (row_post) and
+# its dx written only after the next row's first pass and posting, so the exchange's wait
+# overlaps a row of work; a row's stage is then refilled two rows later (one row fewer in
+# flight) and the mailboxes have 4 parts instead of 2. Same values, same bits.
+# FWD_DEFERRED (``i`` on the staged forward, one row per CTA): the same for z, after the
+# row's last statistics exchange (LayerNorm without ``u`` still waits for the mean), x of
+# the row read from its stage again. Why: LayerNorm FP8 at 65536 stayed at 81% of copy.
+BWD_DEFERRED = False
+FWD_DEFERRED = False
 # Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
 # Each CTA (or cluster: H = 65536) holds a fixed share of the columns and loops over rows
 # (persistent grid); a thread copies its share of the row's x and dz into shared memory
@@ -287,11 +300,17 @@ STAGED_OVERHEAD_REGISTERS = 32
 TUNED: dict[tuple[str, int, str], str] = {
     ("rmsnorm_fwd", 4096, "none"): "w8r1v8j2c1",  # 91.1 against w4j4 88.0
     ("rmsnorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 96.2 against w14j4 93.2
-    ("rmsnorm_fwd", 65536, "none"): "w4r1v8j8c8hpx64",  # 91.2 against w16j8c2h 88.6, big2
+    # H = 65536 forward, "fdefer" (round 11): --candidates fdefer, 6 rounds
+    # (norm_tuning-fdefer.json): the staged forward with i (a row's z written after the next
+    # row's statistics are posted), faster than the entry before in every round; figures
+    # that run's, the entry before in brackets (RMSNorm: hpx64, 91.2 against w16j8c2h 88.6
+    # in big2)
+    ("rmsnorm_fwd", 65536, "none"): "w4r1v8j8c8hqit3b2",  # 92.6 (90.5, hpx64), 1.024x
     # LayerNorm bf16 at 65536: the staged forward with the weights held in registers (round
     # 10, --candidates sregs --hidden 4096,65536, 4 rounds, norm_tuning-sregs.json: 1.036x,
-    # every round); before it hpx64 (84.0 against w16j8c2hua2 72.4, big2)
-    ("layernorm_fwd", 65536, "none"): "w4r1v8j8c8hqt2",  # 87.6 against hpx64 84.5
+    # every round); before it hpx64 (84.0 against w16j8c2hua2 72.4, big2); then with i
+    # (fdefer, above)
+    ("layernorm_fwd", 65536, "none"): "w4r1v8j8c8hqit3",  # 91.5 (86.3, hqt2), 1.057x
     ("layernorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 91.0 against w14j4 90.0
     # FP8 forward with the round-4 switches (o: batched output stage, g: warp amax atomics)
     # and the round-5 ones (q: word unpacking and packing, p: the next row group copied
@@ -308,15 +327,18 @@ TUNED: dict[tuple[str, int, str], str] = {
     # than the entry before in every round of both: 4096 1.011x and 1.014x, 14336 (the
     # cluster's row in one CTA of 14 warps) 1.015x and 1.020x; % of copy from bal. Then
     # --candidates sregs (4 rounds, norm_tuning-sregs.json): the weights held in registers
-    # instead of shared memory (h) at 4096 (1.014x) and 65536 (1.043x), every round.
-    ("layernorm_fwd", 4096, "tensor"): "w4r2v8j4c1hogqt3",  # 87.4 against ogqft2 86.1 (83.6)
+    # instead of shared memory (h) at 4096 (1.014x) and 65536 (1.043x), every round. Round
+    # 11, --candidates fdefer (6 rounds, norm_tuning-fdefer.json): at 4096 one row per CTA
+    # with i (z a row later), 1.010x over the r2 entry, every round (89.3 against 88.4;
+    # the r2 entry was 87.4 against ogqft2 86.1 in sregs).
+    ("layernorm_fwd", 4096, "tensor"): "w4r1v8j4c1hogqit3",  # 89.3 (88.4, w4r2v8j4c1hogqt3)
     ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1uogqt3",  # 93.2 against ogqt3 92.2 (89.0)
     ("layernorm_fwd", 14336, "tensor"): "w14r2v8j4c1ogqt2",  # 92.4 against w7r1j4c2 90.6 (78.8)
     ("layernorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqt3",  # 81.7 against ogqt2 78.5 (71.5)
     ("rmsnorm_fwd", 4096, "tensor"): "w4r1v8j4c1hogqx4",  # 89.2 against ogq 88.3, near
     ("rmsnorm_fwd", 8192, "tensor"): "w2r1v8j8c2hogqpx64",  # 95.2 against w4j8c1gq 91.5, bwdc
     ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1hogq",  # 94.7 (8 groups) against hog 83.9
-    ("rmsnorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqpx64",  # 90.6 against c2hogq 81.7, big2
+    ("rmsnorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqit3",  # 93.3 (88.1, hogqpx64), fdefer
     # "near": bench/norm_tuning.py --candidates near --shuffle --rounds 8 --repeat 5,
     # 2026-12-01 (norm_tuning-near-{ln,rms}.json): the neighbourhood of each entry timed in
     # shuffled short rounds; the entries marked "near" were faster than the previous one in
@@ -354,16 +376,20 @@ TUNED: dict[tuple[str, int, str], str] = {
     ("layernorm_bwd", 4096, "none"): "w1r1v8j4c4qdt3",  # 83.1 against w8j2c1qdt3b2 79.8, bwdc
     ("layernorm_bwd", 8192, "none"): "w16r1v8j2c1qlt4",  # 86.3 against t4 84.8, lanes
     ("layernorm_bwd", 14336, "none"): "w7r1v8j4c2qt3",  # 88.9 against w28j2c1qt2b2 75.2, bwdc
-    ("layernorm_bwd", 65536, "none"): "w8r1v8j4c8qlt3b2",  # 70.4 against t3b2 67.5, lanes
+    # "defer" (round 11): --candidates defer, 6 rounds (norm_tuning-defer.json): i (a row's dx
+    # written after the next row's sums are posted), faster than the entry before in every
+    # round at 65536 (LayerNorm 1.090x over 16 warps of 2 accesses, RMSNorm 1.125x) and
+    # RMSNorm 14336 (1.008x); figures that run's, the entry before in brackets.
+    ("layernorm_bwd", 65536, "none"): "w16r1v8j2c8qlit3b2",  # 77.2 (71.1, w8r1v8j4c8qlt3b2)
     ("rmsnorm_bwd", 4096, "none"): "w8r1v8j2c1t5",  # 85.7 against t4 77.3, bwd2
     ("rmsnorm_bwd", 8192, "none"): "w16r1v8j2c1qt4",  # 92.9 against t4 92.7, lanes
-    ("rmsnorm_bwd", 14336, "none"): "w28r1v8j2c1lft3",  # 93.6 against lt3 92.2, fold
-    ("rmsnorm_bwd", 65536, "none"): "w4r1v8j8c8t3b4",  # 77.1 against w32j2c4t3 73.3, big2
+    ("rmsnorm_bwd", 14336, "none"): "w28r1v8j2c1lfit3",  # 90.3 (89.6, lft3), defer
+    ("rmsnorm_bwd", 65536, "none"): "w16r1v8j2c8it4b1",  # 88.1 (78.3, w4r1v8j8c8t3b4), defer
     # rmsnorm_bwd_add: the same kernel with the residual gradient added (not swept apart)
     ("rmsnorm_bwd_add", 4096, "none"): "w8r1v8j2c1t5",
     ("rmsnorm_bwd_add", 8192, "none"): "w16r1v8j2c1qt4",
-    ("rmsnorm_bwd_add", 14336, "none"): "w28r1v8j2c1lft3",
-    ("rmsnorm_bwd_add", 65536, "none"): "w4r1v8j8c8t3b4",
+    ("rmsnorm_bwd_add", 14336, "none"): "w28r1v8j2c1lfit3",
+    ("rmsnorm_bwd_add", 65536, "none"): "w16r1v8j2c8it4b1",
 }
 LOOP_BLOCK = 1024  # threads per CTA of the streaming kernels (forward, backward row sums)
 TILE_BLOCK = 256  # threads per CTA of the streaming backward (8 warps on a 32-access tile)
@@ -428,6 +454,7 @@ class LaunchConfig:
     lanes: bool = False  # regs: a row sum's W warp values added across lanes by shuffles
     gamma32: bool = False  # staged: weight(gamma) (and beta) held in shared memory as fp32
     folded: bool = False  # staged backward: dx from the row's constants, two FFMA per element
+    deferred: bool = False  # staged: a row's dx (z) after the next row's sums are posted
 
     @property
     def threads(self) -> int:
@@ -443,12 +470,13 @@ class LaunchConfig:
         packing; the staged backward's and bf16 forward's 32-bit word reads), ``p`` (the
         forward's next row group copied ahead), ``l`` (the row sums' per-warp values added
         across lanes by shuffles), ``f`` (a staged kernel's weights in shared memory as
-        fp32), ``d`` (the staged backward's dx from per-row constants), ``a2`` (split sums),
-        ``s1`` (column sums in shared memory), ``t3`` (the staged kernel, 3 rows deep),
-        ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then the grid choices, the
-        same code: ``x4`` (4 row groups per CTA where a CTA takes several, forward) and ``b2``
-        (a persistent grid of at most 2 CTAs per SM: the backward's, with as many partial
-        column-sum rows, and the staged forward's)."""
+        fp32), ``d`` (the staged backward's dx from per-row constants), ``i`` (a staged
+        kernel's dx or z of a row written after the next row's sums are posted), ``a2``
+        (split sums), ``s1`` (column sums in shared memory), ``t3`` (the staged kernel, 3
+        rows deep), ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then the
+        grid choices, the same code: ``x4`` (4 row groups per CTA where a CTA takes
+        several, forward) and ``b2`` (a persistent grid of at most 2 CTAs per SM: the
+        backward's, with as many partial column-sum rows, and the staged forward's)."""
         if self.mode == "loop":
             return "loop"
         switches = ("h" if self.hold else "") + ("k" if self.packed else "")
@@ -457,7 +485,7 @@ class LaunchConfig:
         switches += ("o" if self.batched else "") + ("g" if self.warp_amax else "")
         switches += ("q" if self.words else "") + ("p" if self.next_row else "")
         switches += ("l" if self.lanes else "") + ("f" if self.gamma32 else "")
-        switches += "d" if self.folded else ""
+        switches += ("d" if self.folded else "") + ("i" if self.deferred else "")
         switches += f"a{self.accumulators}" if self.accumulators > 1 else ""
         switches += f"s{self.shared_sums}" if self.shared_sums else ""
         switches += f"t{self.stages}" if self.stages else ""
@@ -681,21 +709,28 @@ def _round3_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
 
 def _round8_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
     """``cfg`` with ``ROW_SUM_LANES`` (several warps per row), ``BWD_STAGED_WORDS``,
-    ``BWD_GAMMA32`` (where its fp32 gamma fits the arch's shared memory) and ``BWD_FOLDED``
-    (the staged backward) where they apply; each stays on where ``cfg``, a :data:`TUNED`
-    entry, has it (``l``, ``q``, ``f``, ``d``)."""
+    ``BWD_GAMMA32`` (where its fp32 gamma fits the arch's shared memory), ``BWD_FOLDED``
+    and ``BWD_DEFERRED`` (the staged backward) and ``FWD_DEFERRED`` (the staged forward of
+    one row per CTA; ``i`` from three stages) where they apply;
+    each stays on where ``cfg``, a :data:`TUNED` entry, has it (``l``, ``q``, ``f``, ``d``,
+    ``i``), and ``i`` is dropped where it does not apply."""
     if cfg.mode != "regs":
         return cfg
     staged = cfg.stages > 0 and key.spec.backward  # the BWD_* switches: staged backward only
     lanes = (cfg.lanes or ROW_SUM_LANES) and cfg.warps > 1
     words = cfg.words or (BWD_STAGED_WORDS and staged)
     folded = cfg.folded or (BWD_FOLDED and staged)
+    # i: a staged kernel of three stages or more (the forward's of one row per CTA)
+    deferred = (cfg.deferred or (BWD_DEFERRED if key.spec.backward else FWD_DEFERRED)) and (
+        cfg.stages >= 3 and (key.spec.backward or cfg.rows == 1)
+    )
     gamma32 = cfg.gamma32 or (
         BWD_GAMMA32 and staged and staged_fits(key, dataclasses.replace(cfg, gamma32=True))
     )
-    if (lanes, words, gamma32, folded) == (cfg.lanes, cfg.words, cfg.gamma32, cfg.folded):
+    new = dict(lanes=lanes, words=words, gamma32=gamma32, folded=folded, deferred=deferred)
+    if all(getattr(cfg, k) == v for k, v in new.items()):
         return cfg
-    return dataclasses.replace(cfg, lanes=lanes, words=words, gamma32=gamma32, folded=folded)
+    return dataclasses.replace(cfg, **new)
 
 
 def next_row_fits(cfg: LaunchConfig, itemsize: int) -> bool:
@@ -706,7 +741,7 @@ def next_row_fits(cfg: LaunchConfig, itemsize: int) -> bool:
 
 
 _TAG = re.compile(
-    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(l?)(f?)(d?)(?:a(\d+))?(?:s(\d+))?"
+    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(l?)(f?)(d?)(i?)(?:a(\d+))?(?:s(\d+))?"
     r"(?:t(\d+))?(?:m(\d+))?(?:x(\d+))?(?:b(\d+))?"
 )
 
@@ -720,13 +755,13 @@ def parse_tag(tag: str) -> LaunchConfig:
         raise ValueError(f"not a norm configuration tag: {tag!r}")
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
-                        packed=bool(m[7]), min_ctas=int(m[21] or 0), early=bool(m[9]),
-                        one_reduction=bool(m[10]), accumulators=int(m[18] or 1),
-                        shared_sums=int(m[19] or 0), batched=bool(m[11]),
+                        packed=bool(m[7]), min_ctas=int(m[22] or 0), early=bool(m[9]),
+                        one_reduction=bool(m[10]), accumulators=int(m[19] or 1),
+                        shared_sums=int(m[20] or 0), batched=bool(m[11]),
                         warp_amax=bool(m[12]), words=bool(m[13]), next_row=bool(m[14]),
                         lanes=bool(m[15]), gamma32=bool(m[16]), folded=bool(m[17]),
-                        stages=int(m[20] or 0), groups=int(m[22] or 0),
-                        ctas_per_sm=int(m[23] or 0))  # fmt: skip
+                        deferred=bool(m[18]), stages=int(m[21] or 0), groups=int(m[23] or 0),
+                        ctas_per_sm=int(m[24] or 0))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -892,6 +927,7 @@ class NormSpec(OpSpec):
             lanes=cfg.lanes,  # set only on register layouts (_round8_switches, parse_tag)
             gamma32=cfg.gamma32 and staged and not regs_weights,
             folded=cfg.folded and staged,
+            defer=cfg.deferred and staged,
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
             stats_name=symbols[1] if len(symbols) == 3 else "",
