@@ -617,7 +617,10 @@ def candidates_section() -> str | None:
             "in flight), at the entry's depth and deeper, and at 65536 over 4, 8 or 16 warps per "
             "CTA, 3-5 stages and 1-3 CTAs per SM, 6 shuffled rounds; `norm.TUNED` takes the "
             "backward at 65536 (LayerNorm 1.090x, RMSNorm 1.125x) and RMSNorm at 14336 "
-            "(1.008x), each faster in every round.",
+            "(1.008x), each faster in every round. At LayerNorm 65536 the best layouts tie "
+            "(1.086-1.090x; `b1` and `b2` of one layout launch the same grid where one CTA "
+            "fits an SM); `norm.TUNED` takes `w16r1v8j2c8qlit3b2`, the highest `vs_default` "
+            "with three stages.",
         ),
         (
             "norm_tuning-fdefer",
@@ -628,8 +631,8 @@ def candidates_section() -> str | None:
             "its depth and one deeper with `u` flipped, and at 65536 every forward as 8 CTAs of "
             "4 warps with held weights, 3-4 stages, 1-2 CTAs per SM, 6 shuffled rounds; "
             "`norm.TUNED` takes LayerNorm bf16 65536 (1.057x), LayerNorm FP8 4096 (1.010x) and "
-            "RMSNorm bf16 and FP8 65536 (1.024x, 1.052x), each faster in every round; LayerNorm "
-            "FP8 lost with `i` at 8192-65536 (0.66-0.96x).",
+            "RMSNorm bf16 and FP8 65536 (1.023x, 1.052x), each faster in every round; LayerNorm "
+            "FP8 lost with `i` at 8192-65536 (0.43-0.96x).",
         ),
     ]
     for name, flag, title, text in later:

@@ -1613,6 +1613,24 @@ def test_tuned_can_name_a_staged_forward(monkeypatch):
     assert "cp.async" not in plain_source and "get_f32(sg, j, pos.t, gf);" in staged_source
 
 
+def _compile_with_and_without_i(mp, key, cfg):
+    """The rendered sources of ``key`` under the layout ``cfg`` (with ``i``) and the same
+    layout without it, each compiled and checked: launch_config gives the layout, the
+    symbol ends with its tag, and both take the same dynamic shared memory."""
+    sources, sizes = [], []
+    for layout in (cfg, dataclasses.replace(cfg, deferred=False)):
+        mp.setattr(norm, "_tuned", lambda key, layout=layout: layout)
+        launch_config.cache_clear()
+        ne.clear_cache(disk=False)
+        assert launch_config(key) == layout
+        kernel = compile_and_check(key)
+        assert kernel.artifact.symbols[0].endswith(layout.tag)
+        sizes.append(kernel._shared_bytes())
+        sources.append(render(key).source)
+    assert sizes[0] == sizes[1]
+    return sources
+
+
 # Round 11: the staged backward with each row's dx written a row later (``i``).
 DEFERRED = [  # (tag, in dtype, H, flags)
     ("w8r1v8j4c8qlit3b2", "bf16", 65536, {}),
@@ -1634,23 +1652,12 @@ def test_deferred_backward_compile(arch):
         for tag, dt, hidden, flags in DEFERRED:
             cfg = norm.parse_tag(tag)
             assert cfg.deferred and cfg.tag == tag
-            plain = dataclasses.replace(cfg, deferred=False)
             if cfg.cluster > 1 and arch in ("sm_80", "sm_89"):
                 continue  # no clusters before sm_90
             for op in BWD:
                 key = make_key(op, in_dtype=dt, hidden_size=hidden, arch=arch, **flags)
-                sources, sizes = [], []
-                for layout in (cfg, plain):
-                    mp.setattr(norm, "_tuned", lambda key, layout=layout: layout)
-                    launch_config.cache_clear()
-                    ne.clear_cache(disk=False)
-                    assert launch_config(key) == layout
-                    kernel = compile_and_check(key)
-                    assert kernel.artifact.symbols[0].endswith(layout.tag)
-                    sizes.append(kernel._shared_bytes())
-                    sources.append(render(key).source)
+                sources = _compile_with_and_without_i(mp, key, cfg)
                 compiled += 1
-                assert sizes[0] == sizes[1]
                 post = "row_post<kAcc>(s, red, parity, 0, pos.warp, pos.lane);"
                 assert post in sources[0] and post not in sources[1]
                 assert "output(prev, pst, pr, pm, ps);" in sources[0]
@@ -1681,3 +1688,50 @@ def test_deferred_switch_applies_from_three_stages(monkeypatch):
         assert not cfg("layernorm_fwd").deferred
     finally:
         launch_config.cache_clear()
+
+
+FWD_DEFERRED = [  # (tag, in dtype, H, scaling, flags)
+    ("w4r1v8j8c8hogqit3", "bf16", 65536, "tensor", {}),
+    ("w4r1v8j8c8huqit4b1", "bf16", 65536, "none", {}),
+    ("w7r1v8j4c2ogqfit3", "bf16", 14336, "mxfp8", {"zero_centered_gamma": True}),
+    ("w4r1v8j4c1eqit3", "fp16", 4096, "none", {"fp32_gamma": True}),
+    ("w1r1v1j32c1it3", "bf16", 1001, "tensor", {}),
+]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_deferred_forward_compile(arch):
+    """A staged forward with ``i`` (one row per CTA) compiles on every arch (clusters from
+    sm_90) for both forward ops and its output mode: its symbol ends with the tag, its
+    dynamic shared memory is that of the same layout without ``i``, its source posts the
+    row's last statistics before the previous row's z (LayerNorm: the variance, 3 calls back
+    without ``u``, the (count, mean, M2) triple 2 calls back with it), and over a cluster the
+    mailboxes have 4 parts. ``i`` on several rows per CTA is dropped."""
+    compiled = 0
+    with rules_only() as mp:
+        for tag, dt, hidden, scaling, flags in FWD_DEFERRED:
+            cfg = norm.parse_tag(tag)
+            if cfg.cluster > 1 and arch in ("sm_80", "sm_89"):
+                continue
+            out = {"none": dt, "tensor": "fp8_e4m3", "mxfp8": "fp8_e5m2"}[scaling]
+            for op in FWD:
+                key = make_key(op, in_dtype=dt, out_dtype=out, scaling=scaling,
+                               hidden_size=hidden, arch=arch, **flags)  # fmt: skip
+                sources = _compile_with_and_without_i(mp, key, cfg)
+                compiled += 1
+                assert "emit_deferred(parity - 1);" in sources[0]
+                assert "emit_deferred" not in sources[1]
+                uni = cfg.one_reduction and op == "layernorm_fwd"
+                back = 3 if op == "layernorm_fwd" and not uni else 2
+                assert f"emit_deferred(parity - {back});" in sources[0]
+                post = "row_stats_post(st, red" if uni else "row_post<1>(q, red"
+                assert post in sources[0] and post not in sources[1]
+                if cfg.cluster > 1:
+                    assert "constexpr int kMailLog2 = 2;" in sources[0]
+        two = dataclasses.replace(norm.parse_tag("w4r2v8j4c1qt3"), deferred=True)
+        mp.setattr(norm, "_tuned", lambda key: two)
+        launch_config.cache_clear()
+        key = make_key("layernorm_fwd", in_dtype="bf16", hidden_size=4096, arch=arch)
+        assert not launch_config(key).deferred
+    launch_config.cache_clear()
+    assert compiled == 2 * (2 if arch in ("sm_80", "sm_89") else len(FWD_DEFERRED))
