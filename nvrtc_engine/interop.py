@@ -218,19 +218,12 @@ def allocate_like(like: Array, shape: tuple[int, ...], dtype: DType, name: str =
     and FP8 (``uint16``/``uint8``). Raises :class:`~nvrtc_engine.ArgumentTypeError` naming
     ``name`` when ``like``'s library cannot allocate (pass the output explicitly).
     """
+    lib = _library(like, name, "its output")
     if like.kind == "torch":
-        torch = sys.modules["torch"]
-        return torch.empty(shape, dtype=getattr(torch, dtype.torch_name), device=like.obj.device)
-    if like.kind == "cupy":
-        cupy = sys.modules["cupy"]
-        storage = {"bf16": "uint16", "fp8_e4m3": "uint8", "fp8_e5m2": "uint8"}
-        with cupy.cuda.Device(like.device):
-            return cupy.empty(shape, dtype=storage.get(dtype.name, dtype.numpy_name))
-    raise ArgumentTypeError(
-        name,
-        "is required: the input is neither a torch tensor nor a CuPy array, so the kernel "
-        "cannot allocate its output",
-    )
+        return lib.empty(shape, dtype=getattr(lib, dtype.torch_name), device=like.obj.device)
+    storage = {"bf16": "uint16", "fp8_e4m3": "uint8", "fp8_e5m2": "uint8"}
+    with lib.cuda.Device(like.device):
+        return lib.empty(shape, dtype=storage.get(dtype.name, dtype.numpy_name))
 
 
 def allocate_bytes(like: Array, shape: tuple[int, ...], name: str, what: str = "it") -> Any:
@@ -240,18 +233,25 @@ def allocate_bytes(like: Array, shape: tuple[int, ...], name: str, what: str = "
     Raises :class:`~nvrtc_engine.ArgumentTypeError` naming ``name`` when the input's library
     cannot allocate (``what`` says what the caller should pass instead).
     """
+    lib = _library(like, name, what)
     if like.kind == "torch":
-        torch = sys.modules["torch"]
-        return torch.empty(shape, dtype=torch.uint8, device=like.obj.device)
-    if like.kind == "cupy":
-        cupy = sys.modules["cupy"]
-        with cupy.cuda.Device(like.device):
-            return cupy.empty(shape, dtype="uint8")
-    raise ArgumentTypeError(
-        name,
-        "is required: the input is neither a torch tensor nor a CuPy array, so the kernel "
-        f"cannot allocate {what}",
-    )
+        return lib.empty(shape, dtype=lib.uint8, device=like.obj.device)
+    with lib.cuda.Device(like.device):
+        return lib.empty(shape, dtype="uint8")
+
+
+def _library(like: Array, name: str, what: str) -> Any:
+    """The module (torch or cupy) that allocates beside ``like``; raises
+    :class:`~nvrtc_engine.ArgumentTypeError` naming ``name`` when there is none (another
+    library's array, or an object that only claims to be CuPy's while CuPy is not loaded)."""
+    lib = sys.modules.get(like.kind) if like.kind in ("torch", "cupy") else None
+    if lib is None:
+        raise ArgumentTypeError(
+            name,
+            "is required: the input is neither a torch tensor nor a CuPy array, so the kernel "
+            f"cannot allocate {what}",
+        )
+    return lib
 
 
 def stream_handle(stream: Any, like: Array) -> int:
@@ -262,9 +262,8 @@ def stream_handle(stream: Any, like: Array) -> int:
     if stream is None:
         if like.kind == "torch":
             return int(torch_stream_getter()(like.device))
-        if like.kind == "cupy":
-            return int(sys.modules["cupy"].cuda.get_current_stream().ptr)
-        return 0
+        cupy = sys.modules.get("cupy") if like.kind == "cupy" else None
+        return 0 if cupy is None else int(cupy.cuda.get_current_stream().ptr)
     return explicit_stream(stream)
 
 

@@ -102,3 +102,21 @@ def test_streams():
         stream_handle("default", like)
     with pytest.raises(ArgumentTypeError, match="stream"):
         stream_handle(True, like)
+
+
+def test_cupy_lookalike_without_cupy_cannot_allocate():
+    """An array whose class claims CuPy's module while CuPy is not loaded: outputs left out
+    raise the typed error, and the default stream is the legacy one."""
+    import sys
+
+    from nvrtc_engine.dtypes import DTYPES
+    from nvrtc_engine.interop import allocate_bytes, allocate_like
+
+    if "cupy" in sys.modules:
+        pytest.skip("CuPy is loaded: the lookalike would allocate through it")
+    like = as_array(FakeCupyArray((2,), "<f4"), "x")
+    with pytest.raises(ArgumentTypeError, match="out: is required"):
+        allocate_like(like, (2,), DTYPES["fp32"], "out")
+    with pytest.raises(ArgumentTypeError, match="scale_inv: is required"):
+        allocate_bytes(like, (2,), "scale_inv")
+    assert stream_handle(None, like) == 0

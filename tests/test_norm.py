@@ -570,6 +570,17 @@ def test_backward_input_checks(ln_bwd, rms_add):
         rms_add(**{**rms, "x": arr((4, 65), "<f4", 2)}, add=arr((4, 65), "<f4", 9))
 
 
+def test_backward_dx_must_not_overlap_x_or_dz(ln_bwd):
+    args = bwd_args()
+    outs = {"dgamma": arr((64,), "<f4", 7), "dbeta": arr((64,), "<f4", 8)}
+    with pytest.raises(ArgumentError, match="dx: overlaps x's memory"):
+        ln_bwd(**args, dx=args["x"], **outs)
+    dz_ptr = args["dz"].__cuda_array_interface__["data"][0]
+    for offset in (2, -(4 * 64 - 1) * 2):  # dx starts inside dz / ends inside it
+        with pytest.raises(ArgumentError, match="dx: overlaps dz's memory"):
+            ln_bwd(**args, dx=FakeCupyArray((4, 64), "<u2", ptr=dz_ptr + offset), **outs)
+
+
 def test_backward_workspace_checks(ln_bwd, monkeypatch):
     from nvrtc_engine import driver
 

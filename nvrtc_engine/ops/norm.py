@@ -45,12 +45,12 @@ import re
 import struct
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, NoReturn
 
 from .. import driver
 from ..dtypes import DTYPES, DType
 from ..errors import ArgumentError, ArgumentTypeError, CudaError, VariantError
-from ..interop import Array, allocate_like
+from ..interop import TORCH_TYPES, Array, allocate_like
 from ..kernel import Kernel, Loaded
 from ..key import arch_number
 from ..plans import Float, Ptr, fast_path
@@ -1355,6 +1355,11 @@ class _NormBwdKernel(_NormKernel):
         dbeta: Any, workspace: Any, stream: Any,
     ) -> tuple[Any, Any, Any]:  # fmt: skip
         given = (dz, x, mu, rsigma, gamma, add, dx, dgamma, dbeta, workspace)
+        if (
+            dx is not None and type(dx) in TORCH_TYPES and type(x) in TORCH_TYPES
+            and type(dz) in TORCH_TYPES and dx.data_ptr() in (x.data_ptr(), dz.data_ptr())
+        ):  # fmt: skip
+            _alias_error(x if dx.data_ptr() == x.data_ptr() else dz, x)  # plans skip the check
         done, key = self._fast(given, (), stream)
         if done is not None:
             return done[6], done[7], done[8]
@@ -1367,6 +1372,9 @@ class _NormBwdKernel(_NormKernel):
         ga = self._like(gamma, "gamma", xa, (hidden,), self._w)
         adda = self._like(add, "add", xa, xa.shape, self._in) if spec.add else None
         dx, dxa = self._output(dx, "dx", xa, xa.shape, self._in)
+        for other in (xa, dza):  # same shape and dtype: overlapping if closer than its size
+            if abs(dxa.ptr - other.ptr) < xa.numel * self._in.itemsize:
+                _alias_error(other.obj, x)
         dgamma, dga = self._output(dgamma, "dgamma", xa, (hidden,), self._w)
         dba = None
         if not spec.rms:
@@ -1416,6 +1424,16 @@ class _NormBwdKernel(_NormKernel):
         return dx, dgamma, dbeta
 
 
+def _alias_error(other: Any, x: Any) -> NoReturn:
+    """Raise the error of a dx whose memory overlaps x or dz (``other``)."""
+    name = "x" if other is x else "dz"
+    raise ArgumentError(
+        "dx",
+        f"overlaps {name}'s memory; the backward reads {name} while it "
+        "writes dx, so pass a separate dx (or none, to have it allocated)",
+    )
+
+
 class LayerNormBwdKernel(_NormBwdKernel):
     """LayerNorm backward.
 
@@ -1425,7 +1443,8 @@ class LayerNormBwdKernel(_NormBwdKernel):
     Args:
         dz, x: ``(..., hidden_size)`` of ``in_dtype``; mu, rsigma: fp32 ``x.shape[:-1]`` (from
             the forward pass); gamma: ``(hidden_size,)``, x's dtype or fp32 (``fp32_gamma``).
-        dx: x's shape and dtype; dgamma, dbeta: gamma's shape and dtype; allocated if omitted.
+        dx: x's shape and dtype, its memory apart from x's and dz's; dgamma, dbeta: gamma's
+            shape and dtype; allocated if omitted.
 
     Math (TransformerEngine): ``xhat = (x - mu) * rsigma``, ``dy = dz * gamma`` (``gamma + 1``
     with ``zero_centered_gamma``), ``dx = rsigma * (dy - mean(dy) - xhat * mean(dy * xhat))``
