@@ -7,7 +7,7 @@ nvrtc_engine/ops/norm.py).
                                 [--round3-only]
                                 [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered|near|big2|
                                               lanes|fold|bwdc|sfwd|snear|srows|bal|
-                                              sregs|defer|fdefer]
+                                              sregs|defer|fdefer|caps]
                                 [--name norm_tuning] [--zero-amax] [--repeat 20] [--shuffle]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
@@ -56,8 +56,9 @@ staged forward with 2 and 4 rows per CTA sharing the weights (:func:`srows_candi
 ``--candidates sregs`` the staged forward with its weights in registers
 (:func:`sregs_candidates`); round 11: ``--candidates defer`` the staged backward with each
 row's dx written a row later (:func:`defer_candidates`), ``--candidates fdefer`` the
-staged forward with each row's z written a row later (:func:`fdefer_candidates`);
-``--name``
+staged forward with each row's z written a row later (:func:`fdefer_candidates`); round
+12: ``--candidates caps`` a register cap (``m``) on each forward default
+(:func:`caps_candidates`); ``--name``
 names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
 zeroes the amax word before every FP8 call (timed with it), as a training step does once per
 forward, instead of leaving the first call's maximum there (which lets the guards skip every
@@ -73,6 +74,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -783,6 +785,64 @@ def fdefer_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict
     return out
 
 
+def caps_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates caps`` (round 12): each forward default (bf16 and FP8 z) with a register
+    cap (``m``: ``__launch_bounds__`` asks ptxas for that many CTAs per SM) of 3-12 CTAs,
+    where the threads, the shared memory of its stages and 40 registers a thread fit that many;
+    a staged default also with its weights held in registers (``h``: its shared memory then
+    holds only x's stages) and, one row per CTA from 3 stages, with ``i``; those two also
+    uncapped. Why: ptxas -v (sm_90) gave LayerNorm FP8 at 65536 168 registers (3 CTAs per SM)
+    and 128 with no spill under m4; at 4096 96 (5) and 72 under m7; LayerNorm bf16 at 4096 64
+    (8) and 48 under m10; no sweep had tried a cap on the later layouts. As (LaunchConfig,
+    host settings)."""
+    import dataclasses
+
+    if key.spec.backward or key.scaling == "mxfp8" or default.mode != "regs":
+        return []
+    bases = [default]
+    if default.stages and not (default.hold or default.early):
+        bases.append(dataclasses.replace(default, hold=True))
+    if default.stages >= 3 and default.rows == 1 and not default.deferred:
+        bases.append(dataclasses.replace(default, deferred=True))
+    w_size = norm.DTYPES[norm.gamma_dtype(key)].itemsize
+    limit = norm.OPTIN_SMEM_BYTES[90]
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for base in bases:
+        if base is not default:
+            if base.stages and not norm.staged_fits(key, base):
+                continue
+            out.append((base, {}))
+        smem = norm.staged_smem_bytes(base, key.input.itemsize, w_size,
+                                      **norm.staged_counts(key.spec, base))  # fmt: skip
+        fits = 2048 // base.threads
+        if smem:
+            fits = min(fits, limit // (smem + 2048))  # + static memory, reserved 1 KB
+        warp_regs = -(-_registers(norm, key, base) * 32 // 256) * 256  # allocation unit 256
+        occupancy = 65536 // (warp_regs * (base.threads // 32))
+        for m in (3, 4, 5, 6, 7, 8, 10, 12):
+            cfg = dataclasses.replace(base, min_ctas=m)
+            if occupancy < m <= fits and 65536 // (m * base.threads) >= 40:
+                out.append((cfg, {}))
+    return out
+
+
+def _registers(norm: Any, key: Any, cfg: Any) -> int:
+    """Registers a thread of ``key``'s kernel takes under layout ``cfg``, by ptxas -v (an
+    NVRTC compile here: no GPU needed)."""
+    from nvrtc_engine.nvrtc import CompileOptions, compile_source
+    from nvrtc_engine.render import render
+
+    chosen = norm.launch_config
+    norm.launch_config = lambda key, cfg=cfg: cfg
+    try:
+        r = render(key)
+    finally:
+        norm.launch_config = chosen
+    options = CompileOptions(arch=key.arch, extra=("-Xptxas=-v",))
+    log = compile_source(r.name, r.source, r.headers, options).log
+    return int(re.findall(r"Used (\d+) registers", log)[0])  # the first: the row kernel
+
+
 def _clusters_pairs(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
     """``--candidates bwdc``: :func:`bwdc_candidates` and :func:`fwdc_candidates`."""
     return bwdc_candidates(norm, key, default) + fwdc_candidates(norm, key, default)
@@ -824,6 +884,7 @@ CANDIDATE_SETS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "sregs": (sregs_candidates, ("bf16", "fp8")),
     "defer": (defer_candidates, ("bwd",)),
     "fdefer": (fdefer_candidates, ("bf16", "fp8")),
+    "caps": (caps_candidates, ("bf16", "fp8")),
 }
 
 
@@ -971,7 +1032,9 @@ def main() -> int:
         "weights as stored or fp32; snear: the neighbourhood of each staged forward default; "
         "srows: the staged forward with 2 and 4 rows per CTA, at 4096,8192,14336; bal: each "
         "persistent default with a balanced grid, staged forwards also with 2 rows per CTA; "
-        "sregs: the staged forward with its weights in registers, h or e)",
+        "sregs: the staged forward with its weights in registers, h or e; defer/fdefer: i "
+        "on the staged backward/forward; caps: a register cap, m3-m12, on each forward "
+        "default, staged ones also with h and i)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument(
