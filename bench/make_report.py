@@ -195,8 +195,9 @@ def launch_section() -> str | None:
                 " The driver's own launch (the `floor:` row above, 7 parameters on the legacy "
                 f"stream in runs of 200) took {min(floor):.1f}-{max(floor):.1f} us of the 5 in "
                 f"these runs, and ours added {min(excess):.1f}-{max(excess):.1f} us to the bare "
-                f"launch of the same rounds; met in {met} of {len(by_run)} runs: the target is "
-                "met or missed by the host of the day."
+                f"launch of the same rounds; met in {met} of the {len(by_run)} runs of this launch "
+                "path (the runs of earlier paths, launch_overhead-200-run1/-run2/-steps, missed "
+                "too): the target is met or missed by the host of the day."
             )
             columns = [f"us, {run['date'][5:10]} {run['date'][11:16]}" for run in runs]
             parts += [text, md_table(["call", *columns], rows)]
@@ -646,7 +647,7 @@ def candidates_section() -> str | None:
             "Each forward entry with `m` (`__launch_bounds__` asking ptxas for more CTAs per SM "
             "than its registers allowed: ptxas -v gave e.g. LayerNorm FP8 at 65536 168 registers "
             "and 3 CTAs per SM, 128 and 4 under m4, no spill), staged entries also with `h` and "
-            "`i`, 6 shuffled rounds: every candidate lost, by 1-70% (most by 10-50%), and "
+            "`i`, 6 shuffled rounds: every candidate lost, by 1-89% (most by 10-50%), and "
             "`norm.TUNED` is unchanged.",
         ),
     ]
@@ -1006,13 +1007,14 @@ def _method() -> list[str]:
              f"{r['vs_randn_idle']:.3f}"] for r in m["rows"]]  # fmt: skip
     return [
         "Why a sweep can read a kernel a few points higher than a bandwidth run (LayerNorm FP8 "
-        "at 8192: 91.6-93.2% in four sweeps, 89.3-89.5% in two runs): the inputs (the sweeps "
+        "at 8192: 91.6-93.2% in four sweeps; 89.3% and 88.3% in the last two bandwidth runs, "
+        "91.2% in an earlier one, norm_bandwidth-mend.json): the inputs (the sweeps "
         "add a random offset per row) and the GPU's state before a sample (idle for 0.3 s, or "
         "0.1 s of back-to-back calls first) were each timed in paired rounds: "
         + source(m, "norm_method.py")
         + f" {m['rounds']} rounds of {m['repeat']} samples. "
         "The inputs move no kernel by more than 0.5%. The busy state is the slower one: "
-        "LayerNorm FP8 1.6% at 8192 and 0.7-0.9% at 4096, the others within 0.7%. On the same"
+        "LayerNorm FP8 1.6-1.8% at 8192 and 0.7-0.9% at 4096, the others within 0.7%. On the same"
         " lease the caps sweep (candidate sweeps, below; 5 samples a case) read LayerNorm FP8"
         " at 8192 at 91.3%, this check 90.2% idle and 88.8% busy, and the rerun of "
         "norm_bandwidth.py right after (50 samples, timed just after the bf16 case) 88.3%: "

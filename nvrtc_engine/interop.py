@@ -246,11 +246,12 @@ def _library(like: Array, name: str, what: str) -> Any:
     library's array, or an object that only claims to be CuPy's while CuPy is not loaded)."""
     lib = sys.modules.get(like.kind) if like.kind in ("torch", "cupy") else None
     if lib is None:
-        raise ArgumentTypeError(
-            name,
-            "is required: the input is neither a torch tensor nor a CuPy array, so the kernel "
-            f"cannot allocate {what}",
+        why = (
+            "the input claims to be a CuPy array but CuPy is not loaded"
+            if like.kind == "cupy"
+            else "the input is neither a torch tensor nor a CuPy array"
         )
+        raise ArgumentTypeError(name, f"is required: {why}, so the kernel cannot allocate {what}")
     return lib
 
 

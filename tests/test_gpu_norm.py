@@ -398,11 +398,17 @@ def test_errors_before_launch_with_real_tensors():
     grads = kernel(x, x, stats, stats, g, workspace=torch.empty(need, device="cuda"))
     torch.cuda.synchronize()
     assert grads.dx.shape == x.shape and grads.dgamma.shape == (1024,)
-    dz = x.clone()
+    buf = torch.empty(65 * 1024, dtype=torch.bfloat16, device="cuda")
+    dz = buf[: 64 * 1024].view(64, 1024)
+    dz.copy_(x)
     kernel(dz, x, stats, stats, g, torch.empty_like(x))  # the call's plan is made here
-    for dx, name in ((x, "x"), (dz, "dz"), (dz.view(64, 1024), "dz")):  # checked before it
+    inside = buf[8 : 8 + 64 * 1024].view(64, 1024)  # 16 bytes into dz: the plan's key
+    for dx, name in ((x, "x"), (dz, "dz"), (inside, "dz")):  # checked before the plan
         with pytest.raises(ArgumentError, match=f"dx: overlaps {name}'s memory"):
             kernel(dz, x, stats, stats, g, dx)
+    grads = kernel(dz, x, stats, stats, g, torch.empty_like(x))  # the plan still runs
+    torch.cuda.synchronize()
+    assert grads.dx.shape == x.shape
     fwd = ne.get_kernel("layernorm_fwd", in_dtype="bf16", hidden_size=1024)
     with pytest.raises(ArgumentError, match="gamma: has dtype torch.float32"):
         fwd(x, g.float(), g)

@@ -579,6 +579,9 @@ def test_backward_dx_must_not_overlap_x_or_dz(ln_bwd):
     for offset in (2, -(4 * 64 - 1) * 2):  # dx starts inside dz / ends inside it
         with pytest.raises(ArgumentError, match="dx: overlaps dz's memory"):
             ln_bwd(**args, dx=FakeCupyArray((4, 64), "<u2", ptr=dz_ptr + offset), **outs)
+    with pytest.raises(Exception) as touching:  # ends where dz starts: past the check
+        ln_bwd(**args, dx=FakeCupyArray((4, 64), "<u2", ptr=dz_ptr - 4 * 64 * 2), **outs)
+    assert "overlaps" not in str(touching.value)
 
 
 def test_backward_workspace_checks(ln_bwd, monkeypatch):

@@ -1355,11 +1355,11 @@ class _NormBwdKernel(_NormKernel):
         dbeta: Any, workspace: Any, stream: Any,
     ) -> tuple[Any, Any, Any]:  # fmt: skip
         given = (dz, x, mu, rsigma, gamma, add, dx, dgamma, dbeta, workspace)
-        if (
-            dx is not None and type(dx) in TORCH_TYPES and type(x) in TORCH_TYPES
-            and type(dz) in TORCH_TYPES and dx.data_ptr() in (x.data_ptr(), dz.data_ptr())
-        ):  # fmt: skip
-            _alias_error(x if dx.data_ptr() == x.data_ptr() else dz, x)  # plans skip the check
+        if dx is not None and type(dx) in TORCH_TYPES and {type(x), type(dz)} <= TORCH_TYPES:
+            start = dx.data_ptr()  # (checked here: a call that a plan takes skips the rest)
+            for other in (x, dz):
+                if _overlap(start, dx.nbytes, other.data_ptr(), other.nbytes):
+                    _alias_error(other, x)
         done, key = self._fast(given, (), stream)
         if done is not None:
             return done[6], done[7], done[8]
@@ -1372,8 +1372,9 @@ class _NormBwdKernel(_NormKernel):
         ga = self._like(gamma, "gamma", xa, (hidden,), self._w)
         adda = self._like(add, "add", xa, xa.shape, self._in) if spec.add else None
         dx, dxa = self._output(dx, "dx", xa, xa.shape, self._in)
-        for other in (xa, dza):  # same shape and dtype: overlapping if closer than its size
-            if abs(dxa.ptr - other.ptr) < xa.numel * self._in.itemsize:
+        nbytes = xa.numel * self._in.itemsize  # (dx, x and dz: one shape and dtype)
+        for other in (xa, dza):
+            if _overlap(dxa.ptr, nbytes, other.ptr, nbytes):
                 _alias_error(other.obj, x)
         dgamma, dga = self._output(dgamma, "dgamma", xa, (hidden,), self._w)
         dba = None
@@ -1422,6 +1423,11 @@ class _NormBwdKernel(_NormKernel):
         ptrs = (*values[:7], dga.ptr, values[10], wa.ptr)
         self._submit(key, given, tensors, ptrs, (), stream, xa, launches)
         return dx, dgamma, dbeta
+
+
+def _overlap(a: int, a_bytes: int, b: int, b_bytes: int) -> bool:
+    """Whether the byte ranges ``[a, a + a_bytes)`` and ``[b, b + b_bytes)`` share a byte."""
+    return a < b + b_bytes and b < a + a_bytes and a_bytes > 0 and b_bytes > 0
 
 
 def _alias_error(other: Any, x: Any) -> NoReturn:
