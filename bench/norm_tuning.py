@@ -7,7 +7,7 @@ nvrtc_engine/ops/norm.py).
                                 [--round3-only]
                                 [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered|near|big2|
                                               lanes|fold|bwdc|sfwd|snear|srows|bal|
-                                              sregs|defer|fdefer|caps]
+                                              sregs|defer|fdefer|caps|reread]
                                 [--name norm_tuning] [--zero-amax] [--repeat 20] [--shuffle]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
@@ -58,7 +58,8 @@ staged forward with 2 and 4 rows per CTA sharing the weights (:func:`srows_candi
 row's dx written a row later (:func:`defer_candidates`), ``--candidates fdefer`` the
 staged forward with each row's z written a row later (:func:`fdefer_candidates`); round
 12: ``--candidates caps`` a register cap (``m``) on each forward default
-(:func:`caps_candidates`); ``--name``
+(:func:`caps_candidates`); round 13: ``--candidates reread`` the staged forward with x read
+from its stage in each pass (:func:`reread_candidates`); ``--name``
 names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
 zeroes the amax word before every FP8 call (timed with it), as a training step does once per
 forward, instead of leaving the first call's maximum there (which lets the guards skip every
@@ -826,6 +827,37 @@ def caps_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
     return out
 
 
+def reread_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates reread`` (round 13): the staged forward with ``y`` (x read again from
+    its stage for each pass and, one access at a time, for the output stage: no pass's values
+    held across the row's exchanges, so fewer registers and more CTAs per SM): each staged
+    forward default with ``y`` at its depth and one deeper, with and without ``i`` (one row
+    per CTA, 3 stages or more); at 4096 the register defaults also staged (weights held, 3-4
+    stages) with and without ``y``. As (LaunchConfig, host settings)."""
+    import dataclasses
+
+    if key.spec.backward or key.scaling == "mxfp8" or default.mode != "regs":
+        return []
+    fp8 = key.scaling == "tensor"
+    if default.stages:
+        base = default
+    elif key.hidden_size == 4096:
+        base = dataclasses.replace(default, stages=3, hold=True, words=True, batched=fp8,
+                                   warp_amax=fp8, next_row=False, groups=0)  # fmt: skip
+    else:
+        return []
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for stages in (base.stages, base.stages + 1):
+        for deferred in (False, True):
+            for reread in (True, False) if not default.stages else (True,):
+                if deferred and (stages < 3 or base.rows != 1):
+                    continue
+                cfg = dataclasses.replace(base, stages=stages, deferred=deferred, reread=reread)
+                if cfg != default and norm.staged_fits(key, cfg) and (cfg, {}) not in out:
+                    out.append((cfg, {}))
+    return out
+
+
 def _registers(norm: Any, key: Any, cfg: Any) -> int:
     """Registers a thread of ``key``'s kernel takes under layout ``cfg``, by ptxas -v (an
     NVRTC compile here: no GPU needed)."""
@@ -885,6 +917,7 @@ CANDIDATE_SETS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "defer": (defer_candidates, ("bwd",)),
     "fdefer": (fdefer_candidates, ("bf16", "fp8")),
     "caps": (caps_candidates, ("bf16", "fp8")),
+    "reread": (reread_candidates, ("bf16", "fp8")),
 }
 
 
@@ -1034,7 +1067,8 @@ def main() -> int:
         "persistent default with a balanced grid, staged forwards also with 2 rows per CTA; "
         "sregs: the staged forward with its weights in registers, h or e; defer/fdefer: i "
         "on the staged backward/forward; caps: a register cap, m3-m12, on each forward "
-        "default, staged ones also with h and i)",
+        "default, staged ones also with h and i; reread: y, x read from its stage per pass, on "
+        "each staged forward default, and the 4096 register defaults staged)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument(

@@ -5,7 +5,8 @@ hardware-counter profile of exactly those launches:
         python bench/profile_gaps.py [--cases ln_bwd_14336,ct_dbias] > gaps.csv
 
 Cases (bf16 input): norm backward at H = 4096, 8192, 14336 (16384 rows) and 65536 (2048 rows),
-norm forward to FP8 (tensor scaling) at H = 8192 and 14336 and to bf16 at 65536,
+norm forward to FP8 (tensor scaling) at H = 4096, 8192, 14336 and 65536 and to bf16 at 4096
+and 65536,
 cast_transpose_dbias (and _dgelu) to FP8 at 8192 x 28672. Every kernel is compiled and its
 inputs made before the first launch, so the profile holds one launch of each case's kernels
 (the backward's partial-sum finalize kernel included). `--list` prints the cases.
@@ -68,8 +69,10 @@ def _cases(torch: Any, ne: Any) -> dict[str, Callable[[], Callable[[], Any]]]:
         for h in (4096, 8192, 14336):
             cases[f"{short}_bwd_{h}"] = norm_bwd(norm, 16384, h)
         cases[f"{short}_bwd_65536"] = norm_bwd(norm, 2048, 65536)
-        for h in (8192, 14336):
+        for h in (4096, 8192, 14336):
             cases[f"{short}_fwd_fp8_{h}"] = norm_fwd(norm, 16384, h, "fp8")
+        cases[f"{short}_fwd_fp8_65536"] = norm_fwd(norm, 2048, 65536, "fp8")
+        cases[f"{short}_fwd_4096"] = norm_fwd(norm, 16384, 4096, "bf16")
         cases[f"{short}_fwd_65536"] = norm_fwd(norm, 2048, 65536, "bf16")
     cases["ct_dbias"] = ct_dbias("cast_transpose_dbias", 8192, 28672)
     cases["ct_dbias_dgelu"] = ct_dbias("cast_transpose_dbias_dgelu", 8192, 28672)

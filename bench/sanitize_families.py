@@ -19,7 +19,8 @@ row sums across lanes by shuffles, ``..._lanes``, and with the staged backward's
 shared-memory reads as 32-bit words, fp32 gamma and folded dx, ``..._round8``; round 9,
 the staged forward, ``norm_switch_staged*`` and TUNED's, ``norm_switch_tuned_*``; with
 several rows per CTA, ``norm_staged_rows_*``; round 11, the staged backward and forward with
-each row's dx or z written a row later, ``norm_switch_*_deferred_*``); the
+each row's dx or z written a row later, ``norm_switch_*_deferred_*``; round 13, the staged
+forward with x read from its stage in each pass, ``norm_switch_*_reread*``); the
 next-row copies with bf16 output at H = 65536 over a cluster of 4, ``norm_bf16_next_row_*``
 (a TUNED-style tag; the defaults at 65536 are among the plain cases). The
 disk cache is off: switched kernels share keys with the defaults. Cast family: cast (the
@@ -245,6 +246,11 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         "staged3_deferred": {"FWD_STAGED": 3, "FWD_DEFERRED": True},
         "staged3_deferred_one": {"FWD_STAGED": 3, "FWD_DEFERRED": True, "FWD_ONE_REDUCTION": True},
         "tuned_deferred": {"TUNED": norm.TUNED, "FWD_DEFERRED": True},
+        # round 13: x read again from its stage in each pass (y), with and without i and u
+        "staged3_reread": {"FWD_STAGED": 3, "FWD_REREAD": True},
+        "staged3_reread_deferred_one": {"FWD_STAGED": 3, "FWD_REREAD": True,
+                                        "FWD_DEFERRED": True, "FWD_ONE_REDUCTION": True},
+        "tuned_reread": {"TUNED": norm.TUNED, "FWD_REREAD": True},
     }  # fmt: skip
     # the next-row copies with bf16 output (a TUNED-style tag: no module switch turns them on
     # there), a cluster of 4, with and without held weights; 97 and 300 rows: clusters that

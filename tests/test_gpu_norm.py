@@ -1223,13 +1223,13 @@ def _sample_x(rng, rows, hidden, in_dtype):
     return reference.sample_input((rows, hidden), in_dtype, rng)
 
 
-def _deferred_pair(op, fields, tag):
-    """``op``'s kernel for ``fields`` with the layout ``tag`` (with ``i``) and with the same
-    layout without ``i``."""
+def _switch_pair(op, fields, tag, switch="deferred"):
+    """``op``'s kernel for ``fields`` with the layout ``tag`` (with ``switch`` on: ``i`` by
+    default) and with the same layout without it."""
     import dataclasses
 
     kernel = _kernel_tagged(op, fields, tag)
-    plain = _kernel_tagged(op, fields, dataclasses.replace(kernel.config, deferred=False).tag)
+    plain = _kernel_tagged(op, fields, dataclasses.replace(kernel.config, **{switch: False}).tag)
     return kernel, plain
 
 
@@ -1256,7 +1256,7 @@ def test_backward_deferred(op, case):
     (dx, dgamma, dbeta) against the same layout without ``i``."""
     tag, in_dtype, hidden, flags, counts = case
     fields = dict(in_dtype=in_dtype, hidden_size=hidden, **flags)
-    kernel, plain = _deferred_pair(op, fields, tag)
+    kernel, plain = _switch_pair(op, fields, tag)
     for rows in counts:
         rng = seed(op, tag, rows, "defer")
         x_host = _sample_x(rng, rows, hidden, in_dtype)
@@ -1294,18 +1294,57 @@ def test_forward_deferred(op, case):
     fp16 and fp32 x (a 1e4 mean offset), fp32 and zero-centred gamma, bf16, FP8 and MXFP8 z;
     unaligned x at 4096; and bit for bit against the same layout without ``i`` (z bytes; with
     FP8 from bf16 x also mu, rsigma, amax and scale_inv)."""
+    _check_forward_switch(op, case, "deferred")
+
+
+def _check_forward_switch(op, case, switch):
+    """A staged forward layout with ``switch`` on against the float64 reference and bit for
+    bit against the same layout without it (z bytes; with FP8 from bf16 x also mu, rsigma,
+    amax and scale_inv); unaligned x at 4096. ``case``: (tag, in dtype, H, out dtype,
+    scaling, flags, row counts)."""
     tag, in_dtype, hidden, out, scaling, flags, counts = case
     if op == "rmsnorm_fwd":
         tag = tag.replace("u", "")  # (u: LayerNorm only)
     fields = dict(in_dtype=in_dtype, out_dtype=out, scaling=scaling, hidden_size=hidden, **flags)
-    kernel, plain = _deferred_pair(op, fields, tag)
+    kernel, plain = _switch_pair(op, fields, tag, switch)
     for rows in counts:
-        x_host = _sample_x(seed(op, tag, rows, "fdefer"), rows, hidden, in_dtype)
+        x_host = _sample_x(seed(op, tag, rows, switch), rows, hidden, in_dtype)
         got = run_forward(kernel, x_host)[0].clone()
         want = run_forward(plain, x_host)[0]
         assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
     if hidden == 4096:
-        x_host = reference.sample_input((301, 4096), "bf16", seed(op, tag, "fdefer unaligned"))
+        x_host = reference.sample_input((301, 4096), "bf16", seed(op, tag, switch, "unaligned"))
         run_forward(kernel, x_host, x=unaligned_bf16(x_host))
     if scaling == "tensor" and in_dtype == "bf16" and not flags:
-        _assert_same_fp8(kernel, plain, 3001, "fdefer bits")
+        _assert_same_fp8(kernel, plain, 3001, f"{switch} bits")
+
+
+# Round 13 on the staged forward (``y``): x read from its stage for each pass over it and,
+# one access at a time, for the output stage.
+FWD_REREAD = [  # (tag, in dtype, H, out dtype, scaling, flags, row counts)
+    ("w4r1v8j8c8hogqyt3", "bf16", 65536, "fp8_e4m3", "tensor", {}, (1, 5, 300)),
+    ("w4r1v8j8c8hogqiyt3", "bf16", 65536, "fp8_e4m3", "tensor", {}, (3, 300)),
+    ("w4r1v8j8c8huqiyt4", "bf16", 65536, "bf16", "none", {}, (1, 37)),
+    ("w4r1v8j8c8hqyt3b1", "bf16", 65536, "fp8_e5m2", "mxfp8", {"zero_centered_gamma": True}, (7,)),
+    ("w4r1v8j4c1hogqyt3", "bf16", 4096, "fp8_e4m3", "tensor", {}, (1, 4099)),
+    ("w4r1v8j4c1hogqiyt3", "bf16", 4096, "fp8_e4m3", "tensor", {}, (2, 4099)),
+    ("w4r2v8j4c1hogqyt3", "bf16", 4096, "fp8_e4m3", "tensor", {}, (1, 4099)),
+    ("w14r2v8j4c1ogqyt2", "bf16", 14336, "fp8_e4m3", "tensor", {}, (3, 1001)),
+    ("w7r1v8j4c2ogqfiyt3", "bf16", 14336, "bf16", "none", {}, (3, 1001)),
+    ("w4r1v8j4c1eqyt3", "bf16", 4096, "bf16", "none", {}, (2, 4099)),
+    ("w1r1v1j32c1uyt3", "bf16", 1001, "fp8_e4m3", "tensor", {"fp32_gamma": True}, (9, 50)),
+    ("w2r1v4j8c1iyt3", "fp32", 2048, "fp32", "none", {}, (9,)),
+    ("w1r1v8j4c1hyt4", "fp16", 1000, "fp8_e5m2", "mxfp8", {"zero_centered_gamma": True}, (7,)),
+]
+
+
+@pytest.mark.parametrize("case", FWD_REREAD, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}-{c[4]}")
+@pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
+def test_forward_reread(op, case):
+    """``y`` on the staged forward against the float64 reference and bit for bit against the
+    same layout without it: clusters of 8 and 2 CTAs and one CTA, one and two rows per CTA,
+    with ``i`` and without, LayerNorm with and without ``u``, the weights held (``h``), loaded
+    per row (``e``) or in shared memory (as stored, or fp32 ``f``), N = 1, N below and above
+    the grid's CTAs, H odd and H = 1000, fp16 and fp32 x (a 1e4 mean offset), fp32 and
+    zero-centred gamma, bf16, FP8 and MXFP8 z; unaligned x at 4096."""
+    _check_forward_switch(op, case, "reread")

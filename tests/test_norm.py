@@ -1627,12 +1627,12 @@ def test_tuned_can_name_a_staged_forward(monkeypatch):
     assert "cp.async" not in plain_source and "get_f32(sg, j, pos.t, gf);" in staged_source
 
 
-def _compile_with_and_without_i(mp, key, cfg):
-    """The rendered sources of ``key`` under the layout ``cfg`` (with ``i``) and the same
-    layout without it, each compiled and checked: launch_config gives the layout, the
-    symbol ends with its tag, and both take the same dynamic shared memory."""
+def _compile_with_and_without(mp, key, cfg, switch="deferred"):
+    """The rendered sources of ``key`` under the layout ``cfg`` (with ``switch`` on: ``i`` by
+    default) and the same layout without it, each compiled and checked: launch_config gives
+    the layout, the symbol ends with its tag, and both take the same dynamic shared memory."""
     sources, sizes = [], []
-    for layout in (cfg, dataclasses.replace(cfg, deferred=False)):
+    for layout in (cfg, dataclasses.replace(cfg, **{switch: False})):
         mp.setattr(norm, "_tuned", lambda key, layout=layout: layout)
         launch_config.cache_clear()
         ne.clear_cache(disk=False)
@@ -1670,7 +1670,7 @@ def test_deferred_backward_compile(arch):
                 continue  # no clusters before sm_90
             for op in BWD:
                 key = make_key(op, in_dtype=dt, hidden_size=hidden, arch=arch, **flags)
-                sources = _compile_with_and_without_i(mp, key, cfg)
+                sources = _compile_with_and_without(mp, key, cfg)
                 compiled += 1
                 post = "row_post<kAcc>(s, red, parity, 0, pos.warp, pos.lane);"
                 assert post in sources[0] and post not in sources[1]
@@ -1731,7 +1731,7 @@ def test_deferred_forward_compile(arch):
             for op in FWD:
                 key = make_key(op, in_dtype=dt, out_dtype=out, scaling=scaling,
                                hidden_size=hidden, arch=arch, **flags)  # fmt: skip
-                sources = _compile_with_and_without_i(mp, key, cfg)
+                sources = _compile_with_and_without(mp, key, cfg)
                 compiled += 1
                 assert "emit_deferred(parity - 1);" in sources[0]
                 assert "emit_deferred" not in sources[1]
@@ -1749,3 +1749,54 @@ def test_deferred_forward_compile(arch):
         assert not launch_config(key).deferred
     launch_config.cache_clear()
     assert compiled == 2 * (2 if arch in ("sm_80", "sm_89") else len(FWD_DEFERRED))
+
+
+# Round 13: the staged forward with x read from its stage in each pass (``y``).
+FWD_REREAD = [  # (tag, in dtype, H, scaling, flags)
+    ("w4r1v8j8c8hogqyt3", "bf16", 65536, "tensor", {}),
+    ("w4r1v8j8c8huqiyt4b1", "bf16", 65536, "none", {}),
+    ("w4r2v8j4c1hogqyt3", "bf16", 4096, "tensor", {}),
+    ("w7r1v8j4c2ogqfiyt3", "bf16", 14336, "mxfp8", {"zero_centered_gamma": True}),
+    ("w4r1v8j4c1eqyt3", "fp16", 4096, "none", {"fp32_gamma": True}),
+    ("w1r1v1j32c1uyt3", "bf16", 1001, "tensor", {}),
+]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_reread_forward_compile(arch):
+    """A staged forward with ``y`` compiles on every arch (clusters from sm_90) for both
+    forward ops and its output mode: its symbol ends with the tag, its dynamic shared memory
+    is that of the same layout without ``y``, and its source reads x from the row's stage
+    again before the deviations pass (LayerNorm without ``u``) and one access at a time in
+    the output stage, which takes the stage (not the held values). ``y`` on a register layout
+    or a backward is dropped."""
+    compiled = 0
+    with rules_only() as mp:
+        for tag, dt, hidden, scaling, flags in FWD_REREAD:
+            cfg = norm.parse_tag(tag)
+            assert cfg.reread and cfg.tag == tag
+            if cfg.cluster > 1 and arch in ("sm_80", "sm_89"):
+                continue
+            out = {"none": dt, "tensor": "fp8_e4m3", "mxfp8": "fp8_e5m2"}[scaling]
+            for op in FWD:
+                key = make_key(op, in_dtype=dt, out_dtype=out, scaling=scaling,
+                               hidden_size=hidden, arch=arch, **flags)  # fmt: skip
+                sources = _compile_with_and_without(mp, key, cfg, "reread")
+                compiled += 1
+                read = "shared_f<In, V>(mine + xs * kShare + j * TR * V, xq);"
+                assert read in sources[0] and read not in sources[1]
+                again = "read_stage(cur, valid, xf);"
+                twice = op == "layernorm_fwd" and not cfg.one_reduction
+                assert (again in sources[0]) == twice and again not in sources[1]
+                call = "emit(prev, true, mean, rs, pst);"
+                if not cfg.deferred:
+                    call = "emit(row, valid, mean, rs, cur);"
+                assert call in sources[0] and call not in sources[1]
+        for op, tag in (("layernorm_fwd", "w4r1v8j4c1y"), ("layernorm_bwd", "w8r1v8j2c1yt3")):
+            layout = norm.parse_tag(tag)
+            mp.setattr(norm, "_tuned", lambda key, layout=layout: layout)
+            launch_config.cache_clear()
+            key = make_key(op, in_dtype="bf16", hidden_size=4096, arch=arch)
+            assert not launch_config(key).reread
+    launch_config.cache_clear()
+    assert compiled == 2 * (3 if arch in ("sm_80", "sm_89") else len(FWD_REREAD))

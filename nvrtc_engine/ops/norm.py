@@ -242,6 +242,16 @@ BWD_FOLDED = False
 # the row read from its stage again. Why: LayerNorm FP8 at 65536 stayed at 81% of copy.
 BWD_DEFERRED = False
 FWD_DEFERRED = False
+# Round-13 switch, off by default (bench/norm_tuning.py --candidates reread). ptxas -v
+# (sm_90, NVRTC 13.5): the staged forward holds its x of the row in fp32 registers from the
+# first pass to the output stage, across the row's block (cluster) exchanges: with the
+# weights held (h) LayerNorm FP8 at 65536 takes 168 registers, 3 CTAs per SM where its
+# stages fit 4 (bf16 z: 125), and at 4096 96 (5 per SM). Round 12's register caps (m)
+# squeezed the same code and lost. FWD_REREAD (suffix ``y``, staged forward): x read again
+# from its stage for each pass over it, and in the output stage one access at a time, so
+# no pass's values live across an exchange: 128 and 64 registers there. Same values, same
+# bits; a few shared-memory reads and unpacks more per element.
+FWD_REREAD = False
 # Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
 # Each CTA (or cluster: H = 65536) holds a fixed share of the columns and loops over rows
 # (persistent grid); a thread copies its share of the row's x and dz into shared memory
@@ -455,6 +465,7 @@ class LaunchConfig:
     gamma32: bool = False  # staged: weight(gamma) (and beta) held in shared memory as fp32
     folded: bool = False  # staged backward: dx from the row's constants, two FFMA per element
     deferred: bool = False  # staged: a row's dx (z) after the next row's sums are posted
+    reread: bool = False  # staged forward: x read from its stage in each pass, not held
 
     @property
     def threads(self) -> int:
@@ -471,7 +482,9 @@ class LaunchConfig:
         forward's next row group copied ahead), ``l`` (the row sums' per-warp values added
         across lanes by shuffles), ``f`` (a staged kernel's weights in shared memory as
         fp32), ``d`` (the staged backward's dx from per-row constants), ``i`` (a staged
-        kernel's dx or z of a row written after the next row's sums are posted), ``a2``
+        kernel's dx or z of a row written after the next row's sums are posted), ``y`` (the
+        staged forward's x read from its stage in each pass and in the output stage access
+        by access, instead of held in registers across the row), ``a2``
         (split sums), ``s1`` (column sums in shared memory), ``t3`` (the staged kernel, 3
         rows deep), ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then the
         grid choices, the same code: ``x4`` (4 row groups per CTA where a CTA takes
@@ -486,6 +499,7 @@ class LaunchConfig:
         switches += ("q" if self.words else "") + ("p" if self.next_row else "")
         switches += ("l" if self.lanes else "") + ("f" if self.gamma32 else "")
         switches += ("d" if self.folded else "") + ("i" if self.deferred else "")
+        switches += "y" if self.reread else ""
         switches += f"a{self.accumulators}" if self.accumulators > 1 else ""
         switches += f"s{self.shared_sums}" if self.shared_sums else ""
         switches += f"t{self.stages}" if self.stages else ""
@@ -711,9 +725,9 @@ def _round8_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
     """``cfg`` with ``ROW_SUM_LANES`` (several warps per row), ``BWD_STAGED_WORDS``,
     ``BWD_GAMMA32`` (where its fp32 gamma fits the arch's shared memory), ``BWD_FOLDED``
     and ``BWD_DEFERRED`` (the staged backward) and ``FWD_DEFERRED`` (the staged forward of
-    one row per CTA; ``i`` from three stages) where they apply;
-    each stays on where ``cfg``, a :data:`TUNED` entry, has it (``l``, ``q``, ``f``, ``d``,
-    ``i``), and ``i`` is dropped where it does not apply."""
+    one row per CTA; ``i`` from three stages) and ``FWD_REREAD`` (the staged forward) where
+    they apply; each stays on where ``cfg``, a :data:`TUNED` entry, has it (``l``, ``q``,
+    ``f``, ``d``, ``i``, ``y``), and ``i`` and ``y`` are dropped where they do not apply."""
     if cfg.mode != "regs":
         return cfg
     staged = cfg.stages > 0 and key.spec.backward  # the BWD_* switches: staged backward only
@@ -727,7 +741,9 @@ def _round8_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
     gamma32 = cfg.gamma32 or (
         BWD_GAMMA32 and staged and staged_fits(key, dataclasses.replace(cfg, gamma32=True))
     )
-    new = dict(lanes=lanes, words=words, gamma32=gamma32, folded=folded, deferred=deferred)
+    reread = (cfg.reread or FWD_REREAD) and cfg.stages > 0 and not key.spec.backward
+    new = dict(lanes=lanes, words=words, gamma32=gamma32, folded=folded, deferred=deferred,
+               reread=reread)  # fmt: skip
     if all(getattr(cfg, k) == v for k, v in new.items()):
         return cfg
     return dataclasses.replace(cfg, **new)
@@ -741,7 +757,8 @@ def next_row_fits(cfg: LaunchConfig, itemsize: int) -> bool:
 
 
 _TAG = re.compile(
-    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(l?)(f?)(d?)(i?)(?:a(\d+))?(?:s(\d+))?"
+    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(l?)(f?)(d?)(i?)(y?)(?:a(\d+))?"
+    r"(?:s(\d+))?"
     r"(?:t(\d+))?(?:m(\d+))?(?:x(\d+))?(?:b(\d+))?"
 )
 
@@ -755,13 +772,13 @@ def parse_tag(tag: str) -> LaunchConfig:
         raise ValueError(f"not a norm configuration tag: {tag!r}")
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
-                        packed=bool(m[7]), min_ctas=int(m[22] or 0), early=bool(m[9]),
-                        one_reduction=bool(m[10]), accumulators=int(m[19] or 1),
-                        shared_sums=int(m[20] or 0), batched=bool(m[11]),
+                        packed=bool(m[7]), min_ctas=int(m[23] or 0), early=bool(m[9]),
+                        one_reduction=bool(m[10]), accumulators=int(m[20] or 1),
+                        shared_sums=int(m[21] or 0), batched=bool(m[11]),
                         warp_amax=bool(m[12]), words=bool(m[13]), next_row=bool(m[14]),
                         lanes=bool(m[15]), gamma32=bool(m[16]), folded=bool(m[17]),
-                        deferred=bool(m[18]), stages=int(m[21] or 0), groups=int(m[23] or 0),
-                        ctas_per_sm=int(m[24] or 0))  # fmt: skip
+                        deferred=bool(m[18]), reread=bool(m[19]), stages=int(m[22] or 0),
+                        groups=int(m[24] or 0), ctas_per_sm=int(m[25] or 0))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -929,6 +946,7 @@ class NormSpec(OpSpec):
             gamma32=cfg.gamma32 and staged and not regs_weights,
             folded=cfg.folded and staged,
             defer=cfg.deferred and staged,
+            reread=cfg.reread and staged and not self.backward,
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
             stats_name=symbols[1] if len(symbols) == 3 else "",
