@@ -1704,6 +1704,21 @@ def test_deferred_switch_applies_from_three_stages(monkeypatch):
         launch_config.cache_clear()
 
 
+def _forward_keys(cases, arch):
+    """(layout, op, key) for each forward op and each (tag, in dtype, H, scaling, flags) of
+    ``cases`` on ``arch``, the layout's tag round-tripped; clusters from sm_90 only."""
+    for tag, dt, hidden, scaling, flags in cases:
+        cfg = norm.parse_tag(tag)
+        assert cfg.tag == tag
+        if cfg.cluster > 1 and arch in ("sm_80", "sm_89"):
+            continue
+        out = {"none": dt, "tensor": "fp8_e4m3", "mxfp8": "fp8_e5m2"}[scaling]
+        for op in FWD:
+            key = make_key(op, in_dtype=dt, out_dtype=out, scaling=scaling, hidden_size=hidden,
+                           arch=arch, **flags)  # fmt: skip
+            yield cfg, op, key
+
+
 FWD_DEFERRED = [  # (tag, in dtype, H, scaling, flags)
     ("w4r1v8j8c8hogqit3", "bf16", 65536, "tensor", {}),
     ("w4r1v8j8c8huqit4b1", "bf16", 65536, "none", {}),
@@ -1723,25 +1738,18 @@ def test_deferred_forward_compile(arch):
     mailboxes have 4 parts. ``i`` on several rows per CTA is dropped."""
     compiled = 0
     with rules_only() as mp:
-        for tag, dt, hidden, scaling, flags in FWD_DEFERRED:
-            cfg = norm.parse_tag(tag)
-            if cfg.cluster > 1 and arch in ("sm_80", "sm_89"):
-                continue
-            out = {"none": dt, "tensor": "fp8_e4m3", "mxfp8": "fp8_e5m2"}[scaling]
-            for op in FWD:
-                key = make_key(op, in_dtype=dt, out_dtype=out, scaling=scaling,
-                               hidden_size=hidden, arch=arch, **flags)  # fmt: skip
-                sources = _compile_with_and_without(mp, key, cfg)
-                compiled += 1
-                assert "emit_deferred(parity - 1);" in sources[0]
-                assert "emit_deferred" not in sources[1]
-                uni = cfg.one_reduction and op == "layernorm_fwd"
-                back = 3 if op == "layernorm_fwd" and not uni else 2
-                assert f"emit_deferred(parity - {back});" in sources[0]
-                post = "row_stats_post(st, red" if uni else "row_post<1>(q, red"
-                assert post in sources[0] and post not in sources[1]
-                if cfg.cluster > 1:
-                    assert "constexpr int kMailLog2 = 2;" in sources[0]
+        for cfg, op, key in _forward_keys(FWD_DEFERRED, arch):
+            sources = _compile_with_and_without(mp, key, cfg)
+            compiled += 1
+            assert "emit_deferred(parity - 1);" in sources[0]
+            assert "emit_deferred" not in sources[1]
+            uni = cfg.one_reduction and op == "layernorm_fwd"
+            back = 3 if op == "layernorm_fwd" and not uni else 2
+            assert f"emit_deferred(parity - {back});" in sources[0]
+            post = "row_stats_post(st, red" if uni else "row_post<1>(q, red"
+            assert post in sources[0] and post not in sources[1]
+            if cfg.cluster > 1:
+                assert "constexpr int kMailLog2 = 2;" in sources[0]
         two = dataclasses.replace(norm.parse_tag("w4r2v8j4c1qt3"), deferred=True)
         mp.setattr(norm, "_tuned", lambda key: two)
         launch_config.cache_clear()
@@ -1772,26 +1780,19 @@ def test_reread_forward_compile(arch):
     or a backward is dropped."""
     compiled = 0
     with rules_only() as mp:
-        for tag, dt, hidden, scaling, flags in FWD_REREAD:
-            cfg = norm.parse_tag(tag)
-            assert cfg.reread and cfg.tag == tag
-            if cfg.cluster > 1 and arch in ("sm_80", "sm_89"):
-                continue
-            out = {"none": dt, "tensor": "fp8_e4m3", "mxfp8": "fp8_e5m2"}[scaling]
-            for op in FWD:
-                key = make_key(op, in_dtype=dt, out_dtype=out, scaling=scaling,
-                               hidden_size=hidden, arch=arch, **flags)  # fmt: skip
-                sources = _compile_with_and_without(mp, key, cfg, "reread")
-                compiled += 1
-                read = "shared_f<In, V>(mine + xs * kShare + j * TR * V, xq);"
-                assert read in sources[0] and read not in sources[1]
-                again = "read_stage(cur, valid, xf);"
-                twice = op == "layernorm_fwd" and not cfg.one_reduction
-                assert (again in sources[0]) == twice and again not in sources[1]
-                call = "emit(prev, true, mean, rs, pst);"
-                if not cfg.deferred:
-                    call = "emit(row, valid, mean, rs, cur);"
-                assert call in sources[0] and call not in sources[1]
+        for cfg, op, key in _forward_keys(FWD_REREAD, arch):
+            assert cfg.reread
+            sources = _compile_with_and_without(mp, key, cfg, "reread")
+            compiled += 1
+            read = "shared_f<In, V>(mine + xs * kShare + j * TR * V, xq);"
+            assert read in sources[0] and read not in sources[1]
+            again = "read_stage(cur, valid, xf);"
+            twice = op == "layernorm_fwd" and not cfg.one_reduction
+            assert (again in sources[0]) == twice and again not in sources[1]
+            call = "emit(prev, true, mean, rs, pst);"
+            if not cfg.deferred:
+                call = "emit(row, valid, mean, rs, cur);"
+            assert call in sources[0] and call not in sources[1]
         for op, tag in (("layernorm_fwd", "w4r1v8j4c1y"), ("layernorm_bwd", "w8r1v8j2c1yt3")):
             layout = norm.parse_tag(tag)
             mp.setattr(norm, "_tuned", lambda key, layout=layout: layout)
