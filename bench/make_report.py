@@ -1028,8 +1028,30 @@ def _method() -> list[str]:
 
 def _held_rerun(d: dict[str, Any]) -> list[str]:
     """LayerNorm at 4096 and 65536 again after round 10's held-weight entries
-    (norm_bandwidth-sregs.json), beside the full run ``d``, when newer than it."""
-    r = load("norm_bandwidth-sregs")
+    (norm_bandwidth-sregs.json) and the rows round 13 changed (norm_bandwidth-reread.json),
+    each beside the full run ``d``, when newer than it."""
+    return _partial_rerun(
+        d,
+        "norm_bandwidth-sregs",
+        "norm_bandwidth.py --norms layernorm --shapes 16384x4096,2048x65536 --repeat=50 "
+        "--name norm_bandwidth-sregs",
+        "LayerNorm again after round 10's last entries (the staged forward with its weights "
+        "held in registers at 4096 FP8 and at 65536 bf16 and FP8; docs/norms.md), on the "
+        "lease after the run above: ",
+    ) + _partial_rerun(
+        d,
+        "norm_bandwidth-reread",
+        "norm_bandwidth.py --shapes ... --repeat=50 --name norm_bandwidth-reread (the shapes "
+        "of the changed entries)",
+        "The shapes whose `norm.TUNED` entries round 13 changed (`y`: x read again from its "
+        "stage in each pass; docs/norms.md), after the runs above: ",
+    )
+
+
+def _partial_rerun(d: dict[str, Any], name: str, command: str, lead: str) -> list[str]:
+    """The specialized rows of a partial norm_bandwidth run ``name`` beside the full run
+    ``d`` (with the kernel's tag and its speed against torch.compile), when newer than it."""
+    r = load(name)
     if r is None or r["date"] <= d["date"]:
         return []
     before = {(q["norm"], q["case"], q["tokens"], q["hidden"], q["impl"]): q for q in d["rows"]}
@@ -1039,7 +1061,8 @@ def _held_rerun(d: dict[str, Any]) -> list[str]:
             continue
         old = before.get((q["norm"], q["case"], q["tokens"], q["hidden"], q["impl"]))
         compiled = next((c for c in r["rows"] if c["impl"] == "torch.compile" and
-                         (c["case"], c["hidden"]) == (q["case"], q["hidden"])), None)  # fmt: skip
+                         (c["norm"], c["case"], c["hidden"]) ==
+                         (q["norm"], q["case"], q["hidden"])), None)  # fmt: skip
         rows.append([q["norm"], q["case"], f"{q['tokens']}x{q['hidden']}",
                      f"`{q['kernel'].rsplit('_', 1)[-1]}`", _pct(q["pct_of_copy"]),
                      _pct(old["pct_of_copy"]) if old else "-",
@@ -1048,15 +1071,8 @@ def _held_rerun(d: dict[str, Any]) -> list[str]:
     header = ["norm", "case", "N x H", "configuration", "% of copy", "in the run above",
               "vs torch.compile"]  # fmt: skip
     return [
-        "LayerNorm again after round 10's last entries (the staged forward with its weights "
-        "held in registers at 4096 FP8 and at 65536 bf16 and FP8; docs/norms.md), on the "
-        "lease after the run above: "
-        + source(
-            r,
-            "norm_bandwidth.py --norms layernorm --shapes 16384x4096,2048x65536 "
-            "--repeat=50 --name norm_bandwidth-sregs",
-        )
-        + f" Device copy {r['copy_gbps']:.0f} GB/s; the configuration is the kernel's tag.",
+        lead + source(r, command) + f" Device copy {r['copy_gbps']:.0f} GB/s; the "
+        "configuration is the kernel's tag.",
         md_table(header, rows),
     ]
 

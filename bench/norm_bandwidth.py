@@ -2,7 +2,8 @@
 device copy, PyTorch eager and torch.compile.
 
     python bench/norm_bandwidth.py [--norms layernorm,rmsnorm] [--no-compile] [--repeat 50]
-                                   [--shapes 16384x4096,...] [--name norm_bandwidth]
+                                   [--shapes 16384x4096,...|winners] [--name norm_bandwidth]
+                                   [--tuned-from bench/results/norm_tuning-NAME.json]
 
 bf16, N = 16384 rows at H in {1024, 4096, 8192, 14336} and N = 2048 at H = 65536. Cases:
   - fwd bf16->bf16: z (+ mu, rsigma),
@@ -20,6 +21,11 @@ x and dz read + dx written. Each timed call touches its own copy of the row tens
 over enough copies that the traffic per cycle is at least 256 MB (so nothing is served from
 L2). Writes bench/results/norm_bandwidth.json, or NAME.json with ``--name`` (and the same
 under $OUT when set).
+
+``--tuned-from`` rechecks a sweep's winners before norm.TUNED takes them: for each (norm,
+direction, H, output) of a bench/norm_tuning.py result whose best candidate was faster than
+the default in every round, that candidate replaces the entry for this run (listed in the
+JSON as ``tuned_overrides``); ``--shapes winners`` then measures only their shapes.
 """
 
 from __future__ import annotations
@@ -216,6 +222,30 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dic
     return rows
 
 
+def apply_winners(path: str) -> dict[str, str]:
+    """Put each case's winner of the norm_tuning result ``path`` (the candidate with the
+    highest same-round speed-up among those faster than the default in every round) into
+    norm.TUNED for this process; returns them as {"op:H:scaling": tag}."""
+    import json
+
+    import nvrtc_engine.ops.norm as norm
+
+    best: dict[tuple, dict[str, Any]] = {}
+    for r in json.loads(Path(path).read_text())["rows"]:
+        if r.get("default") or r.get("host") or r.get("faster_rounds", 0) < 1.0:
+            continue
+        case = (r["norm"], r["direction"], r["hidden"], r["out"])
+        if case not in best or r["vs_default"] > best[case]["vs_default"]:
+            best[case] = r
+    applied = {}
+    for (nm, direction, h, out), r in sorted(best.items()):
+        op, scaling = f"{nm}_{direction}", "tensor" if out == "fp8" else "none"
+        norm.TUNED[(op, h, scaling)] = r["config"]
+        applied[f"{op}:{h}:{scaling}"] = r["config"]
+    norm.launch_config.cache_clear()
+    return applied
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--norms", default="layernorm,rmsnorm")
@@ -224,12 +254,22 @@ def main() -> int:
     parser.add_argument("--shapes", default="", help="e.g. 16384x4096,2048x65536 (default: all)")
     parser.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
     parser.add_argument("--name", default="norm_bandwidth", help="bench/results/NAME.json")
+    parser.add_argument("--tuned-from", default="", help="a norm_tuning result whose winners "
+                        "replace their norm.TUNED entries for this run (see above)")  # fmt: skip
     args = parser.parse_args()
     import torch
 
     torch.manual_seed(0)
+    overrides = apply_winners(args.tuned_from) if args.tuned_from else {}
+    print(f"norm.TUNED overrides: {overrides}" if args.tuned_from else "", flush=True)
     cases = CASES
-    if args.shapes:
+    if args.shapes == "winners":
+        hs = {int(k.split(":")[1]) for k in overrides}
+        cases = [c for c in CASES if c[1] in hs]
+        if not cases:
+            print("no winners: nothing to measure")
+            return 0
+    elif args.shapes:
         cases = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     copy = common.copy_bandwidth_gbps()
     rows = []
@@ -240,7 +280,7 @@ def main() -> int:
         r["pct_of_copy"] = 100.0 * r["gbps"] / copy if r["gbps"] else None
     path = common.write_results(args.name, {
         **common.gpu_info(), "copy_gbps": copy, "dtype": "bf16", "eps": EPS,
-        "repeat": args.repeat, "rows": rows,
+        "repeat": args.repeat, "tuned_overrides": overrides, "rows": rows,
     })  # fmt: skip
     print(f"device copy: {copy:.0f} GB/s   bf16 input; GB/s counts each tensor once")
     print(common.table(rows, [("norm", "norm", ""), ("case", "case", ""), ("tokens", "N", "d"),
