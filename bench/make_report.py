@@ -1041,8 +1041,8 @@ def _held_rerun(d: dict[str, Any]) -> list[str]:
     ) + _partial_rerun(
         d,
         "norm_bandwidth-reread",
-        "norm_bandwidth.py --shapes ... --repeat=50 --name norm_bandwidth-reread (the shapes "
-        "of the changed entries)",
+        "norm_bandwidth.py --repeat=50 --shapes winners --tuned-from "
+        "bench/results/norm_tuning-reread.json --name norm_bandwidth-reread",
         "The shapes whose `norm.TUNED` entries round 13 changed (`y`: x read again from its "
         "stage in each pass; docs/norms.md), after the runs above: ",
     )
