@@ -650,6 +650,17 @@ def candidates_section() -> str | None:
             "`i`, 6 shuffled rounds: every candidate lost, by 1-89% (most by 10-50%), and "
             "`norm.TUNED` is unchanged.",
         ),
+        (
+            "norm_tuning-reread",
+            "--candidates reread --hidden 4096,65536 --rounds 4 --repeat 5 --shuffle",
+            "Norm forward, x read from its stage in each pass (paired rounds)",
+            "The staged forward with `y` (x read again from its stage for each pass and, one "
+            "access at a time, for the output stage: 168 -> 128 registers for LayerNorm FP8 at "
+            "65536), each staged entry at its depth and one deeper, with and without `i`, and "
+            "the 4096 register entries staged, 4 shuffled rounds: `norm.TUNED` takes LayerNorm "
+            "FP8 65536 `w4r1v8j8c8hogqiyt3` (1.052x, every round); `y` lost elsewhere "
+            "(0.81-0.999x).",
+        ),
     ]
     for name, flag, title, text in later:
         d = load(name)

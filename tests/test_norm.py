@@ -281,7 +281,7 @@ def test_held_weights_need_two_ctas_per_sm():
     assert fp8_tag("rmsnorm_fwd", 4096) == "w4r1v8j4c1hogqx4"
     assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1hogq"
     assert fp8_tag("rmsnorm_fwd", 65536) == "w4r1v8j8c8hogqit3"
-    assert fp8_tag("layernorm_fwd", 65536) == "w4r1v8j8c8hogqt3"
+    assert fp8_tag("layernorm_fwd", 65536) == "w4r1v8j8c8hogqiyt3"
     with rules_only() as monkeypatch:
         monkeypatch.setitem(norm.FWD_HOLD_WEIGHTS, "tensor", True)
         launch_config.cache_clear()
@@ -884,7 +884,7 @@ TUNED_FP8 = {
     ("layernorm_fwd", 4096): "w4r1v8j4c1hogqit3",
     ("layernorm_fwd", 8192): "w4r1v8j8c1uogqt3",
     ("layernorm_fwd", 14336): "w14r2v8j4c1ogqt2",
-    ("layernorm_fwd", 65536): "w4r1v8j8c8hogqt3",
+    ("layernorm_fwd", 65536): "w4r1v8j8c8hogqiyt3",
     ("rmsnorm_fwd", 4096): "w4r1v8j4c1hogqx4",
     ("rmsnorm_fwd", 8192): "w2r1v8j8c2hogqpx64",
     ("rmsnorm_fwd", 14336): "w14r1v8j4c1hogq",

@@ -344,7 +344,10 @@ TUNED: dict[tuple[str, int, str], str] = {
     ("layernorm_fwd", 4096, "tensor"): "w4r1v8j4c1hogqit3",  # 89.3 (88.4, w4r2v8j4c1hogqt3)
     ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1uogqt3",  # 93.2 against ogqt3 92.2 (89.0)
     ("layernorm_fwd", 14336, "tensor"): "w14r2v8j4c1ogqt2",  # 92.4 against w7r1j4c2 90.6 (78.8)
-    ("layernorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqt3",  # 81.7 against ogqt2 78.5 (71.5)
+    # Round 13, --candidates reread --hidden 4096,65536 (4 rounds, norm_tuning-reread.json):
+    # y (x read from its stage in each pass: 168 -> 128 registers, 4 CTAs per SM) with i,
+    # faster than round 10's hogqt3 (81.2%) in every round; y lost at every other entry
+    ("layernorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqiyt3",  # 85.3 (81.2, hogqt3), 1.052x
     ("rmsnorm_fwd", 4096, "tensor"): "w4r1v8j4c1hogqx4",  # 89.2 against ogq 88.3, near
     ("rmsnorm_fwd", 8192, "tensor"): "w2r1v8j8c2hogqpx64",  # 95.2 against w4j8c1gq 91.5, bwdc
     ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1hogq",  # 94.7 (8 groups) against hog 83.9
