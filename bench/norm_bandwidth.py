@@ -261,7 +261,8 @@ def main() -> int:
 
     torch.manual_seed(0)
     overrides = apply_winners(args.tuned_from) if args.tuned_from else {}
-    print(f"norm.TUNED overrides: {overrides}" if args.tuned_from else "", flush=True)
+    if args.tuned_from:
+        print(f"norm.TUNED overrides: {overrides}", flush=True)
     cases = CASES
     if args.shapes == "winners":
         hs = {int(k.split(":")[1]) for k in overrides}
