@@ -347,7 +347,7 @@ TUNED: dict[tuple[str, int, str], str] = {
     # Round 13, --candidates reread --hidden 4096,65536 (4 rounds, norm_tuning-reread.json):
     # y (x read from its stage in each pass: 168 -> 128 registers, 4 CTAs per SM) with i,
     # faster than round 10's hogqt3 (81.2%) in every round; y lost at every other entry
-    ("layernorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqiyt3",  # 85.3 (81.2, hogqt3), 1.052x
+    ("layernorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqiyt3",  # 85.3 (81.2, hogqt3), 1.051x
     ("rmsnorm_fwd", 4096, "tensor"): "w4r1v8j4c1hogqx4",  # 89.2 against ogq 88.3, near
     ("rmsnorm_fwd", 8192, "tensor"): "w2r1v8j8c2hogqpx64",  # 95.2 against w4j8c1gq 91.5, bwdc
     ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1hogq",  # 94.7 (8 groups) against hog 83.9
@@ -772,7 +772,11 @@ def parse_tag(tag: str) -> LaunchConfig:
         raise ValueError("a loop tag does not name the access width")
     m = _TAG.fullmatch(tag)
     if m is None:
-        raise ValueError(f"not a norm configuration tag: {tag!r}")
+        raise ValueError(
+            f"not a norm configuration tag: {tag!r} (expected w<warps>r<rows>v<vec>j<iters>"
+            "c<cluster>, then the switch letters that apply in the order h k n e u o g q p l f "
+            "d i y, then a<n> s<n> t<n> m<n> x<n> b<n> in that order)"
+        )
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
                         packed=bool(m[7]), min_ctas=int(m[23] or 0), early=bool(m[9]),
