@@ -116,6 +116,10 @@ class Tensor:
     def element_size(self) -> int:
         return self.dtype.itemsize
 
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self.element_size()
+
     def is_contiguous(self) -> bool:
         return self._contiguous
 
