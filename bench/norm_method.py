@@ -3,7 +3,8 @@
     python bench/norm_method.py [--rounds 6] [--repeat 20] [--name norm_method]
 
 The same TUNED kernels read up to 4-5 points of copy higher in the tuning sweeps than in the
-bandwidth run (LayerNorm FP8 at 8192: 91.6-93.2% in four sweeps, 89.3-89.5% in two runs).
+bandwidth runs (LayerNorm FP8 at 8192: 91.6-93.2% in four sweeps; 89.3% and 88.3% in the last
+two bandwidth runs, 91.2% in an earlier one).
 The two scripts differ in two ways, and this one times each kernel under all four
 combinations, in paired rounds (each round times every combination once, in a shuffled
 order, so that a drift of the GPU's speed lands on all of them alike):
