@@ -7,7 +7,7 @@ nvrtc_engine/ops/norm.py).
                                 [--round3-only]
                                 [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered|near|big2|
                                               lanes|fold|bwdc|sfwd|snear|srows|bal|
-                                              sregs|defer|fdefer|caps|reread]
+                                              sregs|defer|fdefer|caps|reread|hreread]
                                 [--name norm_tuning] [--zero-amax] [--repeat 20] [--shuffle]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
@@ -59,7 +59,9 @@ row's dx written a row later (:func:`defer_candidates`), ``--candidates fdefer``
 staged forward with each row's z written a row later (:func:`fdefer_candidates`); round
 12: ``--candidates caps`` a register cap (``m``) on each forward default
 (:func:`caps_candidates`); round 13: ``--candidates reread`` the staged forward with x read
-from its stage in each pass (:func:`reread_candidates`); ``--name``
+from its stage in each pass (:func:`reread_candidates`); round 14: ``--candidates hreread``
+``h`` and ``y`` together where the staged default keeps its weights in shared memory
+(:func:`hreread_candidates`); ``--name``
 names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
 zeroes the amax word before every FP8 call (timed with it), as a training step does once per
 forward, instead of leaving the first call's maximum there (which lets the guards skip every
@@ -858,6 +860,38 @@ def reread_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict
     return out
 
 
+def hreread_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates hreread`` (round 14): the staged forward defaults that keep the weights
+    in shared memory (no ``h``), with the weights held in registers and x read again from its
+    stage in each pass (``h`` and ``y`` together), with and without ``i`` and ``u``, 2-4
+    stages. Why: ptxas -v (sm_90, NVRTC 13.5) gives LayerNorm FP8 at 8192 (``uogqt3``, 96
+    registers) 2 CTAs per SM by its 80 KB of stages and weights; with ``h`` and ``y`` 127-150
+    registers and 48 KB, 3-4 CTAs per SM, a combination round 13 tried only at 4096 and
+    65536. Also the cluster-of-2 layout at 14336 (the r2 default cannot hold its weights).
+    As (LaunchConfig, host settings)."""
+    import dataclasses
+
+    if key.spec.backward or key.scaling == "mxfp8" or not default.stages or default.hold:
+        return []
+    bases = [default]
+    if key.hidden_size == 14336 and default.rows > 1:
+        bases = [dataclasses.replace(default, warps=default.warps // 2, rows=1, cluster=2)]
+    ln = key.op.startswith("layernorm")
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for base in bases:
+        for stages in (2, 3, 4):
+            for deferred in (False, True):
+                for one in (False, True) if ln else (False,):
+                    if deferred and (stages < 3 or base.rows != 1):
+                        continue
+                    cfg = dataclasses.replace(base, stages=stages, deferred=deferred,
+                                              hold=True, reread=True, one_reduction=one,
+                                              gamma32=False)  # fmt: skip
+                    if cfg != default and norm.staged_fits(key, cfg) and (cfg, {}) not in out:
+                        out.append((cfg, {}))
+    return out
+
+
 def _registers(norm: Any, key: Any, cfg: Any) -> int:
     """Registers a thread of ``key``'s kernel takes under layout ``cfg``, by ptxas -v (an
     NVRTC compile here: no GPU needed)."""
@@ -918,6 +952,7 @@ CANDIDATE_SETS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "fdefer": (fdefer_candidates, ("bf16", "fp8")),
     "caps": (caps_candidates, ("bf16", "fp8")),
     "reread": (reread_candidates, ("bf16", "fp8")),
+    "hreread": (hreread_candidates, ("bf16", "fp8")),
 }
 
 
@@ -1068,7 +1103,8 @@ def main() -> int:
         "sregs: the staged forward with its weights in registers, h or e; defer/fdefer: i "
         "on the staged backward/forward; caps: a register cap, m3-m12, on each forward "
         "default, staged ones also with h and i; reread: y, x read from its stage per pass, on "
-        "each staged forward default, and the 4096 register defaults staged)",
+        "each staged forward default, and the 4096 register defaults staged; hreread: h and y "
+        "together on the staged forward defaults that keep their weights in shared memory)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument(
