@@ -5,8 +5,8 @@
  * libcuda: bind() receives the driver's function pointers (from cuGetProcAddress, through
  * cuda.bindings), so the driver it calls is exactly the one cuda.bindings uses.
  *
- *   bind(cuLaunchKernel, cuCtxGetCurrent, cuCtxSetCurrent)    addresses, as ints
- *   launch(function, grid, block, shmem, stream, params, context) -> int
+ *   bind(cuLaunchKernel, cuCtxGetCurrent, cuCtxSetCurrent[, cuLaunchKernelEx])    addresses
+ *   launch(function, grid, block, shmem, stream, params, context, flags=0) -> int
  *
  * launch makes `context` current on the calling thread if it is not (0: leave the context
  * alone), then launches `function` (a CUfunction's address) on a 1-D grid of 1-D blocks with
@@ -15,6 +15,10 @@
  * CUresult of a failed cuLaunchKernel, or minus the CUresult of a failed context query or
  * switch (nothing launched). The GIL is released around the driver calls, as cuda.bindings
  * does: cuLaunchKernel can block while the GPU's queue of pending launches is full.
+ * flags & LAUNCH_DEPENDENT: a programmatic dependent launch instead, cuLaunchKernelEx with
+ * the attribute CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (the kernel waits for
+ * its grid dependency itself: templates/include/nve_memory.cuh); an ordinary launch when
+ * bind was not given cuLaunchKernelEx.
  *
  *   setup_fast(torch_types)
  *   fast(kernel, tensors, floats, stream, extra=None) -> (done, key)
@@ -40,9 +44,44 @@ typedef CUresult_t (*launch_kernel_t)(void *, unsigned, unsigned, unsigned, unsi
 typedef CUresult_t (*ctx_get_current_t)(void **);
 typedef CUresult_t (*ctx_set_current_t)(void *);
 
+/* cuda.h's CUlaunchAttribute and CUlaunchConfig, as laid out there (an enum id padded to 8
+ * bytes, a 64-byte value union; the config's dimensions, stream, attributes and count). */
+typedef struct {
+    int id;
+    char pad[4];
+    union {
+        char pad[64];
+        int value;
+    } value;
+} launch_attribute_t;
+typedef struct {
+    unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shmem;
+    void *stream;
+    launch_attribute_t *attrs;
+    unsigned num_attrs;
+} launch_config_t;
+typedef CUresult_t (*launch_kernel_ex_t)(const launch_config_t *, void *, void **, void **);
+#define ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6 /* CUlaunchAttributeID */
+#define LAUNCH_DEPENDENT 1u                            /* a launch's flags */
+
 static launch_kernel_t launch_kernel;
 static ctx_get_current_t ctx_get_current;
 static ctx_set_current_t ctx_set_current;
+static launch_kernel_ex_t launch_kernel_ex;
+
+/* One 1-D launch, dependent (flags & LAUNCH_DEPENDENT, where bound) or ordinary. */
+static CUresult_t launch_one(void *function, unsigned grid, unsigned block, unsigned shmem,
+                             void *stream, void **params, unsigned flags) {
+    if ((flags & LAUNCH_DEPENDENT) && launch_kernel_ex != NULL) {
+        launch_attribute_t attr;
+        memset(&attr, 0, sizeof(attr));
+        attr.id = ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.value = 1;
+        launch_config_t config = {grid, 1, 1, block, 1, 1, shmem, stream, &attr, 1};
+        return launch_kernel_ex(&config, function, params, NULL);
+    }
+    return launch_kernel(function, grid, 1, 1, block, 1, 1, shmem, stream, params, NULL);
+}
 
 /* An int argument as an address; 0 on error with the exception set (check PyErr_Occurred). */
 static void *address_of(PyObject *value) {
@@ -63,13 +102,14 @@ static int unsigned_of(PyObject *value, unsigned *out) {
 
 static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 3) {
+    if (nargs != 3 && nargs != 4) {
         PyErr_SetString(PyExc_TypeError,
-                        "bind(cuLaunchKernel, cuCtxGetCurrent, cuCtxSetCurrent) takes 3 addresses");
+                        "bind(cuLaunchKernel, cuCtxGetCurrent, cuCtxSetCurrent[, "
+                        "cuLaunchKernelEx]) takes 3 or 4 addresses");
         return NULL;
     }
-    void *pointers[3];
-    for (int i = 0; i < 3; i++) {
+    void *pointers[4] = {NULL, NULL, NULL, NULL};
+    for (Py_ssize_t i = 0; i < nargs; i++) {
         pointers[i] = address_of(args[i]);
         if (pointers[i] == NULL) {
             if (!PyErr_Occurred())
@@ -80,6 +120,7 @@ static PyObject *bind(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     launch_kernel = (launch_kernel_t)pointers[0];
     ctx_get_current = (ctx_get_current_t)pointers[1];
     ctx_set_current = (ctx_set_current_t)pointers[2];
+    launch_kernel_ex = (launch_kernel_ex_t)pointers[3];
     Py_RETURN_NONE;
 }
 
@@ -95,10 +136,10 @@ static CUresult_t make_current(void *context) {
 
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 7) {
+    if (nargs != 7 && nargs != 8) {
         PyErr_SetString(PyExc_TypeError,
-                        "launch(function, grid, block, shmem, stream, params, context) takes 7 "
-                        "arguments");
+                        "launch(function, grid, block, shmem, stream, params, context, flags=0) "
+                        "takes 7 or 8 arguments");
         return NULL;
     }
     if (launch_kernel == NULL) {
@@ -117,12 +158,13 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (params == NULL && PyErr_Occurred()) return NULL;
     void *context = address_of(args[6]);
     if (context == NULL && PyErr_Occurred()) return NULL;
+    unsigned flags = 0;
+    if (nargs == 8 && !unsigned_of(args[7], &flags)) return NULL;
 
     CUresult_t err;
     Py_BEGIN_ALLOW_THREADS
     err = make_current(context);
-    if (err == 0)
-        err = launch_kernel(function, grid, 1, 1, block, 1, 1, shmem, stream, params, NULL);
+    if (err == 0) err = launch_one(function, grid, block, shmem, stream, params, flags);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(err);
 }
@@ -280,7 +322,7 @@ static PyObject *find_plan(PyObject *kernel, PyObject *key) {
 
 typedef struct {
     void *function;
-    unsigned grid, block, shmem, nslots;
+    unsigned grid, block, shmem, nslots, flags;
     unsigned long long slots[MAX_SLOTS];
     void *args[MAX_SLOTS];
 } prepared_t;
@@ -305,7 +347,8 @@ static unsigned long long read_u64(const char *p) {
 /* Fill launches from a native spec (see plans.LaunchPlan._native) and this call's addresses
  * and floats; returns the number of launches, 0 with an exception set on error. Spec:
  *   u32 launches, u32 device ordinal, u64 context, then per launch
- *   u64 function, u32 grid, block, shmem, slots, writes, 0, slots x 8 bytes (the image),
+ *   u64 function, u32 grid, block, shmem, slots, writes, flags (LAUNCH_DEPENDENT),
+ *   slots x 8 bytes (the image),
  *   writes x (u32 kind (0: address, 1: float), u32 slot, u32 index, u32 0, u64 offset). */
 static int prepare(const char *spec, Py_ssize_t size, const unsigned long long *ptrs,
                    Py_ssize_t nptrs, PyObject *floats, prepared_t *launches,
@@ -325,6 +368,7 @@ static int prepare(const char *spec, Py_ssize_t size, const unsigned long long *
         l->shmem = read_u32(spec + at + 16);
         l->nslots = read_u32(spec + at + 20);
         unsigned writes = read_u32(spec + at + 24);
+        l->flags = read_u32(spec + at + 28);
         at += 32;
         if (l->nslots > MAX_SLOTS || size - at < (Py_ssize_t)(8 * l->nslots + 24 * writes))
             return spec_error();
@@ -396,8 +440,8 @@ static int run_native(PyObject *native, const unsigned long long *ptrs, Py_ssize
     err = make_current(context);
     for (int j = 0; j < count && err == 0; j++) {
         prepared_t *l = &launches[j];
-        err = launch_kernel(l->function, l->grid, 1, 1, l->block, 1, 1, l->shmem, cu_stream,
-                            l->args, NULL);
+        err = launch_one(l->function, l->grid, l->block, l->shmem, cu_stream, l->args,
+                         l->flags);
     }
     Py_END_ALLOW_THREADS
     if (err == 0) return 1;
@@ -490,10 +534,11 @@ fail:
 
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
-     "bind(cuLaunchKernel, cuCtxGetCurrent, cuCtxSetCurrent): the driver's function addresses"},
+     "bind(cuLaunchKernel, cuCtxGetCurrent, cuCtxSetCurrent[, cuLaunchKernelEx]): the "
+     "driver's function addresses"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
-     "launch(function, grid, block, shmem, stream, params, context) -> CUresult (0: launched; "
-     "negative: the context query or switch failed)"},
+     "launch(function, grid, block, shmem, stream, params, context, flags=0) -> CUresult (0: "
+     "launched; negative: the context query or switch failed; flags 1: a dependent launch)"},
     {"setup_fast", (PyCFunction)(void (*)(void))setup_fast, METH_FASTCALL,
      "setup_fast(torch_types): the set of classes whose attributes fast() may read"},
     {"fast", (PyCFunction)(void (*)(void))fast, METH_FASTCALL,

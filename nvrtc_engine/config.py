@@ -30,6 +30,12 @@ variable                            type      meaning
                                               compiled launcher or an error), ``bindings``
                                               (always cuda.bindings); see
                                               :mod:`nvrtc_engine.launcher`
+``NVRTC_ENGINE_DEPENDENT_LAUNCH``   bool      ``0`` launches every kernel as an ordinary
+                                              launch; by default (``1``) kernels whose
+                                              template waits for its grid dependency (the
+                                              norms) are launched on sm_90+ with programmatic
+                                              stream serialization, which hides the launch
+                                              latency behind the previous kernel
 ==================================  ========  ===============================================
 """
 
@@ -67,6 +73,7 @@ class Settings:
     workers: int | None = None
     lock_timeout: float = _DEFAULT_LOCK_TIMEOUT
     launcher: str = "auto"
+    dependent_launch: bool = True
 
     def resolved_cache_dir(self) -> Path:
         """The disk cache directory: the configured one, else the platform user cache dir.
@@ -194,6 +201,9 @@ def from_environment(env: dict[str, str] | None = None) -> Settings:
             e.get("NVRTC_ENGINE_LOCK_TIMEOUT", str(_DEFAULT_LOCK_TIMEOUT)),
         ),
         launcher=_parse_launcher("NVRTC_ENGINE_LAUNCHER", e.get("NVRTC_ENGINE_LAUNCHER", "auto")),
+        dependent_launch=_parse_bool(
+            "NVRTC_ENGINE_DEPENDENT_LAUNCH", e.get("NVRTC_ENGINE_DEPENDENT_LAUNCH", "1")
+        ),
     )
 
 
@@ -214,7 +224,7 @@ def settings() -> Settings:
 
 
 _PATHS = ("cache_dir", "cuda_include_dir", "debug_dir")
-_BOOLS = ("disable_disk_cache", "dump_source")
+_BOOLS = ("disable_disk_cache", "dump_source", "dependent_launch")
 
 
 def _checked(name: str, value: object) -> object:
@@ -265,9 +275,10 @@ def configure(**overrides: object) -> Settings:
     Values are checked as the environment variables are (``cache_size_limit="2G"`` and
     ``workers="4"`` are accepted; ``cache_size_limit=0`` is not). Takes effect for caches
     opened afterwards (see :func:`nvrtc_engine.clear_cache`); a new ``launcher`` takes effect
-    at the next launch (launch plans made before keep theirs). Raises ``TypeError`` for an
-    unknown field or a value of the wrong type, ``ValueError`` for a value out of range; the
-    settings are then unchanged.
+    at the next launch (launch plans made before keep theirs); ``dependent_launch`` for
+    kernels made afterwards (a kernel decides once; ``clear_cache(disk=False)`` drops those
+    in memory). Raises ``TypeError`` for an unknown field or a value of the wrong type,
+    ``ValueError`` for a value out of range; the settings are then unchanged.
     """
     global _current
     names = {f.name for f in dataclasses.fields(Settings)}

@@ -315,27 +315,58 @@ def stream_object(handle: int) -> Any:
     return stream
 
 
-def launch(function: Any, grid: int, block: int, stream: int, params: Any, shmem: int = 0) -> None:
+def launch(
+    function: Any, grid: int, block: int, stream: int, params: Any, shmem: int = 0,
+    dependent: bool = False,
+) -> None:  # fmt: skip
     """``cuLaunchKernel`` with a 1-D grid and block, through the compiled launcher when this
     process has one (:mod:`nvrtc_engine.launcher`), else through cuda.bindings.
 
     ``function`` is a ``CUfunction``; ``params`` the ``void*[]`` address that
     :meth:`ParamPack.pack` returns (an int; a ``ctypes.c_void_p`` is accepted); ``stream``
-    an int handle. Raises :class:`~nvrtc_engine.CudaError` when the launch is refused.
+    an int handle. ``dependent``: ``cuLaunchKernelEx`` with programmatic stream
+    serialization instead (:func:`dependent_config`; only for a kernel that waits for its
+    grid dependency). Raises :class:`~nvrtc_engine.CudaError` when the launch is refused.
     """
     if type(params) is not int:
         params = params.value
     compiled = launcher.get()
     if compiled is not None:
-        code = compiled(int(function), grid, block, shmem, stream, params, 0)
+        code = compiled(int(function), grid, block, shmem, stream, params, 0, int(dependent))
         if code:
             launch_failed(code)
+        return
+    if dependent:
+        (err,) = _drv().cuLaunchKernelEx(
+            dependent_config(grid, block, shmem, stream_object(stream)), function, params, 0
+        )
+        if err:
+            check((err,), "cuLaunchKernelEx")
         return
     (err,) = _drv().cuLaunchKernel(
         function, grid, 1, 1, block, 1, 1, shmem, stream_object(stream), params, 0
     )
     if err:
         check((err,), "cuLaunchKernel")
+
+
+def dependent_config(grid: int, block: int, shmem: int, stream: Any) -> Any:
+    """A ``CUlaunchConfig`` (cuda.bindings) for a 1-D launch on ``stream`` (a ``CUstream``)
+    with the attribute CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION set: the kernel
+    may start before the previous kernel of the stream completes and waits for it itself
+    (``griddepcontrol.wait``, templates/include/nve_memory.cuh)."""
+    drv = _drv()
+    attr = drv.CUlaunchAttribute()
+    attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    config = drv.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
+    config.blockDimX, config.blockDimY, config.blockDimZ = block, 1, 1
+    config.sharedMemBytes = shmem
+    config.hStream = stream
+    config.attrs = [attr]
+    config.numAttrs = 1
+    return config
 
 
 def launch_failed(code: int) -> None:

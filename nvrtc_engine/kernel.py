@@ -100,6 +100,7 @@ class Kernel:
         self._lock = threading.Lock()
         self._launch_plans: dict[Any, LaunchPlan] = {}  # by plan key
         self._last_plan = NO_PLAN  # the plan of the last planned call, checked first
+        self._dependent = self._dependent_launch()  # decided once, when the kernel is made
 
     def __repr__(self) -> str:
         tag = getattr(getattr(self, "_config", None), "tag", None)  # as the symbol carries it
@@ -167,6 +168,27 @@ class Kernel:
         """:meth:`_shared_bytes`, worked out once per kernel (launches read it)."""
         return self._shared_bytes()
 
+    def _waits_for_grid(self) -> bool:
+        """Whether every function of this kernel calls ``nve::grid_dependency_wait()``
+        before its first access to global memory (templates/include/nve_memory.cuh), so
+        that it may be launched as a programmatic dependent launch. False (the default)
+        unless a family's template does."""
+        return False
+
+    def _dependent_launch(self) -> bool:
+        """Whether to launch with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        (``self._dependent``, set when the kernel is made; launches read it): the kernel
+        waits for its grid dependency (:meth:`_waits_for_grid`), its arch is sm_90 or newer
+        (where ``griddepcontrol`` exists) and ``NVRTC_ENGINE_DEPENDENT_LAUNCH`` is on."""
+        from . import config
+
+        if not (self._waits_for_grid() and config.settings().dependent_launch):
+            return False
+        try:
+            return arch_number(self.key.arch) >= 90
+        except ValueError:  # an arch that names no compute capability
+            return False
+
     # Launching: plans (the fast path) and the generic launch --------------------------------
 
     def _fast(
@@ -217,10 +239,10 @@ class Kernel:
         handle = stream_handle(stream, like)
         loaded = self.loaded(like.device)
         driver.make_current(loaded.device)
-        shared = self._shared
+        shared, dependent = self._shared, self._dependent
         for index, grid, block, params in calls:
             driver.launch(loaded.functions[index], grid, block, handle, params,
-                          shared[index] if shared else 0)  # fmt: skip
+                          shared[index] if shared else 0, dependent)  # fmt: skip
 
     # Shared argument checks, used by the families' __call__ -----------------------------
 

@@ -6,9 +6,10 @@ every call, which costs more host time than the driver's own launch work
 small CPython extension (``_launch.c``, next to this file) with the system's C compiler and
 the Python headers, the way Triton builds its launchers, and imports it as
 ``nvrtc_engine._nve_launch``. Its ``launch(function, grid, block, shmem, stream, params,
-context)`` takes plain ints, makes ``context`` current when it is not, and calls the driver
-through the function pointers that cuda.bindings' ``cuGetProcAddress`` gives (the same
-driver, the same default-stream mode: ``CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM``).
+context, flags)`` takes plain ints, makes ``context`` current when it is not, and calls the
+driver through the function pointers that cuda.bindings' ``cuGetProcAddress`` gives (the
+same driver, the same default-stream mode: ``CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM``);
+``flags`` 1 launches through ``cuLaunchKernelEx`` as a programmatic dependent launch.
 
 The extension is built once per machine and Python: into ``<cache dir>/launcher/<digest>/``
 (the digest covers the C source, the Python version and the extension suffix), written to a
@@ -217,12 +218,14 @@ def _bind(module: Any) -> None:
     flag = (flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM if ptds not in ("", "0")
             else flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM)  # fmt: skip
     addresses = []
-    for symbol in ("cuLaunchKernel", "cuCtxGetCurrent", "cuCtxSetCurrent"):
+    for symbol in ("cuLaunchKernel", "cuCtxGetCurrent", "cuCtxSetCurrent", "cuLaunchKernelEx"):
         try:
             err, pfn, _ = drv.cuGetProcAddress(symbol.encode(), 12000, flag)
         except Exception as exc:  # a driver too old for it, or none
             raise LauncherError(f"cuGetProcAddress({symbol}): {exc}") from None
         if int(err) != 0 or not int(pfn):
+            if symbol == "cuLaunchKernelEx":  # dependent launches become ordinary ones
+                break
             raise LauncherError(f"cuGetProcAddress({symbol}) found no driver function ({err})")
         addresses.append(int(pfn))
     module.bind(*addresses)

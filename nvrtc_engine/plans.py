@@ -32,7 +32,8 @@ lookup (bench/launch_overhead.py).
 
 With the compiled launcher (:mod:`nvrtc_engine.launcher`) both run in C instead. A plan made
 then also gets a *native spec* (:attr:`LaunchPlan.native`: each launch's function, grid,
-block, shared memory, packed parameters and the slots a call rewrites, as bytes), unless it
+block, shared memory, packed parameters, the slots a call rewrites and whether it is a
+programmatic dependent launch (``Kernel._dependent``), as bytes), unless it
 allocates outputs; and the kernel's first such plan replaces the kernel's ``_fast`` by the
 extension's ``fast`` (bound to the kernel, in its ``__dict__``). That function reads the
 same plan key as the Python one, reads a tensor's attributes without the interpreter, and
@@ -156,7 +157,7 @@ def compiled_fast(kernel: Kernel) -> Any:
 
 # The native spec's layout (nvrtc_engine/_launch.c, prepare()); the limits are the C side's.
 _SPEC_HEADER = struct.Struct("<IIQ")  # launches, device ordinal, context
-_SPEC_LAUNCH = struct.Struct("<QIIIIII")  # function, grid, block, shmem, slots, writes, 0
+_SPEC_LAUNCH = struct.Struct("<QIIIIII")  # function, grid, block, shmem, slots, writes, flags
 _SPEC_WRITE = struct.Struct("<IIIIQ")  # kind (0: address, 1: float), slot, index, 0, offset
 _SPEC_MAX_LAUNCHES, _SPEC_MAX_SLOTS = 4, 64
 
@@ -180,8 +181,9 @@ def _mismatch(kernel: Kernel, slot: int, ref: Ptr | Float | None) -> None:
 class LaunchPlan:
     """Everything a call's launches need that its plan key determines: the outputs to
     allocate (shape, dtype, device, address modulo 16), the device and its context, and per
-    launch the function, grid, block, parameters packed once (:class:`driver.Preset`) and
-    the slots that take each call's pointers and floats.
+    launch the function, grid, block, parameters packed once (:class:`driver.Preset`), the
+    slots that take each call's pointers and floats, and whether it is a programmatic
+    dependent launch (``Kernel._dependent``: cuLaunchKernelEx, :func:`driver.dependent_config`).
 
     :meth:`build` makes it from the launches of a call that the generic path checked;
     ``run(tensors, ptrs, floats, stream, allocate=True)`` (generated for the plan) launches
@@ -230,7 +232,8 @@ class LaunchPlan:
             shared = kernel._shared
             shmem = shared[function] if shared else 0
             function = loaded.functions[function]
-            plan.launches.append((function, grid, block, shmem, pack.preset(values), writes))
+            plan.launches.append((function, grid, block, shmem, pack.preset(values), writes,
+                                  kernel._dependent))  # fmt: skip
         plan.source, namespace = plan._generate()
         exec(compile(plan.source, f"<launch plan of {kernel.name}>", "exec"), namespace)
         plan.run = namespace["run"]
@@ -245,13 +248,13 @@ class LaunchPlan:
             return None
         parts = [_SPEC_HEADER.pack(len(self.launches), self.device.ordinal,
                                    int(self.device.context))]  # fmt: skip
-        for function, grid, block, shmem, preset, writes in self.launches:
+        for function, grid, block, shmem, preset, writes, dependent in self.launches:
             image = preset.image
             slots = len(image) // 8
             if slots > _SPEC_MAX_SLOTS or len(image) % 8:
                 return None
             parts.append(_SPEC_LAUNCH.pack(int(function), grid, block, shmem, slots,
-                                           len(writes), 0))  # fmt: skip
+                                           len(writes), int(dependent)))  # fmt: skip
             parts.append(image)
             for view, slot, index, offset in writes:
                 if view == "slots":
@@ -275,6 +278,7 @@ class LaunchPlan:
             "streams": _streams, "stream_object": driver.stream_object, "check": driver.check,
             "empty": sys.modules["torch"].empty, "c_launch": compiled,
             "launch_failed": driver.launch_failed, "context_address": int(device.context),
+            "cu_launch_ex": drv.cuLaunchKernelEx, "dependent_config": driver.dependent_config,
         }  # fmt: skip
         lines = ["def run(tensors, ptrs, floats, stream, allocate=True):"]
         if self.allocs:
@@ -302,9 +306,12 @@ class LaunchPlan:
                 "    if s is None:",
                 "        s = stream_object(handle)",
             ]
-        for n, (function, grid, block, shmem, preset, writes) in enumerate(self.launches):
+        for n, (function, grid, block, shmem, preset, writes, dependent) in enumerate(
+            self.launches
+        ):
             names.update({f"function{n}": function if compiled is None else int(function),
-                          f"preset{n}": preset, f"local{n}": preset.local})  # fmt: skip
+                          f"preset{n}": preset, f"local{n}": preset.local,
+                          f"configs{n}": {}})  # fmt: skip
             lines += [
                 "    try:",
                 f"        slots, values, address = local{n}.views",
@@ -315,7 +322,19 @@ class LaunchPlan:
                 source = f"ptrs[{index}] + {offset}" if offset else (
                     f"ptrs[{index}]" if view == "slots" else f"floats[{index}]")  # fmt: skip
                 lines.append(f"    {view}[{slot}] = {source}")
-            if compiled is None:
+            if compiled is None and dependent:  # a launch config per stream, made once
+                lines += [
+                    f"    config = configs{n}.get(handle)",
+                    "    if config is None:",
+                    f"        if len(configs{n}) >= 64:",
+                    f"            configs{n}.clear()",
+                    f"        config = configs{n}[handle] = dependent_config({grid}, {block}, "
+                    f"{shmem}, s)",
+                    f"    (err,) = cu_launch_ex(config, function{n}, address, 0)",
+                    "    if err:",
+                    '        check((err,), "cuLaunchKernelEx")',
+                ]
+            elif compiled is None:
                 lines += [
                     f"    (err,) = cu_launch(function{n}, {grid}, 1, 1, {block}, 1, 1, {shmem}, "
                     "s, address, 0)",
@@ -326,7 +345,7 @@ class LaunchPlan:
                 ctx = "context_address" if n == 0 else "0"
                 lines += [
                     f"    err = c_launch(function{n}, {grid}, {block}, {shmem}, handle, address, "
-                    f"{ctx})",
+                    f"{ctx}{', 1' if dependent else ''})",
                     "    if err:",
                     "        launch_failed(err)",
                 ]

@@ -68,7 +68,8 @@ class Stub:
             self.lib.stub_count_params(ctypes.c_size_t(int(function)), ctypes.c_int(count))
 
     def last(self) -> dict[str, object]:
-        """The last launch: function, grid, block, shmem, stream and recorded param slots."""
+        """The last launch: function, grid, block, shmem, stream, recorded param slots and
+        whether it was a programmatic dependent launch (cuLaunchKernelEx)."""
         grid = (ctypes.c_uint64 * 3).in_dll(self.lib, "stub_last_grid")
         block = (ctypes.c_uint64 * 3).in_dll(self.lib, "stub_last_block")
         count = ctypes.c_int.in_dll(self.lib, "stub_last_count").value
@@ -80,6 +81,7 @@ class Stub:
             "shmem": self._u64("stub_last_shmem"),
             "stream": ctypes.c_size_t.in_dll(self.lib, "stub_last_stream").value,
             "params": tuple(params[:count]),
+            "dependent": bool(ctypes.c_int.in_dll(self.lib, "stub_last_dependent").value),
         }
 
 

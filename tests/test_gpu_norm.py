@@ -460,6 +460,68 @@ def test_cuda_graph_capture():
     assert first.dx.shape == x.shape
 
 
+def _chain_kernels(dependent: bool) -> dict[str, ne.Kernel]:
+    """The kernels of :func:`test_dependent_launch_chain`, made with programmatic dependent
+    launches on or off (kernels decide when made: the memory cache is cleared around)."""
+    ne.configure(dependent_launch=dependent)
+    try:
+        ne.clear_cache(disk=False)
+        h = 4096
+        return {
+            "rms": ne.get_kernel("rmsnorm_fwd", in_dtype="bf16", hidden_size=h),
+            "ln": ne.get_kernel("layernorm_fwd", in_dtype="bf16", hidden_size=h),
+            "ln8": ne.get_kernel("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=h),
+            "bwd": ne.get_kernel("layernorm_bwd", in_dtype="bf16", hidden_size=h),
+            "general": ne.get_kernel("rmsnorm_fwd", in_dtype="bf16", hidden_size=None),
+        }
+    finally:
+        ne.configure(dependent_launch=True)
+        ne.clear_cache(disk=False)
+
+
+def _run_chain(k: dict[str, ne.Kernel], x0, rounds: int) -> list:
+    """Kernels that each read what the one before wrote (and overwrite what an earlier one
+    read), launched back to back on one stream with no synchronization, ``rounds`` times."""
+    rows, h = x0.shape
+    dev = x0.device
+    g = (torch.arange(h, device=dev) % 7 * 0.1 + 0.7).to(torch.bfloat16)
+    b = (torch.arange(h, device=dev) % 5 * 0.05).to(torch.bfloat16)
+    a, c, z = (torch.empty_like(x0) for _ in range(3))
+    z8 = torch.empty(rows, h, dtype=torch.float8_e4m3fn, device=dev)
+    mu, rs, rs2 = (torch.empty(rows, device=dev) for _ in range(3))
+    scale, amax = torch.full((1,), 2.0, device=dev), torch.zeros(1, device=dev)
+    si = torch.empty(1, device=dev)
+    dx, dg, db = torch.empty_like(x0), torch.empty_like(g), torch.empty_like(g)
+    ws = torch.empty(k["bwd"].workspace_elements(rows, h, device=dev.index), device=dev)
+    x = x0.clone()
+    torch.cuda.synchronize()
+    for _ in range(rounds):
+        k["rms"](x, g, EPS, a, rs2)  # a = rmsnorm(x)
+        k["ln"](a, g, b, EPS, c, mu, rs)  # c = layernorm(a): mu, rs
+        k["ln8"](c, g, b, EPS, z8, scale=scale, amax=amax, scale_inv=si)
+        k["bwd"](c, a, mu, rs, g, dx, dg, db, workspace=ws)  # dz = c, x = a
+        k["general"](dx, g, EPS, z)  # z = rmsnorm(dx), the general kernel
+        x.add_(z)  # a torch kernel between them, then the next round overwrites a, c, ...
+    torch.cuda.synchronize()
+    return [x, a, c, z8.view(torch.uint8), amax, dx, dg, db, z]
+
+
+def test_dependent_launch_chain():
+    """Programmatic dependent launches (sm_90+) give the same bits as ordinary ones in a chain
+    where each kernel reads the previous one's output: each waits for its predecessor before
+    it touches memory. The kernels run long enough (4096 x 4096) for an early start to show."""
+    on, off = _chain_kernels(True), _chain_kernels(False)
+    major = torch.cuda.get_device_capability()[0]
+    assert all(k._dependent == (major >= 9) for k in on.values())
+    assert not any(k._dependent for k in off.values())
+    x0 = to_torch(reference.sample_input((4096, 4096), "bf16", seed("chain")), "bf16")
+    want = _run_chain(off, x0, 8)
+    for _ in range(3):
+        got = _run_chain(on, x0, 8)
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
+            assert torch.equal(a, b), f"output {i} differs"
+
+
 # ---- code switches of the specialized kernels (nvrtc_engine.ops.norm module defaults) ----
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
+import types
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
@@ -73,7 +74,19 @@ class FakeBindings:
     def cuMemsetD8Async(self, ptr: int, value: int, n: int, stream: int) -> tuple[int]:
         return (0,)
 
-    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
+    class CUlaunchAttributeID:
+        CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
+    class CUlaunchAttribute:
+        def __init__(self) -> None:
+            self.id = 0
+            self.value = types.SimpleNamespace(programmaticStreamSerializationAllowed=0)
+
+    class CUlaunchConfig:
+        pass
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra,
+                       dependent=False):  # fmt: skip
         assert isinstance(f, Function) and isinstance(stream, self.CUstream)
         assert type(params) is int and (gy, gz, by, bz, shmem, extra) == (1, 1, 1, 1, 0, 0)
         if self.current() != CONTEXT:
@@ -84,8 +97,21 @@ class FakeBindings:
             ctypes.c_uint64.from_address(ctypes.c_void_p.from_address(params + 8 * i).value).value
             for i in range(f.nparams)
         )
-        self.launches.append((f.name, gx, bx, stream.handle, slots, threading.get_ident()))
+        name = f"{f.name} (dependent)" if dependent else f.name
+        self.launches.append((name, gx, bx, stream.handle, slots, threading.get_ident()))
         return (self.CUresult(0),)
+
+    def cuLaunchKernelEx(self, config, f, params, extra):
+        """A programmatic dependent launch (the only kind the engine makes this way): recorded
+        as cuLaunchKernel's, the function's name marked."""
+        (attr,) = config.attrs
+        assert config.numAttrs == 1 and attr.id == 6
+        assert attr.value.programmaticStreamSerializationAllowed == 1
+        return self.cuLaunchKernel(
+            f, config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX,
+            config.blockDimY, config.blockDimZ, config.sharedMemBytes, config.hStream, params,
+            extra, dependent=True,
+        )  # fmt: skip
 
 
 @dataclass
@@ -389,6 +415,28 @@ CASES = [v for name, v in sorted(globals().items()) if name.startswith("case_")]
 def test_planned_call_packs_what_the_generic_path_packs(env, case):
     kernel, call = case(env)
     check_same(env, kernel, call)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__[5:])
+def test_dependent_launches_are_the_norms_on_sm90(env, case):
+    """Every launch of a norm kernel (sm_90) is a programmatic dependent launch, planned or
+    not; no other family's is; with ``dependent_launch`` off, kernels made then launch
+    ordinarily on both paths."""
+    kernel, call = case(env)
+    fast, _, slow, _ = run_both(env, kernel, call)
+    norm = "norm" in kernel.key.op
+    assert all(n.endswith("(dependent)") == norm for n, *_ in fast + slow), fast + slow
+    if norm:
+        ne.configure(dependent_launch=False)
+        try:
+            ne.clear_cache(disk=False)
+            kernel, call = case(env)
+            assert not kernel._dependent
+            fast, _, slow, _ = run_both(env, kernel, call)
+            assert not any(n.endswith("(dependent)") for n, *_ in fast + slow)
+        finally:
+            ne.configure(dependent_launch=True)
+            ne.clear_cache(disk=False)
 
 
 # -- one plan per key; anything else re-validates ------------------------------------------

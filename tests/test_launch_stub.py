@@ -55,6 +55,7 @@ SCRIPT = textwrap.dedent(
     count, last = launches_of(lambda k=gelu: k(x, y), 7)
     assert count == 1 and last["params"] == (x.data_ptr(), y.data_ptr(), 384, 0, 0, 0, 1)
     assert last["stream"] == 0x5000 and last["grid"] == (1, 1, 1) and last["block"][0] == 128
+    assert not last["dependent"]  # the activations do not wait for their grid dependency
     assert len(gelu._launch_plans) == 1
     xu = T((4, 96), offset=2)
     count, last = launches_of(lambda k=gelu: k(xu, y), 7)
@@ -72,7 +73,9 @@ SCRIPT = textwrap.dedent(
             o=T((70, 100), "float16"): k(xt, o), 11),
     ]
     for call, nparams in cases:
-        launches_of(call, nparams)
+        _, last = launches_of(call, nparams)
+        # the norms are programmatic dependent launches on the stub's sm_90, on every path
+        assert last["dependent"] == (call is cases[2][0]), last
 
     lb = ne.get_kernel("layernorm_bwd", in_dtype="bf16")
     dz, xb, wb, mb, rb = T((8, 200)), T((8, 200)), T((200,)), T((8,), "float32"), T((8,), "float32")
@@ -82,6 +85,15 @@ SCRIPT = textwrap.dedent(
         lambda k=lb: k(dz, xb, mb, rb, wb, dxb, dgb, dbb, workspace=ws), 18, 18, 18
     )
     assert count == 3 and last["params"][7] < last["params"][8] < ws.data_ptr() + ws.numel() * 4
+    assert last["dependent"]  # the finalize kernel too
+    # NVRTC_ENGINE_DEPENDENT_LAUNCH off: kernels made afterwards launch ordinarily
+    ne.configure(dependent_launch=False)
+    ne.clear_cache(disk=False)
+    plain = ne.get_kernel("rmsnorm_fwd", in_dtype="bf16", hidden_size=64)
+    _, last = launches_of(lambda k=plain, xr=T((4, 64)), w=T((64,)), z=T((4, 64)),
+                          r=T((4,), "float32"): k(xr, w, 1e-6, z, r), 17)
+    assert not last["dependent"], last
+    ne.configure(dependent_launch=True)
 
     q = ne.get_kernel("quantize", dtype="fp4_e2m1", layout="rowwise")
     xq, am = T((64, 128)), T((1,), "float32")

@@ -101,7 +101,8 @@ DRIVER_STANDIN = textwrap.dedent(
     calls.clear()
     bad = [((F, 1, 32, 0, S, P), TypeError), ((F, -1, 32, 0, S, P, 0), OverflowError),
            ((F, 2**32, 32, 0, S, P, 0), OverflowError), ((F, 1, 32, 0, "s", P, 0), TypeError),
-           ((F, 1.5, 32, 0, S, P, 0), TypeError)]
+           ((F, 1.5, 32, 0, S, P, 0), TypeError), ((F, 1, 32, 0, S, P, 0, -1), OverflowError),
+           ((F, 1, 32, 0, S, P, 0, 1, 2), TypeError)]
     for args, error in bad:
         try:
             module.launch(*args)
@@ -119,6 +120,38 @@ DRIVER_STANDIN = textwrap.dedent(
     for t in threads:
         t.join()
     assert done == [0] * 8 and len(calls) == 8
+    # flags 1 (a dependent launch) without cuLaunchKernelEx bound: an ordinary launch
+    calls.clear()
+    assert module.launch(F, 7, 64, 0, S, P, 0, 1) == 0 and calls[0][:3] == ("launch", F, 7)
+
+    # with cuLaunchKernelEx: a CUlaunchConfig with the programmatic serialization attribute
+    class Attr(ctypes.Structure):
+        _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
+                    ("value", ctypes.c_int), ("rest", ctypes.c_char * 60)]
+
+    class Config(ctypes.Structure):
+        _fields_ = [("dims", ctypes.c_uint * 7), ("stream", ctypes.c_void_p),
+                    ("attrs", ctypes.POINTER(Attr)), ("num_attrs", ctypes.c_uint)]
+
+    EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(Config), ctypes.c_void_p,
+                          ctypes.c_void_p, ctypes.c_void_p)
+
+    def launch_ex(config, f, params, extra):
+        c = config.contents
+        attrs = [(c.attrs[i].id, c.attrs[i].value) for i in range(c.num_attrs)]
+        calls.append(("ex", f, tuple(c.dims), c.stream, attrs, params, extra))
+        return state["launch"]
+
+    ex = EX(launch_ex)
+    module.bind(*addr, ctypes.cast(ex, ctypes.c_void_p).value)
+    calls.clear()
+    assert module.launch(F, 132, 256, 4096, S, P, 0, 1) == 0
+    assert calls == [("ex", F, (132, 1, 1, 256, 1, 1, 4096), S, [(6, 1)], P, None)], calls
+    calls.clear()
+    assert module.launch(F, 132, 256, 4096, S, P, 0, 0) == 0 and calls[0][0] == "launch"
+    state["launch"] = 719
+    assert module.launch(F, 1, 32, 0, S, P, 0, 1) == 719
+    state["launch"] = 0
     print("OK")
     """
 )

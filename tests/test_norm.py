@@ -1801,3 +1801,50 @@ def test_reread_forward_compile(arch):
             assert not launch_config(key).reread
     launch_config.cache_clear()
     assert compiled == 2 * (3 if arch in ("sm_80", "sm_89") else len(FWD_REREAD))
+
+
+# Programmatic dependent launch: every norm kernel waits for its grid dependency first.
+_GLOBAL_ACCESS = re.compile(r"\b(?:ld|st|atom|red)\.(?!param|shared|local|const)|\bcp\.async\.")
+DEPENDENT_CASES = [  # (op, fields, staged: its main kernel is the persistent staged one)
+    ("layernorm_fwd", {"in_dtype": "bf16", "out_dtype": "fp8", "hidden_size": 4096}, True),
+    ("rmsnorm_fwd", {"in_dtype": "bf16", "hidden_size": 4096}, False),
+    ("layernorm_fwd", {"in_dtype": "fp16", "out_dtype": "fp8", "scaling": "mxfp8"}, False),
+    ("layernorm_bwd", {"in_dtype": "bf16", "hidden_size": 4096}, True),
+    ("rmsnorm_bwd_add", {"in_dtype": "bf16", "hidden_size": 1000}, False),
+    ("layernorm_bwd", {"in_dtype": "bf16"}, False),
+    ("rmsnorm_fwd", {"in_dtype": "bf16", "hidden_size": 65536}, True),  # b2: no trigger
+]
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize(("op", "fields", "staged"), DEPENDENT_CASES,
+                         ids=lambda v: v if isinstance(v, str) else None)  # fmt: skip
+def test_kernels_wait_for_their_grid_dependency(op, fields, staged, arch):
+    """In the PTX of every function of a norm kernel for compute_90, ``griddepcontrol.wait``
+    comes before the first access to global memory (so a programmatic dependent launch sees
+    its predecessor's writes and cannot overwrite what that one still reads); the persistent
+    staged kernels also let the next grid launch (``launch_dependents``) at once. Below
+    sm_90 there is neither, and the kernel is launched ordinarily (``Kernel._dependent``)."""
+    from nvrtc_engine.nvrtc import CompileOptions, compile_source
+
+    key = make_key(op, arch=arch, **fields)
+    kernel = ne.get_kernel(key)
+    assert kernel._dependent == (arch == "sm_90")
+    assert norm.launch_config(key).stages > 0 if staged and arch == "sm_90" else True
+    r = render(key)
+    options = CompileOptions(arch=arch.replace("sm_", "compute_"))
+    ptx = compile_source(r.name, r.source, r.headers, options, cuda_headers=r.cuda_headers)
+    ptx = ptx.image.decode()
+    entries = ptx.split(".entry ")[1:]
+    assert len(entries) == len(key.spec.symbols(key)) >= 1
+    for n, body in enumerate(entries):
+        wait = body.find("griddepcontrol.wait")
+        first = _GLOBAL_ACCESS.search(body)
+        assert first is not None, body[:200]
+        if arch == "sm_80":
+            assert wait < 0 and "griddepcontrol" not in body
+            continue
+        assert 0 <= wait < first.start(), (n, body[:400])
+        trigger = "griddepcontrol.launch_dependents" in body
+        cfg = launch_config(key)
+        assert trigger == (staged and n == 0 and cfg.stages > 0 and not cfg.ctas_per_sm), n

@@ -98,4 +98,24 @@ __device__ __forceinline__ unsigned int magic_div(unsigned int n, unsigned int m
   return (__umulhi(n, m) + n) >> s;
 }
 
+// Programmatic dependent launch (sm_90+; nothing on older archs). A kernel launched with the
+// attribute CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION may start before the
+// previous kernel of its stream has finished; grid_dependency_wait(), called before the
+// kernel's first access to global memory, returns once that kernel has completed and its
+// memory operations are visible, so results are those of an ordinary launch and only the
+// launch latency between the two is hidden. launch_dependents() lets the next such kernel
+// be scheduled as soon as every CTA of this one has called it (or exited); it orders
+// nothing, so it may come anywhere.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 }  // namespace nve

@@ -6,7 +6,8 @@
  * no GPU. cuLaunchKernel does nothing but record what it was given: the count of launches,
  * the last function, grid, block, shared memory and stream, and its 8-byte parameter slots
  * (copied at launch, as the driver does): as many as stub_count_params set for the function,
- * else stub_param_count.
+ * else stub_param_count. cuLaunchKernelEx does the same and records whether the launch was a
+ * programmatic dependent launch.
  * stub_launch_error / stub_ctx_set_error, when set, make cuLaunchKernel / cuCtxSetCurrent fail
  * with that CUresult.
  * Everything else cuda.bindings asks for through cuGetProcAddress is reported missing.
@@ -34,6 +35,7 @@ int stub_param_count = 0;
 int stub_last_count = 0;
 uint64_t stub_params[STUB_MAX_PARAMS];
 uint64_t stub_ctx_set_calls = 0;
+int stub_last_dependent = 0; /* the last launch: cuLaunchKernelEx with programmatic serialization */
 int stub_launch_error = 0;  /* when non-zero, what cuLaunchKernel returns (launching nothing) */
 int stub_ctx_set_error = 0; /* when non-zero, what cuCtxSetCurrent returns */
 
@@ -94,10 +96,39 @@ CUresult cuMemsetD8Async(uint64_t ptr, unsigned char value, size_t n, handle_t s
 CUresult cuGetErrorString(CUresult error, const char **text) { *text = "stub error"; return 0; }
 CUresult cuGetErrorName(CUresult error, const char **text) { *text = "STUB_ERROR"; return 0; }
 
+/* What cuLaunchKernelEx is given (cuda.h's CUlaunchAttribute and CUlaunchConfig). */
+typedef struct {
+    int id;
+    char pad[4];
+    union { char pad[64]; int value; } value;
+} stub_attribute_t;
+typedef struct {
+    unsigned gx, gy, gz, bx, by, bz, shmem;
+    handle_t stream;
+    stub_attribute_t *attrs;
+    unsigned num_attrs;
+} stub_config_t;
+
+CUresult cuLaunchKernel(handle_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shmem, handle_t stream, void **params, void **extra);
+
+/* As cuLaunchKernel, also recording in stub_last_dependent whether the attribute
+ * CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6) was set to non-zero. */
+CUresult cuLaunchKernelEx(const stub_config_t *c, handle_t f, void **params, void **extra) {
+    int dependent = 0;
+    for (unsigned i = 0; i < c->num_attrs; i++)
+        if (c->attrs[i].id == 6 && c->attrs[i].value.value) dependent = 1;
+    CUresult err = cuLaunchKernel(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shmem,
+                                  c->stream, params, extra);
+    if (err == 0) stub_last_dependent = dependent;
+    return err;
+}
+
 CUresult cuLaunchKernel(handle_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned shmem, handle_t stream, void **params, void **extra) {
     if (current_ctx != STUB_CONTEXT) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
     if (stub_launch_error) return stub_launch_error;
+    stub_last_dependent = 0;
     stub_launches++;
     stub_last_function = f;
     stub_last_grid[0] = gx; stub_last_grid[1] = gy; stub_last_grid[2] = gz;
