@@ -661,6 +661,28 @@ def candidates_section() -> str | None:
             "FP8 65536 `w4r1v8j8c8hogqiyt3` (1.051x, every round); `y` lost elsewhere "
             "(0.81-0.998x).",
         ),
+        (
+            "norm_tuning-hreread",
+            "--candidates hreread --norms layernorm --hidden 8192,14336 --rounds 6 --repeat 5 "
+            "--shuffle",
+            "LayerNorm forward, weights in registers and x read from its stage (paired rounds)",
+            "Round 14: the staged entries that keep their weights in shared memory (FP8 at 8192, "
+            "two CTAs per SM by their 80 KB; 14336 over a cluster of 2 in place of the r2 "
+            "entry) with `h` and `y` together (ptxas -v: 127-150 registers and 48 KB, 3-4 "
+            "CTAs per SM at 8192), with and without `i` and `u`, 2-4 stages, 6 shuffled "
+            "rounds: the best, `w4r1v8j8c1huogqiyt3` at 8192, was 1.009x but faster in 5 of "
+            "6 rounds only; the others 0.88-0.99x at 8192 and 0.74-0.96x at 14336. "
+            "`norm.TUNED` is unchanged.",
+        ),
+        (
+            "norm_tuning-wide",
+            "--candidates wide --norms layernorm --hidden 65536 --rounds 4 --repeat 5 --shuffle",
+            "LayerNorm FP8 at 65536, the row's columns over 2-16 warps per CTA (paired rounds)",
+            "Round 15: the entry bound by instruction issue inside the row (see the fixed cost "
+            "per call above) with its 8192 columns per CTA over 8 or 16 warps instead of 4 "
+            "(ptxas -v: 78 registers at 8 warps), with and without `u` and `y`, 3-4 stages, 4 "
+            "shuffled rounds: every candidate lost (0.29-0.96x); `norm.TUNED` is unchanged.",
+        ),
     ]
     for name, flag, title, text in later:
         d = load(name)
@@ -977,8 +999,82 @@ def norm_section() -> str | None:
             *_held_rerun(d),
             *_rerun(d),
             *_method(),
+            *_fixed_cost(),
+            *_dependent_launch(),
         ]
     )
+
+
+def _fixed_cost() -> list[str]:
+    """norm_fixed_cost.json (ordinary launches): each missed forward's fixed cost per call
+    and marginal bandwidth beside a copy of the same bytes."""
+    f = load("norm_fixed_cost")
+    if f is None:
+        return []
+    copy = f["copy_gbps"]
+    rows = []
+    for c, summary in zip(f["cases"], f["summary"], strict=True):
+        rows.append([summary["case"], f"`{c['kernel'].rsplit('_', 1)[-1]}`",
+                     f"{summary['us']:.1f}", _pct(summary["pct"]), _pct(summary["copy_pct"]),
+                     _pct(summary["same"]), f"{c['kernel_fixed_us']:.1f}",
+                     _pct(100 * c["kernel_marginal_gbps"] / copy),
+                     f"{c['copy_fixed_us']:.1f}",
+                     _pct(100 * c["copy_marginal_gbps"] / copy)])  # fmt: skip
+    return [
+        "### Fixed cost per call",
+        "Where the forwards that missed 90% of copy lose it: each timed at four row counts "
+        "beside a device copy of the same bytes (paired rounds, every call on its own "
+        "buffers), and a line fitted through (bytes, time) for each: "
+        + source(f, "norm_fixed_cost.py")
+        + f" Device copy (1 GiB) {copy:.0f} GB/s; ordinary launches (before the dependent "
+        "launches below). At 4096 and 8192 the kernels move their bytes at 96-103% of the copy's "
+        "marginal rate but pay 4.7-10.2 us per call where the copy pays 2.9-4.1, and a copy of "
+        "the same bytes itself reaches only 92.8-94.6% of the 1 GiB copy at 4096 (95.9-98.2% "
+        "at 8192): the shortfall there is the fixed cost. LayerNorm FP8 at 65536 is bound "
+        "inside the row instead (87.0% at the margin; under ncu, "
+        "`logs/ncu-gaps-2026-12-02.csv`: 73% of issue slots busy, DRAM at 70.6%).",
+        md_table(["case (issue's shape)", "configuration", "us", "% of copy",
+                  "same-bytes copy, % of copy", "% of same-bytes copy", "fixed us",
+                  "marginal, % of copy", "copy fixed us", "copy marginal"], rows),
+    ]  # fmt: skip
+
+
+def _dependent_launch() -> list[str]:
+    """pdl_probe.json and norm_fixed_cost-pdl.json: what a programmatic dependent launch
+    saves, on a copy kernel and on the norm forwards (paired against ordinary launches)."""
+    probe, runs = load("pdl_probe"), load("norm_fixed_cost-pdl")
+    out: list[str] = []
+    if probe is not None:
+        prows = [[r["grid"], r["mode"], f"{r['us']:.2f}", f"{r['saved_us']:.2f}",
+                  f"{r['vs_plain']:.3f}", _pct(r["pct_of_copy"])]
+                 for r in probe["rows"]]  # fmt: skip
+        out += [
+            "### Programmatic dependent launches",
+            "A copy kernel launched back to back, ordinarily and as a programmatic dependent "
+            "launch (`griddepcontrol.wait` first; with `launch_dependents` after it too): "
+            + source(probe, "pdl_probe.py")
+            + f" {probe['mib']} MiB per call, {probe['rounds']} paired rounds.",
+            md_table(["grid", "mode", "us", "saved us", "x plain", "% of copy"], prows),
+        ]
+    if runs is not None and any("ordinary_ms" in s for c in runs["cases"] for s in c["sizes"]):
+        copy = runs["copy_gbps"]
+        rows = []
+        for c, summary in zip(runs["cases"], runs["summary"], strict=True):
+            rows.append([summary["case"], f"`{c['kernel'].rsplit('_', 1)[-1]}`",
+                         _pct(summary.get("o_pct")), _pct(summary["pct"]),
+                         _ratio(summary.get("speedup")),
+                         f"{c.get('ordinary_fixed_us', float('nan')):.1f}",
+                         f"{c['kernel_fixed_us']:.1f}",
+                         _pct(100 * c["kernel_marginal_gbps"] / copy)])  # fmt: skip
+        out += [
+            "The norm forwards, each launched both ways in the same rounds: "
+            + source(runs, "norm_fixed_cost.py --name norm_fixed_cost-pdl")
+            + f" Device copy {copy:.0f} GB/s.",
+            md_table(["case (issue's shape)", "configuration", "ordinary, % of copy",
+                      "dependent, % of copy", "x ordinary", "fixed us, ordinary",
+                      "fixed us, dependent", "marginal, % of copy"], rows),
+        ]  # fmt: skip
+    return out
 
 
 def _rerun(d: dict[str, Any]) -> list[str]:

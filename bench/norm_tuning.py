@@ -7,7 +7,7 @@ nvrtc_engine/ops/norm.py).
                                 [--round3-only]
                                 [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered|near|big2|
                                               lanes|fold|bwdc|sfwd|snear|srows|bal|
-                                              sregs|defer|fdefer|caps|reread|hreread]
+                                              sregs|defer|fdefer|caps|reread|hreread|wide]
                                 [--name norm_tuning] [--zero-amax] [--repeat 20] [--shuffle]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
@@ -61,7 +61,8 @@ staged forward with each row's z written a row later (:func:`fdefer_candidates`)
 (:func:`caps_candidates`); round 13: ``--candidates reread`` the staged forward with x read
 from its stage in each pass (:func:`reread_candidates`); round 14: ``--candidates hreread``
 ``h`` and ``y`` together where the staged default keeps its weights in shared memory
-(:func:`hreread_candidates`); ``--name``
+(:func:`hreread_candidates`); round 15: ``--candidates wide`` the clustered staged forward
+over 2-16 warps (:func:`wide_candidates`); ``--name``
 names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
 zeroes the amax word before every FP8 call (timed with it), as a training step does once per
 forward, instead of leaving the first call's maximum there (which lets the guards skip every
@@ -892,6 +893,36 @@ def hreread_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dic
     return out
 
 
+def wide_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates wide`` (round 15): the staged forward default over a cluster (H =
+    65536) with the same columns per CTA spread over 2, 8 or 16 warps instead of 4 (fewer or
+    more accesses per thread), with and without ``u`` (LayerNorm) and ``y``, 3-4 stages. Why:
+    LayerNorm FP8 at 65536 (``w4r1v8j8c8hogqiyt3``) is bound by instruction issue inside the
+    row (ncu: 73% of issue slots busy, 3.5 warps per scheduler, DRAM at 70.6%; 87% of copy at
+    the margin, bench/norm_fixed_cost.py), and ptxas -v gives the 8-warp layout 78 registers
+    (3 CTAs of 8 warps per SM) where the 4-warp one takes 128 (4 of 4). As (LaunchConfig,
+    host settings)."""
+    import dataclasses
+
+    if key.spec.backward or not default.stages or default.cluster < 2:
+        return []
+    ln = key.op.startswith("layernorm")
+    per_cta = default.warps * default.iters
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for warps in (2, 4, 8, 16):
+        if per_cta % warps or per_cta // warps < 1:
+            continue
+        for stages in (3, 4):
+            for reread in (True, False):
+                for one in (False, True) if ln else (False,):
+                    cfg = dataclasses.replace(default, warps=warps, iters=per_cta // warps,
+                                              stages=stages, reread=reread,
+                                              one_reduction=one)  # fmt: skip
+                    if cfg != default and norm.staged_fits(key, cfg) and (cfg, {}) not in out:
+                        out.append((cfg, {}))
+    return out
+
+
 def _registers(norm: Any, key: Any, cfg: Any) -> int:
     """Registers a thread of ``key``'s kernel takes under layout ``cfg``, by ptxas -v (an
     NVRTC compile here: no GPU needed)."""
@@ -953,6 +984,7 @@ CANDIDATE_SETS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "caps": (caps_candidates, ("bf16", "fp8")),
     "reread": (reread_candidates, ("bf16", "fp8")),
     "hreread": (hreread_candidates, ("bf16", "fp8")),
+    "wide": (wide_candidates, ("fp8",)),
 }
 
 
@@ -1104,7 +1136,8 @@ def main() -> int:
         "on the staged backward/forward; caps: a register cap, m3-m12, on each forward "
         "default, staged ones also with h and i; reread: y, x read from its stage per pass, on "
         "each staged forward default, and the 4096 register defaults staged; hreread: h and y "
-        "together on the staged forward defaults that keep their weights in shared memory)",
+        "together on the staged forward defaults that keep their weights in shared memory; wide: "
+        "the staged forward over a cluster with its columns over 2-16 warps, FP8 only)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument(

@@ -33,7 +33,10 @@ constants); the choice is part of the kernel's symbol, e.g.
 ``layernorm_bwd_bf16_bf16_none_rowwise_h4096_sm90_w4r1v8j4c1nm3``. When no register layout
 fits (and always for ``hidden_size=None``) the general kernel streams each row (symbol suffix
 ``loop``). Math as in TransformerEngine: fp32 compute, biased variance,
-``rsigma = 1/sqrt(var + eps)``.
+``rsigma = 1/sqrt(var + eps)``. Every norm function waits for its grid dependency first, so
+on sm_90+ the kernels are programmatic dependent launches (``Kernel._dependent``,
+``NVRTC_ENGINE_DEPENDENT_LAUNCH``); a staged kernel whose persistent grid fills every slot
+(no ``b``) also lets the next grid launch at once.
 """
 
 from __future__ import annotations
@@ -250,7 +253,10 @@ FWD_DEFERRED = False
 # squeezed the same code and lost. FWD_REREAD (suffix ``y``, staged forward): x read again
 # from its stage for each pass over it, and in the output stage one access at a time, so
 # no pass's values live across an exchange: 128 and 64 registers there. Same values, same
-# bits; a few shared-memory reads and unpacks more per element.
+# bits; a few shared-memory reads and unpacks more per element. Round 14 (--candidates
+# hreread: h and y together at 8192 and 14336) and round 15 (--candidates wide: LayerNorm FP8
+# at 65536 over 2-16 warps per CTA) found nothing faster in every round (norm_tuning-hreread,
+# norm_tuning-wide.json); TUNED unchanged.
 FWD_REREAD = False
 # Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
 # Each CTA (or cluster: H = 65536) holds a fixed share of the columns and loops over rows
