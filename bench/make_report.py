@@ -677,10 +677,11 @@ def candidates_section() -> str | None:
         (
             "norm_tuning-wide",
             "--candidates wide --norms layernorm --hidden 65536 --rounds 4 --repeat 5 --shuffle",
-            "LayerNorm FP8 at 65536, the row's columns over 2-16 warps per CTA (paired rounds)",
+            "LayerNorm FP8 at 65536, the row's columns over 8 or 16 warps per CTA (paired rounds)",
             "Round 15: the entry bound by instruction issue inside the row (see the fixed cost "
             "per call above) with its 8192 columns per CTA over 8 or 16 warps instead of 4 "
-            "(ptxas -v: 78 registers at 8 warps), with and without `u` and `y`, 3-4 stages, 4 "
+            "(ptxas -v: 78 registers at 8 warps; 2 warps did not fit), with and without `u` and "
+            "`y`, 3-4 stages, 4 "
             "shuffled rounds: every candidate lost (0.29-0.96x); `norm.TUNED` is unchanged.",
         ),
     ]
@@ -1027,11 +1028,11 @@ def _fixed_cost() -> list[str]:
         "buffers), and a line fitted through (bytes, time) for each: "
         + source(f, "norm_fixed_cost.py")
         + f" Device copy (1 GiB) {copy:.0f} GB/s; ordinary launches (before the dependent "
-        "launches below). At 4096 and 8192 the kernels move their bytes at 96-103% of the copy's "
-        "marginal rate but pay 4.7-10.2 us per call where the copy pays 2.9-4.1, and a copy of "
-        "the same bytes itself reaches only 92.8-94.6% of the 1 GiB copy at 4096 (95.9-98.2% "
-        "at 8192): the shortfall there is the fixed cost. LayerNorm FP8 at 65536 is bound "
-        "inside the row instead (87.0% at the margin; under ncu, "
+        "launches below). At 4096 and 8192 the kernels' marginal rate is 96-103% of the "
+        "(1 GiB) copy's bandwidth, but they pay 4.7-10.2 us per call where the copy pays "
+        "2.9-4.1, and a copy of the same bytes itself reaches only 92.8-94.6% of the 1 GiB "
+        "copy at 4096 (95.9-98.2% at 8192): the shortfall there is the fixed cost. LayerNorm "
+        "FP8 at 65536 is bound inside the row instead (87.0% at the margin; under ncu, "
         "`logs/ncu-gaps-2026-12-02.csv`: 73% of issue slots busy, DRAM at 70.6%).",
         md_table(["case (issue's shape)", "configuration", "us", "% of copy",
                   "same-bytes copy, % of copy", "% of same-bytes copy", "fixed us",

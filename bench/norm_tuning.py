@@ -62,7 +62,7 @@ staged forward with each row's z written a row later (:func:`fdefer_candidates`)
 from its stage in each pass (:func:`reread_candidates`); round 14: ``--candidates hreread``
 ``h`` and ``y`` together where the staged default keeps its weights in shared memory
 (:func:`hreread_candidates`); round 15: ``--candidates wide`` the clustered staged forward
-over 2-16 warps (:func:`wide_candidates`); ``--name``
+over 8 or 16 warps instead of 4 (:func:`wide_candidates`); ``--name``
 names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
 zeroes the amax word before every FP8 call (timed with it), as a training step does once per
 forward, instead of leaving the first call's maximum there (which lets the guards skip every
@@ -896,12 +896,13 @@ def hreread_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dic
 def wide_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
     """``--candidates wide`` (round 15): the staged forward default over a cluster (H =
     65536) with the same columns per CTA spread over 2, 8 or 16 warps instead of 4 (fewer or
-    more accesses per thread), with and without ``u`` (LayerNorm) and ``y``, 3-4 stages. Why:
-    LayerNorm FP8 at 65536 (``w4r1v8j8c8hogqiyt3``) is bound by instruction issue inside the
-    row (ncu: 73% of issue slots busy, 3.5 warps per scheduler, DRAM at 70.6%; 87% of copy at
-    the margin, bench/norm_fixed_cost.py), and ptxas -v gives the 8-warp layout 78 registers
-    (3 CTAs of 8 warps per SM) where the 4-warp one takes 128 (4 of 4). As (LaunchConfig,
-    host settings)."""
+    more accesses per thread; those whose stages fit: for LayerNorm FP8 at 65536, 8 and 16),
+    with and without ``u`` (LayerNorm) and ``y``, 3-4 stages. Why: LayerNorm FP8 at 65536
+    (``w4r1v8j8c8hogqiyt3``) is bound by instruction issue inside the row (ncu: 73% of issue
+    slots busy, 3.5 warps per scheduler, DRAM at 70.6%; 87% of copy at the margin,
+    bench/norm_fixed_cost.py), and ptxas -v gives the 8-warp layout 78 registers (3 CTAs of
+    8 warps per SM) where the 4-warp one takes 128 (4 of 4). As (LaunchConfig, host
+    settings)."""
     import dataclasses
 
     if key.spec.backward or not default.stages or default.cluster < 2:
@@ -1137,7 +1138,7 @@ def main() -> int:
         "default, staged ones also with h and i; reread: y, x read from its stage per pass, on "
         "each staged forward default, and the 4096 register defaults staged; hreread: h and y "
         "together on the staged forward defaults that keep their weights in shared memory; wide: "
-        "the staged forward over a cluster with its columns over 2-16 warps, FP8 only)",
+        "the staged forward over a cluster with its columns over 2, 8 or 16 warps, FP8 only)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument(

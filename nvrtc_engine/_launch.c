@@ -52,6 +52,7 @@ typedef struct {
     union {
         char pad[64];
         int value;
+        long long align; /* the union's 8-byte alignment, as cuda.h's members give it */
     } value;
 } launch_attribute_t;
 typedef struct {

@@ -219,12 +219,15 @@ def _bind(module: Any) -> None:
             else flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM)  # fmt: skip
     addresses = []
     for symbol in ("cuLaunchKernel", "cuCtxGetCurrent", "cuCtxSetCurrent", "cuLaunchKernelEx"):
+        optional = symbol == "cuLaunchKernelEx"  # without it dependent launches are ordinary
         try:
             err, pfn, _ = drv.cuGetProcAddress(symbol.encode(), 12000, flag)
         except Exception as exc:  # a driver too old for it, or none
+            if optional:
+                break
             raise LauncherError(f"cuGetProcAddress({symbol}): {exc}") from None
         if int(err) != 0 or not int(pfn):
-            if symbol == "cuLaunchKernelEx":  # dependent launches become ordinary ones
+            if optional:
                 break
             raise LauncherError(f"cuGetProcAddress({symbol}) found no driver function ({err})")
         addresses.append(int(pfn))

@@ -168,10 +168,12 @@ def env(monkeypatch):
     monkeypatch.setattr(launcher, "_launch", None)
     saved = set(interop.TORCH_TYPES)
     driver._streams.clear()
+    driver._configs.clear()
     yield env
     interop.TORCH_TYPES.clear()
     interop.TORCH_TYPES.update(saved)
     driver._streams.clear()
+    driver._configs.clear()
 
 
 def flatten(result: Any) -> list[Any]:
@@ -426,6 +428,8 @@ def test_dependent_launches_are_the_norms_on_sm90(env, case):
     fast, _, slow, _ = run_both(env, kernel, call)
     norm = "norm" in kernel.key.op
     assert all(n.endswith("(dependent)") == norm for n, *_ in fast + slow), fast + slow
+    # the generic path's CUlaunchConfigs, one per launch shape and stream, made once
+    assert len(driver._configs) == (len({(g, b, st) for _, g, b, st, *_ in slow}) if norm else 0)
     if norm:
         ne.configure(dependent_launch=False)
         try:

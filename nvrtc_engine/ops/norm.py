@@ -255,7 +255,7 @@ FWD_DEFERRED = False
 # no pass's values live across an exchange: 128 and 64 registers there. Same values, same
 # bits; a few shared-memory reads and unpacks more per element. Round 14 (--candidates
 # hreread: h and y together at 8192 and 14336) and round 15 (--candidates wide: LayerNorm FP8
-# at 65536 over 2-16 warps per CTA) found nothing faster in every round (norm_tuning-hreread,
+# at 65536 over 8 or 16 warps per CTA) found nothing faster in every round (norm_tuning-hreread,
 # norm_tuning-wide.json); TUNED unchanged.
 FWD_REREAD = False
 # Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
@@ -498,7 +498,8 @@ class LaunchConfig:
         rows deep), ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then the
         grid choices, the same code: ``x4`` (4 row groups per CTA where a CTA takes
         several, forward) and ``b2`` (a persistent grid of at most 2 CTAs per SM: the
-        backward's, with as many partial column-sum rows, and the staged forward's)."""
+        backward's, with as many partial column-sum rows, and the staged forward's; the code
+        differs only in leaving out the dependent launch's trigger)."""
         if self.mode == "loop":
             return "loop"
         switches = ("h" if self.hold else "") + ("k" if self.packed else "")

@@ -100,7 +100,7 @@ CUresult cuGetErrorName(CUresult error, const char **text) { *text = "STUB_ERROR
 typedef struct {
     int id;
     char pad[4];
-    union { char pad[64]; int value; } value;
+    union { char pad[64]; int value; long long align; } value;
 } stub_attribute_t;
 typedef struct {
     unsigned gx, gy, gz, bx, by, bz, shmem;
