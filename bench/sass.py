@@ -1,6 +1,6 @@
 """SASS of an nvrtc_engine kernel, compiled here (no GPU needed), with an opcode histogram.
 
-    python bench/sass.py OP [field=value ...] [--all]
+    python bench/sass.py OP [field=value ...] [norm_tag=TAG] [--all]
 
 e.g. ``python bench/sass.py gelu dtype=fp8 scaling=mxfp8 layout=rowwise hidden_size=8192``
 prints the kernel's registers, shared memory and stack (``cuobjdump -res-usage``) and the
@@ -8,7 +8,9 @@ count of each opcode per function of the cubin (arch sm_90 unless ``arch=`` says
 ``--all`` adds the whole disassembly. Fields are get_kernel's. Needs ``cuobjdump``: the one
 named by $CUOBJDUMP, else on PATH (a CUDA toolkit), else the one Triton's wheel carries
 (``triton/backends/nvidia/bin``). Used to count the instructions per element of a kernel
-before spending GPU time (docs/activations.md, "Kernels").
+before spending GPU time (docs/activations.md, "Kernels"). ``norm_tag=`` compiles a norm
+kernel with that launch configuration (a ``LaunchConfig`` tag, e.g. ``w4r1v8j8c8hogqiyzt3``)
+whatever its key's default, on a memory-only engine (the key does not see the tag).
 """
 
 from __future__ import annotations
@@ -48,6 +50,27 @@ def parse_fields(args: list[str]) -> dict[str, object]:
     return fields
 
 
+def tagged_norm(op: str, fields: dict[str, object], tag: str) -> object:
+    """``op``'s norm kernel for ``fields`` compiled with the layout ``tag``, in memory only."""
+    import nvrtc_engine as ne
+    import nvrtc_engine.ops.norm as norm
+    from nvrtc_engine.engine import Engine
+
+    os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"  # the key does not see the tag
+    cfg = norm.parse_tag(tag)
+    saved = norm._tuned
+    norm._tuned = lambda key: cfg
+    norm.launch_config.cache_clear()
+    try:
+        kernel = Engine().get(ne.make_key(op, **fields))  # type: ignore[arg-type]
+    finally:
+        norm._tuned = saved
+        norm.launch_config.cache_clear()
+    if kernel.config != cfg:
+        sys.exit(f"{tag} does not apply to this key: it compiles as {kernel.config.tag}")
+    return kernel
+
+
 def main() -> int:
     args = [a for a in sys.argv[1:] if a != "--all"]
     if not args:
@@ -55,7 +78,12 @@ def main() -> int:
     import nvrtc_engine as ne
 
     tool = cuobjdump()
-    kernel = ne.get_kernel(args[0], **parse_fields(args[1:]))
+    fields = parse_fields(args[1:])
+    tag = fields.pop("norm_tag", None)
+    if tag is None:
+        kernel = ne.get_kernel(args[0], **fields)
+    else:
+        kernel = tagged_norm(args[0], fields, str(tag))
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.artifact.image)
         f.flush()
