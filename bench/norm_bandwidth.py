@@ -25,7 +25,9 @@ under $OUT when set).
 ``--tuned-from`` rechecks a sweep's winners before norm.TUNED takes them: for each (norm,
 direction, H, output) of a bench/norm_tuning.py result whose best candidate was faster than
 the default in every round, that candidate replaces the entry for this run (listed in the
-JSON as ``tuned_overrides``); ``--shapes winners`` then measures only their shapes.
+JSON as ``tuned_overrides``; a winner for ``rmsnorm_bwd`` also replaces ``rmsnorm_bwd_add``'s,
+the same kernel with the residual added); ``--shapes winners`` then measures only their
+shapes.
 """
 
 from __future__ import annotations
@@ -240,8 +242,10 @@ def apply_winners(path: str) -> dict[str, str]:
     applied = {}
     for (nm, direction, h, out), r in sorted(best.items()):
         op, scaling = f"{nm}_{direction}", "tensor" if out == "fp8" else "none"
-        norm.TUNED[(op, h, scaling)] = r["config"]
-        applied[f"{op}:{h}:{scaling}"] = r["config"]
+        # rmsnorm_bwd_add is the same kernel with the residual added: it follows rmsnorm_bwd
+        for name in (op, "rmsnorm_bwd_add") if op == "rmsnorm_bwd" else (op,):
+            norm.TUNED[(name, h, scaling)] = r["config"]
+            applied[f"{name}:{h}:{scaling}"] = r["config"]
     norm.launch_config.cache_clear()
     return applied
 

@@ -7,7 +7,8 @@ nvrtc_engine/ops/norm.py).
                                 [--round3-only]
                                 [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered|near|big2|
                                               lanes|fold|bwdc|sfwd|snear|srows|bal|
-                                              sregs|defer|fdefer|caps|reread|hreread|wide]
+                                              sregs|defer|fdefer|caps|reread|hreread|wide|
+                                              shift]
                                 [--name norm_tuning] [--zero-amax] [--repeat 20] [--shuffle]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
@@ -62,11 +63,12 @@ staged forward with each row's z written a row later (:func:`fdefer_candidates`)
 from its stage in each pass (:func:`reread_candidates`); round 14: ``--candidates hreread``
 ``h`` and ``y`` together where the staged default keeps its weights in shared memory
 (:func:`hreread_candidates`); round 15: ``--candidates wide`` the clustered staged forward
-over 8 or 16 warps instead of 4 (:func:`wide_candidates`); ``--name``
-names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays); ``--zero-amax``
-zeroes the amax word before every FP8 call (timed with it), as a training step does once per
-forward, instead of leaving the first call's maximum there (which lets the guards skip every
-later atomic). Each sweep runs ``--rounds`` times; rows give every round and the median; a
+over 8 or 16 warps instead of 4 (:func:`wide_candidates`); round 16: ``--candidates
+shift`` the staged LayerNorm FP8 forward with one-pass statistics (:func:`shift_candidates`);
+``--name`` names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays);
+``--zero-amax`` zeroes the amax word before every FP8 call (timed with it), as a training step does
+once per forward, instead of leaving the first call's maximum there (which lets the guards skip
+every later atomic). Each sweep runs ``--rounds`` times; rows give every round and the median; a
 ``*`` marks the
 current default (``norm.TUNED`` entries included). GB/s counts x, z (forward) and x, dz,
 dx (backward) once. Writes bench/results/norm_tuning.json (or ``--name``). About 95 s on an
@@ -924,6 +926,30 @@ def wide_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
     return out
 
 
+def shift_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates shift`` (round 16): the staged LayerNorm FP8 forward default with ``z``
+    (one-pass statistics about the row's first element; ``u`` dropped where the default has it),
+    with and without ``y`` and ``i``, 3-4 stages (and the default's). Why: the SASS of LayerNorm FP8
+    at 65536 (``w4r1v8j8c8hogqiyt3``, bench/sass.py) spends 18.5 instructions per element in the row
+    loop, 9.6 of them on the two-pass statistics; with ``z`` the loop takes 16.6 and ptxas 96
+    registers instead of 128. As (LaunchConfig, host settings)."""
+    import dataclasses
+
+    if key.spec.backward or key.spec.rms or not default.stages or not key.output.is_fp8:
+        return []
+    out: list[tuple[Any, dict[str, Any]]] = []
+    for stages in sorted({default.stages, 3, 4}):
+        for reread in (True, False):
+            for deferred in (True, False):
+                cfg = dataclasses.replace(default, shifted=True, one_reduction=False,
+                                          stages=stages, reread=reread,
+                                          deferred=deferred and default.rows == 1)  # fmt: skip
+                fits = norm.shift_applies(key, cfg) and norm.staged_fits(key, cfg)
+                if fits and (cfg, {}) not in out:
+                    out.append((cfg, {}))
+    return out
+
+
 def _registers(norm: Any, key: Any, cfg: Any) -> int:
     """Registers a thread of ``key``'s kernel takes under layout ``cfg``, by ptxas -v (an
     NVRTC compile here: no GPU needed)."""
@@ -986,6 +1012,7 @@ CANDIDATE_SETS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "reread": (reread_candidates, ("bf16", "fp8")),
     "hreread": (hreread_candidates, ("bf16", "fp8")),
     "wide": (wide_candidates, ("fp8",)),
+    "shift": (shift_candidates, ("fp8",)),
 }
 
 
@@ -996,7 +1023,7 @@ def candidates(
     ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`);
     ``only``: the default and the named set of :data:`CANDIDATE_SETS` (``--candidates``:
     fp8, fp8b, bwd, big, bf16p, bwd2, onered, near, big2, lanes, fold, bwdc, sfwd, snear,
-    srows, bal, sregs, defer, fdefer)."""
+    srows, bal, sregs, defer, fdefer, caps, reread, hreread, wide, shift)."""
     spec = key.spec
     default = norm.launch_config(key)
     out: list[tuple[Any, dict[str, Any]]] = []
@@ -1138,7 +1165,8 @@ def main() -> int:
         "default, staged ones also with h and i; reread: y, x read from its stage per pass, on "
         "each staged forward default, and the 4096 register defaults staged; hreread: h and y "
         "together on the staged forward defaults that keep their weights in shared memory; wide: "
-        "the staged forward over a cluster with its columns over 2, 8 or 16 warps, FP8 only)",
+        "the staged forward over a cluster with its columns over 2, 8 or 16 warps, FP8 only; "
+        "shift: z, one-pass statistics, on the staged LayerNorm FP8 forward defaults)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument(

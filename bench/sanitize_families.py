@@ -20,7 +20,8 @@ shared-memory reads as 32-bit words, fp32 gamma and folded dx, ``..._round8``; r
 the staged forward, ``norm_switch_staged*`` and TUNED's, ``norm_switch_tuned_*``; with
 several rows per CTA, ``norm_staged_rows_*``; round 11, the staged backward and forward with
 each row's dx or z written a row later, ``norm_switch_*_deferred_*``; round 13, the staged
-forward with x read from its stage in each pass, ``norm_switch_*_reread*``); the
+forward with x read from its stage in each pass, ``norm_switch_*_reread*``; round 16, the
+staged LayerNorm FP8 forward's one-pass statistics, ``norm_switch_*_shifted*``); the
 next-row copies with bf16 output at H = 65536 over a cluster of 4, ``norm_bf16_next_row_*``
 (a TUNED-style tag; the defaults at 65536 are among the plain cases). The
 disk cache is off: switched kernels share keys with the defaults. Cast family: cast (the
@@ -251,6 +252,12 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         "staged3_reread_deferred_one": {"FWD_STAGED": 3, "FWD_REREAD": True,
                                         "FWD_DEFERRED": True, "FWD_ONE_REDUCTION": True},
         "tuned_reread": {"TUNED": norm.TUNED, "FWD_REREAD": True},
+        # round 16: one-pass statistics about the row's first element (z: LayerNorm with an
+        # FP8 output; the other outputs run without it), with and without i and y
+        "staged3_shifted": {"FWD_STAGED": 3, "FWD_SHIFTED": True},
+        "staged3_shifted_deferred_reread": {"FWD_STAGED": 3, "FWD_SHIFTED": True,
+                                            "FWD_DEFERRED": True, "FWD_REREAD": True},
+        "tuned_shifted": {"TUNED": norm.TUNED, "FWD_SHIFTED": True},
     }  # fmt: skip
     # the next-row copies with bf16 output (a TUNED-style tag: no module switch turns them on
     # there), a cluster of 4, with and without held weights; 97 and 300 rows: clusters that

@@ -43,13 +43,15 @@ def params(rng, hidden, w_dtype, zcg):
     return gamma.astype(d), beta.astype(d)
 
 
-def check(got, expected, dtype, tolerance, name):
+def check(got, expected, dtype, tolerance, name, max_ties=1 / 50):
+    """``got`` within ``tolerance`` of ``expected`` rounded to ``dtype``; at most a fraction
+    ``max_ties`` of the elements (or 4) have a bound that straddles a rounding boundary."""
     n, at_ties = reference.check_close(got, expected, dtype, tolerance, name=name)
     if dtype != "fp32":  # ties: elements whose bound straddles a rounding boundary
-        assert at_ties <= max(4, n // 50), f"{name}: {at_ties} of {n} elements at ties"
+        assert at_ties <= max(4, int(n * max_ties)), f"{name}: {at_ties} of {n} elements at ties"
 
 
-def check_mxfp8(data, scales, z, z_tol, out_dtype):
+def check_mxfp8(data, scales, z, z_tol, out_dtype, max_ties=1 / 50):
     """MXFP8 rowwise: E8M0 scales equal the reference's except where the block amax is within
     its error bound of a power-of-two boundary; data checked with the kernel's own scales;
     scale padding zero."""
@@ -73,11 +75,12 @@ def check_mxfp8(data, scales, z, z_tol, out_dtype):
         )
     assert not scales[rows:].any() and not scales[:, nb:].any(), "scale padding not zero"
     mult = np.repeat(e8m0_multiplier(got), 32, axis=1)[:, :hidden]
-    check(data, z * mult, out_dtype, z_tol * mult, "z (mxfp8)")
+    check(data, z * mult, out_dtype, z_tol * mult, "z (mxfp8)", max_ties)
 
 
-def run_forward(kernel, x_host, *, zcg=None, scale=3.0, x=None, eps=EPS):
-    """Launch a forward kernel on poisoned outputs and check every output."""
+def run_forward(kernel, x_host, *, zcg=None, scale=3.0, x=None, eps=EPS, max_ties=1 / 50):
+    """Launch a forward kernel on poisoned outputs and check every output (``max_ties``: see
+    :func:`check`, for z)."""
     key = kernel.key
     rms = key.op == "rmsnorm_fwd"
     zcg = key.flag("zero_centered_gamma") if zcg is None else zcg
@@ -103,23 +106,26 @@ def run_forward(kernel, x_host, *, zcg=None, scale=3.0, x=None, eps=EPS):
     else:
         res = kernel(x, gamma, beta, eps, out, mu, rsigma, **kwargs)
         assert res.z is out and res.mu is mu and res.rsigma is rsigma
-        ref = reference.layernorm_fwd(x_host, gamma_host, beta_host, eps, zero_centered_gamma=zcg)
+        shift = np.asarray(x_host, np.float64)[:, 0] if kernel.config.shifted else None
+        ref = reference.layernorm_fwd(x_host, gamma_host, beta_host, eps, zero_centered_gamma=zcg,
+                                      shift=shift)  # fmt: skip
     torch.cuda.synchronize()
     check(to_host(rsigma, "fp32"), ref.rsigma, "fp32", ref.rsigma_tol, "rsigma")
     if not rms:
         check(to_host(mu, "fp32"), ref.mu, "fp32", ref.mu_tol, "mu")
     z_got = to_host(out, key.out_dtype)
     if key.scaling == "none":
-        check(z_got, ref.z, key.out_dtype, ref.z_tol, "z")
+        check(z_got, ref.z, key.out_dtype, ref.z_tol, "z", max_ties)
     elif key.scaling == "tensor":
         s = np.float64(np.float32(scale))
-        check(z_got, ref.z * s, key.out_dtype, ref.z_tol * s, "z (tensor-scaled)")
+        check(z_got, ref.z * s, key.out_dtype, ref.z_tol * s, "z (tensor-scaled)", max_ties)
         amax = np.abs(ref.z).max()
         assert abs(kwargs["amax"].item() - amax) <= ref.z_tol.max(), "amax"
         assert kwargs["scale_inv"].item() == float(np.float32(1.0) / np.float32(scale))
     else:
         assert res.scale_inv is kwargs["scale_inv"]
-        check_mxfp8(z_got, kwargs["scale_inv"].cpu().numpy(), ref.z, ref.z_tol, key.out_dtype)
+        check_mxfp8(z_got, kwargs["scale_inv"].cpu().numpy(), ref.z, ref.z_tol, key.out_dtype,
+                    max_ties)  # fmt: skip
     return out, ref
 
 
@@ -1410,3 +1416,89 @@ def test_forward_reread(op, case):
     the grid's CTAs, H odd and H = 1000, fp16 and fp32 x (a 1e4 mean offset), fp32 and
     zero-centred gamma, bf16, FP8 and MXFP8 z; unaligned x at 4096."""
     _check_forward_switch(op, case, "reread")
+
+
+# Round 16 on the staged LayerNorm FP8 forward (``z``): one-pass statistics about x[row, 0].
+FWD_SHIFTED = [  # (tag, in dtype, H, out dtype, scaling, flags, row counts)
+    ("w4r1v8j8c8hogqizt3", "bf16", 65536, "fp8_e4m3", "tensor", {}, (1, 5, 300)),
+    ("w4r1v8j8c8hogqiyzt3", "bf16", 65536, "fp8_e4m3", "tensor", {}, (3, 300)),
+    ("w4r1v8j8c8hogqzt3", "bf16", 65536, "fp8_e4m3", "tensor", {}, (1, 37)),
+    ("w4r1v8j8c8hqyzt3b1", "bf16", 65536, "fp8_e5m2", "mxfp8", {"zero_centered_gamma": True}, (7,)),
+    ("w4r1v8j4c1hogqzt3", "bf16", 4096, "fp8_e4m3", "tensor", {}, (1, 4099)),
+    ("w4r1v8j4c1hogqiyzt3", "bf16", 4096, "fp8_e4m3", "tensor", {}, (2, 4099)),
+    ("w4r2v8j4c1hogqzt3", "bf16", 4096, "fp8_e4m3", "tensor", {}, (1, 4099)),
+    ("w14r2v8j4c1ogqzt2", "bf16", 14336, "fp8_e4m3", "tensor", {}, (3, 1001)),
+    ("w7r1v8j4c2ogqfizt3", "bf16", 14336, "fp8_e4m3", "tensor", {}, (3, 1001)),
+    ("w4r1v8j4c1eqzt3", "fp16", 4096, "fp8_e4m3", "tensor", {"fp32_gamma": True}, (2, 300)),
+    ("w1r1v1j32c1zt3", "bf16", 1001, "fp8_e4m3", "tensor", {"fp32_gamma": True}, (9, 50)),
+    ("w2r1v4j8c1izt3", "fp32", 2048, "fp8_e4m3", "tensor", {}, (9,)),
+    ("w1r1v8j4c1hzt4", "fp16", 1000, "fp8_e5m2", "mxfp8", {"zero_centered_gamma": True}, (7,)),
+]
+
+
+@pytest.mark.parametrize("case", FWD_SHIFTED, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}-{c[4]}")
+def test_forward_shifted(case):
+    """``z`` on the staged LayerNorm FP8 forward against the float64 reference (its one-pass
+    bounds, reference.layernorm_fwd's ``shift``): clusters of 8 and 2 CTAs and one CTA, one
+    and two rows per CTA, with and without ``i`` and ``y``, the weights held (``h``), loaded
+    per row (``e``) or in shared memory (as stored, or fp32 ``f``), N = 1, N below and above
+    the grid's CTAs, H odd (the shift copied element by element) and H = 1000, fp16 and fp32
+    x (a 1e4 mean offset), fp32 and zero-centred gamma, FP8 and MXFP8 z; unaligned x at 4096.
+    Beside the same layout without ``z`` (the two round the same values differently): no
+    more than 1% of the z bytes differ, with tensor scaling never by more than one FP8 step;
+    from fp32 x with its 1e4 mean offset, where x * rsigma - mu * rsigma loses about 2^-10 of
+    a normalized unit (several subnormal steps near zero), no more than 5%."""
+    tag, in_dtype, hidden, out, scaling, flags, counts = case
+    fields = dict(in_dtype=in_dtype, out_dtype=out, scaling=scaling, hidden_size=hidden, **flags)
+    kernel, plain = _switch_pair("layernorm_fwd", fields, tag, "shifted")
+    assert kernel.config.shifted and not plain.config.shifted
+    for rows in counts:
+        x_host = _sample_x(seed(tag, rows, "shifted"), rows, hidden, in_dtype)
+        got = run_forward(kernel, x_host)[0].clone()
+        want = run_forward(plain, x_host)[0]
+        _assert_fp8_close(got, want, scaling, 0.05 if in_dtype == "fp32" else 0.01, tag,
+                          steps=in_dtype != "fp32")  # fmt: skip
+    if hidden == 4096 and in_dtype == "bf16":
+        x_host = reference.sample_input((301, 4096), "bf16", seed(tag, "shifted unaligned"))
+        run_forward(kernel, x_host, x=unaligned_bf16(x_host))
+
+
+def _assert_fp8_close(got, want, scaling, limit, label, steps=True):
+    """FP8 z bytes ``got`` and ``want`` (same shape): at most a fraction ``limit`` of them
+    differ and, with tensor scaling and ``steps``, each by one step of the format at most (an
+    MXFP8 block whose amax rounds across a power of two changes its scale and all 32 of its
+    bytes)."""
+    a = got.view(torch.uint8).to(torch.int16)
+    b = want.view(torch.uint8).to(torch.int16)
+    differ = a != b
+    assert differ.float().mean().item() <= limit, label
+    if scaling == "tensor" and steps:
+
+        def position(c):  # signed position on the number line: -0 and +0 are both 0
+            return torch.where(c >= 0x80, -(c & 0x7F), c)
+
+        assert int((position(a) - position(b)).abs().max()) <= 1, label
+
+
+@pytest.mark.parametrize("hidden", [4096, 65536])
+@pytest.mark.parametrize("first", [50.0, 256.0, -2000.0])
+def test_forward_shifted_outlier_first_element(hidden, first):
+    """``z`` where the shift is far from the row's mean: x[:, 0] an outlier of ``first``
+    standard deviations (256 = sqrt(65536): half the bound's cancellation; -2000 a "massive
+    activation" in the first channel) over N(0, 1) bf16 rows. The kernel stays within the
+    one-pass bounds of the reference, which are wider than the two-pass ones there (so more
+    elements are at ties: up to 20%); beside the same layout without ``z``, at most 5% of the
+    z bytes differ (2.2% in bench/norm_shift_error.py's emulation at 256). Not always by one
+    step: rsigma's relative error (3e-3 there) is an absolute error of xhat * gamma, several
+    steps where z is small against it (near zero, or where beta cancels xhat * gamma)."""
+    tag = "w4r1v8j8c8hogqiyzt3" if hidden == 65536 else "w4r1v8j4c1hogqzt3"
+    fields = dict(in_dtype="bf16", out_dtype="fp8_e4m3", scaling="tensor", hidden_size=hidden)
+    kernel, plain = _switch_pair("layernorm_fwd", fields, tag, "shifted")
+    x_host = reference.sample_input((37, hidden), "bf16", seed("outlier", hidden, first))
+    x_host[:, 0] = first
+    x_host[5, 0] = 0.0  # one row whose shift is near its mean
+    got, ref = run_forward(kernel, x_host, max_ties=0.2)
+    want, two_pass = run_forward(plain, x_host)
+    _assert_fp8_close(got, want, "tensor", 0.05, tag, steps=False)
+    wider = np.delete(np.arange(37), 5)
+    assert np.all(ref.rsigma_tol[wider] > two_pass.rsigma_tol[wider])

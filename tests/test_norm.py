@@ -281,7 +281,7 @@ def test_held_weights_need_two_ctas_per_sm():
     assert fp8_tag("rmsnorm_fwd", 4096) == "w4r1v8j4c1hogqx4"
     assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1hogq"
     assert fp8_tag("rmsnorm_fwd", 65536) == "w4r1v8j8c8hogqit3"
-    assert fp8_tag("layernorm_fwd", 65536) == "w4r1v8j8c8hogqiyt3"
+    assert fp8_tag("layernorm_fwd", 65536) == "w4r1v8j8c8hogqiyzt3"
     with rules_only() as monkeypatch:
         monkeypatch.setitem(norm.FWD_HOLD_WEIGHTS, "tensor", True)
         launch_config.cache_clear()
@@ -651,6 +651,47 @@ def test_reference_forward_bounds_scale_with_the_mean_offset():
     assert r.z_tol.max() < 0.2
 
 
+def _bench_module(name):
+    """The script bench/NAME.py as a module."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("hidden, first", [(65536, 256.0), (4096, -2000.0), (1001, 30.0),
+                                           (4096, None)])  # fmt: skip
+def test_reference_shifted_bounds_cover_the_one_pass_statistics(hidden, first):
+    """``layernorm_fwd(..., shift=K)`` bounds the fp32 one-pass statistics about K (switch
+    ``z``, emulated by bench/norm_shift_error.py): bf16 rows of N(0, 1) whose first element
+    is an outlier (256 = sqrt(65536) standard deviations: half the bound's cancellation; a "massive
+    activation" of -2000), where the fp32 computation is far outside the two-pass bounds and
+    inside the shifted ones; and fp32 rows with a 1e4 mean offset."""
+    rng = np.random.default_rng(hidden)
+    if first is None:
+        x = (1e4 + rng.standard_normal((8, hidden))).astype(np.float32)
+    else:
+        x = rng.standard_normal((8, hidden))
+        x[:, 0] = first
+        x = x.astype(ne.DTYPES["bf16"].numpy()).astype(np.float32)
+    gamma = (rng.standard_normal(hidden) * 0.5 + 1).astype(np.float32)
+    beta = (rng.standard_normal(hidden) * 0.5).astype(np.float32)
+    emulated = _bench_module("norm_shift_error").shifted_forward_fp32
+    k, mu, rs, z = emulated(x, gamma, beta, 1e-5)
+    shifted = ref.layernorm_fwd(x, gamma, beta, 1e-5, shift=k)
+    assert np.all(np.abs(mu - shifted.mu) <= shifted.mu_tol)
+    assert np.all(np.abs(rs - shifted.rsigma) <= shifted.rsigma_tol)
+    assert np.all(np.abs(z - shifted.z) <= shifted.z_tol)
+    if first is not None:
+        plain = ref.layernorm_fwd(x, gamma, beta, 1e-5)
+        assert np.any(np.abs(rs - plain.rsigma) > 2 * plain.rsigma_tol)
+        assert np.all(shifted.rsigma_tol > plain.rsigma_tol)
+
+
 def numerical_grad(f, a, h=1e-6):
     g = np.zeros_like(a)
     for idx in np.ndindex(a.shape):
@@ -879,12 +920,13 @@ def _with_switches(monkeypatch, values):
 # H = 65536: norm_tuning-big2.json; RMSNorm 4096: norm_tuning-near-rms.json; LayerNorm: the
 # staged forward, norm_tuning-sfwd.json and norm_tuning-snear.json, 2026-12-02; two rows per
 # CTA, norm_tuning-srows.json and norm_tuning-bal.json; weights held, norm_tuning-sregs.json;
-# z a row later, norm_tuning-fdefer.json)
+# z a row later, norm_tuning-fdefer.json; LayerNorm 65536: one-pass statistics about the row's
+# first element, norm_tuning-shift.json)
 TUNED_FP8 = {
     ("layernorm_fwd", 4096): "w4r1v8j4c1hogqit3",
     ("layernorm_fwd", 8192): "w4r1v8j8c1uogqt3",
     ("layernorm_fwd", 14336): "w14r2v8j4c1ogqt2",
-    ("layernorm_fwd", 65536): "w4r1v8j8c8hogqiyt3",
+    ("layernorm_fwd", 65536): "w4r1v8j8c8hogqiyzt3",
     ("rmsnorm_fwd", 4096): "w4r1v8j4c1hogqx4",
     ("rmsnorm_fwd", 8192): "w2r1v8j8c2hogqpx64",
     ("rmsnorm_fwd", 14336): "w14r1v8j4c1hogq",
@@ -1806,6 +1848,60 @@ def test_reread_forward_compile(arch):
     assert compiled == 2 * (3 if arch in ("sm_80", "sm_89") else len(FWD_REREAD))
 
 
+# Round 16: the staged LayerNorm FP8 forward's one-pass statistics about x[row, 0] (``z``).
+FWD_SHIFTED = [  # (tag, in dtype, H, scaling, flags)
+    ("w4r1v8j8c8hogqiyzt3", "bf16", 65536, "tensor", {}),
+    ("w4r1v8j8c8hqyzt3b1", "bf16", 65536, "mxfp8", {"zero_centered_gamma": True}),
+    ("w4r2v8j4c1hogqzt3", "bf16", 4096, "tensor", {}),
+    ("w7r1v8j4c2ogqfizt3", "bf16", 14336, "tensor", {}),
+    ("w4r1v8j4c1eqzt3", "fp16", 4096, "tensor", {"fp32_gamma": True}),
+    ("w1r1v1j32c1izt3", "bf16", 1001, "mxfp8", {}),
+]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_shifted_forward_compile(arch):
+    """A staged LayerNorm FP8 forward with ``z`` compiles on every arch (clusters from
+    sm_90): its symbol ends with the tag, its dynamic shared memory is that of the same layout
+    without ``z``, and its source copies each row's first element with the row, takes the
+    statistics in one pass about it (one exchange of two sums: posted, with ``i``) and folds
+    the centring into the output stage's multiply-add. ``z`` is dropped where it does not
+    apply: RMSNorm, a bf16 z, with ``u``, a register layout, the backward."""
+    compiled = 0
+    with rules_only() as mp:
+        for cfg, op, key in _forward_keys(FWD_SHIFTED, arch):
+            if op != "layernorm_fwd":
+                continue
+            assert cfg.shifted
+            sources = _compile_with_and_without(mp, key, cfg, "shifted")
+            compiled += 1
+            for text in ("first_x[st * THREADS + threadIdx.x]", "shifted_stats(",
+                         "fmaf(fmaf(", "float sq[2];"):  # fmt: skip
+                assert text in sources[0] and text not in sources[1], text
+            post = "row_post<2>(sq," if cfg.deferred else "row_sum<2>(sq,"
+            assert post in sources[0]
+            if cfg.deferred:
+                assert "emit_deferred(parity - 2);" in sources[0]
+                assert "emit_deferred(parity - 3);" in sources[1]
+        dropped = [("rmsnorm_fwd", "w4r1v8j4c1hogqzt3", "tensor"),
+                   ("layernorm_fwd", "w4r1v8j4c1hqzt3", "none"),
+                   ("layernorm_fwd", "w4r1v8j4c1huoqzt3", "tensor"),
+                   ("layernorm_fwd", "w4r1v8j4c1hogqz", "tensor"),
+                   ("layernorm_bwd", "w8r1v8j2c1zt3", "none")]  # fmt: skip
+        for op, tag, scaling in dropped:
+            layout = norm.parse_tag(tag)
+            assert layout.shifted and layout.tag == tag
+            mp.setattr(norm, "_tuned", lambda key, layout=layout: layout)
+            launch_config.cache_clear()
+            out = "fp8_e4m3" if scaling == "tensor" else "bf16"
+            fields = {} if op == "layernorm_bwd" else {"out_dtype": out, "scaling": scaling}
+            key = make_key(op, in_dtype="bf16", hidden_size=4096, arch=arch, **fields)
+            assert not launch_config(key).shifted, (op, tag)
+            assert "shifted_stats(" not in render(key).source
+    launch_config.cache_clear()
+    assert compiled == (3 if arch in ("sm_80", "sm_89") else len(FWD_SHIFTED))
+
+
 # Programmatic dependent launch: every norm kernel waits for its grid dependency first.
 _GLOBAL_ACCESS = re.compile(r"\b(?:ld|st|atom|red)\.(?!param|shared|local|const)|\bcp\.async\.")
 DEPENDENT_CASES = [  # (op, fields, staged: its main kernel is the persistent staged one)
@@ -1851,3 +1947,32 @@ def test_kernels_wait_for_their_grid_dependency(op, fields, staged, arch):
         trigger = "griddepcontrol.launch_dependents" in body
         cfg = launch_config(key)
         assert trigger == (staged and n == 0 and cfg.stages > 0 and not cfg.ctas_per_sm), n
+
+
+def test_bandwidth_tuned_from_takes_winners_faster_in_every_round(tmp_path, monkeypatch):
+    """bench/norm_bandwidth.py --tuned-from: a candidate faster than the default in every
+    round replaces the TUNED entry for the run (the best by same-round speed-up), one faster in
+    only some rounds does not, and a rmsnorm_bwd winner also replaces rmsnorm_bwd_add's."""
+    import json
+
+    bench = _bench_module("norm_bandwidth")
+    monkeypatch.setattr(norm, "TUNED", dict(norm.TUNED))
+    case = {"norm": "rmsnorm", "direction": "bwd", "hidden": 4096, "out": "bf16"}
+    rows = [{**case, "config": "w8r1v8j2c1t5", "default": True},
+            {**case, "config": "w8r1v8j2c1t4", "faster_rounds": 1.0, "vs_default": 1.02},
+            {**case, "config": "w8r1v8j2c1t3", "faster_rounds": 1.0, "vs_default": 1.05},
+            {**case, "config": "w8r1v8j2c1qt3", "faster_rounds": 0.75, "vs_default": 1.09},
+            {**case, "norm": "layernorm", "direction": "fwd", "hidden": 65536, "out": "fp8",
+             "config": "w4r1v8j8c8hogqiyzt3", "faster_rounds": 1.0,
+             "vs_default": 1.04}]  # fmt: skip
+    result = tmp_path / "norm_tuning-x.json"
+    result.write_text(json.dumps({"rows": rows}))
+    applied = bench.apply_winners(str(result))
+    assert applied == {"layernorm_fwd:65536:tensor": "w4r1v8j8c8hogqiyzt3",
+                       "rmsnorm_bwd:4096:none": "w8r1v8j2c1t3",
+                       "rmsnorm_bwd_add:4096:none": "w8r1v8j2c1t3"}  # fmt: skip
+    assert norm.TUNED[("rmsnorm_bwd_add", 4096, "none")] == "w8r1v8j2c1t3"
+    key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8_e4m3", scaling="tensor",
+                   hidden_size=65536, arch="sm_90")  # fmt: skip
+    assert norm.launch_config(key).tag == "w4r1v8j8c8hogqiyzt3"
+    norm.launch_config.cache_clear()

@@ -258,6 +258,23 @@ FWD_DEFERRED = False
 # at 65536 over 8 or 16 warps per CTA) found nothing faster in every round (norm_tuning-hreread,
 # norm_tuning-wide.json); TUNED unchanged.
 FWD_REREAD = False
+# Round-16 switch, off by default (bench/norm_tuning.py --candidates shift). SASS (sm_90,
+# NVRTC 13, bench/sass.py) of LayerNorm FP8 at 65536 (w4r1v8j8c8hogqiyt3): 18.5
+# instructions per element in the row loop, 9.6 of them for the statistics (x read and
+# unpacked twice around the mean's exchange: sum; deviation, square) and 8.8 for the output
+# stage (3 unpacks, x - mu, * rsigma, * gamma + beta, amax, * scale, half a conversion).
+# FWD_SHIFTED (suffix ``z``: the staged LayerNorm forward with FP8 output, without ``u``): one
+# pass about the row's first element K (each thread copies it with the row): S1 = sum(x - K), S2 =
+# sum((x - K)^2), one exchange of both per row; mean = K + S1 / H, variance = S2 / H - (S1 / H)^2.
+# K is one of the row's values, so (mean - K)^2 <= M2 = sum((x - mean)^2) and S2 = M2 + H (mean -
+# K)^2 <= (H + 1) M2: the cancellation multiplies S2's relative error by at most H + 1. In an fp32
+# emulation of the kernel (bench/norm_shift_error.py), rsigma's relative error is 3.0e-3 at 65536
+# where K is an outlier sqrt(H) = 256 standard deviations out (there the cancellation is H / 2; it
+# nears H as K goes further out), 2.5e-7 for a typical K (two passes: 0.6-1.6e-7), against the
+# 2^-4 of an E4M3 step. The output stage takes x * rsigma - mu * rsigma (one FFMA) instead of (x -
+# mu) * rsigma: an absolute error of |mu| * rsigma * 2^-24 in units of the normalized value. FP8
+# outputs only: a bf16 or fp32 z keeps the two-pass form (docs/norms.md).
+FWD_SHIFTED = False
 # Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
 # Each CTA (or cluster: H = 65536) holds a fixed share of the columns and loops over rows
 # (persistent grid); a thread copies its share of the row's x and dz into shared memory
@@ -353,7 +370,10 @@ TUNED: dict[tuple[str, int, str], str] = {
     # Round 13, --candidates reread --hidden 4096,65536 (4 rounds, norm_tuning-reread.json):
     # y (x read from its stage in each pass: 168 -> 128 registers, 4 CTAs per SM) with i,
     # faster than round 10's hogqt3 (81.2%) in every round; y lost at every other entry
-    ("layernorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqiyt3",  # 85.3 (81.2, hogqt3), 1.051x
+    # Round 16, --candidates shift --norms layernorm (4 rounds, norm_tuning-shift.json): z
+    # (one-pass statistics about x[row, 0]; 128 -> 96 registers) on round 13's entry, 93.6
+    # against 85.5, 1.086x in every round; z lost at 4096-14336 (0.82-0.99x)
+    ("layernorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqiyzt3",  # 93.6 (85.5, hogqiyt3)
     ("rmsnorm_fwd", 4096, "tensor"): "w4r1v8j4c1hogqx4",  # 89.2 against ogq 88.3, near
     ("rmsnorm_fwd", 8192, "tensor"): "w2r1v8j8c2hogqpx64",  # 95.2 against w4j8c1gq 91.5, bwdc
     ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1hogq",  # 94.7 (8 groups) against hog 83.9
@@ -475,6 +495,7 @@ class LaunchConfig:
     folded: bool = False  # staged backward: dx from the row's constants, two FFMA per element
     deferred: bool = False  # staged: a row's dx (z) after the next row's sums are posted
     reread: bool = False  # staged forward: x read from its stage in each pass, not held
+    shifted: bool = False  # staged LayerNorm FP8 forward: one-pass statistics about x[row, 0]
 
     @property
     def threads(self) -> int:
@@ -493,7 +514,8 @@ class LaunchConfig:
         fp32), ``d`` (the staged backward's dx from per-row constants), ``i`` (a staged
         kernel's dx or z of a row written after the next row's sums are posted), ``y`` (the
         staged forward's x read from its stage in each pass and in the output stage access
-        by access, instead of held in registers across the row), ``a2``
+        by access, instead of held in registers across the row), ``z`` (the staged LayerNorm
+        FP8 forward's one-pass statistics about the row's first element), ``a2``
         (split sums), ``s1`` (column sums in shared memory), ``t3`` (the staged kernel, 3
         rows deep), ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then the
         grid choices, the same code: ``x4`` (4 row groups per CTA where a CTA takes
@@ -509,7 +531,7 @@ class LaunchConfig:
         switches += ("q" if self.words else "") + ("p" if self.next_row else "")
         switches += ("l" if self.lanes else "") + ("f" if self.gamma32 else "")
         switches += ("d" if self.folded else "") + ("i" if self.deferred else "")
-        switches += "y" if self.reread else ""
+        switches += ("y" if self.reread else "") + ("z" if self.shifted else "")
         switches += f"a{self.accumulators}" if self.accumulators > 1 else ""
         switches += f"s{self.shared_sums}" if self.shared_sums else ""
         switches += f"t{self.stages}" if self.stages else ""
@@ -697,6 +719,7 @@ def staged_fits(key: KernelKey, cfg: LaunchConfig) -> bool:
     arch = arch_number(key.arch)
     limit = OPTIN_SMEM_BYTES.get(arch, min(OPTIN_SMEM_BYTES.values())) - 1024
     size = staged_smem_bytes(cfg, key.input.itemsize, w_size, **staged_counts(spec, cfg))
+    size += cfg.stages * cfg.threads * 4 if cfg.shifted else 0  # z: each thread's copy of K
     return size <= limit
 
 
@@ -752,11 +775,22 @@ def _round8_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
         BWD_GAMMA32 and staged and staged_fits(key, dataclasses.replace(cfg, gamma32=True))
     )
     reread = (cfg.reread or FWD_REREAD) and cfg.stages > 0 and not key.spec.backward
+    shifted = (cfg.shifted or FWD_SHIFTED) and shift_applies(key, cfg)
     new = dict(lanes=lanes, words=words, gamma32=gamma32, folded=folded, deferred=deferred,
-               reread=reread)  # fmt: skip
+               reread=reread, shifted=shifted)  # fmt: skip
     if all(getattr(cfg, k) == v for k, v in new.items()):
         return cfg
     return dataclasses.replace(cfg, **new)
+
+
+def shift_applies(key: KernelKey, cfg: LaunchConfig) -> bool:
+    """Whether ``z`` (``FWD_SHIFTED``: one-pass statistics about the row's first element)
+    applies: the staged LayerNorm forward with an FP8 output (tensor scaling or MXFP8),
+    without ``u``."""
+    spec = key.spec
+    assert isinstance(spec, NormSpec)
+    return (cfg.mode == "regs" and cfg.stages > 0 and not spec.backward and not spec.rms
+            and key.output.is_fp8 and not cfg.one_reduction)  # fmt: skip
 
 
 def next_row_fits(cfg: LaunchConfig, itemsize: int) -> bool:
@@ -767,7 +801,8 @@ def next_row_fits(cfg: LaunchConfig, itemsize: int) -> bool:
 
 
 _TAG = re.compile(
-    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(l?)(f?)(d?)(i?)(y?)(?:a(\d+))?"
+    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(l?)(f?)(d?)(i?)(y?)(z?)"
+    r"(?:a(\d+))?"
     r"(?:s(\d+))?"
     r"(?:t(\d+))?(?:m(\d+))?(?:x(\d+))?(?:b(\d+))?"
 )
@@ -782,17 +817,18 @@ def parse_tag(tag: str) -> LaunchConfig:
         raise ValueError(
             f"not a norm configuration tag: {tag!r} (expected w<warps>r<rows>v<vec>j<iters>"
             "c<cluster>, then the switch letters that apply in the order h k n e u o g q p l f "
-            "d i y, then a<n> s<n> t<n> m<n> x<n> b<n> in that order)"
+            "d i y z, then a<n> s<n> t<n> m<n> x<n> b<n> in that order)"
         )
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
-                        packed=bool(m[7]), min_ctas=int(m[23] or 0), early=bool(m[9]),
-                        one_reduction=bool(m[10]), accumulators=int(m[20] or 1),
-                        shared_sums=int(m[21] or 0), batched=bool(m[11]),
+                        packed=bool(m[7]), min_ctas=int(m[24] or 0), early=bool(m[9]),
+                        one_reduction=bool(m[10]), accumulators=int(m[21] or 1),
+                        shared_sums=int(m[22] or 0), batched=bool(m[11]),
                         warp_amax=bool(m[12]), words=bool(m[13]), next_row=bool(m[14]),
                         lanes=bool(m[15]), gamma32=bool(m[16]), folded=bool(m[17]),
-                        deferred=bool(m[18]), reread=bool(m[19]), stages=int(m[22] or 0),
-                        groups=int(m[24] or 0), ctas_per_sm=int(m[25] or 0))  # fmt: skip
+                        deferred=bool(m[18]), reread=bool(m[19]), shifted=bool(m[20]),
+                        stages=int(m[23] or 0), groups=int(m[25] or 0),
+                        ctas_per_sm=int(m[26] or 0))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -965,6 +1001,7 @@ class NormSpec(OpSpec):
             folded=cfg.folded and staged,
             defer=cfg.deferred and staged,
             reread=cfg.reread and staged and not self.backward,
+            shifted=cfg.shifted and shift_applies(key, cfg),
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
             stats_name=symbols[1] if len(symbols) == 3 else "",

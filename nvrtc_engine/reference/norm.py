@@ -26,6 +26,14 @@ at most ``g(k) * sum |terms|``):
   is within 2 ulp = 4u).
 - ``z``: ``|g| rsigma dmu + |g xhat| (rho + 4u) + (|g xhat| + |beta|) 2u`` (the subtraction,
   the products, the fused multiply-add, the rounding of ``gamma + 1``).
+- One-pass statistics about a per-row shift ``K`` (``shift``: the staged forward's switch
+  ``z``, ``K = x[:, 0]``): ``S1 = sum(x - K)``, ``S2 = sum((x - K)^2)``, ``m = S1 / H``,
+  ``var = S2 / H - m^2``. With ``A = sum|x - K|`` the computed ``m`` is within ``e = (g(D) +
+  3u) A / H``, the mean within ``dmu = e + u |mu|``; ``S2`` is a sum of positive terms
+  (``g(D + 3)``), so ``var`` is within ``g(D + 6) (var + m^2) + u m^2 + 2 |m| e + e^2`` and
+  ``rho = that / (2 (var + eps)) + 4u``: the ``m^2 / var`` term is the cancellation, at most
+  ``H`` as ``K`` is one of the row's values. ``z`` takes ``x rsigma - mu rsigma`` (one fused
+  multiply-add): the bound above with these ``dmu`` and ``rho``, plus ``|g| rsigma u |mu|``.
 - Backward: with ``S1 = sum|dy|`` and ``S2 = sum|dy xhat|`` over the row, the kernel's
   ``mean(dy)`` is within ``(g(D) + 4u) S1 / H`` and ``mean(dy xhat)`` within
   ``(g(D) + 7u) S2 / H``; ``dx`` within ``rsigma (3u |dy| + |xhat| d_mdyy + d_mdy +
@@ -119,11 +127,14 @@ class NormBackward:
 
 def layernorm_fwd(
     x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float, *,
-    zero_centered_gamma: bool = False,
+    zero_centered_gamma: bool = False, shift: np.ndarray | None = None,
 ) -> NormForward:  # fmt: skip
     """LayerNorm forward of ``x`` ``(..., H)`` (any float dtype), as in TransformerEngine.
 
-    Returns :class:`NormForward` with ``z`` shaped ``(N, H)``.
+    Returns :class:`NormForward` with ``z`` shaped ``(N, H)``. ``shift`` ``(N,)``: the
+    values the kernel took its one-pass statistics about (the staged forward's switch ``z``:
+    each row's first element); the error bounds are then that computation's (module
+    docstring). The results do not depend on it.
     """
     hidden = np.shape(x)[-1]
     x64 = _rows(x, hidden)
@@ -137,10 +148,20 @@ def layernorm_fwd(
     xhat = d * rsigma[:, None]
     z = xhat * g + b
     depth = summation_depth(hidden)
-    dmu = (_g(depth) + 3 * _U) * np.abs(x64).mean(axis=1)
-    rho = _g(depth + 6) / 2 + (dmu * rsigma) ** 2 / 2 + 4 * _U
+    fold = 0.0
+    if shift is None:
+        dmu = (_g(depth) + 3 * _U) * np.abs(x64).mean(axis=1)
+        rho = _g(depth + 6) / 2 + (dmu * rsigma) ** 2 / 2 + 4 * _U
+    else:
+        k = np.asarray(shift, dtype=np.float64).reshape(-1)
+        m = mu - k
+        e = (_g(depth) + 3 * _U) * np.abs(x64 - k[:, None]).mean(axis=1)
+        dmu = e + _U * np.abs(mu)
+        dvar = _g(depth + 6) * (var + m * m) + _U * m * m + 2 * np.abs(m) * e + e * e
+        rho = dvar / (2 * (var + eps32)) + 4 * _U
+        fold = _U * (rsigma * np.abs(mu))[:, None]  # the rounding of mu * rsigma
     gx = np.abs(g * xhat)
-    z_tol = (np.abs(g) * (rsigma * dmu)[:, None] + gx * (rho[:, None] + 4 * _U)
+    z_tol = (np.abs(g) * ((rsigma * dmu)[:, None] + fold) + gx * (rho[:, None] + 4 * _U)
              + (gx + np.abs(b)) * 2 * _U)  # fmt: skip
     return NormForward(z, mu, rsigma, _SAFETY * z_tol, _SAFETY * dmu, _SAFETY * rho * rsigma)
 
