@@ -689,8 +689,8 @@ def candidates_section() -> str | None:
             "--candidates shift --norms layernorm --rounds 4 --shuffle",
             "LayerNorm FP8, one-pass statistics about the row's first element (paired rounds)",
             "Round 16: each staged LayerNorm FP8 entry with `z` (the statistics in one pass "
-            "about x[row, 0], one exchange of two sums per row; docs/norms.md, \"One-pass "
-            "statistics\"; 128 -> 96 registers at 65536), `u` dropped, with and without `y` "
+            'about x[row, 0], one exchange of two sums per row; docs/norms.md, "One-pass '
+            'statistics"; 128 -> 96 registers at 65536), `u` dropped, with and without `y` '
             "and `i`, 3-4 stages, 4 shuffled rounds: `norm.TUNED` takes LayerNorm FP8 65536 "
             "`w4r1v8j8c8hogqiyzt3` (1.086x, every round; the other layouts with `i` 1.04-1.06x, "
             "without it 0.85-0.95x); `z` lost at 4096-14336 (0.82-0.99x).",
