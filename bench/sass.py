@@ -57,7 +57,10 @@ def tagged_norm(op: str, fields: dict[str, object], tag: str) -> object:
     from nvrtc_engine.engine import Engine
 
     os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"  # the key does not see the tag
-    cfg = norm.parse_tag(tag)
+    try:
+        cfg = norm.parse_tag(tag)
+    except ValueError as e:
+        sys.exit(str(e))
     saved = norm._tuned
     norm._tuned = lambda key: cfg
     norm.launch_config.cache_clear()
@@ -67,7 +70,10 @@ def tagged_norm(op: str, fields: dict[str, object], tag: str) -> object:
         norm._tuned = saved
         norm.launch_config.cache_clear()
     if kernel.config != cfg:
-        sys.exit(f"{tag} does not apply to this key: it compiles as {kernel.config.tag}")
+        dropped = sorted(set(tag) - set(kernel.config.tag))
+        sys.exit(f"{tag} does not apply to this key: it compiles as {kernel.config.tag} (without "
+                 f"{', '.join(dropped) or 'some of its letters'}: see LaunchConfig.tag for where "
+                 "each switch applies)")  # fmt: skip
     return kernel
 
 

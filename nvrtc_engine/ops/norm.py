@@ -270,7 +270,7 @@ FWD_REREAD = False
 # K)^2 <= (H + 1) M2: the cancellation multiplies S2's relative error by at most H + 1. In an fp32
 # emulation of the kernel (bench/norm_shift_error.py), rsigma's relative error is 3.0e-3 at 65536
 # where K is an outlier sqrt(H) = 256 standard deviations out (there the cancellation is H / 2; it
-# nears H as K goes further out), 2.5e-7 for a typical K (two passes: 0.6-1.6e-7), against the
+# nears H as K goes further out), 2.5e-7 for a typical K (two passes: 0.5-1.6e-7), against the
 # 2^-4 of an E4M3 step. The output stage takes x * rsigma - mu * rsigma (one FFMA) instead of (x -
 # mu) * rsigma: an absolute error of |mu| * rsigma * 2^-24 in units of the normalized value. FP8
 # outputs only: a bf16 or fp32 z keeps the two-pass form (docs/norms.md).
