@@ -14,7 +14,13 @@ launch configuration) and hidden_size=None ("general"); torch eager (F.layer_nor
 F.rms_norm, then amax and a saturating cast for FP8; backward: aten.native_layer_norm_backward,
 for RMSNorm the kernel's math in torch ops and, separately, autograd through F.rms_norm);
 torch.compile of the same functions, compiled afresh for each shape (common.fresh_compile;
-a failure is reported in the table, not fatal).
+a failure is reported in the table, not fatal). Then, per case, the specialized kernel and
+torch.compile again in ``--paired-rounds`` paired rounds (common.paired_ms, default 20, each
+round both in a shuffled order): ``vs_compile_paired`` is the median of torch.compile's time
+over the kernel's in the same round (above 1: the kernel is faster), with its lowest and
+highest, and ``faster_than_compile`` the fraction of rounds the kernel won. The sequential
+timings above are minutes apart on a GPU whose speed drifts by a few percent (METHOD.md:
+"a difference smaller than that spread is noise"); the paired ratio is the comparison.
 
 GB/s counts each tensor once: forward x read + z written + gamma (and beta) read; backward
 x and dz read + dx written. Each timed call touches its own copy of the row tensors, cycling
@@ -104,7 +110,10 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dic
     fp8_bytes = 2 * elem + elem * 1 + h * 2 * (2 if norm == "layernorm" else 1)
     bwd_bytes = 3 * elem * 2
 
+    timed: dict[str, dict[str, Any]] = {}
+
     def add(case: str, impl: str, nbytes: int, fn: Any, kernel: str = "") -> None:
+        timed.setdefault(case, {})[impl] = fn
         row = {"norm": norm, "case": case, "tokens": n, "hidden": h, "impl": impl,
                "kernel": kernel, "ms": None, "gbps": None}  # fmt: skip
         try:
@@ -115,6 +124,23 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dic
             if args.verbose:
                 traceback.print_exc()
         rows.append(row)
+        torch.cuda.synchronize()
+
+    def pair(case: str) -> None:
+        """The specialized kernel and torch.compile of ``case`` again, in paired rounds
+        (common.paired_ms): their same-round ratio, free of the drift between the two
+        sequential timings above."""
+        impls = ("nvrtc_engine specialized", "torch.compile")
+        mine = [r for r in rows if r["case"] == case and r["impl"] in impls and r["ms"]]
+        if args.paired_rounds < 1 or len(mine) < 2:
+            return
+        times = common.paired_ms({impl: timed[case][impl] for impl in impls},
+                                 rounds=args.paired_rounds, seed=h)  # fmt: skip
+        ratio = common.paired_ratios(times, "torch.compile")[impls[0]]
+        kernel_row = next(r for r in mine if r["impl"] == impls[0])
+        kernel_row.update(vs_compile_paired=ratio["median"], vs_compile_paired_low=ratio["low"],
+                          vs_compile_paired_high=ratio["high"],
+                          faster_than_compile=ratio["faster"])  # fmt: skip
         torch.cuda.synchronize()
 
     w = (torch.randn(h, device="cuda") * 0.1 + 1).to(bf16)
@@ -171,6 +197,8 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dic
             f["fwd_fp8"](s["x"], w, b, scale, amax, scale_inv, s["z8"])
 
         add("fwd bf16->fp8", impl, fp8_bytes, t8)
+    pair("fwd bf16->bf16")
+    pair("fwd bf16->fp8")
     fc.sets.clear()  # free the forward buffers
     torch.cuda.empty_cache()
 
@@ -212,6 +240,7 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dic
                 f["bwd"](s["dz"], s["x"], s["rs"], w)
 
         add("bwd", impl, bwd_bytes, tb)
+    pair("bwd")
     if not ln:  # also autograd through F.rms_norm, as a model would run it
         x = bc.sets[0]["x"].detach().requires_grad_(True)
         wr = w.detach().requires_grad_(True)
@@ -256,6 +285,9 @@ def main() -> int:
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--shapes", default="", help="e.g. 16384x4096,2048x65536 (default: all)")
+    parser.add_argument("--paired-rounds", type=int, default=20,
+                        help="paired rounds of the specialized kernel against torch.compile "
+                        "per case (0: none)")  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
     parser.add_argument("--name", default="norm_bandwidth", help="bench/results/NAME.json")
     parser.add_argument("--tuned-from", default="", help="a norm_tuning result whose winners "
@@ -285,13 +317,16 @@ def main() -> int:
         r["pct_of_copy"] = 100.0 * r["gbps"] / copy if r["gbps"] else None
     path = common.write_results(args.name, {
         **common.gpu_info(), "copy_gbps": copy, "dtype": "bf16", "eps": EPS,
-        "repeat": args.repeat, "tuned_overrides": overrides, "rows": rows,
+        "repeat": args.repeat, "paired_rounds": args.paired_rounds,
+        "tuned_overrides": overrides, "rows": rows,
     })  # fmt: skip
     print(f"device copy: {copy:.0f} GB/s   bf16 input; GB/s counts each tensor once")
     print(common.table(rows, [("norm", "norm", ""), ("case", "case", ""), ("tokens", "N", "d"),
                               ("hidden", "H", "d"), ("impl", "implementation", ""),
                               ("ms", "ms", ".4f"), ("gbps", "GB/s", ".0f"),
-                              ("pct_of_copy", "% of copy", ".1f"), ("kernel", "kernel", ""),
+                              ("pct_of_copy", "% of copy", ".1f"),
+                              ("vs_compile_paired", "x compile, paired", ".3f"),
+                              ("faster_than_compile", "won", ".2f"), ("kernel", "kernel", ""),
                               ("error", "error", "")]))  # fmt: skip
     print(f"\nwrote {path}")
     return 0

@@ -65,6 +65,10 @@ from its stage in each pass (:func:`reread_candidates`); round 14: ``--candidate
 (:func:`hreread_candidates`); round 15: ``--candidates wide`` the clustered staged forward
 over 8 or 16 warps instead of 4 (:func:`wide_candidates`); round 16: ``--candidates
 shift`` the staged LayerNorm FP8 forward with one-pass statistics (:func:`shift_candidates`);
+round 17: ``--candidates pdl`` the staged bf16 forward layouts again, now that the norms are
+dependent launches (:func:`pdl_candidates`); ``--versus-compile`` also times torch.compile of
+the same op (bench/norm_bandwidth.torch_fns) in every round, so each candidate's same-round
+ratio to it is in the JSON (``vs_compile``);
 ``--name`` names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays);
 ``--zero-amax`` zeroes the amax word before every FP8 call (timed with it), as a training step does
 once per forward, instead of leaving the first call's maximum there (which lets the guards skip
@@ -95,6 +99,16 @@ os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"
 import common
 
 EPS = 1e-5
+
+
+class _Compiled:
+    """Stands for torch.compile of a case's op (``--versus-compile``) where a case holds a
+    LaunchConfig; compared by identity."""
+
+    tag = "torch.compile"
+
+
+COMPILED = _Compiled()
 
 
 def round3_candidates(norm: Any, key: Any, default: Any) -> list[Any]:
@@ -950,6 +964,43 @@ def shift_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[
     return out
 
 
+def pdl_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates pdl`` (round 17): the bf16 forward's staged layouts again
+    (:func:`sfwd_candidates`), each also with ``y`` (x read from its stage in each pass) at
+    3 and 4 stages with the weights as stored, where the default is a register layout; for
+    a staged FP8 default, its neighbourhood (:func:`snear_candidates`) and its layout as a
+    register kernel, the weights reloaded per row or held over 4 or 8 row groups. Why:
+    rounds 9 and 13 timed them before the norms became programmatic dependent launches; since
+    then a staged kernel's persistent grid also lets the next call's grid launch at once (the
+    trigger), which a one-CTA-per-row grid cannot. As (LaunchConfig, host settings)."""
+    import dataclasses
+
+    if key.spec.backward or key.scaling == "mxfp8" or default.mode != "regs":
+        return []
+    if key.output.is_fp8:
+        if not default.stages:
+            return []
+        # the staged FP8 default's neighbourhood, and its layout as a register kernel (which
+        # now triggers the next launch too), weights reloaded or held over 4 or 8 row groups
+        out = snear_candidates(norm, key, default)
+        plain = dataclasses.replace(default, stages=0, deferred=False, reread=False,
+                                    gamma32=False, ctas_per_sm=0, shifted=False)  # fmt: skip
+        for hold, groups in ((False, 0), (True, 4), (True, 8)):
+            cand = dataclasses.replace(plain, hold=hold, groups=groups)
+            if (cand, {}) not in out:
+                out.append((cand, {}))
+        return out
+    if default.stages:
+        return []
+    out = sfwd_candidates(norm, key, default)
+    for cfg, host in list(out):
+        if cfg.stages >= 3 and not cfg.gamma32:
+            cand = dataclasses.replace(cfg, reread=True)
+            if norm.staged_fits(key, cand) and (cand, host) not in out:
+                out.append((cand, host))
+    return out
+
+
 def _registers(norm: Any, key: Any, cfg: Any) -> int:
     """Registers a thread of ``key``'s kernel takes under layout ``cfg``, by ptxas -v (an
     NVRTC compile here: no GPU needed)."""
@@ -1013,6 +1064,7 @@ CANDIDATE_SETS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "hreread": (hreread_candidates, ("bf16", "fp8")),
     "wide": (wide_candidates, ("fp8",)),
     "shift": (shift_candidates, ("fp8",)),
+    "pdl": (pdl_candidates, ("bf16", "fp8")),
 }
 
 
@@ -1023,7 +1075,7 @@ def candidates(
     ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`);
     ``only``: the default and the named set of :data:`CANDIDATE_SETS` (``--candidates``:
     fp8, fp8b, bwd, big, bf16p, bwd2, onered, near, big2, lanes, fold, bwdc, sfwd, snear,
-    srows, bal, sregs, defer, fdefer, caps, reread, hreread, wide, shift)."""
+    srows, bal, sregs, defer, fdefer, caps, reread, hreread, wide, shift, pdl)."""
     spec = key.spec
     default = norm.launch_config(key)
     out: list[tuple[Any, dict[str, Any]]] = []
@@ -1098,6 +1150,21 @@ def candidates(
     return out
 
 
+def same_round(rows: list[dict], is_reference: Any, ratio_key: str, faster_key: str) -> None:
+    """Set ``ratio_key`` on each row to the median over rounds of (its group's reference
+    time / its time) in the same round, and ``faster_key`` to the fraction of rounds it was
+    faster; a group is (norm, H, direction, output), its reference the row ``is_reference``
+    picks. Rows of a group without a reference, or with another round count, get neither."""
+    refs = {(r["norm"], r["hidden"], r["direction"], r["out"]): r["ms_rounds"]
+            for r in rows if is_reference(r)}  # fmt: skip
+    for r in rows:
+        ref = refs.get((r["norm"], r["hidden"], r["direction"], r["out"]))
+        if ref is not None and len(ref) == len(r["ms_rounds"]):
+            ratios = [b / t for b, t in zip(ref, r["ms_rounds"], strict=True)]
+            r[ratio_key] = statistics.median(ratios)
+            r[faster_key] = sum(q > 1 for q in ratios) / len(ratios)
+
+
 def case_list(
     args: Any,
     hidden: list[int] | None = None,
@@ -1166,9 +1233,14 @@ def main() -> int:
         "each staged forward default, and the 4096 register defaults staged; hreread: h and y "
         "together on the staged forward defaults that keep their weights in shared memory; wide: "
         "the staged forward over a cluster with its columns over 2, 8 or 16 warps, FP8 only; "
-        "shift: z, one-pass statistics, on the staged LayerNorm FP8 forward defaults)",
+        "shift: z, one-pass statistics, on the staged LayerNorm FP8 forward defaults; pdl: "
+        "the staged bf16 forward layouts, with and without y, where the default is a "
+        "register layout)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
+    parser.add_argument("--versus-compile", action="store_true",
+                        help="also time torch.compile of each op in every round (vs_compile: "
+                        "its time over the candidate's, same round)")  # fmt: skip
     parser.add_argument(
         "--repeat",
         type=int,
@@ -1240,6 +1312,15 @@ def main() -> int:
         fp8 = {"scale": scale, "amax": amax, "scale_inv": scale_inv}
         defaults: dict[tuple, Any] = {}
         cases = case_list(args, [h], defaults)
+        compiled: dict[tuple, Any] = {}
+        if args.versus_compile:
+            from norm_bandwidth import torch_fns
+
+            for group in dict.fromkeys(c[:4] for c in cases):
+                nm, _, direction, out = group
+                name = "bwd" if direction == "bwd" else ("fwd" if out == "bf16" else "fwd_fp8")
+                compiled[group] = common.fresh_compile(torch_fns(nm, h)[name], dynamic=False)
+                cases.append((*group, COMPILED, ()))
         kernels: dict[tuple, Any] = {}
         workspaces: dict[tuple, Any] = {}
         for rnd in range(args.rounds):
@@ -1249,6 +1330,19 @@ def main() -> int:
             for case in order:
                 nm, _, direction, out, cfg, host = case
                 ln = nm == "layernorm"
+                if cfg is COMPILED:
+                    f = compiled[case[:4]]
+                    if direction == "bwd":
+                        a = (dz, x, mu[:, None], rs[:, None], w, b) if ln else (dz, x, rs, w)
+                    else:
+                        a = (x, w, b) if out == "bf16" else (x, w, b, scale, amax, scale_inv, z8)
+                    nbytes = (
+                        n * h * (3 * 2 if direction == "bwd" else 2 + (1 if out != "bf16" else 2))
+                    )
+                    ms = common.cuda_time_ms(lambda f=f, a=a: f(*a), repeat=args.repeat)
+                    results.setdefault(case, []).append(ms)
+                    meta[case] = {"bytes": nbytes, "symbol": "", "tokens": n, "default": False}
+                    continue
                 kkey = case[:5]
                 if kkey not in kernels:
                     norm.launch_config = lambda key, cfg=cfg: cfg
@@ -1316,14 +1410,9 @@ def main() -> int:
             "ms_rounds": times, "ms": ms, "pct": 100 * nbytes / (ms * 1e-3) / 1e9 / copy,
             "symbol": meta[case]["symbol"],
         })  # fmt: skip
-    defaults_by_group = {(r["norm"], r["hidden"], r["direction"], r["out"]): r["ms_rounds"]
-                         for r in rows_out if r["default"]}  # fmt: skip
-    for r in rows_out:
-        base = defaults_by_group.get((r["norm"], r["hidden"], r["direction"], r["out"]))
-        if base is not None and len(base) == len(r["ms_rounds"]):
-            ratios = [b / t for b, t in zip(base, r["ms_rounds"], strict=True)]
-            r["vs_default"] = statistics.median(ratios)
-            r["faster_rounds"] = sum(q > 1 for q in ratios) / len(ratios)
+    same_round(rows_out, lambda r: r["default"], "vs_default", "faster_rounds")
+    same_round(rows_out, lambda r: r["config"] == COMPILED.tag, "vs_compile",
+               "faster_than_compile")  # fmt: skip
     rows_out.sort(key=lambda r: (r["norm"], r["hidden"], r["direction"], r["out"], r["ms"]))
     info = {**common.gpu_info(), "copy_gbps": copy, "rounds": args.rounds,
             "candidates": args.candidates, "zero_amax": args.zero_amax,
@@ -1335,13 +1424,15 @@ def main() -> int:
         group = (r["norm"], r["hidden"], r["direction"], r["out"])
         rank = sum((q["norm"], q["hidden"], q["direction"], q["out"]) == group
                    for q in rows_out[:i])  # fmt: skip
-        if rank < 4 or r["default"]:
+        if rank < 4 or r["default"] or r["config"] == COMPILED.tag:
             shown.append({**r, "mark": "*" if r["default"] else ""})
     print(f"device copy {copy:.0f} GB/s; * = current default")
     columns = [("norm", "norm", ""), ("hidden", "H", ""), ("direction", "dir", ""),
                ("out", "out", ""), ("config", "config", ""), ("host", "host", ""),
                ("mark", "", ""), ("ms", "ms", ".4f"), ("pct", "% copy", ".1f"),
                ("vs_default", "x default", ".4f"), ("faster_rounds", "won", ".2f")]  # fmt: skip
+    if args.versus_compile:
+        columns += [("vs_compile", "x compile", ".4f"), ("faster_than_compile", "beat", ".2f")]
     print(common.table(shown, columns))
     print(f"wrote {path} in {time.perf_counter() - started:.0f} s")
     return 0

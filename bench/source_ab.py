@@ -1,0 +1,237 @@
+"""A/B of small edits to a norm forward kernel's rendered source, in paired rounds beside
+torch.compile of the same op: what an instruction-level change is worth before it goes into
+a template.
+
+    python bench/source_ab.py [--cases rmsnorm:8192,layernorm:14336] [--out bf16,fp8]
+                              [--variants base,trigger,l2pf,plainst] [--rounds 20]
+                              [--name source_ab]
+
+Each variant compiles the case's default kernel (norm.launch_config: TUNED or the rules), or
+the layout a ``@TAG`` in it names (e.g. ``@w7r1v8j8c1qft4+stream``), from its rendered source
+with the named edits applied (:data:`EDITS`: plain text replacements in
+the source or the helper headers), on an engine
+without a disk cache. Every round times each variant and torch.compile once, in a shuffled
+order (common.paired_ms), each call on its own buffers (norm_bandwidth.Cycle: at least
+256 MB per cycle, so nothing is served from L2); ``vs_base`` and ``vs_compile`` are
+same-round ratios (above 1: faster). bf16 x, N = 16384 rows (2048 at H = 65536). Writes
+bench/results/NAME.json (and $OUT/NAME.json when set).
+
+The edits:
+  - ``trigger``: ``griddepcontrol.launch_dependents`` at the start of every CTA, also where
+    the grid is one CTA per row group (the templates trigger only in persistent grids): the
+    next call's grid launches once the last CTA has started, and its CTAs take the slots that
+    the last wave frees, waiting in ``griddepcontrol.wait`` (which still waits for this grid
+    to complete and flush, so the results cannot change);
+  - ``stream``: NVE_STREAMING defined, as the activation and cast templates do: 16-byte loads
+    of x (and of gamma and beta) skip L1 (``ld.global.nc.L1::no_allocate``), 16-byte stores
+    of z are evict-first (``st.global.cs``); the norm templates leave it undefined (plain
+    ``ld.global.nc``, which allocates in L1, and ``st.global``);
+  - ``l2pf`` (with ``stream``): the 16-byte streaming loads ask L2 to fetch 256 bytes
+    (``.L2::256B``);
+  - ``plainst`` (with ``stream``): 16-byte stores without the evict-first hint (``st.global`` for
+    ``st.global.cs``);
+  - ``l1w`` (with ``stream``): the register kernels' gamma and beta loads (every row reloads
+    them) by a plain vector load, which allocates in L1, instead of the streaming one, which
+    would send every row's reload to L2.
+
+Every occurrence of an edit's text is replaced; an edit none of whose texts is found is an
+error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"  # the key does not see the edits
+
+import common
+from norm_bandwidth import EPS, Cycle, torch_fns
+
+WAIT = "nve::grid_dependency_wait();  // before any access to global memory (see nve_memory.cuh)\n"
+
+INCLUDE = '#include "nve_types.cuh"'
+ZERO_RAW = "template <typename S, int N>\n__device__ __forceinline__ void zero_raw("
+LOAD_WC = """// (bench/source_ab.py, l1w) the weights by a plain vector load, cached in L1
+template <typename T, int N>
+__device__ __forceinline__ void load_wc(const typename T::storage* p, long long chunk, bool vec,
+                                        float (&f)[N]) {
+  using S = typename T::storage;
+  S s[N];
+  if (vec) {
+    const nve::vec<S, N> t = reinterpret_cast<const nve::vec<S, N>*>(p)[chunk];
+#pragma unroll
+    for (int i = 0; i < N; ++i) s[i] = t.v[i];
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) s[i] = p[chunk * N + i];
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) f[i] = T::load(s[i]);
+}
+
+"""
+
+# name: [(where: "source" or "headers", text, replacement), ...]
+EDITS: dict[str, list[tuple[str, str, str]]] = {
+    "base": [],
+    "trigger": [("source", WAIT, WAIT + "  nve::launch_dependents();\n")],
+    "l2pf": [("headers", "ld.global.nc.L1::no_allocate.v4.u32",
+              "ld.global.nc.L1::no_allocate.L2::256B.v4.u32")],
+    "plainst": [("headers", "st.global.cs.v4.u32", "st.global.v4.u32")],
+    "stream": [("source", INCLUDE, "#define NVE_STREAMING 1\n" + INCLUDE)],
+    "l1w": [("source", ZERO_RAW, LOAD_WC + ZERO_RAW),
+            ("source", "load_f<Wt, V>(gamma, g, v, gf);", "load_wc<Wt, V>(gamma, g, v, gf);"),
+            ("source", "load_f<Wt, V>(beta, g, v, bf);", "load_wc<Wt, V>(beta, g, v, bf);")],
+}  # fmt: skip
+
+
+def edited(rendered: Any, names: list[str]) -> Any:
+    """``rendered`` (a RenderedSource) with the edits of ``names`` applied; ValueError when an
+    edit's text is not there."""
+    import dataclasses
+
+    source, headers = rendered.source, list(rendered.headers)
+    for name in names:
+        applied = 0
+        for where, old, new in EDITS[name]:
+            if where == "source":
+                applied += source.count(old)
+                source = source.replace(old, new)
+            else:
+                for i, (header, text) in enumerate(headers):
+                    applied += text.count(old)
+                    headers[i] = (header, text.replace(old, new))
+        if not applied:
+            raise ValueError(f"edit {name!r}: none of its text is in {rendered.name}")
+    return dataclasses.replace(rendered, source=source, headers=tuple(headers))
+
+
+def build(key: Any, names: list[str]) -> Any:
+    """``key``'s kernel compiled from its edited source, on a fresh memory-only engine; a name
+    ``@TAG`` compiles the layout TAG (norm.parse_tag) instead of the key's default."""
+    import nvrtc_engine.engine as engine_mod
+    import nvrtc_engine.ops.norm as norm
+
+    plain, chosen = engine_mod.render, norm.launch_config
+    tags = [n[1:] for n in names if n.startswith("@")]
+    engine_mod.render = lambda k: edited(plain(k), [n for n in names if not n.startswith("@")])
+    if tags:
+        layout = norm.parse_tag(tags[-1])
+        norm.launch_config = lambda k: layout
+    try:
+        return engine_mod.Engine().get(key)
+    finally:
+        engine_mod.render, norm.launch_config = plain, chosen
+
+
+def bench_case(norm: str, h: int, out: str, variants: list[str], rounds: int) -> dict:
+    import torch
+
+    import nvrtc_engine as ne
+
+    n = 2048 if h >= 65536 else 16384
+    ln = norm == "layernorm"
+    fp8 = out == "fp8"
+    bf16 = torch.bfloat16
+    w = (torch.randn(h, device="cuda") * 0.1 + 1).to(bf16)
+    b = (torch.randn(h, device="cuda") * 0.1).to(bf16)
+    scale = torch.full((1,), 2.0, device="cuda")
+    amax, scale_inv = torch.zeros(1, device="cuda"), torch.empty(1, device="cuda")
+
+    def make() -> dict[str, Any]:
+        x = torch.randn(n, h, device="cuda").to(bf16)
+        z = torch.empty(n, h, dtype=torch.float8_e4m3fn if fp8 else bf16, device="cuda")
+        mu, rs = torch.empty(n, device="cuda"), torch.empty(n, device="cuda")
+        return {"x": x, "z": z, "mu": mu, "rs": rs}
+
+    cycle = Cycle(make, 2 * n * h * 2)
+    extra = {"out_dtype": "fp8", "scaling": "tensor"} if fp8 else {}
+    key = ne.make_key(f"{norm}_fwd", in_dtype="bf16", hidden_size=h, **extra)
+    kw = {"scale": scale, "amax": amax, "scale_inv": scale_inv} if fp8 else {}
+    fns: dict[str, Any] = {}
+    symbols: dict[str, str] = {}
+    for variant in variants:
+        k = build(key, [] if variant == "base" else variant.split("+"))
+        symbols[variant] = k.artifact.symbols[0]
+
+        def run(k: Any = k) -> None:
+            s = cycle.next()
+            if ln:
+                k(s["x"], w, b, EPS, s["z"], s["mu"], s["rs"], **kw)
+            else:
+                k(s["x"], w, EPS, s["z"], s["rs"], **kw)
+
+        fns[variant] = run
+    f = common.fresh_compile(torch_fns(norm, h)["fwd_fp8" if fp8 else "fwd"], dynamic=False)
+
+    def compiled() -> None:
+        s = cycle.next()
+        if fp8:
+            f(s["x"], w, b, scale, amax, scale_inv, s["z"])
+        else:
+            f(s["x"], w, b)
+
+    fns["torch.compile"] = compiled
+    times = common.paired_ms(fns, rounds=rounds, seed=h)
+    vs_base = common.paired_ratios(times, "base") if "base" in fns else {}
+    vs_compile = common.paired_ratios(times, "torch.compile")
+    nbytes = n * h * (2 + (1 if fp8 else 2))
+    rows = []
+    for name, ts in times.items():
+        ms = sorted(ts)[len(ts) // 2]
+        rows.append({"norm": norm, "hidden": h, "out": out, "variant": name,
+                     "kernel": symbols.get(name, ""), "ms": ms, "ms_rounds": ts,
+                     "gbps": nbytes / (ms * 1e-3) / 1e9, "vs_base": vs_base.get(name),
+                     "vs_compile": vs_compile[name]})  # fmt: skip
+    cycle.sets.clear()
+    torch.cuda.empty_cache()
+    return {"rows": rows}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", default="rmsnorm:8192,layernorm:14336")
+    parser.add_argument("--out", default="bf16", help="bf16, fp8 or both (bf16,fp8)")
+    parser.add_argument("--variants", default="base,trigger,l2pf,plainst",
+                        help="comma-separated; '+' joins edits; edits: "
+                        + ", ".join(EDITS))  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--name", default="source_ab")
+    args = parser.parse_args()
+    variants = args.variants.split(",")
+    for v in variants:
+        unknown = [e for e in v.split("+") if e not in EDITS and not e.startswith("@")]
+        if unknown:
+            parser.error(f"unknown edit(s) {unknown}; known: {', '.join(EDITS)}")
+    import torch
+
+    torch.manual_seed(0)
+    copy = common.copy_bandwidth_gbps()
+    rows = []
+    for case in args.cases.split(","):
+        norm, h = case.split(":")
+        for out in args.out.split(","):
+            rows += bench_case(norm, int(h), out, variants, args.rounds)["rows"]
+    for r in rows:
+        r["pct_of_copy"] = 100 * r["gbps"] / copy
+    path = common.write_results(args.name, {**common.gpu_info(), "copy_gbps": copy,
+                                            "rounds": args.rounds, "rows": rows})  # fmt: skip
+    print(f"device copy {copy:.0f} GB/s; ratios are same-round medians (above 1: faster)")
+    vs = [("vs_base", "x base", "median"), ("vs_compile", "x compile", "median"),
+          ("vs_compile", "won vs compile", "faster")]  # fmt: skip
+    shown = [{**r, **{f"{k}_{s}": (r[k] or {}).get(s) for k, _, s in vs}} for r in rows]
+    print(common.table(shown, [("norm", "norm", ""), ("hidden", "H", ""), ("out", "out", ""),
+                               ("variant", "variant", ""), ("ms", "ms", ".4f"),
+                               ("pct_of_copy", "% copy", ".1f"),
+                               *[(f"{k}_{s}", head, ".3f") for k, head, s in vs]]))  # fmt: skip
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
