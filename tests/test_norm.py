@@ -1922,8 +1922,10 @@ def test_kernels_wait_for_their_grid_dependency(op, fields, staged, arch):
     """In the PTX of every function of a norm kernel for compute_90, ``griddepcontrol.wait``
     comes before the first access to global memory (so a programmatic dependent launch sees
     its predecessor's writes and cannot overwrite what that one still reads); the persistent
-    staged kernels also let the next grid launch (``launch_dependents``) at once. Below
-    sm_90 there is neither, and the kernel is launched ordinarily (``Kernel._dependent``)."""
+    staged kernels and the register forwards also let the next grid launch
+    (``launch_dependents``) once all their CTAs have started, but not under ``b`` nor in the
+    general kernels. Below sm_90 there is neither, and the kernel is launched ordinarily
+    (``Kernel._dependent``)."""
     from nvrtc_engine.nvrtc import CompileOptions, compile_source
 
     key = make_key(op, arch=arch, **fields)
@@ -1946,7 +1948,9 @@ def test_kernels_wait_for_their_grid_dependency(op, fields, staged, arch):
         assert 0 <= wait < first.start(), (n, body[:400])
         trigger = "griddepcontrol.launch_dependents" in body
         cfg = launch_config(key)
-        assert trigger == (staged and n == 0 and cfg.stages > 0 and not cfg.ctas_per_sm), n
+        forward = not key.spec.backward
+        expected = cfg.mode == "regs" and (cfg.stages > 0 or forward) and not cfg.ctas_per_sm
+        assert trigger == (expected and n == 0), n
 
 
 def test_bandwidth_tuned_from_takes_winners_faster_in_every_round(tmp_path, monkeypatch):
@@ -1976,3 +1980,32 @@ def test_bandwidth_tuned_from_takes_winners_faster_in_every_round(tmp_path, monk
                    hidden_size=65536, arch="sm_90")  # fmt: skip
     assert norm.launch_config(key).tag == "w4r1v8j8c8hogqiyzt3"
     norm.launch_config.cache_clear()
+
+
+def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
+    """bench/source_ab.py: each edit changes the rendered source or the helper headers as
+    documented (the trigger after the wait; NVE_STREAMING before the includes; the weights
+    through a plain load; the streaming load's L2 hint), the edited source compiles, and an
+    edit whose text is absent is an error."""
+    from nvrtc_engine.nvrtc import CompileOptions, compile_source
+
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")  # restored after the test
+    ab = _bench_module("source_ab")
+    key = make_key("layernorm_fwd", in_dtype="bf16", hidden_size=4096, arch="sm_90")
+    r = render(key)
+    t = ab.edited(r, ["trigger"])
+    wait = "nve::grid_dependency_wait();"
+    after = t.source[t.source.index(wait) :].splitlines()[1].strip()
+    assert after == "nve::launch_dependents();"
+    assert t.source.count("launch_dependents") == r.source.count("launch_dependents") + 1
+    s = ab.edited(r, ["stream", "l1w"])
+    assert s.source.index("#define NVE_STREAMING 1") < s.source.index('#include "nve_types.cuh"')
+    assert "load_wc<Wt, V>(gamma, g, v, gf);" in s.source
+    assert "load_wc<Wt, V>(beta, g, v, bf);" in s.source
+    assert s.headers == r.headers
+    h = dict(ab.edited(r, ["l2pf"]).headers)
+    assert "L2::256B" in h["nve_memory.cuh"] and "L2::256B" not in dict(r.headers)["nve_memory.cuh"]
+    log = compile_source(s.name, s.source, s.headers, CompileOptions(arch="sm_90")).log
+    assert "error" not in log.lower()
+    with pytest.raises(ValueError, match="none of its text"):
+        ab.edited(dataclasses.replace(r, source="", headers=()), ["trigger"])

@@ -344,7 +344,12 @@ TUNED: dict[tuple[str, int, str], str] = {
     # every round); before it hpx64 (84.0 against w16j8c2hua2 72.4, big2); then with i
     # (fdefer, above)
     ("layernorm_fwd", 65536, "none"): "w4r1v8j8c8hqit3",  # 91.5 (86.3, hqt2), 1.057x
-    ("layernorm_fwd", 14336, "none"): "w7r1v8j8c1",  # 91.0 against w14j4 90.0
+    # LayerNorm bf16 at 14336: the staged forward (q, f: the weights in shared memory as
+    # fp32, 4 rows deep), round 17: bench/source_ab.py --cases layernorm:14336 --rounds 20
+    # (source_ab-ln14336.json, with the trigger in the register forward): 1.014x over
+    # w7r1v8j8c1 (91.0 against w14j4 90.0 in norm_tuning.json) and 1.020x over torch.compile,
+    # both in every round; --candidates pdl (6 rounds, norm_tuning-pdl-ln14336.json): 1.022x
+    ("layernorm_fwd", 14336, "none"): "w7r1v8j8c1qft4",  # 93.1 against 91.8
     # FP8 forward with the round-4 switches (o: batched output stage, g: warp amax atomics)
     # and the round-5 ones (q: word unpacking and packing, p: the next row group copied
     # ahead; x4: 4 row groups per CTA), bench/norm_tuning.py --candidates fp8b, 2026-12-01
@@ -989,10 +994,13 @@ class NormSpec(OpSpec):
             batched=cfg.batched and key.scaling == "tensor",
             warp_amax=cfg.warp_amax and key.scaling == "tensor",
             stages=cfg.stages if staged else 0,
-            # the next grid may launch at once (a programmatic dependent launch's trigger):
-            # a staged kernel's persistent grid fills every slot, unless b caps it below the
-            # occupancy (RMSNorm bf16 at 65536, b2, read 86.6% of copy with it, 91.7 before)
-            trigger=staged and not cfg.ctas_per_sm,
+            # the next grid may launch once every CTA has started (a programmatic dependent
+            # launch's trigger, first thing after the wait): a staged kernel's persistent grid
+            # fills every slot, unless b caps it below the occupancy (RMSNorm bf16 at 65536, b2,
+            # read 86.6% of copy with it, 91.7 before); the register forward's grid of one CTA
+            # per row group fills them from the second wave on (bench/source_ab.py, 20 paired
+            # rounds: 1.006-1.012x at 4096 and 8192 in every round, 1.001x at 14336)
+            trigger=cfg.mode == "regs" and (staged or not self.backward) and not cfg.ctas_per_sm,
             smem_weights=staged and not self.backward and not regs_weights,  # staged forward
             words=cfg.words and (not self.backward or staged),
             next_row=cfg.next_row and key.scaling in _NEXT_ROW_SCALING and not staged,
