@@ -19,8 +19,8 @@ torch.compile again in ``--paired-rounds`` paired rounds (common.paired_ms, defa
 round both in a shuffled order): ``vs_compile_paired`` is the median of torch.compile's time
 over the kernel's in the same round (above 1: the kernel is faster), with its lowest and
 highest, and ``faster_than_compile`` the fraction of rounds the kernel won. The sequential
-timings above are minutes apart on a GPU whose speed drifts by a few percent (METHOD.md:
-"a difference smaller than that spread is noise"); the paired ratio is the comparison.
+timings above are minutes apart on a GPU whose speed drifts by a few percent, more than some
+of the differences they would show; the paired ratio is the comparison.
 
 GB/s counts each tensor once: forward x read + z written + gamma (and beta) read; backward
 x and dz read + dx written. Each timed call touches its own copy of the row tensors, cycling
@@ -287,7 +287,7 @@ def main() -> int:
     parser.add_argument("--shapes", default="", help="e.g. 16384x4096,2048x65536 (default: all)")
     parser.add_argument("--paired-rounds", type=int, default=20,
                         help="paired rounds of the specialized kernel against torch.compile "
-                        "per case (0: none)")  # fmt: skip
+                        "per case (0: none; default 20)")  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
     parser.add_argument("--name", default="norm_bandwidth", help="bench/results/NAME.json")
     parser.add_argument("--tuned-from", default="", help="a norm_tuning result whose winners "

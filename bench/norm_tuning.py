@@ -970,9 +970,10 @@ def pdl_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[st
     3 and 4 stages with the weights as stored, where the default is a register layout; for
     a staged FP8 default, its neighbourhood (:func:`snear_candidates`) and its layout as a
     register kernel, the weights reloaded per row or held over 4 or 8 row groups. Why:
-    rounds 9 and 13 timed them before the norms became programmatic dependent launches; since
-    then a staged kernel's persistent grid also lets the next call's grid launch at once (the
-    trigger), which a one-CTA-per-row grid cannot. As (LaunchConfig, host settings)."""
+    rounds 9 and 13 timed them before the norms became programmatic dependent launches, and
+    a staged kernel's persistent grid lets the next call's grid launch at once (the trigger;
+    the register forwards of one row group per CTA have it too since round 17, which found it
+    there with bench/source_ab.py). As (LaunchConfig, host settings)."""
     import dataclasses
 
     if key.spec.backward or key.scaling == "mxfp8" or default.mode != "regs":
@@ -1235,7 +1236,8 @@ def main() -> int:
         "the staged forward over a cluster with its columns over 2, 8 or 16 warps, FP8 only; "
         "shift: z, one-pass statistics, on the staged LayerNorm FP8 forward defaults; pdl: "
         "the staged bf16 forward layouts, with and without y, where the default is a "
-        "register layout)",
+        "register layout, and for a staged FP8 default its neighbourhood and its layout as a "
+        "register kernel)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument("--versus-compile", action="store_true",
@@ -1259,6 +1261,12 @@ def main() -> int:
     parser.add_argument("--list", action="store_true",
                         help="print the cases for sm_90 and exit (no GPU needed)")  # fmt: skip
     args = parser.parse_args()
+    if not set(args.norms.split(",")) <= {"layernorm", "rmsnorm"}:
+        parser.error(f"--norms {args.norms!r}: layernorm, rmsnorm or layernorm,rmsnorm")
+    if args.hidden is not None and not all(
+        v.isdigit() and int(v) > 0 for v in args.hidden.split(",")
+    ):
+        parser.error(f"--hidden {args.hidden!r}: positive integers, comma-separated")
     if args.hidden is None:
         sizes = "4096,8192,14336"
         args.hidden = {

@@ -3,8 +3,12 @@ torch.compile of the same op: what an instruction-level change is worth before i
 a template.
 
     python bench/source_ab.py [--cases rmsnorm:8192,layernorm:14336] [--out bf16,fp8]
-                              [--variants base,trigger,l2pf,plainst] [--rounds 20]
-                              [--name source_ab]
+                              [--variants base,notrigger] [--rounds 20] [--name source_ab]
+
+Needs PyTorch with a GPU (``pip install -e '.[test,torch]'``); the arguments are checked first.
+``--cases`` lists NORM:H (NORM layernorm or rmsnorm, H the hidden size); ``--out`` bf16, fp8
+(tensor scaling) or both; ``--variants`` names what to compare, each a ``+``-joined list of
+edits (below) and at most one ``@TAG``; ``base`` is the kernel as rendered.
 
 Each variant compiles the case's default kernel (norm.launch_config: TUNED or the rules), or
 the layout a ``@TAG`` in it names (e.g. ``@w7r1v8j8c1qft4+stream``), from its rendered source
@@ -14,14 +18,18 @@ without a disk cache. Every round times each variant and torch.compile once, in 
 order (common.paired_ms), each call on its own buffers (norm_bandwidth.Cycle: at least
 256 MB per cycle, so nothing is served from L2); ``vs_base`` and ``vs_compile`` are
 same-round ratios (above 1: faster). bf16 x, N = 16384 rows (2048 at H = 65536). Writes
-bench/results/NAME.json (and $OUT/NAME.json when set).
+bench/results/NAME.json (and $OUT/NAME.json when set), with the digest of the templates it
+rendered (``templates_digest``: which version of the kernels ``base`` was).
 
 The edits:
-  - ``trigger``: ``griddepcontrol.launch_dependents`` at the start of every CTA, also where
-    the grid is one CTA per row group (the templates trigger only in persistent grids): the
-    next call's grid launches once the last CTA has started, and its CTAs take the slots that
-    the last wave frees, waiting in ``griddepcontrol.wait`` (which still waits for this grid
-    to complete and flush, so the results cannot change);
+  - ``trigger``: ``griddepcontrol.launch_dependents`` at the start of every CTA, in a kernel
+    that does not have it (an error where it does): the next call's grid launches once the
+    last CTA has started, and its CTAs take the slots that the last wave frees, waiting in
+    ``griddepcontrol.wait`` (which still waits for this grid to complete and flush, so the
+    results cannot change). The templates have it in the staged kernels and the register
+    forwards of one row group per CTA (``norm._triggers``; the first run of this script, on
+    2026-12-03, added it to the register forwards, which had none then);
+  - ``notrigger``: the template's trigger taken out;
   - ``stream``: NVE_STREAMING defined, as the activation and cast templates do: 16-byte loads
     of x (and of gamma and beta) skip L1 (``ld.global.nc.L1::no_allocate``), 16-byte stores
     of z are evict-first (``st.global.cs``); the norm templates leave it undefined (plain
@@ -35,7 +43,8 @@ The edits:
     would send every row's reload to L2.
 
 Every occurrence of an edit's text is replaced; an edit none of whose texts is found is an
-error.
+error, and so is ``l2pf``, ``plainst`` or ``l1w`` without ``stream`` (without it they change
+code the preprocessor leaves out, and the kernel compiled is ``base``'s).
 """
 
 from __future__ import annotations
@@ -54,6 +63,10 @@ from norm_bandwidth import EPS, Cycle, torch_fns
 
 WAIT = "nve::grid_dependency_wait();  // before any access to global memory (see nve_memory.cuh)\n"
 
+TRIGGER = (
+    "  nve::launch_dependents();  // the next grid launches once every CTA of this one has "
+    "started\n"
+)
 INCLUDE = '#include "nve_types.cuh"'
 ZERO_RAW = "template <typename S, int N>\n__device__ __forceinline__ void zero_raw("
 LOAD_WC = """// (bench/source_ab.py, l1w) the weights by a plain vector load, cached in L1
@@ -76,10 +89,13 @@ __device__ __forceinline__ void load_wc(const typename T::storage* p, long long 
 
 """
 
+NEEDS_STREAM = ("l2pf", "plainst", "l1w")
+
 # name: [(where: "source" or "headers", text, replacement), ...]
 EDITS: dict[str, list[tuple[str, str, str]]] = {
     "base": [],
     "trigger": [("source", WAIT, WAIT + "  nve::launch_dependents();\n")],
+    "notrigger": [("source", TRIGGER, "")],
     "l2pf": [("headers", "ld.global.nc.L1::no_allocate.v4.u32",
               "ld.global.nc.L1::no_allocate.L2::256B.v4.u32")],
     "plainst": [("headers", "st.global.cs.v4.u32", "st.global.v4.u32")],
@@ -90,13 +106,36 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
 }  # fmt: skip
 
 
+def check_edits(names: list[str]) -> None:
+    """ValueError unless ``names`` are known edits, with ``stream`` where one needs it, and
+    at most one ``@TAG`` (a layout norm.parse_tag reads)."""
+    import nvrtc_engine.ops.norm as norm
+
+    tags = [n for n in names if n.startswith("@")]
+    unknown = [n for n in names if n not in EDITS and not n.startswith("@")]
+    if unknown:
+        raise ValueError(f"unknown edit(s) {unknown}; known: {', '.join(EDITS)}")
+    if len(tags) > 1:
+        raise ValueError(f"one @TAG per variant, not {tags}")
+    for tag in tags:
+        norm.parse_tag(tag[1:])  # ValueError with the expected form
+    for name in names:
+        if name in NEEDS_STREAM and "stream" not in names:
+            raise ValueError(f"edit {name!r} needs 'stream' (e.g. stream+{name}): without it "
+                             "the code it edits is not compiled")  # fmt: skip
+
+
 def edited(rendered: Any, names: list[str]) -> Any:
     """``rendered`` (a RenderedSource) with the edits of ``names`` applied; ValueError when an
     edit's text is not there."""
     import dataclasses
 
+    check_edits(names)
     source, headers = rendered.source, list(rendered.headers)
     for name in names:
+        if name == "trigger" and "nve::launch_dependents();" in source:
+            raise ValueError(f"edit 'trigger': {rendered.name} already triggers (notrigger "
+                             "takes it out)")  # fmt: skip
         applied = 0
         for where, old, new in EDITS[name]:
             if where == "source":
@@ -119,7 +158,8 @@ def build(key: Any, names: list[str]) -> Any:
 
     plain, chosen = engine_mod.render, norm.launch_config
     tags = [n[1:] for n in names if n.startswith("@")]
-    engine_mod.render = lambda k: edited(plain(k), [n for n in names if not n.startswith("@")])
+    edits = [n for n in names if not n.startswith("@")]
+    engine_mod.render = lambda k: edited(plain(k), edits)
     if tags:
         layout = norm.parse_tag(tags[-1])
         norm.launch_config = lambda k: layout
@@ -194,33 +234,51 @@ def bench_case(norm: str, h: int, out: str, variants: list[str], rounds: int) ->
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", default="rmsnorm:8192,layernorm:14336")
-    parser.add_argument("--out", default="bf16", help="bf16, fp8 or both (bf16,fp8)")
-    parser.add_argument("--variants", default="base,trigger,l2pf,plainst",
-                        help="comma-separated; '+' joins edits; edits: "
-                        + ", ".join(EDITS))  # fmt: skip
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--name", default="source_ab")
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
+    parser.add_argument("--cases", default="rmsnorm:8192,layernorm:14336",
+                        help="NORM:H,... (default %(default)s)")  # fmt: skip
+    parser.add_argument("--out", default="bf16", help="bf16, fp8 or bf16,fp8 (default bf16)")
+    parser.add_argument("--variants", default="base,notrigger",
+                        help="comma-separated; '+' joins edits and one @TAG; edits: "
+                        + ", ".join(EDITS) + " (default %(default)s)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=20, help="paired rounds (default 20)")
+    parser.add_argument("--name", default="source_ab", help="bench/results/NAME.json")
     args = parser.parse_args()
     variants = args.variants.split(",")
-    for v in variants:
-        unknown = [e for e in v.split("+") if e not in EDITS and not e.startswith("@")]
-        if unknown:
-            parser.error(f"unknown edit(s) {unknown}; known: {', '.join(EDITS)}")
-    import torch
+    cases = []
+    try:
+        for v in variants:
+            check_edits([] if v == "base" else v.split("+"))
+        for case in args.cases.split(","):
+            norm, _, h = case.partition(":")
+            if norm not in ("layernorm", "rmsnorm") or not h.isdigit():
+                raise ValueError(f"case {case!r}: expected layernorm:H or rmsnorm:H")
+            cases.append((norm, int(h)))
+        outs = args.out.split(",")
+        if not set(outs) <= {"bf16", "fp8"}:
+            raise ValueError(f"--out {args.out!r}: bf16, fp8 or bf16,fp8")
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        import torch
+    except ImportError:
+        parser.error("needs PyTorch and a GPU (pip install -e '.[test,torch]')")
 
     torch.manual_seed(0)
     copy = common.copy_bandwidth_gbps()
     rows = []
-    for case in args.cases.split(","):
-        norm, h = case.split(":")
-        for out in args.out.split(","):
-            rows += bench_case(norm, int(h), out, variants, args.rounds)["rows"]
+    for norm, h in cases:
+        for out in outs:
+            rows += bench_case(norm, h, out, variants, args.rounds)["rows"]
     for r in rows:
         r["pct_of_copy"] = 100 * r["gbps"] / copy
+    from nvrtc_engine.render import templates_digest
+
     path = common.write_results(args.name, {**common.gpu_info(), "copy_gbps": copy,
-                                            "rounds": args.rounds, "rows": rows})  # fmt: skip
+                                            "rounds": args.rounds,
+                                            "templates_digest": templates_digest(),
+                                            "rows": rows})  # fmt: skip
     print(f"device copy {copy:.0f} GB/s; ratios are same-round medians (above 1: faster)")
     vs = [("vs_base", "x base", "median"), ("vs_compile", "x compile", "median"),
           ("vs_compile", "won vs compile", "faster")]  # fmt: skip

@@ -1912,6 +1912,8 @@ DEPENDENT_CASES = [  # (op, fields, staged: its main kernel is the persistent st
     ("rmsnorm_bwd_add", {"in_dtype": "bf16", "hidden_size": 1000}, False),
     ("layernorm_bwd", {"in_dtype": "bf16"}, False),
     ("rmsnorm_fwd", {"in_dtype": "bf16", "hidden_size": 65536}, True),  # b2: no trigger
+    # hogqx4: several row groups per CTA, no trigger
+    ("rmsnorm_fwd", {"in_dtype": "bf16", "out_dtype": "fp8", "hidden_size": 4096}, False),
 ]
 
 
@@ -1922,10 +1924,10 @@ def test_kernels_wait_for_their_grid_dependency(op, fields, staged, arch):
     """In the PTX of every function of a norm kernel for compute_90, ``griddepcontrol.wait``
     comes before the first access to global memory (so a programmatic dependent launch sees
     its predecessor's writes and cannot overwrite what that one still reads); the persistent
-    staged kernels and the register forwards also let the next grid launch
-    (``launch_dependents``) once all their CTAs have started, but not under ``b`` nor in the
-    general kernels. Below sm_90 there is neither, and the kernel is launched ordinarily
-    (``Kernel._dependent``)."""
+    staged kernels and the register forwards of one row group per CTA also let the next grid
+    launch (``launch_dependents``) once all their CTAs have started, but not under ``b``, nor
+    where a CTA takes several row groups (``h``, ``p``), nor in the general kernels. Below
+    sm_90 there is neither, and the kernel is launched ordinarily (``Kernel._dependent``)."""
     from nvrtc_engine.nvrtc import CompileOptions, compile_source
 
     key = make_key(op, arch=arch, **fields)
@@ -1948,8 +1950,8 @@ def test_kernels_wait_for_their_grid_dependency(op, fields, staged, arch):
         assert 0 <= wait < first.start(), (n, body[:400])
         trigger = "griddepcontrol.launch_dependents" in body
         cfg = launch_config(key)
-        forward = not key.spec.backward
-        expected = cfg.mode == "regs" and (cfg.stages > 0 or forward) and not cfg.ctas_per_sm
+        one_group = not key.spec.backward and not (cfg.hold or cfg.next_row)
+        expected = cfg.mode == "regs" and (cfg.stages > 0 or one_group) and not cfg.ctas_per_sm
         assert trigger == (expected and n == 0), n
 
 
@@ -1984,28 +1986,43 @@ def test_bandwidth_tuned_from_takes_winners_faster_in_every_round(tmp_path, monk
 
 def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
     """bench/source_ab.py: each edit changes the rendered source or the helper headers as
-    documented (the trigger after the wait; NVE_STREAMING before the includes; the weights
-    through a plain load; the streaming load's L2 hint), the edited source compiles, and an
-    edit whose text is absent is an error."""
+    documented (the trigger added after the wait where there is none, and taken out where
+    there is one; NVE_STREAMING before the includes; the weights through a plain load; the
+    streaming load's L2 hint), the edited source compiles, and an edit whose text is absent,
+    a trigger added twice, an edit of the streaming path without ``stream``, two layouts or a
+    bad one are errors."""
     from nvrtc_engine.nvrtc import CompileOptions, compile_source
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")  # restored after the test
     ab = _bench_module("source_ab")
     key = make_key("layernorm_fwd", in_dtype="bf16", hidden_size=4096, arch="sm_90")
-    r = render(key)
-    t = ab.edited(r, ["trigger"])
+    r = render(key)  # a register forward of one row group per CTA: it triggers
+    assert r.source.count("nve::launch_dependents();") == 1
+    assert "launch_dependents" not in ab.edited(r, ["notrigger"]).source
+    with pytest.raises(ValueError, match="already triggers"):
+        ab.edited(r, ["trigger"])
+    held = render(make_key("rmsnorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
+                           arch="sm_90"))  # fmt: skip
+    assert "launch_dependents" not in held.source  # hogqx4: several row groups per CTA
+    t = ab.edited(held, ["trigger"])
     wait = "nve::grid_dependency_wait();"
-    after = t.source[t.source.index(wait) :].splitlines()[1].strip()
-    assert after == "nve::launch_dependents();"
-    assert t.source.count("launch_dependents") == r.source.count("launch_dependents") + 1
+    assert t.source[t.source.index(wait) :].splitlines()[1].strip() == "nve::launch_dependents();"
     s = ab.edited(r, ["stream", "l1w"])
     assert s.source.index("#define NVE_STREAMING 1") < s.source.index('#include "nve_types.cuh"')
     assert "load_wc<Wt, V>(gamma, g, v, gf);" in s.source
     assert "load_wc<Wt, V>(beta, g, v, bf);" in s.source
     assert s.headers == r.headers
-    h = dict(ab.edited(r, ["l2pf"]).headers)
+    h = dict(ab.edited(r, ["stream", "l2pf"]).headers)
     assert "L2::256B" in h["nve_memory.cuh"] and "L2::256B" not in dict(r.headers)["nve_memory.cuh"]
+    for bare in ("l2pf", "plainst", "l1w"):
+        with pytest.raises(ValueError, match="needs 'stream'"):
+            ab.edited(r, [bare])
+    for names, match in ((["@w4r1v8j4c1", "@w8r1v8j2c1"], "one @TAG"), (["@w9"], "tag"),
+                         (["bogus"], "unknown")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            ab.check_edits(names)
+    ab.check_edits(["@w7r1v8j8c1qft4", "stream"])
     log = compile_source(s.name, s.source, s.headers, CompileOptions(arch="sm_90")).log
     assert "error" not in log.lower()
     with pytest.raises(ValueError, match="none of its text"):
-        ab.edited(dataclasses.replace(r, source="", headers=()), ["trigger"])
+        ab.edited(dataclasses.replace(r, source="", headers=()), ["notrigger"])

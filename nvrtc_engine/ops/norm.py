@@ -344,12 +344,13 @@ TUNED: dict[tuple[str, int, str], str] = {
     # every round); before it hpx64 (84.0 against w16j8c2hua2 72.4, big2); then with i
     # (fdefer, above)
     ("layernorm_fwd", 65536, "none"): "w4r1v8j8c8hqit3",  # 91.5 (86.3, hqt2), 1.057x
-    # LayerNorm bf16 at 14336: the staged forward (q, f: the weights in shared memory as
-    # fp32, 4 rows deep), round 17: bench/source_ab.py --cases layernorm:14336 --rounds 20
-    # (source_ab-ln14336.json, with the trigger in the register forward): 1.014x over
-    # w7r1v8j8c1 (91.0 against w14j4 90.0 in norm_tuning.json) and 1.020x over torch.compile,
-    # both in every round; --candidates pdl (6 rounds, norm_tuning-pdl-ln14336.json): 1.022x
-    ("layernorm_fwd", 14336, "none"): "w7r1v8j8c1qft4",  # 93.1 against 91.8
+    # LayerNorm bf16 at 14336: the staged forward (t4: x through shared memory 4 rows deep,
+    # the weights there too; f: as fp32; q: 32-bit word reads), round 17: --candidates pdl
+    # (6 rounds, norm_tuning-pdl-ln14336.json) 1.022x over the entry before, w7r1v8j8c1 (91.0
+    # against w14j4 90.0 in norm_tuning.json); then bench/source_ab.py --cases layernorm:14336
+    # --rounds 20 on rotating buffers (source_ab-ln14336.json; w7r1v8j8c1 with the trigger):
+    # 1.014x over it and 1.020x over torch.compile, both in every round; % of copy from that run
+    ("layernorm_fwd", 14336, "none"): "w7r1v8j8c1qft4",  # 93.1 against 91.8 (w7r1v8j8c1)
     # FP8 forward with the round-4 switches (o: batched output stage, g: warp amax atomics)
     # and the round-5 ones (q: word unpacking and packing, p: the next row group copied
     # ahead; x4: 4 row groups per CTA), bench/norm_tuning.py --candidates fp8b, 2026-12-01
@@ -544,6 +545,28 @@ class LaunchConfig:
         switches += f"x{self.groups}" if self.groups else ""
         switches += f"b{self.ctas_per_sm}" if self.ctas_per_sm else ""
         return f"w{self.warps}r{self.rows}v{self.vec}j{self.iters}c{self.cluster}{switches}"
+
+
+def _triggers(spec: NormSpec, cfg: LaunchConfig) -> bool:
+    """Whether a kernel of ``spec`` under ``cfg`` lets the next grid launch once all of its
+    CTAs have started (``griddepcontrol.launch_dependents`` first thing after the wait; the
+    next grid's CTAs then take the slots this one frees and wait there for it to finish).
+
+    - A staged kernel: its persistent grid fills every slot, unless ``b`` caps it below the
+      occupancy (RMSNorm bf16 at 65536, ``b2``, read 86.6% of copy with the trigger, 91.7%
+      without).
+    - A register forward with one row group per CTA (no ``h`` or ``p``: its grid is one CTA
+      per row group): bench/source_ab.py, 20 paired rounds (source_ab-trigger.json), bf16
+      1.006-1.012x at 4096 and 8192 in every round, 1.001x at LayerNorm 14336.
+    - Not a register forward whose CTAs take several row groups (``h``, ``p``): without the
+      trigger RMSNorm FP8 at 4096, 8192 and 14336 (``hogqx4``, ``hogqpx64``, ``hogq``) ran
+      1.003-1.006x faster, in 80-90% of 20 paired rounds (source_ab-fp8-trigger.json).
+    - Not the general kernels, nor a register backward (not measured)."""
+    if cfg.mode != "regs" or cfg.ctas_per_sm:
+        return False
+    if cfg.stages:
+        return True
+    return not spec.backward and not (cfg.hold or cfg.next_row)
 
 
 def gamma_dtype(key: KernelKey) -> str:
@@ -994,13 +1017,7 @@ class NormSpec(OpSpec):
             batched=cfg.batched and key.scaling == "tensor",
             warp_amax=cfg.warp_amax and key.scaling == "tensor",
             stages=cfg.stages if staged else 0,
-            # the next grid may launch once every CTA has started (a programmatic dependent
-            # launch's trigger, first thing after the wait): a staged kernel's persistent grid
-            # fills every slot, unless b caps it below the occupancy (RMSNorm bf16 at 65536, b2,
-            # read 86.6% of copy with it, 91.7 before); the register forward's grid of one CTA
-            # per row group fills them from the second wave on (bench/source_ab.py, 20 paired
-            # rounds: 1.006-1.012x at 4096 and 8192 in every round, 1.001x at 14336)
-            trigger=cfg.mode == "regs" and (staged or not self.backward) and not cfg.ctas_per_sm,
+            trigger=_triggers(self, cfg),
             smem_weights=staged and not self.backward and not regs_weights,  # staged forward
             words=cfg.words and (not self.backward or staged),
             next_row=cfg.next_row and key.scaling in _NEXT_ROW_SCALING and not staged,
