@@ -175,6 +175,15 @@ def test_key_validation(op, fields, field):
     assert info.value.field == field
 
 
+@pytest.mark.parametrize("out", ["fp8_e4m3", "fp16", "fp32"])
+def test_backward_output_error_names_xs_dtype(out):
+    # dx has x's dtype: the error lists that one, not every dtype a backward takes as input
+    with pytest.raises(VariantError) as info:
+        make_key("layernorm_bwd", in_dtype="bf16", out_dtype=out, arch="sm_90")
+    assert info.value.field == "out_dtype"
+    assert info.value.allowed == "bf16"
+
+
 HIDDEN_SWEEP = [1, 7, 31, 64, 100, 768, 1000, 1001, 2048, 4096, 5120, 8192, 12288, 14336,
                 16384, 20480, 32768, 49152, 65536, 65537, 131072]  # fmt: skip
 

@@ -960,13 +960,15 @@ class NormSpec(OpSpec):
         return 1 if self.rms else 2
 
     def validate(self, key: KernelKey) -> None:
-        super().validate(key)
+        # the output rule first: it names the dtypes actually allowed for this x (the base
+        # check would list every 16-bit dtype for a backward's dx)
         allowed = [key.in_dtype] + ([] if self.backward else list(FP8))
-        if key.out_dtype not in allowed:
+        if key.in_dtype in self.in_dtypes and key.out_dtype not in allowed:
             what = "dx" if self.backward else "z"
             raise VariantError("out_dtype", key.out_dtype, allowed,
                                f"{what} of {self.name} has x's dtype"
                                + ("" if self.backward else " or an FP8 dtype"))  # fmt: skip
+        super().validate(key)
         if key.flag("fp32_gamma") and key.in_dtype == "fp32":
             raise VariantError("fp32_gamma", True, [False],
                                "gamma is already fp32 when x is fp32")  # fmt: skip
