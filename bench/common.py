@@ -6,13 +6,14 @@ host, and (for GPU benchmarks) the GPU name and driver.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import platform
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,25 @@ def copy_bandwidth_gbps(nbytes: int = 1 << 30) -> float:
     dst = torch.empty_like(src)
     ms = cuda_time_ms(lambda: dst.copy_(src), repeat=20, batch=5)
     return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+@contextlib.contextmanager
+def norm_layout(layout: Any) -> Iterator[None]:
+    """Inside the block every norm key compiles with ``layout`` (a norm ``LaunchConfig``, as
+    given: no TUNED entry, rule or module switch changes it), or with its own default where
+    ``layout`` is None. The benchmarks' way of building a candidate layout: compile it on a
+    fresh ``Engine`` with the disk cache off (the key does not see the layout)."""
+    import nvrtc_engine.ops.norm as norm
+
+    if layout is None:
+        yield
+        return
+    chosen = norm.launch_config
+    norm.launch_config = lambda key: layout
+    try:
+        yield
+    finally:
+        norm.launch_config = chosen
 
 
 def table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:

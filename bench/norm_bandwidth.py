@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,40 @@ def torch_fns(norm: str, h: int) -> dict[str, Any]:
         return dx, (dz.float() * xhat).sum(0).to(w.dtype)
 
     return {"fwd": fwd, "fwd_fp8": fwd_fp8, "bwd": ln_bwd if norm == "layernorm" else rms_bwd}
+
+
+def kernel_forward(k: Any, cycle: Cycle, ln: bool, w: Any, b: Any, z: str = "z",
+                   **fp8: Any) -> Callable[[], None]:  # fmt: skip
+    """A call of the forward kernel ``k`` (LayerNorm if ``ln``) on ``cycle``'s next buffer
+    set (``x``, ``mu``, ``rs`` and the output ``z``), with ``fp8``'s scale, amax and
+    scale_inv for an FP8 output."""
+    if ln:
+
+        def run() -> None:
+            s = cycle.next()
+            k(s["x"], w, b, EPS, s[z], s["mu"], s["rs"], **fp8)
+    else:
+
+        def run() -> None:
+            s = cycle.next()
+            k(s["x"], w, EPS, s[z], s["rs"], **fp8)
+
+    return run
+
+
+def torch_forward(f: Any, cycle: Cycle, w: Any, b: Any, z: str = "z",
+                  **fp8: Any) -> Callable[[], None]:  # fmt: skip
+    """A call of :func:`torch_fns`' ``fwd`` (no ``fp8``) or ``fwd_fp8`` (eager or compiled)
+    on ``cycle``'s next buffer set, as :func:`kernel_forward`."""
+    if not fp8:
+        return lambda: f(cycle.next()["x"], w, b)
+    scale, amax, scale_inv = fp8["scale"], fp8["amax"], fp8["scale_inv"]
+
+    def run() -> None:
+        s = cycle.next()
+        f(s["x"], w, b, scale, amax, scale_inv, s[z])
+
+    return run
 
 
 def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dict]:
@@ -158,31 +193,14 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dic
     fc = Cycle(fwd_set, 2 * elem * 2)
     op = f"{norm}_fwd"
     ln = norm == "layernorm"
+    fp8 = {"scale": scale, "amax": amax, "scale_inv": scale_inv}
     for impl, hidden in (("nvrtc_engine specialized", h), ("nvrtc_engine general", None)):
         k16 = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden)
         k8 = ne.get_kernel(op, in_dtype="bf16", out_dtype="fp8", hidden_size=hidden)
-        if ln:
-
-            def run16(k=k16):
-                s = fc.next()
-                k(s["x"], w, b, EPS, s["z"], s["mu"], s["rs"])
-
-            def run8(k=k8):
-                s = fc.next()
-                k(s["x"], w, b, EPS, s["z8"], s["mu"], s["rs"], scale=scale, amax=amax,
-                  scale_inv=scale_inv)  # fmt: skip
-        else:
-
-            def run16(k=k16):
-                s = fc.next()
-                k(s["x"], w, EPS, s["z"], s["rs"])
-
-            def run8(k=k8):
-                s = fc.next()
-                k(s["x"], w, EPS, s["z8"], s["rs"], scale=scale, amax=amax, scale_inv=scale_inv)
-
-        add("fwd bf16->bf16", impl, fwd_bytes, run16, k16.artifact.symbols[0])
-        add("fwd bf16->fp8", impl, fp8_bytes, run8, k8.artifact.symbols[0])
+        add("fwd bf16->bf16", impl, fwd_bytes, kernel_forward(k16, fc, ln, w, b),
+            k16.artifact.symbols[0])  # fmt: skip
+        add("fwd bf16->fp8", impl, fp8_bytes, kernel_forward(k8, fc, ln, w, b, "z8", **fp8),
+            k8.artifact.symbols[0])  # fmt: skip
 
     fns = torch_fns(norm, h)
     variants = [("torch eager", fns)]
@@ -190,13 +208,8 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dic
         compiled = {name: common.fresh_compile(f, dynamic=False) for name, f in fns.items()}
         variants.append(("torch.compile", compiled))
     for impl, f in variants:
-        add("fwd bf16->bf16", impl, fwd_bytes, lambda f=f: f["fwd"](fc.next()["x"], w, b))
-
-        def t8(f=f):
-            s = fc.next()
-            f["fwd_fp8"](s["x"], w, b, scale, amax, scale_inv, s["z8"])
-
-        add("fwd bf16->fp8", impl, fp8_bytes, t8)
+        add("fwd bf16->bf16", impl, fwd_bytes, torch_forward(f["fwd"], fc, w, b))
+        add("fwd bf16->fp8", impl, fp8_bytes, torch_forward(f["fwd_fp8"], fc, w, b, "z8", **fp8))
     pair("fwd bf16->bf16")
     pair("fwd bf16->fp8")
     fc.sets.clear()  # free the forward buffers

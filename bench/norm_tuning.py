@@ -837,7 +837,7 @@ def caps_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
         fits = 2048 // base.threads
         if smem:
             fits = min(fits, limit // (smem + 2048))  # + static memory, reserved 1 KB
-        warp_regs = -(-_registers(norm, key, base) * 32 // 256) * 256  # allocation unit 256
+        warp_regs = -(-ptxas_registers(key, base) * 32 // 256) * 256  # allocation unit 256
         occupancy = 65536 // (warp_regs * (base.threads // 32))
         for m in (3, 4, 5, 6, 7, 8, 10, 12):
             cfg = dataclasses.replace(base, min_ctas=m)
@@ -1002,18 +1002,14 @@ def pdl_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[st
     return out
 
 
-def _registers(norm: Any, key: Any, cfg: Any) -> int:
+def ptxas_registers(key: Any, cfg: Any) -> int:
     """Registers a thread of ``key``'s kernel takes under layout ``cfg``, by ptxas -v (an
     NVRTC compile here: no GPU needed)."""
     from nvrtc_engine.nvrtc import CompileOptions, compile_source
     from nvrtc_engine.render import render
 
-    chosen = norm.launch_config
-    norm.launch_config = lambda key, cfg=cfg: cfg
-    try:
+    with common.norm_layout(cfg):
         r = render(key)
-    finally:
-        norm.launch_config = chosen
     options = CompileOptions(arch=key.arch, extra=("-Xptxas=-v",))
     log = compile_source(r.name, r.source, r.headers, options).log
     return int(re.findall(r"Used (\d+) registers", log)[0])  # the first: the row kernel
@@ -1294,7 +1290,6 @@ def main() -> int:
 
     started = time.perf_counter()
     copy = common.copy_bandwidth_gbps()
-    chosen = norm.launch_config
     host_defaults = {name: getattr(norm, name) for name in ("BWD_CTAS_PER_SM",
                                                             "FWD_GROUPS_PER_CTA",
                                                             "PERSISTENT_BALANCED")}  # fmt: skip
@@ -1353,18 +1348,16 @@ def main() -> int:
                     continue
                 kkey = case[:5]
                 if kkey not in kernels:
-                    norm.launch_config = lambda key, cfg=cfg: cfg
                     try:
                         extra = {"scaling": "tensor"} if out != "bf16" else {}
-                        kernels[kkey] = Engine().get(ne.make_key(
-                            f"{nm}_{direction}", in_dtype="bf16", out_dtype=out, hidden_size=h,
-                            **extra,
-                        ))  # fmt: skip
+                        with common.norm_layout(cfg):
+                            kernels[kkey] = Engine().get(ne.make_key(
+                                f"{nm}_{direction}", in_dtype="bf16", out_dtype=out,
+                                hidden_size=h, **extra,
+                            ))  # fmt: skip
                     except Exception as exc:  # e.g. a layout over the register budget
                         kernels[kkey] = None
                         print(f"{case}: {type(exc).__name__}: {exc}"[:300])
-                    finally:
-                        norm.launch_config = chosen
                 k = kernels[kkey]
                 if k is None:
                     continue

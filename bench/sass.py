@@ -51,7 +51,11 @@ def parse_fields(args: list[str]) -> dict[str, object]:
 
 
 def tagged_norm(op: str, fields: dict[str, object], tag: str) -> object:
-    """``op``'s norm kernel for ``fields`` compiled with the layout ``tag``, in memory only."""
+    """``op``'s norm kernel for ``fields`` compiled with the layout ``tag``, in memory only.
+
+    The tag goes where a TUNED entry would (unlike common.norm_layout, which forces a layout
+    as given), so the module's switches apply to it as they would to a TUNED winner; a tag
+    they change is refused, naming the letters dropped."""
     import nvrtc_engine as ne
     import nvrtc_engine.ops.norm as norm
     from nvrtc_engine.engine import Engine

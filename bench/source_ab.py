@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"  # the key does not see the edits
 
 import common
-from norm_bandwidth import EPS, Cycle, torch_fns
+from norm_bandwidth import Cycle, kernel_forward, torch_fns, torch_forward
 
 WAIT = "nve::grid_dependency_wait();  // before any access to global memory (see nve_memory.cuh)\n"
 
@@ -156,17 +157,15 @@ def build(key: Any, names: list[str]) -> Any:
     import nvrtc_engine.engine as engine_mod
     import nvrtc_engine.ops.norm as norm
 
-    plain, chosen = engine_mod.render, norm.launch_config
+    plain = engine_mod.render
     tags = [n[1:] for n in names if n.startswith("@")]
     edits = [n for n in names if not n.startswith("@")]
     engine_mod.render = lambda k: edited(plain(k), edits)
-    if tags:
-        layout = norm.parse_tag(tags[-1])
-        norm.launch_config = lambda k: layout
     try:
-        return engine_mod.Engine().get(key)
+        with common.norm_layout(norm.parse_tag(tags[-1]) if tags else None):
+            return engine_mod.Engine().get(key)
     finally:
-        engine_mod.render, norm.launch_config = plain, chosen
+        engine_mod.render = plain
 
 
 def bench_case(norm: str, h: int, out: str, variants: list[str], rounds: int) -> dict:
@@ -192,38 +191,22 @@ def bench_case(norm: str, h: int, out: str, variants: list[str], rounds: int) ->
     cycle = Cycle(make, 2 * n * h * 2)
     extra = {"out_dtype": "fp8", "scaling": "tensor"} if fp8 else {}
     key = ne.make_key(f"{norm}_fwd", in_dtype="bf16", hidden_size=h, **extra)
-    kw = {"scale": scale, "amax": amax, "scale_inv": scale_inv} if fp8 else {}
+    fp8_kw = {"scale": scale, "amax": amax, "scale_inv": scale_inv} if fp8 else {}
     fns: dict[str, Any] = {}
     symbols: dict[str, str] = {}
     for variant in variants:
         k = build(key, [] if variant == "base" else variant.split("+"))
         symbols[variant] = k.artifact.symbols[0]
-
-        def run(k: Any = k) -> None:
-            s = cycle.next()
-            if ln:
-                k(s["x"], w, b, EPS, s["z"], s["mu"], s["rs"], **kw)
-            else:
-                k(s["x"], w, EPS, s["z"], s["rs"], **kw)
-
-        fns[variant] = run
+        fns[variant] = kernel_forward(k, cycle, ln, w, b, **fp8_kw)
     f = common.fresh_compile(torch_fns(norm, h)["fwd_fp8" if fp8 else "fwd"], dynamic=False)
-
-    def compiled() -> None:
-        s = cycle.next()
-        if fp8:
-            f(s["x"], w, b, scale, amax, scale_inv, s["z"])
-        else:
-            f(s["x"], w, b)
-
-    fns["torch.compile"] = compiled
+    fns["torch.compile"] = torch_forward(f, cycle, w, b, **fp8_kw)
     times = common.paired_ms(fns, rounds=rounds, seed=h)
     vs_base = common.paired_ratios(times, "base") if "base" in fns else {}
     vs_compile = common.paired_ratios(times, "torch.compile")
     nbytes = n * h * (2 + (1 if fp8 else 2))
     rows = []
     for name, ts in times.items():
-        ms = sorted(ts)[len(ts) // 2]
+        ms = statistics.median(ts)
         rows.append({"norm": norm, "hidden": h, "out": out, "variant": name,
                      "kernel": symbols.get(name, ""), "ms": ms, "ms_rounds": ts,
                      "gbps": nbytes / (ms * 1e-3) / 1e9, "vs_base": vs_base.get(name),
