@@ -11,6 +11,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import statistics
 import sys
 from collections.abc import Callable, Iterator
@@ -37,6 +38,8 @@ def host_info() -> dict[str, Any]:
         else os.cpu_count(),
         "cpu_model": cpu,
         "platform": platform.platform(),
+        # how the script was run, as make_report quotes it
+        "command": " ".join([f"bench/{Path(sys.argv[0]).name}", *map(shlex.quote, sys.argv[1:])]),
     }
 
 

@@ -1666,6 +1666,13 @@ def timing_section() -> str:
         "read a 0.13 ms kernel 5-15% slower than the batched figure for the same code; the "
         "results in this report are all from the batched method unless a section says "
         "otherwise.",
+        "To run a script: `python` in these sections is a Python with this package and "
+        "PyTorch, e.g. the quick start's environment with the torch extra "
+        "(`.venv/bin/pip install -e '.[test,torch]'`, then `.venv/bin/python bench/NAME.py`). "
+        "On a GPU machine without network, `. bench/wheels.sh` installs the wheels carried in "
+        "`.whl/` (diskcache, platformdirs) and sets `PYTHONPATH` for its own python3. Each "
+        "script's `--help` gives its options; results go to `bench/results/NAME.json` (and "
+        "`$OUT` where set).",
     ])  # fmt: skip
 
 

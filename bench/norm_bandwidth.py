@@ -147,10 +147,14 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dic
 
     timed: dict[str, dict[str, Any]] = {}
 
-    def add(case: str, impl: str, nbytes: int, fn: Any, kernel: str = "") -> None:
+    def add(case: str, impl: str, nbytes: int, fn: Any, k: Any = None) -> None:
+        """Time ``fn`` into a row; ``k``: the engine's kernel it calls (its symbol and cache
+        digest, which tells runs of the same code apart from runs of the same layout)."""
         timed.setdefault(case, {})[impl] = fn
         row = {"norm": norm, "case": case, "tokens": n, "hidden": h, "impl": impl,
-               "kernel": kernel, "ms": None, "gbps": None}  # fmt: skip
+               "kernel": k.artifact.symbols[0] if k is not None else "",
+               "digest": k.artifact.digest[:16] if k is not None else "",
+               "ms": None, "gbps": None}  # fmt: skip
         try:
             ms = common.cuda_time_ms(fn, repeat=args.repeat)
             row.update(ms=ms, gbps=nbytes / (ms * 1e-3) / 1e9)
@@ -197,10 +201,8 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dic
     for impl, hidden in (("nvrtc_engine specialized", h), ("nvrtc_engine general", None)):
         k16 = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden)
         k8 = ne.get_kernel(op, in_dtype="bf16", out_dtype="fp8", hidden_size=hidden)
-        add("fwd bf16->bf16", impl, fwd_bytes, kernel_forward(k16, fc, ln, w, b),
-            k16.artifact.symbols[0])  # fmt: skip
-        add("fwd bf16->fp8", impl, fp8_bytes, kernel_forward(k8, fc, ln, w, b, "z8", **fp8),
-            k8.artifact.symbols[0])  # fmt: skip
+        add("fwd bf16->bf16", impl, fwd_bytes, kernel_forward(k16, fc, ln, w, b), k16)
+        add("fwd bf16->fp8", impl, fp8_bytes, kernel_forward(k8, fc, ln, w, b, "z8", **fp8), k8)
 
     fns = torch_fns(norm, h)
     variants = [("torch eager", fns)]
@@ -242,7 +244,7 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dic
             else:
                 k(s["dz"], s["x"], s["rs"], w, s["dx"], dw, workspace=ws)
 
-        add("bwd", impl, bwd_bytes, runb, kb.artifact.symbols[0])
+        add("bwd", impl, bwd_bytes, runb, kb)
     for impl, f in variants:
 
         def tb(f=f):
