@@ -1068,24 +1068,44 @@ def norm_section() -> str | None:
             *_fixed_cost(),
             *_dependent_launch(),
             *_source_ab(),
-            *_same_day_runs(d),
+            *_other_runs(d),
         ]
     )
 
 
-def _same_day_runs(d: dict[str, Any]) -> list[str]:
-    """The other runs of bench/norm_bandwidth.py with the same kernels as ``d``'s (issue 4's
-    shapes at H >= 4096): each specialized row that missed a target there."""
-    runs = [("norm_bandwidth-2026-12-03-confirm", "--repeat=50 --name "
-             "norm_bandwidth-2026-12-03-confirm", "the same lease, 90 s after the run above"),
-            ("norm_bandwidth-2026-12-03-pdl4096", "--repeat=50 --tuned-from "
-             "bench/results/norm_tuning-pdl-4096.json --name norm_bandwidth-2026-12-03-pdl4096",
-             "another lease, 30 minutes later (the sweep had no winner: no override)")]  # fmt: skip
+# Runs of bench/norm_bandwidth.py after the table's are found by name (norm_bandwidth-*.json);
+# what the files do not say about them goes here: when they ran against the table's run, the
+# code they ran, and the command for the runs made before results recorded it.
+OTHER_RUN_NOTES = {
+    "norm_bandwidth-2026-12-03-confirm": "The same lease, 90 s after the table's run; the "
+    "same kernels.",
+    "norm_bandwidth-2026-12-03-pdl4096": "Another lease, 30 minutes later; the same kernels "
+    "(the sweep named by --tuned-from had no winner: no override).",
+    "norm_bandwidth-2026-12-03-head": "Another lease, after commit 9fc4189: the RMSNorm FP8 "
+    "register kernels at 4096-14336 (several row groups per CTA) without the trigger, which "
+    "the three runs before had (`norm._triggers`; they ran 1.003-1.006x faster without it: "
+    "'Source edits, paired' above); every other kernel as in the table.",
+}
+LEGACY_COMMANDS = {
+    "norm_bandwidth-2026-12-03-confirm": "--repeat=50 --name norm_bandwidth-2026-12-03-confirm",
+    "norm_bandwidth-2026-12-03-pdl4096": "--repeat=50 --tuned-from "
+    "bench/results/norm_tuning-pdl-4096.json --name norm_bandwidth-2026-12-03-pdl4096",
+}
+
+
+def _other_runs(d: dict[str, Any]) -> list[str]:
+    """The runs of bench/norm_bandwidth.py after ``d``'s (issue 4's shapes at H >= 4096),
+    oldest first: each specialized row that missed a target there."""
+    later = []
+    for path in RESULTS.glob("norm_bandwidth-*.json"):
+        r = load(path.stem)
+        if r and r["date"] > d["date"] and any(q.get("ms") for q in r["rows"]):
+            later.append(r)
     out: list[str] = []
-    for name, flags, when in runs:
-        r = load(name)
-        if r is None:
-            continue
+    for r in sorted(later, key=lambda r: r["date"]):
+        name = r["benchmark"]
+        command = r.get("command", "").removeprefix("bench/") or (
+            f"norm_bandwidth.py {LEGACY_COMMANDS.get(name, '')}".strip())  # fmt: skip
         compiled = {(q["norm"], q["case"], q["hidden"]): q for q in r["rows"]
                     if q["impl"] == "torch.compile" and q.get("ms")}  # fmt: skip
         rows = []
@@ -1097,23 +1117,21 @@ def _same_day_runs(d: dict[str, Any]) -> list[str]:
             seq = c["ms"] / q["ms"] if c else None
             if q["pct_of_copy"] < target or (seq is not None and seq < 1):
                 rows.append([q["norm"], q["case"], q["hidden"], _pct(q["pct_of_copy"]),
-                             f"{target:.0f}%", _ratio(seq),
-                             _ratio(q.get("vs_compile_paired"))])  # fmt: skip
+                             f"{target:.0f}%", _ratio(seq), _ratio(q.get("vs_compile_paired"))
+                             + (f" ({q['faster_than_compile']:.0%})"
+                                if q.get("faster_than_compile") is not None else "")])  # fmt: skip
         if not out:
-            out += ["### Other runs of the same command",
-                    "The same kernels as the table above. In all three runs the RMSNorm FP8 "
-                    "register kernels at 4096-14336 (several row groups per CTA) had the "
-                    "trigger, which `norm._triggers` has since left out (they ran 1.003-1.006x "
-                    "faster without it: 'Source edits, paired' above)."]  # fmt: skip
-        out += [
-            when[0].upper() + when[1:] + ": " + source(r, f"norm_bandwidth.py {flags}")
+            out.append("### Other runs of the same command")
+        out.append(
+            f"{r['date'][:16].replace('T', ' ')} UTC. {OTHER_RUN_NOTES.get(name, '')} "
+            + source(r, command)
             + f" Device copy {r['copy_gbps']:.0f} GB/s. "
             + (f"{len(rows)} specialized rows missed a target (below); every other one met "
-               "them." if rows else "Every specialized row met its targets."),
-        ]  # fmt: skip
+               "them." if rows else "Every specialized row met its targets.")
+        )  # fmt: skip
         if rows:
             out.append(md_table(["norm", "case", "H", "% of copy", "target", "x torch.compile",
-                                 "x torch.compile, paired"], rows))  # fmt: skip
+                                 "x torch.compile, paired (won)"], rows))  # fmt: skip
     return out
 
 
