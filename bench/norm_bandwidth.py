@@ -39,6 +39,7 @@ shapes.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -295,11 +296,16 @@ def apply_winners(path: str) -> dict[str, str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--norms", default="layernorm,rmsnorm")
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
+    parser.add_argument("--norms", default="layernorm,rmsnorm",
+                        help="comma-separated (default %(default)s)")  # fmt: skip
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
-    parser.add_argument("--repeat", type=int, default=50)
-    parser.add_argument("--shapes", default="", help="e.g. 16384x4096,2048x65536 (default: all)")
+    parser.add_argument("--repeat", type=int, default=50,
+                        help="samples per timing, each 10 calls (default %(default)s)")  # fmt: skip
+    parser.add_argument("--shapes", default="",
+                        help="NxH,... e.g. 16384x4096,2048x65536, or 'winners': the shapes "
+                        "of --tuned-from's winners (default: all)")  # fmt: skip
     parser.add_argument("--paired-rounds", type=int, default=20,
                         help="paired rounds of the specialized kernel against torch.compile "
                         "per case (0: none; default 20)")  # fmt: skip
@@ -308,7 +314,18 @@ def main() -> int:
     parser.add_argument("--tuned-from", default="", help="a norm_tuning result whose winners "
                         "replace their norm.TUNED entries for this run (see above)")  # fmt: skip
     args = parser.parse_args()
-    import torch
+    norms = args.norms.split(",")
+    if not set(norms) <= {"layernorm", "rmsnorm"}:
+        parser.error(f"--norms {args.norms!r}: layernorm, rmsnorm or both")
+    shapes_ok = all(re.fullmatch(r"\d+x\d+", s) for s in args.shapes.split(","))
+    if args.shapes and args.shapes != "winners" and not shapes_ok:
+        parser.error(f"--shapes {args.shapes!r}: NxH,... (e.g. 16384x4096) or winners")
+    if args.shapes == "winners" and not args.tuned_from:
+        parser.error("--shapes winners needs --tuned-from")
+    try:
+        import torch
+    except ImportError:
+        parser.error("needs PyTorch and a GPU (pip install -e '.[test,torch]')")
 
     torch.manual_seed(0)
     overrides = apply_winners(args.tuned_from) if args.tuned_from else {}
@@ -325,7 +342,7 @@ def main() -> int:
         cases = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     copy = common.copy_bandwidth_gbps()
     rows = []
-    for norm in args.norms.split(","):
+    for norm in norms:
         for n, h in cases:
             rows += bench_shape(norm, n, h, args)
     for r in rows:
