@@ -1301,8 +1301,10 @@ def _method() -> list[str]:
              f"{r['vs_randn_idle']:.3f}"] for r in m["rows"]]  # fmt: skip
     return [
         "Why a sweep can read a kernel a few points higher than a bandwidth run (LayerNorm FP8 "
-        "at 8192: 91.6-93.2% in four sweeps; 89.3% and 88.3% in the last two bandwidth runs, "
-        "91.2% in an earlier one, norm_bandwidth-mend.json): the inputs (the sweeps "
+        "at 8192: 91.6-93.2% in four sweeps; 89.3% and 88.3% in the two bandwidth runs just "
+        "before this check on 2026-12-02, the first since overwritten by a later run of its "
+        "name, the second norm_bandwidth-2026-12-02b.json; 91.2% in an earlier one, "
+        "norm_bandwidth-mend.json): the inputs (the sweeps "
         "add a random offset per row) and the GPU's state before a sample (idle for 0.3 s, or "
         "0.1 s of back-to-back calls first) were each timed in paired rounds: "
         + source(m, "norm_method.py")

@@ -551,22 +551,30 @@ def _triggers(spec: NormSpec, cfg: LaunchConfig) -> bool:
     """Whether a kernel of ``spec`` under ``cfg`` lets the next grid launch once all of its
     CTAs have started (``griddepcontrol.launch_dependents`` first thing after the wait; the
     next grid's CTAs then take the slots this one frees and wait there for it to finish).
+    Figures: bench/source_ab.py, same-round medians of 20 paired rounds ('won': the rounds
+    the faster one won).
 
-    - A staged kernel: its persistent grid fills every slot, unless ``b`` caps it below the
-      occupancy (RMSNorm bf16 at 65536, ``b2``, read 86.6% of copy with the trigger, 91.7%
-      without).
-    - A register forward with one row group per CTA (no ``h`` or ``p``: its grid is one CTA
-      per row group): bench/source_ab.py, 20 paired rounds (source_ab-trigger.json), bf16
-      1.006-1.012x at 4096 and 8192 in every round, 1.001x at LayerNorm 14336.
-    - Not a register forward whose CTAs take several row groups (``h``, ``p``): without the
-      trigger RMSNorm FP8 at 4096, 8192 and 14336 (``hogqx4``, ``hogqpx64``, ``hogq``) ran
-      1.003-1.006x faster, in 80-90% of 20 paired rounds (source_ab-fp8-trigger.json).
+    - A staged kernel: its persistent grid fills every slot. With the trigger LayerNorm FP8
+      8192 (``uogqt3``) ran 1.003x and LayerNorm bf16 14336 (``qft4``) 1.007x faster (won
+      14 and 16 of 20; source_ab-staged-*-trigger.json). Not where ``b`` caps the grid below
+      the occupancy (RMSNorm bf16 at 65536, ``b2``, read 86.6% of copy with the trigger,
+      91.7% without).
+    - A register forward with one row group per CTA (its grid is one CTA per row group): bf16
+      1.006-1.012x at 4096 and 8192 in every round, 1.001x at LayerNorm 14336
+      (source_ab-trigger.json).
+    - Not where the CTA holds its weights in registers (``h``) or takes several row groups
+      (``p``): without the trigger RMSNorm FP8 at 4096, 8192 and 14336 (``hogqx4``,
+      ``hogqpx64``, ``hogq``) ran 1.003-1.006x faster (won 16-18 of 20,
+      source_ab-fp8-trigger.json); the staged LayerNorm bf16 65536 (``hqit3``) 1.021x and
+      LayerNorm FP8 4096 (``hogqit3``) 1.006x (won 20 of 20; 1.007x and 18 of 20 in a second
+      lease), LayerNorm FP8 65536 (``hogqiyzt3``) 1.003x (16 of 20); RMSNorm FP8 65536
+      (``hogqit3``) alike either way (0.999x, 8 of 20).
     - Not the general kernels, nor a register backward (not measured)."""
-    if cfg.mode != "regs" or cfg.ctas_per_sm:
+    if cfg.mode != "regs" or cfg.ctas_per_sm or cfg.hold:
         return False
     if cfg.stages:
         return True
-    return not spec.backward and not (cfg.hold or cfg.next_row)
+    return not spec.backward and not cfg.next_row
 
 
 def gamma_dtype(key: KernelKey) -> str:
