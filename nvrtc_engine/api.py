@@ -92,16 +92,18 @@ def make_key(
                 name, flags[name], fields + sorted(spec.flags),
                 f"not a key field or a flag of {spec.name!r}" + (f"; {close}" if close else ""),
             )  # fmt: skip
-    return KernelKey(
-        op=spec.name,
-        in_dtype=inp,
-        out_dtype=out,
-        scaling=scaling if scaling is not None else spec.default_scaling(out),
-        layout=layout,
-        hidden_size=hidden_size,
-        arch=_device_arch(device) if arch is None else arch,
-        flags=tuple(flags.items()),
-    )
+    fields = dict(op=spec.name, in_dtype=inp, out_dtype=out,
+                  scaling=scaling if scaling is not None else spec.default_scaling(out),
+                  layout=layout, hidden_size=hidden_size, flags=tuple(flags.items()))  # fmt: skip
+    if arch is None:
+        try:
+            arch = _device_arch(device)
+        except NoDeviceError:
+            # a bad field is the caller's first problem: report it before the missing GPU
+            # (no op's checks depend on the arch, so any arch validates the other fields)
+            KernelKey(arch="sm_90", **fields)
+            raise
+    return KernelKey(arch=arch, **fields)
 
 
 def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:

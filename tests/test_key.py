@@ -287,9 +287,9 @@ def test_misspelled_scaling_and_layout_name_the_closest_one():
 
 
 def test_get_kernel_reports_a_bad_field_before_asking_for_a_device(monkeypatch):
-    """Without a GPU and without arch, a misspelled op or dtype is reported as such (a
-    VariantError with a suggestion), not hidden behind NoDeviceError; a good call still
-    raises NoDeviceError with its hint."""
+    """Without a GPU and without arch, a misspelled op or dtype, or any other bad field, is
+    reported as such (a VariantError, with a suggestion where one is close), not hidden behind
+    NoDeviceError; a good call still raises NoDeviceError with its hint."""
     import nvrtc_engine as ne
     from nvrtc_engine import api
 
@@ -301,6 +301,13 @@ def test_get_kernel_reports_a_bad_field_before_asking_for_a_device(monkeypatch):
         ne.get_kernel("gelo", dtype="bf16")
     with pytest.raises(ne.VariantError, match="did you mean bf16"):
         ne.get_kernel("gelu", dtype="bf61")
+    # fields checked by the key itself: hidden size, scaling, the norm backward's dx dtype
+    with pytest.raises(ne.VariantError, match="hidden_size=0"):
+        ne.get_kernel("gelu", dtype="bf16", hidden_size=0)
+    with pytest.raises(ne.VariantError, match="scaling='mxfp8'"):
+        ne.get_kernel("gelu", dtype="bf16", scaling="mxfp8")
+    with pytest.raises(ne.VariantError, match="dx of layernorm_bwd"):
+        make_key("layernorm_bwd", in_dtype="bf16", out_dtype="fp8")
     with pytest.raises(ne.NoDeviceError, match="arch='sm_90'"):
         ne.get_kernel("gelu", dtype="bf16")
 
