@@ -1018,7 +1018,7 @@ def activation_family_section() -> str | None:
 
 
 def norm_section() -> str | None:
-    d = load("norm_bandwidth")
+    d = load(NORM_TABLE_RUN)
     if d is None:
         return None
     paired = any("vs_compile_paired" in r for r in d["rows"])
@@ -1061,8 +1061,8 @@ def norm_section() -> str | None:
                 + (["x torch.compile, paired (won)"] if paired else []),
                 rows,
             ),
-            f"This run: {d['date'][:16].replace('T', ' ')} UTC. {_target_line(d)} Later runs "
-            "of the script, some with newer code, are at the end of this section.",
+            f"This run: {d['date'][:16].replace('T', ' ')} UTC. {_target_line(d)} The other runs "
+            "of the script that day, some with other code, are at the end of this section.",
             *_compile_recheck(d),
             *_held_rerun(d),
             *_rerun(d),
@@ -1075,10 +1075,14 @@ def norm_section() -> str | None:
     )
 
 
-# Runs of bench/norm_bandwidth.py after the table's are found by name (norm_bandwidth-*.json);
-# what the files do not say about them goes here: when they ran against the table's run, the
-# code they ran, and the command for the runs made before results recorded it.
+# The table's run of bench/norm_bandwidth.py (bench/results/NAME.json). The other runs of its
+# day are found by name (norm_bandwidth*.json); what the files do not say about them goes
+# here: the code they ran against the table's, and the command for the runs made before
+# results recorded it.
+NORM_TABLE_RUN = "norm_bandwidth"
 OTHER_RUN_NOTES = {
+    "norm_bandwidth-shift-first": "Round 16's kernels, before round 17's trigger in the "
+    "register forwards and LayerNorm bf16 14336's staged entry.",
     "norm_bandwidth-2026-12-03-confirm": "The same lease, 90 s after the table's run; the "
     "same kernels.",
     "norm_bandwidth-2026-12-03-pdl4096": "Another lease, 30 minutes later; the same kernels "
@@ -1132,21 +1136,22 @@ def _target_line(r: dict[str, Any]) -> str:
 
 
 def _other_runs(d: dict[str, Any]) -> list[str]:
-    """The runs of bench/norm_bandwidth.py after ``d``'s (issue 4's shapes at H >= 4096),
-    oldest first: each specialized row that missed a target there."""
-    later = []
-    for path in RESULTS.glob("norm_bandwidth-*.json"):
+    """The other runs of bench/norm_bandwidth.py on the day of ``d``'s (issue 4's shapes at
+    H >= 4096), oldest first: each specialized row that missed a target there."""
+    others = []
+    for path in RESULTS.glob("norm_bandwidth*.json"):
         r = load(path.stem)
-        if r and r["date"] > d["date"] and any(q.get("ms") for q in r["rows"]):
-            later.append(r)
+        if (r and path.stem != NORM_TABLE_RUN and r["date"][:10] == d["date"][:10]
+                and any(q.get("ms") for q in r["rows"])):  # fmt: skip
+            others.append({**r, "benchmark": path.stem})  # a file renamed after its run
     out: list[str] = []
-    for r in sorted(later, key=lambda r: r["date"]):
+    for r in sorted(others, key=lambda r: r["date"]):
         name = r["benchmark"]
-        command = r.get("command", "").removeprefix("bench/") or (
-            f"norm_bandwidth.py {LEGACY_COMMANDS.get(name, '')}".strip())  # fmt: skip
+        command = r.get("command", "").removeprefix("bench/") or "norm_bandwidth.py " + (
+            LEGACY_COMMANDS.get(name) or f"--repeat={r.get('repeat', 20)}")  # fmt: skip
         rows = _misses(r)
         if not out:
-            out.append("### Later runs of bench/norm_bandwidth.py")
+            out.append("### Other runs of bench/norm_bandwidth.py that day")
         out.append(
             f"{r['date'][:16].replace('T', ' ')} UTC. {OTHER_RUN_NOTES.get(name, '')} "
             + source(r, command)
