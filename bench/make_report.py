@@ -1738,7 +1738,9 @@ def timing_section() -> str:
         "otherwise.",
         "To run a script: `python` in these sections is a Python with this package and "
         "PyTorch, e.g. the quick start's environment with the torch extra "
-        "(`.venv/bin/pip install -e '.[test,torch]'`, then `.venv/bin/python bench/NAME.py`). "
+        "(`.venv/bin/pip install -e '.[test,torch]'`, then `.venv/bin/python bench/NAME.py`); "
+        "`bench/make_report.py`, which writes this page from the results, needs matplotlib "
+        "instead (the bench extra, `.[bench]`). "
         "On a GPU machine without network, `. bench/wheels.sh` installs the wheels carried in "
         "`.whl/` (diskcache, platformdirs) and sets `PYTHONPATH` for its own python3. Each "
         "script's `--help` gives its options; results go to `bench/results/NAME.json` (and "
