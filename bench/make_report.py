@@ -1213,7 +1213,7 @@ def _source_ab() -> list[str]:
          "The trigger in the staged LayerNorm FP8 forward at 4096 (`hogqit3`, weights held "
          "in registers): faster without it in 18 of 20 rounds."),
         ("source_ab-staged-fp8-trigger", "",
-         "The trigger in the staged FP8 forwards, a few minutes later on another lease: "
+         "The trigger in the staged FP8 forwards, a few minutes later on the same lease: "
          "without it the kernels that hold their weights in registers (`h`) were as fast or "
          "faster, LayerNorm FP8 8192 (`uogqt3`, weights in shared memory) slower."),
         ("source_ab-staged-bf16-trigger", "",

@@ -566,8 +566,8 @@ def _triggers(spec: NormSpec, cfg: LaunchConfig) -> bool:
       (``p``): without the trigger RMSNorm FP8 at 4096, 8192 and 14336 (``hogqx4``,
       ``hogqpx64``, ``hogq``) ran 1.003-1.006x faster (won 16-18 of 20,
       source_ab-fp8-trigger.json); the staged LayerNorm bf16 65536 (``hqit3``) 1.021x and
-      LayerNorm FP8 4096 (``hogqit3``) 1.006x (won 20 of 20; 1.007x and 18 of 20 in a second
-      lease), LayerNorm FP8 65536 (``hogqiyzt3``) 1.003x (16 of 20); RMSNorm FP8 65536
+      LayerNorm FP8 4096 (``hogqit3``) 1.006x (won 20 of 20; 1.007x and 18 of 20 in a run
+      minutes earlier), LayerNorm FP8 65536 (``hogqiyzt3``) 1.003x (16 of 20); RMSNorm FP8 65536
       (``hogqit3``) alike either way (0.999x, 8 of 20).
     - Not the general kernels, nor a register backward (not measured)."""
     if cfg.mode != "regs" or cfg.ctas_per_sm or cfg.hold:
