@@ -1146,6 +1146,28 @@ def _target_line(r: dict[str, Any]) -> str:
             f"one met: {names}.")  # fmt: skip
 
 
+def _same_code(r: dict[str, Any], d: dict[str, Any]) -> str:
+    """A sentence comparing the specialized kernels of run ``r`` with those of the table's
+    run ``d`` by their cache digests (recorded from 2026-12-03 on; empty where either run
+    lacks them): the code itself, not only the layout in the kernel's name."""
+
+    def digests(run: dict[str, Any]) -> dict[tuple, str]:
+        return {(q["norm"], q["case"], q["hidden"]): q["digest"] for q in run["rows"]
+                if q["impl"] == "nvrtc_engine specialized" and q.get("digest")}  # fmt: skip
+
+    mine, table = digests(r), digests(d)
+    if not mine or not table:
+        return ""
+    differ = sorted(k for k in mine if k in table and mine[k] != table[k])
+    if not differ:
+        return "Its specialized kernels are the table's, by their cache digests. "
+    names = ", ".join(f"{n} {c} {h}" for n, c, h in differ)
+    return (
+        f"By their cache digests {len(differ)} of its specialized kernels differ from the "
+        f"table's: {names}. "
+    )
+
+
 def _other_runs(d: dict[str, Any]) -> list[str]:
     """The other runs of bench/norm_bandwidth.py on the day of ``d``'s (issue 4's shapes at
     H >= 4096), oldest first: each specialized row that missed a target there."""
@@ -1165,13 +1187,14 @@ def _other_runs(d: dict[str, Any]) -> list[str]:
             out.append("### Other runs of bench/norm_bandwidth.py that day")
         out.append(
             f"{r['date'][:16].replace('T', ' ')} UTC. {OTHER_RUN_NOTES.get(name, '')} "
+            + _same_code(r, d)
             + source(r, command)
             + f" Device copy {r['copy_gbps']:.0f} GB/s. "
             + (f"{len(rows)} specialized rows missed a target (below); every other one met "
                "them." if rows else "Every specialized row met its targets.")
         )  # fmt: skip
         if rows:
-            out.append(md_table(["norm", "case", "H", "% of copy", "target", "x torch.compile",
+            out.append(md_table(["norm", "case", "H", "% of copy", "missed", "x torch.compile",
                                  "x torch.compile, paired (won)"], rows))  # fmt: skip
     return out
 
