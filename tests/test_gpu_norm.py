@@ -78,9 +78,12 @@ def check_mxfp8(data, scales, z, z_tol, out_dtype, max_ties=1 / 50):
     check(data, z * mult, out_dtype, z_tol * mult, "z (mxfp8)", max_ties)
 
 
-def run_forward(kernel, x_host, *, zcg=None, scale=3.0, x=None, eps=EPS, max_ties=1 / 50):
+def run_forward(
+    kernel, x_host, *, zcg=None, scale=3.0, x=None, eps=EPS, max_ties=1 / 50, stats=False
+):
     """Launch a forward kernel on poisoned outputs and check every output (``max_ties``: see
-    :func:`check`, for z)."""
+    :func:`check`, for z); returns z and the reference, and with ``stats`` also mu (None for
+    RMSNorm) and rsigma as the kernel wrote them."""
     key = kernel.key
     rms = key.op == "rmsnorm_fwd"
     zcg = key.flag("zero_centered_gamma") if zcg is None else zcg
@@ -126,7 +129,7 @@ def run_forward(kernel, x_host, *, zcg=None, scale=3.0, x=None, eps=EPS, max_tie
         assert res.scale_inv is kwargs["scale_inv"]
         check_mxfp8(z_got, kwargs["scale_inv"].cpu().numpy(), ref.z, ref.z_tol, key.out_dtype,
                     max_ties)  # fmt: skip
-    return out, ref
+    return (out, ref, None if rms else mu, rsigma) if stats else (out, ref)
 
 
 def unaligned_bf16(x_host):
@@ -1370,7 +1373,7 @@ def test_forward_deferred(op, case):
 
 
 def _check_forward_switch(op, case, switch, close=None):
-    """A staged forward layout with ``switch`` on against the float64 reference and against
+    """A forward layout with ``switch`` on against the float64 reference and against
     the same layout without it; unaligned bf16 x at 4096. ``case``: (tag, in dtype, H, out
     dtype, scaling, flags, row counts). ``close(got, want)`` judges the two z tensors; by
     default they must agree bit for bit (z bytes; with FP8 from bf16 x also mu, rsigma, amax
@@ -1464,6 +1467,57 @@ def test_forward_shifted(case):
                           steps=in_dtype != "fp32")  # fmt: skip
 
     _check_forward_switch("layernorm_fwd", case, "shifted", close)
+
+
+# Round 19 on the LayerNorm forward (``W``): each warp's two passes, one exchange per row.
+FWD_WARP_STATS = [  # (tag, in dtype, H, out dtype, scaling, flags, row counts)
+    ("w7r1v8j8c1qfWt4", "bf16", 14336, "bf16", "none", {}, (1, 5, 700)),
+    ("w7r1v8j8c1W", "bf16", 14336, "bf16", "none", {"zero_centered_gamma": True}, (1, 37)),
+    ("w4r1v8j4c1W", "bf16", 4096, "bf16", "none", {}, (1, 4099)),
+    ("w4r1v8j4c1eqWt3", "bf16", 4096, "bf16", "none", {}, (2, 4099)),
+    ("w4r1v8j4c1eqyWt3", "bf16", 4096, "bf16", "none", {}, (2, 300)),
+    ("w4r2v8j4c1hogqWt3", "bf16", 4096, "fp8_e4m3", "tensor", {}, (1, 4099)),
+    ("w14r2v8j4c1ogqWt2", "bf16", 14336, "fp8_e4m3", "tensor", {}, (3, 1001)),
+    ("w8r1v8j4c1W", "fp16", 8192, "fp8_e5m2", "mxfp8", {"zero_centered_gamma": True}, (7,)),
+    ("w2r1v1j16c1W", "bf16", 1001, "fp8_e4m3", "tensor", {"fp32_gamma": True}, (9, 50)),
+    ("w1r4v4j8c1W", "fp32", 1000, "fp32", "none", {}, (1, 9)),
+    ("w2r1v4j8c1Wt3", "fp32", 2048, "fp32", "none", {}, (13,)),
+]
+
+
+@pytest.mark.parametrize("case", FWD_WARP_STATS, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}-{c[4]}")
+def test_forward_warp_stats(case):
+    """``W`` on the LayerNorm forward, register and staged, against the float64 reference:
+    one warp per row (no exchange) and 2-14 warps, one to four rows per CTA, with ``e``,
+    ``y``, ``h`` and ``f``, N = 1, N below and above the grid's CTAs, H odd (one element per
+    access) and H = 1000 (a partial last access: warps of different counts), fp16 and fp32 x
+    (a 1e4 mean offset: every warp's mean near 1e4, the deviations from it small), fp32 and
+    zero-centred gamma, bf16, fp32, FP8 and MXFP8 z; unaligned x at 4096. Beside the same
+    layout without ``W``: mu is the same bits (the warps' sums are added in the same order);
+    16-bit and FP8 z bytes differ in at most 1% of the elements (by one FP8 step with tensor
+    scaling). rsigma: within 8 fp32 ulps from 16-bit x; from fp32 x with its 1e4 mean offset
+    within 2e-4 relative, as docs/norms.md bounds it: each warp mean is rounded (by up to
+    |mu| 2^-24 = 6e-4 there) and Chan's formula takes the rounded means as exact, which moves
+    M2 by up to 2 n_w |m_w - mu| |delta_w| per warp (m_w within about 3 / sqrt(n_w) = 0.1 of
+    mu at 1024 elements per warp), 1.2e-4 of M2; the base's own fp32 mean carries an error of
+    the same 6e-4 into every x - mu. fp32 z therefore within 2e-4 relative and 2^-10
+    absolute (one ulp of a mean near 1e4, times a rsigma near 1)."""
+    tag, in_dtype, hidden, out, scaling, flags, _ = case
+
+    def close(got, want):
+        if out == "fp32":
+            torch.testing.assert_close(got, want, rtol=2e-4, atol=2**-10)
+        else:
+            _assert_fp8_close(got, want, scaling, 0.01, tag, steps=out != "bf16")
+
+    _check_forward_switch("layernorm_fwd", case, "warp_stats", close)
+    fields = dict(in_dtype=in_dtype, out_dtype=out, scaling=scaling, hidden_size=hidden, **flags)
+    kernel, plain = _switch_pair("layernorm_fwd", fields, tag, "warp_stats")
+    x_host = _sample_x(seed(tag, "W stats"), 33, hidden, in_dtype)
+    _, _, mu, rs = run_forward(kernel, x_host, stats=True)
+    _, _, mu_want, rs_want = run_forward(plain, x_host, stats=True)
+    assert torch.equal(mu, mu_want)
+    torch.testing.assert_close(rs, rs_want, rtol=2e-4 if in_dtype == "fp32" else 8 * 2**-23, atol=0)
 
 
 def _assert_fp8_close(got, want, scaling, limit, label, steps=True):

@@ -1868,6 +1868,30 @@ FWD_SHIFTED = [  # (tag, in dtype, H, scaling, flags)
 ]
 
 
+def _layernorm_sources(mp, cases, arch, switch):
+    """(layout, its sources with and without ``switch``: _compile_with_and_without) for the
+    LayerNorm forward of each of ``cases`` on ``arch`` (:func:`_forward_keys`)."""
+    for cfg, op, key in _forward_keys(cases, arch):
+        if op == "layernorm_fwd":
+            assert getattr(cfg, switch)
+            yield cfg, _compile_with_and_without(mp, key, cfg, switch)
+
+
+def _assert_dropped(mp, op, tag, scaling, arch, switch, text):
+    """The layout ``tag`` (``switch`` on in it) as ``op``'s TUNED entry at H = 4096 on
+    ``arch`` (``scaling``: FP8 z where "tensor", else bf16): launch_config drops ``switch``
+    and the rendered source lacks ``text``."""
+    layout = norm.parse_tag(tag)
+    assert getattr(layout, switch) and layout.tag == tag
+    mp.setattr(norm, "_tuned", lambda key: layout)
+    launch_config.cache_clear()
+    out = "fp8_e4m3" if scaling == "tensor" else "bf16"
+    fields = {} if op == "layernorm_bwd" else {"out_dtype": out, "scaling": scaling}
+    key = make_key(op, in_dtype="bf16", hidden_size=4096, arch=arch, **fields)
+    assert not getattr(launch_config(key), switch), (op, tag)
+    assert text not in render(key).source
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_shifted_forward_compile(arch):
     """A staged LayerNorm FP8 forward with ``z`` compiles on every arch (clusters from
@@ -1878,11 +1902,7 @@ def test_shifted_forward_compile(arch):
     apply: RMSNorm, a bf16 z, with ``u``, a register layout, the backward."""
     compiled = 0
     with rules_only() as mp:
-        for cfg, op, key in _forward_keys(FWD_SHIFTED, arch):
-            if op != "layernorm_fwd":
-                continue
-            assert cfg.shifted
-            sources = _compile_with_and_without(mp, key, cfg, "shifted")
+        for cfg, sources in _layernorm_sources(mp, FWD_SHIFTED, arch, "shifted"):
             compiled += 1
             for text in ("first_x[st * THREADS + threadIdx.x]", "shifted_stats(",
                          "fmaf(fmaf(", "float sq[2];"):  # fmt: skip
@@ -1898,17 +1918,54 @@ def test_shifted_forward_compile(arch):
                    ("layernorm_fwd", "w4r1v8j4c1hogqz", "tensor"),
                    ("layernorm_bwd", "w8r1v8j2c1zt3", "none")]  # fmt: skip
         for op, tag, scaling in dropped:
-            layout = norm.parse_tag(tag)
-            assert layout.shifted and layout.tag == tag
-            mp.setattr(norm, "_tuned", lambda key, layout=layout: layout)
-            launch_config.cache_clear()
-            out = "fp8_e4m3" if scaling == "tensor" else "bf16"
-            fields = {} if op == "layernorm_bwd" else {"out_dtype": out, "scaling": scaling}
-            key = make_key(op, in_dtype="bf16", hidden_size=4096, arch=arch, **fields)
-            assert not launch_config(key).shifted, (op, tag)
-            assert "shifted_stats(" not in render(key).source
+            _assert_dropped(mp, op, tag, scaling, arch, "shifted", "shifted_stats(")
     launch_config.cache_clear()
     assert compiled == (3 if arch in ("sm_80", "sm_89") else len(FWD_SHIFTED))
+
+
+# Round 19: the LayerNorm forward's statistics by two passes per warp, one exchange (``W``).
+FWD_WARP_STATS = [  # (tag, in dtype, H, scaling, flags)
+    ("w7r1v8j8c1qfWt4", "bf16", 14336, "none", {}),
+    ("w7r1v8j8c1W", "bf16", 14336, "none", {"zero_centered_gamma": True}),
+    ("w4r2v8j4c1hogqWt3", "bf16", 4096, "tensor", {}),
+    ("w4r1v8j4c1eqyWt3", "fp16", 4096, "none", {"fp32_gamma": True}),
+    ("w2r1v1j16c1W", "bf16", 1001, "mxfp8", {}),
+    ("w1r4v4j8c1W", "fp32", 1000, "none", {}),
+]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_warp_stats_forward_compile(arch):
+    """A LayerNorm forward with ``W`` compiles on every arch, register and staged, for each
+    output mode: its symbol ends with the tag, its dynamic shared memory is that of the same
+    layout without ``W``, and its source takes each warp's two passes and one exchange of
+    (count, sum, mean, M2) per row instead of the two row sums. FWD_WARP_STATS turns it on
+    where it applies; it is dropped on RMSNorm, over a cluster, with ``u``, ``i`` or ``z``,
+    and on the backward."""
+    compiled = 0
+    with rules_only() as mp:
+        for _cfg, sources in _layernorm_sources(mp, FWD_WARP_STATS, arch, "warp_stats"):
+            compiled += 1
+            merge = "warp_stats_merge(make_float4(wn, ws, wm, warp_sum(split_total(s))),"
+            assert merge in sources[0] and merge not in sources[1]
+            assert "row_sum<1>(q," in sources[1] and "row_sum<1>(" not in sources[0]
+        dropped = [("rmsnorm_fwd", "w4r1v8j4c1W", "none", "sm_80"),
+                   ("layernorm_fwd", "w1r1v8j4c4W", "none", "sm_90"),
+                   ("layernorm_fwd", "w4r1v8j4c1uW", "none", "sm_80"),
+                   ("layernorm_fwd", "w4r1v8j4c1hqiWt3", "none", "sm_80"),
+                   ("layernorm_fwd", "w4r1v8j4c1hogqzWt3", "tensor", "sm_80"),
+                   ("layernorm_bwd", "w8r1v8j2c1Wt3", "none", "sm_80")]  # fmt: skip
+        for op, tag, scaling, on in dropped:
+            _assert_dropped(mp, op, tag, scaling, on, "warp_stats", "warp_stats_merge(")
+        mp.setattr(norm, "FWD_WARP_STATS", True)
+        for tag, want in (("w7r1v8j8c1qft4", "w7r1v8j8c1qfWt4"), ("w7r1v8j8c1", "w7r1v8j8c1W")):
+            layout = norm.parse_tag(tag)
+            mp.setattr(norm, "_tuned", lambda key, layout=layout: layout)
+            launch_config.cache_clear()
+            key = make_key("layernorm_fwd", in_dtype="bf16", hidden_size=14336, arch=arch)
+            assert launch_config(key).tag == want
+    launch_config.cache_clear()
+    assert compiled == len(FWD_WARP_STATS)
 
 
 # Programmatic dependent launch: every norm kernel waits for its grid dependency first.

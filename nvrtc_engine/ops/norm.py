@@ -275,6 +275,31 @@ FWD_REREAD = False
 # mu) * rsigma: an absolute error of |mu| * rsigma * 2^-24 in units of the normalized value. FP8
 # outputs only: a bf16 or fp32 z keeps the two-pass form (docs/norms.md).
 FWD_SHIFTED = False
+# Round-19 switch, off by default (bench/source_ab.py, below). FWD_WARP_STATS (suffix ``W``:
+# the LayerNorm forward, register or staged, one CTA per row, without ``u``, ``z`` or ``i``):
+# each warp takes its lanes' sum and then their squared deviations from the warp's own mean
+# (two passes over the registers, a warp_sum each), and the row's W warps exchange (count,
+# sum, mean, M2) once: mean = the warps' sums added in order / H, M2 = sum(M2_w + n_w (m_w -
+# mean)^2) (Chan's formula). One block barrier per row instead of the two-pass form's two
+# (sum, then squared deviations from the row's mean); the same shuffles, and no
+# cancellation (every deviation is from a mean of the values it is taken from). ``u`` also
+# has one barrier, but merges (count, mean, M2) at each of a warp's five shuffle steps. The
+# exchange reads each warp's four values once: sum n_w (m_w - mean)^2 is taken about warp 0's
+# mean (sum n_w e_w^2 - (sum n_w e_w)^2 / H, e_w = m_w - m_0, small), which held ptxas to 108
+# registers at LayerNorm 14336 (127 without W; 119 where the W values were read twice).
+# Precision: the warp means are rounded (by up to |mu| 2^-24) and the formula takes them as
+# exact, which moves M2 by up to 2 n_w |m_w - mu| |delta_w| per warp: 1.2e-4 of M2 for fp32
+# rows with a 1e4 mean offset (test_forward_warp_stats), where the fp32 mean itself already
+# carries 6e-4 into every x - mu; negligible where |mu| is of the order of the spread.
+# Measured (bench/source_ab.py, 20 paired rounds, H200): a TUNED entry where it won,
+# LayerNorm bf16 14336 (staged qft4, 1.022x) and LayerNorm FP8 8192 (in place of u, 1.030x,
+# every round); a default it is not: the register layout at 4096 was level (0.998x,
+# source_ab-ln4096-W2.json) and the FP8 14336 layout of two 14-warp rows per CTA ran at a
+# third of its speed (0.33x, not explained: no spills; source_ab-ln14336-fp8-W2.json). With
+# the first form (values read twice; source_ab-*-W-twopassmerge.json) the register layout
+# at 8192 lost 0.933x (80 registers against 64: 3 CTAs per SM instead of 4; this form takes
+# 78, and capped by m4 it spills) and LayerNorm FP8 4096 without i 0.975x (hogqit3).
+FWD_WARP_STATS = False
 # Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
 # Each CTA (or cluster: H = 65536) holds a fixed share of the columns and loops over rows
 # (persistent grid); a thread copies its share of the row's x and dz into shared memory
@@ -502,6 +527,7 @@ class LaunchConfig:
     deferred: bool = False  # staged: a row's dx (z) after the next row's sums are posted
     reread: bool = False  # staged forward: x read from its stage in each pass, not held
     shifted: bool = False  # staged LayerNorm FP8 forward: one-pass statistics about x[row, 0]
+    warp_stats: bool = False  # LayerNorm forward: per-warp two passes, one exchange per row
 
     @property
     def threads(self) -> int:
@@ -521,7 +547,8 @@ class LaunchConfig:
         kernel's dx or z of a row written after the next row's sums are posted), ``y`` (the
         staged forward's x read from its stage in each pass and in the output stage access
         by access, instead of held in registers across the row), ``z`` (the staged LayerNorm
-        FP8 forward's one-pass statistics about the row's first element), ``a2``
+        FP8 forward's one-pass statistics about the row's first element), ``W`` (the
+        LayerNorm forward's statistics by two passes per warp and one exchange), ``a2``
         (split sums), ``s1`` (column sums in shared memory), ``t3`` (the staged kernel, 3
         rows deep), ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then the
         grid choices, the same code: ``x4`` (4 row groups per CTA where a CTA takes
@@ -538,6 +565,7 @@ class LaunchConfig:
         switches += ("l" if self.lanes else "") + ("f" if self.gamma32 else "")
         switches += ("d" if self.folded else "") + ("i" if self.deferred else "")
         switches += ("y" if self.reread else "") + ("z" if self.shifted else "")
+        switches += "W" if self.warp_stats else ""
         switches += f"a{self.accumulators}" if self.accumulators > 1 else ""
         switches += f"s{self.shared_sums}" if self.shared_sums else ""
         switches += f"t{self.stages}" if self.stages else ""
@@ -794,9 +822,10 @@ def _round8_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
     """``cfg`` with ``ROW_SUM_LANES`` (several warps per row), ``BWD_STAGED_WORDS``,
     ``BWD_GAMMA32`` (where its fp32 gamma fits the arch's shared memory), ``BWD_FOLDED``
     and ``BWD_DEFERRED`` (the staged backward) and ``FWD_DEFERRED`` (the staged forward of
-    one row per CTA; ``i`` from three stages) and ``FWD_REREAD`` (the staged forward) where
-    they apply; each stays on where ``cfg``, a :data:`TUNED` entry, has it (``l``, ``q``,
-    ``f``, ``d``, ``i``, ``y``), and ``i`` and ``y`` are dropped where they do not apply."""
+    one row per CTA; ``i`` from three stages), ``FWD_REREAD`` (the staged forward),
+    ``FWD_SHIFTED`` and ``FWD_WARP_STATS`` where they apply; each stays on where ``cfg``, a
+    :data:`TUNED` entry, has it (``l``, ``q``, ``f``, ``d``, ``i``, ``y``, ``z``, ``W``),
+    and ``i``, ``y``, ``z`` and ``W`` are dropped where they do not apply."""
     if cfg.mode != "regs":
         return cfg
     staged = cfg.stages > 0 and key.spec.backward  # the BWD_* switches: staged backward only
@@ -812,8 +841,11 @@ def _round8_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
     )
     reread = (cfg.reread or FWD_REREAD) and cfg.stages > 0 and not key.spec.backward
     shifted = (cfg.shifted or FWD_SHIFTED) and shift_applies(key, cfg)
+    warp_stats = (cfg.warp_stats or FWD_WARP_STATS) and warp_stats_apply(
+        key, dataclasses.replace(cfg, deferred=deferred, shifted=shifted)
+    )
     new = dict(lanes=lanes, words=words, gamma32=gamma32, folded=folded, deferred=deferred,
-               reread=reread, shifted=shifted)  # fmt: skip
+               reread=reread, shifted=shifted, warp_stats=warp_stats)  # fmt: skip
     if all(getattr(cfg, k) == v for k, v in new.items()):
         return cfg
     return dataclasses.replace(cfg, **new)
@@ -829,6 +861,17 @@ def shift_applies(key: KernelKey, cfg: LaunchConfig) -> bool:
             and key.output.is_fp8 and not cfg.one_reduction)  # fmt: skip
 
 
+def warp_stats_apply(key: KernelKey, cfg: LaunchConfig) -> bool:
+    """Whether ``W`` (``FWD_WARP_STATS``: the statistics by two passes per warp and one
+    exchange) applies: the LayerNorm forward in registers (staged or not) without a cluster,
+    and without ``u``, ``z`` or ``i`` (which exchange the statistics their own ways)."""
+    spec = key.spec
+    assert isinstance(spec, NormSpec)
+    return (cfg.mode == "regs" and not spec.backward and not spec.rms and cfg.cluster == 1
+            and not (cfg.one_reduction or cfg.deferred
+                     or (cfg.shifted and shift_applies(key, cfg))))  # fmt: skip
+
+
 def next_row_fits(cfg: LaunchConfig, itemsize: int) -> bool:
     """Whether the FP8 forward's next-row copy (``p``) applies to ``cfg`` for x of
     ``itemsize`` bytes: 16-byte accesses, and a slot of 16 bytes per access a thread holds
@@ -837,7 +880,7 @@ def next_row_fits(cfg: LaunchConfig, itemsize: int) -> bool:
 
 
 _TAG = re.compile(
-    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(l?)(f?)(d?)(i?)(y?)(z?)"
+    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(l?)(f?)(d?)(i?)(y?)(z?)(W?)"
     r"(?:a(\d+))?"
     r"(?:s(\d+))?"
     r"(?:t(\d+))?(?:m(\d+))?(?:x(\d+))?(?:b(\d+))?"
@@ -853,18 +896,18 @@ def parse_tag(tag: str) -> LaunchConfig:
         raise ValueError(
             f"not a norm configuration tag: {tag!r} (expected w<warps>r<rows>v<vec>j<iters>"
             "c<cluster>, then the switch letters that apply in the order h k n e u o g q p l f "
-            "d i y z, then a<n> s<n> t<n> m<n> x<n> b<n> in that order)"
+            "d i y z W, then a<n> s<n> t<n> m<n> x<n> b<n> in that order)"
         )
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
-                        packed=bool(m[7]), min_ctas=int(m[24] or 0), early=bool(m[9]),
-                        one_reduction=bool(m[10]), accumulators=int(m[21] or 1),
-                        shared_sums=int(m[22] or 0), batched=bool(m[11]),
+                        packed=bool(m[7]), min_ctas=int(m[25] or 0), early=bool(m[9]),
+                        one_reduction=bool(m[10]), accumulators=int(m[22] or 1),
+                        shared_sums=int(m[23] or 0), batched=bool(m[11]),
                         warp_amax=bool(m[12]), words=bool(m[13]), next_row=bool(m[14]),
                         lanes=bool(m[15]), gamma32=bool(m[16]), folded=bool(m[17]),
                         deferred=bool(m[18]), reread=bool(m[19]), shifted=bool(m[20]),
-                        stages=int(m[23] or 0), groups=int(m[25] or 0),
-                        ctas_per_sm=int(m[26] or 0))  # fmt: skip
+                        warp_stats=bool(m[21]), stages=int(m[24] or 0),
+                        groups=int(m[26] or 0), ctas_per_sm=int(m[27] or 0))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -1037,6 +1080,7 @@ class NormSpec(OpSpec):
             defer=cfg.deferred and staged,
             reread=cfg.reread and staged and not self.backward,
             shifted=cfg.shifted and shift_applies(key, cfg),
+            warp_stats=cfg.warp_stats and warp_stats_apply(key, cfg),
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
             stats_name=symbols[1] if len(symbols) == 3 else "",
