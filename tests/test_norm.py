@@ -286,7 +286,7 @@ def test_held_weights_need_two_ctas_per_sm():
     # TUNED carries, test_tuned_fp8_forwards_carry_the_measured_switches); LayerNorm's FP8
     # entries are staged (t: x in shared memory), at 4096 and 65536 with the weights held
     assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1hogqit3"
-    assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1uogqt3"
+    assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1ogqWt3"
     assert fp8_tag("rmsnorm_fwd", 4096) == "w4r1v8j4c1hogqx4"
     assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1hogq"
     assert fp8_tag("rmsnorm_fwd", 65536) == "w4r1v8j8c8hogqit3"
@@ -930,10 +930,10 @@ def _with_switches(monkeypatch, values):
 # staged forward, norm_tuning-sfwd.json and norm_tuning-snear.json, 2026-12-02; two rows per
 # CTA, norm_tuning-srows.json and norm_tuning-bal.json; weights held, norm_tuning-sregs.json;
 # z a row later, norm_tuning-fdefer.json; LayerNorm 65536: one-pass statistics about the row's
-# first element, norm_tuning-shift.json)
+# first element, norm_tuning-shift.json; LayerNorm 8192: W, source_ab-ln8192-fp8-W2.json)
 TUNED_FP8 = {
     ("layernorm_fwd", 4096): "w4r1v8j4c1hogqit3",
-    ("layernorm_fwd", 8192): "w4r1v8j8c1uogqt3",
+    ("layernorm_fwd", 8192): "w4r1v8j8c1ogqWt3",
     ("layernorm_fwd", 14336): "w14r2v8j4c1ogqt2",
     ("layernorm_fwd", 65536): "w4r1v8j8c8hogqiyzt3",
     ("rmsnorm_fwd", 4096): "w4r1v8j4c1hogqx4",
@@ -971,7 +971,7 @@ def test_tuned_fp8_forwards_carry_the_measured_switches():
     source = render(make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8",
                              hidden_size=8192, arch="sm_90")).source  # fmt: skip
     assert "constexpr bool v = true;" in source and "amax_seen" in source
-    assert "store_fw<" in source and "cp.async.cg" in source and "row_stats(" in source
+    assert "store_fw<" in source and "cp.async.cg" in source and "warp_stats_merge(" in source
     held = render(make_key("rmsnorm_fwd", in_dtype="bf16", out_dtype="fp8",
                            hidden_size=4096, arch="sm_90")).source  # fmt: skip
     assert "load_fw<" in held and "gh[j].get<Wt>(gf);" in held
@@ -1973,7 +1973,7 @@ _GLOBAL_ACCESS = re.compile(r"\b(?:ld|st|atom|red)\.(?!param|shared|local|const)
 DEPENDENT_CASES = [  # (op, fields, staged: its main kernel is the persistent staged one)
     # hogqit3: staged, weights held in registers: no trigger
     ("layernorm_fwd", {"in_dtype": "bf16", "out_dtype": "fp8", "hidden_size": 4096}, True),
-    # uogqt3: staged, weights in shared memory: the trigger
+    # ogqWt3: staged, weights in shared memory: the trigger
     ("layernorm_fwd", {"in_dtype": "bf16", "out_dtype": "fp8", "hidden_size": 8192}, True),
     ("rmsnorm_fwd", {"in_dtype": "bf16", "hidden_size": 4096}, False),
     ("layernorm_fwd", {"in_dtype": "fp16", "out_dtype": "fp8", "scaling": "mxfp8"}, False),

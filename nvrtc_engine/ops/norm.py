@@ -374,8 +374,12 @@ TUNED: dict[tuple[str, int, str], str] = {
     # (6 rounds, norm_tuning-pdl-ln14336.json) 1.022x over the entry before, w7r1v8j8c1 (91.0
     # against w14j4 90.0 in norm_tuning.json); then bench/source_ab.py --cases layernorm:14336
     # --rounds 20 on rotating buffers (source_ab-ln14336.json; w7r1v8j8c1 with the trigger):
-    # 1.014x over it and 1.020x over torch.compile, both in every round; % of copy from that run
-    ("layernorm_fwd", 14336, "none"): "w7r1v8j8c1qft4",  # 93.1 against 91.8 (w7r1v8j8c1)
+    # 1.014x over it and 1.020x over torch.compile, both in every round; then round 19, W
+    # (FWD_WARP_STATS: one exchange of the statistics per row): bench/source_ab.py
+    # --cases layernorm:14336 --variants base,@w7r1v8j8c1qft4 --rounds 20
+    # (source_ab-ln14336-W2.json) 1.022x over qft4 (faster in 17 of 20 rounds) and 1.027x over
+    # torch.compile (19 of 20); % of copy from that run
+    ("layernorm_fwd", 14336, "none"): "w7r1v8j8c1qfWt4",  # 94.9 against 93.0 (qft4)
     # FP8 forward with the round-4 switches (o: batched output stage, g: warp amax atomics)
     # and the round-5 ones (q: word unpacking and packing, p: the next row group copied
     # ahead; x4: 4 row groups per CTA), bench/norm_tuning.py --candidates fp8b, 2026-12-01
@@ -394,9 +398,12 @@ TUNED: dict[tuple[str, int, str], str] = {
     # instead of shared memory (h) at 4096 (1.014x) and 65536 (1.043x), every round. Round
     # 11, --candidates fdefer (6 rounds, norm_tuning-fdefer.json): at 4096 one row per CTA
     # with i (z a row later), 1.010x over the r2 entry, every round (89.3 against 88.4;
-    # the r2 entry was 87.4 against ogqft2 86.1 in sregs).
+    # the r2 entry was 87.4 against ogqft2 86.1 in sregs). Round 19, bench/source_ab.py --out
+    # fp8 (20 rounds, source_ab-ln8192-fp8-W2.json): W at 8192 in place of u (one exchange
+    # either way: W's two passes per warp, not u's merges at each shuffle step), 1.030x
+    # over uogqt3 in every round (93.5 against 90.8).
     ("layernorm_fwd", 4096, "tensor"): "w4r1v8j4c1hogqit3",  # 89.3 (88.4, w4r2v8j4c1hogqt3)
-    ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1uogqt3",  # 93.2 against ogqt3 92.2 (89.0)
+    ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1ogqWt3",  # 93.5 (90.8, uogqt3)
     ("layernorm_fwd", 14336, "tensor"): "w14r2v8j4c1ogqt2",  # 92.4 against w7r1j4c2 90.6 (78.8)
     # Round 13, --candidates reread --hidden 4096,65536 (4 rounds, norm_tuning-reread.json):
     # y (x read from its stage in each pass: 168 -> 128 registers, 4 CTAs per SM) with i,
