@@ -24,8 +24,10 @@ OUT = ROOT / "docs" / "performance.md"
 
 
 def load(name: str) -> dict[str, Any] | None:
+    """bench/results/NAME.json, its ``benchmark`` field set to NAME (the file's name, which
+    the data links use: a file renamed after its run keeps the name it was written under)."""
     path = RESULTS / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    return {**json.loads(path.read_text()), "benchmark": name} if path.exists() else None
 
 
 def md_table(header: list[str], rows: list[list[Any]]) -> str:
@@ -1082,6 +1084,12 @@ def norm_section() -> str | None:
 # here: the code they ran against the table's, and the command for the runs made before
 # results recorded it.
 NORM_TABLE_RUN = "norm_bandwidth-2026-12-03-round19"
+# Round 19's source_ab runs were made while the template aligned every forward's reduction
+# buffer to 16 bytes; it does so only where W is on since, so that the other kernels' sources
+# are round 18's again.
+ALIGNED = ("In this run every forward's reduction buffer was 16-byte aligned (the template "
+           "has that attribute only where `W` is on since): the kernels without `W` here "
+           "differ from the shipped ones by it.")  # fmt: skip
 NORM_TABLE_NOTE = ("The kernels as they stand (docs/norms.md, round 19: LayerNorm bf16 14336 "
                    "and LayerNorm FP8 8192 take their statistics by two passes per warp and "
                    "one exchange, `W`).")  # fmt: skip
@@ -1266,7 +1274,8 @@ def _source_ab() -> list[str]:
         *((f"source_ab-{case}-W-twopassmerge", "",
            f"Round 19, {what}, with the first form of `W`'s exchange (each warp's values "
            "read twice; ptxas held them beside the row: 119 registers at 14336, 80 at 8192, "
-           "a spill at 14 warps). The run wrote NAME without `-twopassmerge`.")
+           "a spill at 14 warps); base is the entry without `W`. The run wrote "
+           f"source_ab-{case}-W.json. {ALIGNED}")
           for case, what in (("ln14336", "LayerNorm bf16 14336 (staged and register)"),
                              ("ln4096", "LayerNorm bf16 4096 (register)"),
                              ("ln8192", "LayerNorm bf16 8192 (register: 3 CTAs per SM, not 4)"),
@@ -1275,17 +1284,25 @@ def _source_ab() -> list[str]:
                              ("ln14336-fp8", "LayerNorm FP8 14336 (two 14-warp rows per CTA)"))),
         ("source_ab-ln14336-W2", "",
          "Round 19, the exchange kept (each warp's values read once; 108 registers): LayerNorm "
-         "bf16 14336, the entry with `W` (base) beside round 17's `qft4`; `norm.TUNED` takes "
-         "`qfWt4`."),
+         "bf16 14336, base is the layout with `W`, beside round 17's `qft4`; `norm.TUNED` "
+         f"takes `qfWt4`. {ALIGNED}"),
         ("source_ab-ln8192-fp8-W2", "",
-         "The same exchange at LayerNorm FP8 8192: `W` (base) in place of `u`; `norm.TUNED` "
-         "takes `ogqWt3`."),
+         "The same exchange at LayerNorm FP8 8192: base is `W` in place of `u`, beside "
+         f"`uogqt3`; `norm.TUNED` takes `ogqWt3`. {ALIGNED}"),
         ("source_ab-ln4096-W2", "",
-         "The same exchange on the register layout at LayerNorm bf16 4096 (base, `W`): level "
-         "with the rules' layout without it; not taken."),
+         "The same exchange on the register layout at LayerNorm bf16 4096: base is `W`, "
+         "beside the rules' layout without it, which was faster in 16 of 20 rounds (0.998x "
+         "for `W`; the first form had won 1.010x in every round on another lease, not "
+         f"explained); not taken. {ALIGNED}"),
         ("source_ab-ln14336-fp8-W2", "",
-         "The same exchange in the FP8 14336 entry's layout (two 14-warp rows per CTA): a "
-         "third of the speed, without spills; not explained, not taken."),
+         "The same exchange in the FP8 14336 entry's layout (two 14-warp rows per CTA): here "
+         "base is the entry without `W` and the `@` row is `W`, at a third of the entry's "
+         "speed and 0.63x of torch.compile, without spills; not explained, not taken. "
+         f"{ALIGNED}"),
+        ("source_ab-rms65536-fp8", "",
+         "RMSNorm FP8 at 65536, the table's one miss: the entry (base) beside its "
+         "neighbours, 4 stages, `y`, no `i`, `b2`, 8 warps of 4 accesses, and `y` with 4 "
+         f"stages: every one slower (0.93-1.00x). {ALIGNED}"),
     ]  # fmt: skip
     out: list[str] = []
     for name, flags, text in runs:

@@ -291,10 +291,11 @@ FWD_SHIFTED = False
 # exact, which moves M2 by up to 2 n_w |m_w - mu| |delta_w| per warp: 1.2e-4 of M2 for fp32
 # rows with a 1e4 mean offset (test_forward_warp_stats), where the fp32 mean itself already
 # carries 6e-4 into every x - mu; negligible where |mu| is of the order of the spread.
-# Measured (bench/source_ab.py, 20 paired rounds, H200): a TUNED entry where it won,
+# Measured (bench/source_ab.py, 20 paired rounds, H200; the template then aligned every
+# forward's reduction buffer to 16 bytes, as it now does only under W): a TUNED entry where it won,
 # LayerNorm bf16 14336 (staged qft4, 1.022x) and LayerNorm FP8 8192 (in place of u, 1.030x,
-# every round); a default it is not: the register layout at 4096 was level (0.998x,
-# source_ab-ln4096-W2.json) and the FP8 14336 layout of two 14-warp rows per CTA ran at a
+# every round); a default it is not: the register layout at 4096 lost 0.998x (16 of 20
+# rounds; source_ab-ln4096-W2.json) and the FP8 14336 layout of two 14-warp rows per CTA ran at a
 # third of its speed (0.33x, not explained: no spills; source_ab-ln14336-fp8-W2.json). With
 # the first form (values read twice; source_ab-*-W-twopassmerge.json) the register layout
 # at 8192 lost 0.933x (80 registers against 64: 3 CTAs per SM instead of 4; this form takes
