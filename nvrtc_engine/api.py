@@ -57,13 +57,18 @@ def make_key(
     for high-precision outputs). ``arch`` defaults to the arch of
     ``device`` (default: the current device).
 
-    Raises :class:`~nvrtc_engine.VariantError` for a bad field,
+    ``device`` is a CUDA device ordinal (an int >= 0) or None; it is read only when ``arch``
+    is omitted, but checked always.
+
+    Raises :class:`~nvrtc_engine.VariantError` for a bad field (``device`` included),
     :class:`~nvrtc_engine.ArgumentTypeError` (a ``TypeError``) for ``dtype`` together with
     ``out_dtype``, :class:`~nvrtc_engine.NoDeviceError` when ``arch`` is omitted and there is
     no GPU.
     """
     if dtype is not None and out_dtype is not None:
         raise ArgumentTypeError("out_dtype", "give dtype (the output dtype) or out_dtype, not both")
+    if device is not None and (type(device) is not int or device < 0):
+        raise VariantError("device", device, "None or a CUDA device ordinal (an int >= 0)")
     if out_dtype is not None:
         out: str | None = dtype_name(out_dtype, "out_dtype")
     elif dtype is not None:

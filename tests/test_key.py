@@ -224,6 +224,17 @@ def test_missing_arch_without_gpu_is_a_clear_error(monkeypatch):
         ne.get_kernel("gelu", dtype="fp8", device=0)
 
 
+@pytest.mark.parametrize("device", ["banana", -1, 3.5, [0], "cuda:0", True])
+def test_bad_device_is_a_variant_error_with_or_without_arch(device):
+    """``device`` is checked whether or not ``arch`` makes it unnecessary, and before the
+    driver is asked for a GPU (no GPU here)."""
+    for arch in ("sm_90", None):
+        with pytest.raises(ne.VariantError, match="^device=.* CUDA device ordinal") as info:
+            make_key("gelu", dtype="fp8", arch=arch, device=device)
+        assert info.value.field == "device"
+    assert make_key("gelu", dtype="fp8", arch="sm_90", device=0).arch == "sm_90"
+
+
 def test_key_is_frozen_hashable_picklable():
     k = key()
     with pytest.raises(AttributeError):
