@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 from . import driver
@@ -67,8 +68,10 @@ def make_key(
     """
     if dtype is not None and out_dtype is not None:
         raise ArgumentTypeError("out_dtype", "give dtype (the output dtype) or out_dtype, not both")
-    if device is not None and (type(device) is not int or device < 0):
-        raise VariantError("device", device, "None or a CUDA device ordinal (an int >= 0)")
+    if device is not None:  # an int >= 0 (numpy's too), never a bool
+        if isinstance(device, bool) or not isinstance(device, numbers.Integral) or device < 0:
+            raise VariantError("device", device, "None or a CUDA device ordinal (an int >= 0)")
+        device = int(device)
     if out_dtype is not None:
         out: str | None = dtype_name(out_dtype, "out_dtype")
     elif dtype is not None:

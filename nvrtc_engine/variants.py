@@ -87,7 +87,7 @@ def read_entries(path: str | os.PathLike[str]) -> list[dict[str, Any] | str]:
     try:
         data = _parse_toml(text) if source.endswith(".toml") else json.loads(text)
     except ValueError as exc:  # tomllib.TOMLDecodeError and JSONDecodeError are ValueErrors
-        kind = "TOML" if source.endswith(".toml") else "JSON"
+        kind = "TOML" if source.endswith(".toml") else "JSON (a TOML file needs .toml)"
         raise VariantListError(source, None, f"not valid {kind}: {exc}") from None
     if isinstance(data, list):
         data = {"variants": data}

@@ -233,6 +233,7 @@ def test_bad_device_is_a_variant_error_with_or_without_arch(device):
             make_key("gelu", dtype="fp8", arch=arch, device=device)
         assert info.value.field == "device"
     assert make_key("gelu", dtype="fp8", arch="sm_90", device=0).arch == "sm_90"
+    assert make_key("gelu", dtype="fp8", arch="sm_90", device=np.int64(1)).arch == "sm_90"
 
 
 def test_key_is_frozen_hashable_picklable():

@@ -126,7 +126,8 @@ def test_default_arch_is_asked_once_and_only_when_needed():
         ("{\"variant\": [{\"op\": \"gelu\"}]}", ".json", "unknown top-level"),
         ("[1, 2]", ".json", "entry 0: expected a table/object or a kernel name, got 1"),
         ('["gelu_bf16"]', ".json", "entry 0: .*canonical kernel name"),
-        ("{", ".json", "not valid JSON"),
+        ("{", ".json", r"not valid JSON \(a TOML file needs \.toml\)"),
+        ("[[variants]]\nop = 'gelu'\n", ".py", r"not valid JSON \(a TOML file needs \.toml\)"),
     ],
 )  # fmt: skip
 def test_bad_files_name_the_file_and_entry(tmp_path, text, suffix, match):
