@@ -21,6 +21,16 @@ __all__ = ["cache_info", "clear_cache", "get_kernel", "make_key"]
 NO_GPU_HINT = "pass arch='sm_90' (or another arch) to compile without a GPU"
 
 
+def _device_ordinal(device: Any) -> int | None:
+    """``device`` checked: None, or a CUDA device ordinal (an int >= 0, numpy's too, never a
+    bool) returned as an int. Raises :class:`~nvrtc_engine.VariantError` otherwise."""
+    if device is None:
+        return None
+    if isinstance(device, bool) or not isinstance(device, numbers.Integral) or device < 0:
+        raise VariantError("device", device, "None or a CUDA device ordinal (an int >= 0)")
+    return int(device)
+
+
 def _device_arch(device: int | None) -> str:
     try:
         ordinal = driver.current_device() if device is None else device
@@ -68,10 +78,7 @@ def make_key(
     """
     if dtype is not None and out_dtype is not None:
         raise ArgumentTypeError("out_dtype", "give dtype (the output dtype) or out_dtype, not both")
-    if device is not None:  # an int >= 0 (numpy's too), never a bool
-        if isinstance(device, bool) or not isinstance(device, numbers.Integral) or device < 0:
-            raise VariantError("device", device, "None or a CUDA device ordinal (an int >= 0)")
-        device = int(device)
+    device = _device_ordinal(device)
     if out_dtype is not None:
         out: str | None = dtype_name(out_dtype, "out_dtype")
     elif dtype is not None:
@@ -143,7 +150,7 @@ def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:
     if arch is None:
         # the memo must not outlive a device switch: add the resolved arch to it
         try:
-            device_arch = _device_arch(fields.get("device"))
+            device_arch = _device_arch(_device_ordinal(fields.get("device")))
         except NoDeviceError:
             make_key(op, **{**fields, "arch": "sm_90"})  # a bad field is the first error
             raise

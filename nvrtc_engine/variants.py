@@ -73,7 +73,7 @@ def _parse_toml(text: str) -> Any:
 
 
 def read_entries(path: str | os.PathLike[str]) -> list[dict[str, Any] | str]:
-    """The entries of a TOML (``.toml``) or JSON (any other suffix) variant file, with the
+    """The entries of a TOML (``.toml``, any case) or JSON (any other suffix) variant file, with the
     file's ``defaults`` merged into each; lists are not expanded yet. A kernel name entry
     (``str(key)``, which fixes every field) is kept as it is, for :func:`resolve_variants`.
 
@@ -84,10 +84,11 @@ def read_entries(path: str | os.PathLike[str]) -> list[dict[str, Any] | str]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise VariantListError(source, None, f"cannot read: {exc}") from None
+    toml = source.lower().endswith(".toml")  # in any case, as the command line tells them apart
     try:
-        data = _parse_toml(text) if source.endswith(".toml") else json.loads(text)
+        data = _parse_toml(text) if toml else json.loads(text)
     except ValueError as exc:  # tomllib.TOMLDecodeError and JSONDecodeError are ValueErrors
-        kind = "TOML" if source.endswith(".toml") else "JSON (a TOML file needs .toml)"
+        kind = "TOML" if toml else "JSON (a TOML file needs .toml)"
         raise VariantListError(source, None, f"not valid {kind}: {exc}") from None
     if isinstance(data, list):
         data = {"variants": data}

@@ -229,9 +229,10 @@ def test_bad_device_is_a_variant_error_with_or_without_arch(device):
     """``device`` is checked whether or not ``arch`` makes it unnecessary, and before the
     driver is asked for a GPU (no GPU here)."""
     for arch in ("sm_90", None):
-        with pytest.raises(ne.VariantError, match="^device=.* CUDA device ordinal") as info:
-            make_key("gelu", dtype="fp8", arch=arch, device=device)
-        assert info.value.field == "device"
+        for call in (make_key, ne.get_kernel):
+            with pytest.raises(ne.VariantError, match="^device=.* CUDA device ordinal") as info:
+                call("gelu", dtype="fp8", arch=arch, device=device)
+            assert info.value.field == "device"
     assert make_key("gelu", dtype="fp8", arch="sm_90", device=0).arch == "sm_90"
     assert make_key("gelu", dtype="fp8", arch="sm_90", device=np.int64(1)).arch == "sm_90"
 

@@ -111,6 +111,13 @@ def test_default_arch_is_asked_once_and_only_when_needed():
     assert len(calls) == 1
 
 
+def test_toml_suffix_in_any_case(tmp_path):
+    """``model.TOML`` is TOML, as the command line takes it (not JSON)."""
+    path = tmp_path / "model.TOML"
+    path.write_text("[[variants]]\nop = 'gelu'\ndtype = 'fp8'\narch = 'sm_90'\n")
+    assert [k.op for k in load_variants(path)] == ["gelu"]
+
+
 @pytest.mark.parametrize(
     ("text", "suffix", "match"),
     [

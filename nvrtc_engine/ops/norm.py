@@ -287,10 +287,11 @@ FWD_SHIFTED = False
 # exchange reads each warp's four values once: sum n_w (m_w - mean)^2 is taken about warp 0's
 # mean (sum n_w e_w^2 - (sum n_w e_w)^2 / H, e_w = m_w - m_0, small), which held ptxas to 108
 # registers at LayerNorm 14336 (127 without W; 119 where the W values were read twice).
-# Precision: the warp means are rounded (by up to |mu| 2^-24) and the formula takes them as
-# exact, which moves M2 by up to 2 n_w |m_w - mu| |delta_w| per warp: 1.2e-4 of M2 for fp32
-# rows with a 1e4 mean offset (test_forward_warp_stats), where the fp32 mean itself already
-# carries 6e-4 into every x - mu; negligible where |mu| is of the order of the spread.
+# Precision: each warp mean m_w is rounded to fp32 (by delta_w, up to |m_w| 2^-24) and the
+# formula takes the rounded means as exact, which moves M2 by up to 2 n_w |m_w - mu| |delta_w|
+# per warp: 1.2e-4 of M2 for fp32 rows with a 1e4 mean offset (test_forward_warp_stats),
+# where the fp32 mean's own rounding already carries up to 6e-4 into every x - mu;
+# negligible where |mu| is of the order of the spread.
 # Measured (bench/source_ab.py, 20 paired rounds, H200; the template then aligned every
 # forward's reduction buffer to 16 bytes, as it now does only under W): a TUNED entry where it won,
 # LayerNorm bf16 14336 (staged qft4, 1.022x) and LayerNorm FP8 8192 (in place of u, 1.030x,
