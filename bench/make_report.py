@@ -1203,7 +1203,7 @@ def _other_runs(d: dict[str, Any]) -> list[str]:
         r = load(path.stem)
         if (r and path.stem != NORM_TABLE_RUN and r["date"][:10] == d["date"][:10]
                 and any(q.get("ms") for q in r["rows"])):  # fmt: skip
-            others.append({**r, "benchmark": path.stem})  # a file renamed after its run
+            others.append(r)  # (load names it by its file: a run renamed after it ran)
     out: list[str] = []
     for r in sorted(others, key=lambda r: r["date"]):
         name = r["benchmark"]
