@@ -730,6 +730,19 @@ def candidates_section() -> str | None:
             "torch.compile in this run, slower in all 6 rounds. `norm.TUNED` is unchanged.",
         ),
     ]
+    later.append(
+        (
+            "norm_tuning-bal65536",
+            "--candidates bal --hidden 65536 --rounds 16 --shuffle --versus-compile",
+            "The persistent grids at 65536, balanced (paired rounds)",
+            "Round 20: each H = 65536 entry with `PERSISTENT_BALANCED` (the fewest clusters that "
+            "keep the most rows any cluster takes), 16 shuffled rounds. On this GPU 62 clusters "
+            "of 8 CTAs were resident at once (`cuOccupancyMaxActiveClusters`), so 2 of them took "
+            "34 rows of the 2048 and 60 took 33; balanced, 61 clusters of up to 34 rows: RMSNorm "
+            "FP8 0.959x (slower in 13 of 16 rounds), the others 0.9997-1.006x. "
+            "`PERSISTENT_BALANCED` stays off.",
+        )
+    )
     for name, flag, title, text in later:
         d = load(name)
         if d is None:
@@ -1074,6 +1087,8 @@ def norm_section() -> str | None:
             *_fixed_cost(),
             *_dependent_launch(),
             *_source_ab(),
+            *_spread(d),
+            *_clusters(),
             *_other_runs(d),
         ]
     )
@@ -1083,16 +1098,18 @@ def norm_section() -> str | None:
 # day are found by name (norm_bandwidth*.json); what the files do not say about them goes
 # here: the code they ran against the table's, and the command for the runs made before
 # results recorded it.
-NORM_TABLE_RUN = "norm_bandwidth-2026-12-03-round19"
+NORM_TABLE_RUN = "norm_bandwidth-2026-12-03-round20"
 # Round 19's source_ab runs were made while the template aligned every forward's reduction
 # buffer to 16 bytes; it does so only where W is on since, so that the other kernels' sources
 # are round 18's again.
 ALIGNED = ("In this run every forward's reduction buffer was 16-byte aligned (the template "
            "has that attribute only where `W` is on since): the kernels without `W` here "
            "differ from the shipped ones by it.")  # fmt: skip
-NORM_TABLE_NOTE = ("The kernels as they stand (docs/norms.md, round 19: LayerNorm bf16 14336 "
+NORM_TABLE_NOTE = ("The kernels of round 19 as they stand (docs/norms.md: LayerNorm bf16 14336 "
                    "and LayerNorm FP8 8192 take their statistics by two passes per warp and "
-                   "one exchange, `W`).")  # fmt: skip
+                   "one exchange, `W`); round 20 changed no kernel. This run also records "
+                   "each kernel's residency on the GPU it ran on (`residency` in its "
+                   "JSON).")  # fmt: skip
 OTHER_RUN_NOTES = {
     "norm_bandwidth": "Round 17's kernels: the RMSNorm FP8 register kernels at 4096-14336 "
     "(several row groups per CTA) and the staged forwards that hold their weights in "
@@ -1116,6 +1133,7 @@ OTHER_RUN_NOTES = {
     "buffer 16-byte aligned (since only where `W` is on, so the other kernels' sources are "
     "round 18's again); another lease, 7 minutes before the table's run.",
     "norm_bandwidth-2026-12-03-final2": "The same code as the run before, 90 s later, same lease.",
+    "norm_bandwidth-2026-12-03-round19": "Round 19's table run; another lease.",
 }
 LEGACY_COMMANDS = {
     "norm_bandwidth-2026-12-03-confirm": "--repeat=50 --name norm_bandwidth-2026-12-03-confirm",
@@ -1227,6 +1245,86 @@ def _other_runs(d: dict[str, Any]) -> list[str]:
     return out
 
 
+def _spread(d: dict[str, Any]) -> list[str]:
+    """The table's specialized kernels across every run of bench/norm_bandwidth.py that ran
+    the same code (by cache digest): for each row that missed its % of copy target in any of
+    them, the runs, their lowest, median and highest % of copy and how many met it."""
+    table = {(q["norm"], q["case"], q["hidden"]): q["digest"] for q in d["rows"]
+             if q["impl"] == "nvrtc_engine specialized" and q.get("digest")
+             and q["hidden"] >= 4096}  # fmt: skip
+    seen: dict[tuple, list[tuple[float, str]]] = {k: [] for k in table}
+    for path in sorted(RESULTS.glob("norm_bandwidth*.json")):
+        r = load(path.stem)
+        for q in r["rows"] if r else []:
+            k = (q["norm"], q["case"], q["hidden"])
+            same = k in table and q.get("digest") == table[k]
+            if same and q["impl"] == "nvrtc_engine specialized" and q.get("pct_of_copy"):
+                seen[k].append((q["pct_of_copy"], path.stem))
+    runs = sorted({name for v in seen.values() for _, name in v})
+    if len(runs) < 2:
+        return []
+    rows = []
+    for k, v in sorted(seen.items()):
+        target = 75.0 if k[1] == "bwd" else 90.0
+        pcts = sorted(p for p, _ in v)
+        met = sum(p >= target for p in pcts)
+        if met < len(pcts):
+            low, mid, high = pcts[0], pcts[len(pcts) // 2], pcts[-1]
+            rows.append([*k, f"{target:.0f}%", len(pcts), _pct(low), _pct(mid), _pct(high),
+                         f"{met} of {len(pcts)}"])  # fmt: skip
+    named = ", ".join(f"`{n}`" for n in runs)
+    sizes = sorted(len(v) for v in seen.values())
+    counts = f"{sizes[0]}" if sizes[0] == sizes[-1] else f"{sizes[0]} to {sizes[-1]}"
+    verdict = "Every row met its % of copy target in each of them."
+    if rows:
+        verdict = (f"{len(rows)} rows missed their % of copy target in at least one run "
+                   "(median: the middle run, the higher of the two with an even count); "
+                   "every other row met it in all of them.")  # fmt: skip
+    header = ["norm", "case", "H", "target", "runs", "lowest", "median", "highest", "met"]
+    return [
+        "### The same kernels across runs",
+        f"The table's specialized kernels (H >= 4096) in every run of bench/norm_bandwidth.py "
+        f"that ran them, the table's included, on several leases of the H200: a run counts "
+        f"for a row where its kernel's cache digest is the table's ({counts} runs a row, of "
+        f"{named}). {verdict}",
+        *([md_table(header, rows)] if rows else []),
+    ]
+
+
+def _clusters() -> list[str]:
+    """bench/norm_clusters.py runs: a persistent forward with its grid capped at fewer
+    clusters than the GPU holds."""
+    out: list[str] = []
+    for name in ("norm_clusters-rms65536-fp8", "norm_clusters-ln65536-fp8"):
+        d = load(name)
+        if d is None:
+            continue
+        if not out:
+            out += [
+                "### Resident clusters",
+                "A persistent grid over clusters of 8 CTAs has as many clusters as the GPU "
+                "holds at once, which depends on how its SMs fall into GPCs (62 on the GPUs "
+                "of 2026-12-03 18:00-18:30 UTC, `residency` in the runs' JSON). To see what a "
+                "GPU holding fewer would give, the same kernel with its grid capped at fewer "
+                "clusters, in paired rounds on one GPU (`x full`: the full grid's time over "
+                "the capped one's). The time does not follow the rows per cluster: 56 clusters "
+                "of up to 37 rows ran as fast as 62 of up to 34, 58 of up to 36 2.5% slower; "
+                "so a GPU with fewer resident clusters would not by that alone explain the "
+                "spread above.",
+            ]
+        full = max(r["clusters"] for r in d["rows"])
+        rows = [[r["clusters"], r["max_rows_per_cluster"], f"{r['ms'] * 1e3:.1f}",
+                 _pct(r["pct_copy"]), _ratio(r["vs_full"]) if r["clusters"] != full else "-"]
+                for r in d["rows"]]  # fmt: skip
+        out += [
+            f"{d['case']}, {d['tokens']} rows, `{d['kernel']}`. "
+            + source(d, f"norm_clusters.py --case {d['case']} --name {name}")
+            + f" Device copy {d['copy_gbps']:.0f} GB/s; {d['rounds']} paired rounds.",
+            md_table(["clusters", "rows per cluster, at most", "us", "% of copy", "x full"], rows),
+        ]
+    return out
+
+
 def _source_ab() -> list[str]:
     """bench/source_ab.py runs: edits of a kernel's rendered source against the kernel as
     it was, in paired rounds beside torch.compile."""
@@ -1303,6 +1401,21 @@ def _source_ab() -> list[str]:
          "RMSNorm FP8 at 65536, the table's one miss: the entry (base) beside its "
          "neighbours, 4 stages, `y`, no `i`, `b2`, 8 warps of 4 accesses, and `y` with 4 "
          f"stages: every one slower (0.93-1.00x). {ALIGNED}"),
+        ("source_ab-ln4096-fp8-W", "",
+         "Round 20, LayerNorm FP8 at 4096 (the forward closest to 90% of copy with RMSNorm FP8 "
+         "65536): the staged entry (base) beside `W` in its layout (which drops `i`), without "
+         "`h`, over 2 rows per CTA, 4 stages and 8 warps: every one slower (0.79-0.97x)."),
+        ("source_ab-ln4096-fp8-Wregs", "",
+         "The same case, register layouts with several row groups per CTA (RMSNorm FP8 "
+         "4096's form, `x4`; `p` copies the next group ahead), with and without `W`: every "
+         "one slower than the staged entry (0.73-0.93x). `norm.TUNED` is unchanged."),
+        ("source_ab-rms65536-fp8-c4", "",
+         "Round 20, RMSNorm FP8 at 65536 over clusters of 4 CTAs of 8 warps (2 CTAs per SM, "
+         "so as many warps per SM as the entry's 4 CTAs of 4 warps) and of 2 CTAs of 16 "
+         "warps: 0.966-0.994x of the entry's cluster of 8."),
+        ("source_ab-ln65536-fp8-c4", "",
+         "The same for LayerNorm FP8 at 65536: a cluster of 4 0.933x, of 2 1.001x (faster in "
+         "12 of 20 rounds); `norm.TUNED` is unchanged."),
     ]  # fmt: skip
     out: list[str] = []
     for name, flags, text in runs:

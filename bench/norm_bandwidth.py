@@ -156,6 +156,8 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dic
                "kernel": k.artifact.symbols[0] if k is not None else "",
                "digest": k.artifact.digest[:16] if k is not None else "",
                "ms": None, "gbps": None}  # fmt: skip
+        if k is not None:  # the grid's residency on this GPU (clusters: per GPC, it varies)
+            row["residency"] = k.residency(torch.cuda.current_device())
         try:
             ms = common.cuda_time_ms(fn, repeat=args.repeat)
             row.update(ms=ms, gbps=nbytes / (ms * 1e-3) / 1e9)

@@ -1559,3 +1559,22 @@ def test_forward_shifted_outlier_first_element(hidden, first):
     _assert_fp8_close(got, want, "tensor", 0.05, tag, steps=False)
     wider = np.delete(np.arange(37), 5)
     assert np.all(ref.rsigma_tol[wider] > two_pass.rsigma_tol[wider])
+
+
+def test_residency_reports_the_grids_assumptions():
+    """``residency``: the SM count, each function's CTAs per SM and, for a kernel over a
+    thread block cluster, the clusters resident at once (what its persistent grid takes)."""
+    dev = torch.cuda.current_device()
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    k = ne.get_kernel("rmsnorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=65536)
+    got = k.residency(dev)
+    assert got["sm_count"] == sms and len(got["ctas_per_sm"]) == 1
+    per_sm = got["ctas_per_sm"][0]
+    assert per_sm >= 1
+    if k.config.cluster > 1:  # sm_90: a cluster of CTAs, never more than the SMs hold
+        assert 1 <= got["clusters"] <= sms * per_sm // k.config.cluster
+    else:
+        assert got["clusters"] == 0
+    bwd = ne.get_kernel("layernorm_bwd", in_dtype="bf16", hidden_size=None).residency(dev)
+    assert len(bwd["ctas_per_sm"]) >= 2 and min(bwd["ctas_per_sm"]) >= 1  # main and finalize
+    assert bwd["clusters"] == 0

@@ -1237,6 +1237,18 @@ class _NormKernel(Kernel):
         """Threads per CTA of each function in ``loaded.functions``."""
         raise NotImplementedError
 
+    def residency(self, device: int = 0) -> dict[str, Any]:
+        """What the grids of this kernel assume on ``device`` (loads the kernel there):
+        ``sm_count``; ``ctas_per_sm``, each function's resident CTAs per SM (the driver's
+        occupancy, with this kernel's threads and dynamic shared memory); ``clusters``, the
+        clusters of the main function resident at once (``cuOccupancyMaxActiveClusters``;
+        0 without a cluster). A persistent grid has at most that many clusters, and how they
+        fit a GPU's GPCs differs between GPUs of the same model, so bench/norm_bandwidth.py
+        records it beside each timing."""
+        dev = self._device(self.loaded(device))
+        return {"sm_count": dev.sm_count, "ctas_per_sm": list(dev.occupancy),
+                "clusters": dev.clusters}  # fmt: skip
+
     def _waits_for_grid(self) -> bool:
         """Every norm kernel (forward, backward and finalize) starts with
         ``nve::grid_dependency_wait()``: on sm_90+ they are launched as programmatic

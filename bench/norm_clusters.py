@@ -1,0 +1,135 @@
+"""How a persistent norm forward's time depends on the clusters its grid has: the same kernel
+with its grid capped at fewer clusters than the GPU holds at once, in paired rounds.
+
+    python bench/norm_clusters.py [--case rmsnorm:65536:fp8] [--tokens 2048]
+                                  [--caps 0,-1,-2,-4,-6] [--rounds 20] [--name norm_clusters]
+
+Why: a persistent grid has as many clusters as are resident at once
+(``cuOccupancyMaxActiveClusters``), and with clusters of 8 CTAs that number depends on how
+a GPU's SMs fall into GPCs, which differs between GPUs of the same model. Capping the grid
+on one GPU shows what a GPU that holds fewer clusters would give, with everything else the
+same. ``--caps``: 0 is the grid as launched (every resident cluster); -k is k clusters
+fewer; a positive number is that many clusters. ``--case`` NORM:H:OUT, OUT bf16 or fp8
+(tensor scaling). Every call touches its own buffers (norm_bandwidth.Cycle); ``vs_full``
+is the same-round ratio of the full grid's time over the capped one's (below 1: the capped
+grid is slower). Writes bench/results/NAME.json (and $OUT/NAME.json when set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+from norm_bandwidth import Cycle, kernel_forward
+
+
+def main() -> int:
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
+    parser.add_argument("--case", default="rmsnorm:65536:fp8", help="NORM:H:OUT")
+    parser.add_argument("--tokens", type=int, default=2048, help="rows (default 2048)")
+    parser.add_argument("--caps", default="0,-1,-2,-4,-6", help="clusters (see above)")
+    parser.add_argument("--rounds", type=int, default=20, help="paired rounds (default 20)")
+    parser.add_argument("--name", default="norm_clusters", help="bench/results/NAME.json")
+    args = parser.parse_args()
+    parts = args.case.split(":")
+    if (len(parts) != 3 or parts[0] not in ("layernorm", "rmsnorm") or not parts[1].isdigit()
+            or parts[2] not in ("bf16", "fp8")):  # fmt: skip
+        parser.error(f"--case {args.case!r}: NORM:H:OUT, e.g. rmsnorm:65536:fp8")
+    try:
+        caps = [int(c) for c in args.caps.split(",")]
+    except ValueError:
+        parser.error(f"--caps {args.caps!r}: comma-separated integers")
+    if args.tokens < 1 or args.rounds < 1:
+        parser.error("--tokens and --rounds must be at least 1")
+    try:
+        import torch
+    except ImportError:
+        parser.error("needs PyTorch and a GPU (pip install -e '.[test,torch]')")
+
+    import nvrtc_engine as ne
+    import nvrtc_engine.ops.norm as norm
+    from nvrtc_engine.engine import Engine
+
+    name, h, out = parts[0], int(parts[1]), parts[2]
+    n = args.tokens
+    fp8 = out == "fp8"
+    k = ne.get_kernel(f"{name}_fwd", in_dtype="bf16", out_dtype="fp8" if fp8 else "bf16",
+                      hidden_size=h)  # fmt: skip
+    cfg = k.config
+    if cfg.mode != "regs" or not cfg.stages:
+        parser.error(f"{args.case}: its kernel ({cfg.tag}) has no persistent grid")
+    res = k.residency(torch.cuda.current_device())
+    full = res["clusters"] or res["sm_count"] * res["ctas_per_sm"][0] // cfg.cluster
+    counts = [full + c if c <= 0 else c for c in caps]
+    if min(counts) < 1 or max(counts) > full:
+        parser.error(f"--caps {args.caps!r}: between 1 and {full} clusters on this GPU")
+
+    bf16 = torch.bfloat16
+    torch.manual_seed(0)
+    w = (torch.randn(h, device="cuda") * 0.1 + 1).to(bf16)
+    b = (torch.randn(h, device="cuda") * 0.1).to(bf16)
+    extra = {}
+    if fp8:
+        extra = {"scale": torch.full((1,), 2.0, device="cuda"),
+                 "amax": torch.zeros(1, device="cuda"),
+                 "scale_inv": torch.empty(1, device="cuda")}  # fmt: skip
+
+    def make() -> dict[str, Any]:
+        x = torch.randn(n, h, device="cuda").to(bf16)
+        z = torch.empty(n, h, dtype=torch.float8_e4m3fn if fp8 else bf16, device="cuda")
+        return {"x": x, "z": z, "mu": torch.empty(n, device="cuda"),
+                "rs": torch.empty(n, device="cuda")}  # fmt: skip
+
+    cycle = Cycle(make, n * h * 2)
+    persistent = norm._persistent
+
+    def capped(count: int) -> Any:
+        """A call of a fresh kernel object of the same image whose launch plan (made by its
+        first call, with ``norm._persistent`` capped; later calls take the plan) has at most
+        ``count`` clusters."""
+        fresh = Engine().get(k.key)
+        call = kernel_forward(fresh, cycle, name == "layernorm", w, b, **extra)
+
+        def limit(*a: Any, **kw: Any) -> int:
+            return min(persistent(*a, **kw), count)
+
+        norm._persistent = limit
+        try:
+            call()
+        finally:
+            norm._persistent = persistent
+        torch.cuda.synchronize()
+        return call
+
+    fns = {c: capped(c) for c in counts}
+    times = common.paired_ms(fns, rounds=args.rounds, seed=h)
+    ratios = common.paired_ratios(times, full)
+    nbytes = n * h * (2 + (1 if fp8 else 2)) + h * 2 * (2 if name == "layernorm" else 1)
+    copy = common.copy_bandwidth_gbps()
+    rows = []
+    for c in counts:
+        ms = sorted(times[c])[len(times[c]) // 2]
+        gbps = nbytes / (ms * 1e-3) / 1e9
+        rows.append({"clusters": c, "max_rows_per_cluster": -(-n // c), "ms": ms, "gbps": gbps,
+                     "pct_copy": 100 * gbps / copy, "vs_full": ratios[c]["median"],
+                     "full_faster": 1 - ratios[c]["faster"] if c != full else None})  # fmt: skip
+        print(
+            f"{c:4d} clusters ({-(-n // c)} rows max): {ms * 1e3:7.1f} us "
+            f"{100 * gbps / copy:5.1f}% of copy, x full {ratios[c]['median']:.3f}"
+        )
+    common.write_results(args.name, {
+        "benchmark": args.name, "case": args.case, "tokens": n, "kernel": k.artifact.symbols[0],
+        "residency": res, "copy_gbps": copy, "rounds": args.rounds, "rows": rows,
+        **common.gpu_info(), **common.host_info(),
+    })  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
