@@ -1416,6 +1416,14 @@ def _source_ab() -> list[str]:
         ("source_ab-ln65536-fp8-c4", "",
          "The same for LayerNorm FP8 at 65536: a cluster of 4 0.933x, of 2 1.001x (faster in "
          "12 of 20 rounds); `norm.TUNED` is unchanged."),
+        ("source_ab-ln4096-fp8-deep", "",
+         "Round 20, more rows in flight: LayerNorm FP8 at 4096 with 4 and 5 stages (2 and 3 "
+         "rows in flight beside the one worked on and the one written a row later; 5 CTAs "
+         "per SM as the entry), and with `y` (64 registers): every one slower (0.92-0.95x)."),
+        ("source_ab-rms65536-fp8-deep", "",
+         "The same for RMSNorm FP8 at 65536: 8 warps of 4 accesses with 4 stages, with and "
+         "without `y` (3 CTAs per SM): 0.94x. The entry read 94.5% of copy on this lease, "
+         "90.2-91.3% on the two before it."),
     ]  # fmt: skip
     out: list[str] = []
     for name, flags, text in runs:
