@@ -1303,8 +1303,9 @@ def _clusters() -> list[str]:
             out += [
                 "### Resident clusters",
                 "A persistent grid over clusters of 8 CTAs has as many clusters as the GPU "
-                "holds at once, which depends on how its SMs fall into GPCs (62 on the GPUs "
-                "of 2026-12-03 18:00-18:30 UTC, `residency` in the runs' JSON). To see what a "
+                "holds at once, which depends on how its SMs fall into GPCs (62 for these "
+                "kernels on the two GPUs where it was recorded, 2026-12-03 18:00-18:30 UTC; "
+                "`residency` in the table run's JSON). To see what a "
                 "GPU holding fewer would give, the same kernel with its grid capped at fewer "
                 "clusters, in paired rounds on one GPU (`x full`: the full grid's time over "
                 "the capped one's). The time does not follow the rows per cluster: 56 clusters "
