@@ -2098,3 +2098,21 @@ def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
     assert "error" not in log.lower()
     with pytest.raises(ValueError, match="none of its text"):
         ab.edited(dataclasses.replace(r, source="", headers=()), ["notrigger"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--case", "rmsnorm:65536"], "NORM:H:OUT"),
+    (["--case", "groupnorm:4096:fp8"], "NORM:H:OUT"),
+    (["--case", "rmsnorm:4096:fp16"], "NORM:H:OUT"),
+    (["--caps", "0,x"], "comma-separated integers"),
+    (["--tokens", "0"], "at least 1"),
+])  # fmt: skip
+def test_norm_clusters_checks_its_arguments_first(monkeypatch, capsys, argv, message):
+    """bench/norm_clusters.py rejects a bad --case, --caps, --tokens or --rounds with a usage
+    error before it needs PyTorch or a GPU."""
+    clusters = _bench_module("norm_clusters")
+    monkeypatch.setattr("sys.argv", ["norm_clusters.py", *argv])
+    with pytest.raises(SystemExit) as exc:
+        clusters.main()
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
