@@ -1425,6 +1425,12 @@ def _source_ab() -> list[str]:
          "The same for RMSNorm FP8 at 65536: 8 warps of 4 accesses with 4 stages, with and "
          "without `y` (3 CTAs per SM): 0.94x. The entry read 94.5% of copy on this lease, "
          "90.2-91.3% on the two before it."),
+        ("source_ab-ln4096-fp8-b", "",
+         "Round 20, fewer CTAs per SM in the persistent grid (`b`): LayerNorm FP8 at 4096 with "
+         "at most 4 and 3 (the entry takes 5): 0.961x and 0.875x."),
+        ("source_ab-rms65536-fp8-b", "",
+         "The same for RMSNorm FP8 at 65536, at most 3 CTAs per SM (49 clusters of 8 in "
+         "place of 62): 0.970x. The entry read 96.1% of copy on this lease."),
     ]  # fmt: skip
     out: list[str] = []
     for name, flags, text in runs:
