@@ -736,9 +736,10 @@ def candidates_section() -> str | None:
             "--candidates bal --hidden 65536 --rounds 16 --shuffle --versus-compile",
             "The persistent grids at 65536, balanced (paired rounds)",
             "Round 20: each H = 65536 entry with `PERSISTENT_BALANCED` (the fewest clusters that "
-            "keep the most rows any cluster takes), 16 shuffled rounds. On this GPU 62 clusters "
-            "of 8 CTAs were resident at once (`cuOccupancyMaxActiveClusters`), so 2 of them took "
-            "34 rows of the 2048 and 60 took 33; balanced, 61 clusters of up to 34 rows: RMSNorm "
+            "keep the most rows any cluster takes), 16 shuffled rounds. With 62 clusters of 8 "
+            "CTAs resident at once (`cuOccupancyMaxActiveClusters`, read by a probe on this "
+            "lease that was not kept; the later runs record it) 2 clusters took 34 rows of "
+            "the 2048 and 60 took 33; balanced, 61 clusters of up to 34 rows: RMSNorm "
             "FP8 0.959x (slower in 13 of 16 rounds), the others 0.9997-1.006x. "
             "`PERSISTENT_BALANCED` stays off.",
         )
@@ -1295,17 +1296,21 @@ def _clusters() -> list[str]:
     """bench/norm_clusters.py runs: a persistent forward with its grid capped at fewer
     clusters than the GPU holds."""
     out: list[str] = []
-    for name in ("norm_clusters-rms65536-fp8", "norm_clusters-ln65536-fp8"):
+    names = ("norm_clusters-rms65536-fp8", "norm_clusters-ln65536-fp8",
+             "norm_clusters-rms65536-bf16-check")  # fmt: skip
+    for name in names:
         d = load(name)
         if d is None:
             continue
         if not out:
             out += [
                 "### Resident clusters",
-                "A persistent grid over clusters of 8 CTAs has as many clusters as the GPU "
-                "holds at once, which depends on how its SMs fall into GPCs (62 for these "
-                "kernels on the two GPUs where it was recorded, 2026-12-03 18:00-18:30 UTC; "
-                "`residency` in the table run's JSON). To see what a "
+                "A persistent grid over clusters of 8 CTAs has at most as many clusters as "
+                "the GPU holds at once, which depends on how its SMs fall into GPCs (62 for "
+                "these kernels on the two leases where it was recorded, 2026-12-03 18:20 and "
+                "18:52 UTC; `residency` in the JSON). The grid as launched has fewer where the "
+                "layout caps its CTAs per SM (`b`: 33 for RMSNorm bf16, the last run below, "
+                "a 5-round check of the script). To see what a "
                 "GPU holding fewer would give, the same kernel with its grid capped at fewer "
                 "clusters, in paired rounds on one GPU (`x full`: the full grid's time over "
                 "the capped one's). The time does not follow the rows per cluster: 56 clusters "
@@ -1374,7 +1379,7 @@ def _source_ab() -> list[str]:
            f"Round 19, {what}, with the first form of `W`'s exchange (each warp's values "
            "read twice; ptxas held them beside the row: 119 registers at 14336, 80 at 8192, "
            "a spill at 14 warps); base is the entry without `W`. The run wrote "
-           f"source_ab-{case}-W.json. {ALIGNED}")
+           f"source_ab-{case}-W.json, a name round 20 used again. {ALIGNED}")
           for case, what in (("ln14336", "LayerNorm bf16 14336 (staged and register)"),
                              ("ln4096", "LayerNorm bf16 4096 (register)"),
                              ("ln8192", "LayerNorm bf16 8192 (register: 3 CTAs per SM, not 4)"),
@@ -1405,7 +1410,7 @@ def _source_ab() -> list[str]:
         ("source_ab-ln4096-fp8-W", "",
          "Round 20, LayerNorm FP8 at 4096 (the forward closest to 90% of copy with RMSNorm FP8 "
          "65536): the staged entry (base) beside `W` in its layout (which drops `i`), without "
-         "`h`, over 2 rows per CTA, 4 stages and 8 warps: every one slower (0.79-0.97x)."),
+         "`h`, over 2 rows per CTA, 4 stages and 8 warps: every one slower (0.78-0.97x)."),
         ("source_ab-ln4096-fp8-Wregs", "",
          "The same case, register layouts with several row groups per CTA (RMSNorm FP8 "
          "4096's form, `x4`; `p` copies the next group ahead), with and without `W`: every "
@@ -1423,8 +1428,8 @@ def _source_ab() -> list[str]:
          "per SM as the entry), and with `y` (64 registers): every one slower (0.92-0.95x)."),
         ("source_ab-rms65536-fp8-deep", "",
          "The same for RMSNorm FP8 at 65536: 8 warps of 4 accesses with 4 stages, with and "
-         "without `y` (3 CTAs per SM): 0.94x. The entry read 94.5% of copy on this lease, "
-         "90.2-91.3% on the two before it."),
+         "without `y` (3 CTAs per SM): 0.94x and 0.93x. The entry read 94.5% of copy on "
+         "this lease, 90.2-91.3% on the two before it."),
         ("source_ab-ln4096-fp8-b", "",
          "Round 20, fewer CTAs per SM in the persistent grid (`b`): LayerNorm FP8 at 4096 with "
          "at most 4 and 3 (the entry takes 5): 0.961x and 0.875x."),

@@ -4,15 +4,17 @@ with its grid capped at fewer clusters than the GPU holds at once, in paired rou
     python bench/norm_clusters.py [--case rmsnorm:65536:fp8] [--tokens 2048]
                                   [--caps 0,-1,-2,-4,-6] [--rounds 20] [--name norm_clusters]
 
-Why: a persistent grid has as many clusters as are resident at once
+Why: a persistent grid has at most as many clusters as are resident at once
 (``cuOccupancyMaxActiveClusters``), and with clusters of 8 CTAs that number depends on how
 a GPU's SMs fall into GPCs, which differs between GPUs of the same model. Capping the grid
 on one GPU shows what a GPU that holds fewer clusters would give, with everything else the
-same. ``--caps``: 0 is the grid as launched (every resident cluster); -k is k clusters
-fewer; a positive number is that many clusters. ``--case`` NORM:H:OUT, OUT bf16 or fp8
-(tensor scaling). Every call touches its own buffers (norm_bandwidth.Cycle); ``vs_full``
-is the same-round ratio of the full grid's time over the capped one's (below 1: the capped
-grid is slower). Writes bench/results/NAME.json (and $OUT/NAME.json when set).
+same. ``--caps``: 0 is the grid as launched (the resident clusters, or fewer where the
+kernel caps its CTAs per SM, ``b``); -k is k clusters fewer; a positive number is that many
+clusters; the grid as launched is always timed, as the reference. ``--case`` NORM:H:OUT,
+NORM layernorm or rmsnorm, OUT bf16 or fp8 (tensor scaling). Every call touches its own
+buffers (norm_bandwidth.Cycle); ``vs_full`` is the same-round ratio of the full grid's time
+over the capped one's (below 1: the capped grid is slower). Writes bench/results/NAME.json
+(and $OUT/NAME.json when set).
 """
 
 from __future__ import annotations
@@ -33,14 +35,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--case", default="rmsnorm:65536:fp8", help="NORM:H:OUT")
     parser.add_argument("--tokens", type=int, default=2048, help="rows (default 2048)")
-    parser.add_argument("--caps", default="0,-1,-2,-4,-6", help="clusters (see above)")
+    parser.add_argument("--caps", default="0,-1,-2,-4,-6",
+                        help="clusters (see above; a list that starts with '-' needs '=', "
+                        "--caps=-1,-2; the full grid is always timed; "
+                        "default %(default)s)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=20, help="paired rounds (default 20)")
-    parser.add_argument("--name", default="norm_clusters", help="bench/results/NAME.json")
+    parser.add_argument("--name", default="norm_clusters",
+                        help="bench/results/NAME.json (default %(default)s)")  # fmt: skip
     args = parser.parse_args()
     parts = args.case.split(":")
     if (len(parts) != 3 or parts[0] not in ("layernorm", "rmsnorm") or not parts[1].isdigit()
-            or parts[2] not in ("bf16", "fp8")):  # fmt: skip
-        parser.error(f"--case {args.case!r}: NORM:H:OUT, e.g. rmsnorm:65536:fp8")
+            or int(parts[1]) < 1 or parts[2] not in ("bf16", "fp8")):  # fmt: skip
+        parser.error(f"--case {args.case!r}: NORM:H:OUT, NORM layernorm or rmsnorm, H >= 1, "
+                     "OUT bf16 or fp8; e.g. rmsnorm:65536:fp8")  # fmt: skip
     try:
         caps = [int(c) for c in args.caps.split(",")]
     except ValueError:
@@ -65,8 +72,12 @@ def main() -> int:
     if cfg.mode != "regs" or not cfg.stages:
         parser.error(f"{args.case}: its kernel ({cfg.tag}) has no persistent grid")
     res = k.residency(torch.cuda.current_device())
-    full = res["clusters"] or res["sm_count"] * res["ctas_per_sm"][0] // cfg.cluster
-    counts = [full + c if c <= 0 else c for c in caps]
+    # the grid the kernel launches: norm._persistent over what the device holds, with the
+    # kernel's own cap on CTAs per SM (`b`), as the launch computes it
+    per_sm = min(res["ctas_per_sm"][0], cfg.ctas_per_sm or res["ctas_per_sm"][0])
+    dev = norm._Device(res["sm_count"], tuple(res["ctas_per_sm"]), res["clusters"])
+    full = norm._persistent(dev, cfg.cluster, per_sm, -(-n // cfg.rows))
+    counts = sorted({full} | {full + c if c <= 0 else c for c in caps}, reverse=True)
     if min(counts) < 1 or max(counts) > full:
         parser.error(f"--caps {args.caps!r}: between 1 and {full} clusters on this GPU")
 

@@ -1238,13 +1238,20 @@ class _NormKernel(Kernel):
         raise NotImplementedError
 
     def residency(self, device: int = 0) -> dict[str, Any]:
-        """What the grids of this kernel assume on ``device`` (loads the kernel there):
-        ``sm_count``; ``ctas_per_sm``, each function's resident CTAs per SM (the driver's
-        occupancy, with this kernel's threads and dynamic shared memory); ``clusters``, the
-        clusters of the main function resident at once (``cuOccupancyMaxActiveClusters``;
-        0 without a cluster). A persistent grid has at most that many clusters, and how they
-        fit a GPU's GPCs differs between GPUs of the same model, so bench/norm_bandwidth.py
-        records it beside each timing."""
+        """What ``device`` holds of this kernel (loads it there): ``sm_count``;
+        ``ctas_per_sm``, the driver's occupancy of each function (resident CTAs per SM with
+        this kernel's threads and dynamic shared memory; the backward's second function is
+        its finalize kernel); ``clusters``, the main function's clusters of
+        ``config.cluster`` CTAs resident at once (``cuOccupancyMaxActiveClusters``), 0 for
+        a kernel without a cluster or where the driver does not say. A persistent grid
+        takes at most that many clusters (fewer where the layout caps its CTAs per SM,
+        ``config.ctas_per_sm``), and how clusters fit a GPU's GPCs can differ between GPUs
+        of one model, so bench/norm_bandwidth.py records it beside each timing.
+
+        Raises :class:`~nvrtc_engine.NoDeviceError` without a driver or device,
+        ``ValueError`` for an ordinal that does not exist, and
+        :class:`~nvrtc_engine.ArgumentError` where the device's arch cannot run the image.
+        """
         dev = self._device(self.loaded(device))
         return {"sm_count": dev.sm_count, "ctas_per_sm": list(dev.occupancy),
                 "clusters": dev.clusters}  # fmt: skip
