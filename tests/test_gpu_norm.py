@@ -1563,7 +1563,8 @@ def test_forward_shifted_outlier_first_element(hidden, first):
 
 def test_residency_reports_the_grids_assumptions():
     """``residency``: the SM count, each function's CTAs per SM and, for a kernel over a
-    thread block cluster, the clusters resident at once (what its persistent grid takes)."""
+    thread block cluster, the clusters resident at once (at most what its persistent grid
+    takes)."""
     dev = torch.cuda.current_device()
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     k = ne.get_kernel("rmsnorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=65536)
