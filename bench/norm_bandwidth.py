@@ -70,6 +70,50 @@ class Cycle:
         return s
 
 
+def forward_weights(h: int, fp8: bool) -> tuple[Any, Any, dict[str, Any]]:
+    """bf16 gamma (about 1) and beta (about 0) of ``h`` elements, and for an FP8 output the
+    tensor-scaling arguments (scale 2, amax, scale_inv) a forward call takes."""
+    import torch
+
+    w = (torch.randn(h, device="cuda") * 0.1 + 1).to(torch.bfloat16)
+    b = (torch.randn(h, device="cuda") * 0.1).to(torch.bfloat16)
+    fp8_args: dict[str, Any] = {}
+    if fp8:
+        fp8_args = {"scale": torch.full((1,), 2.0, device="cuda"),
+                    "amax": torch.zeros(1, device="cuda"),
+                    "scale_inv": torch.empty(1, device="cuda")}  # fmt: skip
+    return w, b, fp8_args
+
+
+def forward_rows(rows: int, h: int, fp8: bool) -> dict[str, Any]:
+    """One set of a forward's row tensors: bf16 ``x`` (rows, h), ``z`` (E4M3 or bf16), fp32
+    ``mu`` and ``rs`` (rows,), as :func:`kernel_forward` takes them."""
+    import torch
+
+    return {"x": torch.randn(rows, h, device="cuda").to(torch.bfloat16),
+            "z": torch.empty(rows, h, device="cuda",
+                             dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16),
+            "mu": torch.empty(rows, device="cuda"),
+            "rs": torch.empty(rows, device="cuda")}  # fmt: skip
+
+
+def same_bytes_copy(nbytes: int) -> tuple[Callable[[], None], Cycle]:
+    """A device copy (torch ``copy_``) that reads and writes ``nbytes`` in all, on its own
+    buffers each call (a :class:`Cycle`, returned to be kept alive with the call)."""
+    import torch
+
+    half = nbytes // 2
+    u8 = torch.uint8
+    cycle = Cycle(lambda: (torch.empty(half, dtype=u8, device="cuda"),
+                           torch.empty(half, dtype=u8, device="cuda")), nbytes)  # fmt: skip
+
+    def copy() -> None:
+        dst, src = cycle.next()
+        dst.copy_(src)
+
+    return copy, cycle
+
+
 def torch_fns(norm: str, h: int) -> dict[str, Any]:
     """Forward, FP8 forward and backward in plain torch (eager; also what gets compiled)."""
     import torch

@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
-from norm_bandwidth import Cycle, kernel_forward
+from norm_bandwidth import Cycle, forward_rows, forward_weights, kernel_forward
 
 
 def main() -> int:
@@ -60,7 +60,6 @@ def main() -> int:
         parser.error("needs PyTorch and a GPU (pip install -e '.[test,torch]')")
 
     import nvrtc_engine as ne
-    import nvrtc_engine.ops.norm as norm
     from nvrtc_engine.engine import Engine
 
     name, h, out = parts[0], int(parts[1]), parts[2]
@@ -71,50 +70,25 @@ def main() -> int:
     cfg = k.config
     if cfg.mode != "regs" or not cfg.stages:
         parser.error(f"{args.case}: its kernel ({cfg.tag}) has no persistent grid")
-    res = k.residency(torch.cuda.current_device())
-    # the grid the kernel launches: norm._persistent over what the device holds, with the
-    # kernel's own cap on CTAs per SM (`b`), as the launch computes it
-    per_sm = min(res["ctas_per_sm"][0], cfg.ctas_per_sm or res["ctas_per_sm"][0])
-    dev = norm._Device(res["sm_count"], tuple(res["ctas_per_sm"]), res["clusters"])
-    full = norm._persistent(dev, cfg.cluster, per_sm, -(-n // cfg.rows))
+    device = torch.cuda.current_device()
+    res = k.residency(device)
+    full = k.launch_grid(n, device=device) // cfg.cluster
     counts = sorted({full} | {full + c if c <= 0 else c for c in caps}, reverse=True)
     if min(counts) < 1 or max(counts) > full:
         parser.error(f"--caps {args.caps!r}: between 1 and {full} clusters on this GPU")
 
-    bf16 = torch.bfloat16
     torch.manual_seed(0)
-    w = (torch.randn(h, device="cuda") * 0.1 + 1).to(bf16)
-    b = (torch.randn(h, device="cuda") * 0.1).to(bf16)
-    extra = {}
-    if fp8:
-        extra = {"scale": torch.full((1,), 2.0, device="cuda"),
-                 "amax": torch.zeros(1, device="cuda"),
-                 "scale_inv": torch.empty(1, device="cuda")}  # fmt: skip
-
-    def make() -> dict[str, Any]:
-        x = torch.randn(n, h, device="cuda").to(bf16)
-        z = torch.empty(n, h, dtype=torch.float8_e4m3fn if fp8 else bf16, device="cuda")
-        return {"x": x, "z": z, "mu": torch.empty(n, device="cuda"),
-                "rs": torch.empty(n, device="cuda")}  # fmt: skip
-
-    cycle = Cycle(make, n * h * 2)
-    persistent = norm._persistent
+    w, b, extra = forward_weights(h, fp8)
+    cycle = Cycle(lambda: forward_rows(n, h, fp8), n * h * 2)
 
     def capped(count: int) -> Any:
-        """A call of a fresh kernel object of the same image whose launch plan (made by its
-        first call, with ``norm._persistent`` capped; later calls take the plan) has at most
-        ``count`` clusters."""
+        """A call of a fresh kernel object of the same image whose grid is capped at
+        ``count`` clusters (its own ``_grid``, which its launch plans take)."""
         fresh = Engine().get(k.key)
+        grid = fresh._grid
+        fresh._grid = lambda *a: min(grid(*a), count * cfg.cluster)  # type: ignore[method-assign]
         call = kernel_forward(fresh, cycle, name == "layernorm", w, b, **extra)
-
-        def limit(*a: Any, **kw: Any) -> int:
-            return min(persistent(*a, **kw), count)
-
-        norm._persistent = limit
-        try:
-            call()
-        finally:
-            norm._persistent = persistent
+        call()
         torch.cuda.synchronize()
         return call
 

@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
-from norm_bandwidth import EPS, Cycle
+from norm_bandwidth import EPS, Cycle, forward_rows, forward_weights, same_bytes_copy
 
 # (op, H, out, the N, the row counts timed)
 CASES = [
@@ -65,7 +65,6 @@ def time_case(op: str, h: int, out: str, sizes: tuple[int, ...], args: Any) -> d
 
     import nvrtc_engine as ne
 
-    bf16 = torch.bfloat16
     ln = op.startswith("layernorm")
     fp8 = out == "fp8"
     kernels = {}
@@ -75,28 +74,14 @@ def time_case(op: str, h: int, out: str, sizes: tuple[int, ...], args: Any) -> d
         kernels[impl] = ne.get_kernel(op, in_dtype="bf16", out_dtype=out, hidden_size=h)
     ne.configure(dependent_launch=True)
     kernel = kernels["kernel"]
-    w = (torch.randn(h, device="cuda") * 0.1 + 1).to(bf16)
-    b = (torch.randn(h, device="cuda") * 0.1).to(bf16)
-    kw: dict[str, Any] = {}
-    if fp8:
-        kw = {"scale": torch.full((1,), 2.0, device="cuda"),
-              "amax": torch.zeros(1, device="cuda"),
-              "scale_inv": torch.empty(1, device="cuda")}  # fmt: skip
+    w, b, kw = forward_weights(h, fp8)
     fns: dict[tuple[str, int], Any] = {}
     nbytes: dict[int, int] = {}
     keep = []
     for n in sizes:
         elem = n * h
         nbytes[n] = 2 * elem + elem * (1 if fp8 else 2) + h * 2 * (2 if ln else 1)
-
-        def make(n: int = n) -> dict[str, Any]:
-            return {"x": torch.randn(n, h, device="cuda").to(bf16),
-                    "z": torch.empty(n, h, device="cuda",
-                                     dtype=torch.float8_e4m3fn if fp8 else bf16),
-                    "mu": torch.empty(n, device="cuda"),
-                    "rs": torch.empty(n, device="cuda")}  # fmt: skip
-
-        kc = Cycle(make, nbytes[n])
+        kc = Cycle(functools.partial(forward_rows, n, h, fp8), nbytes[n])
 
         def run(kc: Cycle = kc, kernel: Any = kernel) -> None:
             s = kc.next()
@@ -105,15 +90,7 @@ def time_case(op: str, h: int, out: str, sizes: tuple[int, ...], args: Any) -> d
             else:
                 kernel(s["x"], w, EPS, s["z"], s["rs"], **kw)
 
-        half = nbytes[n] // 2
-        cc = Cycle(lambda half=half: (torch.empty(half, dtype=torch.uint8, device="cuda"),
-                                      torch.empty(half, dtype=torch.uint8, device="cuda")),
-                   nbytes[n])  # fmt: skip
-
-        def copy(cc: Cycle = cc) -> None:
-            dst, src = cc.next()
-            dst.copy_(src)
-
+        copy, cc = same_bytes_copy(nbytes[n])
         fns[("kernel", n)], fns[("copy", n)] = run, copy
         if kernels["ordinary"]._dependent != kernel._dependent:
             fns[("ordinary", n)] = functools.partial(run, kc, kernels["ordinary"])

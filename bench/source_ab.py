@@ -30,6 +30,11 @@ The edits:
     forwards of one row group per CTA (``norm._triggers``; the first run of this script, on
     2026-12-03, added it to the register forwards, which had none then);
   - ``notrigger``: the template's trigger taken out;
+  - ``fmacenter``: the LayerNorm output stage's ``(x - mu) * rsigma`` as ``x * rsigma +
+    (-mu * rsigma)``, one FFMA per element instead of a FADD and a FMUL (-mu * rsigma once per
+    row); as the shifted statistics' (``z``) output stage does. The rounding differs: an
+    absolute error up to ``|mu| * rsigma * 2^-24`` in units of the normalized value, of the
+    size the fp32 mean's own rounding already carries into every ``x - mu``;
   - ``stream``: NVE_STREAMING defined, as the activation and cast templates do: 16-byte loads
     of x (and of gamma and beta) skip L1 (``ld.global.nc.L1::no_allocate``), 16-byte stores
     of z are evict-first (``st.global.cs``); the norm templates leave it undefined (plain
@@ -97,6 +102,8 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
     "base": [],
     "trigger": [("source", WAIT, WAIT + "  nve::launch_dependents();\n")],
     "notrigger": [("source", TRIGGER, "")],
+    "fmacenter": [("source", f"zf[i] = fmaf(({x} - mean) * rs,",
+                   f"zf[i] = fmaf(fmaf({x}, rs, -mean * rs),") for x in ("xf[j][i]", "xq[i]")],
     "l2pf": [("headers", "ld.global.nc.L1::no_allocate.v4.u32",
               "ld.global.nc.L1::no_allocate.L2::256B.v4.u32")],
     "plainst": [("headers", "st.global.cs.v4.u32", "st.global.v4.u32")],

@@ -1576,6 +1576,11 @@ def test_residency_reports_the_grids_assumptions():
         assert 1 <= got["clusters"] <= sms * per_sm // k.config.cluster
     else:
         assert got["clusters"] == 0
+    # launch_grid: the persistent grid is what is resident, in whole clusters
+    held = got["clusters"] if k.config.cluster > 1 else sms * per_sm
+    if k.config.stages and not k.config.ctas_per_sm:
+        assert k.launch_grid(2048, device=dev) == min(held, 2048) * k.config.cluster
+        assert k.launch_grid(3, device=dev) == 3 * k.config.cluster
     bwd = ne.get_kernel("layernorm_bwd", in_dtype="bf16", hidden_size=None).residency(dev)
     assert len(bwd["ctas_per_sm"]) >= 2 and min(bwd["ctas_per_sm"]) >= 1  # main and finalize
     assert bwd["clusters"] == 0

@@ -76,6 +76,21 @@ SCRIPT = textwrap.dedent(
         _, last = launches_of(call, nparams)
         # the norms are programmatic dependent launches on the stub's sm_90, on every path
         assert last["dependent"] == (call is cases[2][0]), last
+    # launch_grid says what the forward launches: a one-pass grid, the general kernel's and
+    # a staged (persistent) FP8 one
+    rk = cases[2][0].__defaults__[0]
+    assert rk.launch_grid(4) == launches_of(cases[2][0], 17)[1]["grid"][0]
+    gen = ne.get_kernel("layernorm_fwd", in_dtype="bf16")
+    xg, zg, wg = T((3000, 200)), T((3000, 200)), T((200,))
+    mg, rg = T((3000,), "float32"), T((3000,), "float32")
+    last = launches_of(lambda k=gen: k(xg, wg, wg, 1e-5, zg, mg, rg), 17)[1]
+    assert gen.launch_grid(3000, 200) == last["grid"][0]
+    st = ne.get_kernel("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096)
+    assert st.config.stages  # TUNED's staged layout on the stub's sm_90
+    xs, zs, ws8 = T((16384, 4096)), T((16384, 4096), "uint8"), T((4096,))
+    ms, rss = T((16384,), "float32"), T((16384,), "float32")
+    last = launches_of(lambda k=st: k(xs, ws8, ws8, 1e-5, zs, ms, rss, scale=s, amax=a), 17)[1]
+    assert st.launch_grid(16384) == last["grid"][0] < 16384
 
     lb = ne.get_kernel("layernorm_bwd", in_dtype="bf16")
     dz, xb, wb, mb, rb = T((8, 200)), T((8, 200)), T((200,)), T((8,), "float32"), T((8,), "float32")

@@ -1174,6 +1174,43 @@ def test_staged_layouts_at_the_issue_shapes():
         assert tag(op, 4096, 2, 64) == "w4r1v8j4c1t2"
 
 
+@pytest.mark.parametrize(
+    "tag, want",
+    [  # (rows -> CTAs) on 132 SMs holding 4 CTAs each and 62 clusters of 8
+        ("loop", {1: 1, 16384: 16384 // (1024 // norm.loop_threads_per_row(4096))}),
+        ("w4r1v8j4c1", {1: 1, 16384: 16384}),  # one-pass: a CTA per row group
+        ("w4r2v8j4c1", {1: 1, 16383: 8192}),
+        ("w4r1v8j4c1hogqx4", {1: 1, 16384: 4096, 1000: 528}),  # 4 groups a CTA, >= resident
+        ("w4r1v8j4c1hogqit3", {1: 1, 16384: 528, 100: 100}),  # persistent: what is resident
+        ("w4r1v8j4c1hogqit3b2", {16384: 264}),  # at most 2 CTAs per SM
+        ("w4r1v8j8c8hogqit3", {1: 8, 2048: 62 * 8, 7: 56}),  # whole clusters of 8
+    ],
+)
+def test_forward_grid(tag, want):
+    """_grid (launch_grid on a device): the CTAs a forward launches for its layout."""
+    from nvrtc_engine.ops.norm import _Device
+
+    cfg = norm.LaunchConfig("loop", 8) if tag == "loop" else norm.parse_tag(tag)
+    key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
+                   arch="sm_90")  # fmt: skip
+    kernel = norm.LayerNormFwdKernel.__new__(norm.LayerNormFwdKernel)
+    kernel._config, kernel.spec = cfg, key.spec
+    dev = _Device(132, (4,), 62 if cfg.cluster > 1 else 0)
+    for rows, ctas in want.items():
+        assert kernel._grid(dev, rows, 4096) == ctas, (tag, rows)
+
+
+def test_launch_grid_checks_its_arguments():
+    """Bad rows or hidden sizes raise ValueError before any device is touched."""
+    spec = ne.get_kernel("layernorm_fwd", in_dtype="bf16", hidden_size=4096, arch="sm_90")
+    general = ne.get_kernel("layernorm_fwd", in_dtype="bf16", arch="sm_90")
+    for kernel, rows, hidden in [(spec, 0, None), (spec, True, None), (spec, 2.0, None),
+                                 (spec, 8, 1024), (general, 8, None), (general, 8, 0),
+                                 (general, 8, True)]:  # fmt: skip
+        with pytest.raises(ValueError):
+            kernel.launch_grid(rows, hidden)
+
+
 def test_staged_grid_is_persistent_and_counts_whole_clusters():
     """One partial row of column sums per CTA (cluster) of the persistent grid, never more
     clusters than the device can hold at once, at least one, at most one per row."""

@@ -1344,6 +1344,44 @@ class _NormFwdKernel(_NormKernel):
     def _function_threads(self) -> tuple[int, ...]:
         return (self.config.threads,)
 
+    def launch_grid(self, rows: int, hidden_size: int | None = None, device: int = 0) -> int:
+        """CTAs (a multiple of ``config.cluster``) that a call over ``rows`` rows of
+        ``hidden_size`` elements (default: the key's; required for the general kernel)
+        launches on ``device`` (loads the kernel there): one CTA (cluster) per row group for
+        the one-pass layouts; for the staged forward a persistent grid of at most the
+        clusters resident at once (fewer under the layout's ``b`` cap); for the layouts that
+        hold their weights or copy the next row ahead, at most ``config.groups`` row groups
+        per CTA. Raises ``ValueError`` for ``rows`` < 1 or a missing or mismatched
+        ``hidden_size``, and what :meth:`residency` raises."""
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+            raise ValueError(f"rows must be an int >= 1, got {rows!r}")
+        fixed = self.key.hidden_size
+        hidden = fixed if hidden_size is None else hidden_size
+        if hidden is None or (fixed is not None and hidden != fixed):
+            raise ValueError(f"hidden_size {hidden_size!r}: this kernel takes "
+                             f"{fixed if fixed is not None else 'any H >= 1, given'}")  # fmt: skip
+        if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
+            raise ValueError(f"hidden_size must be an int >= 1, got {hidden!r}")
+        return self._grid(self._device(self.loaded(device)), rows, hidden)
+
+    def _grid(self, dev: _Device, rows: int, hidden: int) -> int:
+        """:meth:`launch_grid` on ``dev`` for ``rows`` rows of ``hidden`` elements."""
+        cfg = self.config
+        if cfg.mode != "regs":
+            groups = -(-rows // (LOOP_BLOCK // loop_threads_per_row(hidden)))
+            return min(groups, MAX_GRID if FWD_ONE_PASS else dev.sm_count * dev.occupancy[0])
+        groups = -(-rows // cfg.rows)
+        # the staged forward's grid is persistent, at most cfg.ctas_per_sm CTAs per SM
+        per_sm = min(dev.occupancy[0], cfg.ctas_per_sm or dev.occupancy[0])
+        persistent = _persistent(dev, cfg.cluster, per_sm, groups)
+        clusters = groups if FWD_ONE_PASS and not cfg.stages else persistent
+        # several row groups per CTA: weights loaded once (hold), or the next group's x
+        # copied while the current one is worked on (next_row)
+        if FWD_ONE_PASS and not cfg.stages and (cfg.hold or cfg.next_row):
+            per_cta = cfg.groups or FWD_GROUPS_PER_CTA
+            clusters = max(min(groups, persistent), -(-groups // per_cta))
+        return min(groups, clusters, MAX_GRID // cfg.cluster) * cfg.cluster
+
     def _forward(
         self, x: Any, gamma: Any, beta: Any, eps: Any, out: Any, mu: Any, rsigma: Any,
         scale: Any, amax: Any, scale_inv: Any, stream: Any,
@@ -1388,23 +1426,8 @@ class _NormFwdKernel(_NormKernel):
             (xa, vec * self._in.itemsize), (oa, vec * self._out.itemsize),
             (ga, vec * self._w.itemsize), (ba, vec * self._w.itemsize),
         ])  # fmt: skip
-        if cfg.mode == "regs":
-            tpr = 0
-            groups = -(-rows // cfg.rows)
-            # the staged forward's grid is persistent, at most cfg.ctas_per_sm CTAs per SM
-            per_sm = min(dev.occupancy[0], cfg.ctas_per_sm or dev.occupancy[0])
-            persistent = _persistent(dev, cfg.cluster, per_sm, groups)
-            clusters = groups if FWD_ONE_PASS and not cfg.stages else persistent
-            # several row groups per CTA: weights loaded once (hold), or the next group's x
-            # copied while the current one is worked on (next_row)
-            if FWD_ONE_PASS and not cfg.stages and (cfg.hold or cfg.next_row):
-                per_cta = cfg.groups or FWD_GROUPS_PER_CTA
-                clusters = max(min(groups, persistent), -(-groups // per_cta))
-            grid = min(groups, clusters, MAX_GRID // cfg.cluster) * cfg.cluster
-        else:
-            tpr = loop_threads_per_row(hidden)
-            groups = -(-rows // (LOOP_BLOCK // tpr))
-            grid = min(groups, MAX_GRID if FWD_ONE_PASS else dev.sm_count * dev.occupancy[0])
+        tpr = 0 if cfg.mode == "regs" else loop_threads_per_row(hidden)
+        grid = self._grid(dev, rows, hidden)
         values = (
             xa.ptr, ga.ptr, ba.ptr if ba is not None else 0, oa.ptr,
             mua.ptr if mua is not None else 0, rsa.ptr, scale_ptr, amax_ptr, scale_inv_ptr,

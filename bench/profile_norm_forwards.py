@@ -1,0 +1,64 @@
+"""Launch norm forwards once each, for a hardware-counter profile under Nsight Compute:
+
+    ncu --clock-control none -k regex:norm_fwd --section SpeedOfLight \\
+        --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \\
+        --section Occupancy --section LaunchStats --csv --page details \\
+        python bench/profile_norm_forwards.py [--cases layernorm:4096:fp8:16384,...]
+
+``--cases`` NORM:H:OUT:N as in bench/norm_tail.py (default: the two forwards nearest 90% of
+copy bandwidth and, beside each, its bf16 sibling). bf16 x, gamma and beta; FP8 is E4M3 with
+tensor scaling. Every kernel is compiled before the first launch, so the profile holds one
+launch of each, in the order given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from norm_tail import parse_cases
+
+DEFAULT = ("layernorm:4096:fp8:16384,layernorm:4096:bf16:16384,rmsnorm:4096:fp8:16384,"
+           "rmsnorm:65536:fp8:2048,rmsnorm:65536:bf16:2048,layernorm:65536:fp8:2048")  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", default=DEFAULT, help="NORM:H:OUT:N,...")
+    args = parser.parse_args()
+    try:
+        cases = parse_cases(args.cases)
+    except ValueError as exc:
+        parser.error(f"--cases {exc}")
+    import torch
+
+    import nvrtc_engine as ne
+
+    bf16 = torch.bfloat16
+    kernels = [ne.get_kernel(f"{norm}_fwd", in_dtype="bf16", out_dtype=out, hidden_size=h)
+               for norm, h, out, _ in cases]  # fmt: skip
+    for k, (norm, h, out, n) in zip(kernels, cases, strict=True):
+        x = torch.randn(n, h, device="cuda").to(bf16)
+        w = (torch.randn(h, device="cuda") * 0.1 + 1).to(bf16)
+        b = (torch.randn(h, device="cuda") * 0.1).to(bf16)
+        z = torch.empty(n, h, device="cuda", dtype=torch.float8_e4m3fn if out == "fp8" else bf16)
+        rs = torch.empty(n, device="cuda")
+        fp8 = {}
+        if out == "fp8":
+            fp8 = {"scale": torch.full((1,), 2.0, device="cuda"),
+                   "amax": torch.zeros(1, device="cuda"),
+                   "scale_inv": torch.empty(1, device="cuda")}  # fmt: skip
+        if norm == "layernorm":
+            k(x, w, b, 1e-5, z, torch.empty(n, device="cuda"), rs, **fp8)
+        else:
+            k(x, w, 1e-5, z, rs, **fp8)
+        torch.cuda.synchronize()
+        print(k.artifact.symbols[0], k.residency(torch.cuda.current_device()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
