@@ -35,6 +35,9 @@ The edits:
     row); as the shifted statistics' (``z``) output stage does. The rounding differs: an
     absolute error up to ``|mu| * rsigma * 2^-24`` in units of the normalized value, of the
     size the fp32 mean's own rounding already carries into every ``x - mu``;
+  - ``cp256``: the staged kernels' 16-byte ``cp.async`` copies ask L2 to fetch 256 bytes
+    (``.L2::256B``) rather than 128;
+  - ``cpnohint``: the same copies without the L2 prefetch hint;
   - ``stream``: NVE_STREAMING defined, as the activation and cast templates do: 16-byte loads
     of x (and of gamma and beta) skip L1 (``ld.global.nc.L1::no_allocate``), 16-byte stores
     of z are evict-first (``st.global.cs``); the norm templates leave it undefined (plain
@@ -74,6 +77,7 @@ TRIGGER = (
     "started\n"
 )
 INCLUDE = '#include "nve_types.cuh"'
+CP_ASYNC = "cp.async.cg.shared.global.L2::128B"
 ZERO_RAW = "template <typename S, int N>\n__device__ __forceinline__ void zero_raw("
 LOAD_WC = """// (bench/source_ab.py, l1w) the weights by a plain vector load, cached in L1
 template <typename T, int N>
@@ -104,6 +108,8 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
     "notrigger": [("source", TRIGGER, "")],
     "fmacenter": [("source", f"zf[i] = fmaf(({x} - mean) * rs,",
                    f"zf[i] = fmaf(fmaf({x}, rs, -mean * rs),") for x in ("xf[j][i]", "xq[i]")],
+    "cp256": [("source", CP_ASYNC, "cp.async.cg.shared.global.L2::256B")],
+    "cpnohint": [("source", CP_ASYNC, "cp.async.cg.shared.global")],
     "l2pf": [("headers", "ld.global.nc.L1::no_allocate.v4.u32",
               "ld.global.nc.L1::no_allocate.L2::256B.v4.u32")],
     "plainst": [("headers", "st.global.cs.v4.u32", "st.global.v4.u32")],

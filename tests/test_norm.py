@@ -289,7 +289,7 @@ def test_held_weights_need_two_ctas_per_sm():
     assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1ogqWt3"
     assert fp8_tag("rmsnorm_fwd", 4096) == "w4r1v8j4c1hogqx4"
     assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1hogq"
-    assert fp8_tag("rmsnorm_fwd", 65536) == "w4r1v8j8c8hogqit3"
+    assert fp8_tag("rmsnorm_fwd", 65536) == "w4r1v8j8c8hogqiLt3"
     assert fp8_tag("layernorm_fwd", 65536) == "w4r1v8j8c8hogqiyzt3"
     with rules_only() as monkeypatch:
         monkeypatch.setitem(norm.FWD_HOLD_WEIGHTS, "tensor", True)
@@ -930,7 +930,8 @@ def _with_switches(monkeypatch, values):
 # staged forward, norm_tuning-sfwd.json and norm_tuning-snear.json, 2026-12-02; two rows per
 # CTA, norm_tuning-srows.json and norm_tuning-bal.json; weights held, norm_tuning-sregs.json;
 # z a row later, norm_tuning-fdefer.json; LayerNorm 65536: one-pass statistics about the row's
-# first element, norm_tuning-shift.json; LayerNorm 8192: W, source_ab-ln8192-fp8-W2.json)
+# first element, norm_tuning-shift.json; LayerNorm 8192: W, source_ab-ln8192-fp8-W2.json;
+# RMSNorm 65536: L, source_ab-fp8-cp256.json)
 TUNED_FP8 = {
     ("layernorm_fwd", 4096): "w4r1v8j4c1hogqit3",
     ("layernorm_fwd", 8192): "w4r1v8j8c1ogqWt3",
@@ -939,7 +940,7 @@ TUNED_FP8 = {
     ("rmsnorm_fwd", 4096): "w4r1v8j4c1hogqx4",
     ("rmsnorm_fwd", 8192): "w2r1v8j8c2hogqpx64",
     ("rmsnorm_fwd", 14336): "w14r1v8j4c1hogq",
-    ("rmsnorm_fwd", 65536): "w4r1v8j8c8hogqit3",
+    ("rmsnorm_fwd", 65536): "w4r1v8j8c8hogqiLt3",
 }
 
 
@@ -2153,3 +2154,33 @@ def test_norm_clusters_checks_its_arguments_first(monkeypatch, capsys, argv, mes
         clusters.main()
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+# Round 21: the staged kernels' row copies asking L2 for 256 bytes (``L``).
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fetch256_compile(arch):
+    """A staged forward (both ops) and a staged backward with ``L`` compile on every arch:
+    the symbol ends with the tag, the dynamic shared memory is that of the same layout
+    without ``L``, and the 16-byte copies carry ``.L2::256B`` instead of ``.L2::128B``; off
+    by default, and dropped from a register layout (which has no copies to hint)."""
+    assert not norm.STAGED_FETCH256
+    cases = [(cfg, key) for cfg, _op, key in _forward_keys(
+        [("w4r1v8j4c1hogqiLt3", "bf16", 4096, "tensor", {})], arch)]  # fmt: skip
+    bwd = norm.parse_tag("w8r1v8j2c1Lt5")
+    cases.append((bwd, make_key("rmsnorm_bwd", in_dtype="bf16", hidden_size=4096, arch=arch)))
+    with rules_only() as mp:
+        for cfg, key in cases:
+            assert cfg.fetch256
+            with_l, without = _compile_with_and_without(mp, key, cfg, "fetch256")
+            assert "cp.async.cg.shared.global.L2::256B" in with_l
+            assert "cp.async.cg.shared.global.L2::128B" not in with_l
+            assert "cp.async.cg.shared.global.L2::128B" in without
+        _assert_dropped(mp, "rmsnorm_fwd", "w4r1v8j4c1hogqL", "tensor", arch, "fetch256",
+                        ".L2::256B")  # fmt: skip
+        mp.setattr(norm, "STAGED_FETCH256", True)
+        mp.setattr(norm, "_tuned", lambda key: norm.parse_tag("w4r1v8j4c1hogqit3"))
+        launch_config.cache_clear()
+        key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
+                       arch=arch)  # fmt: skip
+        assert launch_config(key).tag == "w4r1v8j4c1hogqiLt3"
+    launch_config.cache_clear()

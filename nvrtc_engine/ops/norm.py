@@ -302,6 +302,17 @@ FWD_SHIFTED = False
 # at 8192 lost 0.933x (80 registers against 64: 3 CTAs per SM instead of 4; this form takes
 # 78, and capped by m4 it spills) and LayerNorm FP8 4096 without i 0.975x (hogqit3).
 FWD_WARP_STATS = False
+# Round-21 switch, off by default (bench/source_ab.py, edit ``cp256``). The staged kernels copy
+# their rows into shared memory by 16-byte ``cp.async.cg`` with the hint ``.L2::128B`` (L2 may
+# fetch the 128-byte line around each access). STAGED_FETCH256 (suffix ``L``): ``.L2::256B``,
+# so a miss brings the next 128 bytes as well. Same copies, same values. Measured (H200, 20
+# paired rounds, 2026-12-03): RMSNorm FP8 at 65536 (``hogqit3``, clusters of 8) 1.048x and
+# 1.046x in two runs (faster in 20 and 18 of 20 rounds; source_ab-fp8-cphints.json,
+# source_ab-fp8-cp256.json), a TUNED entry; every other staged forward 0.988-1.000x
+# (LayerNorm FP8 4096-65536, LayerNorm bf16 14336 and 65536, RMSNorm bf16 65536; the same
+# files and source_ab-bf16-cp256.json); the staged backwards not measured. Without the hint
+# (``cpnohint``) RMSNorm FP8 65536 ran 1.032x, LayerNorm FP8 4096 0.997x.
+STAGED_FETCH256 = False
 # Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
 # Each CTA (or cluster: H = 65536) holds a fixed share of the columns and loops over rows
 # (persistent grid); a thread copies its share of the row's x and dz into shared memory
@@ -417,7 +428,10 @@ TUNED: dict[tuple[str, int, str], str] = {
     ("rmsnorm_fwd", 4096, "tensor"): "w4r1v8j4c1hogqx4",  # 89.2 against ogq 88.3, near
     ("rmsnorm_fwd", 8192, "tensor"): "w2r1v8j8c2hogqpx64",  # 95.2 against w4j8c1gq 91.5, bwdc
     ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1hogq",  # 94.7 (8 groups) against hog 83.9
-    ("rmsnorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqit3",  # 93.3 (88.1, hogqpx64), fdefer
+    # Round 21, bench/source_ab.py edit cp256 (20 rounds, source_ab-fp8-cp256.json, and
+    # source_ab-fp8-cphints.json minutes before): L (STAGED_FETCH256, the row copies asking
+    # L2 for 256 bytes) 1.046x and 1.048x over hogqit3 (93.3, 88.1 before it: fdefer)
+    ("rmsnorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqiLt3",  # 94.9 (90.9, hogqit3)
     # "near": bench/norm_tuning.py --candidates near --shuffle --rounds 8 --repeat 5,
     # 2026-12-01 (norm_tuning-near-{ln,rms}.json): the neighbourhood of each entry timed in
     # shuffled short rounds; the entries marked "near" were faster than the previous one in
@@ -537,6 +551,7 @@ class LaunchConfig:
     reread: bool = False  # staged forward: x read from its stage in each pass, not held
     shifted: bool = False  # staged LayerNorm FP8 forward: one-pass statistics about x[row, 0]
     warp_stats: bool = False  # LayerNorm forward: per-warp two passes, one exchange per row
+    fetch256: bool = False  # staged: the cp.async copies of x (dz) ask L2 for 256 bytes
 
     @property
     def threads(self) -> int:
@@ -557,7 +572,8 @@ class LaunchConfig:
         staged forward's x read from its stage in each pass and in the output stage access
         by access, instead of held in registers across the row), ``z`` (the staged LayerNorm
         FP8 forward's one-pass statistics about the row's first element), ``W`` (the
-        LayerNorm forward's statistics by two passes per warp and one exchange), ``a2``
+        LayerNorm forward's statistics by two passes per warp and one exchange), ``L`` (a
+        staged kernel's cp.async copies of the rows ask L2 for 256 bytes), ``a2``
         (split sums), ``s1`` (column sums in shared memory), ``t3`` (the staged kernel, 3
         rows deep), ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then the
         grid choices, the same code: ``x4`` (4 row groups per CTA where a CTA takes
@@ -574,7 +590,7 @@ class LaunchConfig:
         switches += ("l" if self.lanes else "") + ("f" if self.gamma32 else "")
         switches += ("d" if self.folded else "") + ("i" if self.deferred else "")
         switches += ("y" if self.reread else "") + ("z" if self.shifted else "")
-        switches += "W" if self.warp_stats else ""
+        switches += ("W" if self.warp_stats else "") + ("L" if self.fetch256 else "")
         switches += f"a{self.accumulators}" if self.accumulators > 1 else ""
         switches += f"s{self.shared_sums}" if self.shared_sums else ""
         switches += f"t{self.stages}" if self.stages else ""
@@ -853,8 +869,10 @@ def _round8_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
     warp_stats = (cfg.warp_stats or FWD_WARP_STATS) and warp_stats_apply(
         key, dataclasses.replace(cfg, deferred=deferred, shifted=shifted)
     )
+    fetch256 = (cfg.fetch256 or STAGED_FETCH256) and cfg.stages > 0
     new = dict(lanes=lanes, words=words, gamma32=gamma32, folded=folded, deferred=deferred,
-               reread=reread, shifted=shifted, warp_stats=warp_stats)  # fmt: skip
+               reread=reread, shifted=shifted, warp_stats=warp_stats,
+               fetch256=fetch256)  # fmt: skip
     if all(getattr(cfg, k) == v for k, v in new.items()):
         return cfg
     return dataclasses.replace(cfg, **new)
@@ -889,7 +907,7 @@ def next_row_fits(cfg: LaunchConfig, itemsize: int) -> bool:
 
 
 _TAG = re.compile(
-    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(l?)(f?)(d?)(i?)(y?)(z?)(W?)"
+    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(l?)(f?)(d?)(i?)(y?)(z?)(W?)(L?)"
     r"(?:a(\d+))?"
     r"(?:s(\d+))?"
     r"(?:t(\d+))?(?:m(\d+))?(?:x(\d+))?(?:b(\d+))?"
@@ -905,18 +923,18 @@ def parse_tag(tag: str) -> LaunchConfig:
         raise ValueError(
             f"not a norm configuration tag: {tag!r} (expected w<warps>r<rows>v<vec>j<iters>"
             "c<cluster>, then the switch letters that apply in the order h k n e u o g q p l f "
-            "d i y z W, then a<n> s<n> t<n> m<n> x<n> b<n> in that order)"
+            "d i y z W L, then a<n> s<n> t<n> m<n> x<n> b<n> in that order)"
         )
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
-                        packed=bool(m[7]), min_ctas=int(m[25] or 0), early=bool(m[9]),
-                        one_reduction=bool(m[10]), accumulators=int(m[22] or 1),
-                        shared_sums=int(m[23] or 0), batched=bool(m[11]),
+                        packed=bool(m[7]), min_ctas=int(m[26] or 0), early=bool(m[9]),
+                        one_reduction=bool(m[10]), accumulators=int(m[23] or 1),
+                        shared_sums=int(m[24] or 0), batched=bool(m[11]),
                         warp_amax=bool(m[12]), words=bool(m[13]), next_row=bool(m[14]),
                         lanes=bool(m[15]), gamma32=bool(m[16]), folded=bool(m[17]),
                         deferred=bool(m[18]), reread=bool(m[19]), shifted=bool(m[20]),
-                        warp_stats=bool(m[21]), stages=int(m[24] or 0),
-                        groups=int(m[26] or 0), ctas_per_sm=int(m[27] or 0))  # fmt: skip
+                        warp_stats=bool(m[21]), fetch256=bool(m[22]), stages=int(m[25] or 0),
+                        groups=int(m[27] or 0), ctas_per_sm=int(m[28] or 0))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -1090,6 +1108,7 @@ class NormSpec(OpSpec):
             reread=cfg.reread and staged and not self.backward,
             shifted=cfg.shifted and shift_applies(key, cfg),
             warp_stats=cfg.warp_stats and warp_stats_apply(key, cfg),
+            fetch256=cfg.fetch256 and staged,
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
             stats_name=symbols[1] if len(symbols) == 3 else "",
