@@ -1090,6 +1090,7 @@ def norm_section() -> str | None:
             *_source_ab(),
             *_spread(d),
             *_clusters(),
+            *_tail(),
             *_other_runs(d),
         ]
     )
@@ -1099,18 +1100,19 @@ def norm_section() -> str | None:
 # day are found by name (norm_bandwidth*.json); what the files do not say about them goes
 # here: the code they ran against the table's, and the command for the runs made before
 # results recorded it.
-NORM_TABLE_RUN = "norm_bandwidth-2026-12-03-round20"
+NORM_TABLE_RUN = "norm_bandwidth-2026-12-03-round21"
 # Round 19's source_ab runs were made while the template aligned every forward's reduction
 # buffer to 16 bytes; it does so only where W is on since, so that the other kernels' sources
 # are round 18's again.
 ALIGNED = ("In this run every forward's reduction buffer was 16-byte aligned (the template "
            "has that attribute only where `W` is on since): the kernels without `W` here "
            "differ from the shipped ones by it.")  # fmt: skip
-NORM_TABLE_NOTE = ("The kernels of round 19 as they stand (docs/norms.md: LayerNorm bf16 14336 "
-                   "and LayerNorm FP8 8192 take their statistics by two passes per warp and "
-                   "one exchange, `W`); round 20 changed no kernel. This run also records "
-                   "each kernel's residency on the GPU it ran on (`residency` in its "
-                   "JSON).")  # fmt: skip
+NORM_TABLE_NOTE = ("Round 21's kernels: round 19's (docs/norms.md: LayerNorm bf16 14336 and "
+                   "LayerNorm FP8 8192 take their statistics by two passes per warp and one "
+                   "exchange, `W`), except RMSNorm FP8 at 65536, whose row copies ask L2 for "
+                   "256 bytes (`L`, 'Source edits, paired' below). This run was named the "
+                   "table's before it ran. It records each kernel's residency on the GPU it "
+                   "ran on (`residency` in its JSON).")  # fmt: skip
 OTHER_RUN_NOTES = {
     "norm_bandwidth": "Round 17's kernels: the RMSNorm FP8 register kernels at 4096-14336 "
     "(several row groups per CTA) and the staged forwards that hold their weights in "
@@ -1135,6 +1137,8 @@ OTHER_RUN_NOTES = {
     "round 18's again); another lease, 7 minutes before the table's run.",
     "norm_bandwidth-2026-12-03-final2": "The same code as the run before, 90 s later, same lease.",
     "norm_bandwidth-2026-12-03-round19": "Round 19's table run; another lease.",
+    "norm_bandwidth-2026-12-03-round20": "Round 20's table run (the same kernels as round 19's "
+    "by cache digest); another lease.",
 }
 LEGACY_COMMANDS = {
     "norm_bandwidth-2026-12-03-confirm": "--repeat=50 --name norm_bandwidth-2026-12-03-confirm",
@@ -1331,6 +1335,42 @@ def _clusters() -> list[str]:
     return out
 
 
+def _tail() -> list[str]:
+    """bench/norm_tail.py: what the partial last wave of a persistent forward costs."""
+    d = load("norm_tail-2026-12-03")
+    if d is None:
+        return []
+    rows = []
+    for c in d["cases"]:
+        for s in c["sizes"]:
+            rows.append([c["case"], f"`{c['kernel'].rsplit('_', 1)[-1]}`", c["clusters"],
+                         s["rows"], f"{s['kernel_us']:.1f}", f"{s['copy_us']:.1f}"])  # fmt: skip
+    return [
+        "### The last wave",
+        "A persistent grid of G clusters takes N / G waves of rows; where G does not divide N "
+        "the last wave is partial (2048 rows over 62 clusters: 2 take a 34th row). The "
+        "forwards nearest 90% of copy at N and at the whole waves around it, beside a device "
+        "copy of the same bytes. RMSNorm FP8 65536 took as long at 2048 rows as at 2046 "
+        "(62 x 33): the two rows of the partial wave cost nothing measurable, so the tail is "
+        "not where its time goes. LayerNorm FP8 4096's partial wave (544 of 660 CTAs) cost "
+        "1.6 us against 1.3 us for its share of a whole one. "
+        + source(d, "norm_tail.py --rounds 10 --name norm_tail-2026-12-03")
+        + f" {d['rounds']} paired rounds; medians; the kernels before `L`.",
+        md_table(["case", "layout", "clusters", "rows", "kernel us", "copy us"], rows),
+        "A hardware-counter profile of the same forwards (one launch each, "
+        "`bench/profile_norm_forwards.py` under `ncu --clock-control none`; "
+        "`results/ncu/norm-forwards-2026-12-03.csv`): LayerNorm FP8 4096 issues an "
+        "instruction on 74% of the scheduler cycles (LayerNorm bf16 4096: 52%, RMSNorm FP8 "
+        "4096: 46%) at 29% achieved occupancy (96 registers, 5 CTAs per SM), about 17.5 "
+        "instructions per element. Cutting 32 of the ~560 a thread issues per row (`fmacenter`) "
+        "and raising the CTAs per SM (`m6`) did not make it faster (above), so its issue rate "
+        "is not the limit either. ncu's durations are shorter than the timed loops' (RMSNorm "
+        "FP8 65536: 96.4 us against 105-107 us). A likely cause, not measured: a lone "
+        "profiled launch ends with its last writes still in L2, which a loop pays for during "
+        "the next call.",
+    ]
+
+
 def _source_ab() -> list[str]:
     """bench/source_ab.py runs: edits of a kernel's rendered source against the kernel as
     it was, in paired rounds beside torch.compile."""
@@ -1436,6 +1476,35 @@ def _source_ab() -> list[str]:
         ("source_ab-rms65536-fp8-b", "",
          "The same for RMSNorm FP8 at 65536, at most 3 CTAs per SM (49 clusters of 8 in "
          "place of 62): 0.970x. The entry read 96.1% of copy on this lease."),
+        ("source_ab-ln-fp8-fmacenter", "",
+         "Round 21, `fmacenter`: the LayerNorm output stage's `(x - mu) * rsigma` as one FFMA "
+         "(`x * rsigma - mu * rsigma`), 32 instructions fewer per row and thread at 4096 "
+         "(`bench/sass.py`: the row loop 919 -> 857 with both access paths), same registers. "
+         "Fewer instructions did not make it faster: 0.946x at 8192 (slower in every round), "
+         "0.999x at 14336. (Its first run also asked for `notrigger` on the held-weight "
+         "kernels, which have no trigger; only the runs below it are in the file.)"),
+        ("source_ab-ln4096-fp8-fmacenter", "",
+         "The same at 4096, with the weights in shared memory as fp32 (`f`, 56 KB per CTA: "
+         "3 CTAs per SM) and with `u` in place of the two row sums: 1.004x (within the spread "
+         "of identical kernels), 0.853x, 0.924x. Not taken."),
+        ("source_ab-ln4096-fp8-m6", "",
+         "More warps per SM: LayerNorm FP8 at 4096 capped at 80 registers (`m6`: 6 CTAs per SM "
+         "in place of 5; ptxas spills one register outside the row loop), with `fmacenter`, and "
+         "with 4 stages: 0.943x, 0.955x, 0.905x."),
+        ("source_ab-rms65536-fp8-w8t3", "",
+         "RMSNorm FP8 at 65536 over 8 warps of 4 accesses with 3 stages (64 registers, 32 warps "
+         "per SM against the entry's 16): 0.987x."),
+        ("source_ab-fp8-cphints", "",
+         "Round 21, the staged kernels' `cp.async` row copies: `cp256` asks L2 for 256 bytes "
+         "(`.L2::256B` in place of `.L2::128B`), `cpnohint` for nothing; `stream` as above. "
+         "RMSNorm FP8 at 65536 ran 1.048x with `cp256` (faster in every round) and 1.032x "
+         "without the hint; LayerNorm FP8 at 4096 0.990x and 0.997x."),
+        ("source_ab-fp8-cp256", "",
+         "`cp256` on every staged FP8 forward: RMSNorm FP8 65536 1.046x (18 of 20 rounds), the "
+         "others 0.988-0.997x. `norm.TUNED` takes it for RMSNorm FP8 65536 (switch `L`, "
+         "`STAGED_FETCH256`; docs/norms.md)."),
+        ("source_ab-bf16-cp256", "",
+         "`cp256` on the staged bf16 forwards: 0.988-1.000x. Not taken."),
     ]  # fmt: skip
     out: list[str] = []
     for name, flags, text in runs:
