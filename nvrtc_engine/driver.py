@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import launcher
-from .errors import CudaError, NoDeviceError
+from .errors import ArgumentTypeError, CudaError, NoDeviceError
 
 __all__ = [
     "Device",
@@ -127,12 +127,15 @@ class Device:
 def get_device(ordinal: int) -> Device:
     """The :class:`Device` for ``ordinal``, retaining its primary context on first use.
 
-    Raises :class:`NoDeviceError` when there is no driver/device, ``ValueError`` for an
-    ordinal out of range.
+    Raises :class:`~nvrtc_engine.ArgumentTypeError` for an ordinal that is not an int,
+    :class:`NoDeviceError` when there is no driver/device, ``ValueError`` for an ordinal out
+    of range.
     """
     dev = _devices.get(ordinal)
     if dev is not None and _init_pid == os.getpid():
         return dev
+    if isinstance(ordinal, bool) or not isinstance(ordinal, int):
+        raise ArgumentTypeError("device", f"a device ordinal is an int, got {ordinal!r}")
     _init()
     drv = _drv()
     with _lock:

@@ -106,3 +106,13 @@ def test_a_call_without_a_device_says_running_needs_one(monkeypatch):
     array = type("A", (), {"ptr": 0x7F0000000000})()
     with pytest.raises(ne.NoDeviceError, match="running a kernel needs a CUDA device, and x "):
         _device_of(array, "x")
+
+
+@pytest.mark.parametrize("ordinal", ["x", 1.0, True, None])
+def test_a_device_ordinal_that_is_not_an_int(bf16_kernel, ordinal):
+    """``Kernel.loaded`` and ``driver.get_device`` name the argument before touching the
+    driver (so also without one)."""
+    with pytest.raises(ne.ArgumentTypeError, match="a device ordinal is an int"):
+        bf16_kernel.loaded(ordinal)
+    with pytest.raises(ne.ArgumentTypeError, match="a device ordinal is an int"):
+        ne.driver.get_device(ordinal)
