@@ -5,8 +5,9 @@
         --section Occupancy --section LaunchStats --csv --page details \\
         python bench/profile_norm_forwards.py [--cases layernorm:4096:fp8:16384,...]
 
-``--cases`` NORM:H:OUT:N as in bench/norm_tail.py (default: the two forwards nearest 90% of
-copy bandwidth and, beside each, its bf16 sibling). bf16 x, gamma and beta; FP8 is E4M3 with
+``--cases`` NORM:H:OUT:N as in bench/norm_tail.py (default: LayerNorm FP8 4096 and RMSNorm
+FP8 65536, the forwards nearest 90% of copy bandwidth, each beside its bf16 sibling; RMSNorm
+FP8 4096, a register layout; LayerNorm FP8 65536). bf16 x, gamma and beta; FP8 is E4M3 with
 tensor scaling. Every kernel is compiled before the first launch, so the profile holds one
 launch of each, in the order given.
 """
@@ -33,7 +34,10 @@ def main() -> int:
         cases = parse_cases(args.cases)
     except ValueError as exc:
         parser.error(f"--cases {exc}")
-    import torch
+    try:
+        import torch
+    except ImportError:
+        parser.error("needs PyTorch and a GPU (pip install -e '.[test,torch]')")
 
     import nvrtc_engine as ne
 

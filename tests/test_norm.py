@@ -1202,14 +1202,23 @@ def test_forward_grid(tag, want):
 
 
 def test_launch_grid_checks_its_arguments():
-    """Bad rows or hidden sizes raise ValueError before any device is touched."""
+    """Bad rows or hidden sizes raise the library's typed errors, naming the argument,
+    before any device is touched."""
     spec = ne.get_kernel("layernorm_fwd", in_dtype="bf16", hidden_size=4096, arch="sm_90")
     general = ne.get_kernel("layernorm_fwd", in_dtype="bf16", arch="sm_90")
-    for kernel, rows, hidden in [(spec, 0, None), (spec, True, None), (spec, 2.0, None),
-                                 (spec, 8, 1024), (general, 8, None), (general, 8, 0),
-                                 (general, 8, True)]:  # fmt: skip
-        with pytest.raises(ValueError):
+    for kernel, rows, hidden, error, name in [
+        (spec, 0, None, ArgumentError, "rows"), (spec, True, None, ArgumentTypeError, "rows"),
+        (spec, 2.0, None, ArgumentTypeError, "rows"), (spec, "8", None, ArgumentTypeError, "rows"),
+        (spec, 8, 1024, ArgumentError, "hidden_size"),
+        (general, 8, None, ArgumentError, "hidden_size"),
+        (general, 8, 0, ArgumentError, "hidden_size"),
+        (general, 8, True, ArgumentTypeError, "hidden_size"),
+    ]:  # fmt: skip
+        with pytest.raises(error) as info:
             kernel.launch_grid(rows, hidden)
+        assert info.value.argument == name, (rows, hidden)
+    with pytest.raises(ArgumentError, match="pass hidden_size="):
+        general.launch_grid(8)
 
 
 def test_staged_grid_is_persistent_and_counts_whole_clusters():

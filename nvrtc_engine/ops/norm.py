@@ -303,9 +303,12 @@ FWD_SHIFTED = False
 # 78, and capped by m4 it spills) and LayerNorm FP8 4096 without i 0.975x (hogqit3).
 FWD_WARP_STATS = False
 # Round-21 switch, off by default (bench/source_ab.py, edit ``cp256``). The staged kernels copy
-# their rows into shared memory by 16-byte ``cp.async.cg`` with the hint ``.L2::128B`` (L2 may
-# fetch the 128-byte line around each access). STAGED_FETCH256 (suffix ``L``): ``.L2::256B``,
-# so a miss brings the next 128 bytes as well. Same copies, same values. Measured (H200, 20
+# their rows (and, where they keep them in shared memory as stored, gamma and beta once) into
+# shared memory by 16-byte ``cp.async.cg`` with the prefetch hint ``.L2::128B``.
+# STAGED_FETCH256 (suffix ``L``): ``.L2::256B``, so that a miss may bring 256 bytes into L2
+# (PTX leaves which bytes to the hardware; the template's comment says "the next 128", read
+# it as "the rest of the 256"). Same copies, same values. On by the module switch it would
+# also change the staged backwards, which were not measured. Measured (H200, 20
 # paired rounds, 2026-12-03): RMSNorm FP8 at 65536 (``hogqit3``, clusters of 8) 1.048x and
 # 1.046x in two runs (faster in 20 and 18 of 20 rounds; source_ab-fp8-cphints.json,
 # source_ab-fp8-cp256.json), a TUNED entry; every other staged forward 0.988-1.000x
@@ -430,7 +433,8 @@ TUNED: dict[tuple[str, int, str], str] = {
     ("rmsnorm_fwd", 14336, "tensor"): "w14r1v8j4c1hogq",  # 94.7 (8 groups) against hog 83.9
     # Round 21, bench/source_ab.py edit cp256 (20 rounds, source_ab-fp8-cp256.json, and
     # source_ab-fp8-cphints.json minutes before): L (STAGED_FETCH256, the row copies asking
-    # L2 for 256 bytes) 1.046x and 1.048x over hogqit3 (93.3, 88.1 before it: fdefer)
+    # L2 for 256 bytes) 1.046x and 1.048x over hogqit3, round 11's entry (fdefer: 93.3%
+    # against 88.1% for hogqpx64 in norm_tuning-fdefer.json); % of copy from cp256's run
     ("rmsnorm_fwd", 65536, "tensor"): "w4r1v8j8c8hogqiLt3",  # 94.9 (90.9, hogqit3)
     # "near": bench/norm_tuning.py --candidates near --shuffle --rounds 8 --repeat 5,
     # 2026-12-01 (norm_tuning-near-{ln,rms}.json): the neighbourhood of each entry timed in
@@ -551,7 +555,7 @@ class LaunchConfig:
     reread: bool = False  # staged forward: x read from its stage in each pass, not held
     shifted: bool = False  # staged LayerNorm FP8 forward: one-pass statistics about x[row, 0]
     warp_stats: bool = False  # LayerNorm forward: per-warp two passes, one exchange per row
-    fetch256: bool = False  # staged: the cp.async copies of x (dz) ask L2 for 256 bytes
+    fetch256: bool = False  # staged: the 16-byte cp.async copies ask L2 for 256 bytes
 
     @property
     def threads(self) -> int:
@@ -1364,23 +1368,38 @@ class _NormFwdKernel(_NormKernel):
         return (self.config.threads,)
 
     def launch_grid(self, rows: int, hidden_size: int | None = None, device: int = 0) -> int:
-        """CTAs (a multiple of ``config.cluster``) that a call over ``rows`` rows of
-        ``hidden_size`` elements (default: the key's; required for the general kernel)
-        launches on ``device`` (loads the kernel there): one CTA (cluster) per row group for
-        the one-pass layouts; for the staged forward a persistent grid of at most the
-        clusters resident at once (fewer under the layout's ``b`` cap); for the layouts that
-        hold their weights or copy the next row ahead, at most ``config.groups`` row groups
-        per CTA. Raises ``ValueError`` for ``rows`` < 1 or a missing or mismatched
-        ``hidden_size``, and what :meth:`residency` raises."""
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-            raise ValueError(f"rows must be an int >= 1, got {rows!r}")
+        """CTAs that a call over ``rows`` rows of ``hidden_size`` elements launches on
+        ``device``: the arithmetic the call itself uses, from the device's SM count, the
+        kernel's occupancy there and its resident clusters (so it loads the kernel there).
+
+        - The general kernel (``config.mode == "loop"``): one CTA per
+          ``LOOP_BLOCK // loop_threads_per_row(H)`` rows.
+        - One-pass register layouts: one CTA (cluster) per row group of ``config.rows`` rows;
+          those that hold their weights (``h``) or copy the next row ahead (``p``) give a CTA
+          up to ``config.groups`` row groups (:data:`FWD_GROUPS_PER_CTA` where 0), and never
+          launch fewer CTAs than the persistent grid.
+        - The staged forward: a persistent grid, at most the clusters resident at once (fewer
+          under the layout's ``b`` cap), at most one per row group.
+
+        Every grid is also capped at ``MAX_GRID`` CTAs, and it is a multiple of
+        ``config.cluster``. ``hidden_size`` defaults to the key's and is required for the
+        general kernel. Raises :class:`~nvrtc_engine.ArgumentTypeError` for a ``rows`` or
+        ``hidden_size`` that is not an int, :class:`~nvrtc_engine.ArgumentError` for one
+        below 1, a missing or a mismatched hidden size, and what :meth:`residency` raises
+        (:class:`~nvrtc_engine.NoDeviceError` without a GPU)."""
+        for name, value in (("rows", rows), ("hidden_size", hidden_size)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ArgumentTypeError(name, f"must be an int, got {value!r}")
+        if rows < 1:
+            raise ArgumentError("rows", f"must be at least 1, got {rows}")
         fixed = self.key.hidden_size
         hidden = fixed if hidden_size is None else hidden_size
-        if hidden is None or (fixed is not None and hidden != fixed):
-            raise ValueError(f"hidden_size {hidden_size!r}: this kernel takes "
-                             f"{fixed if fixed is not None else 'any H >= 1, given'}")  # fmt: skip
-        if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
-            raise ValueError(f"hidden_size must be an int >= 1, got {hidden!r}")
+        if hidden is None:
+            raise ArgumentError("hidden_size", "the general kernel needs one: pass hidden_size=")
+        if fixed is not None and hidden != fixed:
+            raise ArgumentError("hidden_size", f"this kernel takes {fixed}, got {hidden}")
+        if hidden < 1:
+            raise ArgumentError("hidden_size", f"must be at least 1, got {hidden}")
         return self._grid(self._device(self.loaded(device)), rows, hidden)
 
     def _grid(self, dev: _Device, rows: int, hidden: int) -> int:
