@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from norm_bandwidth import MIN_CYCLE_BYTES, Cycle, forward_rows, forward_weights, kernel_forward
 from norm_tail import parse_cases
 
 DEFAULT = ("layernorm:4096:fp8:16384,layernorm:4096:bf16:16384,rmsnorm:4096:fp8:16384,"
@@ -41,24 +42,13 @@ def main() -> int:
 
     import nvrtc_engine as ne
 
-    bf16 = torch.bfloat16
     kernels = [ne.get_kernel(f"{norm}_fwd", in_dtype="bf16", out_dtype=out, hidden_size=h)
                for norm, h, out, _ in cases]  # fmt: skip
     for k, (norm, h, out, n) in zip(kernels, cases, strict=True):
-        x = torch.randn(n, h, device="cuda").to(bf16)
-        w = (torch.randn(h, device="cuda") * 0.1 + 1).to(bf16)
-        b = (torch.randn(h, device="cuda") * 0.1).to(bf16)
-        z = torch.empty(n, h, device="cuda", dtype=torch.float8_e4m3fn if out == "fp8" else bf16)
-        rs = torch.empty(n, device="cuda")
-        fp8 = {}
-        if out == "fp8":
-            fp8 = {"scale": torch.full((1,), 2.0, device="cuda"),
-                   "amax": torch.zeros(1, device="cuda"),
-                   "scale_inv": torch.empty(1, device="cuda")}  # fmt: skip
-        if norm == "layernorm":
-            k(x, w, b, 1e-5, z, torch.empty(n, device="cuda"), rs, **fp8)
-        else:
-            k(x, w, 1e-5, z, rs, **fp8)
+        fp8_out = out == "fp8"
+        one_set = Cycle(lambda n=n, h=h, o=fp8_out: forward_rows(n, h, o), MIN_CYCLE_BYTES)
+        w, b, fp8 = forward_weights(h, fp8_out)
+        kernel_forward(k, one_set, norm == "layernorm", w, b, **fp8)()
         torch.cuda.synchronize()
         print(k.artifact.symbols[0], k.residency(torch.cuda.current_device()), flush=True)
     return 0
