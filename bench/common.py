@@ -148,15 +148,45 @@ def fresh_compile(fn: Any, **options: Any) -> Any:
     return torch.compile(fn, **options)
 
 
+class CopyReference:
+    """The reference copy: a torch ``copy_`` of ``size`` bytes (default 1 GiB) between two
+    buffers it keeps, so that it can be timed again later (in :func:`paired_ms` rounds beside
+    a kernel, or at the end of a run). ``nbytes``: bytes moved per call (read + written)."""
+
+    def __init__(self, size: int = 1 << 30) -> None:
+        import torch
+
+        self.src = torch.empty(size, dtype=torch.uint8, device="cuda").random_()
+        self.dst = torch.empty_like(self.src)
+        self.nbytes = 2 * size
+
+    def call(self) -> None:
+        self.dst.copy_(self.src)
+
+    def gbps(self) -> float:
+        """Copy bandwidth now (bytes read + written per second, GB/s), timed like every kernel
+        (:func:`cuda_time_ms`)."""
+        ms = cuda_time_ms(self.call, repeat=20, batch=5)
+        return self.nbytes / (ms * 1e-3) / 1e9
+
+
 def copy_bandwidth_gbps(nbytes: int = 1 << 30) -> float:
     """Device-to-device copy bandwidth (bytes read + written per second, GB/s) of a torch
     ``copy_`` of ``nbytes`` (default 1 GiB), timed like every kernel (:func:`cuda_time_ms`)."""
-    import torch
+    return CopyReference(nbytes).gbps()
 
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
-    dst = torch.empty_like(src)
-    ms = cuda_time_ms(lambda: dst.copy_(src), repeat=20, batch=5)
-    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+def paired_pct_of_copy(kernel_ms: list[float], kernel_bytes: int, copy_ms: list[float],
+                       copy_bytes: int) -> dict[str, float]:  # fmt: skip
+    """A kernel's % of copy bandwidth round by round (:func:`paired_ms` times of the kernel,
+    moving ``kernel_bytes`` per call, and of the reference copy, ``copy_bytes`` per call, in
+    the same rounds): the median, lowest and highest over the rounds, and the copy's median
+    GB/s. Same-round figures leave out the GPU's drift between timings minutes apart."""
+    pcts = [100.0 * (kernel_bytes / k) / (copy_bytes / c)
+            for k, c in zip(kernel_ms, copy_ms, strict=True)]  # fmt: skip
+    copy_gbps = [copy_bytes / (c * 1e-3) / 1e9 for c in copy_ms]
+    return {"median": statistics.median(pcts), "low": min(pcts), "high": max(pcts),
+            "copy_gbps": statistics.median(copy_gbps)}  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -14,13 +14,18 @@ launch configuration) and hidden_size=None ("general"); torch eager (F.layer_nor
 F.rms_norm, then amax and a saturating cast for FP8; backward: aten.native_layer_norm_backward,
 for RMSNorm the kernel's math in torch ops and, separately, autograd through F.rms_norm);
 torch.compile of the same functions, compiled afresh for each shape (common.fresh_compile;
-a failure is reported in the table, not fatal). Then, per case, the specialized kernel and
-torch.compile again in ``--paired-rounds`` paired rounds (common.paired_ms, default 20, each
-round both in a shuffled order): ``vs_compile_paired`` is the median of torch.compile's time
-over the kernel's in the same round (above 1: the kernel is faster), with its lowest and
-highest, and ``faster_than_compile`` the fraction of rounds the kernel won. The sequential
-timings above are minutes apart on a GPU whose speed drifts by a few percent, more than some
-of the differences they would show; the paired ratio is the comparison.
+a failure is reported in the table, not fatal). Then, per case, the specialized kernel,
+torch.compile and the reference copy again in ``--paired-rounds`` paired rounds
+(common.paired_ms, default 20, each round all three in a shuffled order):
+``vs_compile_paired`` is the median of torch.compile's time over the kernel's in the same
+round (above 1: the kernel is faster), with its lowest and highest, and
+``faster_than_compile`` the fraction of rounds the kernel won; ``pct_of_copy_paired`` is the
+median of the kernel's GB/s over the copy's in the same round (with its lowest and highest,
+and the copy's median GB/s in those rounds, ``copy_gbps_paired``). The sequential timings
+are minutes apart on a GPU whose speed drifts by a few percent, more than some of the
+differences they would show, and ``pct_of_copy`` divides by a copy timed once at the start
+(``copy_gbps``; ``copy_gbps_end``: the same copy timed again at the end); the paired figures
+are the comparisons.
 
 GB/s counts each tensor once: forward x read + z written + gamma (and beta) read; backward
 x and dz read + dx written. Each timed call touches its own copy of the row tensors, cycling
@@ -178,7 +183,8 @@ def torch_forward(f: Any, cycle: Cycle, w: Any, b: Any, z: str = "z",
     return run
 
 
-def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dict]:
+def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace,
+                copy: common.CopyReference) -> list[dict]:  # fmt: skip
     import torch
 
     import nvrtc_engine as ne
@@ -196,7 +202,7 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dic
         """Time ``fn`` into a row; ``k``: the engine's kernel it calls (its symbol and cache
         digest, which tells runs of the same code apart from runs of the same layout)."""
         timed.setdefault(case, {})[impl] = fn
-        row = {"norm": norm, "case": case, "tokens": n, "hidden": h, "impl": impl,
+        row = {"norm": norm, "case": case, "tokens": n, "hidden": h, "impl": impl, "bytes": nbytes,
                "kernel": k.artifact.symbols[0] if k is not None else "",
                "digest": k.artifact.digest[:16] if k is not None else "",
                "ms": None, "gbps": None}  # fmt: skip
@@ -213,20 +219,29 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace) -> list[dic
         torch.cuda.synchronize()
 
     def pair(case: str) -> None:
-        """The specialized kernel and torch.compile of ``case`` again, in paired rounds
-        (common.paired_ms): their same-round ratio, free of the drift between the two
-        sequential timings above."""
+        """The specialized kernel, torch.compile and the reference copy (``copy``: the
+        same 1 GiB copy as the run's copy bandwidth) of ``case`` again, in paired rounds
+        (common.paired_ms): the kernel's same-round ratio to torch.compile and its same-round
+        % of copy, free of the drift between timings minutes apart."""
         impls = ("nvrtc_engine specialized", "torch.compile")
         mine = [r for r in rows if r["case"] == case and r["impl"] in impls and r["ms"]]
-        if args.paired_rounds < 1 or len(mine) < 2:
+        if args.paired_rounds < 1 or not mine or mine[0]["impl"] != impls[0]:
             return
-        times = common.paired_ms({impl: timed[case][impl] for impl in impls},
-                                 rounds=args.paired_rounds, seed=h)  # fmt: skip
-        ratio = common.paired_ratios(times, "torch.compile")[impls[0]]
-        kernel_row = next(r for r in mine if r["impl"] == impls[0])
-        kernel_row.update(vs_compile_paired=ratio["median"], vs_compile_paired_low=ratio["low"],
-                          vs_compile_paired_high=ratio["high"],
-                          faster_than_compile=ratio["faster"])  # fmt: skip
+        fns = {r["impl"]: timed[case][r["impl"]] for r in mine}
+        fns["device copy"] = copy.call
+        times = common.paired_ms(fns, rounds=args.paired_rounds, seed=h)
+        kernel_row = mine[0]
+        pct = common.paired_pct_of_copy(times[impls[0]], kernel_row["bytes"],
+                                        times["device copy"], copy.nbytes)  # fmt: skip
+        kernel_row.update(pct_of_copy_paired=pct["median"], pct_of_copy_paired_low=pct["low"],
+                          pct_of_copy_paired_high=pct["high"],
+                          copy_gbps_paired=pct["copy_gbps"])  # fmt: skip
+        if impls[1] in times:
+            ratio = common.paired_ratios(times, impls[1])[impls[0]]
+            kernel_row.update(vs_compile_paired=ratio["median"],
+                              vs_compile_paired_low=ratio["low"],
+                              vs_compile_paired_high=ratio["high"],
+                              faster_than_compile=ratio["faster"])  # fmt: skip
         torch.cuda.synchronize()
 
     w = (torch.randn(h, device="cuda") * 0.1 + 1).to(bf16)
@@ -386,23 +401,28 @@ def main() -> int:
             return 0
     elif args.shapes:
         cases = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    copy = common.copy_bandwidth_gbps()
+    reference = common.CopyReference()
+    copy = reference.gbps()
     rows = []
     for norm in norms:
         for n, h in cases:
-            rows += bench_shape(norm, n, h, args)
+            rows += bench_shape(norm, n, h, args, reference)
     for r in rows:
         r["pct_of_copy"] = 100.0 * r["gbps"] / copy if r["gbps"] else None
+    copy_end = reference.gbps()
     path = common.write_results(args.name, {
-        **common.gpu_info(), "copy_gbps": copy, "dtype": "bf16", "eps": EPS,
+        **common.gpu_info(), "copy_gbps": copy, "copy_gbps_end": copy_end,
+        "dtype": "bf16", "eps": EPS,
         "repeat": args.repeat, "paired_rounds": args.paired_rounds,
         "tuned_overrides": overrides, "rows": rows,
     })  # fmt: skip
-    print(f"device copy: {copy:.0f} GB/s   bf16 input; GB/s counts each tensor once")
+    print(f"device copy: {copy:.0f} GB/s at the start, {copy_end:.0f} at the end   bf16 input;"
+          " GB/s counts each tensor once")  # fmt: skip
     print(common.table(rows, [("norm", "norm", ""), ("case", "case", ""), ("tokens", "N", "d"),
                               ("hidden", "H", "d"), ("impl", "implementation", ""),
                               ("ms", "ms", ".4f"), ("gbps", "GB/s", ".0f"),
                               ("pct_of_copy", "% of copy", ".1f"),
+                              ("pct_of_copy_paired", "% of copy, paired", ".1f"),
                               ("vs_compile_paired", "x compile, paired", ".3f"),
                               ("faster_than_compile", "won", ".2f"), ("kernel", "kernel", ""),
                               ("error", "error", "")]))  # fmt: skip
