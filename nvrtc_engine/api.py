@@ -79,23 +79,27 @@ def make_key(
     if dtype is not None and out_dtype is not None:
         raise ArgumentTypeError("out_dtype", "give dtype (the output dtype) or out_dtype, not both")
     device = _device_ordinal(device)
-    if out_dtype is not None:
-        out: str | None = dtype_name(out_dtype, "out_dtype")
-    elif dtype is not None:
-        out = dtype_name(dtype, "dtype")
+    from .ops import get_spec
+
+    spec = get_spec(op)
+    # the caller's argument and spelling behind each dtype field, for the errors
+    given: dict[str, tuple[str, Any]] = {}
+    if out_dtype is not None or dtype is not None:
+        arg = "out_dtype" if out_dtype is not None else "dtype"
+        given["out_dtype"] = (arg, out_dtype if out_dtype is not None else dtype)
+        out: str | None = _dtype_field(given["out_dtype"][1], arg, spec.out_dtypes, spec.name)
     else:
         out = None
     if in_dtype is not None:
-        inp = dtype_name(in_dtype, "in_dtype")
+        given["in_dtype"] = ("in_dtype", in_dtype)
+        inp = _dtype_field(in_dtype, "in_dtype", spec.in_dtypes, spec.name)
     elif out is not None and not DTYPES[out].needs_scaling:
+        given["in_dtype"] = given["out_dtype"]
         inp = out
     else:
         inp = "bf16"
     if out is None:
         out = inp
-    from .ops import get_spec
-
-    spec = get_spec(op)
     if isinstance(flags.get("flags"), dict):  # flags={"zero_centered_gamma": True}, as in files
         flags = {**flags.pop("flags"), **flags}
     for name in flags:
@@ -110,15 +114,43 @@ def make_key(
     fields = dict(op=spec.name, in_dtype=inp, out_dtype=out,
                   scaling=scaling if scaling is not None else spec.default_scaling(out),
                   layout=layout, hidden_size=hidden_size, flags=tuple(flags.items()))  # fmt: skip
+    def build(arch: str | int) -> KernelKey:
+        try:
+            return KernelKey(arch=arch, **fields)
+        except VariantError as exc:
+            raise _as_given(exc, given) from None
+
     if arch is None:
         try:
             arch = _device_arch(device)
         except NoDeviceError:
             # a bad field is the caller's first problem: report it before the missing GPU
             # (no op's checks depend on the arch, so any arch validates the other fields)
-            KernelKey(arch="sm_90", **fields)
+            build("sm_90")
             raise
-    return KernelKey(arch=arch, **fields)
+    return build(arch)
+
+
+def _dtype_field(value: Any, field: str, allowed: tuple[str, ...], op: str) -> str:
+    """The canonical name of the dtype ``value`` given as ``field`` for ``op``. For a value
+    that names no dtype the :class:`~nvrtc_engine.VariantError` lists the op's ``allowed``
+    names (any alias of them works too), not every dtype of the library."""
+    try:
+        return dtype_name(value, field)
+    except VariantError as exc:
+        hint = f"for op {op!r}" + (f"; {exc.hint}" if exc.hint else "")
+        raise VariantError(field, value, allowed, hint) from None
+
+
+def _as_given(exc: VariantError, given: dict[str, tuple[str, Any]]) -> VariantError:
+    """``exc`` about a dtype field restated with the caller's own argument and spelling
+    (``given``: field -> (argument, value)), the resolved name after it where they differ:
+    ``dtype='fp4' (fp4_e2m1) is not allowed ...`` rather than ``out_dtype='fp4_e2m1'``."""
+    if exc.field not in given:
+        return exc
+    arg, value = given[exc.field]
+    resolved = "" if repr(value) == exc.value else f"({exc.value.strip(chr(39))}) "
+    return VariantError(arg, value, exc.allowed, exc.hint, detail=resolved + exc.detail)
 
 
 def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:

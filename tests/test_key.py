@@ -266,6 +266,45 @@ def test_unknown_keyword_is_named_with_a_suggestion():
     assert make_key("gelu", dtype="bf16", arch="90").arch == "sm_90"  # a command-line string
 
 
+def test_dtype_errors_name_the_argument_and_the_spelling_given():
+    # dtype= names the output: an error about it says dtype, the caller's spelling first
+    with pytest.raises(VariantError) as info:
+        make_key("layernorm_fwd", dtype="fp4", arch="sm_90")
+    assert info.value.field == "dtype" and info.value.value == "'fp4'"
+    assert str(info.value).startswith("dtype='fp4' (fp4_e2m1) is not allowed (z of ")
+    assert info.value.allowed == "bf16, fp8_e4m3, fp8_e5m2"
+    with pytest.raises(VariantError) as info:
+        make_key("layernorm_bwd", in_dtype="bf16", dtype="half", arch="sm_90")
+    assert info.value.field == "dtype" and "'half' (fp16)" in str(info.value)
+    assert info.value.allowed == "bf16"
+    # an x dtype taken from dtype= is the caller's dtype too
+    with pytest.raises(VariantError) as info:
+        make_key("gelu", in_dtype="e4m3", arch="sm_90")
+    assert str(info.value).startswith("in_dtype='e4m3' (fp8_e4m3) is not allowed (for op 'gelu')")
+    # the canonical spelling is not repeated
+    with pytest.raises(VariantError) as info:
+        make_key("gelu", out_dtype="fp4_e2m1", arch="sm_90")
+    assert str(info.value).startswith("out_dtype='fp4_e2m1' is not allowed (for op 'gelu')")
+    # with no GPU, the same error comes before the missing device
+    with pytest.raises(VariantError) as info:
+        make_key("layernorm_fwd", dtype="fp4")
+    assert info.value.field == "dtype"
+
+
+@pytest.mark.parametrize(
+    ("op", "fields", "field", "allowed"),
+    [("layernorm_fwd", {"in_dtype": "bf17"}, "in_dtype", "fp32, fp16, bf16"),
+     ("gelu", {"dtype": "fp9"}, "dtype", "fp32, fp16, bf16, fp8_e4m3, fp8_e5m2"),
+     ("rmsnorm_bwd", {"in_dtype": "int8"}, "in_dtype", "fp32, fp16, bf16")],
+)  # fmt: skip
+def test_a_name_that_is_no_dtype_lists_the_ops_own_dtypes(op, fields, field, allowed):
+    with pytest.raises(VariantError) as info:
+        make_key(op, arch="sm_90", **fields)
+    assert info.value.field == field and info.value.allowed == allowed
+    assert f"for op {op!r}" in str(info.value) and "aliases" not in str(info.value)
+    assert ("did you mean" in str(info.value)) == (fields.get(field) != "int8")
+
+
 def test_unknown_op_names_the_closest_one():
     with pytest.raises(VariantError, match="did you mean layernorm_fwd") as info:
         make_key("layernorm_fw", arch="sm_90")
