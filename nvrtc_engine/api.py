@@ -114,6 +114,7 @@ def make_key(
     fields = dict(op=spec.name, in_dtype=inp, out_dtype=out,
                   scaling=scaling if scaling is not None else spec.default_scaling(out),
                   layout=layout, hidden_size=hidden_size, flags=tuple(flags.items()))  # fmt: skip
+
     def build(arch: str | int) -> KernelKey:
         try:
             return KernelKey(arch=arch, **fields)
