@@ -8,7 +8,7 @@ nvrtc_engine/ops/norm.py).
                                 [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered|near|big2|
                                               lanes|fold|bwdc|sfwd|snear|srows|bal|
                                               sregs|defer|fdefer|caps|reread|hreread|wide|
-                                              shift]
+                                              shift|pdl|fetch256]
                                 [--name norm_tuning] [--zero-amax] [--repeat 20] [--shuffle]
 
 For LayerNorm and RMSNorm, bf16 input, at each hidden size (``--big-tokens`` rows, default
@@ -66,9 +66,10 @@ from its stage in each pass (:func:`reread_candidates`); round 14: ``--candidate
 over 8 or 16 warps instead of 4 (:func:`wide_candidates`); round 16: ``--candidates
 shift`` the staged LayerNorm FP8 forward with one-pass statistics (:func:`shift_candidates`);
 round 17: ``--candidates pdl`` the staged bf16 forward layouts again, now that the norms are
-dependent launches (:func:`pdl_candidates`); ``--versus-compile`` also times torch.compile of
-the same op (bench/norm_bandwidth.torch_fns) in every round, so each candidate's same-round
-ratio to it is in the JSON (``vs_compile``);
+dependent launches (:func:`pdl_candidates`); round 22: ``--candidates fetch256`` each staged
+backward default with ``L`` (:func:`fetch256_candidates`); ``--versus-compile`` also times
+torch.compile of the same op (bench/norm_bandwidth.torch_fns) in every round, so each
+candidate's same-round ratio to it is in the JSON (``vs_compile``);
 ``--name`` names the JSON (e.g. ``norm_tuning-fp8``, so the full sweep's file stays);
 ``--zero-amax`` zeroes the amax word before every FP8 call (timed with it), as a training step does
 once per forward, instead of leaving the first call's maximum there (which lets the guards skip
@@ -1029,6 +1030,18 @@ def _staged_pairs(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str
     return out
 
 
+def fetch256_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """``--candidates fetch256`` (round 22): a staged backward default with ``L`` (its x and
+    dz row copies, 16-byte ``cp.async``, ask L2 for 256 bytes; round 21 measured the staged
+    forwards with bench/source_ab.py's ``cp256``, not the backwards), as (LaunchConfig, host
+    settings)."""
+    import dataclasses
+
+    if not (key.spec.backward and default.stages and not default.fetch256):
+        return []
+    return [(dataclasses.replace(default, fetch256=True), {})]
+
+
 def _fp8_pairs(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[str, Any]]]:
     """``--candidates fp8`` (:func:`fp8_candidates`) as (LaunchConfig, host settings)."""
     return [(cfg, {}) for cfg in fp8_candidates(norm, key, default)]
@@ -1062,6 +1075,7 @@ CANDIDATE_SETS: dict[str, tuple[Any, tuple[str, ...]]] = {
     "wide": (wide_candidates, ("fp8",)),
     "shift": (shift_candidates, ("fp8",)),
     "pdl": (pdl_candidates, ("bf16", "fp8")),
+    "fetch256": (fetch256_candidates, ("bwd",)),
 }
 
 
@@ -1072,7 +1086,7 @@ def candidates(
     ``round3_only``: the default and its round-3 switches (:func:`round3_candidates`);
     ``only``: the default and the named set of :data:`CANDIDATE_SETS` (``--candidates``:
     fp8, fp8b, bwd, big, bf16p, bwd2, onered, near, big2, lanes, fold, bwdc, sfwd, snear,
-    srows, bal, sregs, defer, fdefer, caps, reread, hreread, wide, shift, pdl)."""
+    srows, bal, sregs, defer, fdefer, caps, reread, hreread, wide, shift, pdl, fetch256)."""
     spec = key.spec
     default = norm.launch_config(key)
     out: list[tuple[Any, dict[str, Any]]] = []
@@ -1233,7 +1247,7 @@ def main() -> int:
         "shift: z, one-pass statistics, on the staged LayerNorm FP8 forward defaults; pdl: "
         "the staged bf16 forward layouts, with and without y, where the default is a "
         "register layout, and for a staged FP8 default its neighbourhood and its layout as a "
-        "register kernel)",
+        "register kernel; fetch256: L on each staged backward default)",
     )
     parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
     parser.add_argument("--versus-compile", action="store_true",
