@@ -744,6 +744,24 @@ def candidates_section() -> str | None:
             "`PERSISTENT_BALANCED` stays off.",
         )
     )
+    later += [
+        (
+            "norm_tuning-fetch256",
+            "--candidates fetch256 --shuffle --rounds 8 --repeat 5",
+            "The staged backwards with `L` (paired rounds)",
+            "Round 22: each staged backward entry with its x and dz row copies asking L2 for "
+            "256 bytes (`L`; round 21 had timed it on the forwards only), 8 shuffled rounds: "
+            "RMSNorm 14336 1.014x (every round), the others 0.988-1.000x.",
+        ),
+        (
+            "norm_tuning-fetch256-rms14336",
+            "--candidates fetch256 --norms rmsnorm --hidden 14336 --shuffle --rounds 20 --repeat 5",
+            "RMSNorm backward 14336 with `L`, again (paired rounds)",
+            "Round 22, the one winner above alone, 20 shuffled rounds: 1.016x, faster in every "
+            "round. `norm.TUNED` takes `w28r1v8j2c1lfiLt3` for `rmsnorm_bwd` and "
+            "`rmsnorm_bwd_add` at 14336.",
+        ),
+    ]
     for name, flag, title, text in later:
         d = load(name)
         if d is None:

@@ -480,12 +480,16 @@ TUNED: dict[tuple[str, int, str], str] = {
     ("layernorm_bwd", 65536, "none"): "w16r1v8j2c8qlit3b2",  # 77.2 (71.1, w8r1v8j4c8qlt3b2)
     ("rmsnorm_bwd", 4096, "none"): "w8r1v8j2c1t5",  # 85.7 against t4 77.3, bwd2
     ("rmsnorm_bwd", 8192, "none"): "w16r1v8j2c1qt4",  # 92.9 against t4 92.7, lanes
-    ("rmsnorm_bwd", 14336, "none"): "w28r1v8j2c1lfit3",  # 90.3 (89.6, lft3), defer
+    # Round 22, --candidates fetch256 (L on each staged backward entry: its row copies ask L2
+    # for 256 bytes), 8 shuffled rounds (norm_tuning-fetch256.json): RMSNorm 14336 1.014x in
+    # every round, then 1.016x in 20 of 20 (norm_tuning-fetch256-rms14336.json, % of copy
+    # from it); every other staged backward 0.988-1.000x, entries unchanged.
+    ("rmsnorm_bwd", 14336, "none"): "w28r1v8j2c1lfiLt3",  # 91.3 (89.9, lfit3)
     ("rmsnorm_bwd", 65536, "none"): "w16r1v8j2c8it4b1",  # 88.1 (78.3, w4r1v8j8c8t3b4), defer
     # rmsnorm_bwd_add: the same kernel with the residual gradient added (not swept apart)
     ("rmsnorm_bwd_add", 4096, "none"): "w8r1v8j2c1t5",
     ("rmsnorm_bwd_add", 8192, "none"): "w16r1v8j2c1qt4",
-    ("rmsnorm_bwd_add", 14336, "none"): "w28r1v8j2c1lfit3",
+    ("rmsnorm_bwd_add", 14336, "none"): "w28r1v8j2c1lfiLt3",
     ("rmsnorm_bwd_add", 65536, "none"): "w16r1v8j2c8it4b1",
 }
 LOOP_BLOCK = 1024  # threads per CTA of the streaming kernels (forward, backward row sums)
