@@ -1148,7 +1148,10 @@ NORM_TABLE_NOTE = ("Round 22's run of round 21's kernels (the same cache digests
                    "paired' below). The first run of the script that times the copy in the "
                    "paired rounds too (`% of copy, paired`). This run was named the table's "
                    "before it ran. It records each kernel's residency on the GPU it ran on "
-                   "(`residency` in its JSON).")  # fmt: skip
+                   "(`residency` in its JSON). After it `norm.TUNED` took `L` for RMSNorm "
+                   "backward at 14336 ('The staged backwards with `L`' below): that row here "
+                   "is the entry before (`lfit3`); the new kernel's run is among the other "
+                   "runs of the day.")  # fmt: skip
 OTHER_RUN_NOTES = {
     "norm_bandwidth": "Round 17's kernels: the RMSNorm FP8 register kernels at 4096-14336 "
     "(several row groups per CTA) and the staged forwards that hold their weights in "
@@ -1178,6 +1181,8 @@ OTHER_RUN_NOTES = {
     "norm_bandwidth-2026-12-04-round22-repeat": "The table's lease, right after it: LayerNorm "
     "at 4096 and 14336 again, without torch.compile (--no-compile), to see how far the same "
     "code moves between two runs on one GPU.",
+    "norm_bandwidth-2026-12-04-rms14336-L": "Another lease, after `norm.TUNED` took `L` for "
+    "RMSNorm backward at 14336 (`w28r1v8j2c1lfiLt3`): RMSNorm at 14336 alone.",
 }
 LEGACY_COMMANDS = {
     "norm_bandwidth-2026-12-03-confirm": "--repeat=50 --name norm_bandwidth-2026-12-03-confirm",
