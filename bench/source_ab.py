@@ -38,6 +38,10 @@ The edits:
   - ``cp256``: the staged kernels' 16-byte ``cp.async`` copies ask L2 to fetch 256 bytes
     (``.L2::256B``) rather than 128;
   - ``cpnohint``: the same copies without the L2 prefetch hint;
+  - ``noamax``, ``noscale`` (diagnostics: the results are wrong): the FP8 output stage without
+    its amax update (one FMNMX per element) or without the scale multiply (one FMUL per
+    element), to see what those instructions cost in time: where taking them out changes
+    nothing, the kernel is not bound by issuing them;
   - ``stream``: NVE_STREAMING defined, as the activation and cast templates do: 16-byte loads
     of x (and of gamma and beta) skip L1 (``ld.global.nc.L1::no_allocate``), 16-byte stores
     of z are evict-first (``st.global.cs``); the norm templates leave it undefined (plain
@@ -109,6 +113,8 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
     "fmacenter": [("source", f"zf[i] = fmaf(({x} - mean) * rs,",
                    f"zf[i] = fmaf(fmaf({x}, rs, -mean * rs),") for x in ("xf[j][i]", "xq[i]")],
     "cp256": [("source", CP_ASYNC, "cp.async.cg.shared.global.L2::256B")],
+    "noamax": [("source", "amax = fmaxf(amax, fabsf(zf[i]));", "")],
+    "noscale": [("source", "zf[i] *= scale;", "")],
     "cpnohint": [("source", CP_ASYNC, "cp.async.cg.shared.global")],
     "l2pf": [("headers", "ld.global.nc.L1::no_allocate.v4.u32",
               "ld.global.nc.L1::no_allocate.L2::256B.v4.u32")],
