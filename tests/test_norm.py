@@ -2145,6 +2145,32 @@ def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
     assert "error" not in log.lower()
     with pytest.raises(ValueError, match="none of its text"):
         ab.edited(dataclasses.replace(r, source="", headers=()), ["notrigger"])
+    # the diagnostics: the FP8 output stage without its amax update and scale multiply
+    fp8 = render(make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
+                          arch="sm_90"))  # fmt: skip
+    assert "fabsf(zf[i])" in fp8.source and "zf[i] *= scale;" in fp8.source
+    d = ab.edited(fp8, ["noamax", "noscale"])
+    assert "fabsf(zf[i])" not in d.source and "zf[i] *= scale;" not in d.source
+    with pytest.raises(ValueError, match="none of its text"):
+        ab.edited(r, ["noamax"])  # a bf16 output has no amax
+
+
+def test_fetch256_candidates_are_the_staged_backwards_with_l():
+    """bench/norm_tuning.py --candidates fetch256: a staged backward default with ``L`` and
+    nothing else changed; nothing for a forward or for a backward that is not staged."""
+    tuning = _bench_module("norm_tuning")
+    key = make_key("layernorm_bwd", in_dtype="bf16", hidden_size=8192, arch="sm_90")
+    default = norm.launch_config(key)
+    assert default.stages and not default.fetch256
+    ((cand, host),) = tuning.fetch256_candidates(norm, key, default)
+    assert cand == dataclasses.replace(default, fetch256=True) and host == {}
+    assert cand.tag.replace("L", "") == default.tag
+    fwd = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
+                   arch="sm_90")  # fmt: skip
+    assert tuning.fetch256_candidates(norm, fwd, norm.launch_config(fwd)) == []
+    plain = make_key("layernorm_bwd", in_dtype="fp32", hidden_size=1000, arch="sm_90")
+    assert not norm.launch_config(plain).stages
+    assert tuning.fetch256_candidates(norm, plain, norm.launch_config(plain)) == []
 
 
 @pytest.mark.parametrize("argv, message", [
