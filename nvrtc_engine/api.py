@@ -119,7 +119,7 @@ def make_key(
         try:
             return KernelKey(arch=arch, **fields)
         except VariantError as exc:
-            raise _as_given(exc, given) from None
+            raise _as_given(exc, given, fields) from None
 
     if arch is None:
         try:
@@ -143,15 +143,19 @@ def _dtype_field(value: Any, field: str, allowed: tuple[str, ...], op: str) -> s
         raise VariantError(field, value, allowed, hint) from None
 
 
-def _as_given(exc: VariantError, given: dict[str, tuple[str, Any]]) -> VariantError:
+def _as_given(
+    exc: VariantError, given: dict[str, tuple[str, Any]], fields: dict[str, Any]
+) -> VariantError:
     """``exc`` about a dtype field restated with the caller's own argument and spelling
-    (``given``: field -> (argument, value)), the resolved name after it where they differ:
-    ``dtype='fp4' (fp4_e2m1) is not allowed ...`` rather than ``out_dtype='fp4_e2m1'``."""
+    (``given``: field -> (argument, value)), the resolved name (in ``fields``, the key's)
+    after it where they differ: ``dtype='fp4' (fp4_e2m1) is not allowed ...`` rather than
+    ``out_dtype='fp4_e2m1' ...``."""
     if exc.field not in given:
         return exc
     arg, value = given[exc.field]
-    resolved = "" if repr(value) == exc.value else f"({exc.value.strip(chr(39))}) "
-    return VariantError(arg, value, exc.allowed, exc.hint, detail=resolved + exc.detail)
+    resolved = fields[exc.field]
+    shown = "" if isinstance(value, str) and value == resolved else f"({resolved}) "
+    return VariantError(arg, value, exc.allowed, exc.hint, detail=shown + exc.detail)
 
 
 def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:
