@@ -106,7 +106,10 @@ def make_key(
         if name not in spec.flags:
             fields = ["dtype", "in_dtype", "out_dtype", "scaling", "layout", "hidden_size",
                       "arch", "device"]  # fmt: skip
-            close = did_you_mean(name, fields + list(spec.flags))
+            long_names = {short: long for long, short in spec.flags.items()}
+            close = (f"did you mean {long_names[name]}? ({name} is its short form in kernel "
+                     "names)" if name in long_names
+                     else did_you_mean(name, fields + list(spec.flags)))  # fmt: skip
             raise VariantError(
                 name, flags[name], fields + sorted(spec.flags),
                 f"not a key field or a flag of {spec.name!r}" + (f"; {close}" if close else ""),

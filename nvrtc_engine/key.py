@@ -8,6 +8,7 @@ so no caller string ever reaches template text. ``str(key)`` is the canonical na
 
 from __future__ import annotations
 
+import numbers
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -141,10 +142,11 @@ class KernelKey:
         set_(self, "scaling", _one_of("scaling", self.scaling, SCALINGS))
         set_(self, "layout", _one_of("layout", self.layout, LAYOUTS))
         hs = self.hidden_size
-        if hs is not None and (
-            isinstance(hs, bool) or not isinstance(hs, int) or not 1 <= hs <= MAX_HIDDEN_SIZE
-        ):
-            raise VariantError("hidden_size", hs, f"None or an int in [1, {MAX_HIDDEN_SIZE}]")
+        if hs is not None:  # an int, numpy's too (a shape entry); never a bool
+            if (isinstance(hs, bool) or not isinstance(hs, numbers.Integral)
+                    or not 1 <= hs <= MAX_HIDDEN_SIZE):  # fmt: skip
+                raise VariantError("hidden_size", hs, f"None or an int in [1, {MAX_HIDDEN_SIZE}]")
+            set_(self, "hidden_size", int(hs))
         set_(self, "arch", parse_arch(self.arch))
         flags = dict(self.flags)
         for name, value in flags.items():

@@ -266,6 +266,26 @@ def test_unknown_keyword_is_named_with_a_suggestion():
     assert make_key("gelu", dtype="bf16", arch="90").arch == "sm_90"  # a command-line string
 
 
+def test_hidden_size_takes_numpy_integers_and_no_bools_or_floats():
+    # a shape entry from numpy is an int as far as the key goes: the same key, stored as int
+    import numpy as np
+
+    key = make_key("gelu", dtype="bf16", hidden_size=np.int64(4096), arch="sm_90")
+    assert key == make_key("gelu", dtype="bf16", hidden_size=4096, arch="sm_90")
+    assert type(key.hidden_size) is int and str(key).endswith("_h4096_sm90")
+    for bad in (True, np.float32(4096), 4096.0, "4096", np.int32(0), np.int64(1 << 21)):
+        with pytest.raises(VariantError) as info:
+            make_key("gelu", dtype="bf16", hidden_size=bad, arch="sm_90")
+        assert info.value.field == "hidden_size"
+
+
+def test_a_flags_short_form_as_a_keyword_names_the_flag():
+    with pytest.raises(VariantError) as info:
+        make_key("layernorm_fwd", in_dtype="bf16", zcg=True, arch="sm_90")
+    assert info.value.field == "zcg"
+    assert "did you mean zero_centered_gamma? (zcg is its short form" in str(info.value)
+
+
 def test_dtype_errors_name_the_argument_and_the_spelling_given():
     # dtype= names the output: an error about it says dtype, the caller's spelling first
     with pytest.raises(VariantError) as info:
