@@ -297,7 +297,7 @@ def test_dtype_errors_name_the_argument_and_the_spelling_given():
         make_key("layernorm_bwd", in_dtype="bf16", dtype="half", arch="sm_90")
     assert info.value.field == "dtype" and "'half' (fp16)" in str(info.value)
     assert info.value.allowed == "bf16"
-    # an x dtype taken from dtype= is the caller's dtype too
+    # an in_dtype spelled by an alias: the alias first, the canonical name after it
     with pytest.raises(VariantError) as info:
         make_key("gelu", in_dtype="e4m3", arch="sm_90")
     assert str(info.value).startswith("in_dtype='e4m3' (fp8_e4m3) is not allowed (for op 'gelu')")
