@@ -50,6 +50,15 @@ The edits:
     (``.L2::256B``);
   - ``plainst`` (with ``stream``): 16-byte stores without the evict-first hint (``st.global`` for
     ``st.global.cs``);
+  - ``cpevictfirst``: the staged kernels' 16-byte ``cp.async`` row copies under an L2
+    evict-first policy (``createpolicy.fractional.L2::evict_first``, ``.L2::cache_hint``):
+    x is read once, so its lines may leave L2 before the output's; ``cpevictlast`` and
+    ``cpevictnormal`` the same with ``evict_last`` and ``evict_normal`` (the hint's own cost);
+  - ``stevictfirst``, ``stevictlast``: the 8-byte vector stores (z of the FP8 forwards with
+    ``q``) under an L2 ``evict_first`` or ``evict_last`` policy (``st.global.L2::cache_hint``);
+  - ``latetrigger``: in a staged forward without the trigger, ``griddepcontrol.launch_dependents``
+    when a CTA starts its last row rather than not at all (the next call's grid launches once
+    every CTA is in its last row);
   - ``l1w`` (with ``stream``): the register kernels' gamma and beta loads (every row reloads
     them) by a plain vector load, which allocates in L1, instead of the streaming one, which
     would send every row's reload to L2.
@@ -103,6 +112,36 @@ __device__ __forceinline__ void load_wc(const typename T::storage* p, long long 
 
 """
 
+# the staged kernels' 16-byte row copies (cp_async_16_policy: the same under an L2 policy)
+CP_ASYNC_16 = '"cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(d), "l"(src)'
+
+
+def cp_async_16_policy(policy: str) -> str:
+    """CP_ASYNC_16 under the L2 policy ``policy`` (``evict_first``, ``evict_last``, ...)."""
+    return ('"{\\n .reg .b64 pol;\\n createpolicy.fractional.L2::' + policy + '.b64 pol, 1.0;\\n '
+            'cp.async.cg.shared.global.L2::cache_hint.L2::128B [%0], [%1], 16, pol;\\n}" '
+            '::"r"(d), "l"(src)')  # fmt: skip
+
+
+# the plain vector store of nve::store_vec (z of the FP8 forwards with q: 8 bytes a thread)
+STORE_VEC = "  reinterpret_cast<vec<S, N>*>(p)[chunk] = t;\n}"
+
+
+def store_8_policy(policy: str) -> str:
+    """STORE_VEC with its stores of two 32-bit words under the L2 policy ``policy``."""
+    return ("  if constexpr (sizeof(vec<S, N>) == 8 && sizeof(S) == 4) {\n"
+            '    asm volatile("{\\n .reg .b64 pol;\\n createpolicy.fractional.L2::' + policy
+            + '.b64 pol, 1.0;\\n st.global.L2::cache_hint.v2.u32 [%0], {%1, %2}, pol;\\n}" '
+            '::"l"(reinterpret_cast<vec<S, N>*>(p) + chunk), "r"(t.v[0]), "r"(t.v[1]) '
+            ': "memory");\n'
+            "    return;\n"
+            "  }\n" + STORE_VEC)  # fmt: skip
+
+
+# the staged forward's refill of a stage, once per row; LATE_TRIGGER follows it
+REFILL = "    issue(grp + D * step, refill_stage(st));\n"
+LATE_TRIGGER = "    if (grp + step >= groups) nve::launch_dependents();  // (latetrigger)\n"
+
 NEEDS_STREAM = ("l2pf", "plainst", "l1w")
 
 # name: [(where: "source" or "headers", text, replacement), ...]
@@ -120,6 +159,12 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
               "ld.global.nc.L1::no_allocate.L2::256B.v4.u32")],
     "plainst": [("headers", "st.global.cs.v4.u32", "st.global.v4.u32")],
     "stream": [("source", INCLUDE, "#define NVE_STREAMING 1\n" + INCLUDE)],
+    "cpevictfirst": [("source", CP_ASYNC_16, cp_async_16_policy("evict_first"))],
+    "cpevictlast": [("source", CP_ASYNC_16, cp_async_16_policy("evict_last"))],
+    "cpevictnormal": [("source", CP_ASYNC_16, cp_async_16_policy("evict_normal"))],
+    "latetrigger": [("source", REFILL, REFILL + LATE_TRIGGER)],
+    "stevictfirst": [("headers", STORE_VEC, store_8_policy("evict_first"))],
+    "stevictlast": [("headers", STORE_VEC, store_8_policy("evict_last"))],
     "l1w": [("source", ZERO_RAW, LOAD_WC + ZERO_RAW),
             ("source", "load_f<Wt, V>(gamma, g, v, gf);", "load_wc<Wt, V>(gamma, g, v, gf);"),
             ("source", "load_f<Wt, V>(beta, g, v, bf);", "load_wc<Wt, V>(beta, g, v, bf);")],

@@ -2153,6 +2153,28 @@ def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
     assert "fabsf(zf[i])" not in d.source and "zf[i] *= scale;" not in d.source
     with pytest.raises(ValueError, match="none of its text"):
         ab.edited(r, ["noamax"])  # a bf16 output has no amax
+    # the staged FP8 forward (hogqit3, no trigger): its row copies under an evict-first
+    # policy, and the trigger at each CTA's last row; both compile
+    assert "launch_dependents" not in fp8.source
+    e = ab.edited(fp8, ["cpevictfirst", "latetrigger"])
+    assert "createpolicy.fractional.L2::evict_first" in e.source and "L2::cache_hint" in e.source
+    refill = e.source.index("issue(grp + D * step, refill_stage(st));")
+    assert (
+        e.source[refill:]
+        .splitlines()[1]
+        .strip()
+        .startswith("if (grp + step >= groups) nve::launch_dependents();")
+    )
+    log = compile_source(e.name, e.source, e.headers, CompileOptions(arch="sm_90")).log
+    assert "error" not in log.lower()
+    for names in (["cpevictlast", "stevictfirst"], ["cpevictnormal", "stevictlast"]):
+        e = ab.edited(fp8, names)
+        assert "st.global.L2::cache_hint.v2.u32" in dict(e.headers)["nve_memory.cuh"]
+        log = compile_source(e.name, e.source, e.headers, CompileOptions(arch="sm_90")).log
+        assert "error" not in log.lower()
+    for name in ("cpevictfirst", "latetrigger"):
+        with pytest.raises(ValueError, match="none of its text"):
+            ab.edited(r, [name])  # a register forward has neither
 
 
 def test_fetch256_candidates_are_the_staged_backwards_with_l():
