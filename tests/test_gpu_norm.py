@@ -1482,6 +1482,11 @@ FWD_WARP_STATS = [  # (tag, in dtype, H, out dtype, scaling, flags, row counts)
     ("w2r1v1j16c1W", "bf16", 1001, "fp8_e4m3", "tensor", {"fp32_gamma": True}, (9, 50)),
     ("w1r4v4j8c1W", "fp32", 1000, "fp32", "none", {}, (1, 9)),
     ("w2r1v4j8c1Wt3", "fp32", 2048, "fp32", "none", {}, (13,)),
+    # with i: a row's z written after the next row's exchange
+    ("w4r1v8j4c1hogqiWt3", "bf16", 4096, "fp8_e4m3", "tensor", {}, (1, 2, 4099)),
+    ("w4r1v8j8c1ogqiWt3", "bf16", 8192, "fp8_e4m3", "tensor", {}, (3, 700)),
+    ("w4r1v8j4c1eqiWt3", "bf16", 4096, "bf16", "none", {"zero_centered_gamma": True}, (2, 667)),
+    ("w2r1v4j8c1iWt4", "fp32", 2048, "fp32", "none", {}, (1, 13, 401)),
 ]
 
 
@@ -1489,8 +1494,9 @@ FWD_WARP_STATS = [  # (tag, in dtype, H, out dtype, scaling, flags, row counts)
 def test_forward_warp_stats(case):
     """``W`` on the LayerNorm forward, register and staged, against the float64 reference:
     one warp per row (no exchange) and 2-14 warps, one to four rows per CTA, with ``e``,
-    ``y``, ``h`` and ``f``, N = 1, N below and above the grid's CTAs, H odd (one element per
-    access) and H = 1000 (a partial last access: warps of different counts), fp16 and fp32 x
+    ``y``, ``h``, ``f`` and ``i`` (z a row later), N = 1 and 2, N below and above the grid's
+    CTAs, H odd (one element per access) and H = 1000 (a partial last access: warps of
+    different counts), fp16 and fp32 x
     (a 1e4 mean offset: every warp's mean near 1e4, the deviations from it small), fp32 and
     zero-centred gamma, bf16, fp32, FP8 and MXFP8 z; unaligned x at 4096. Beside the same
     layout without ``W``: mu is the same bits (the warps' sums are added in the same order);

@@ -1979,6 +1979,8 @@ FWD_WARP_STATS = [  # (tag, in dtype, H, scaling, flags)
     ("w4r1v8j4c1eqyWt3", "fp16", 4096, "none", {"fp32_gamma": True}),
     ("w2r1v1j16c1W", "bf16", 1001, "mxfp8", {}),
     ("w1r4v4j8c1W", "fp32", 1000, "none", {}),
+    ("w4r1v8j4c1hogqiWt3", "bf16", 4096, "tensor", {}),
+    ("w2r1v4j8c1iWt4", "fp32", 2048, "none", {}),
 ]
 
 
@@ -1988,19 +1990,20 @@ def test_warp_stats_forward_compile(arch):
     output mode: its symbol ends with the tag, its dynamic shared memory is that of the same
     layout without ``W``, and its source takes each warp's two passes and one exchange of
     (count, sum, mean, M2) per row instead of the two row sums. FWD_WARP_STATS turns it on
-    where it applies; it is dropped on RMSNorm, over a cluster, with ``u``, ``i`` or ``z``,
-    and on the backward."""
+    where it applies (with ``i`` too: z a row later); it is dropped on RMSNorm, over a
+    cluster, with ``u`` or ``z``, and on the backward."""
     compiled = 0
     with rules_only() as mp:
         for _cfg, sources in _layernorm_sources(mp, FWD_WARP_STATS, arch, "warp_stats"):
             compiled += 1
             merge = "warp_stats_merge(make_float4(wn, ws, wm, warp_sum(split_total(s))),"
             assert merge in sources[0] and merge not in sources[1]
-            assert "row_sum<1>(q," in sources[1] and "row_sum<1>(" not in sources[0]
+            # the two row sums (the second posted, with i) without W
+            assert "row_sum<1>(q," in sources[1] or "row_post<1>(q," in sources[1]
+            assert "row_sum<1>(" not in sources[0] and "row_post<1>(" not in sources[0]
         dropped = [("rmsnorm_fwd", "w4r1v8j4c1W", "none", "sm_80"),
                    ("layernorm_fwd", "w1r1v8j4c4W", "none", "sm_90"),
                    ("layernorm_fwd", "w4r1v8j4c1uW", "none", "sm_80"),
-                   ("layernorm_fwd", "w4r1v8j4c1hqiWt3", "none", "sm_80"),
                    ("layernorm_fwd", "w4r1v8j4c1hogqzWt3", "tensor", "sm_80"),
                    ("layernorm_bwd", "w8r1v8j2c1Wt3", "none", "sm_80")]  # fmt: skip
         for op, tag, scaling, on in dropped:

@@ -276,7 +276,7 @@ FWD_REREAD = False
 # outputs only: a bf16 or fp32 z keeps the two-pass form (docs/norms.md).
 FWD_SHIFTED = False
 # Round-19 switch, off by default (bench/source_ab.py, below). FWD_WARP_STATS (suffix ``W``:
-# the LayerNorm forward, register or staged, one CTA per row, without ``u``, ``z`` or ``i``):
+# the LayerNorm forward, register or staged, one CTA per row, without ``u`` or ``z``):
 # each warp takes its lanes' sum and then their squared deviations from the warp's own mean
 # (two passes over the registers, a warp_sum each), and the row's W warps exchange (count,
 # sum, mean, M2) once: mean = the warps' sums added in order / H, M2 = sum(M2_w + n_w (m_w -
@@ -301,6 +301,10 @@ FWD_SHIFTED = False
 # the first form (values read twice; source_ab-*-W-twopassmerge.json) the register layout
 # at 8192 lost 0.933x (80 registers against 64: 3 CTAs per SM instead of 4; this form takes
 # 78, and capped by m4 it spills) and LayerNorm FP8 4096 without i 0.975x (hogqit3).
+# Round 23: with i (staged, one CTA per row: z of a row after the next row's exchange) at
+# LayerNorm FP8 4096, 80 registers against hogqit3's 96 (6 CTAs per SM against 5), hogqiWt3
+# ran 0.974x, ogqiWt3 0.966x, hogqiWt4 0.947x, slower in every round
+# (source_ab-ln4096-fp8-Wi.json).
 FWD_WARP_STATS = False
 # Round-21 switch, off by default (bench/source_ab.py, edit ``cp256``). The staged kernels copy
 # their rows (and, where they keep them in shared memory as stored, gamma and beta once) into
@@ -899,12 +903,12 @@ def shift_applies(key: KernelKey, cfg: LaunchConfig) -> bool:
 def warp_stats_apply(key: KernelKey, cfg: LaunchConfig) -> bool:
     """Whether ``W`` (``FWD_WARP_STATS``: the statistics by two passes per warp and one
     exchange) applies: the LayerNorm forward in registers (staged or not) without a cluster,
-    and without ``u``, ``z`` or ``i`` (which exchange the statistics their own ways)."""
+    and without ``u`` or ``z`` (which exchange the statistics their own ways); with ``i``
+    (staged, one row per CTA) a row's z follows the next row's exchange."""
     spec = key.spec
     assert isinstance(spec, NormSpec)
     return (cfg.mode == "regs" and not spec.backward and not spec.rms and cfg.cluster == 1
-            and not (cfg.one_reduction or cfg.deferred
-                     or (cfg.shifted and shift_applies(key, cfg))))  # fmt: skip
+            and not (cfg.one_reduction or (cfg.shifted and shift_applies(key, cfg))))  # fmt: skip
 
 
 def next_row_fits(cfg: LaunchConfig, itemsize: int) -> bool:
