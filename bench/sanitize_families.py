@@ -22,7 +22,8 @@ several rows per CTA, ``norm_staged_rows_*``; round 11, the staged backward and 
 each row's dx or z written a row later, ``norm_switch_*_deferred_*``; round 13, the staged
 forward with x read from its stage in each pass, ``norm_switch_*_reread*``; round 16, the
 staged LayerNorm FP8 forward's one-pass statistics, ``norm_switch_*_shifted*``; round 19,
-the LayerNorm forward's statistics by two passes per warp, ``norm_switch_*warp_stats*``); the
+the LayerNorm forward's statistics by two passes per warp, ``norm_switch_*warp_stats*``, and
+round 23, with ``i``, ``norm_switch_*warp_stats_deferred*``); the
 next-row copies with bf16 output at H = 65536 over a cluster of 4, ``norm_bf16_next_row_*``
 (a TUNED-style tag; the defaults at 65536 are among the plain cases). The
 disk cache is off: switched kernels share keys with the defaults. Cast family: cast (the
@@ -260,10 +261,15 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
                                             "FWD_DEFERRED": True, "FWD_REREAD": True},
         "tuned_shifted": {"TUNED": norm.TUNED, "FWD_SHIFTED": True},
         # round 19: each warp's two passes and one exchange per row (W: LayerNorm without a
-        # cluster, u, i or z), register and staged, and on TUNED's layouts
+        # cluster, u or z), register and staged, and on TUNED's layouts; round 23, with each
+        # row's z written a row later (i)
         "warp_stats": {"FWD_WARP_STATS": True},
         "staged3_warp_stats": {"FWD_STAGED": 3, "FWD_WARP_STATS": True},
         "tuned_warp_stats": {"TUNED": norm.TUNED, "FWD_WARP_STATS": True},
+        "staged3_warp_stats_deferred": {"FWD_STAGED": 3, "FWD_WARP_STATS": True,
+                                        "FWD_DEFERRED": True},
+        "tuned_warp_stats_deferred": {"TUNED": norm.TUNED, "FWD_WARP_STATS": True,
+                                      "FWD_DEFERRED": True},
     }  # fmt: skip
     # the next-row copies with bf16 output (a TUNED-style tag: no module switch turns them on
     # there), a cluster of 4, with and without held weights; 97 and 300 rows: clusters that
