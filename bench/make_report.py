@@ -1561,6 +1561,28 @@ def _source_ab() -> list[str]:
          "per row: 1.006x, 1.003x, 1.014x. The kernel is not bound by issuing instructions: "
          "an eighth fewer buys under 1.5%, so the points it lacks are not in the instruction "
          "count."),
+        ("source_ab-ln4096-fp8-Wi", "",
+         "Round 23, LayerNorm FP8 at 4096: `W` together with `i` (one exchange of the "
+         "statistics per row, z a row later; 80 registers against 96, 6 CTAs per SM against "
+         "5), with the weights held (`h`), in shared memory, and 4 stages deep: 0.974x, "
+         "0.966x, 0.947x, slower in every round. Not taken; the switch pair stays available "
+         "(docs/norms.md)."),
+        ("source_ab-ln4096-fp8-evict", "",
+         "Round 23: the staged kernels' row copies under an L2 evict-first policy "
+         "(`cpevictfirst`) 0.878x; the dependent launch triggered as each CTA starts its last "
+         "row (`latetrigger`) 0.991x."),
+        ("source_ab-fp8-evict", "",
+         "`cpevictfirst` on the staged LayerNorm FP8 forwards at 8192 and 14336: 0.866x and "
+         "0.909x."),
+        ("source_ab-ln4096-fp8-policy", "",
+         "The row copies under the `evict_last` and `evict_normal` policies: 1.001x and 0.963x; "
+         "the copies as the template makes them (no policy) are as fast as any."),
+        ("source_ab-ln4096-fp8-stpolicy", "",
+         "z's 8-byte stores under the `evict_first` and `evict_last` policies (`stevictfirst`, "
+         "`stevictlast`): 0.995x and 1.001x; with the copies' `evict_last`, 0.995x."),
+        ("source_ab-ln4096-fp8-v16", "",
+         "16 elements per access (`v16`: 32-byte copies, 16-byte FP8 stores; 4 or 2 warps): "
+         "0.751-0.870x."),
     ]  # fmt: skip
     out: list[str] = []
     for name, flags, text in runs:
