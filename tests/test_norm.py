@@ -2244,3 +2244,13 @@ def test_fetch256_compile(arch):
                        arch=arch)  # fmt: skip
         assert launch_config(key).tag == "w4r1v8j4c1hogqiLt3"
     launch_config.cache_clear()
+
+
+def test_norm_vs_cast_reads_its_shapes():
+    """bench/norm_vs_cast.py --shapes: N x H pairs of positive integers, anything else a
+    ValueError that names the item."""
+    bench = _bench_module("norm_vs_cast")
+    assert bench.parse_shapes("16384x4096, 2x8") == [(16384, 4096), (2, 8)]
+    for bad in ("16384", "16384x", "0x4096", "ax4", "4x-1"):
+        with pytest.raises(ValueError, match="not NxH"):
+            bench.parse_shapes(bad)
