@@ -1120,6 +1120,7 @@ def norm_section() -> str | None:
             *_rerun(d),
             *_method(),
             *_fixed_cost(),
+            *_vs_cast(),
             *_dependent_launch(),
             *_source_ab(),
             *_spread(d),
@@ -1611,6 +1612,38 @@ def _source_ab() -> list[str]:
                       "x torch.compile", "won"], rows),
         ]  # fmt: skip
     return out
+
+
+def _vs_cast() -> list[str]:
+    """norm_vs_cast-2026-12-04.json: the FP8 forwards beside a cast of the same x."""
+    d = load("norm_vs_cast-2026-12-04")
+    if d is None:
+        return []
+    rows = []
+    for r in d["rows"]:
+        v = r.get("vs_cast")
+        rows.append([r["shape"], r["impl"], f"{r['ms'] * 1e3:.1f}",
+                     f"{_pct(r['pct_of_copy'])} ({r['pct_low']:.1f}-{r['pct_high']:.1f})",
+                     f"{v['median']:.3f}x ({v['faster']:.2f})" if v else "-"])  # fmt: skip
+    at = {r["impl"]: r for r in d["rows"] if r["shape"] == "16384x4096"}
+    cast, ln = at["cast"]["pct_of_copy"], at["layernorm"]
+    return [
+        "### Beside a cast of the same bytes",
+        "What a bf16 -> E4M3 pass costs with nothing else to do: the FP8 forwards beside "
+        "nvrtc_engine's `cast` of the same x (tensor scaling: x read, z written, the amax; the "
+        "forwards' bytes less the weights and mu and rsigma), a copy of the LayerNorm's "
+        "bytes and the 1 GiB copy, all in the same rounds (% of the 1 GiB copy, median and "
+        "range over the rounds; the norm's speed over the cast's, same-round median, and the "
+        "fraction of rounds the norm was faster). "
+        + source(d, "norm_vs_cast.py")
+        + f" At 16384 x 4096 the cast itself reaches {_pct(cast)} of copy and the same-bytes "
+        f"copy {_pct(at['same-bytes copy']['pct_of_copy'])}: 90% asks LayerNorm FP8 for "
+        f"{90 / cast:.1%} of the cast's speed, and it ran at {ln['vs_cast']['median']:.1%} "
+        f"({_pct(ln['pct_of_copy'])} of copy).",
+        md_table(
+            ["N x H", "kernel", "us", "% of copy, paired (range)", "x the cast's speed (won)"], rows
+        ),
+    ]
 
 
 def _fixed_cost() -> list[str]:
