@@ -17,9 +17,11 @@ the source or the helper headers), on an engine
 without a disk cache. Every round times each variant and torch.compile once, in a shuffled
 order (common.paired_ms), each call on its own buffers (norm_bandwidth.Cycle: at least
 256 MB per cycle, so nothing is served from L2); ``vs_base`` and ``vs_compile`` are
-same-round ratios (above 1: faster). bf16 x, N = 16384 rows (2048 at H = 65536). Writes
-bench/results/NAME.json (and $OUT/NAME.json when set), with the digest of the templates it
-rendered (``templates_digest``: which version of the kernels ``base`` was).
+same-round ratios (above 1: faster); ``same_results`` whether one call of the variant gives
+the first variant's z bytes, rsigma, amax and mu bit for bit. bf16 x, N = 16384 rows (2048
+at H = 65536). Writes bench/results/NAME.json (and $OUT/NAME.json when set), with the digest
+of the templates it rendered (``templates_digest``: which version of the kernels ``base``
+was).
 
 The edits:
   - ``trigger``: ``griddepcontrol.launch_dependents`` at the start of every CTA, in a kernel
@@ -56,6 +58,12 @@ The edits:
     ``cpevictnormal`` the same with ``evict_last`` and ``evict_normal`` (the hint's own cost);
   - ``stevictfirst``, ``stevictlast``: the 8-byte vector stores (z of the FP8 forwards with
     ``q``) under an L2 ``evict_first`` or ``evict_last`` policy (``st.global.L2::cache_hint``);
+  - ``latefill`` (the staged forward of one row per CTA with ``i``): each row's refill
+    issued after the row's first block barrier instead of first thing;
+  - ``tma`` (the same kernels): ``latefill``, and each stage filled by one bulk copy of the
+    row (``cp.async.bulk``, the Tensor Memory Accelerator) that one thread issues, completing
+    on an mbarrier per stage that every thread waits on, instead of each thread's 16-byte
+    ``cp.async`` copies (aligned x; the element-by-element path as before);
   - ``latetrigger``: in a staged forward without the trigger, ``griddepcontrol.launch_dependents``
     when a CTA starts its last row rather than not at all (the next call's grid launches once
     every CTA is in its last row);
@@ -64,8 +72,9 @@ The edits:
     would send every row's reload to L2.
 
 Every occurrence of an edit's text is replaced; an edit none of whose texts is found is an
-error, and so is ``l2pf``, ``plainst`` or ``l1w`` without ``stream`` (without it they change
-code the preprocessor leaves out, and the kernel compiled is ``base``'s).
+error (``latefill`` and ``tma``: any of whose texts is not found exactly once), and so is
+``l2pf``, ``plainst`` or ``l1w`` without ``stream`` (without it they change code the
+preprocessor leaves out, and the kernel compiled is ``base``'s).
 """
 
 from __future__ import annotations
@@ -81,7 +90,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"  # the key does not see the edits
 
 import common
-from norm_bandwidth import Cycle, kernel_forward, torch_fns, torch_forward
+from norm_bandwidth import EPS, Cycle, kernel_forward, torch_fns, torch_forward
 
 WAIT = "nve::grid_dependency_wait();  // before any access to global memory (see nve_memory.cuh)\n"
 
@@ -138,11 +147,66 @@ def store_8_policy(policy: str) -> str:
             "  }\n" + STORE_VEC)  # fmt: skip
 
 
+# The staged forward of one row per CTA (C == 1, R == 1: the CTA's stage of a row is the row,
+# contiguous): ``latefill`` issues each row's refill after the row's first block barrier
+# instead of first thing (every thread has then finished the previous row, so the stage
+# refilled is free whoever reads it); ``tma`` does that and fills the stage by one bulk copy
+# (``cp.async.bulk``, the Tensor Memory Accelerator) that one thread issues, whose bytes
+# complete on an mbarrier per stage, instead of each thread's 16-byte cp.async copies.
+STAGED_LOOP_TOP = (
+    "    cp_wait<D - 1>();  // this row's copies (and the weights') have landed\n"
+    "    issue(grp + D * step, refill_stage(st));\n"
+)
+STAGED_FIRST_SUM = "      mean = t[0] * kInvH;\n    }\n"
+LATE_REFILL = STAGED_FIRST_SUM + "    issue(grp + D * step, refill_stage(cur));  // (latefill)\n"
+ISSUE_HEAD = (
+    "  auto issue = [&](long long group, int st) {\n"
+    "    const long long row = group * R + slot;\n"
+    "    if (row < rows) {  // (past the last group, every slot's row is past the last row)\n"
+    "      if (kAsyncIn && v) {\n"
+)
+TMA_HEAD = (
+    '  static_assert(R == 1 && C == 1, "tma: one row per CTA");\n'
+    "  __shared__ __align__(8) unsigned long long tma_bar[S];\n"
+    "  if (threadIdx.x == 0) {\n"
+    "    for (int s = 0; s < S; ++s) nve::mbar_init(&tma_bar[s], 1);\n"
+    '    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");\n'
+    "  }\n"
+    "  __syncthreads();\n"
+    "  auto issue = [&](long long group, int st) {\n"
+    "    const long long row = group * R + slot;\n"
+    "    if (row < rows) {  // (past the last group, every slot's row is past the last row)\n"
+    "      if (kAsyncIn && v) {\n"
+    "        if (threadIdx.x == 0) {  // (tma) the whole row, one bulk copy\n"
+    '          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");\n'
+    "          nve::mbar_expect_tx(&tma_bar[st], H * sizeof(In::storage));\n"
+    '          asm volatile("cp.async.bulk.shared::cluster.global"\n'
+    '                       ".mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"\n'
+    '                       ::"r"(nve::smem_address(sx + st * kShare)), "l"(x + row * H),\n'
+    '                       "r"(static_cast<unsigned>(H * sizeof(In::storage))),\n'
+    '                       "r"(nve::smem_address(&tma_bar[st])) : "memory");\n'
+    "        }\n"
+    "      } else if (false) {  // (tma: the per-thread copies, not made)\n"
+)
+TMA_LOOP_TOP = (
+    "    if (kAsyncIn && v) {\n"
+    "      nve::mbar_wait(&tma_bar[st], static_cast<unsigned>(tma_it / S) & 1);  // (tma)\n"
+    "    } else {\n"
+    "      cp_wait<D - 1>();\n"
+    "    }\n"
+    "    ++tma_it;\n"
+)
+TMA_COUNTER = ("  int st = 0;\n", "  int st = 0;\n  long long tma_it = 0;  // (tma) rows taken\n")
+STAGED_INCLUDE = '#include "nve_reduce.cuh"\n'
+
+
 # the staged forward's refill of a stage, once per row; LATE_TRIGGER follows it
 REFILL = "    issue(grp + D * step, refill_stage(st));\n"
 LATE_TRIGGER = "    if (grp + step >= groups) nve::launch_dependents();  // (latetrigger)\n"
 
 NEEDS_STREAM = ("l2pf", "plainst", "l1w")
+# edits whose every text must be found exactly once (a part of one alone would break the kernel)
+WHOLE_EDITS = ("latefill", "tma")
 
 # name: [(where: "source" or "headers", text, replacement), ...]
 EDITS: dict[str, list[tuple[str, str, str]]] = {
@@ -163,6 +227,13 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
     "cpevictlast": [("source", CP_ASYNC_16, cp_async_16_policy("evict_last"))],
     "cpevictnormal": [("source", CP_ASYNC_16, cp_async_16_policy("evict_normal"))],
     "latetrigger": [("source", REFILL, REFILL + LATE_TRIGGER)],
+    "latefill": [("source", STAGED_LOOP_TOP, STAGED_LOOP_TOP.splitlines(True)[0]),
+                 ("source", STAGED_FIRST_SUM, LATE_REFILL)],
+    "tma": [("source", STAGED_INCLUDE, STAGED_INCLUDE + '#include "nve_cluster.cuh"\n'),
+            ("source", ISSUE_HEAD, TMA_HEAD),
+            ("source", STAGED_LOOP_TOP, TMA_LOOP_TOP),
+            ("source", STAGED_FIRST_SUM, LATE_REFILL),
+            ("source", *TMA_COUNTER)],
     "stevictfirst": [("headers", STORE_VEC, store_8_policy("evict_first"))],
     "stevictlast": [("headers", STORE_VEC, store_8_policy("evict_last"))],
     "l1w": [("source", ZERO_RAW, LOAD_WC + ZERO_RAW),
@@ -204,12 +275,18 @@ def edited(rendered: Any, names: list[str]) -> Any:
         applied = 0
         for where, old, new in EDITS[name]:
             if where == "source":
-                applied += source.count(old)
+                found = source.count(old)
                 source = source.replace(old, new)
             else:
+                found = 0
                 for i, (header, text) in enumerate(headers):
-                    applied += text.count(old)
+                    found += text.count(old)
                     headers[i] = (header, text.replace(old, new))
+            if name in WHOLE_EDITS and found != 1:
+                raise ValueError(f"edit {name!r} applies to the staged forward of one row per "
+                                 f"CTA with i, not to {rendered.name} (a text found {found} "
+                                 "times where it needs 1)")  # fmt: skip
+            applied += found
         if not applied:
             raise ValueError(f"edit {name!r}: none of its text is in {rendered.name}")
     return dataclasses.replace(rendered, source=source, headers=tuple(headers))
@@ -258,10 +335,29 @@ def bench_case(norm: str, h: int, out: str, variants: list[str], rounds: int) ->
     fp8_kw = {"scale": scale, "amax": amax, "scale_inv": scale_inv} if fp8 else {}
     fns: dict[str, Any] = {}
     symbols: dict[str, str] = {}
+    results: dict[str, tuple[Any, ...]] = {}
+
+    def outputs(k: Any) -> tuple[Any, ...]:
+        """z's bytes, mu, rsigma and the amax of one call on the first buffer set."""
+        s = cycle.sets[0]
+        amax.zero_()
+        if ln:
+            k(s["x"], w, b, EPS, s["z"], s["mu"], s["rs"], **fp8_kw)
+        else:
+            k(s["x"], w, EPS, s["z"], s["rs"], **fp8_kw)
+        torch.cuda.synchronize()
+        return (s["z"].view(torch.uint8).clone(), s["rs"].clone(), amax.clone(),
+                *((s["mu"].clone(),) if ln else ()))  # fmt: skip
+
     for variant in variants:
         k = build(key, [] if variant == "base" else variant.split("+"))
         symbols[variant] = k.artifact.symbols[0]
         fns[variant] = kernel_forward(k, cycle, ln, w, b, **fp8_kw)
+        results[variant] = outputs(k)
+    first = results[variants[0]]
+    same = {v: all(torch.equal(a, b) for a, b in zip(r, first, strict=True))
+            for v, r in results.items()}  # fmt: skip
+    results.clear()
     f = common.fresh_compile(torch_fns(norm, h)["fwd_fp8" if fp8 else "fwd"], dynamic=False)
     fns["torch.compile"] = torch_forward(f, cycle, w, b, **fp8_kw)
     times = common.paired_ms(fns, rounds=rounds, seed=h)
@@ -274,7 +370,7 @@ def bench_case(norm: str, h: int, out: str, variants: list[str], rounds: int) ->
         rows.append({"norm": norm, "hidden": h, "out": out, "variant": name,
                      "kernel": symbols.get(name, ""), "ms": ms, "ms_rounds": ts,
                      "gbps": nbytes / (ms * 1e-3) / 1e9, "vs_base": vs_base.get(name),
-                     "vs_compile": vs_compile[name]})  # fmt: skip
+                     "vs_compile": vs_compile[name], "same_results": same.get(name)})  # fmt: skip
     cycle.sets.clear()
     torch.cuda.empty_cache()
     return {"rows": rows}
@@ -332,7 +428,7 @@ def main() -> int:
     shown = [{**r, **{f"{k}_{s}": (r[k] or {}).get(s) for k, _, s in vs}} for r in rows]
     print(common.table(shown, [("norm", "norm", ""), ("hidden", "H", ""), ("out", "out", ""),
                                ("variant", "variant", ""), ("ms", "ms", ".4f"),
-                               ("pct_of_copy", "% copy", ".1f"),
+                               ("pct_of_copy", "% copy", ".1f"), ("same_results", "same", ""),
                                *[(f"{k}_{s}", head, ".3f") for k, head, s in vs]]))  # fmt: skip
     print(f"wrote {path}")
     return 0

@@ -2178,6 +2178,20 @@ def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
     for name in ("cpevictfirst", "latetrigger"):
         with pytest.raises(ValueError, match="none of its text"):
             ab.edited(r, [name])  # a register forward has neither
+    # the refill after the first barrier, and the stages filled by bulk copies: every part
+    # applied once, and the result compiles; on a register forward, an error
+    late = ab.edited(fp8, ["latefill"])
+    assert "issue(grp + D * step, refill_stage(cur));" in late.source
+    assert "issue(grp + D * step, refill_stage(st));" not in late.source
+    bulk = ab.edited(fp8, ["tma"])
+    assert "cp.async.bulk.shared::cluster.global" in bulk.source
+    assert "nve::mbar_wait(&tma_bar[st]" in bulk.source and "refill_stage(cur)" in bulk.source
+    for e in (late, bulk):
+        log = compile_source(e.name, e.source, e.headers, CompileOptions(arch="sm_90")).log
+        assert "error" not in log.lower()
+    for name in ("latefill", "tma"):
+        with pytest.raises(ValueError, match="exactly|needs 1"):
+            ab.edited(r, [name])
 
 
 def test_fetch256_candidates_are_the_staged_backwards_with_l():
