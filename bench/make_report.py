@@ -1581,6 +1581,11 @@ def _source_ab() -> list[str]:
         ("source_ab-ln4096-fp8-stpolicy", "",
          "z's 8-byte stores under the `evict_first` and `evict_last` policies (`stevictfirst`, "
          "`stevictlast`): 0.995x and 1.001x; with the copies' `evict_last`, 0.995x."),
+        ("source_ab-ln4096-fp8-tma", "",
+         "Each row's refill issued after its first block barrier (`latefill`: the copy has "
+         "less time to land) 0.980x; that and the stage filled by one bulk copy of the row "
+         "(`tma`: `cp.async.bulk` issued by one thread, an mbarrier per stage) 0.935x. Both "
+         "gave the base's results bit for bit (`same`)."),
         ("source_ab-ln4096-fp8-v16", "",
          "16 elements per access (`v16`: 32-byte copies, 16-byte FP8 stores; 4 or 2 warps): "
          "0.751-0.870x."),
