@@ -59,7 +59,9 @@ The edits:
   - ``stevictfirst``, ``stevictlast``: the 8-byte vector stores (z of the FP8 forwards with
     ``q``) under an L2 ``evict_first`` or ``evict_last`` policy (``st.global.L2::cache_hint``);
   - ``latefill`` (the staged forward of one row per CTA with ``i``): each row's refill
-    issued after the row's first block barrier instead of first thing;
+    issued after the row's first block barrier instead of first thing; ``earlyfill`` (the
+    same kernels) issues it before the wait for the row's own copies instead of after it
+    (each thread refills only its own slots, which it has finished reading);
   - ``tma`` (the same kernels): ``latefill``, and each stage filled by one bulk copy of the
     row (``cp.async.bulk``, the Tensor Memory Accelerator) that one thread issues, completing
     on an mbarrier per stage that every thread waits on, instead of each thread's 16-byte
@@ -72,9 +74,9 @@ The edits:
     would send every row's reload to L2.
 
 Every occurrence of an edit's text is replaced; an edit none of whose texts is found is an
-error (``latefill`` and ``tma``: any of whose texts is not found exactly once), and so is
-``l2pf``, ``plainst`` or ``l1w`` without ``stream`` (without it they change code the
-preprocessor leaves out, and the kernel compiled is ``base``'s).
+error (``earlyfill``, ``latefill`` and ``tma``: any of whose texts is not found exactly
+once), and so is ``l2pf``, ``plainst`` or ``l1w`` without ``stream`` (without it they change
+code the preprocessor leaves out, and the kernel compiled is ``base``'s).
 """
 
 from __future__ import annotations
@@ -157,6 +159,10 @@ STAGED_LOOP_TOP = (
     "    cp_wait<D - 1>();  // this row's copies (and the weights') have landed\n"
     "    issue(grp + D * step, refill_stage(st));\n"
 )
+EARLY_REFILL = (
+    "    issue(grp + D * step, refill_stage(st));  // (earlyfill: before the wait)\n"
+    "    cp_wait<D>();  // this row's copies have landed (the refill's may not have)\n"
+)
 STAGED_FIRST_SUM = "      mean = t[0] * kInvH;\n    }\n"
 LATE_REFILL = STAGED_FIRST_SUM + "    issue(grp + D * step, refill_stage(cur));  // (latefill)\n"
 ISSUE_HEAD = (
@@ -206,7 +212,7 @@ LATE_TRIGGER = "    if (grp + step >= groups) nve::launch_dependents();  // (lat
 
 NEEDS_STREAM = ("l2pf", "plainst", "l1w")
 # edits whose every text must be found exactly once (a part of one alone would break the kernel)
-WHOLE_EDITS = ("latefill", "tma")
+WHOLE_EDITS = ("earlyfill", "latefill", "tma")
 
 # name: [(where: "source" or "headers", text, replacement), ...]
 EDITS: dict[str, list[tuple[str, str, str]]] = {
@@ -227,6 +233,7 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
     "cpevictlast": [("source", CP_ASYNC_16, cp_async_16_policy("evict_last"))],
     "cpevictnormal": [("source", CP_ASYNC_16, cp_async_16_policy("evict_normal"))],
     "latetrigger": [("source", REFILL, REFILL + LATE_TRIGGER)],
+    "earlyfill": [("source", STAGED_LOOP_TOP, EARLY_REFILL)],
     "latefill": [("source", STAGED_LOOP_TOP, STAGED_LOOP_TOP.splitlines(True)[0]),
                  ("source", STAGED_FIRST_SUM, LATE_REFILL)],
     "tma": [("source", STAGED_INCLUDE, STAGED_INCLUDE + '#include "nve_cluster.cuh"\n'),

@@ -2186,10 +2186,13 @@ def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
     bulk = ab.edited(fp8, ["tma"])
     assert "cp.async.bulk.shared::cluster.global" in bulk.source
     assert "nve::mbar_wait(&tma_bar[st]" in bulk.source and "refill_stage(cur)" in bulk.source
-    for e in (late, bulk):
+    early = ab.edited(fp8, ["earlyfill"])
+    top = early.source.index("issue(grp + D * step, refill_stage(st));")
+    assert early.source[top:].splitlines()[1].strip().startswith("cp_wait<D>();")
+    for e in (late, bulk, early):
         log = compile_source(e.name, e.source, e.headers, CompileOptions(arch="sm_90")).log
         assert "error" not in log.lower()
-    for name in ("latefill", "tma"):
+    for name in ("earlyfill", "latefill", "tma"):
         with pytest.raises(ValueError, match="exactly|needs 1"):
             ab.edited(r, [name])
 
