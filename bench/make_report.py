@@ -1586,6 +1586,11 @@ def _source_ab() -> list[str]:
          "less time to land) 0.980x; that and the stage filled by one bulk copy of the row "
          "(`tma`: `cp.async.bulk` issued by one thread, an mbarrier per stage) 0.935x. Both "
          "gave the base's results bit for bit (`same`)."),
+        ("source_ab-fp8-earlyfill", "",
+         "The refill issued before the wait for the row's own copies (`earlyfill`: each thread "
+         "refills only its own slots, so it may) on the staged FP8 forwards with `i`: "
+         "0.989-0.992x, slower in every case. With `latefill` above, the refill's place at "
+         "the top of the row is the faster of the three."),
         ("source_ab-ln4096-fp8-v16", "",
          "16 elements per access (`v16`: 32-byte copies, 16-byte FP8 stores; 4 or 2 warps): "
          "0.751-0.870x."),
