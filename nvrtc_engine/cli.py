@@ -21,6 +21,11 @@ from ._version import __version__
 __all__ = ["main"]
 
 
+class _UsageError(ValueError):
+    """A bad argument found after argparse's own checks (``--arch``'s values, a missing
+    variant file): exit code 2 with the command's usage line, as argparse's errors have."""
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -30,7 +35,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _arch_options(archs: Sequence[str] | None) -> list[str] | None:
     """The ``--arch`` values, checked here: a bad one is an error that names ``--arch``, not
-    the variant file's first entry. Raises ``ValueError`` (exit code 2)."""
+    the variant file's first entry. Raises ``ValueError`` (exit code 2, with the usage line)."""
     from .errors import VariantError
     from .key import parse_arch
 
@@ -39,7 +44,7 @@ def _arch_options(archs: Sequence[str] | None) -> list[str] | None:
         try:
             checked.append(parse_arch(arch))
         except VariantError as exc:
-            raise ValueError(f"argument --arch: {arch} {exc.detail}") from None
+            raise _UsageError(f"argument --arch: {arch} {exc.detail}") from None
     return checked or None
 
 
@@ -47,13 +52,13 @@ def _file_after_archs(file: str | None, archs: list[str] | None) -> tuple[str, l
     """The variant file and the ``--arch`` values: ``prewarm --arch sm_90 FILE`` puts FILE
     among the archs (``--arch`` takes one or more values), so a last value that names an
     existing file or ends in .toml/.json is taken as the file. Raises ``ValueError`` (exit
-    code 2) when there is no file."""
+    code 2, with the usage line) when there is no file."""
     if file is None and archs:
         last = archs[-1]
         if os.path.isfile(last) or last.lower().endswith((".toml", ".json")):
             return last, archs[:-1] or None
     if file is None:
-        raise ValueError("prewarm needs a variant file: nvrtc-engine prewarm FILE [--arch A ...]")
+        raise _UsageError("prewarm needs a variant file: nvrtc-engine prewarm FILE [--arch A ...]")
     return file, archs
 
 
@@ -279,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "the host (2048)")  # fmt: skip
     demo.add_argument("--no-run", action="store_true", help="compile and cache only")
     demo.add_argument("--seed", type=int, default=0, help="random seed for the inputs")
-    demo.set_defaults(func=_cmd_demo)
+    demo.set_defaults(func=_cmd_demo, parser=demo)
 
     pre = sub.add_parser(
         "prewarm", help="compile (in parallel) and cache every variant of a variant file"
@@ -297,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pre.add_argument("--no-progress", action="store_true", help="no progress bar")
     pre.add_argument("--json", action="store_true", help="machine-readable report")
-    pre.set_defaults(func=_cmd_prewarm)
+    pre.set_defaults(func=_cmd_prewarm, parser=pre)
 
     cache = sub.add_parser("cache", help="inspect, verify, clear, export or import the cache")
     actions = cache.add_subparsers(dest="action", required=True)
@@ -346,6 +351,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError, ValueError):  # (no file descriptor: nothing to do)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except _UsageError as exc:
+        args.parser.print_usage(sys.stderr)
+        print(f"nvrtc-engine: error: {exc}", file=sys.stderr)
+        return 2
     except (NvrtcEngineError, ValueError, OSError) as exc:
         print(f"nvrtc-engine: error: {_cli_syntax(str(exc))}", file=sys.stderr)
         return 2
