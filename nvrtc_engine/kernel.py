@@ -124,12 +124,22 @@ class Kernel:
         """The kernel's functions on ``device``, loading the image there on first use.
 
         Raises :class:`~nvrtc_engine.ArgumentError` when the device's arch cannot run this
-        image, :class:`~nvrtc_engine.CudaError` when loading fails.
+        image, :class:`~nvrtc_engine.CudaError` when loading fails,
+        :class:`~nvrtc_engine.NoDeviceError` without a driver or device (naming the kernel and
+        saying that compiling needs neither).
         """
         got = self._loaded.get(device)
         if got is not None:
             return got
-        dev = driver.get_device(device)
+        try:
+            dev = driver.get_device(device)
+        except NoDeviceError as exc:  # (residency, launch_grid and the like ask here first)
+            raise NoDeviceError(
+                f"{self.artifact.symbols[0]} cannot be loaded on device {device}: "
+                f"{str(exc).rstrip('. ')} "
+                "(loading a kernel, to run it or to ask for its occupancy, needs a CUDA "
+                "device; compiling and caching it do not)"
+            ) from None
         if self.artifact.kind == "cubin" and not runs_on(self.key.arch, dev.arch):
             raise ArgumentError(
                 "device",

@@ -108,6 +108,26 @@ def test_a_call_without_a_device_says_running_needs_one(monkeypatch):
         _device_of(array, "x")
 
 
+def test_loading_without_a_device_names_the_kernel(monkeypatch, bf16_kernel):
+    """Loading a kernel (a launch, Kernel.loaded, a norm kernel's residency or launch_grid)
+    without a driver or device: a NoDeviceError that names the kernel and the device and
+    says that compiling needs neither, with the driver's words."""
+    from nvrtc_engine import driver
+
+    def no_driver(ordinal):
+        raise ne.NoDeviceError("no usable CUDA driver or device: libcuda not found.")
+
+    monkeypatch.setattr(driver, "get_device", no_driver)
+    symbol = bf16_kernel.artifact.symbols[0]
+    with pytest.raises(ne.NoDeviceError) as info:
+        bf16_kernel.loaded(0)
+    assert str(info.value) == (
+        f"{symbol} cannot be loaded on device 0: no usable CUDA driver or device: libcuda not "
+        "found (loading a kernel, to run it or to ask for its occupancy, needs a CUDA device; "
+        "compiling and caching it do not)"
+    )
+
+
 @pytest.mark.parametrize("ordinal", ["x", 1.0, True, None])
 def test_a_device_ordinal_that_is_not_an_int(bf16_kernel, ordinal):
     """``Kernel.loaded`` and ``driver.get_device`` name the argument before touching the
