@@ -58,7 +58,7 @@ def _file_after_archs(file: str | None, archs: list[str] | None) -> tuple[str, l
         if os.path.isfile(last) or last.lower().endswith((".toml", ".json")):
             return last, archs[:-1] or None
     if file is None:
-        raise _UsageError("prewarm needs a variant file: nvrtc-engine prewarm FILE [--arch A ...]")
+        raise _UsageError("the variant file FILE is missing")
     return file, archs
 
 
@@ -287,7 +287,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_cmd_demo, parser=demo)
 
     pre = sub.add_parser(
-        "prewarm", help="compile (in parallel) and cache every variant of a variant file"
+        "prewarm",
+        help="compile (in parallel) and cache every variant of a variant file",
+        # FILE is required; argparse would show it as optional (nargs="?" lets it follow --arch)
+        usage="%(prog)s [-h] FILE [--arch ARCH [ARCH ...]] [--workers WORKERS] [--no-progress]"
+        " [--json]",
     )
     pre.add_argument("file", nargs="?", help="TOML or JSON variant file (see docs/variants.md)")
     pre.add_argument(
@@ -351,9 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError, ValueError):  # (no file descriptor: nothing to do)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except _UsageError as exc:
+    except _UsageError as exc:  # as argparse words its own: usage, then "PROG: error: ..."
         args.parser.print_usage(sys.stderr)
-        print(f"nvrtc-engine: error: {exc}", file=sys.stderr)
+        print(f"{args.parser.prog}: error: {exc}", file=sys.stderr)
         return 2
     except (NvrtcEngineError, ValueError, OSError) as exc:
         print(f"nvrtc-engine: error: {_cli_syntax(str(exc))}", file=sys.stderr)

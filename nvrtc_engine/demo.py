@@ -152,6 +152,8 @@ def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 
         cells.append(cell)
     for line in format_table(header, cells, right=("ms", "image B", "GB/s")):
         print(line, file=out)
+    print("ms: get_kernel's wall time (a compile, or a read of the disk cache; the first call "
+          "of a process also loads NVRTC and opens the cache)", file=out)  # fmt: skip
     if can_run:
         from . import launcher
 

@@ -111,7 +111,7 @@ def test_cli_warnings_carry_one_prefix(tmp_path):
 def test_bad_arch_exits_2(capsys, tmp_path):
     assert main(["demo", "--arch", "sm_70", "--no-run"]) == 2
     captured = capsys.readouterr()
-    assert "nvrtc-engine: error: argument --arch: sm_70 is older than Ampere: " in captured.err
+    assert "nvrtc-engine demo: error: argument --arch: sm_70 is older than Ampere: " in captured.err
     assert captured.err.startswith("usage: nvrtc-engine demo ")  # as --tokens 0 has
     assert captured.out == ""  # the error comes before the demo prints anything
     # demo and prewarm parse --arch alike: the same line for the same value
@@ -119,7 +119,8 @@ def test_bad_arch_exits_2(capsys, tmp_path):
     prewarm_err = capsys.readouterr().err
     assert prewarm_err.startswith("usage: nvrtc-engine prewarm ")
     assert main(["demo", "--arch", "sm_91", "--no-run"]) == 2
-    assert capsys.readouterr().err.splitlines()[-1] == prewarm_err.splitlines()[-1]
+    demo_err = capsys.readouterr().err.splitlines()[-1]
+    assert demo_err.replace("demo:", "prewarm:", 1) == prewarm_err.splitlines()[-1]
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two"])
@@ -189,7 +190,7 @@ def test_prewarm_bad_arch_option_names_the_option_not_the_file(capsys, tmp_path)
                         (["sm_90", "sm_80a"], "cannot take the 'a' suffix: ")):  # fmt: skip
         assert main(["prewarm", str(good), "--arch", *archs, "--no-progress"]) == 2
         captured = capsys.readouterr()
-        assert f"nvrtc-engine: error: argument --arch: {archs[-1]} {says}" in captured.err
+        assert f"nvrtc-engine prewarm: error: argument --arch: {archs[-1]} {says}" in captured.err
         assert "entry 0" not in captured.err and str(good) not in captured.err
         assert captured.out == ""  # refused before anything compiled
 
@@ -400,7 +401,8 @@ def test_prewarm_file_after_the_archs(tmp_path, capsys, isolated_cache):
     assert "argument --arch: sm_95 names no GPU" in capsys.readouterr().err
     assert main(["prewarm", "--arch", "sm_90"]) == 2
     err = capsys.readouterr().err
-    assert "prewarm needs a variant file" in err and err.startswith("usage: nvrtc-engine prewarm ")
+    assert err.startswith("usage: nvrtc-engine prewarm [-h] FILE [--arch ARCH [ARCH ...]]")
+    assert err.splitlines()[-1] == "nvrtc-engine prewarm: error: the variant file FILE is missing"
 
 
 def test_cache_commands_on_a_read_only_cache(capsys, isolated_cache, tmp_path, read_only_diskcache):
