@@ -73,6 +73,19 @@ def write_results(name: str, payload: dict[str, Any], out_dir: str | None = None
     return path
 
 
+def torch_or_exit(parser: Any) -> Any:
+    """PyTorch, for a bench script that times on the GPU through it; otherwise the script's
+    usage error (``parser.error``: exit code 2) saying what to install, or that there is
+    no CUDA GPU."""
+    try:
+        import torch
+    except ImportError:
+        parser.error("needs PyTorch and a GPU (pip install -e '.[test,torch]')")
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU (PyTorch sees none)")
+    return torch
+
+
 def cuda_time_ms(
     fn: Callable[[], Any], *, warmup: int = 5, repeat: int = 20, batch: int = 10
 ) -> float:

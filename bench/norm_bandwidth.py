@@ -383,10 +383,7 @@ def main() -> int:
         parser.error(f"--shapes {args.shapes!r}: NxH,... (e.g. 16384x4096) or winners")
     if args.shapes == "winners" and not args.tuned_from:
         parser.error("--shapes winners needs --tuned-from")
-    try:
-        import torch
-    except ImportError:
-        parser.error("needs PyTorch and a GPU (pip install -e '.[test,torch]')")
+    torch = common.torch_or_exit(parser)
 
     torch.manual_seed(0)
     overrides = apply_winners(args.tuned_from) if args.tuned_from else {}

@@ -54,10 +54,7 @@ def main() -> int:
         parser.error(f"--caps {args.caps!r}: comma-separated integers")
     if args.tokens < 1 or args.rounds < 1:
         parser.error("--tokens and --rounds must be at least 1")
-    try:
-        import torch
-    except ImportError:
-        parser.error("needs PyTorch and a GPU (pip install -e '.[test,torch]')")
+    torch = common.torch_or_exit(parser)
 
     import nvrtc_engine as ne
     from nvrtc_engine.engine import Engine

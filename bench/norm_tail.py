@@ -107,10 +107,7 @@ def main() -> int:
         parser.error(f"--cases {exc}")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    try:
-        import torch
-    except ImportError:
-        parser.error("needs PyTorch and a GPU (pip install -e '.[test,torch]')")
+    torch = common.torch_or_exit(parser)
     torch.manual_seed(0)
     results = []
     for case in cases:

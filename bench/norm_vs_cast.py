@@ -116,12 +116,7 @@ def main() -> int:
         parser.error(f"--shapes {exc}")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    try:
-        import torch
-    except ImportError:
-        parser.error("needs PyTorch and a GPU (pip install -e '.[test,torch]')")
-    if not torch.cuda.is_available():
-        parser.error("needs a CUDA GPU")
+    common.torch_or_exit(parser)
 
     rows = []
     for n, h in shapes:

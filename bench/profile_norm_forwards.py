@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import common
 from norm_bandwidth import MIN_CYCLE_BYTES, Cycle, forward_rows, forward_weights, kernel_forward
 from norm_tail import parse_cases
 
@@ -35,10 +36,7 @@ def main() -> int:
         cases = parse_cases(args.cases)
     except ValueError as exc:
         parser.error(f"--cases {exc}")
-    try:
-        import torch
-    except ImportError:
-        parser.error("needs PyTorch and a GPU (pip install -e '.[test,torch]')")
+    torch = common.torch_or_exit(parser)
 
     import nvrtc_engine as ne
 

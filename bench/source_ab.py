@@ -410,10 +410,7 @@ def main() -> int:
             raise ValueError(f"--out {args.out!r}: bf16, fp8 or bf16,fp8")
     except ValueError as exc:
         parser.error(str(exc))
-    try:
-        import torch
-    except ImportError:
-        parser.error("needs PyTorch and a GPU (pip install -e '.[test,torch]')")
+    torch = common.torch_or_exit(parser)
 
     torch.manual_seed(0)
     copy = common.copy_bandwidth_gbps()
