@@ -362,7 +362,7 @@ def bench_case(norm: str, h: int, out: str, variants: list[str], rounds: int) ->
         fns[variant] = kernel_forward(k, cycle, ln, w, b, **fp8_kw)
         results[variant] = outputs(k)
     first = results[variants[0]]
-    same = {v: all(torch.equal(a, b) for a, b in zip(r, first, strict=True))
+    same = {v: all(torch.equal(got, want) for got, want in zip(r, first, strict=True))
             for v, r in results.items()}  # fmt: skip
     results.clear()
     f = common.fresh_compile(torch_fns(norm, h)["fwd_fp8" if fp8 else "fwd"], dynamic=False)
