@@ -1372,12 +1372,12 @@ def test_forward_deferred(op, case):
     _check_forward_switch(op, case, "deferred")
 
 
-def _check_forward_switch(op, case, switch, close=None):
+def _check_forward_switch(op, case, switch, close=None, max_ties=1 / 50):
     """A forward layout with ``switch`` on against the float64 reference and against
     the same layout without it; unaligned bf16 x at 4096. ``case``: (tag, in dtype, H, out
     dtype, scaling, flags, row counts). ``close(got, want)`` judges the two z tensors; by
     default they must agree bit for bit (z bytes; with FP8 from bf16 x also mu, rsigma, amax
-    and scale_inv)."""
+    and scale_inv). ``max_ties``: the switch's kernel's z against the reference (check)."""
     tag, in_dtype, hidden, out, scaling, flags, counts = case
     if op == "rmsnorm_fwd":
         tag = tag.replace("u", "")  # (u: LayerNorm only)
@@ -1386,7 +1386,7 @@ def _check_forward_switch(op, case, switch, close=None):
     assert getattr(kernel.config, switch) and not getattr(plain.config, switch)
     for rows in counts:
         x_host = _sample_x(seed(op, tag, rows, switch), rows, hidden, in_dtype)
-        got = run_forward(kernel, x_host)[0].clone()
+        got = run_forward(kernel, x_host, max_ties=max_ties)[0].clone()
         want = run_forward(plain, x_host)[0]
         if close is None:
             assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
@@ -1445,28 +1445,38 @@ FWD_SHIFTED = [  # (tag, in dtype, H, out dtype, scaling, flags, row counts)
     ("w1r1v1j32c1zt3", "bf16", 1001, "fp8_e4m3", "tensor", {"fp32_gamma": True}, (9, 50)),
     ("w2r1v4j8c1izt3", "fp32", 2048, "fp8_e4m3", "tensor", {}, (9,)),
     ("w1r1v8j4c1hzt4", "fp16", 1000, "fp8_e5m2", "mxfp8", {"zero_centered_gamma": True}, (7,)),
+    # register layouts: K read from global memory
+    ("w4r1v8j4c1hogqzx4", "bf16", 4096, "fp8_e4m3", "tensor", {}, (1, 4099)),
+    ("w4r1v8j4c1ogqpzx64", "bf16", 4096, "fp8_e4m3", "tensor", {}, (2, 4099)),
+    ("w4r1v8j8c8ogqpzx64", "bf16", 65536, "fp8_e4m3", "tensor", {}, (1, 37)),
+    ("w2r1v1j16c1z", "bf16", 1001, "fp8_e4m3", "tensor", {"fp32_gamma": True}, (9, 50)),
+    ("w1r4v4j8c1z", "fp32", 1000, "fp8_e4m3", "tensor", {}, (1, 9)),
+    ("w8r1v8j4c1z", "fp16", 8192, "fp8_e5m2", "mxfp8", {"zero_centered_gamma": True}, (7,)),
 ]
 
 
 @pytest.mark.parametrize("case", FWD_SHIFTED, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}-{c[4]}")
 def test_forward_shifted(case):
-    """``z`` on the staged LayerNorm FP8 forward against the float64 reference (its one-pass
-    bounds, reference.layernorm_fwd's ``shift``): clusters of 8 and 2 CTAs and one CTA, one
-    and two rows per CTA, with and without ``i`` and ``y``, the weights held (``h``), loaded
+    """``z`` on the LayerNorm FP8 forward against the float64 reference (its one-pass
+    bounds, reference.layernorm_fwd's ``shift``): staged and register layouts (several row
+    groups per CTA, ``p``), clusters of 8 and 2 CTAs and one CTA, one to four rows per CTA,
+    with and without ``i`` and ``y``, the weights held (``h``), loaded
     per row (``e``) or in shared memory (as stored, or fp32 ``f``), N = 1, N below and above
     the grid's CTAs, H odd (the shift copied element by element) and H = 1000, fp16 and fp32
     x (a 1e4 mean offset), fp32 and zero-centred gamma, FP8 and MXFP8 z; unaligned x at 4096.
     Beside the same layout without ``z`` (the two round the same values differently): no
     more than 1% of the z bytes differ, with tensor scaling never by more than one FP8 step;
     from fp32 x with its 1e4 mean offset, where x * rsigma - mu * rsigma loses about 2^-10 of
-    a normalized unit (several subnormal steps near zero), no more than 5%."""
+    a normalized unit (several subnormal steps near zero), no more than 5%; so, against the
+    reference, up to 5% of its z elements may be at ties there (3.3% seen at H = 1000)."""
     tag, in_dtype, _, _, scaling, _, _ = case
+    limit = 0.05 if in_dtype == "fp32" else 0.01
 
     def close(got, want):
-        _assert_fp8_close(got, want, scaling, 0.05 if in_dtype == "fp32" else 0.01, tag,
-                          steps=in_dtype != "fp32")  # fmt: skip
+        _assert_fp8_close(got, want, scaling, limit, tag, steps=in_dtype != "fp32")
 
-    _check_forward_switch("layernorm_fwd", case, "shifted", close)
+    _check_forward_switch("layernorm_fwd", case, "shifted", close,
+                          max_ties=max(limit, 1 / 50))  # fmt: skip
 
 
 # Round 19 on the LayerNorm forward (``W``): each warp's two passes, one exchange per row.
@@ -1543,9 +1553,12 @@ def _assert_fp8_close(got, want, scaling, limit, label, steps=True):
         assert int((position(a) - position(b)).abs().max()) <= 1, label
 
 
-@pytest.mark.parametrize("hidden", [4096, 65536])
+@pytest.mark.parametrize(
+    ("tag", "hidden"),
+    [("w4r1v8j4c1hogqzt3", 4096), ("w4r1v8j8c8hogqiyzt3", 65536), ("w4r1v8j4c1hogqzx4", 4096)],
+)
 @pytest.mark.parametrize("first", [50.0, 256.0, -2000.0])
-def test_forward_shifted_outlier_first_element(hidden, first):
+def test_forward_shifted_outlier_first_element(tag, hidden, first):
     """``z`` where the shift is far from the row's mean: x[:, 0] an outlier of ``first``
     standard deviations (256 = sqrt(65536): half the bound's cancellation; -2000 a "massive
     activation" in the first channel) over N(0, 1) bf16 rows. The kernel stays within the
@@ -1554,10 +1567,9 @@ def test_forward_shifted_outlier_first_element(hidden, first):
     z bytes differ (2.2% in bench/norm_shift_error.py's emulation at 256). Not always by one
     step: rsigma's relative error (3e-3 there) is an absolute error of xhat * gamma, several
     steps where z is small against it (near zero, or where beta cancels xhat * gamma)."""
-    tag = "w4r1v8j8c8hogqiyzt3" if hidden == 65536 else "w4r1v8j4c1hogqzt3"
     fields = dict(in_dtype="bf16", out_dtype="fp8_e4m3", scaling="tensor", hidden_size=hidden)
     kernel, plain = _switch_pair("layernorm_fwd", fields, tag, "shifted")
-    x_host = reference.sample_input((37, hidden), "bf16", seed("outlier", hidden, first))
+    x_host = reference.sample_input((37, hidden), "bf16", seed("outlier", tag, first))
     x_host[:, 0] = first
     x_host[5, 0] = 0.0  # one row whose shift is near its mean
     got, ref = run_forward(kernel, x_host, max_ties=0.2)

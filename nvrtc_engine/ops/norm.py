@@ -263,9 +263,12 @@ FWD_REREAD = False
 # instructions per element in the row loop, 9.6 of them for the statistics (x read and
 # unpacked twice around the mean's exchange: sum; deviation, square) and 8.8 for the output
 # stage (3 unpacks, x - mu, * rsigma, * gamma + beta, amax, * scale, half a conversion).
-# FWD_SHIFTED (suffix ``z``: the staged LayerNorm forward with FP8 output, without ``u``): one
-# pass about the row's first element K (each thread copies it with the row): S1 = sum(x - K), S2 =
-# sum((x - K)^2), one exchange of both per row; mean = K + S1 / H, variance = S2 / H - (S1 / H)^2.
+# FWD_SHIFTED (suffix ``z``: the LayerNorm forward with FP8 output, staged or in registers,
+# without ``u``): one pass about the row's first element K (staged: each thread copies it with
+# the row; in registers: each thread reads it from global memory, one address per row; round
+# 24, where every register layout with it lost: source_ab-ln4096-fp8-regz*.json): S1 = sum(x -
+# K), S2 = sum((x - K)^2), one exchange of both per row; mean = K + S1 / H, variance = S2 / H -
+# (S1 / H)^2.
 # K is one of the row's values, so (mean - K)^2 <= M2 = sum((x - mean)^2) and S2 = M2 + H (mean -
 # K)^2 <= (H + 1) M2: the cancellation multiplies S2's relative error by at most H + 1. In an fp32
 # emulation of the kernel (bench/norm_shift_error.py), rsigma's relative error is 3.0e-3 at 65536
@@ -892,11 +895,12 @@ def _round8_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
 
 def shift_applies(key: KernelKey, cfg: LaunchConfig) -> bool:
     """Whether ``z`` (``FWD_SHIFTED``: one-pass statistics about the row's first element)
-    applies: the staged LayerNorm forward with an FP8 output (tensor scaling or MXFP8),
-    without ``u``."""
+    applies: the LayerNorm forward in registers (staged or not) with an FP8 output (tensor
+    scaling or MXFP8), without ``u``. The staged kernel copies K with the row; the others
+    read it from global memory (one address per row)."""
     spec = key.spec
     assert isinstance(spec, NormSpec)
-    return (cfg.mode == "regs" and cfg.stages > 0 and not spec.backward and not spec.rms
+    return (cfg.mode == "regs" and not spec.backward and not spec.rms
             and key.output.is_fp8 and not cfg.one_reduction)  # fmt: skip
 
 
