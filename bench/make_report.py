@@ -10,6 +10,7 @@ leaves its section out.
 from __future__ import annotations
 
 import argparse
+import csv
 import importlib.util
 import json
 import statistics
@@ -1594,6 +1595,15 @@ def _source_ab() -> list[str]:
         ("source_ab-ln4096-fp8-v16", "",
          "16 elements per access (`v16`: 32-byte copies, 16-byte FP8 stores; 4 or 2 warps): "
          "0.751-0.870x."),
+        ("source_ab-ln4096-fp8-regz", "",
+         "Round 24, `z` (one-pass statistics about x[row, 0]) on the register layouts, whose "
+         "threads read K from global memory: every one slower than the staged entry, and than "
+         "the same layout without `z` where both were timed (docs/norms.md). Two `p` layouts "
+         "of this run are left out: their kernel skipped the copy of the next row group "
+         "(wrong results, found by the GPU test; the JSON lists them in `invalid_variants`)."),
+        ("source_ab-ln4096-fp8-regz-p", "",
+         "The `p` layouts again with the copy in place, beside the same layouts without `z`: "
+         "0.907x and 0.918x against 0.935x and 0.936x."),
     ]  # fmt: skip
     out: list[str] = []
     for name, flags, text in runs:
@@ -1604,7 +1614,10 @@ def _source_ab() -> list[str]:
         if not out:
             out.append("### Source edits, paired (bench/source_ab.py)")
         rows = []
+        invalid = set(d.get("invalid_variants", ()))
         for r in d["rows"]:
+            if r["variant"] in invalid:
+                continue
             versus = []
             for ref, field in (("base", "vs_base"), ("torch.compile", "vs_compile")):
                 ratio = r.get(field)
@@ -1652,6 +1665,57 @@ def _vs_cast() -> list[str]:
         f"({_pct(ln['pct_of_copy'])} of copy).",
         md_table(
             ["N x H", "kernel", "us", "% of copy, paired (range)", "x the cast's speed (won)"], rows
+        ),
+        *_ncu_vs_cast(),
+    ]
+
+
+NCU_VS_CAST = "ncu-norm-vs-cast-2026-12-04.csv"
+
+
+def _ncu_vs_cast() -> list[str]:
+    """logs/NCU_VS_CAST: Nsight Compute's counters for one cold launch of each FP8 forward at
+    16384 x 4096 and of a cast of the same x (bench/profile_norm_forwards.py --cast)."""
+    path = RESULTS / "logs" / NCU_VS_CAST
+    if not path.exists():
+        return []
+    metrics: dict[str, dict[str, float]] = {}
+    header: list[str] | None = None
+    for row in csv.reader(path.read_text().splitlines()):
+        if row[:1] == ["ID"]:
+            header = row
+        elif header is not None and len(row) == len(header):
+            r = dict(zip(header, row, strict=True))
+            name = r["Kernel Name"].split("_")[0]
+            value = float(r["Metric Value"].replace(",", ""))
+            metrics.setdefault(name, {}).setdefault(r["Metric Name"], value)  # the first launch
+    rows = [[name, f"{m['dram__bytes_read.sum'] / 1e6:.1f}",
+             f"{m['dram__bytes_write.sum'] / 1e6:.1f}", f"{m['gpu__time_duration.sum'] / 1e3:.1f}",
+             f"{m['dram__throughput.avg.pct_of_peak_sustained_elapsed']:.1f}",
+             f"{m['sm__warps_active.avg.pct_of_peak_sustained_active']:.1f}",
+             f"{m['smsp__issue_active.avg.pct_of_peak_sustained_active']:.1f}"]
+            for name, m in metrics.items()]  # fmt: skip
+    return [
+        "Hardware counters of one cold launch each at 16384 x 4096 (the first cast's, where the "
+        "run launched two), NVIDIA H200, 2026-12-04: `ncu --clock-control none -k "
+        "regex:'layernorm_fwd|rmsnorm_fwd|cast' --metrics ... python "
+        "bench/profile_norm_forwards.py --cases layernorm:4096:fp8:16384,rmsnorm:4096:fp8:16384 "
+        f"--cast`; data: `bench/results/logs/{NCU_VS_CAST}`. Each reads x from DRAM once and "
+        "writes about the same bytes (z is 67.1 MB; the rest is still in L2 at the end), so the "
+        "norms repeat no traffic. The SMs differ: LayerNorm keeps fewer warps busy and issues "
+        "on twice the cycles. Cold single launches do not rank the kernels as the paired "
+        "rounds above do.",
+        md_table(
+            [
+                "kernel",
+                "DRAM read MB",
+                "DRAM write MB",
+                "us",
+                "DRAM busy %",
+                "warps active %",
+                "issue active %",
+            ],
+            rows,
         ),
     ]
 

@@ -9,7 +9,10 @@
 FP8 65536, the forwards nearest 90% of copy bandwidth, each beside its bf16 sibling; RMSNorm
 FP8 4096, a register layout; LayerNorm FP8 65536). bf16 x, gamma and beta; FP8 is E4M3 with
 tensor scaling. Every kernel is compiled before the first launch, so the profile holds one
-launch of each, in the order given.
+launch of each, in the order given. ``--cast`` adds, after them, one launch of nvrtc_engine's
+``cast`` (bf16 -> E4M3, tensor scaling) of an x of each case's shape: the same x read and z
+written with no row statistics, to set the norms' DRAM and L2 counts beside (profile with
+``-k regex:'norm_fwd|cast'``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ DEFAULT = ("layernorm:4096:fp8:16384,layernorm:4096:bf16:16384,rmsnorm:4096:fp8:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default=DEFAULT, help="NORM:H:OUT:N,...")
+    parser.add_argument("--cast", action="store_true",
+                        help="then one FP8 cast of an x of each case's shape")  # fmt: skip
     args = parser.parse_args()
     try:
         cases = parse_cases(args.cases)
@@ -49,6 +54,13 @@ def main() -> int:
         kernel_forward(k, one_set, norm == "layernorm", w, b, **fp8)()
         torch.cuda.synchronize()
         print(k.artifact.symbols[0], k.residency(torch.cuda.current_device()), flush=True)
+    if args.cast:
+        cast = ne.get_kernel("cast", dtype="fp8")
+        for _, h, _, n in cases:
+            rows = forward_rows(n, h, True)
+            cast(rows["x"], rows["z"], **forward_weights(h, True)[2])
+            torch.cuda.synchronize()
+            print(cast.artifact.symbols[0], f"{n}x{h}", flush=True)
     return 0
 
 
