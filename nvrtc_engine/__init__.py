@@ -29,6 +29,7 @@ from .errors import (
     NvrtcEngineError,
     SettingsError,
     VariantError,
+    VariantTypeError,
 )
 from .kernel import Kernel
 from .key import KernelKey
@@ -56,6 +57,7 @@ __all__ = [
     "PrewarmReport",
     "SettingsError",
     "VariantError",
+    "VariantTypeError",
     "__version__",
     "cache_info",
     "clear_cache",

@@ -128,7 +128,13 @@ def _suggestion(value: Any, text: str) -> str:
         pass
     # a truncated name first: "bfloat" is bfloat16, not the closer-spelled "float" (fp32)
     longer = [name for name in _ALIASES if name.startswith(text)] if text else []
-    return did_you_mean(text, longer) or did_you_mean(text, list(_ALIASES))
+
+    def label(name: str) -> str:  # an alias with the name it stands for: "fp8 (fp8_e4m3)"
+        return name if _ALIASES[name] == name else f"{name} ({_ALIASES[name]})"
+
+    return did_you_mean(text, longer, label=label) or did_you_mean(
+        text, list(_ALIASES), label=label
+    )
 
 
 def dtype_name(value: Any, field: str = "dtype") -> str:

@@ -7,6 +7,7 @@ failures). All of them survive pickling, so they cross process pools intact::
 
     NvrtcEngineError
     ├── VariantError            (ValueError)   a key field outside its allowed set
+    │   └── VariantTypeError    (TypeError)    a key field of the wrong type
     ├── NoDeviceError           (RuntimeError) no GPU where one is needed (e.g. arch unknown)
     ├── HeaderNotFoundError     (RuntimeError) CUDA headers needed but not found
     ├── CompileError            (RuntimeError) NVRTC rejected a rendered kernel
@@ -30,7 +31,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "NoDeviceError",
     "NvrtcEngineError",
     "VariantError",
+    "VariantTypeError",
 ]
 
 
@@ -61,15 +63,18 @@ class NvrtcEngineError(Exception):
         return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
-def did_you_mean(value: object, choices: Sequence[str], n: int = 1) -> str:
+def did_you_mean(
+    value: object, choices: Sequence[str], n: int = 1, label: Callable[[str], str] = str
+) -> str:
     """``"did you mean X?"`` for the closest of ``choices`` to ``value`` (``"did you mean X
-    or Y?"`` for the ``n`` closest, closest first), or ``""`` when none is close."""
+    or Y?"`` for the ``n`` closest, closest first), or ``""`` when none is close. ``label``
+    gives the text shown for a choice (e.g. an alias with the name it stands for)."""
     if not isinstance(value, str):
         return ""
     import difflib  # (an error path: not imported with the package)
 
     close = difflib.get_close_matches(value, list(choices), n=n)
-    return f"did you mean {' or '.join(close)}?" if close else ""
+    return f"did you mean {' or '.join(map(label, close))}?" if close else ""
 
 
 class VariantError(NvrtcEngineError, ValueError):
@@ -101,6 +106,12 @@ class VariantError(NvrtcEngineError, ValueError):
         self.allowed = allowed_text
         self.hint = hint
         self.detail = detail
+
+
+class VariantTypeError(VariantError, TypeError):
+    """A key field of the wrong type: ``hidden_size="4096"``, a flag given as ``1``, an arch
+    or scaling that is neither a string nor (arch) an int. A :class:`VariantError` too, so
+    ``except VariantError`` and ``except TypeError`` both catch it."""
 
 
 class NoDeviceError(NvrtcEngineError, RuntimeError):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .dtypes import DTYPES, DType, dtype_name
-from .errors import VariantError, did_you_mean
+from .errors import VariantError, VariantTypeError, did_you_mean
 
 if TYPE_CHECKING:
     from .ops.base import OpSpec
@@ -85,15 +85,22 @@ def _arch_error(value: Any, number: int | None) -> VariantError:
         above = min(n for n in KNOWN_ARCH_NUMBERS if n > number)
         hint = "names no GPU"
         detail = f"names no GPU (it lies between sm_{below} and sm_{above}); {tail}"
-    return VariantError("arch", value, known, hint, detail=detail)
+    wrong_type = isinstance(value, bool) or not isinstance(value, (str, int))
+    if wrong_type:  # (9.0, a tuple, None where an arch must be given)
+        detail = f"is not an arch: pass a name such as 'sm_90' or an int such as 90; {tail}"
+    return (VariantTypeError if wrong_type else VariantError)(
+        "arch", value, known, hint, detail=detail
+    )
 
 
 def _one_of(field: str, value: Any, choices: tuple[str, ...]) -> str:
     """``value`` as one of ``choices`` (lower-case names), matched in any case and without
     surrounding blanks: ``"MXFP8"`` -> ``"mxfp8"``. Raises :class:`VariantError` naming
     ``field`` and ``choices``, with the closest one for a misspelled name."""
-    text = value.strip().lower() if isinstance(value, str) else value
-    if isinstance(text, str) and text in choices:
+    if not isinstance(value, str):
+        raise VariantTypeError(field, value, choices, "not a string")
+    text = value.strip().lower()
+    if text in choices:
         return text
     raise VariantError(field, value, choices, did_you_mean(text, choices))
 
@@ -143,9 +150,11 @@ class KernelKey:
         set_(self, "layout", _one_of("layout", self.layout, LAYOUTS))
         hs = self.hidden_size
         if hs is not None:  # an int, numpy's too (a shape entry); never a bool
-            if (isinstance(hs, bool) or not isinstance(hs, numbers.Integral)
-                    or not 1 <= hs <= MAX_HIDDEN_SIZE):  # fmt: skip
-                raise VariantError("hidden_size", hs, f"None or an int in [1, {MAX_HIDDEN_SIZE}]")
+            allowed = f"None or an int in [1, {MAX_HIDDEN_SIZE}]"
+            if isinstance(hs, bool) or not isinstance(hs, numbers.Integral):
+                raise VariantTypeError("hidden_size", hs, allowed, "not an int")
+            if not 1 <= hs <= MAX_HIDDEN_SIZE:
+                raise VariantError("hidden_size", hs, allowed)
             set_(self, "hidden_size", int(hs))
         set_(self, "arch", parse_arch(self.arch))
         flags = dict(self.flags)
@@ -153,7 +162,7 @@ class KernelKey:
             if name not in spec.flags:
                 raise VariantError("flags", name, sorted(spec.flags) or ["(none for this op)"])
             if not isinstance(value, bool):
-                raise VariantError(name, value, [False, True])
+                raise VariantTypeError(name, value, [False, True], "not a bool")
         set_(self, "flags", tuple(sorted(flags.items())))
         spec.validate(self)
 

@@ -36,10 +36,11 @@ def test_unknown_dtype_lists_allowed(bad):
 
 @pytest.mark.parametrize(
     ("bad", "close"),
-    [("bf61", "bf16"), ("fp8_e4m4", "fp8_e4m3"), ("BF61", "bf16"), ("halff", "half"),
-     ("bfloat", "bfloat16"), ("fp8_e5", "fp8_e5m2")],
+    [("bf61", "bf16"), ("fp8_e4m4", "fp8_e4m3"), ("BF61", "bf16"), ("halff", "half (fp16)"),
+     ("bfloat", "bfloat16 (bf16)"), ("fp8_e5", "fp8_e5m2"), ("fp9", "fp8 (fp8_e4m3)")],
 )  # fmt: skip
 def test_misspelled_dtype_suggests_the_closest_spelling(bad, close):
+    # an alias is suggested with the name it stands for, which the allowed list shows
     with pytest.raises(VariantError) as info:
         dtype_name(bad, "in_dtype")
     assert f"(did you mean {close}?);" in str(info.value)
@@ -60,7 +61,9 @@ def test_the_message_lists_every_alias_as_a_pair_and_suggests_only_what_it_lists
         assert (alias in names.split(", ")) if alias == name else f"{alias} -> {name}" in aliases
     assert sorted(accepted) == sorted(_ALIASES)
     suggested = message.split("did you mean ")[1].split("?")[0]
-    assert suggested in accepted
+    spelling, _, stands_for = suggested.partition(" (")
+    assert spelling in accepted
+    assert stands_for == ("" if _ALIASES[spelling] == spelling else f"{_ALIASES[spelling]})")
     assert message.endswith(info.value.allowed)
 
 

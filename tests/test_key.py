@@ -277,6 +277,31 @@ def test_hidden_size_takes_numpy_integers_and_no_bools_or_floats():
         with pytest.raises(VariantError) as info:
             make_key("gelu", dtype="bf16", hidden_size=bad, arch="sm_90")
         assert info.value.field == "hidden_size"
+        # the wrong type is also a TypeError; an int out of range is only a ValueError
+        wrong_type = not isinstance(bad, (int, np.integer)) or isinstance(bad, bool)
+        assert isinstance(info.value, TypeError) is wrong_type
+        assert isinstance(info.value, ne.VariantTypeError) is wrong_type
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [({"zero_centered_gamma": 1}, "zero_centered_gamma"), ({"scaling": 3}, "scaling"),
+     ({"layout": None}, "layout"), ({"arch": 9.0}, "arch"), ({"arch": ("sm_90",)}, "arch"),
+     ({"hidden_size": "4096"}, "hidden_size")],
+)  # fmt: skip
+def test_a_key_field_of_the_wrong_type_is_a_variant_type_error(fields, field):
+    """A field of the wrong type raises VariantTypeError: caught as VariantError (ValueError)
+    and as TypeError, naming the field, and surviving pickling."""
+    args = {"in_dtype": "bf16", "out_dtype": "fp8", "scaling": "tensor", "arch": "sm_90",
+            **fields}  # fmt: skip
+    with pytest.raises(TypeError) as info:
+        make_key("layernorm_fwd", **args)
+    err = info.value
+    assert isinstance(err, ne.VariantTypeError) and isinstance(err, VariantError)
+    assert isinstance(err, ValueError) and err.field == field
+    assert str(err).startswith(f"{field}={fields[field]!r} ")
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is ne.VariantTypeError and str(again) == str(err)
 
 
 def test_a_flags_short_form_as_a_keyword_names_the_flag():
