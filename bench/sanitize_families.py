@@ -21,7 +21,8 @@ the staged forward, ``norm_switch_staged*`` and TUNED's, ``norm_switch_tuned_*``
 several rows per CTA, ``norm_staged_rows_*``; round 11, the staged backward and forward with
 each row's dx or z written a row later, ``norm_switch_*_deferred_*``; round 13, the staged
 forward with x read from its stage in each pass, ``norm_switch_*_reread*``; round 16, the
-staged LayerNorm FP8 forward's one-pass statistics, ``norm_switch_*_shifted*``; round 19,
+staged LayerNorm FP8 forward's one-pass statistics, ``norm_switch_*_shifted*`` (round 24, on
+the register layouts too, ``norm_switch_*regs_shifted*``); round 19,
 the LayerNorm forward's statistics by two passes per warp, ``norm_switch_*warp_stats*``, and
 round 23, with ``i``, ``norm_switch_*warp_stats_deferred*``); the
 next-row copies with bf16 output at H = 65536 over a cluster of 4, ``norm_bf16_next_row_*``
@@ -260,6 +261,12 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         "staged3_shifted_deferred_reread": {"FWD_STAGED": 3, "FWD_SHIFTED": True,
                                             "FWD_DEFERRED": True, "FWD_REREAD": True},
         "tuned_shifted": {"TUNED": norm.TUNED, "FWD_SHIFTED": True},
+        # round 24: z on the register layouts (K read from global memory), the rules' and
+        # with the next-row copies (p, whose copy the z path once left out)
+        "regs_shifted": {"FWD_SHIFTED": True},
+        "fp8_ogqp_regs_shifted": {"FWD_FP8_BATCHED": True, "FWD_FP8_WARP_AMAX": True,
+                                  "FWD_FP8_WORDS": True, "FWD_FP8_NEXT_ROW": True,
+                                  "FWD_SHIFTED": True},
         # round 19: each warp's two passes and one exchange per row (W: LayerNorm without a
         # cluster, u or z), register and staged, and on TUNED's layouts; round 23, with each
         # row's z written a row later (i)
