@@ -244,22 +244,15 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace,
                               faster_than_compile=ratio["faster"])  # fmt: skip
         torch.cuda.synchronize()
 
-    w = (torch.randn(h, device="cuda") * 0.1 + 1).to(bf16)
-    b = (torch.randn(h, device="cuda") * 0.1).to(bf16)
-    scale = torch.full((1,), 2.0, device="cuda")
-    amax = torch.zeros(1, device="cuda")
-    scale_inv = torch.empty(1, device="cuda")
+    w, b, fp8 = forward_weights(h, True)
 
-    def fwd_set():
-        x = torch.randn(n, h, device="cuda").to(bf16)
-        z8 = torch.empty(n, h, dtype=torch.float8_e4m3fn, device="cuda")
-        mu, rs = torch.empty(n, device="cuda"), torch.empty(n, device="cuda")
-        return {"x": x, "z": torch.empty_like(x), "z8": z8, "mu": mu, "rs": rs}
+    def fwd_set():  # forward_rows' set with an E4M3 z, as z8, and a bf16 z beside it
+        s = forward_rows(n, h, True)
+        return {**s, "z8": s["z"], "z": torch.empty_like(s["x"])}
 
     fc = Cycle(fwd_set, 2 * elem * 2)
     op = f"{norm}_fwd"
     ln = norm == "layernorm"
-    fp8 = {"scale": scale, "amax": amax, "scale_inv": scale_inv}
     for impl, hidden in (("nvrtc_engine specialized", h), ("nvrtc_engine general", None)):
         k16 = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden)
         k8 = ne.get_kernel(op, in_dtype="bf16", out_dtype="fp8", hidden_size=hidden)
