@@ -35,7 +35,8 @@ _SHORT_TO_DTYPE = {d.short: d.name for d in DTYPES.values()}
 
 
 def parse_arch(value: Any) -> str:
-    """Canonical arch name (``sm_90``, ``sm_90a``, ``sm_100a``...) from a string or int (90).
+    """Canonical arch name (``sm_90``, ``sm_90a``, ``sm_100a``...) from a string or an int
+    (90; numpy's ints too).
 
     Accepts the compute capabilities of :data:`KNOWN_ARCH_NUMBERS` and any newer one (a
     future device), with an ``a`` suffix from sm_90 on and an ``f`` suffix from sm_100 on.
@@ -47,8 +48,11 @@ def parse_arch(value: Any) -> str:
         VariantError: ``field="arch"``, for a malformed name (``sm_5``, ``compute_90``, ``""``),
             an arch older than sm_80, one between the known archs (``sm_95``) or a suffix the
             arch cannot take (``sm_89a``). Its message says which, and what to pass.
+            :class:`~nvrtc_engine.VariantTypeError` (also a ``TypeError``) for a value that
+            is neither a string nor an int (``9.0``, ``True``).
     """
-    text = f"sm_{value}" if isinstance(value, int) and not isinstance(value, bool) else value
+    integer = isinstance(value, numbers.Integral) and not isinstance(value, bool)  # numpy's too
+    text = f"sm_{int(value)}" if integer else value
     if isinstance(text, str) and text.strip().isdigit():  # "90" from a command line
         text = f"sm_{text.strip()}"
     m = _ARCH_RE.match(text.strip().lower()) if isinstance(text, str) else None
@@ -85,7 +89,7 @@ def _arch_error(value: Any, number: int | None) -> VariantError:
         above = min(n for n in KNOWN_ARCH_NUMBERS if n > number)
         hint = "names no GPU"
         detail = f"names no GPU (it lies between sm_{below} and sm_{above}); {tail}"
-    wrong_type = isinstance(value, bool) or not isinstance(value, (str, int))
+    wrong_type = isinstance(value, bool) or not isinstance(value, (str, numbers.Integral))
     if wrong_type:  # (9.0, a tuple, None where an arch must be given)
         detail = f"is not an arch: pass a name such as 'sm_90' or an int such as 90; {tail}"
     return (VariantTypeError if wrong_type else VariantError)(

@@ -100,6 +100,7 @@ def test_op_level_combinations():
 
 def test_arch_forms():
     assert key(arch=90).arch == "sm_90"
+    assert key(arch=np.int64(90)).arch == "sm_90"  # numpy's ints too, as for hidden_size
     assert key(arch="SM90A").arch == "sm_90a"
     assert key(arch="sm_100a").arch == "sm_100a"
     assert key(arch="sm_100f").arch == "sm_100f"
