@@ -1604,6 +1604,10 @@ def _source_ab() -> list[str]:
         ("source_ab-ln4096-fp8-regz-p", "",
          "The `p` layouts again with the copy in place, beside the same layouts without `z`: "
          "0.907x and 0.918x against 0.935x and 0.936x."),
+        ("source_ab-ln4096-fp8-warps", "",
+         "Round 24, the entry's switches over 8, 16 and 2 warps per row in place of 4 "
+         "(2, 1 and 8 accesses per thread; 40-96 registers, 10-48 warps per SM against the "
+         "entry's 20): 0.62-0.85x."),
     ]  # fmt: skip
     out: list[str] = []
     for name, flags, text in runs:
