@@ -9,7 +9,7 @@ from typing import Any
 from . import driver
 from .dtypes import DTYPES, dtype_name
 from .engine import CacheInfo, default_engine
-from .errors import ArgumentTypeError, NoDeviceError, VariantError, did_you_mean
+from .errors import ArgumentTypeError, NoDeviceError, VariantError, VariantTypeError, did_you_mean
 from .kernel import Kernel
 from .key import KernelKey
 
@@ -23,11 +23,15 @@ NO_GPU_HINT = "pass arch='sm_90' (or another arch) to compile without a GPU"
 
 def _device_ordinal(device: Any) -> int | None:
     """``device`` checked: None, or a CUDA device ordinal (an int >= 0, numpy's too, never a
-    bool) returned as an int. Raises :class:`~nvrtc_engine.VariantError` otherwise."""
+    bool) returned as an int. Raises :class:`~nvrtc_engine.VariantError` otherwise
+    (:class:`~nvrtc_engine.VariantTypeError` for a value that is not an int)."""
     if device is None:
         return None
-    if isinstance(device, bool) or not isinstance(device, numbers.Integral) or device < 0:
-        raise VariantError("device", device, "None or a CUDA device ordinal (an int >= 0)")
+    allowed = "None or a CUDA device ordinal (an int >= 0)"
+    if isinstance(device, bool) or not isinstance(device, numbers.Integral):
+        raise VariantTypeError("device", device, allowed, "not an int")
+    if device < 0:
+        raise VariantError("device", device, allowed)
     return int(device)
 
 
@@ -143,7 +147,7 @@ def _dtype_field(value: Any, field: str, allowed: tuple[str, ...], op: str) -> s
         return dtype_name(value, field)
     except VariantError as exc:
         hint = f"for op {op!r}" + (f"; {exc.hint}" if exc.hint else "")
-        raise VariantError(field, value, allowed, hint) from None
+        raise type(exc)(field, value, allowed, hint) from None  # (VariantTypeError stays one)
 
 
 def _as_given(
@@ -158,7 +162,7 @@ def _as_given(
     arg, value = given[exc.field]
     resolved = fields[exc.field]
     shown = "" if isinstance(value, str) and value == resolved else f"({resolved}) "
-    return VariantError(arg, value, exc.allowed, exc.hint, detail=shown + exc.detail)
+    return type(exc)(arg, value, exc.allowed, exc.hint, detail=shown + exc.detail)
 
 
 def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:

@@ -66,13 +66,15 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
     """Prewarm fills the disk cache: what it compiles into this process's memory ends with
     the command. So no disk cache is an error before anything is compiled (exit code 2), and
     kernels compiled but not stored (a read-only cache) a failure (exit code 1)."""
-    from .errors import NvrtcEngineError
+    from .errors import NvrtcEngineError, SettingsError
     from .prewarm import prewarm
 
     file, archs = _file_after_archs(args.file, args.arch)
     arch = _arch_options(archs)
     try:
         disk = _open_disk()
+    except SettingsError:  # a malformed NVRTC_ENGINE_* variable: its own message says it all
+        raise
     except NvrtcEngineError as exc:
         raise NvrtcEngineError(
             f"{exc}; nothing was compiled: prewarm stores its kernels in the disk cache, and "
@@ -85,7 +87,8 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
         print(report.summary())
     if disk.read_only and report.compiled:
         print(
-            f"nvrtc-engine: error: the disk cache at {disk.directory} is read-only (the warning "
+            f"{args.parser.prog}: error: the disk cache at {disk.directory} is read-only (the "
+            "warning "
             f"above says why): kernels compiled but not stored: {len(report.compiled)}",
             file=sys.stderr,
         )
@@ -225,7 +228,8 @@ def _cache_verify(args: argparse.Namespace) -> int:
         print(f"removed {bad.key} ({bad.digest[:12]}): {bad.reason}")
     for problem in report.problems:
         print(f"repaired: {problem}")
-    print(f"checked {report.checked} entries: {len(report.bad)} bad (removed)")
+    bad = len(report.bad)
+    print(f"checked {report.checked} entries: {bad} bad" + (" (removed)" if bad else ""))
     return 1 if report.bad else 0
 
 
@@ -283,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="rows of the test input, checked against a float64 reference on "
                       "the host (2048)")  # fmt: skip
     demo.add_argument("--no-run", action="store_true", help="compile and cache only")
-    demo.add_argument("--seed", type=int, default=0, help="random seed for the inputs")
+    demo.add_argument("--seed", type=int, default=0, help="random seed for the inputs (0)")
     demo.set_defaults(func=_cmd_demo, parser=demo)
 
     pre = sub.add_parser(
@@ -293,7 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
         usage="%(prog)s [-h] FILE [--arch ARCH [ARCH ...]] [--workers WORKERS] [--no-progress]"
         " [--json]",
     )
-    pre.add_argument("file", nargs="?", help="TOML or JSON variant file (see docs/variants.md)")
+    pre.add_argument("file", nargs="?", metavar="FILE",
+                     help="TOML or JSON variant file (see docs/variants.md)")  # fmt: skip
     pre.add_argument(
         "--arch",
         nargs="+",
@@ -323,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
             action.add_argument("bundle", help="bundle file (zip)")
         if name in ("info", "list"):
             action.add_argument("--json", action="store_true", help="machine-readable output")
-        action.set_defaults(func=func)
+        action.set_defaults(func=func, parser=action)
     return parser
 
 
@@ -360,7 +365,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.parser.prog}: error: {exc}", file=sys.stderr)
         return 2
     except (NvrtcEngineError, ValueError, OSError) as exc:
-        print(f"nvrtc-engine: error: {_cli_syntax(str(exc))}", file=sys.stderr)
+        # (the command's name, as argparse's errors and the usage errors above have it)
+        print(f"{args.parser.prog}: error: {_cli_syntax(str(exc))}", file=sys.stderr)
         return 2
     finally:
         warnings.formatwarning = formatwarning

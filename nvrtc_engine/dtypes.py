@@ -14,10 +14,11 @@ in ``uint8`` arrays, so a packed row of ``n`` elements takes ``ceil(n / 2)`` byt
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import VariantError, did_you_mean
+from .errors import VariantError, VariantTypeError, did_you_mean
 
 __all__ = ["DTYPES", "DType", "dtype", "dtype_name"]
 
@@ -146,6 +147,8 @@ def dtype_name(value: Any, field: str = "dtype") -> str:
     """
     if isinstance(value, DType):
         return value.name
+    if isinstance(value, numbers.Number):  # (16 for fp16, or a bool: no dtype is a number)
+        raise VariantTypeError(field, value, _ACCEPTED, "a number is not a dtype")
     if isinstance(value, str):
         text = value
     else:

@@ -120,8 +120,9 @@ class Kernel:
         cast kernel's ``TileConfig``, ``quantize``'s ``QuantizeConfig``."""
         return self._config
 
-    def loaded(self, device: int) -> Loaded:
-        """The kernel's functions on ``device``, loading the image there on first use.
+    def loaded(self, device: int = 0) -> Loaded:
+        """The kernel's functions on ``device`` (a CUDA device ordinal; 0 by default, as for a
+        norm kernel's ``residency``), loading the image there on first use.
 
         Raises :class:`~nvrtc_engine.ArgumentError` when the device's arch cannot run this
         image, :class:`~nvrtc_engine.CudaError` when loading fails,

@@ -101,8 +101,8 @@ def test_cli_warnings_carry_one_prefix(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "nvrtc-engine: warning: disk cache at /proc/nvrtc-engine-test is unusable" in (
         done.stderr)  # fmt: skip
-    assert "nvrtc-engine: error: the disk cache at /proc/nvrtc-engine-test is unusable" in (
-        done.stderr)  # fmt: skip
+    assert ("nvrtc-engine cache info: error: the disk cache at /proc/nvrtc-engine-test is "
+            "unusable") in done.stderr  # fmt: skip
     assert "nvrtc_engine:" not in done.stderr
     line = _one_line_warning(UserWarning("nvrtc_engine: disk cache at X"), UserWarning, "f", 1)
     assert line == "nvrtc-engine: warning: disk cache at X\n"
@@ -324,7 +324,8 @@ def test_cli_arch_number_version_and_os_errors(capsys, tmp_path):
     assert main(["cache", "export", str(missing)]) == 2  # not created, as cp would not
     captured = capsys.readouterr()
     assert captured.err == (
-        f"nvrtc-engine: error: {missing}: cannot write: {missing.parent} does not exist\n"
+        f"nvrtc-engine cache export: error: {missing}: cannot write: {missing.parent} does not "
+        "exist\n"
     )
     assert captured.out == "" and not missing.parent.exists()
 

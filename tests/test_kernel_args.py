@@ -119,12 +119,18 @@ def test_loading_without_a_device_names_the_kernel(monkeypatch, bf16_kernel):
 
     monkeypatch.setattr(driver, "get_device", no_driver)
     symbol = bf16_kernel.artifact.symbols[0]
+    with pytest.raises(ne.NoDeviceError) as default:
+        bf16_kernel.loaded()  # device 0 by default, as residency's
     with pytest.raises(ne.NoDeviceError) as info:
         bf16_kernel.loaded(0)
-    assert str(info.value) == (
-        f"{symbol} cannot be loaded on device 0: no usable CUDA driver or device: libcuda not "
-        "found (loading a kernel, to run it or to ask for its occupancy, needs a CUDA device; "
-        "compiling and caching it do not)"
+    assert (
+        str(default.value)
+        == str(info.value)
+        == (
+            f"{symbol} cannot be loaded on device 0: no usable CUDA driver or device: libcuda not "
+            "found (loading a kernel, to run it or to ask for its occupancy, needs a CUDA device; "
+            "compiling and caching it do not)"
+        )
     )
 
 

@@ -305,6 +305,23 @@ def test_a_key_field_of_the_wrong_type_is_a_variant_type_error(fields, field):
     assert type(again) is ne.VariantTypeError and str(again) == str(err)
 
 
+def test_an_op_dtype_or_device_of_the_wrong_type_is_a_variant_type_error():
+    """The other arguments of make_key and get_kernel: an op that is not a string, a number
+    as a dtype (restated with the caller's argument name), a device that is not an int; a
+    negative device is a VariantError only."""
+    cases = [((5,), {}, "op"), (("gelu",), {"dtype": 16}, "dtype"),
+             (("gelu",), {"in_dtype": True}, "in_dtype"),
+             (("gelu",), {"dtype": "bf16", "device": "0"}, "device")]  # fmt: skip
+    for call in (make_key, ne.get_kernel):
+        for args, fields, field in cases:
+            with pytest.raises(ne.VariantTypeError) as info:
+                call(*args, arch="sm_90", **fields)
+            assert isinstance(info.value, TypeError) and info.value.field == field
+        with pytest.raises(VariantError) as info:
+            call("gelu", dtype="bf16", arch="sm_90", device=-1)
+        assert not isinstance(info.value, TypeError)
+
+
 def test_a_flags_short_form_as_a_keyword_names_the_flag():
     with pytest.raises(VariantError) as info:
         make_key("layernorm_fwd", in_dtype="bf16", zcg=True, arch="sm_90")

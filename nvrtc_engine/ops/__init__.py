@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import VariantError, did_you_mean
+from ..errors import VariantError, VariantTypeError, did_you_mean
 from .activation import ACTIVATION_SPECS
 from .base import OpSpec
 from .cast import CAST_SPECS
@@ -31,6 +31,8 @@ def get_spec(op: str) -> OpSpec:
     if spec is None:
         ops = registered_ops()
         text = op.strip().lower() if isinstance(op, str) else op
+        if not isinstance(op, str):
+            raise VariantTypeError("op", op, ops, "not a string")
         hint = _kernel_name_hint(text) or did_you_mean(text, ops, n=2)  # gleu: glu or gelu
         raise VariantError("op", op, ops, hint)
     return spec
