@@ -564,7 +564,7 @@ class LaunchConfig:
     folded: bool = False  # staged backward: dx from the row's constants, two FFMA per element
     deferred: bool = False  # staged: a row's dx (z) after the next row's sums are posted
     reread: bool = False  # staged forward: x read from its stage in each pass, not held
-    shifted: bool = False  # staged LayerNorm FP8 forward: one-pass statistics about x[row, 0]
+    shifted: bool = False  # LayerNorm FP8 forward: one-pass statistics about x[row, 0]
     warp_stats: bool = False  # LayerNorm forward: per-warp two passes, one exchange per row
     fetch256: bool = False  # staged: the 16-byte cp.async copies ask L2 for 256 bytes
 
