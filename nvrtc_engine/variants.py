@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .errors import NvrtcEngineError
+from .errors import NvrtcEngineError, did_you_mean
 from .key import KernelKey, parse_arch
 
 __all__ = [
@@ -96,8 +96,12 @@ def read_entries(path: str | os.PathLike[str]) -> list[dict[str, Any] | str]:
         raise VariantListError(source, None, "expected a table/object or a list of entries")
     unknown = sorted(set(data) - _TOP_LEVEL)
     if unknown:
+        hints = [h for h in (did_you_mean(u, sorted(_TOP_LEVEL)) for u in unknown) if h]
         raise VariantListError(
-            source, None, f"unknown top-level field(s) {unknown}; expected {sorted(_TOP_LEVEL)}"
+            source,
+            None,
+            f"unknown top-level field(s) {unknown}; expected {sorted(_TOP_LEVEL)}"
+            + "".join(f" ({h})" for h in hints),
         )
     defaults = data.get("defaults", {})
     entries = data.get("variants", [])
