@@ -87,9 +87,9 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
         print(report.summary())
     if disk.read_only and report.compiled:
         print(
-            f"{args.parser.prog}: error: the disk cache at {disk.directory} is read-only (the "
-            "warning "
-            f"above says why): kernels compiled but not stored: {len(report.compiled)}",
+            f"{args.parser.prog}: error: the disk cache at {disk.directory} is read-only "
+            "(the warning above says why): kernels compiled but not stored: "
+            f"{len(report.compiled)}",
             file=sys.stderr,
         )
         return 1

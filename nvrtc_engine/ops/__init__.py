@@ -30,9 +30,9 @@ def get_spec(op: str) -> OpSpec:
         spec = _REGISTRY.get(op.strip().lower())
     if spec is None:
         ops = registered_ops()
-        text = op.strip().lower() if isinstance(op, str) else op
         if not isinstance(op, str):
             raise VariantTypeError("op", op, ops, "not a string")
+        text = op.strip().lower()
         hint = _kernel_name_hint(text) or did_you_mean(text, ops, n=2)  # gleu: glu or gelu
         raise VariantError("op", op, ops, hint)
     return spec
