@@ -66,6 +66,19 @@ The edits:
     row (``cp.async.bulk``, the Tensor Memory Accelerator) that one thread issues, completing
     on an mbarrier per stage that every thread waits on, instead of each thread's 16-byte
     ``cp.async`` copies (aligned x; the element-by-element path as before);
+  - ``dynrows``, ``dynrows8``, ``dynrows32`` (the staged LayerNorm forward of one row per CTA
+    with ``i``): a CTA's rows after its first D + 3 taken from a ticket counter at run time (1,
+    8 or 32 counters, each for a shard of the rows and of the CTAs), so that the CTAs that run
+    faster take more rows (``DYN_*`` below; bench-only counters, one launch at a time);
+    ``dynstatic32`` and ``dynatomic32`` (diagnostics): dynrows32's code with static tickets
+    (a persistent grid's rows within each shard), without and with the atomic;
+    ``align16``: the staged kernels' stages on a 16-byte boundary, as before the template
+    asked for 128 (where the static shared memory before them left them);
+    ``red4``, ``red8``, ``red24`` (diagnostics): the reduction buffer 4, 8 or 24 floats longer,
+    so the dynamic shared memory after it starts 16, 32 or 96 bytes further on;
+    ``dynstatic1`` dynrows' code with static tickets (the rows of ``base``), ``dynstatic1r``
+    the same without the count of CTAs done at the end, ``dynloop1`` only its loop over a ring
+    of row groups that every thread works out (no tickets, no shared-memory post);
   - ``latetrigger``: in a staged forward without the trigger, ``griddepcontrol.launch_dependents``
     when a CTA starts its last row rather than not at all (the next call's grid launches once
     every CTA is in its last row);
@@ -74,9 +87,10 @@ The edits:
     would send every row's reload to L2.
 
 Every occurrence of an edit's text is replaced; an edit none of whose texts is found is an
-error (``earlyfill``, ``latefill`` and ``tma``: any of whose texts is not found exactly
-once), and so is ``l2pf``, ``plainst`` or ``l1w`` without ``stream`` (without it they change
-code the preprocessor leaves out, and the kernel compiled is ``base``'s).
+error (``earlyfill``, ``latefill``, ``tma`` and the ``dynrows`` edits: any of whose texts is
+not found exactly once), and so is ``l2pf``, ``plainst`` or ``l1w`` without ``stream``
+(without it they change code the preprocessor leaves out, and the kernel compiled is
+``base``'s).
 """
 
 from __future__ import annotations
@@ -210,9 +224,121 @@ STAGED_INCLUDE = '#include "nve_reduce.cuh"\n'
 REFILL = "    issue(grp + D * step, refill_stage(st));\n"
 LATE_TRIGGER = "    if (grp + step >= groups) nve::launch_dependents();  // (latetrigger)\n"
 
+# ``dynrows``, ``dynrowsN`` (the staged LayerNorm forward of one row per CTA): rows handed out
+# at run time. The row groups are dealt into N shards (1 for ``dynrows``; shard k: groups k, k
+# + N, ...) and the CTAs likewise (CTA i to shard i % N), each shard with a ticket counter of its
+# own (128 bytes apart). A CTA takes its shard's first D + 3 groups as a persistent grid would
+# (its c-th CTA of n: local groups c, c + n, ...), then each next one from its shard's counter:
+# at the top of row r thread 0 takes a ticket (one atomicAdd) for row r + D + 3 and posts in
+# shared memory the group of row r + D + 2 (its ticket of the row before), which every thread
+# reads after the row's first block barrier; the ticket's latency has a row to pass. A CTA that
+# runs faster takes more rows, and a shard's CTAs end together. The counters are
+# ``__device__`` words of the module, put back to 0 by the last CTA to end: right for one launch
+# at a time per module (a bench), not for a library kernel that two streams may run at once.
+DYN_SHARDS = {"dynrows": 1, "dynrows8": 8, "dynrows32": 32}
+# Diagnostics of dynrows32 (same rows as base): ``dynstatic32`` its code with each ticket
+# replaced by the one a static assignment gives (no atomic), ``dynatomic32`` the same with the
+# atomic still taken and its result waited for where dynrows32 waits for it (used in a
+# comparison that never holds: the counters stay far below 2^32 - 16).
+DYN_TICKET = "      dyn_ticket = atomicAdd(&nve_dyn_next[dyn_k * 32], 1u);\n"
+DYN_STATIC_TICKET = (
+    "      dyn_ticket = static_cast<unsigned>(dyn_c + dyn_r * dyn_n);  // (dynstatic)\n"
+)
+DYN_ATOMIC_TICKET = (
+    "      dyn_ticket = static_cast<unsigned>(dyn_c + dyn_r * dyn_n)  // (dynatomic)\n"
+    "          + (atomicAdd(&nve_dyn_next[dyn_k * 32], 1u) > 0xFFFFFFEFu ? 1u : 0u);\n"
+)
+DYN_FIRST = "#pragma unroll\n  for (int k = 0; k < D; ++k) issue(pos.cluster + k * step, k);\n"
+DYN_LOOP = "  for (long long grp = pos.cluster; grp < groups; grp += pos.nclusters) {\n"
+DYN_REFILL = (
+    "    issue(dq[D], refill_stage(st));\n"
+    "    if (threadIdx.x == 0) {  // (dynrows) row r + D + 2's group; a ticket for r + D + 3\n"
+    "      dyn_box[dyn_r & 1] = dyn_r == 0 ? dyn_group(dyn_c + (D + 2) * dyn_n)\n"
+    "                                      : dyn_group((D + 3) * dyn_n + dyn_ticket);\n"
+    "      dyn_ticket = atomicAdd(&nve_dyn_next[dyn_k * 32], 1u);\n"
+    "    }\n"
+)
+DYN_READ = (
+    STAGED_FIRST_SUM
+    + "    const long long dyn_nxt = dyn_box[dyn_r & 1];  // (dynrows) r + D + 2's\n"
+)
+DYN_LOOP_END = "  }\n  if (prev >= 0) emit_deferred(parity - 1);\n"
+DYN_SHIFT = (
+    "#pragma unroll\n"
+    "    for (int k = 0; k < D + 1; ++k) dq[k] = dq[k + 1];  // (dynrows)\n"
+    "    dq[D + 1] = dyn_nxt;\n"
+    "    ++dyn_r;\n" + DYN_LOOP_END
+)
+DYN_END = "  if (blockIdx.x == 0 && threadIdx.x == 0 && scale_inv_ptr != nullptr)"
+
+
+def dyn_edit(shards: int, ticket: str = DYN_TICKET, box: bool = True,
+             reset: bool = True) -> list[tuple[str, str, str]]:  # fmt: skip
+    """The ``dynrows`` edit over ``shards`` ticket counters, each ticket taken by ``ticket``.
+    Diagnostics: without ``box`` every thread works out the static rows itself (no ticket,
+    no shared-memory post), without ``reset`` no CTA counts itself done at the end (right only
+    where no ticket is taken from a counter)."""
+    decl = (
+        f"// (bench/source_ab.py, dynrows) {shards} ticket counter(s), 128 bytes apart, and the\n"
+        "// count of CTAs done\n"
+        f"__device__ unsigned nve_dyn_next[{shards} * 32];\n__device__ unsigned nve_dyn_done;\n"
+    )
+    first = (
+        "  // (dynrows) this CTA's shard k of ns, its index c among the shard's n CTAs, and the\n"
+        "  // groups of its rows r .. r + D + 1 (the shard's local groups c, c + n, ..., then\n"
+        "  // tickets)\n"
+        f"  const int dyn_ns = gridDim.x < {shards} ? gridDim.x : {shards};\n"
+        "  const int dyn_k = blockIdx.x % dyn_ns;\n"
+        "  const long long dyn_c = blockIdx.x / dyn_ns;\n"
+        "  const long long dyn_n = (gridDim.x - dyn_k + dyn_ns - 1) / dyn_ns;\n"
+        "  auto dyn_group = [&](long long j) { return dyn_k + j * dyn_ns; };\n"
+        "  long long dq[D + 2];\n"
+        "#pragma unroll\n"
+        "  for (int k = 0; k < D + 2; ++k) dq[k] = dyn_group(dyn_c + k * dyn_n);\n"
+        "  __shared__ long long dyn_box[2];\n"
+        "  unsigned dyn_ticket = 0;\n"
+        "  int dyn_r = 0;\n"
+        "#pragma unroll\n"
+        "  for (int k = 0; k < D; ++k) issue(dq[k], k);\n"
+    )
+    loop = "  while (dq[0] < groups) {\n    const long long grp = dq[0];\n"
+    done = (
+        "  if (threadIdx.x == 0) {  // (dynrows) the last CTA to end puts the counters back\n"
+        "    // (its last ticket's value feeds the add, so that atomic has been done first)\n"
+        "    const unsigned dyn_one = 1u + (dyn_ticket > 0xFFFFFFEFu ? 1u : 0u);\n"
+        "    if (atomicAdd(&nve_dyn_done, dyn_one) == gridDim.x - 1) {\n"
+        f"      for (int k = 0; k < {shards}; ++k) nve_dyn_next[k * 32] = 0;\n"
+        "      nve_dyn_done = 0;\n"
+        "    }\n"
+        "  }\n" + DYN_END
+    )
+    edits = [("source", DYN_FIRST, first), ("source", DYN_LOOP, loop)]
+    if box:
+        edits += [("source", 'extern "C" __global__', decl + 'extern "C" __global__'),
+                  ("source", REFILL, DYN_REFILL.replace(DYN_TICKET, ticket)),
+                  ("source", STAGED_FIRST_SUM, DYN_READ),
+                  ("source", DYN_LOOP_END, DYN_SHIFT)]  # fmt: skip
+    else:
+        local = "    dq[D + 1] = dyn_group(dyn_c + (dyn_r + D + 2) * dyn_n);  // (dynloop)\n"
+        edits += [("source", REFILL, "    issue(dq[D], refill_stage(st));\n"),
+                  ("source", DYN_LOOP_END, DYN_SHIFT.replace("    dq[D + 1] = dyn_nxt;\n",
+                                                             local))]  # fmt: skip
+    if reset:
+        edits.append(("source", DYN_END, done))
+    return edits
+
+
 NEEDS_STREAM = ("l2pf", "plainst", "l1w")
 # edits whose every text must be found exactly once (a part of one alone would break the kernel)
-WHOLE_EDITS = ("earlyfill", "latefill", "tma")
+WHOLE_EDITS = (
+    "earlyfill",
+    "latefill",
+    "tma",
+    *DYN_SHARDS,
+    "dynstatic1",
+    "dynstatic32",
+    "dynatomic32",
+)
 
 # name: [(where: "source" or "headers", text, replacement), ...]
 EDITS: dict[str, list[tuple[str, str, str]]] = {
@@ -247,6 +373,32 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
             ("source", "load_f<Wt, V>(gamma, g, v, gf);", "load_wc<Wt, V>(gamma, g, v, gf);"),
             ("source", "load_f<Wt, V>(beta, g, v, bf);", "load_wc<Wt, V>(beta, g, v, bf);")],
 }  # fmt: skip
+EDITS.update({name: dyn_edit(shards) for name, shards in DYN_SHARDS.items()})
+# ``redN`` (diagnostic): N floats more of static shared memory (the forwards' reduction
+# buffer), which moves the dynamic shared memory (the staged kernels' stages) N * 4 bytes on.
+RED = "  __shared__ float red[kRedFloats];\n"
+for _pad in (4, 8, 24):
+    EDITS[f"red{_pad}"] = [("source", RED, f"  __shared__ float red[kRedFloats + {_pad}];\n")]
+# ``align16``: the staged kernels' stages on a 16-byte boundary after the static shared
+# memory (the template before 2026-12-04 evening; it now asks for 128).
+EDITS["align16"] = [("source", "extern __shared__ __align__(128) unsigned char staged[];",
+                     "extern __shared__ __align__(16) unsigned char staged[];")]  # fmt: skip
+EDITS["dynstatic1"] = dyn_edit(1, DYN_STATIC_TICKET)
+EDITS["dynstatic1r"] = dyn_edit(1, DYN_STATIC_TICKET, reset=False)
+EDITS["dynloop1"] = dyn_edit(1, box=False, reset=False)
+EDITS["dynstatic32"] = dyn_edit(32, DYN_STATIC_TICKET)
+EDITS["dynatomic32"] = dyn_edit(32, DYN_ATOMIC_TICKET)
+
+
+def parse_cases(text: str) -> list[tuple[str, int]]:
+    """``--cases``' NORM:H,... as (norm, H) pairs; ValueError naming a bad item."""
+    cases = []
+    for case in text.split(","):
+        norm, _, h = case.partition(":")
+        if norm not in ("layernorm", "rmsnorm") or not h.isdigit():
+            raise ValueError(f"case {case!r}: expected layernorm:H or rmsnorm:H")
+        cases.append((norm, int(h)))
+    return cases
 
 
 def check_edits(names: list[str]) -> None:
@@ -345,9 +497,14 @@ def bench_case(norm: str, h: int, out: str, variants: list[str], rounds: int) ->
     results: dict[str, tuple[Any, ...]] = {}
 
     def outputs(k: Any) -> tuple[Any, ...]:
-        """z's bytes, mu, rsigma and the amax of one call on the first buffer set."""
+        """z's bytes, mu, rsigma and the amax of one call on the first buffer set, whose
+        outputs are first filled with a pattern no row leaves (so a row the call skipped does
+        not show the bytes an earlier variant wrote)."""
         s = cycle.sets[0]
         amax.zero_()
+        s["z"].view(torch.uint8).fill_(0x7F)  # (z is compared by its bytes)
+        s["mu"].fill_(float("nan"))
+        s["rs"].fill_(float("nan"))
         if ln:
             k(s["x"], w, b, EPS, s["z"], s["mu"], s["rs"], **fp8_kw)
         else:
@@ -400,11 +557,7 @@ def main() -> int:
     try:
         for v in variants:
             check_edits([] if v == "base" else v.split("+"))
-        for case in args.cases.split(","):
-            norm, _, h = case.partition(":")
-            if norm not in ("layernorm", "rmsnorm") or not h.isdigit():
-                raise ValueError(f"case {case!r}: expected layernorm:H or rmsnorm:H")
-            cases.append((norm, int(h)))
+        cases = parse_cases(args.cases)
         outs = args.out.split(",")
         if not set(outs) <= {"bf16", "fp8"}:
             raise ValueError(f"--out {args.out!r}: bf16, fp8 or bf16,fp8")
