@@ -1124,6 +1124,7 @@ def norm_section() -> str | None:
             *_vs_cast(),
             *_dependent_launch(),
             *_source_ab(),
+            *_cta_times(),
             *_spread(d),
             *_clusters(),
             *_tail(),
@@ -1185,6 +1186,18 @@ OTHER_RUN_NOTES = {
     "code moves between two runs on one GPU.",
     "norm_bandwidth-2026-12-04-rms14336-L": "Another lease, after `norm.TUNED` took `L` for "
     "RMSNorm backward at 14336 (`w28r1v8j2c1lfiLt3`): RMSNorm at 14336 alone.",
+    "norm_bandwidth-2026-12-04-align128": "Round 25, a trial: every staged kernel's stages on "
+    "a 128-byte boundary (`__align__(128)` in the template for all; bench/source_ab.py's "
+    "`align16` undoes it), without torch.compile (--no-compile). The kernels are not any "
+    "shipped set: `norm.TUNED` took the boundary (switch `A`) at LayerNorm FP8 4096 and 14336 "
+    "only, where it won.",
+    "norm_bandwidth-2026-12-04-round25": "Round 25's kernels: `A` at LayerNorm FP8 4096 and "
+    "14336 (`w4r1v8j4c1hogqiAt3`, `w14r2v8j4c1ogqAt2`), every other kernel the table's; "
+    "without torch.compile (--no-compile: the lease's device time was spent). The table's "
+    "torch.compile figures hold for the kernels it shares with this run; the two new ones "
+    "are faster than the table's. Its backward kernels' sources differ from the table's by a "
+    "comment the template then had on the line that declares the stages (since taken out): "
+    "their cubins are the table's byte for byte (compiled both ways for sm_90).",
 }
 LEGACY_COMMANDS = {
     "norm_bandwidth-2026-12-03-confirm": "--repeat=50 --name norm_bandwidth-2026-12-03-confirm",
@@ -1608,6 +1621,43 @@ def _source_ab() -> list[str]:
          "Round 24, the entry's switches over 8, 16 and 2 warps per row in place of 4 "
          "(2, 1 and 8 accesses per thread; 40-96 registers, 10-48 warps per SM against the "
          "entry's 20): 0.62-0.85x."),
+        ("source_ab-ln4096-fp8-dynrows", "",
+         "Round 25 (base: `hogqit3`, its stages 32 bytes into the shared memory): rows handed "
+         "out at run time from one ticket counter (`dynrows`; bench/source_ab.py's `DYN_*`), "
+         "meant to take back the tail that bench/norm_cta_times.py showed (below), and the "
+         "same with the layout of 4 stages: 0.841x and 0.823x."),
+        ("source_ab-ln4096-fp8-dynshards", "",
+         "The counter split into 8 and 32 (each for a shard of the rows and of the CTAs, "
+         "128 bytes apart), in case one counter's atomics were the bottleneck: 0.884x and "
+         "0.871x. These and the next run ended each CTA with a `__threadfence` (a "
+         "`MEMBAR.SC.GPU`) before the count of CTAs done; the runs after it without."),
+        ("source_ab-ln4096-fp8-dyndiag", "",
+         "dynrows32 taken apart: its code with the static assignment's tickets and no atomic "
+         "(`dynstatic32`) 0.843x, the same with the atomic taken and waited for "
+         "(`dynatomic32`) 0.809x: the run-time assignment itself won back 4%, and the code "
+         "around it lost 16%."),
+        ("source_ab-ln4096-fp8-dynnofence", "",
+         "Without the fence: the same order (`dynstatic32` 0.854x)."),
+        ("source_ab-ln4096-fp8-dynstatic", "",
+         "With one shard and static tickets (`dynstatic1`: the base's rows, in the base's "
+         "order) 0.854x: not the order of the rows."),
+        ("source_ab-ln4096-fp8-dynparts", "",
+         "Only the loop over a ring of row groups that every thread works out (`dynloop1`) "
+         "0.997x; with the tickets posted through shared memory and no count at the end "
+         "(`dynstatic1r`) 0.856x. What the post added was 16 bytes of static shared memory "
+         "(`dyn_box`), which moved the stages from 32 to 48 bytes into the CTA's shared "
+         "memory."),
+        ("source_ab-ln4096-fp8-smemoffset", "",
+         "The reduction buffer 4, 8 or 24 floats longer (`red4`, `red8`, `red24`): the stages "
+         "at 48, 64 and 128 bytes: 0.861x, 0.998x and 1.010x (every round). Round 25's switch "
+         "`A` (norm.STAGED_ALIGNED, docs/norms.md) starts the stages on a 128-byte boundary."),
+        ("source_ab-align16", "",
+         "With the template asking every staged kernel for a 128-byte boundary (as in "
+         "norm_bandwidth-2026-12-04-align128 below), each staged forward against its stages on "
+         "a 16-byte one (`align16`, where they were before): LayerNorm FP8 14336 ran 0.947x "
+         "without the 128-byte boundary (its stages at 224), LayerNorm bf16 14336 1.060x (at "
+         "224) and RMSNorm FP8 65536 1.016x (at 192) without it, the others within 0.8%. "
+         "`norm.TUNED` takes `A` at LayerNorm FP8 4096 and 14336 only."),
     ]  # fmt: skip
     out: list[str] = []
     for name, flags, text in runs:
@@ -1637,6 +1687,52 @@ def _source_ab() -> list[str]:
             "ratios are same-round medians (above 1: faster), 'won' the fraction of rounds.",
             md_table(["norm", "H", "output", "variant", "us", "% of copy", "x base", "won",
                       "x torch.compile", "won"], rows),
+        ]  # fmt: skip
+    return out
+
+
+def _cta_times() -> list[str]:
+    """bench/norm_cta_times.py runs: when the CTAs of a staged forward start, take their rows
+    and end."""
+    runs = [
+        ("norm_cta_times-ln4096-fp8",
+         "LayerNorm FP8 4096 as shipped before round 25 (`hogqit3`) with the probe (thread 0 of "
+         "each CTA writes `%globaltimer` at its start, at each row and at its end): the probe "
+         "itself took ptxas to 80 registers (6 CTAs per SM, not 5), so the grid here is 792 "
+         "CTAs. The CTAs end between 41 and 55 us into the call, and an SM's CTAs do not share "
+         "it evenly: the later a CTA's warps took their slots, the slower its rows."),
+        ("norm_cta_times-ln4096-fp8-dynrows32",
+         "The same with rows handed out at run time (`dynrows32`, its first form, with the "
+         "fence; 5 CTAs per SM): the CTAs take 19-32 rows, and end later than the base's last "
+         "(bench/source_ab.py above: the 16 bytes of shared memory the edit added)."),
+    ]  # fmt: skip
+    out: list[str] = []
+    for name, text in runs:
+        d = load(name)
+        if d is None:
+            continue
+        if not out:
+            out.append("### Where the CTAs' time goes (bench/norm_cta_times.py)")
+        case = d["cases"][0]
+        rows = [[s["grid"], f"{s['span_us']:.1f}", f"{s['end_min_us']:.1f}",
+                 f"{s['end_median_us']:.1f}", f"{s['end_max_us']:.1f}",
+                 f"{s['row_us_median']:.2f}", f"{s['row_us_cta_min']:.2f}",
+                 f"{s['row_us_cta_max']:.2f}", f"{s['rows_min']}-{s['rows_max']}",
+                 f"{s['sm_rows_per_us_min']:.2f}-{s['sm_rows_per_us_max']:.2f}"]
+                for s in case["samples"]]  # fmt: skip
+        ranks = [[r["rank"], f"{r['row_us_mean']:.2f}", f"{r['rows_mean']:.1f}",
+                  f"{r['end_us_mean']:.1f}"] for r in case["samples"][0]["by_rank"]]  # fmt: skip
+        edits = "+".join(case.get("edits") or [])
+        out += [
+            text + " " + source(d, "norm_cta_times.py" + (f" --edits {edits}" if edits else ""))
+            + f" `{case['kernel']}`; one call per sample after 20 back-to-back calls; "
+            "microseconds from the first CTA's start; a row's time is the gap between a CTA's "
+            "row tops (its median over the CTA's rows; the columns give the median over all "
+            "and the CTAs' lowest and highest).",
+            md_table(["CTAs", "span", "first end", "median end", "last end", "row",
+                      "CTA row, min", "CTA row, max", "rows a CTA", "SM rows/us"], rows),
+            "The first sample by each CTA's rank on its SM (ordered by its first warp's slot):",
+            md_table(["rank", "row us (mean)", "rows (mean)", "end us (mean)"], ranks),
         ]  # fmt: skip
     return out
 

@@ -1329,11 +1329,18 @@ def test_backward_deferred(op, case):
     N = 2048 at H = 65536, H odd (copied element by element), fp16 x with fp32 gamma,
     zero-centred gamma, fp32 x with a 1e4 mean offset, unaligned x at 4096; and bit for bit
     (dx, dgamma, dbeta) against the same layout without ``i``."""
+    _check_backward_switch(op, case, "deferred", "defer")
+
+
+def _check_backward_switch(op, case, switch, name):
+    """A staged backward layout with ``switch`` on against the float64 reference and bit for
+    bit (dx, dgamma, dbeta) against the same layout without it; unaligned bf16 x at 4096.
+    ``case``: (tag, in dtype, H, flags, row counts); ``name`` seeds the inputs."""
     tag, in_dtype, hidden, flags, counts = case
     fields = dict(in_dtype=in_dtype, hidden_size=hidden, **flags)
-    kernel, plain = _switch_pair(op, fields, tag)
+    kernel, plain = _switch_pair(op, fields, tag, switch)
     for rows in counts:
-        rng = seed(op, tag, rows, "defer")
+        rng = seed(op, tag, rows, name)
         x_host = _sample_x(rng, rows, hidden, in_dtype)
         dz_host = reference.sample_input((rows, hidden), in_dtype, rng, outliers=4.0)
         got = [t.clone() for t in run_backward(kernel, x_host, dz_host=dz_host) if t is not None]
@@ -1341,7 +1348,7 @@ def test_backward_deferred(op, case):
         for a, b in zip(got, [t for t in want if t is not None], strict=True):
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
     if hidden == 4096:
-        x_host = reference.sample_input((301, 4096), "bf16", seed(op, tag, "defer unaligned"))
+        x_host = reference.sample_input((301, 4096), "bf16", seed(op, tag, f"{name} unaligned"))
         run_backward(kernel, x_host, x=unaligned_bf16(x_host))
 
 
@@ -1370,6 +1377,42 @@ def test_forward_deferred(op, case):
     unaligned x at 4096; and bit for bit against the same layout without ``i`` (z bytes; with
     FP8 from bf16 x also mu, rsigma, amax and scale_inv)."""
     _check_forward_switch(op, case, "deferred")
+
+
+# Round 25: the staged kernels' stages on a 128-byte boundary (``A``).
+FWD_ALIGNED = [  # (tag, in dtype, H, out dtype, scaling, flags, row counts)
+    ("w4r1v8j4c1hogqiAt3", "bf16", 4096, "fp8_e4m3", "tensor", {}, (1, 4099)),
+    ("w14r2v8j4c1ogqAt2", "bf16", 14336, "fp8_e4m3", "tensor", {}, (1, 3, 301)),
+    ("w7r1v8j8c1qfWAt4", "bf16", 14336, "bf16", "none", {"zero_centered_gamma": True}, (5,)),
+    ("w4r1v8j8c8hogqiyzAt3", "bf16", 65536, "fp8_e4m3", "tensor", {}, (1, 37)),
+    ("w1r1v8j4c1hAt4", "fp16", 1000, "fp8_e5m2", "mxfp8", {}, (7,)),
+]
+
+
+@pytest.mark.parametrize("case", FWD_ALIGNED, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}-{c[4]}")
+@pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
+def test_forward_aligned(op, case):
+    """``A`` on the staged forward (TUNED's LayerNorm FP8 entries at 4096 and 14336, two rows
+    per CTA, fp32 weights in shared memory, a cluster of 8, H = 1000 with MXFP8) against the
+    float64 reference and bit for bit against the same layout without it."""
+    if op == "rmsnorm_fwd":
+        case = (case[0].replace("z", "").replace("W", ""), *case[1:])  # (LayerNorm only)
+    _check_forward_switch(op, case, "aligned")
+
+
+# Round 25: ``A`` on the staged backward.
+BWD_ALIGNED = [  # (tag, in dtype, H, flags, row counts)
+    ("w8r1v8j2c1At5", "bf16", 4096, {}, (1, 4099)),
+    ("w7r1v8j4c2qAt3", "fp16", 14336, {"fp32_gamma": True}, (3,)),
+]
+
+
+@pytest.mark.parametrize("case", BWD_ALIGNED, ids=lambda c: c[0] + "-" + c[1] + "-" + str(c[2]))
+@pytest.mark.parametrize("op", BWD)
+def test_backward_aligned(op, case):
+    """``A`` on the staged backward (one CTA, a cluster of 2 with fp16 x and fp32 gamma)
+    against the float64 reference and bit for bit against the same layout without it."""
+    _check_backward_switch(op, case, "aligned", "aligned")
 
 
 def _check_forward_switch(op, case, switch, close=None, max_ties=1 / 50):

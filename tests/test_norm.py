@@ -144,7 +144,7 @@ def test_key_names_and_parse():
     bwd = make_key("rmsnorm_bwd_add", dtype="fp16", arch="sm_100a", fp32_gamma=True)
     assert str(bwd) == "rmsnorm_bwd_add_fp16_fp16_none_rowwise_hany_sm100a_wf32"
     assert KernelKey.parse(str(bwd)) == bwd
-    assert key.spec.symbols(key) == (f"{key}_w4r1v8j4c1hogqit3",)  # norm.TUNED's FP8 winner
+    assert key.spec.symbols(key) == (f"{key}_w4r1v8j4c1hogqiAt3",)  # norm.TUNED's FP8 winner
     assert bwd.spec.symbols(bwd) == (f"{bwd}_loop", f"{bwd}_loop_stats", f"{bwd}_loop_finalize")
     mx = make_key("rmsnorm_fwd", in_dtype="bf16", out_dtype="e5m2", scaling="mxfp8", arch="sm_90")
     assert mx.scaling == "mxfp8" and "mxfp8" in str(mx)
@@ -285,7 +285,7 @@ def test_held_weights_need_two_ctas_per_sm():
     # TUNED holds RMSNorm's at 4096, 14336 and 65536 (the o/g/q/p/x letters: the FP8 switches
     # TUNED carries, test_tuned_fp8_forwards_carry_the_measured_switches); LayerNorm's FP8
     # entries are staged (t: x in shared memory), at 4096 and 65536 with the weights held
-    assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1hogqit3"
+    assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1hogqiAt3"
     assert fp8_tag("layernorm_fwd", 8192) == "w4r1v8j8c1ogqWt3"
     assert fp8_tag("rmsnorm_fwd", 4096) == "w4r1v8j4c1hogqx4"
     assert fp8_tag("rmsnorm_fwd", 14336) == "w14r1v8j4c1hogq"
@@ -931,11 +931,12 @@ def _with_switches(monkeypatch, values):
 # CTA, norm_tuning-srows.json and norm_tuning-bal.json; weights held, norm_tuning-sregs.json;
 # z a row later, norm_tuning-fdefer.json; LayerNorm 65536: one-pass statistics about the row's
 # first element, norm_tuning-shift.json; LayerNorm 8192: W, source_ab-ln8192-fp8-W2.json;
-# RMSNorm 65536: L, source_ab-fp8-cp256.json)
+# RMSNorm 65536: L, source_ab-fp8-cp256.json; LayerNorm 4096 and 14336: A,
+# source_ab-ln4096-fp8-smemoffset.json and source_ab-align16.json)
 TUNED_FP8 = {
-    ("layernorm_fwd", 4096): "w4r1v8j4c1hogqit3",
+    ("layernorm_fwd", 4096): "w4r1v8j4c1hogqiAt3",
     ("layernorm_fwd", 8192): "w4r1v8j8c1ogqWt3",
-    ("layernorm_fwd", 14336): "w14r2v8j4c1ogqt2",
+    ("layernorm_fwd", 14336): "w14r2v8j4c1ogqAt2",
     ("layernorm_fwd", 65536): "w4r1v8j8c8hogqiyzt3",
     ("rmsnorm_fwd", 4096): "w4r1v8j4c1hogqx4",
     ("rmsnorm_fwd", 8192): "w2r1v8j8c2hogqpx64",
@@ -2203,6 +2204,62 @@ def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
     for name in ("earlyfill", "latefill", "tma"):
         with pytest.raises(ValueError, match="exactly|needs 1"):
             ab.edited(r, [name])
+    # round 25: rows from ticket counters, the diagnostics that took the edit apart, and the
+    # stages' offset (TUNED's entry has A: its stages on a 128-byte boundary); all compile
+    assert "__align__(128) unsigned char staged[]" in fp8.source
+    edits = {name: ab.edited(fp8, [name]) for name in ("dynrows8", "dynstatic1r", "dynloop1",
+                                                       "red4", "align16")}  # fmt: skip
+    assert "atomicAdd(&nve_dyn_next[dyn_k * 32], 1u)" in edits["dynrows8"].source
+    assert "nve_dyn_done" in edits["dynrows8"].source
+    assert (
+        "atomicAdd" not in edits["dynstatic1r"].source and "dyn_box" in edits["dynstatic1r"].source
+    )
+    assert (
+        "dyn_box[dyn_r & 1]" not in edits["dynloop1"].source
+        and "while (dq[0] < groups)" in edits["dynloop1"].source
+    )
+    assert "float red[kRedFloats + 4];" in edits["red4"].source
+    assert "__align__(16) unsigned char staged[]" in edits["align16"].source
+    for e in edits.values():
+        log = compile_source(e.name, e.source, e.headers, CompileOptions(arch="sm_90")).log
+        assert "error" not in log.lower()
+    for name in ("dynrows", "dynrows32", "dynatomic32"):
+        with pytest.raises(ValueError, match="exactly|needs 1"):
+            ab.edited(r, [name])  # a register forward has no staged loop
+    with pytest.raises(ValueError, match="none of its text"):
+        ab.edited(r, ["align16"])  # nor stages
+
+
+def test_norm_cta_times_probe_and_summary(monkeypatch):
+    """bench/norm_cta_times.py: its probe edit applies to the staged forward (with or without
+    a source_ab edit after it) and compiles; a sample's summary gives the span, the ends, the
+    rows each CTA took and the CTAs by their rank on their SM (synthetic timestamps)."""
+    from nvrtc_engine.nvrtc import CompileOptions, compile_source
+
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")  # (the script sets it; restored)
+    probe = _bench_module("norm_cta_times")
+    fp8 = render(make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
+                          arch="sm_90"))  # fmt: skip
+    e = probe.source_ab.edited(fp8, ["ctaprobe", "dynrows8"])
+    assert e.source.count("nve_probe_now()") == 4  # start, each row, end (and its definition)
+    log = compile_source(e.name, e.source, e.headers, CompileOptions(arch="sm_90")).log
+    assert "error" not in log.lower()
+    grid, sms = 8, 2
+    cta = [0] * (4 * probe.MAX_CTAS)
+    rows = [0] * (probe.MAX_ROWS * probe.MAX_CTAS)
+    for i in range(grid):
+        rank = i // sms  # CTA i on SM i % 2, its warps in slots 4 * rank
+        start = 1000 + 10 * i
+        step = 2000 + 500 * rank  # ns per row: the later ranks slower
+        for k in range(5):
+            rows[i * probe.MAX_ROWS + k] = start + k * step
+        cta[4 * i : 4 * i + 4] = [start, start + 5 * step, i % sms, 4 * rank]
+    got = probe.summarize(cta, rows, grid)
+    assert got["grid"] == grid and got["sms"] == sms and got["rows_min"] == got["rows_max"] == 5
+    assert got["end_min_us"] == pytest.approx(10.0) and got["end_max_us"] == pytest.approx(17.57)
+    assert [r["rank"] for r in got["by_rank"]] == [0, 1, 2, 3]
+    assert [r["row_us_mean"] for r in got["by_rank"]] == pytest.approx([2.0, 2.5, 3.0, 3.5])
+    assert got["sm_rows_per_us_min"] < got["sm_rows_per_us_max"]
 
 
 def test_fetch256_candidates_are_the_staged_backwards_with_l():
@@ -2249,26 +2306,51 @@ def test_fetch256_compile(arch):
     without ``L``, and the 16-byte copies carry ``.L2::256B`` instead of ``.L2::128B``; off
     by default, and dropped from a register layout (which has no copies to hint)."""
     assert not norm.STAGED_FETCH256
+    _check_staged_switch(arch, "fetch256", "STAGED_FETCH256", ["w4r1v8j4c1hogqiLt3"],
+                         "w8r1v8j2c1Lt5", "w4r1v8j4c1hogqL",
+                         "cp.async.cg.shared.global.L2::256B",
+                         "cp.async.cg.shared.global.L2::128B")  # fmt: skip
+
+
+def _check_staged_switch(arch, switch, constant, forwards, backward, dropped, on, off):
+    """The staged forwards ``forwards`` (tags at H = 4096, FP8 z, both ops) and the staged
+    RMSNorm backward ``backward`` (``switch`` on in each) compile on ``arch`` with the text
+    ``on`` and without ``off``, and the same layouts without ``switch`` the other way round
+    (_compile_with_and_without); launch_config drops ``switch`` from the register layout
+    ``dropped``; the module constant ``constant`` turns it on for a TUNED staged entry."""
     cases = [(cfg, key) for cfg, _op, key in _forward_keys(
-        [("w4r1v8j4c1hogqiLt3", "bf16", 4096, "tensor", {})], arch)]  # fmt: skip
-    bwd = norm.parse_tag("w8r1v8j2c1Lt5")
+        [(tag, "bf16", 4096, "tensor", {}) for tag in forwards], arch)]  # fmt: skip
+    bwd = norm.parse_tag(backward)
     cases.append((bwd, make_key("rmsnorm_bwd", in_dtype="bf16", hidden_size=4096, arch=arch)))
     with rules_only() as mp:
         for cfg, key in cases:
-            assert cfg.fetch256
-            with_l, without = _compile_with_and_without(mp, key, cfg, "fetch256")
-            assert "cp.async.cg.shared.global.L2::256B" in with_l
-            assert "cp.async.cg.shared.global.L2::128B" not in with_l
-            assert "cp.async.cg.shared.global.L2::128B" in without
-        _assert_dropped(mp, "rmsnorm_fwd", "w4r1v8j4c1hogqL", "tensor", arch, "fetch256",
-                        ".L2::256B")  # fmt: skip
-        mp.setattr(norm, "STAGED_FETCH256", True)
+            assert getattr(cfg, switch)
+            with_it, without = _compile_with_and_without(mp, key, cfg, switch)
+            assert on in with_it and off not in with_it
+            assert off in without and on not in without
+        _assert_dropped(mp, "rmsnorm_fwd", dropped, "tensor", arch, switch, on)
+        mp.setattr(norm, constant, True)
         mp.setattr(norm, "_tuned", lambda key: norm.parse_tag("w4r1v8j4c1hogqit3"))
         launch_config.cache_clear()
         key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
                        arch=arch)  # fmt: skip
-        assert launch_config(key).tag == "w4r1v8j4c1hogqiLt3"
+        assert getattr(launch_config(key), switch)
     launch_config.cache_clear()
+
+
+# Round 25: the staged kernels' stages on a 128-byte boundary (``A``).
+@pytest.mark.parametrize("arch", ARCHS)
+def test_aligned_compile(arch):
+    """A staged forward (both ops; one and two rows per CTA) and a staged backward with ``A``
+    compile on every arch: the symbol ends with the tag, the dynamic shared memory is that of
+    the same layout without ``A``, and the stages are declared on a 128-byte boundary
+    instead of a 16-byte one; off by default, and dropped from a register layout (which has
+    no stages)."""
+    assert not norm.STAGED_ALIGNED
+    align = "extern __shared__ __align__({}) unsigned char staged[];"
+    _check_staged_switch(arch, "aligned", "STAGED_ALIGNED",
+                         ["w4r1v8j4c1hogqiAt3", "w2r2v8j8c1ogqAt2"], "w8r1v8j2c1At5",
+                         "w4r1v8j4c1hogqA", align.format(128), align.format(16))  # fmt: skip
 
 
 def test_norm_vs_cast_reads_its_shapes():

@@ -323,6 +323,24 @@ FWD_WARP_STATS = False
 # files and source_ab-bf16-cp256.json); the staged backwards not measured. Without the hint
 # (``cpnohint``) RMSNorm FP8 65536 ran 1.032x, LayerNorm FP8 4096 0.997x.
 STAGED_FETCH256 = False
+# Round-25 switch, off by default (bench/source_ab.py). The stages of a staged kernel follow
+# its static shared memory (the reduction buffer, cluster mailboxes), aligned to 16 bytes, so
+# where they start differs from layout to layout (ptxas, sm_90: 32, 128, 192, 224, 1056 or
+# 1888 bytes past the 1 KB the driver keeps). bench/norm_cta_times.py first (2026-12-04): in
+# LayerNorm FP8 4096 (hogqit3) the CTAs of the persistent grid end 42-54 us into a 54 us
+# call; a dynamic row assignment meant to even that out (source_ab ``dynrows*``) ran
+# 0.85-0.90x, and taking its parts apart (``dynstatic1``, ``dynloop1``) put the loss on the 16
+# bytes of static shared memory it added: the stages 16 bytes off a 32-byte boundary. Then
+# (``red4``, ``red8``, ``red24``: the reduction buffer longer, 20 paired rounds): 0.861x,
+# 0.998x, 1.010x. STAGED_ALIGNED (suffix ``A``): the stages start on a 128-byte boundary
+# (``extern __shared__ __align__(128)``; ptxas pads the static shared memory). Not every
+# kernel gains (source_ab-align16.json, 10 paired rounds, ``align16`` against the template
+# with 128 for all): LayerNorm FP8 14336 (ogqt2, stages at 224 before) 1.056x with it (every
+# round), LayerNorm bf16 14336 (qfWt4, at 224) 0.943x and RMSNorm FP8 65536 (hogqiLt3, at
+# 192) 0.984x (slower in every round), LayerNorm bf16 and FP8 and RMSNorm bf16 at 65536
+# within 0.8% (either way). So TUNED takes it where it won; the staged backwards (at 1056)
+# were not measured with it. Why the offset matters is not established.
+STAGED_ALIGNED = False
 # Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
 # Each CTA (or cluster: H = 65536) holds a fixed share of the columns and loops over rows
 # (persistent grid); a thread copies its share of the row's x and dz into shared memory
@@ -425,9 +443,12 @@ TUNED: dict[tuple[str, int, str], str] = {
     # fp8 (20 rounds, source_ab-ln8192-fp8-W2.json): W at 8192 in place of u (one exchange
     # either way: W's two passes per warp, not u's merges at each shuffle step), 1.030x
     # over uogqt3 in every round (93.5 against 90.8).
-    ("layernorm_fwd", 4096, "tensor"): "w4r1v8j4c1hogqit3",  # 89.3 (88.4, w4r2v8j4c1hogqt3)
+    # Round 25, the stages on a 128-byte boundary (A, STAGED_ALIGNED above): at 4096 1.010x
+    # (source_ab-ln4096-fp8-smemoffset.json, red24), at 14336 1.056x (source_ab-align16.json);
+    # norm_bandwidth-2026-12-04-align128.json: 91.6 and 97.9 (paired 91.3 and 98.2).
+    ("layernorm_fwd", 4096, "tensor"): "w4r1v8j4c1hogqiAt3",  # 89.3 (88.4, w4r2v8j4c1hogqt3)
     ("layernorm_fwd", 8192, "tensor"): "w4r1v8j8c1ogqWt3",  # 93.5 (90.8, uogqt3)
-    ("layernorm_fwd", 14336, "tensor"): "w14r2v8j4c1ogqt2",  # 92.4 against w7r1j4c2 90.6 (78.8)
+    ("layernorm_fwd", 14336, "tensor"): "w14r2v8j4c1ogqAt2",  # 92.4 against w7r1j4c2 90.6 (78.8)
     # Round 13, --candidates reread --hidden 4096,65536 (4 rounds, norm_tuning-reread.json):
     # y (x read from its stage in each pass: 168 -> 128 registers, 4 CTAs per SM) with i,
     # faster than round 10's hogqt3 (81.2%) in every round; y lost at every other entry
@@ -567,6 +588,7 @@ class LaunchConfig:
     shifted: bool = False  # LayerNorm FP8 forward: one-pass statistics about x[row, 0]
     warp_stats: bool = False  # LayerNorm forward: per-warp two passes, one exchange per row
     fetch256: bool = False  # staged: the 16-byte cp.async copies ask L2 for 256 bytes
+    aligned: bool = False  # staged: the stages start on a 128-byte boundary
 
     @property
     def threads(self) -> int:
@@ -588,7 +610,8 @@ class LaunchConfig:
         by access, instead of held in registers across the row), ``z`` (the staged LayerNorm
         FP8 forward's one-pass statistics about the row's first element), ``W`` (the
         LayerNorm forward's statistics by two passes per warp and one exchange), ``L`` (a
-        staged kernel's cp.async copies of the rows ask L2 for 256 bytes), ``a2``
+        staged kernel's cp.async copies of the rows ask L2 for 256 bytes), ``A`` (a staged
+        kernel's stages on a 128-byte boundary), ``a2``
         (split sums), ``s1`` (column sums in shared memory), ``t3`` (the staged kernel, 3
         rows deep), ``m2`` (at least 2 CTAs per SM: a register cap for ptxas); then the
         grid choices, the same code: ``x4`` (4 row groups per CTA where a CTA takes
@@ -606,6 +629,7 @@ class LaunchConfig:
         switches += ("d" if self.folded else "") + ("i" if self.deferred else "")
         switches += ("y" if self.reread else "") + ("z" if self.shifted else "")
         switches += ("W" if self.warp_stats else "") + ("L" if self.fetch256 else "")
+        switches += "A" if self.aligned else ""
         switches += f"a{self.accumulators}" if self.accumulators > 1 else ""
         switches += f"s{self.shared_sums}" if self.shared_sums else ""
         switches += f"t{self.stages}" if self.stages else ""
@@ -885,9 +909,10 @@ def _round8_switches(key: KernelKey, cfg: LaunchConfig) -> LaunchConfig:
         key, dataclasses.replace(cfg, deferred=deferred, shifted=shifted)
     )
     fetch256 = (cfg.fetch256 or STAGED_FETCH256) and cfg.stages > 0
+    aligned = (cfg.aligned or STAGED_ALIGNED) and cfg.stages > 0
     new = dict(lanes=lanes, words=words, gamma32=gamma32, folded=folded, deferred=deferred,
                reread=reread, shifted=shifted, warp_stats=warp_stats,
-               fetch256=fetch256)  # fmt: skip
+               fetch256=fetch256, aligned=aligned)  # fmt: skip
     if all(getattr(cfg, k) == v for k, v in new.items()):
         return cfg
     return dataclasses.replace(cfg, **new)
@@ -923,7 +948,7 @@ def next_row_fits(cfg: LaunchConfig, itemsize: int) -> bool:
 
 
 _TAG = re.compile(
-    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(l?)(f?)(d?)(i?)(y?)(z?)(W?)(L?)"
+    r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(l?)(f?)(d?)(i?)(y?)(z?)(W?)(L?)(A?)"
     r"(?:a(\d+))?"
     r"(?:s(\d+))?"
     r"(?:t(\d+))?(?:m(\d+))?(?:x(\d+))?(?:b(\d+))?"
@@ -939,18 +964,19 @@ def parse_tag(tag: str) -> LaunchConfig:
         raise ValueError(
             f"not a norm configuration tag: {tag!r} (expected w<warps>r<rows>v<vec>j<iters>"
             "c<cluster>, then the switch letters that apply in the order h k n e u o g q p l f "
-            "d i y z W L, then a<n> s<n> t<n> m<n> x<n> b<n> in that order)"
+            "d i y z W L A, then a<n> s<n> t<n> m<n> x<n> b<n> in that order)"
         )
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
-                        packed=bool(m[7]), min_ctas=int(m[26] or 0), early=bool(m[9]),
-                        one_reduction=bool(m[10]), accumulators=int(m[23] or 1),
-                        shared_sums=int(m[24] or 0), batched=bool(m[11]),
+                        packed=bool(m[7]), min_ctas=int(m[27] or 0), early=bool(m[9]),
+                        one_reduction=bool(m[10]), accumulators=int(m[24] or 1),
+                        shared_sums=int(m[25] or 0), batched=bool(m[11]),
                         warp_amax=bool(m[12]), words=bool(m[13]), next_row=bool(m[14]),
                         lanes=bool(m[15]), gamma32=bool(m[16]), folded=bool(m[17]),
                         deferred=bool(m[18]), reread=bool(m[19]), shifted=bool(m[20]),
-                        warp_stats=bool(m[21]), fetch256=bool(m[22]), stages=int(m[25] or 0),
-                        groups=int(m[27] or 0), ctas_per_sm=int(m[28] or 0))  # fmt: skip
+                        warp_stats=bool(m[21]), fetch256=bool(m[22]), aligned=bool(m[23]),
+                        stages=int(m[26] or 0), groups=int(m[28] or 0),
+                        ctas_per_sm=int(m[29] or 0))  # fmt: skip
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
@@ -1125,6 +1151,7 @@ class NormSpec(OpSpec):
             shifted=cfg.shifted and shift_applies(key, cfg),
             warp_stats=cfg.warp_stats and warp_stats_apply(key, cfg),
             fetch256=cfg.fetch256 and staged,
+            stage_align=128 if cfg.aligned and staged else 16,
             mxfp8=key.scaling == "mxfp8",
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
             stats_name=symbols[1] if len(symbols) == 3 else "",
