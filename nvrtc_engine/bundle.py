@@ -61,13 +61,15 @@ class BundleError(NvrtcEngineError, ValueError):
 @dataclass(frozen=True)
 class BundleReport:
     """What an export or import did: the bundle ``path``, the ``keys`` written or imported,
-    the ``nvrtc_version`` of the bundle, and ``skipped`` (one line per entry left out of an
-    export, with the reason)."""
+    the ``nvrtc_version`` of the bundle, ``skipped`` (one line per entry left out of an
+    export, with the reason) and ``already`` (import: how many of ``keys`` the disk cache
+    held already, the same bytes by their digest, written again)."""
 
     path: str
     keys: tuple[str, ...]
     nvrtc_version: str
     skipped: tuple[str, ...] = ()
+    already: int = 0
 
 
 def _disk(path: str, what: str) -> Any:
@@ -243,9 +245,10 @@ def import_bundle(path: str | os.PathLike[str]) -> BundleReport:
             )
         verified = [_verified(zf, record, nv, where) for record in manifest["entries"]]
     engine = default_engine()
+    already = sum(1 for _, artifact, _ in verified if artifact.digest in disk)
     for name, artifact, cuda_headers in verified:
         if not disk.put(name, artifact):
             raise BundleError(where, name, f"cannot write to the disk cache at {disk.directory}")
         # the key index points at the new entry (its value file changed if it was there)
         engine.remember(disk, KernelKey.parse(name), artifact, None, cuda_headers)
-    return BundleReport(where, tuple(name for name, _, _ in verified), nv)
+    return BundleReport(where, tuple(name for name, _, _ in verified), nv, already=already)

@@ -486,6 +486,13 @@ class DiskCache:
         except Exception:
             return 0
 
+    def __contains__(self, digest: object) -> bool:
+        """Whether an entry is stored under ``digest`` (not verified: :meth:`get` does that)."""
+        try:
+            return digest in self._store
+        except Exception:
+            return False
+
     def volume(self) -> int:
         """Bytes used on disk (database and files)."""
         try:

@@ -259,7 +259,9 @@ def _cache_import(args: argparse.Namespace) -> int:
 
     _open_disk(writes="cache import")
     report = import_bundle(args.bundle)
-    print(f"imported {len(report.keys)} kernels (NVRTC {report.nvrtc_version}) from {report.path}")
+    held = f"; {report.already} already in the cache" if report.already else ""
+    print(f"imported {len(report.keys)} kernels (NVRTC {report.nvrtc_version}{held}) "
+          f"from {report.path}")  # fmt: skip
     return 0
 
 

@@ -297,7 +297,10 @@ def test_cache_list_verify_export_import(capsys, tmp_path, isolated_cache):
     assert main(["cache", "verify"]) == 0
     capsys.readouterr()
     assert main(["cache", "import", str(bundle)]) == 0
-    assert "imported 2 kernels" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "imported 2 kernels" in out and "; 1 already in the cache)" in out  # (1 removed)
+    assert main(["cache", "import", str(bundle)]) == 0
+    assert "; 2 already in the cache)" in capsys.readouterr().out
     assert main(["cache", "info", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["entries"] == 2
     bundle.write_bytes(bundle.read_bytes()[:200])
