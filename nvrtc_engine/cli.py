@@ -145,10 +145,19 @@ def _cache_info(args: argparse.Namespace) -> int:
         read_only = " (read-only)" if info.read_only else ""
         print(f"directory:  {info.directory}{read_only}")
         print(f"entries:    {info.entries}")
-        print(f"bytes:      {info.bytes}")
-        print(f"size limit: {info.size_limit}")
+        print(f"bytes:      {info.bytes} ({_size(info.bytes)} on disk, its SQLite database "
+              "included: an empty cache has one)")  # fmt: skip
+        print(f"size limit: {info.size_limit} ({_size(info.size_limit)})")
         print(f"launcher:   {built or 'not built yet (the first launch on a GPU builds it)'}")
     return 0
+
+
+def _size(n: int) -> str:
+    """``n`` bytes in decimal units (``32.8 kB``, ``1.07 GB``)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
 
 
 def _current_digest(name: str, memo: dict[str, str | None]) -> str | None:

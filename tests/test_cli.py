@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from nvrtc_engine import driver, launcher
+from nvrtc_engine import cli, driver, launcher
 from nvrtc_engine.cli import _one_line_warning, main
 
 
@@ -47,6 +47,9 @@ def test_cache_info_and_clear(capsys):
     main(["cache", "info"])
     out = capsys.readouterr().out
     assert "entries:    0" in out and "launcher:   not built yet" in out
+    assert "on disk, its SQLite database included" in out  # (an empty cache is not 0 bytes)
+    assert cli._size(32768) == "32.8 kB" and cli._size(5) == "5 B"
+    assert cli._size(1 << 30) == "1.07 GB" and cli._size(2_500_000) == "2.5 MB"
 
 
 @pytest.mark.skipif(launcher.compiler() is None or not launcher._python_includes(),
