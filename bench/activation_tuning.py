@@ -47,7 +47,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--fns", default="gelu,identity", help="functions (comma-separated)")
     parser.add_argument("--outs", default="fp8,bf16", help="output dtypes (comma-separated)")
-    parser.add_argument("--name", default="activation_tuning", help="results file name")
+    parser.add_argument(
+        "--name", type=common.result_name, default="activation_tuning", help="results file name"
+    )
     args = parser.parse_args()
     import torch
 

@@ -235,7 +235,9 @@ def main() -> int:
         metavar="ROUNDS",
         help="also time ours against torch.compile in ROUNDS shuffled rounds",
     )
-    parser.add_argument("--name", default="cast_bandwidth", help="bench/results/NAME.json")
+    parser.add_argument(
+        "--name", type=common.result_name, default="cast_bandwidth", help="bench/results/NAME.json"
+    )
     args = parser.parse_args()
     import torch
 

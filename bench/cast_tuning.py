@@ -151,7 +151,9 @@ def main() -> int:
                         help="the cast ops' CANDIDATES against their defaults only")  # fmt: skip
     parser.add_argument("--switch", default=None,
                         help="--candidates: only entries with a switch starting so")  # fmt: skip
-    parser.add_argument("--name", default=None, help="results file name (no .json)")
+    parser.add_argument(
+        "--name", type=common.result_name, default=None, help="results file name (no .json)"
+    )
     parser.add_argument("--list", action="store_true", help="print the cases and exit")
     args = parser.parse_args()
     groups = args.ops.split(",")

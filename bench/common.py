@@ -59,6 +59,19 @@ def gpu_info() -> dict[str, Any]:
     }
 
 
+def result_name(text: str) -> str:
+    """The ``--name`` argument's type: a file name for bench/results/NAME.json (``.json`` may be
+    given), not a path; argparse's error otherwise."""
+    import argparse
+
+    name = text.removesuffix(".json")
+    if not name or name.startswith(".") or "/" in name or "\\" in name:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a file name for bench/results/NAME.json, not a path"
+        )
+    return name
+
+
 def write_results(name: str, payload: dict[str, Any], out_dir: str | None = None) -> Path:
     """Write ``payload`` (plus host info) to bench/results/<name>.json and $OUT if set."""
     payload = {"benchmark": name, **host_info(), **payload}

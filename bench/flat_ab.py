@@ -79,7 +79,9 @@ def main() -> int:
                         help="paired rounds (default: %(default)s)")  # fmt: skip
     parser.add_argument("--zero-amax", action="store_true",
                         help="zero the amax word before every call, inside the timing")  # fmt: skip
-    parser.add_argument("--name", default="flat_ab", help="bench/results/NAME.json")
+    parser.add_argument(
+        "--name", type=common.result_name, default="flat_ab", help="bench/results/NAME.json"
+    )
     args = parser.parse_args()
     import torch
 

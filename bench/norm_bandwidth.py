@@ -364,7 +364,9 @@ def main() -> int:
                         help="paired rounds of the specialized kernel against torch.compile "
                         "per case (0: none; default 20)")  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
-    parser.add_argument("--name", default="norm_bandwidth", help="bench/results/NAME.json")
+    parser.add_argument(
+        "--name", type=common.result_name, default="norm_bandwidth", help="bench/results/NAME.json"
+    )
     parser.add_argument("--tuned-from", default="", help="a norm_tuning result whose winners "
                         "replace their norm.TUNED entries for this run (see above)")  # fmt: skip
     args = parser.parse_args()

@@ -40,7 +40,7 @@ def main() -> int:
                         "--caps=-1,-2; the full grid is always timed; "
                         "default %(default)s)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=20, help="paired rounds (default 20)")
-    parser.add_argument("--name", default="norm_clusters",
+    parser.add_argument("--name", type=common.result_name, default="norm_clusters",
                         help="bench/results/NAME.json (default %(default)s)")  # fmt: skip
     args = parser.parse_args()
     parts = args.case.split(":")

@@ -5,16 +5,18 @@ assignment would take back)?
     python bench/norm_cta_times.py [--cases layernorm:4096] [--out fp8] [--samples 10]
                                    [--edits dynrows] [--name norm_cta_times]
 
-Needs PyTorch with a GPU (``pip install -e '.[test,torch]'``). Each case compiles its default
-kernel (norm.TUNED or the rules; it must be a staged forward, ``t`` in its tag) from the
-rendered source with a probe added (bench/source_ab.py's edits, on an engine without a disk
-cache), with the edits ``--edits`` names (``+``-joined, bench/source_ab.py's) after it:
+Needs PyTorch with a GPU (``pip install -e '.[test,torch]'``); the arguments are checked first,
+each case's kernel too (rendered for sm_90 with the probe and the edits: no GPU needed). Each
+case compiles its default kernel (norm.TUNED or the rules; it must be a staged forward, ``t``
+in its tag) from the rendered source with a probe added (bench/source_ab.py's edits, on an
+engine without a disk cache), then the edits ``--edits`` names (``+``-joined, bench/source_ab.py's):
 thread 0 of every CTA writes ``%globaltimer`` (ns) when the CTA starts, at the top of each row
-(up to 64 rows) and when it ends, with ``%smid``, into ``__device__`` arrays read
-back after the call. A sample is one call after 20 back-to-back calls on rotating buffers
+(up to 64 rows) and when it ends, with ``%smid`` and ``%warpid``, into ``__device__`` arrays
+read back after the call. A sample is one call after 20 back-to-back calls on rotating buffers
 (norm_bandwidth.Cycle), so the GPU is in its busy state. The probe adds a few stores per row
-of thread 0 only; the figures are the kernel's shape in time, not its speed (bench/source_ab.py
-times it). Writes bench/results/NAME.json (and $OUT/NAME.json when set).
+of thread 0 only, but it can change the kernel's registers (hogqit3: 96 to 80, so 6 CTAs per
+SM instead of 5): the figures are the kernel's shape in time, not its speed
+(bench/source_ab.py times it). Writes bench/results/NAME.json (and $OUT/NAME.json when set).
 
 Per sample: the span (first start to last end), the spread of the CTAs' starts and ends, the
 steady row time (gaps between a CTA's row tops, rows 2 to its last but one: median, mean,
@@ -122,6 +124,8 @@ def summarize(cta: list[int], rows_t: list[int], grid: int) -> dict[str, Any]:
     """One sample's figures (microseconds) from the probe arrays of a grid of ``grid`` CTAs,
     and each CTA's own (``ctas``: start, end, SM, warp slot of its first warp, rows taken and
     the median gap between its row tops)."""
+    if grid < 1:
+        raise ValueError("no CTA wrote its end: the probe did not run (not a staged forward?)")
     starts = [cta[4 * i] for i in range(grid)]
     t0 = min(starts)
     ctas = []
@@ -149,7 +153,7 @@ def summarize(cta: list[int], rows_t: list[int], grid: int) -> dict[str, Any]:
             ranks.setdefault(rank, []).append(c)
         sm_rate.append(sum(c["rows"] for c in group) / max(c["end_us"] for c in group))
     by_rank = [{"rank": r, "ctas": len(cs),
-                "row_us_mean": statistics.fmean(c["row_us"] for c in cs if c["row_us"]),
+                "row_us_mean": statistics.fmean([c["row_us"] for c in cs if c["row_us"]] or [0.0]),
                 "end_us_mean": statistics.fmean(c["end_us"] for c in cs),
                 "rows_mean": statistics.fmean(c["rows"] for c in cs)}
                for r, cs in sorted(ranks.items())]  # fmt: skip
@@ -169,17 +173,33 @@ def summarize(cta: list[int], rows_t: list[int], grid: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def check_case(norm: str, h: int, out: str, edits: list[str], arch: str = "sm_90") -> None:
+    """ValueError unless the case's kernel (rendered for ``arch``: no GPU, no compile) is a
+    staged forward, whose row loop the probe times, and takes the probe and ``edits``."""
+    import nvrtc_engine.engine as engine_mod
+
+    if "ctaprobe" in edits:
+        raise ValueError("--edits: the probe (ctaprobe) is always applied; leave it out")
+    key = source_ab.case_key(norm, h, out, arch)
+    rendered = engine_mod.render(key)
+    if rendered.source.count(ROW_TOP) != 1:
+        raise ValueError(f"case {norm}:{h} --out {out}: {rendered.name} is not a staged forward "
+                         "(no row loop of stages to probe; norm.TUNED names the staged entries: "
+                         "t in their tags)")  # fmt: skip
+    try:
+        source_ab.edited(rendered, ["ctaprobe", *edits])
+    except ValueError as exc:
+        raise ValueError(f"case {norm}:{h} --out {out}: {exc}") from None
+
+
 def run_case(norm: str, h: int, out: str, samples: int, edits: list[str]) -> dict[str, Any]:
     import torch
-
-    import nvrtc_engine as ne
 
     n = 2048 if h >= 65536 else 16384
     ln, fp8 = norm == "layernorm", out == "fp8"
     w, b, fp8_kw = forward_weights(h, fp8)
     cycle = Cycle(lambda: forward_rows(n, h, fp8), 2 * n * h * 2)
-    extra = {"out_dtype": "fp8", "scaling": "tensor"} if fp8 else {}
-    key = ne.make_key(f"{norm}_fwd", in_dtype="bf16", hidden_size=h, **extra)
+    key = source_ab.case_key(norm, h, out)
     k = source_ab.build(key, ["ctaprobe", *edits])
     symbol = k.artifact.symbols[0]
     call = kernel_forward(k, cycle, ln, w, b, **fp8_kw)
@@ -218,7 +238,9 @@ def main() -> int:
     parser.add_argument("--out", default="fp8", help="bf16 or fp8 (default %(default)s)")
     parser.add_argument("--samples", type=int, default=10, help="calls probed (default 10)")
     parser.add_argument("--edits", default="", help="bench/source_ab.py edits, '+'-joined")
-    parser.add_argument("--name", default="norm_cta_times", help="bench/results/NAME.json")
+    parser.add_argument(
+        "--name", type=common.result_name, default="norm_cta_times", help="bench/results/NAME.json"
+    )
     args = parser.parse_args()
     if args.out not in ("bf16", "fp8"):
         parser.error(f"--out {args.out!r}: bf16 or fp8")
@@ -228,6 +250,8 @@ def main() -> int:
     try:
         cases = source_ab.parse_cases(args.cases)
         source_ab.check_edits(edits)
+        for norm, h in cases:
+            check_case(norm, h, args.out, edits)
     except ValueError as exc:
         parser.error(str(exc))
     common.torch_or_exit(parser)

@@ -124,7 +124,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--name", default="norm_fixed_cost")
+    parser.add_argument("--name", type=common.result_name, default="norm_fixed_cost")
     args = parser.parse_args()
     import torch
 

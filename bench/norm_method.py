@@ -116,7 +116,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--idle", type=float, default=0.3, help="seconds idle before a sample")
     parser.add_argument("--busy", type=float, default=0.1, help="seconds of calls before one")
-    parser.add_argument("--name", default="norm_method")
+    parser.add_argument("--name", type=common.result_name, default="norm_method")
     args = parser.parse_args()
     import torch
 

@@ -98,7 +98,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--cases", default=DEFAULT_CASES, help="NORM:H:OUT:N,... (see above)")
     parser.add_argument("--rounds", type=int, default=10, help="paired rounds (default 10)")
-    parser.add_argument("--name", default="norm_tail",
+    parser.add_argument("--name", type=common.result_name, default="norm_tail",
                         help="bench/results/NAME.json (default %(default)s)")  # fmt: skip
     args = parser.parse_args()
     try:

@@ -1249,7 +1249,9 @@ def main() -> int:
         "register layout, and for a staged FP8 default its neighbourhood and its layout as a "
         "register kernel; fetch256: L on each staged backward default)",
     )
-    parser.add_argument("--name", default="norm_tuning", help="bench/results/NAME.json")
+    parser.add_argument(
+        "--name", type=common.result_name, default="norm_tuning", help="bench/results/NAME.json"
+    )
     parser.add_argument("--versus-compile", action="store_true",
                         help="also time torch.compile of each op in every round (vs_compile: "
                         "its time over the candidate's, same round)")  # fmt: skip

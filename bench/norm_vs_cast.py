@@ -108,7 +108,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", default="16384x4096,16384x8192", help="NxH,... (bf16 x)")
     parser.add_argument("--rounds", type=int, default=20, help="paired rounds (default 20)")
-    parser.add_argument("--name", default="norm_vs_cast", help="bench/results/NAME.json")
+    parser.add_argument(
+        "--name", type=common.result_name, default="norm_vs_cast", help="bench/results/NAME.json"
+    )
     args = parser.parse_args()
     try:
         shapes = parse_shapes(args.shapes)

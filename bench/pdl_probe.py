@@ -63,7 +63,7 @@ def main() -> int:
     parser.add_argument("--mib", type=int, default=96, help="MiB copied per call")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--name", default="pdl_probe")
+    parser.add_argument("--name", type=common.result_name, default="pdl_probe")
     args = parser.parse_args()
     import torch
     from cuda.bindings import driver as cu

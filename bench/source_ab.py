@@ -5,7 +5,8 @@ a template.
     python bench/source_ab.py [--cases rmsnorm:8192,layernorm:14336] [--out bf16,fp8]
                               [--variants base,notrigger] [--rounds 20] [--name source_ab]
 
-Needs PyTorch with a GPU (``pip install -e '.[test,torch]'``); the arguments are checked first.
+Needs PyTorch with a GPU (``pip install -e '.[test,torch]'``); the arguments are checked first,
+and every variant's edits against every case's kernel rendered for sm_90 (no GPU needed).
 ``--cases`` lists NORM:H (NORM layernorm or rmsnorm, H the hidden size); ``--out`` bf16, fp8
 (tensor scaling) or both; ``--variants`` names what to compare, each a ``+``-joined list of
 edits (below) and at most one ``@TAG``; ``base`` is the kernel as rendered.
@@ -72,8 +73,8 @@ The edits:
     faster take more rows (``DYN_*`` below; bench-only counters, one launch at a time);
     ``dynstatic32`` and ``dynatomic32`` (diagnostics): dynrows32's code with static tickets
     (a persistent grid's rows within each shard), without and with the atomic;
-    ``align16``: the staged kernels' stages on a 16-byte boundary, as before the template
-    asked for 128 (where the static shared memory before them left them);
+    ``align16``: a staged kernel with ``A`` (the stages on a 128-byte boundary) with them on a
+    16-byte one, as without ``A`` (where the static shared memory before them leaves them);
     ``red4``, ``red8``, ``red24`` (diagnostics): the reduction buffer 4, 8 or 24 floats longer,
     so the dynamic shared memory after it starts 16, 32 or 96 bytes further on;
     ``dynstatic1`` dynrows' code with static tickets (the rows of ``base``), ``dynstatic1r``
@@ -379,8 +380,9 @@ EDITS.update({name: dyn_edit(shards) for name, shards in DYN_SHARDS.items()})
 RED = "  __shared__ float red[kRedFloats];\n"
 for _pad in (4, 8, 24):
     EDITS[f"red{_pad}"] = [("source", RED, f"  __shared__ float red[kRedFloats + {_pad}];\n")]
-# ``align16``: the staged kernels' stages on a 16-byte boundary after the static shared
-# memory (the template before 2026-12-04 evening; it now asks for 128).
+# ``align16``: a staged kernel with ``A`` (norm.STAGED_ALIGNED, TUNED's LayerNorm FP8 4096 and
+# 14336) with its stages on a 16-byte boundary, as without ``A``. Round 25 ran it while the
+# template gave every staged kernel the 128-byte boundary (source_ab-align16.json).
 EDITS["align16"] = [("source", "extern __shared__ __align__(128) unsigned char staged[];",
                      "extern __shared__ __align__(16) unsigned char staged[];")]  # fmt: skip
 EDITS["dynstatic1"] = dyn_edit(1, DYN_STATIC_TICKET)
@@ -403,9 +405,13 @@ def parse_cases(text: str) -> list[tuple[str, int]]:
 
 def check_edits(names: list[str]) -> None:
     """ValueError unless ``names`` are known edits, with ``stream`` where one needs it, and
-    at most one ``@TAG`` (a layout norm.parse_tag reads)."""
+    at most one ``@TAG`` (a layout norm.parse_tag reads); ``base`` (the kernel as rendered,
+    no edit) only alone, which a caller passes as no names."""
     import nvrtc_engine.ops.norm as norm
 
+    if "base" in names:
+        raise ValueError(f"{'+'.join(names)}: 'base' is the kernel as rendered, not an edit; "
+                         "give it alone")  # fmt: skip
     tags = [n for n in names if n.startswith("@")]
     unknown = [n for n in names if n not in EDITS and not n.startswith("@")]
     if unknown:
@@ -451,6 +457,37 @@ def edited(rendered: Any, names: list[str]) -> Any:
     return dataclasses.replace(rendered, source=source, headers=tuple(headers))
 
 
+def case_key(norm: str, h: int, out: str, arch: str | None = None) -> Any:
+    """The forward key of a case: bf16 x, ``h`` columns, bf16 z or (``out`` fp8) E4M3 with
+    tensor scaling; ``arch`` None: the GPU's. VariantError for a hidden size out of range."""
+    import nvrtc_engine as ne
+
+    extra = {"out_dtype": "fp8", "scaling": "tensor"} if out == "fp8" else {}
+    return ne.make_key(f"{norm}_fwd", in_dtype="bf16", hidden_size=h, arch=arch, **extra)
+
+
+def check_variants(cases: list[tuple[str, int]], outs: list[str], variants: list[list[str]],
+                   arch: str = "sm_90") -> None:  # fmt: skip
+    """ValueError unless every variant (a list of edit names and at most one ``@TAG``; []
+    for ``base``) applies to every case's kernel, rendered for ``arch`` (no GPU, no
+    compile): an edit of code the kernel lacks (a staged edit on a register layout, ``align16``
+    on a kernel without ``A``) is found here, before any timing."""
+    import nvrtc_engine.engine as engine_mod
+    import nvrtc_engine.ops.norm as norm
+
+    for norm_name, h in cases:
+        for out in outs:
+            key = case_key(norm_name, h, out, arch)
+            for names in variants:
+                tags = [n[1:] for n in names if n.startswith("@")]
+                with common.norm_layout(norm.parse_tag(tags[-1]) if tags else None):
+                    rendered = engine_mod.render(key)
+                try:
+                    edited(rendered, [n for n in names if not n.startswith("@")])
+                except ValueError as exc:
+                    raise ValueError(f"case {norm_name}:{h} --out {out}: {exc}") from None
+
+
 def build(key: Any, names: list[str]) -> Any:
     """``key``'s kernel compiled from its edited source, on a fresh memory-only engine; a name
     ``@TAG`` compiles the layout TAG (norm.parse_tag) instead of the key's default."""
@@ -471,8 +508,6 @@ def build(key: Any, names: list[str]) -> Any:
 def bench_case(norm: str, h: int, out: str, variants: list[str], rounds: int) -> dict:
     import torch
 
-    import nvrtc_engine as ne
-
     n = 2048 if h >= 65536 else 16384
     ln = norm == "layernorm"
     fp8 = out == "fp8"
@@ -489,8 +524,7 @@ def bench_case(norm: str, h: int, out: str, variants: list[str], rounds: int) ->
         return {"x": x, "z": z, "mu": mu, "rs": rs}
 
     cycle = Cycle(make, 2 * n * h * 2)
-    extra = {"out_dtype": "fp8", "scaling": "tensor"} if fp8 else {}
-    key = ne.make_key(f"{norm}_fwd", in_dtype="bf16", hidden_size=h, **extra)
+    key = case_key(norm, h, out)
     fp8_kw = {"scale": scale, "amax": amax, "scale_inv": scale_inv} if fp8 else {}
     fns: dict[str, Any] = {}
     symbols: dict[str, str] = {}
@@ -550,7 +584,9 @@ def main() -> int:
                         help="comma-separated; '+' joins edits and one @TAG; edits: "
                         + ", ".join(EDITS) + " (default %(default)s)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=20, help="paired rounds (default 20)")
-    parser.add_argument("--name", default="source_ab", help="bench/results/NAME.json")
+    parser.add_argument(
+        "--name", type=common.result_name, default="source_ab", help="bench/results/NAME.json"
+    )
     args = parser.parse_args()
     variants = args.variants.split(",")
     cases = []
@@ -561,6 +597,9 @@ def main() -> int:
         outs = args.out.split(",")
         if not set(outs) <= {"bf16", "fp8"}:
             raise ValueError(f"--out {args.out!r}: bf16, fp8 or bf16,fp8")
+        if args.rounds < 1:
+            raise ValueError("--rounds: at least 1")
+        check_variants(cases, outs, [[] if v == "base" else v.split("+") for v in variants])
     except ValueError as exc:
         parser.error(str(exc))
     torch = common.torch_or_exit(parser)

@@ -373,6 +373,13 @@ def test_tags_name_every_code_switch():
         assert norm.parse_tag(tag).tag == tag
     with pytest.raises(ValueError):
         norm.parse_tag("loop")
+    for bad in ("w0r1v8j4c1", "w4r1v3j4c1", "w4r0v8j4c1", "w4r1v8j0c1", "w4r1v8j4c3"):
+        with pytest.raises(ValueError, match="at least 1"):
+            norm.parse_tag(bad)
+    with pytest.raises(ValueError, match="in the order h k n"):
+        norm.parse_tag("w4r1v8j4c1Ahogq")
+    with pytest.raises(TypeError, match="a tag is a str, not int"):
+        norm.parse_tag(4)
 
 
 def test_tuned_layouts_are_valid():
@@ -2228,6 +2235,41 @@ def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
             ab.edited(r, [name])  # a register forward has no staged loop
     with pytest.raises(ValueError, match="none of its text"):
         ab.edited(r, ["align16"])  # nor stages
+
+
+def test_bench_scripts_check_their_variants_first(monkeypatch, capsys):
+    """bench/source_ab.py and bench/norm_cta_times.py find an edit that does not apply to a
+    case's kernel (rendered for sm_90: no GPU), a probe on a kernel that is not staged,
+    ``base`` joined to an edit, no rounds and a --name that is a path, each a usage error
+    before they need PyTorch or a GPU."""
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")  # (the scripts set it; restored)
+    ab = _bench_module("source_ab")
+    probe = _bench_module("norm_cta_times")
+    ab.check_variants([("layernorm", 4096)], ["fp8"], [[], ["dynrows8"], ["align16"]])
+    for cases, outs, names, match in (
+        ([("layernorm", 4096)], ["bf16"], [["dynrows8"]], "layernorm:4096 --out bf16"),
+        ([("rmsnorm", 65536)], ["fp8"], [["align16"]], "none of its text"),
+        ([("layernorm", 4096)], ["fp8"], [["@w4r1v8j4c1hogqit3", "align16"]], "none of its"),
+    ):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            ab.check_variants(cases, outs, names)
+    probe.check_case("layernorm", 4096, "fp8", ["dynrows32"])
+    with pytest.raises(ValueError, match="not a staged forward"):
+        probe.check_case("rmsnorm", 4096, "fp8", [])
+    with pytest.raises(ValueError, match="always applied"):
+        probe.check_case("layernorm", 4096, "fp8", ["ctaprobe"])
+    for script, argv, message in (
+        (ab, ["--variants", "base+stream"], "give it alone"),
+        (ab, ["--rounds", "0"], "at least 1"),
+        (ab, ["--name", "../x"], "not a path"),
+        (probe, ["--edits", "base"], "give it alone"),
+        (probe, ["--cases", "layernorm:1024", "--out", "bf16"], "not a staged forward"),
+    ):  # fmt: skip
+        monkeypatch.setattr("sys.argv", ["script.py", *argv])
+        with pytest.raises(SystemExit) as exc:
+            script.main()
+        assert exc.value.code == 2
+        assert message in capsys.readouterr().err
 
 
 def test_norm_cta_times_probe_and_summary(monkeypatch):

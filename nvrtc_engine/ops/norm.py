@@ -956,7 +956,13 @@ _TAG = re.compile(
 
 
 def parse_tag(tag: str) -> LaunchConfig:
-    """The :class:`LaunchConfig` a tag names (the inverse of :attr:`LaunchConfig.tag`)."""
+    """The :class:`LaunchConfig` a tag names (the inverse of :attr:`LaunchConfig.tag`).
+
+    Raises ``TypeError`` for a tag that is not a string and ``ValueError`` for one that is not
+    of the form (the message gives it), or whose warps, rows or accesses are 0, whose access
+    width is not 1, 2, 4, 8 or 16 elements, or whose cluster is not 1, 2, 4 or 8 CTAs."""
+    if not isinstance(tag, str):
+        raise TypeError(f"parse_tag: a tag is a str, not {type(tag).__name__}")
     if tag == "loop":
         raise ValueError("a loop tag does not name the access width")
     m = _TAG.fullmatch(tag)
@@ -967,6 +973,10 @@ def parse_tag(tag: str) -> LaunchConfig:
             "d i y z W L A, then a<n> s<n> t<n> m<n> x<n> b<n> in that order)"
         )
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
+    if min(w, r, j) < 1 or v not in (1, 2, 4, 8, 16) or c not in (1, 2, 4, 8):
+        raise ValueError(f"norm configuration tag {tag!r}: warps, rows and accesses (w, r, j) "
+                         "are at least 1, the access width (v) 1, 2, 4, 8 or 16 elements, the "
+                         "cluster (c) 1, 2, 4 or 8 CTAs")  # fmt: skip
     return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
                         packed=bool(m[7]), min_ctas=int(m[27] or 0), early=bool(m[9]),
                         one_reduction=bool(m[10]), accumulators=int(m[24] or 1),
