@@ -141,7 +141,7 @@ def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 
             _run_one(row, tokens, ordinal, seed + i)
     from .cli import format_table
 
-    header = ["variant", "source", "ms", "kind", "image B"]
+    header = ["variant", "source", "ms", "kind", "image bytes"]
     if can_run:
         header += ["GB/s", f"check (tokens={tokens})"]
     cells = []
@@ -150,7 +150,7 @@ def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 
         if can_run:
             cell += [f"{r.gbps or 0:.0f}", r.check]
         cells.append(cell)
-    for line in format_table(header, cells, right=("ms", "image B", "GB/s")):
+    for line in format_table(header, cells, right=("ms", "image bytes", "GB/s")):
         print(line, file=out)
     print("ms: get_kernel's wall time (a compile, or a read of the disk cache; the first call "
           "of a process also loads NVRTC and opens the cache)", file=out)  # fmt: skip

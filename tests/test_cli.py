@@ -268,10 +268,10 @@ def test_demo_sizes_are_images_with_their_kind(capsys):
     assert main(["demo", "--arch", "sm_130", "--no-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     table = [line for line in lines if line.startswith(("variant", "gelu_"))]
-    assert table[0].split() == ["variant", "source", "ms", "kind", "image", "B"]
+    assert table[0].split() == ["variant", "source", "ms", "kind", "image", "bytes"]
     assert "cubin B" not in "\n".join(lines)
     assert all(row.split()[-2] == "ptx" for row in table[1:])
-    _assert_columns_line_up(table, left=("source", "kind"), right=("ms", "image B"))
+    _assert_columns_line_up(table, left=("source", "kind"), right=("ms", "image bytes"))
 
 
 def test_cache_list_verify_export_import(capsys, tmp_path, isolated_cache):
