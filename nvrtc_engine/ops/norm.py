@@ -327,7 +327,7 @@ STAGED_FETCH256 = False
 # its static shared memory (the reduction buffer, cluster mailboxes), aligned to 16 bytes, so
 # where they start differs from layout to layout (ptxas, sm_90: 32, 128, 192, 224, 1056 or
 # 1888 bytes past the 1 KB the driver keeps). bench/norm_cta_times.py first (2026-12-04): in
-# LayerNorm FP8 4096 (hogqit3) the CTAs of the persistent grid end 42-54 us into a 54 us
+# LayerNorm FP8 4096 (hogqit3) the CTAs of the persistent grid end 41-55 us into a 52-55 us
 # call; a dynamic row assignment meant to even that out (source_ab ``dynrows*``) ran
 # 0.85-0.90x, and taking its parts apart (``dynstatic1``, ``dynloop1``) put the loss on the 16
 # bytes of static shared memory it added: the stages 16 bytes off a 32-byte boundary. Then
