@@ -264,7 +264,9 @@ def prewarm(
 
     Returns a :class:`PrewarmReport`. A variant that fails (NVRTC error, missing CUDA
     headers) is reported there and does not stop the others. Afterwards every built kernel
-    is in this process's memory cache.
+    is in this process's memory cache. An empty list is nothing to do (an empty report); a
+    variant *file* with no variants is an error, as a file that says nothing is most likely
+    a mistake (docs/variants.md).
 
     Raises :class:`~nvrtc_engine.variants.VariantListError` /
     :class:`~nvrtc_engine.VariantError` for a bad variant list (before compiling anything),

@@ -68,6 +68,17 @@ def test_prewarm_warns_once_for_its_workers_when_sources_cannot_be_dumped(
     assert "cannot write rendered sources" not in capfd.readouterr().err
 
 
+def test_an_empty_list_is_nothing_to_do_an_empty_file_an_error(tmp_path):
+    """prewarm([]) returns an empty report (a list built by code may well be empty); a
+    variant file without variants is a VariantListError (docs/variants.md)."""
+    report = prewarm([])
+    assert report.compiled == report.cached == report.failed == () and report.workers == 0
+    empty = tmp_path / "none.toml"
+    empty.write_text("variants = []\n")
+    with pytest.raises(VariantListError, match="non-empty list"):
+        prewarm(str(empty))
+
+
 def test_prewarm_in_a_fresh_engine_loads_from_disk_verified():
     keys = gelu_keys("sm_89")
     prewarm(keys, workers=1, progress=False)
