@@ -98,26 +98,28 @@ source_ab.EDITS["ctaprobe"] = [
 ]
 
 
-def read_global(module: Any, name: str, count: int) -> list[int]:
-    """``count`` unsigned 64-bit words of the ``__device__`` array ``name`` of ``module``."""
-    import numpy as np
+class DeviceArray:
+    """A ``__device__`` array of unsigned 64-bit words in a loaded module, looked up once."""
 
-    from nvrtc_engine import driver
+    def __init__(self, module: Any, name: str) -> None:
+        from nvrtc_engine import driver
 
-    drv = driver._drv()
-    ptr, size = driver.check(drv.cuModuleGetGlobal(module, name.encode()), "cuModuleGetGlobal")
-    host = np.zeros(count, dtype=np.uint64)
-    driver.check(drv.cuMemcpyDtoH(host.ctypes.data, ptr, min(size, host.nbytes)), "cuMemcpyDtoH")
-    return [int(v) for v in host]
+        self._drv, self._check = driver._drv(), driver.check
+        found = self._check(self._drv.cuModuleGetGlobal(module, name.encode()), "cuModuleGetGlobal")
+        self.ptr, self.size = found
 
+    def clear(self) -> None:
+        """Zero every byte."""
+        self._check(self._drv.cuMemsetD8(self.ptr, 0, self.size), "cuMemsetD8")
 
-def clear_global(module: Any, name: str) -> None:
-    """Zero the ``__device__`` array ``name`` of ``module``."""
-    from nvrtc_engine import driver
+    def read(self) -> list[int]:
+        """The words, copied to the host (the caller synchronizes first)."""
+        import numpy as np
 
-    drv = driver._drv()
-    ptr, size = driver.check(drv.cuModuleGetGlobal(module, name.encode()), "cuModuleGetGlobal")
-    driver.check(drv.cuMemsetD8(ptr, 0, size), "cuMemsetD8")
+        host = np.zeros(self.size // 8, dtype=np.uint64)
+        self._check(self._drv.cuMemcpyDtoH(host.ctypes.data, self.ptr, host.nbytes),
+                    "cuMemcpyDtoH")  # fmt: skip
+        return [int(v) for v in host]
 
 
 def summarize(cta: list[int], rows_t: list[int], grid: int) -> dict[str, Any]:
@@ -204,16 +206,17 @@ def run_case(norm: str, h: int, out: str, samples: int, edits: list[str]) -> dic
     symbol = k.artifact.symbols[0]
     call = kernel_forward(k, cycle, ln, w, b, **fp8_kw)
     module = k.loaded(0).module
+    cta_array = DeviceArray(module, "nve_probe_cta")
+    rows_array = DeviceArray(module, "nve_probe_rows")
     out_rows = []
     for _ in range(samples):
         for _ in range(20):
             call()
-        clear_global(module, "nve_probe_cta")
-        clear_global(module, "nve_probe_rows")
+        for array in (cta_array, rows_array):
+            array.clear()
         call()
         torch.cuda.synchronize()
-        cta = read_global(module, "nve_probe_cta", 4 * MAX_CTAS)
-        rows_t = read_global(module, "nve_probe_rows", MAX_ROWS * MAX_CTAS)
+        cta, rows_t = cta_array.read(), rows_array.read()
         grid = sum(1 for i in range(MAX_CTAS) if cta[4 * i + 1])
         out_rows.append(summarize(cta, rows_t, grid))
     for sample in out_rows[1:]:

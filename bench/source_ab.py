@@ -331,15 +331,16 @@ def dyn_edit(shards: int, ticket: str = DYN_TICKET, box: bool = True,
 
 NEEDS_STREAM = ("l2pf", "plainst", "l1w")
 # edits whose every text must be found exactly once (a part of one alone would break the kernel)
-WHOLE_EDITS = (
-    "earlyfill",
-    "latefill",
-    "tma",
-    *DYN_SHARDS,
-    "dynstatic1",
-    "dynstatic32",
-    "dynatomic32",
-)
+# the dynrows edits and their diagnostics (none applies unless all of its parts do)
+DYN_EDITS = {
+    **{name: dyn_edit(shards) for name, shards in DYN_SHARDS.items()},
+    "dynstatic1": dyn_edit(1, DYN_STATIC_TICKET),
+    "dynstatic1r": dyn_edit(1, DYN_STATIC_TICKET, reset=False),
+    "dynloop1": dyn_edit(1, box=False, reset=False),
+    "dynstatic32": dyn_edit(32, DYN_STATIC_TICKET),
+    "dynatomic32": dyn_edit(32, DYN_ATOMIC_TICKET),
+}
+WHOLE_EDITS = ("earlyfill", "latefill", "tma", *DYN_EDITS)
 
 # name: [(where: "source" or "headers", text, replacement), ...]
 EDITS: dict[str, list[tuple[str, str, str]]] = {
@@ -374,7 +375,7 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
             ("source", "load_f<Wt, V>(gamma, g, v, gf);", "load_wc<Wt, V>(gamma, g, v, gf);"),
             ("source", "load_f<Wt, V>(beta, g, v, bf);", "load_wc<Wt, V>(beta, g, v, bf);")],
 }  # fmt: skip
-EDITS.update({name: dyn_edit(shards) for name, shards in DYN_SHARDS.items()})
+EDITS.update(DYN_EDITS)
 # ``redN`` (diagnostic): N floats more of static shared memory (the forwards' reduction
 # buffer), which moves the dynamic shared memory (the staged kernels' stages) N * 4 bytes on.
 RED = "  __shared__ float red[kRedFloats];\n"
@@ -385,11 +386,6 @@ for _pad in (4, 8, 24):
 # template gave every staged kernel the 128-byte boundary (source_ab-align16.json).
 EDITS["align16"] = [("source", "extern __shared__ __align__(128) unsigned char staged[];",
                      "extern __shared__ __align__(16) unsigned char staged[];")]  # fmt: skip
-EDITS["dynstatic1"] = dyn_edit(1, DYN_STATIC_TICKET)
-EDITS["dynstatic1r"] = dyn_edit(1, DYN_STATIC_TICKET, reset=False)
-EDITS["dynloop1"] = dyn_edit(1, box=False, reset=False)
-EDITS["dynstatic32"] = dyn_edit(32, DYN_STATIC_TICKET)
-EDITS["dynatomic32"] = dyn_edit(32, DYN_ATOMIC_TICKET)
 
 
 def parse_cases(text: str) -> list[tuple[str, int]]:
