@@ -346,7 +346,7 @@ def norm_tuning_section() -> str | None:
         source(d, "norm_tuning.py"),
         "Every candidate layout and code switch per case (bf16 input; N = 16384, N = 2048 at "
         "H = 65536; % of the device copy bandwidth counting x and z forward, x, dz and dx "
-        "backward): the best one and the default when the sweep ran (since then `norm.TUNED` "
+        "backward): the best one and the default when the sweep ran (since then `TUNED` "
         "takes more winners: docs/norms.md; the "
         "configuration tag reads w warps per row, r rows per CTA, v elements per access, j "
         "accesses per thread, c CTAs per row, then the switches; `loop` is the general "
@@ -426,7 +426,7 @@ def candidates_section() -> str | None:
             "bf16 input, N = 16384, % of copy (x read, z written once): the layout in force "
             "when the sweep ran and the best of the round-4 switches (`o`: the output stage "
             "under one branch, `g`: warp-level amax atomics, `m`: a register cap); "
-            "`norm.TUNED` now takes each FP8 winner (docs/norms.md).",
+            "`TUNED` now takes each FP8 winner (docs/norms.md).",
             md_table(["norm", "H", "output", "then", "% of copy", "best", "% of copy", "gain"],
                      sorted(rows, key=lambda r: (r[0], r[1], r[2]))),
         ]  # fmt: skip
@@ -439,7 +439,7 @@ def candidates_section() -> str | None:
             "layout in force when the sweep ran (the round-4 `TUNED` entries) and the best with "
             "the round-5 switches (`q`: bf16 unpacked and FP8 packed as 32-bit words, `p`: the "
             "next row group's x copied ahead by cp.async; host settings: row groups per CTA); "
-            "`norm.TUNED` now takes each winner (`x4` for 4 groups per CTA; at LayerNorm 8192 the "
+            "`TUNED` now takes each winner (`x4` for 4 groups per CTA; at LayerNorm 8192 the "
             "default 8 groups, 87.5%, within a point of 16; docs/norms.md).",
         ),
         (
@@ -449,7 +449,7 @@ def candidates_section() -> str | None:
             "bf16, N = 16384 (2048 at H = 65536), % of copy (x, dz read, dx written once): the "
             "layout in force when the sweep ran and the best staged layout (`t{stages}`: x and "
             "dz copied into shared memory by cp.async, stages rows ahead, read once); "
-            "`norm.TUNED` now takes each winner (docs/norms.md).",
+            "`TUNED` now takes each winner (docs/norms.md).",
         ),
         (
             "norm_tuning-big",
@@ -459,7 +459,7 @@ def candidates_section() -> str | None:
             "the sweep ran and the best of the row split over clusters of 2, 4 and 8 CTAs at "
             "2-8 accesses per thread, as is, with held weights (`h`) and with the next row "
             "group's x copied ahead (`p`, clusters of 4 and 8; host settings: row groups per "
-            "CTA); `norm.TUNED` now takes each winner (docs/norms.md).",
+            "CTA); `TUNED` now takes each winner (docs/norms.md).",
         ),
         (
             "norm_tuning-bf16p",
@@ -477,7 +477,7 @@ def candidates_section() -> str | None:
             "bf16, N = 16384, % of copy (x, dz read, dx written once): the layout in force when "
             "the sweep ran and the best staged layout at 1-4 accesses per thread, 2-6 stages, "
             "with the persistent grid capped at 2, 4 or 8 CTAs per SM (host setting "
-            "`BWD_CTAS_PER_SM`; `b2` in a tag); `norm.TUNED` takes the 4096 winners "
+            "`BWD_CTAS_PER_SM`; `b2` in a tag); `TUNED` takes the 4096 winners "
             "(docs/norms.md).",
         ),
         (
@@ -489,7 +489,7 @@ def candidates_section() -> str | None:
             "best of its neighbourhood (each switch flipped, other row-group counts, half and "
             "twice the accesses; the staged backward's depth and grid), timed in 8 shuffled "
             "rounds; the JSON's `vs_default` is each case's median same-round speed over the "
-            "entry. `norm.TUNED` takes the winners faster in >= 88% of the rounds (docs/norms.md).",
+            "entry. `TUNED` takes the winners faster in >= 88% of the rounds (docs/norms.md).",
         ),
         (
             "norm_tuning-near-rms",
@@ -512,7 +512,7 @@ def candidates_section() -> str | None:
             "bf16, N = 2048, % of copy: the entry in force when the sweep ran and the best of "
             "clusters of 4 and 8 with the next row copied ahead (16-64 row groups per CTA, "
             "held weights or not, `u` or not) and of the staged backward over clusters of 8; "
-            "`norm.TUNED` takes each winner (docs/norms.md).",
+            "`TUNED` takes each winner (docs/norms.md).",
         ),
         (
             "norm_tuning-onered",
@@ -521,7 +521,7 @@ def candidates_section() -> str | None:
             "bf16 input, N = 16384 (2048 at H = 65536), % of copy: the layout in force when the "
             "sweep ran and the best with the one (count, mean, M2) reduction (`u`; `a2`: split "
             "sums), on TUNED's FP8 layouts below 65536 and on the cluster leaders at 65536; "
-            "`norm.TUNED` takes the 65536 winners (docs/norms.md).",
+            "`TUNED` takes the 65536 winners (docs/norms.md).",
         ),
         (
             "norm_tuning-lanes",
@@ -531,7 +531,7 @@ def candidates_section() -> str | None:
             "ran and the best with `l` (a row sum's per-warp values added across lanes by "
             "shuffles) and, where the entry had none, `q` (the staged backward's shared-memory "
             "reads, or the bf16 forward's loads, as 32-bit words), timed in 12 shuffled "
-            "rounds; `norm.TUNED` takes the backward winners faster in >= 92% of the rounds "
+            "rounds; `TUNED` takes the backward winners faster in >= 92% of the rounds "
             "(docs/norms.md). Every forward kept its entry.",
         ),
         (
@@ -541,7 +541,7 @@ def candidates_section() -> str | None:
             "bf16, N = 16384 (2048 at H = 65536), % of copy: the staged backward entries after "
             "the round above and the best with `f` (weight(gamma) in shared memory as fp32) "
             "and `d` (dx from the row's constants, two FFMA per element), 12 shuffled rounds; "
-            "`norm.TUNED` takes RMSNorm 14336 (`f`) and LayerNorm 4096 (`d`, since replaced "
+            "`TUNED` takes RMSNorm 14336 (`f`) and LayerNorm 4096 (`d`, since replaced "
             "by the cluster layout below).",
         ),
         (
@@ -551,7 +551,7 @@ def candidates_section() -> str | None:
             "bf16, N = 16384, % of copy: the entry in force and the best of the staged "
             "backward and the FP8 forward with each row split over a thread block cluster of "
             "2 or 4 CTAs (1-8 accesses per thread, 2 or 3 stages, 16 or 64 row groups per CTA "
-            "with the next row copied ahead), 8 shuffled rounds; `norm.TUNED` takes LayerNorm "
+            "with the next row copied ahead), 8 shuffled rounds; `TUNED` takes LayerNorm "
             "backward 14336 (`w7r1v8j4c2qt3`: the table's `b2` twin tied with it) and RMSNorm "
             "FP8 forward 8192 (docs/norms.md).",
         ),
@@ -559,7 +559,7 @@ def candidates_section() -> str | None:
             "norm_tuning-bwdc-4096",
             "--candidates bwdc --hidden 4096 --rounds 8 --repeat 5 --shuffle",
             "Norm at 4096 over clusters of 2 and 4 CTAs (paired rounds)",
-            "As the table above, at H = 4096; `norm.TUNED` takes LayerNorm backward (a "
+            "As the table above, at H = 4096; `TUNED` takes LayerNorm backward (a "
             "cluster of 4 CTAs of one warp each).",
         ),
         (
@@ -569,7 +569,7 @@ def candidates_section() -> str | None:
             "bf16 input, N = 16384 (2048 at H = 65536), % of copy: the entry in force and the "
             "best staged forward (`t{stages}`: x copied into shared memory by cp.async, 2-4 rows "
             "deep, a persistent grid; the weights there as stored or, `f`, as fp32), 1-8 CTAs "
-            "per row, 2-8 accesses per thread, 6 shuffled rounds; `norm.TUNED` takes the four "
+            "per row, 2-8 accesses per thread, 6 shuffled rounds; `TUNED` takes the four "
             "FP8 winners, each faster in every round (docs/norms.md). The bf16 forwards kept "
             "their register kernels.",
         ),
@@ -579,7 +579,7 @@ def candidates_section() -> str | None:
             "LayerNorm FP8, the staged entries' neighbourhood (paired rounds)",
             "As the table above, around each staged entry: one stage more and fewer, `f`, `l` "
             "and `u` flipped, 1-4 CTAs per SM (`b`), other clusters and accesses per thread; "
-            "`norm.TUNED` takes `u` at 8192 (faster in every round).",
+            "`TUNED` takes `u` at 8192 (faster in every round).",
         ),
         (
             "norm_tuning-sfwd-rms",
@@ -603,7 +603,7 @@ def candidates_section() -> str | None:
             "Norm, balanced persistent grids and two rows per staged CTA (paired rounds)",
             "Every persistent entry with `PERSISTENT_BALANCED` (host side: the fewest CTAs that "
             "keep the most row groups one CTA takes), and the staged LayerNorm FP8 entries with "
-            "2 rows per CTA, 8 shuffled rounds; `norm.TUNED` takes the `r2` layouts at 4096 and "
+            "2 rows per CTA, 8 shuffled rounds; `TUNED` takes the `r2` layouts at 4096 and "
             "14336 (faster in every round); the balanced grid gained nothing (0.993-1.002x) and "
             "stays off.",
         ),
@@ -613,7 +613,7 @@ def candidates_section() -> str | None:
             "Norm forward, the staged forward with its weights in registers (paired rounds)",
             "The staged forward with gamma and beta held in registers once per CTA (`h`) or "
             "loaded per row from global memory (`e`) instead of shared memory, 1-2 rows per CTA "
-            "or clusters, 2-4 stages, 4 shuffled rounds; `norm.TUNED` takes LayerNorm FP8 at "
+            "or clusters, 2-4 stages, 4 shuffled rounds; `TUNED` takes LayerNorm FP8 at "
             "4096 (1.014x) and 65536 (1.043x) and LayerNorm bf16 at 65536 (1.036x), each faster "
             "in every round; RMSNorm kept its entries.",
         ),
@@ -624,11 +624,11 @@ def candidates_section() -> str | None:
             "The staged backward with `i` (a row's sums posted, its dx written after the next "
             "row's first pass, so the cluster exchange's wait overlaps that work; one row fewer "
             "in flight), at the entry's depth and deeper, and at 65536 over 4, 8 or 16 warps per "
-            "CTA, 3-5 stages and 1-3 CTAs per SM, 6 shuffled rounds; `norm.TUNED` takes the "
+            "CTA, 3-5 stages and 1-3 CTAs per SM, 6 shuffled rounds; `TUNED` takes the "
             "backward at 65536 (LayerNorm 1.090x, RMSNorm 1.125x) and RMSNorm at 14336 "
             "(1.008x), each faster in every round. At LayerNorm 65536 the best layouts tie "
             "(1.086-1.090x; `b1` and `b2` of one layout launch the same grid where one CTA "
-            "fits an SM); `norm.TUNED` takes `w16r1v8j2c8qlit3b2`, the highest `vs_default` "
+            "fits an SM); `TUNED` takes `w16r1v8j2c8qlit3b2`, the highest `vs_default` "
             "with three stages.",
         ),
         (
@@ -639,7 +639,7 @@ def candidates_section() -> str | None:
             "written after the next row's, x read again from its stage), each staged entry at "
             "its depth and one deeper with `u` flipped, and at 65536 every forward as 8 CTAs of "
             "4 warps with held weights, 3-4 stages, 1-2 CTAs per SM, 6 shuffled rounds; "
-            "`norm.TUNED` takes LayerNorm bf16 65536 (1.057x), LayerNorm FP8 4096 (1.010x) and "
+            "`TUNED` takes LayerNorm bf16 65536 (1.057x), LayerNorm FP8 4096 (1.010x) and "
             "RMSNorm bf16 and FP8 65536 (1.023x, 1.052x), each faster in every round; LayerNorm "
             "FP8 lost with `i` at 8192-65536 (0.43-0.96x).",
         ),
@@ -651,7 +651,7 @@ def candidates_section() -> str | None:
             "than its registers allowed: ptxas -v gave e.g. LayerNorm FP8 at 65536 168 registers "
             "and 3 CTAs per SM, 128 and 4 under m4, no spill), staged entries also with `h` and "
             "`i`, 6 shuffled rounds: every candidate lost, by 1-89% (most by 10-50%), and "
-            "`norm.TUNED` is unchanged.",
+            "`TUNED` is unchanged.",
         ),
         (
             "norm_tuning-reread",
@@ -660,7 +660,7 @@ def candidates_section() -> str | None:
             "The staged forward with `y` (x read again from its stage for each pass and, one "
             "access at a time, for the output stage: 168 -> 128 registers for LayerNorm FP8 at "
             "65536), each staged entry at its depth and one deeper, with and without `i`, and "
-            "the 4096 register entries staged, 4 shuffled rounds: `norm.TUNED` takes LayerNorm "
+            "the 4096 register entries staged, 4 shuffled rounds: `TUNED` takes LayerNorm "
             "FP8 65536 `w4r1v8j8c8hogqiyt3` (1.051x, every round); `y` lost elsewhere "
             "(0.81-0.998x).",
         ),
@@ -675,7 +675,7 @@ def candidates_section() -> str | None:
             "CTAs per SM at 8192), with and without `i` and `u`, 2-4 stages, 6 shuffled "
             "rounds: the best, `w4r1v8j8c1huogqiyt3` at 8192, was 1.009x but faster in 5 of "
             "6 rounds only; the others 0.88-0.99x at 8192 and 0.74-0.96x at 14336. "
-            "`norm.TUNED` is unchanged.",
+            "`TUNED` is unchanged.",
         ),
         (
             "norm_tuning-wide",
@@ -685,7 +685,7 @@ def candidates_section() -> str | None:
             "per call above) with its 8192 columns per CTA over 8 or 16 warps instead of 4 "
             "(ptxas -v: 78 registers at 8 warps; 2 warps did not fit), with and without `u` and "
             "`y`, 3-4 stages, 4 "
-            "shuffled rounds: every candidate lost (0.29-0.96x); `norm.TUNED` is unchanged.",
+            "shuffled rounds: every candidate lost (0.29-0.96x); `TUNED` is unchanged.",
         ),
         (
             "norm_tuning-shift",
@@ -694,7 +694,7 @@ def candidates_section() -> str | None:
             "Round 16: each staged LayerNorm FP8 entry with `z` (the statistics in one pass "
             'about x[row, 0], one exchange of two sums per row; docs/norms.md, "One-pass '
             'statistics"; 128 -> 96 registers at 65536), `u` dropped, with and without `y` '
-            "and `i`, 3-4 stages, 4 shuffled rounds: `norm.TUNED` takes LayerNorm FP8 65536 "
+            "and `i`, 3-4 stages, 4 shuffled rounds: `TUNED` takes LayerNorm FP8 65536 "
             "`w4r1v8j8c8hogqiyzt3` (1.086x, every round; the other layouts with `i` 1.04-1.06x, "
             "without it 0.85-0.95x); `z` lost at 4096-14336 (0.82-0.99x).",
         ),
@@ -710,7 +710,7 @@ def candidates_section() -> str | None:
             "of the same op in every round (one buffer set, so torch.compile reads lower here "
             "than on norm_bandwidth.py's rotating buffers): `w7r1v8j8c1qft4` 1.022x over the "
             "register entry (4 of 6 rounds). `bench/source_ab.py` then confirmed it on rotating "
-            "buffers (below); `norm.TUNED` takes it.",
+            "buffers (below); `TUNED` takes it.",
         ),
         (
             "norm_tuning-pdl-4096",
@@ -720,7 +720,7 @@ def candidates_section() -> str | None:
             "across the runs of 2026-12-03): the staged FP8 entry's neighbourhood and its layout "
             "as a register kernel (weights reloaded, or held over 4 or 8 row groups), and the "
             "staged bf16 layouts, 8 shuffled rounds: nothing beat either entry (FP8 at most "
-            "0.999x, bf16 at most 0.89x). `norm.TUNED` is unchanged.",
+            "0.999x, bf16 at most 0.89x). `TUNED` is unchanged.",
         ),
         (
             "norm_tuning-pdl-rms8192",
@@ -728,7 +728,7 @@ def candidates_section() -> str | None:
             "RMSNorm bf16 at 8192, the staged layouts (paired rounds, torch.compile beside them)",
             "Round 17, RMSNorm bf16 at 8192: every staged layout lost to the register entry "
             "(at most 0.92x), and the register entry (before the trigger below) read 0.996x of "
-            "torch.compile in this run, slower in all 6 rounds. `norm.TUNED` is unchanged.",
+            "torch.compile in this run, slower in all 6 rounds. `TUNED` is unchanged.",
         ),
     ]
     later.append(
@@ -759,7 +759,7 @@ def candidates_section() -> str | None:
             "--candidates fetch256 --norms rmsnorm --hidden 14336 --shuffle --rounds 20 --repeat 5",
             "RMSNorm backward 14336 with `L`, again (paired rounds)",
             "Round 22, the one winner above alone, 20 shuffled rounds: 1.016x, faster in every "
-            "round. `norm.TUNED` takes `w28r1v8j2c1lfiLt3` for `rmsnorm_bwd` and "
+            "round. `TUNED` takes `w28r1v8j2c1lfiLt3` for `rmsnorm_bwd` and "
             "`rmsnorm_bwd_add` at 14336.",
         ),
     ]
@@ -1151,7 +1151,7 @@ NORM_TABLE_NOTE = ("Round 22's run of round 21's kernels (the same cache digests
                    "paired' below). The first run of the script that times the copy in the "
                    "paired rounds too (`% of copy, paired`). This run was named the table's "
                    "before it ran. It records each kernel's residency on the GPU it ran on "
-                   "(`residency` in its JSON). After it `norm.TUNED` took `L` for RMSNorm "
+                   "(`residency` in its JSON). After it `TUNED` took `L` for RMSNorm "
                    "backward at 14336 ('The staged backwards with `L`' below): that row here "
                    "is the entry before (`lfit3`); the new kernel's run is among the other "
                    "runs of the day.")  # fmt: skip
@@ -1184,12 +1184,12 @@ OTHER_RUN_NOTES = {
     "norm_bandwidth-2026-12-04-round22-repeat": "The table's lease, right after it: LayerNorm "
     "at 4096 and 14336 again, without torch.compile (--no-compile), to see how far the same "
     "code moves between two runs on one GPU.",
-    "norm_bandwidth-2026-12-04-rms14336-L": "Another lease, after `norm.TUNED` took `L` for "
+    "norm_bandwidth-2026-12-04-rms14336-L": "Another lease, after `TUNED` took `L` for "
     "RMSNorm backward at 14336 (`w28r1v8j2c1lfiLt3`): RMSNorm at 14336 alone.",
     "norm_bandwidth-2026-12-04-align128": "Round 25, a trial: every staged kernel's stages on "
     "a 128-byte boundary (`__align__(128)` in the template for all; bench/source_ab.py's "
     "`align16` undoes it), without torch.compile (--no-compile). The kernels are not any "
-    "shipped set: `norm.TUNED` took the boundary (switch `A`) at LayerNorm FP8 4096 and 14336 "
+    "shipped set: `TUNED` took the boundary (switch `A`) at LayerNorm FP8 4096 and 14336 "
     "only, where it won.",
     "norm_bandwidth-2026-12-04-round25": "Round 25's kernels: `A` at LayerNorm FP8 4096 and "
     "14336 (`w4r1v8j4c1hogqiAt3`, `w14r2v8j4c1ogqAt2`), every other kernel the table's; "
@@ -1457,7 +1457,7 @@ def _source_ab() -> list[str]:
          "@w7r1v8j8c1qft4,@w7r1v8j8c1qft3,@w7r1v8j8c1qft4+stream --rounds 20 "
          "--name source_ab-ln14336",
          "LayerNorm bf16 at 14336: the staged `w7r1v8j8c1qft4` (round 17's best) beside the "
-         "register entry with the trigger; `norm.TUNED` takes it."),
+         "register entry with the trigger; `TUNED` takes it."),
         ("source_ab-fp8-trigger", "--cases rmsnorm:4096,rmsnorm:8192,rmsnorm:14336 --out fp8 "
          "--variants base,notrigger --rounds 20 --name source_ab-fp8-trigger",
          "The trigger in the register forwards whose CTAs take several row groups (`h`, `p`: "
@@ -1492,11 +1492,11 @@ def _source_ab() -> list[str]:
                              ("ln14336-fp8", "LayerNorm FP8 14336 (two 14-warp rows per CTA)"))),
         ("source_ab-ln14336-W2", "",
          "Round 19, the exchange kept (each warp's values read once; 108 registers): LayerNorm "
-         "bf16 14336, base is the layout with `W`, beside round 17's `qft4`; `norm.TUNED` "
+         "bf16 14336, base is the layout with `W`, beside round 17's `qft4`; `TUNED` "
          f"takes `qfWt4`. {ALIGNED}"),
         ("source_ab-ln8192-fp8-W2", "",
          "The same exchange at LayerNorm FP8 8192: base is `W` in place of `u`, beside "
-         f"`uogqt3`; `norm.TUNED` takes `ogqWt3`. {ALIGNED}"),
+         f"`uogqt3`; `TUNED` takes `ogqWt3`. {ALIGNED}"),
         ("source_ab-ln4096-W2", "",
          "The same exchange on the register layout at LayerNorm bf16 4096: base is `W`, "
          "beside the rules' layout without it, which was faster in 16 of 20 rounds (0.998x "
@@ -1518,14 +1518,14 @@ def _source_ab() -> list[str]:
         ("source_ab-ln4096-fp8-Wregs", "",
          "The same case, register layouts with several row groups per CTA (RMSNorm FP8 "
          "4096's form, `x4`; `p` copies the next group ahead), with and without `W`: every "
-         "one slower than the staged entry (0.73-0.93x). `norm.TUNED` is unchanged."),
+         "one slower than the staged entry (0.73-0.93x). `TUNED` is unchanged."),
         ("source_ab-rms65536-fp8-c4", "",
          "Round 20, RMSNorm FP8 at 65536 over clusters of 4 CTAs of 8 warps (2 CTAs per SM, "
          "so as many warps per SM as the entry's 4 CTAs of 4 warps) and of 2 CTAs of 16 "
          "warps: 0.966-0.994x of the entry's cluster of 8."),
         ("source_ab-ln65536-fp8-c4", "",
          "The same for LayerNorm FP8 at 65536: a cluster of 4 0.933x, of 2 1.001x (faster in "
-         "12 of 20 rounds); `norm.TUNED` is unchanged."),
+         "12 of 20 rounds); `TUNED` is unchanged."),
         ("source_ab-ln4096-fp8-deep", "",
          "Round 20, more rows in flight: LayerNorm FP8 at 4096 with 4 and 5 stages (2 and 3 "
          "rows in flight beside the one worked on and the one written a row later; 5 CTAs "
@@ -1565,7 +1565,7 @@ def _source_ab() -> list[str]:
          "without the hint; LayerNorm FP8 at 4096 0.990x and 0.997x."),
         ("source_ab-fp8-cp256", "",
          "`cp256` on every staged FP8 forward: RMSNorm FP8 65536 1.046x (18 of 20 rounds), the "
-         "others 0.988-0.997x. `norm.TUNED` takes it for RMSNorm FP8 65536 (switch `L`, "
+         "others 0.988-0.997x. `TUNED` takes it for RMSNorm FP8 65536 (switch `L`, "
          "`STAGED_FETCH256`; docs/norms.md)."),
         ("source_ab-bf16-cp256", "",
          "`cp256` on the staged bf16 forwards: 0.988-1.000x. Not taken."),
@@ -1650,14 +1650,14 @@ def _source_ab() -> list[str]:
         ("source_ab-ln4096-fp8-smemoffset", "",
          "The reduction buffer 4, 8 or 24 floats longer (`red4`, `red8`, `red24`): the stages "
          "at 48, 64 and 128 bytes: 0.861x, 0.998x and 1.010x (every round). Round 25's switch "
-         "`A` (norm.STAGED_ALIGNED, docs/norms.md) starts the stages on a 128-byte boundary."),
+         "`A` (`STAGED_ALIGNED`, docs/norms.md) starts the stages on a 128-byte boundary."),
         ("source_ab-align16", "",
          "With the template asking every staged kernel for a 128-byte boundary (as in "
          "norm_bandwidth-2026-12-04-align128 below), each staged forward against its stages on "
          "a 16-byte one (`align16`, where they were before): LayerNorm FP8 14336 ran 0.947x "
          "without the 128-byte boundary (its stages at 224), LayerNorm bf16 14336 1.060x (at "
          "224) and RMSNorm FP8 65536 1.016x (at 192) without it, the others within 0.8%. "
-         "`norm.TUNED` takes `A` at LayerNorm FP8 4096 and 14336 only."),
+         "`TUNED` takes `A` at LayerNorm FP8 4096 and 14336 only."),
     ]  # fmt: skip
     out: list[str] = []
     for name, flags, text in runs:
@@ -2001,7 +2001,7 @@ def _held_rerun(d: dict[str, Any]) -> list[str]:
         "norm_bandwidth-reread",
         "norm_bandwidth.py --repeat=50 --shapes winners --tuned-from "
         "bench/results/norm_tuning-reread.json --name norm_bandwidth-reread",
-        "The shapes whose `norm.TUNED` entries round 13 changed (`y`: x read again from its "
+        "The shapes whose `TUNED` entries round 13 changed (`y`: x read again from its "
         "stage in each pass; docs/norms.md), after the runs above: ",
     )
 
@@ -2071,7 +2071,7 @@ def _later_fp8(d: dict[str, Any]) -> str:
     fp8 = load("norm_tuning-fp8")
     if fp8 is None or fp8["date"] <= d["date"]:
         return ""
-    return (f" The FP8 forward rows at H = 4096-14336 predate the `norm.TUNED` entries of "
+    return (f" The FP8 forward rows at H = 4096-14336 predate the `TUNED` entries of "
             f"{fp8['date'][:10]}: their figures are under \"Candidate sweeps\" below.")  # fmt: skip
 
 

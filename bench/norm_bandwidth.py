@@ -33,7 +33,7 @@ over enough copies that the traffic per cycle is at least 256 MB (so nothing is 
 L2). Writes bench/results/norm_bandwidth.json, or NAME.json with ``--name`` (and the same
 under $OUT when set).
 
-``--tuned-from`` rechecks a sweep's winners before norm.TUNED takes them: for each (norm,
+``--tuned-from`` rechecks a sweep's winners before norm_switches.TUNED takes them: for each (norm,
 direction, H, output) of a bench/norm_tuning.py result whose best candidate was faster than
 the default in every round, that candidate replaces the entry for this run (listed in the
 JSON as ``tuned_overrides``; a winner for ``rmsnorm_bwd`` also replaces ``rmsnorm_bwd_add``'s,
@@ -326,10 +326,11 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace,
 def apply_winners(path: str) -> dict[str, str]:
     """Put each case's winner of the norm_tuning result ``path`` (the candidate with the
     highest same-round speed-up among those faster than the default in every round) into
-    norm.TUNED for this process; returns them as {"op:H:scaling": tag}."""
+    norm_switches.TUNED for this process; returns them as {"op:H:scaling": tag}."""
     import json
 
     import nvrtc_engine.ops.norm as norm
+    import nvrtc_engine.ops.norm_switches as norm_switches
 
     best: dict[tuple, dict[str, Any]] = {}
     for r in json.loads(Path(path).read_text())["rows"]:
@@ -343,7 +344,7 @@ def apply_winners(path: str) -> dict[str, str]:
         op, scaling = f"{nm}_{direction}", "tensor" if out == "fp8" else "none"
         # rmsnorm_bwd_add is the same kernel with the residual added: it follows rmsnorm_bwd
         for name in (op, "rmsnorm_bwd_add") if op == "rmsnorm_bwd" else (op,):
-            norm.TUNED[(name, h, scaling)] = r["config"]
+            norm_switches.TUNED[(name, h, scaling)] = r["config"]
             applied[f"{name}:{h}:{scaling}"] = r["config"]
     norm.launch_config.cache_clear()
     return applied
@@ -368,7 +369,7 @@ def main() -> int:
         "--name", type=common.result_name, default="norm_bandwidth", help="bench/results/NAME.json"
     )
     parser.add_argument("--tuned-from", default="", help="a norm_tuning result whose winners "
-                        "replace their norm.TUNED entries for this run (see above)")  # fmt: skip
+                        "replace their TUNED entries for this run (see above)")  # fmt: skip
     args = parser.parse_args()
     norms = args.norms.split(",")
     if not set(norms) <= {"layernorm", "rmsnorm"}:
@@ -383,7 +384,7 @@ def main() -> int:
     torch.manual_seed(0)
     overrides = apply_winners(args.tuned_from) if args.tuned_from else {}
     if args.tuned_from:
-        print(f"norm.TUNED overrides: {overrides}", flush=True)
+        print(f"norm_switches.TUNED overrides: {overrides}", flush=True)
     cases = CASES
     if args.shapes == "winners":
         hs = {int(k.split(":")[1]) for k in overrides}

@@ -7,7 +7,7 @@ assignment would take back)?
 
 Needs PyTorch with a GPU (``pip install -e '.[test,torch]'``); the arguments are checked first,
 each case's kernel too (rendered for sm_90 with the probe and the edits: no GPU needed). Each
-case compiles its default kernel (norm.TUNED or the rules; it must be a staged forward, ``t``
+case compiles its default kernel (TUNED or the rules; it must be a staged forward, ``t``
 in its tag) from the rendered source with a probe added (bench/source_ab.py's edits, on an
 engine without a disk cache), then the edits ``--edits`` names (``+``-joined, bench/source_ab.py's):
 thread 0 of every CTA writes ``%globaltimer`` (ns) when the CTA starts, at the top of each row
@@ -186,7 +186,7 @@ def check_case(norm: str, h: int, out: str, edits: list[str], arch: str = "sm_90
     rendered = engine_mod.render(key)
     if rendered.source.count(ROW_TOP) != 1:
         raise ValueError(f"case {norm}:{h} --out {out}: {rendered.name} is not a staged forward "
-                         "(no row loop of stages to probe; norm.TUNED names the staged entries: "
+                         "(no row loop of stages to probe; TUNED names the staged entries: "
                          "t in their tags)")  # fmt: skip
     try:
         source_ab.edited(rendered, ["ctaprobe", *edits])

@@ -5,7 +5,7 @@ in an fp32 emulation of the kernel's arithmetic (no GPU needed).
 
 For bf16 rows of N(0, 1) at H = 4096, 8192 and 65536, with the first element as drawn or
 set to an outlier (256 = sqrt(65536) standard deviations, where the cancellation factor of
-nvrtc_engine/ops/norm.py's ``FWD_SHIFTED`` reaches H / 2 of its bound H + 1; 50; -2000, a
+nvrtc_engine/ops/norm_switches.py's ``FWD_SHIFTED`` reaches H / 2 of its bound H + 1; 50; -2000, a
 "massive activation" in channel 0),
 and for fp32 rows with a 1e4 mean offset: the largest relative error of ``rsigma`` and of
 ``mu`` (scaled by sigma) against the float64 reference, for the shifted one pass

@@ -1,7 +1,7 @@
 """Launch-configuration sweep behind the specialized norm kernels' defaults (``launch_config``,
 ``TARGET_BYTES``, ``FWD_HOLD_WEIGHTS``, ``FWD_GROUPS_PER_CTA``, ``BWD_PREFETCH``,
 ``BWD_PACKED``, ``BWD_CLUSTERS``, ``BWD_CTAS_PER_SM`` and the round-3 switches in
-nvrtc_engine/ops/norm.py).
+nvrtc_engine/ops/norm_switches.py).
 
     python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
                                 [--round3-only]
@@ -75,7 +75,7 @@ candidate's same-round ratio to it is in the JSON (``vs_compile``);
 once per forward, instead of leaving the first call's maximum there (which lets the guards skip
 every later atomic). Each sweep runs ``--rounds`` times; rows give every round and the median; a
 ``*`` marks the
-current default (``norm.TUNED`` entries included). GB/s counts x, z (forward) and x, dz,
+current default (``norm_switches.TUNED`` entries included). GB/s counts x, z (forward) and x, dz,
 dx (backward) once. Writes bench/results/norm_tuning.json (or ``--name``). About 95 s on an
 H200 (2 rounds, most of it NVRTC compiles).
 """
@@ -98,6 +98,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"
 
 import common
+
+from nvrtc_engine.dtypes import DTYPES
+from nvrtc_engine.ops import norm_layout, norm_switches
 
 EPS = 1e-5
 
@@ -134,7 +137,7 @@ def round3_candidates(norm: Any, key: Any, default: Any) -> list[Any]:
         threads = -(-default.rows * default.warps // 4) * 4 * 32
         for shared in range(1, spec.accumulators + 1):
             for regs in (0, 128, 96):
-                cap = norm.REGISTER_FILE // (threads * regs) if regs else 0
+                cap = norm_switches.REGISTER_FILE // (threads * regs) if regs else 0
                 out.append(dataclasses.replace(default, shared_sums=shared,
                                                min_ctas=cap if cap > 1 else 0))  # fmt: skip
     return [c for c in out if c != default]
@@ -166,7 +169,7 @@ def fp8_candidates(norm: Any, key: Any, default: Any) -> list[Any]:
         for batched, warp_amax in switches:
             out.append(dataclasses.replace(lay, batched=batched, warp_amax=warp_amax))
         threads = -(-lay.rows * lay.warps // 4) * 4 * 32
-        cap = norm.REGISTER_FILE // (threads * 64)
+        cap = norm_switches.REGISTER_FILE // (threads * 64)
         if lay.iters * lay.vec <= 32 and lay.rows * lay.warps <= 8 and cap > 1:
             out.append(dataclasses.replace(lay, batched=True, warp_amax=True, min_ctas=cap))
     return [c for c in out if c != default]
@@ -195,9 +198,9 @@ def staged_candidates(norm: Any, key: Any) -> list[Any]:
     arch = arch_number(key.arch)
     if key.hidden_size >= 65536 and 90 <= arch < 110:
         itemsize = key.input.itemsize
-        w_size = norm.DTYPES[norm.gamma_dtype(key)].itemsize
+        w_size = DTYPES[norm.gamma_dtype(key)].itemsize
         vec = 16 // itemsize
-        limit = norm.OPTIN_SMEM_BYTES[arch] - 1024
+        limit = norm_switches.OPTIN_SMEM_BYTES[arch] - 1024
         accesses = key.hidden_size // vec
         for iters in (2, 4):
             warps = -(-accesses // (32 * 8 * iters))
@@ -227,7 +230,7 @@ def fp8b_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
         return []
     twin = norm.launch_config(ne.make_key(key.op, in_dtype=key.in_dtype, out_dtype=key.in_dtype,
                                           hidden_size=key.hidden_size, arch=key.arch))  # fmt: skip
-    fits = norm.next_row_fits(default, key.input.itemsize)
+    fits = norm_layout.next_row_fits(default, key.input.itemsize)
     out: list[tuple[Any, dict[str, Any]]] = []
     q = dataclasses.replace(default, words=True)
     out.append((q, {}))
@@ -241,12 +244,12 @@ def fp8b_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
     if not (default.batched and default.warp_amax):
         out.append((full, {}))
     threads = -(-default.rows * default.warps // 4) * 4 * 32
-    cap = norm.REGISTER_FILE // (threads * 64)
+    cap = norm_switches.REGISTER_FILE // (threads * 64)
     if default.iters * default.vec <= 32 and default.rows * default.warps <= 8 and cap > 1:
         out.append((dataclasses.replace(full, min_ctas=cap), {}))
     same = (twin.warps, twin.iters, twin.rows) == (default.warps, default.iters, default.rows)
     if twin.mode == "regs" and not same:
-        twin_fits = norm.next_row_fits(twin, key.input.itemsize)
+        twin_fits = norm_layout.next_row_fits(twin, key.input.itemsize)
         out.append((dataclasses.replace(twin, batched=True, warp_amax=True, words=True,
                                         next_row=twin_fits and fits), {}))  # fmt: skip
     return out
@@ -330,7 +333,7 @@ def bf16p_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[
             layouts.append(cfg)
     out: list[tuple[Any, dict[str, Any]]] = []
     for lay in layouts:
-        if not norm.next_row_fits(lay, key.input.itemsize):
+        if not norm_layout.next_row_fits(lay, key.input.itemsize):
             continue
         p = dataclasses.replace(lay, hold=False, min_ctas=0, next_row=True)
         out += [(p, {"FWD_GROUPS_PER_CTA": g}) for g in (4, 8, 16)]
@@ -362,7 +365,7 @@ def big_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[st
             continue
         out.append((base, {}))
         out.append((dataclasses.replace(base, hold=True), {"FWD_GROUPS_PER_CTA": 8}))
-        if norm.next_row_fits(base, key.input.itemsize):
+        if norm_layout.next_row_fits(base, key.input.itemsize):
             p = dataclasses.replace(base, next_row=True)
             held = dataclasses.replace(p, hold=True)
             out += [(p, {"FWD_GROUPS_PER_CTA": 16}), (p, {"FWD_GROUPS_PER_CTA": 64}),
@@ -414,13 +417,13 @@ def big2_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
                 for per_sm in (0, 2, 4):
                     cfg = norm.LaunchConfig("regs", vec, warps, 1, iters, 8, stages=stages,
                                             ctas_per_sm=per_sm)  # fmt: skip
-                    if norm.staged_fits(key, cfg) and cfg != default:
+                    if norm_layout.staged_fits(key, cfg) and cfg != default:
                         out.append((cfg, {}))
         return out
     for cluster, warps, iters in _cluster_layouts(key, (4, 8)):
         base = norm.LaunchConfig("regs", vec, warps, 1, iters, cluster, batched=fp8,
                                  warp_amax=fp8, words=fp8, next_row=True)  # fmt: skip
-        if not norm.next_row_fits(base, key.input.itemsize):
+        if not norm_layout.next_row_fits(base, key.input.itemsize):
             continue
         for groups in (16, 32, 64):
             for hold in (False, True):
@@ -465,7 +468,7 @@ def near_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
             add(dataclasses.replace(cfg, ctas_per_sm=default.ctas_per_sm) if cfg else None)
         return out
     fp8 = key.scaling == "tensor"
-    fits = norm.next_row_fits(default, key.input.itemsize)
+    fits = norm_layout.next_row_fits(default, key.input.itemsize)
     flips = ["hold", "early", "accumulators"] + (["one_reduction"] if not spec.rms else [])
     flips += ["batched", "warp_amax", "words"] if fp8 else []
     flips += ["next_row"] if fits else []
@@ -480,14 +483,14 @@ def near_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
         add(dataclasses.replace(default, hold=True, early=False, groups=groups))
     accesses = key.hidden_size // default.vec
     for iters in (default.iters // 2, default.iters * 2):
-        if iters < 1 or iters * default.vec > norm.MAX_ELEMENTS:
+        if iters < 1 or iters * default.vec > norm_switches.MAX_ELEMENTS:
             continue
         warps = -(-accesses // (32 * iters))
         iters = -(-accesses // (32 * warps))
         if warps <= 32:
             cfg = dataclasses.replace(default, warps=warps, iters=iters, rows=1)
-            add(dataclasses.replace(cfg, next_row=cfg.next_row
-                                    and norm.next_row_fits(cfg, key.input.itemsize)))  # fmt: skip
+            fits = norm_layout.next_row_fits(cfg, key.input.itemsize)
+            add(dataclasses.replace(cfg, next_row=cfg.next_row and fits))
     return out
 
 
@@ -555,7 +558,7 @@ def bwdc_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
             for per_sm in (0, 2):
                 cfg = dataclasses.replace(default, warps=warps, iters=iters, cluster=cluster,
                                           stages=stages, ctas_per_sm=per_sm)  # fmt: skip
-                if norm.staged_fits(key, cfg) and cfg != default:
+                if norm_layout.staged_fits(key, cfg) and cfg != default:
                     out.append((cfg, {}))
     return out
 
@@ -574,7 +577,7 @@ def fwdc_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
     for cluster, warps, iters in _split_rows(key.hidden_size // vec, (2, 4, 8)):
         base = norm.LaunchConfig("regs", vec, warps, 1, iters, cluster, batched=True,
                                  warp_amax=True, words=True, next_row=True)  # fmt: skip
-        if not norm.next_row_fits(base, key.input.itemsize):
+        if not norm_layout.next_row_fits(base, key.input.itemsize):
             continue
         for groups in (16, 64):
             for hold in (False, True):
@@ -616,7 +619,7 @@ def sfwd_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
                 cfg = norm.LaunchConfig("regs", vec, warps, 1, iters, cluster, batched=fp8,
                                         warp_amax=fp8, words=True, stages=stages,
                                         gamma32=f32)  # fmt: skip
-                if norm.staged_fits(key, cfg) and cfg != default:
+                if norm_layout.staged_fits(key, cfg) and cfg != default:
                     out.append((cfg, {}))
     return out
 
@@ -635,7 +638,7 @@ def snear_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[
     out: list[tuple[Any, dict[str, Any]]] = []
 
     def add(cfg: Any) -> None:
-        if cfg != default and norm.staged_fits(key, cfg) and (cfg, {}) not in out:
+        if cfg != default and norm_layout.staged_fits(key, cfg) and (cfg, {}) not in out:
             out.append((cfg, {}))
 
     for stages in (default.stages - 1, default.stages + 1):
@@ -679,7 +682,7 @@ def srows_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[
                     cfg = norm.LaunchConfig("regs", vec, warps, rows, iters, 1, batched=fp8,
                                             warp_amax=fp8, words=True, stages=stages,
                                             gamma32=f32)  # fmt: skip
-                    if rows * warps <= 32 and norm.staged_fits(key, cfg) and cfg != default:
+                    if rows * warps <= 32 and norm_layout.staged_fits(key, cfg) and cfg != default:
                         out.append((cfg, {}))
     return out
 
@@ -705,7 +708,7 @@ def sregs_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[
                                             hold=hold, early=not hold, batched=fp8,
                                             warp_amax=fp8, words=True,
                                             stages=stages)  # fmt: skip
-                    if rows * warps <= 32 and norm.staged_fits(key, cfg) and cfg != default:
+                    if rows * warps <= 32 and norm_layout.staged_fits(key, cfg) and cfg != default:
                         out.append((cfg, {}))
     return out
 
@@ -728,7 +731,7 @@ def bal_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[st
     if not key.spec.backward and default.stages and default.rows == 1:
         warps = default.warps * default.cluster  # a cluster's row in one CTA
         two = dataclasses.replace(default, rows=2, warps=warps, cluster=1)
-        if warps <= 16 and norm.staged_fits(key, two):
+        if warps <= 16 and norm_layout.staged_fits(key, two):
             out += [(two, {}), (two, {"PERSISTENT_BALANCED": True})]
     return out
 
@@ -749,7 +752,7 @@ def defer_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[
     def add(cfg: Any) -> None:
         if cfg.deferred and cfg.stages < 3:
             return
-        if cfg != default and norm.staged_fits(key, cfg) and (cfg, {}) not in out:
+        if cfg != default and norm_layout.staged_fits(key, cfg) and (cfg, {}) not in out:
             out.append((cfg, {}))
 
     for stages in range(default.stages, default.stages + 3):
@@ -783,7 +786,7 @@ def fdefer_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict
     out: list[tuple[Any, dict[str, Any]]] = []
 
     def add(cfg: Any) -> None:
-        if cfg != default and norm.staged_fits(key, cfg) and (cfg, {}) not in out:
+        if cfg != default and norm_layout.staged_fits(key, cfg) and (cfg, {}) not in out:
             out.append((cfg, {}))
 
     fp8 = key.scaling == "tensor"
@@ -825,12 +828,12 @@ def caps_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
         bases.append(dataclasses.replace(default, hold=True))
     if default.stages >= 3 and default.rows == 1 and not default.deferred:
         bases.append(dataclasses.replace(default, deferred=True))
-    w_size = norm.DTYPES[norm.gamma_dtype(key)].itemsize
-    limit = norm.OPTIN_SMEM_BYTES[90]
+    w_size = DTYPES[norm.gamma_dtype(key)].itemsize
+    limit = norm_switches.OPTIN_SMEM_BYTES[90]
     out: list[tuple[Any, dict[str, Any]]] = []
     for base in bases:
         if base is not default:
-            if base.stages and not norm.staged_fits(key, base):
+            if base.stages and not norm_layout.staged_fits(key, base):
                 continue
             out.append((base, {}))
         smem = norm.staged_smem_bytes(base, key.input.itemsize, w_size,
@@ -873,7 +876,7 @@ def reread_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict
                 if deferred and (stages < 3 or base.rows != 1):
                     continue
                 cfg = dataclasses.replace(base, stages=stages, deferred=deferred, reread=reread)
-                if cfg != default and norm.staged_fits(key, cfg) and (cfg, {}) not in out:
+                if cfg != default and norm_layout.staged_fits(key, cfg) and (cfg, {}) not in out:
                     out.append((cfg, {}))
     return out
 
@@ -905,7 +908,11 @@ def hreread_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dic
                     cfg = dataclasses.replace(base, stages=stages, deferred=deferred,
                                               hold=True, reread=True, one_reduction=one,
                                               gamma32=False)  # fmt: skip
-                    if cfg != default and norm.staged_fits(key, cfg) and (cfg, {}) not in out:
+                    if (
+                        cfg != default
+                        and norm_layout.staged_fits(key, cfg)
+                        and (cfg, {}) not in out
+                    ):
                         out.append((cfg, {}))
     return out
 
@@ -936,7 +943,11 @@ def wide_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[s
                     cfg = dataclasses.replace(default, warps=warps, iters=per_cta // warps,
                                               stages=stages, reread=reread,
                                               one_reduction=one)  # fmt: skip
-                    if cfg != default and norm.staged_fits(key, cfg) and (cfg, {}) not in out:
+                    if (
+                        cfg != default
+                        and norm_layout.staged_fits(key, cfg)
+                        and (cfg, {}) not in out
+                    ):
                         out.append((cfg, {}))
     return out
 
@@ -959,7 +970,7 @@ def shift_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[
                 cfg = dataclasses.replace(default, shifted=True, one_reduction=False,
                                           stages=stages, reread=reread,
                                           deferred=deferred and default.rows == 1)  # fmt: skip
-                fits = norm.shift_applies(key, cfg) and norm.staged_fits(key, cfg)
+                fits = norm.shift_applies(key, cfg) and norm_layout.staged_fits(key, cfg)
                 if fits and (cfg, {}) not in out:
                     out.append((cfg, {}))
     return out
@@ -998,7 +1009,7 @@ def pdl_candidates(norm: Any, key: Any, default: Any) -> list[tuple[Any, dict[st
     for cfg, host in list(out):
         if cfg.stages >= 3 and not cfg.gamma32:
             cand = dataclasses.replace(cfg, reread=True)
-            if norm.staged_fits(key, cand) and (cand, host) not in out:
+            if norm_layout.staged_fits(key, cand) and (cand, host) not in out:
                 out.append((cand, host))
     return out
 
@@ -1137,9 +1148,9 @@ def candidates(
             if lay.cluster > 1:
                 switches = switches[:3]
             for prefetch, packed, capped in switches:
-                regs = norm._registers(True, spec.accumulators, lay.iters * lay.vec, 2,
+                regs = norm_layout._registers(True, spec.accumulators, lay.iters * lay.vec, 2,
                                        prefetch=prefetch, packed=packed)  # fmt: skip
-                cap = norm.REGISTER_FILE // (threads * regs)
+                cap = norm_switches.REGISTER_FILE // (threads * regs)
                 cfg = norm.LaunchConfig(**base, prefetch=prefetch, packed=packed,
                                         min_ctas=cap if capped and cap > 1 else 0)  # fmt: skip
                 for per_sm in (2, 8):
@@ -1147,8 +1158,8 @@ def candidates(
         else:
             add(norm.LaunchConfig(**base))
             weights = 1 if spec.rms else 2
-            regs = norm._registers(False, 0, lay.iters * lay.vec, 2, weights=weights)
-            cap = norm.REGISTER_FILE // (threads * regs)
+            regs = norm_layout._registers(False, 0, lay.iters * lay.vec, 2, weights=weights)
+            cap = norm_switches.REGISTER_FILE // (threads * regs)
             held = norm.LaunchConfig(**base, hold=True, min_ctas=cap if cap > 1 else 0)
             for groups in (2, 4, 8):
                 add(held, FWD_GROUPS_PER_CTA=groups)
@@ -1300,13 +1311,12 @@ def main() -> int:
     import torch
 
     import nvrtc_engine as ne
-    import nvrtc_engine.ops.norm as norm
     from nvrtc_engine.engine import Engine
     from nvrtc_engine.plans import NO_PLAN
 
     started = time.perf_counter()
     copy = common.copy_bandwidth_gbps()
-    host_defaults = {name: getattr(norm, name) for name in ("BWD_CTAS_PER_SM",
+    host_defaults = {name: getattr(norm_switches, name) for name in ("BWD_CTAS_PER_SM",
                                                             "FWD_GROUPS_PER_CTA",
                                                             "PERSISTENT_BALANCED")}  # fmt: skip
     bf16 = torch.bfloat16
@@ -1378,7 +1388,7 @@ def main() -> int:
                 if k is None:
                     continue
                 for name, value in {**host_defaults, **dict(host)}.items():
-                    setattr(norm, name, value)
+                    setattr(norm_switches, name, value)
                 k._launch_plans.clear()  # host settings change the grid: no cached plan
                 k._last_plan = NO_PLAN
                 call = k
@@ -1402,7 +1412,7 @@ def main() -> int:
                 ms = common.cuda_time_ms(lambda k=call, a=args_, kw=kw: k(*a, **kw),
                                          repeat=args.repeat)  # fmt: skip
                 for name, value in host_defaults.items():
-                    setattr(norm, name, value)
+                    setattr(norm_switches, name, value)
                 results.setdefault(case, []).append(ms)
                 is_default = cfg == defaults[(nm, direction, out)] and all(
                     host_defaults.get(name) == value for name, value in host

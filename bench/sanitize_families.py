@@ -7,7 +7,7 @@
 ``--list`` prints the case names; ``--case SUBSTRING`` runs only the matching cases (one
 process per case isolates a failure). Norms: LayerNorm/RMSNorm forward (bf16, FP8 tensor
 scaling, MXFP8) and backward, specialized and general, with odd hidden sizes and rows that
-do not fill a CTA; the code switches of nvrtc_engine/ops/norm.py that the defaults leave
+do not fill a CTA; the code switches of nvrtc_engine/ops/norm_switches.py that the defaults leave
 off (``norm_switch_*``: backward prefetch, packed rows, clusters, column sums in shared
 memory, the staged backward (x and dz in shared memory by cp.async); forward weights held
 in registers for bf16 and MXFP8 output, the held path with several row groups per CTA,
@@ -170,19 +170,20 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
 
     import nvrtc_engine as ne
     import nvrtc_engine.ops.norm as norm
+    import nvrtc_engine.ops.norm_switches as norm_switches
     from nvrtc_engine.engine import Engine
 
     def switched(values, op, hidden, **fields):
         values = {"TUNED": {}, **values}  # the rules alone (unless given), so the switches decide
-        saved = {name: getattr(norm, name) for name in values}
+        saved = {name: getattr(norm_switches, name) for name in values}
         try:
             for name, value in values.items():
-                setattr(norm, name, value)
+                setattr(norm_switches, name, value)
             norm.launch_config.cache_clear()
             return Engine().get(ne.make_key(op, in_dtype="bf16", hidden_size=hidden, **fields))
         finally:
             for name, value in saved.items():
-                setattr(norm, name, value)
+                setattr(norm_switches, name, value)
             norm.launch_config.cache_clear()
 
     out: dict[str, Callable[[], None]] = {}
@@ -200,16 +201,16 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         # words, gamma as fp32 in shared memory, dx from the row's constants: on the rules'
         # layouts, and on TUNED's (staged, a cluster of 8 at 65536)
         "lanes": {"ROW_SUM_LANES": True},
-        "tuned": {"TUNED": norm.TUNED},
+        "tuned": {"TUNED": norm_switches.TUNED},
         "staged3_round8": {"BWD_STAGED": 3, "ROW_SUM_LANES": True, "BWD_STAGED_WORDS": True,
                            "BWD_GAMMA32": True, "BWD_FOLDED": True},
-        "tuned_round8": {"TUNED": norm.TUNED, "ROW_SUM_LANES": True, "BWD_STAGED_WORDS": True,
-                         "BWD_GAMMA32": True, "BWD_FOLDED": True},
+        "tuned_round8": {"TUNED": norm_switches.TUNED, "ROW_SUM_LANES": True,
+                         "BWD_STAGED_WORDS": True, "BWD_GAMMA32": True, "BWD_FOLDED": True},
         # round 11: each row's dx written a row later (i), on the rules' staged layouts (3 and
         # 4 stages) and on TUNED's (clusters of 2, 4 and 8)
         "staged3_deferred": {"BWD_STAGED": 3, "BWD_DEFERRED": True},
         "staged4_deferred": {"BWD_STAGED": 4, "BWD_DEFERRED": True},
-        "tuned_deferred": {"TUNED": norm.TUNED, "BWD_DEFERRED": True},
+        "tuned_deferred": {"TUNED": norm_switches.TUNED, "BWD_DEFERRED": True},
     }  # fmt: skip
     for label, values in bwd.items():
         shapes = [(5, 4096), (7, 1000), (1003, 1024), (2, 14336)]
@@ -227,7 +228,7 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
 
                 out[f"norm_switch_{label}_{nm}_bwd_h{h}x{rows}"] = run_bwd
     fwd = {
-        "held": {"FWD_HOLD_WEIGHTS": dict.fromkeys(norm.FWD_HOLD_WEIGHTS, True)},
+        "held": {"FWD_HOLD_WEIGHTS": dict.fromkeys(norm_switches.FWD_HOLD_WEIGHTS, True)},
         # round 3: early weight loads, one (count, mean, M2) reduction, split sums
         "early_one_a2": {"FWD_EARLY_WEIGHTS": True, "FWD_ONE_REDUCTION": True,
                          "FWD_ACCUMULATORS": 2},
@@ -236,12 +237,12 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         # switches together (o, g, q, p), and the next-row copies with held weights (hp)
         "fp8_ogqp": {"FWD_FP8_BATCHED": True, "FWD_FP8_WARP_AMAX": True,
                      "FWD_FP8_WORDS": True, "FWD_FP8_NEXT_ROW": True},
-        "fp8_held_qp": {"FWD_HOLD_WEIGHTS": dict.fromkeys(norm.FWD_HOLD_WEIGHTS, True),
+        "fp8_held_qp": {"FWD_HOLD_WEIGHTS": dict.fromkeys(norm_switches.FWD_HOLD_WEIGHTS, True),
                         "FWD_FP8_WORDS": True, "FWD_FP8_NEXT_ROW": True},
         # round 8: row sums across lanes by shuffles, on the rules' layouts and on TUNED's
         "lanes": {"ROW_SUM_LANES": True},
-        "tuned": {"TUNED": norm.TUNED},
-        "tuned_lanes": {"TUNED": norm.TUNED, "ROW_SUM_LANES": True},
+        "tuned": {"TUNED": norm_switches.TUNED},
+        "tuned_lanes": {"TUNED": norm_switches.TUNED, "ROW_SUM_LANES": True},
         # round 9: the staged forward (x in dynamic shared memory by cp.async, a persistent
         # grid), weights as stored (2 rows deep) and as fp32 (3 rows deep)
         "staged2": {"FWD_STAGED": 2},
@@ -249,18 +250,18 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         # round 11: each row's z written a row later (i), 3 stages, with one reduction
         "staged3_deferred": {"FWD_STAGED": 3, "FWD_DEFERRED": True},
         "staged3_deferred_one": {"FWD_STAGED": 3, "FWD_DEFERRED": True, "FWD_ONE_REDUCTION": True},
-        "tuned_deferred": {"TUNED": norm.TUNED, "FWD_DEFERRED": True},
+        "tuned_deferred": {"TUNED": norm_switches.TUNED, "FWD_DEFERRED": True},
         # round 13: x read again from its stage in each pass (y), with and without i and u
         "staged3_reread": {"FWD_STAGED": 3, "FWD_REREAD": True},
         "staged3_reread_deferred_one": {"FWD_STAGED": 3, "FWD_REREAD": True,
                                         "FWD_DEFERRED": True, "FWD_ONE_REDUCTION": True},
-        "tuned_reread": {"TUNED": norm.TUNED, "FWD_REREAD": True},
+        "tuned_reread": {"TUNED": norm_switches.TUNED, "FWD_REREAD": True},
         # round 16: one-pass statistics about the row's first element (z: LayerNorm with an
         # FP8 output; the other outputs run without it), with and without i and y
         "staged3_shifted": {"FWD_STAGED": 3, "FWD_SHIFTED": True},
         "staged3_shifted_deferred_reread": {"FWD_STAGED": 3, "FWD_SHIFTED": True,
                                             "FWD_DEFERRED": True, "FWD_REREAD": True},
-        "tuned_shifted": {"TUNED": norm.TUNED, "FWD_SHIFTED": True},
+        "tuned_shifted": {"TUNED": norm_switches.TUNED, "FWD_SHIFTED": True},
         # round 24: z on the register layouts (K read from global memory), the rules' and
         # with the next-row copies (p, whose copy the z path once left out)
         "regs_shifted": {"FWD_SHIFTED": True},
@@ -272,10 +273,10 @@ def norm_switch_cases(t: Callable, tensor: Callable) -> dict[str, Callable[[], N
         # row's z written a row later (i)
         "warp_stats": {"FWD_WARP_STATS": True},
         "staged3_warp_stats": {"FWD_STAGED": 3, "FWD_WARP_STATS": True},
-        "tuned_warp_stats": {"TUNED": norm.TUNED, "FWD_WARP_STATS": True},
+        "tuned_warp_stats": {"TUNED": norm_switches.TUNED, "FWD_WARP_STATS": True},
         "staged3_warp_stats_deferred": {"FWD_STAGED": 3, "FWD_WARP_STATS": True,
                                         "FWD_DEFERRED": True},
-        "tuned_warp_stats_deferred": {"TUNED": norm.TUNED, "FWD_WARP_STATS": True,
+        "tuned_warp_stats_deferred": {"TUNED": norm_switches.TUNED, "FWD_WARP_STATS": True,
                                       "FWD_DEFERRED": True},
     }  # fmt: skip
     # the next-row copies with bf16 output (a TUNED-style tag: no module switch turns them on

@@ -58,6 +58,7 @@ def tagged_norm(op: str, fields: dict[str, object], tag: str) -> object:
     they change is refused, naming the letters dropped."""
     import nvrtc_engine as ne
     import nvrtc_engine.ops.norm as norm
+    import nvrtc_engine.ops.norm_layout as norm_layout
     from nvrtc_engine.engine import Engine
 
     os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"  # the key does not see the tag
@@ -65,13 +66,13 @@ def tagged_norm(op: str, fields: dict[str, object], tag: str) -> object:
         cfg = norm.parse_tag(tag)
     except ValueError as e:
         sys.exit(str(e))
-    saved = norm._tuned
-    norm._tuned = lambda key: cfg
+    saved = norm_layout._tuned
+    norm_layout._tuned = lambda key: cfg
     norm.launch_config.cache_clear()
     try:
         kernel = Engine().get(ne.make_key(op, **fields))  # type: ignore[arg-type]
     finally:
-        norm._tuned = saved
+        norm_layout._tuned = saved
         norm.launch_config.cache_clear()
     if kernel.config != cfg:
         dropped = sorted(set(tag) - set(kernel.config.tag))

@@ -381,7 +381,7 @@ EDITS.update(DYN_EDITS)
 RED = "  __shared__ float red[kRedFloats];\n"
 for _pad in (4, 8, 24):
     EDITS[f"red{_pad}"] = [("source", RED, f"  __shared__ float red[kRedFloats + {_pad}];\n")]
-# ``align16``: a staged kernel with ``A`` (norm.STAGED_ALIGNED, TUNED's LayerNorm FP8 4096 and
+# ``align16``: a staged kernel with ``A`` (STAGED_ALIGNED, TUNED's LayerNorm FP8 4096 and
 # 14336) with its stages on a 16-byte boundary, as without ``A``. Round 25 ran it while the
 # template gave every staged kernel the 128-byte boundary (source_ab-align16.json).
 EDITS["align16"] = [("source", "extern __shared__ __align__(128) unsigned char staged[];",

@@ -18,7 +18,8 @@ from test_gpu_gelu import poisoned, to_host, to_torch
 import nvrtc_engine as ne
 from nvrtc_engine import ArgumentError, reference
 from nvrtc_engine.ops.blockscale import mxfp8_scale_shape
-from nvrtc_engine.ops.norm import TUNED, gamma_dtype, launch_config
+from nvrtc_engine.ops.norm import gamma_dtype, launch_config
+from nvrtc_engine.ops.norm_switches import TUNED
 from nvrtc_engine.reference.mx import e8m0_multiplier, e8m0_scale
 
 pytestmark = pytest.mark.gpu
@@ -538,16 +539,16 @@ def test_dependent_launch_chain():
 def switches():
     """Set norm switches for one test: ``switches(BWD_PREFETCH=True, ...)``; every kernel
     got afterwards is built with them (each test has its own cache and engine)."""
-    import nvrtc_engine.ops.norm as norm
+    import nvrtc_engine.ops.norm_switches as norm_switches
 
     with pytest.MonkeyPatch.context() as mp:  # not the test's: that one holds the cache env
-        mp.setattr(norm, "TUNED", {})  # the rules alone, so the switches decide
+        mp.setattr(norm_switches, "TUNED", {})  # the rules alone, so the switches decide
 
         def apply(**values):
             for name, value in values.items():
                 if name == "FWD_HOLD_WEIGHTS":
-                    value = dict.fromkeys(norm.FWD_HOLD_WEIGHTS, value)
-                mp.setattr(norm, name, value)
+                    value = dict.fromkeys(norm_switches.FWD_HOLD_WEIGHTS, value)
+                mp.setattr(norm_switches, name, value)
             launch_config.cache_clear()
             ne.clear_cache(disk=False)
 
@@ -609,7 +610,7 @@ def test_forward_weights_held_in_registers(switches, op, hold):
 
 @pytest.mark.parametrize("entry", sorted(TUNED), ids=lambda e: f"{e[0]}-h{e[1]}-{e[2]}")
 def test_tuned_defaults(entry):
-    """Each measured winner (norm.TUNED: held weights with 8 row groups per CTA, the LN
+    """Each measured winner (norm_switches.TUNED: held weights with 8 row groups per CTA, the LN
     backward prefetch): rows that do not fill the last group, more groups than CTAs, N = 1,
     a large mean offset, zero-centred gamma."""
     op, hidden, scaling = entry
@@ -638,13 +639,13 @@ def test_next_row_copies_for_bf16_output(op, tag):
     a cluster of 4, with and without held weights) against the float64 reference: N = 1, rows
     that leave clusters without a row group, and 600 rows at 16 row groups per CTA (each
     cluster copies several rows ahead)."""
-    import nvrtc_engine.ops.norm as norm
+    import nvrtc_engine.ops.norm_switches as norm_switches
 
-    tuned = {**norm.TUNED, (op, 65536, "none"): tag}
+    tuned = {**norm_switches.TUNED, (op, 65536, "none"): tag}
     kernel = _kernel_with(op, {"in_dtype": "bf16", "hidden_size": 65536}, tuned, {})
     assert kernel.config.next_row and kernel.artifact.symbols[0].endswith(tag)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(norm, "FWD_GROUPS_PER_CTA", 16)
+        mp.setattr(norm_switches, "FWD_GROUPS_PER_CTA", 16)
         for rows in (1, 37, 600):
             x = reference.sample_input((rows, 65536), "bf16", seed(op, tag, rows, "p16"))
             run_forward(kernel, x)
@@ -789,7 +790,7 @@ def _assert_same_fp8(kernel, other, rows, label):
 )
 @pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
 def test_forward_fp8_candidates(op, values):
-    """Each FP8 candidate, with the measured table's layouts (norm.TUNED, its o/g/q/p/x letters
+    """Each FP8 candidate, with the measured table's layouts (TUNED, its o/g/q/p/x letters
     taken out so that only the module switches set them) in force, against the float64
     reference (z bytes except at rounding ties, mu/rsigma, amax, scale_inv) and bit for bit
     against the kernel of the same layout without the switches (the same fp32 arithmetic: z
@@ -800,9 +801,9 @@ def test_forward_fp8_candidates(op, values):
     and an amax word that already holds more than this call's maximum (left unchanged). Each
     switch alone: H = 1001, 4096 and 14336 only."""
 
-    import nvrtc_engine.ops.norm as norm
+    import nvrtc_engine.ops.norm_switches as norm_switches
 
-    layouts = {key: _without_fp8_switches(key, tag) for key, tag in norm.TUNED.items()}
+    layouts = {key: _without_fp8_switches(key, tag) for key, tag in norm_switches.TUNED.items()}
     cases = [(1024, 1), (1024, 1003), (1001, 37), (4096, 1), (4096, 513), (8192, 1),
              (8192, 67), (14336, 1), (14336, 700), (65536, 2)]  # fmt: skip
     if len(values) == 1:
@@ -816,12 +817,12 @@ def test_forward_fp8_candidates(op, values):
             fields = dict(in_dtype=in_dtype, out_dtype=out, scaling="tensor", hidden_size=hidden,
                           **flags)  # fmt: skip
             with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(norm, "TUNED", layouts)
+                mp.setattr(norm_switches, "TUNED", layouts)
                 launch_config.cache_clear()
                 ne.clear_cache(disk=False)
                 default = ne.get_kernel(op, **fields)
                 for name, value in values.items():
-                    mp.setattr(norm, name, value)
+                    mp.setattr(norm_switches, name, value)
                 launch_config.cache_clear()
                 ne.clear_cache(disk=False)
                 try:
@@ -916,7 +917,7 @@ FP8_ROUND5 = [
 
 
 def _kernel_with(op, fields, tuned, values):
-    """``op``'s kernel for ``fields`` with ``norm.TUNED = tuned`` and the module switches
+    """``op``'s kernel for ``fields`` with ``norm_switches.TUNED = tuned`` and the module switches
     ``values``, compiled afresh (neither cache sees the monkeypatched switches)."""
     return _kernel_patched(op, fields, {"TUNED": tuned, **values})
 
@@ -924,11 +925,11 @@ def _kernel_with(op, fields, tuned, values):
 def _kernel_patched(op, fields, attrs):
     """``op``'s kernel for ``fields`` with the norm module's ``attrs`` set (names to values),
     compiled afresh."""
-    import nvrtc_engine.ops.norm as norm
+    import nvrtc_engine.ops.norm_switches as norm_switches
 
     with pytest.MonkeyPatch.context() as mp:
         for name, value in attrs.items():
-            mp.setattr(norm, name, value)
+            mp.setattr(norm_switches, name, value)
         launch_config.cache_clear()
         ne.clear_cache(disk=False)
         try:
@@ -954,11 +955,11 @@ def test_forward_fp8_round5_candidates(op, values):
     fp32 x (a 1e4 mean offset), zero-centred fp32 gamma, unaligned x (the scalar path), and an
     amax word above this call's maximum (left unchanged)."""
 
-    import nvrtc_engine.ops.norm as norm
+    import nvrtc_engine.ops.norm_switches as norm_switches
 
-    stripped = {key: _without_fp8_switches(key, tag) for key, tag in norm.TUNED.items()}
+    stripped = {key: _without_fp8_switches(key, tag) for key, tag in norm_switches.TUNED.items()}
     # the TUNED kernels without z (one-pass statistics round differently: test_forward_shifted)
-    unshifted = {key: tag.replace("z", "") for key, tag in norm.TUNED.items()}
+    unshifted = {key: tag.replace("z", "") for key, tag in norm_switches.TUNED.items()}
     cases = [(1024, 1), (1024, 9001), (1001, 37), (4096, 1), (4096, 5000), (8192, 3001),
              (14336, 1), (14336, 700), (65536, 2)]  # fmt: skip
     if len(values) < 4:
@@ -1036,10 +1037,10 @@ ROUND8_CASES = [(1001, 37), (4096, 1), (4096, 513), (8192, 67), (14336, 1), (143
 def _round8_kernel(op, fields, values):
     """``op``'s kernel for ``fields`` with TUNED as it is and the round-8 ``values``, and the
     letters they must have added to the tag (the reference kernel: the same without them)."""
-    import nvrtc_engine.ops.norm as norm
+    import nvrtc_engine.ops.norm_switches as norm_switches
 
-    default = _kernel_with(op, fields, norm.TUNED, {})
-    kernel = _kernel_with(op, fields, norm.TUNED, values)
+    default = _kernel_with(op, fields, norm_switches.TUNED, {})
+    kernel = _kernel_with(op, fields, norm_switches.TUNED, values)
     cfg, base = kernel.config, default.config
     assert kernel.artifact.symbols[0].endswith(cfg.tag)
     if cfg.mode == "regs":
@@ -1086,7 +1087,7 @@ def test_forward_bf16_words(op):
     forward with held weights), N = 1 and odd N, unaligned x (the element-by-element path)."""
     import dataclasses
 
-    import nvrtc_engine.ops.norm as norm
+    import nvrtc_engine.ops.norm_switches as norm_switches
 
     if arch() != "sm_90":
         pytest.skip("TUNED applies on sm_90 only")
@@ -1095,7 +1096,7 @@ def test_forward_bf16_words(op):
         base = launch_config(ne.make_key(op, **fields))
         twins = []  # the layout with q, then without (a staged entry may have it already)
         for words in (True, False):
-            tuned = dict(norm.TUNED)
+            tuned = dict(norm_switches.TUNED)
             tuned[(op, hidden, "none")] = dataclasses.replace(base, words=words).tag
             twins.append(_kernel_with(op, fields, tuned, {}))
         kernel, default = twins
@@ -1211,11 +1212,11 @@ def test_balanced_persistent_grid(monkeypatch, op):
     persistent grid against the float64 reference (2053 rows at H = 4096: 514 CTAs where the
     plain grid has 528; 263 rows at 65536 over clusters), and the forward bit for bit against
     the plain grid (a row's arithmetic does not depend on the CTA that takes it)."""
-    import nvrtc_engine.ops.norm as norm
+    import nvrtc_engine.ops.norm_switches as norm_switches
     from nvrtc_engine.plans import NO_PLAN
 
     def balanced(kernel, on):
-        monkeypatch.setattr(norm, "PERSISTENT_BALANCED", on)
+        monkeypatch.setattr(norm_switches, "PERSISTENT_BALANCED", on)
         kernel._launch_plans.clear()  # the grid is part of a cached launch plan
         kernel._last_plan = NO_PLAN
 
@@ -1237,7 +1238,7 @@ def test_balanced_persistent_grid(monkeypatch, op):
 
 
 def _kernel_tagged(op, fields, tag):
-    """``op``'s kernel for ``fields`` with the layout ``tag`` whatever the key (norm._tuned
+    """``op``'s kernel for ``fields`` with the layout ``tag`` whatever the key (norm_layout._tuned
     answering it for every key), compiled afresh."""
     import nvrtc_engine.ops.norm as norm
 

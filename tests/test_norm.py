@@ -24,18 +24,21 @@ from fakes import FakeCaiArray, FakeCupyArray
 import nvrtc_engine as ne
 from nvrtc_engine import ArgumentError, ArgumentTypeError, KernelKey, VariantError, make_key
 from nvrtc_engine import reference as ref
-from nvrtc_engine.ops import get_spec, norm
+from nvrtc_engine.key import arch_number
+from nvrtc_engine.ops import get_spec, norm, norm_kernels, norm_layout, norm_switches
 from nvrtc_engine.ops.norm import (
-    BWD_MAX_ELEMENTS,
-    MAX_ELEMENTS,
-    MAX_REGISTERS,
-    REGISTER_FILE,
     LaunchConfig,
-    _registers,
     fits_register_file,
     gamma_dtype,
     launch_config,
     loop_threads_per_row,
+)
+from nvrtc_engine.ops.norm_layout import _registers
+from nvrtc_engine.ops.norm_switches import (
+    BWD_MAX_ELEMENTS,
+    MAX_ELEMENTS,
+    MAX_REGISTERS,
+    REGISTER_FILE,
 )
 from nvrtc_engine.render import render
 
@@ -69,10 +72,10 @@ def variant_id(v):
 
 @contextlib.contextmanager
 def rules_only():
-    """launch_config by the layout rules alone: norm.TUNED (the measured winners) emptied,
+    """launch_config by the layout rules alone: norm_switches.TUNED (the measured winners) emptied,
     the configuration and kernel caches cleared on the way in and out."""
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(norm, "TUNED", {})
+        monkeypatch.setattr(norm_switches, "TUNED", {})
         launch_config.cache_clear()
         ne.clear_cache(disk=False)
         try:
@@ -83,13 +86,13 @@ def rules_only():
 
 
 def tuned_tag(key):
-    """norm.TUNED's tag for ``key`` where the table applies (sm_90, 16-bit x and gamma), else
+    """TUNED's tag for ``key`` where the table applies (sm_90, 16-bit x and gamma), else
     None."""
-    if norm.arch_number(key.arch) != 90 or key.hidden_size is None or key.input.itemsize != 2:
+    if arch_number(key.arch) != 90 or key.hidden_size is None or key.input.itemsize != 2:
         return None
     if ne.DTYPES[gamma_dtype(key)].itemsize != 2:
         return None
-    return norm.TUNED.get((key.op, key.hidden_size, key.scaling))
+    return norm_switches.TUNED.get((key.op, key.hidden_size, key.scaling))
 
 
 def switch_letters(tag):
@@ -144,7 +147,9 @@ def test_key_names_and_parse():
     bwd = make_key("rmsnorm_bwd_add", dtype="fp16", arch="sm_100a", fp32_gamma=True)
     assert str(bwd) == "rmsnorm_bwd_add_fp16_fp16_none_rowwise_hany_sm100a_wf32"
     assert KernelKey.parse(str(bwd)) == bwd
-    assert key.spec.symbols(key) == (f"{key}_w4r1v8j4c1hogqiAt3",)  # norm.TUNED's FP8 winner
+    assert key.spec.symbols(key) == (
+        f"{key}_w4r1v8j4c1hogqiAt3",
+    )  # norm_switches.TUNED's FP8 winner
     assert bwd.spec.symbols(bwd) == (f"{bwd}_loop", f"{bwd}_loop_stats", f"{bwd}_loop_finalize")
     mx = make_key("rmsnorm_fwd", in_dtype="bf16", out_dtype="e5m2", scaling="mxfp8", arch="sm_90")
     assert mx.scaling == "mxfp8" and "mxfp8" in str(mx)
@@ -196,9 +201,9 @@ def test_launch_configurations_cover_rows_and_fit(op, dt, arch):
     itemsize = ne.DTYPES[dt].itemsize
     for hidden in HIDDEN_SWEEP:
         cfg = launch_config(make_key(op, in_dtype=dt, hidden_size=hidden, arch=arch))
-        # measured winners (norm.TUNED) need not follow the register estimate: ptxas fitted
+        # measured winners (norm_switches.TUNED) need not follow the register estimate: ptxas fitted
         # them without spills (e.g. w19j7c2h at H=65536: 96 registers, estimate 128)
-        tuned = arch == "sm_90" and itemsize == 2 and (op, hidden, "none") in norm.TUNED
+        tuned = arch == "sm_90" and itemsize == 2 and (op, hidden, "none") in norm_switches.TUNED
         if cfg.mode == "loop":
             assert cfg.vec == 16 // itemsize
             continue
@@ -237,7 +242,7 @@ def test_configuration_choices():
     def tag(op, hidden, arch="sm_90", dt="bf16"):
         return launch_config(make_key(op, in_dtype=dt, hidden_size=hidden, arch=arch)).tag
 
-    with rules_only():  # the layout rules (norm.TUNED emptied)
+    with rules_only():  # the layout rules (norm_switches.TUNED emptied)
         assert tag("layernorm_fwd", 4096) == "w4r1v8j4c1"  # 4 x 16-byte accesses per thread
         assert tag("layernorm_fwd", 768) == "w1r4v8j3c1"  # small rows: 4 rows per CTA
         assert tag("layernorm_fwd", 1001).startswith("w1r4v1")  # odd H: single elements
@@ -251,7 +256,7 @@ def test_configuration_choices():
         assert tag("layernorm_bwd", 14336) == "loop"  # no cluster layouts in the backward
         assert tag("layernorm_bwd", 65536) == "loop"
         assert tag("layernorm_fwd", 1 << 20) == "loop"
-    # norm.TUNED (sm_90, 16-bit x and gamma): the measured winners take precedence
+    # norm_switches.TUNED (sm_90, 16-bit x and gamma): the measured winners take precedence
     assert tag("rmsnorm_fwd", 4096) == "w8r1v8j2c1"
     # the staged backward (3 rows deep; RMSNorm at 4096 5 rows deep), some over clusters
     assert tag("layernorm_bwd", 4096) == "w1r1v8j4c4qdt3"  # staged over a cluster of 4
@@ -275,7 +280,7 @@ def fp8_tag(op, hidden, arch="sm_90"):
 
 def test_held_weights_need_two_ctas_per_sm():
     # not held by the rules (norm_tuning.json: LayerNorm lost with them)
-    assert not norm.FWD_HOLD_WEIGHTS["tensor"]
+    assert not norm_switches.FWD_HOLD_WEIGHTS["tensor"]
     with rules_only():
         for op in FWD:
             for hidden in (4096, 8192, 14336, 65536):
@@ -292,7 +297,7 @@ def test_held_weights_need_two_ctas_per_sm():
     assert fp8_tag("rmsnorm_fwd", 65536) == "w4r1v8j8c8hogqiLt3"
     assert fp8_tag("layernorm_fwd", 65536) == "w4r1v8j8c8hogqiyzt3"
     with rules_only() as monkeypatch:
-        monkeypatch.setitem(norm.FWD_HOLD_WEIGHTS, "tensor", True)
+        monkeypatch.setitem(norm_switches.FWD_HOLD_WEIGHTS, "tensor", True)
         launch_config.cache_clear()
         assert fp8_tag("layernorm_fwd", 4096) == "w4r1v8j4c1hm4"  # gamma/beta held
         assert fp8_tag("rmsnorm_fwd", 8192) == "w8r1v8j4c1hm2"
@@ -309,12 +314,12 @@ def test_switches_follow_the_module_defaults():
     fp8 = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
                    arch="sm_90")  # fmt: skip
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(norm, "TUNED", {})  # the rules, not the measured table
-        monkeypatch.setattr(norm, "BWD_PREFETCH", True)
-        monkeypatch.setattr(norm, "BWD_PACKED", True)
-        monkeypatch.setattr(norm, "BWD_CLUSTERS", True)
-        monkeypatch.setattr(norm, "BWD_CAP", True)
-        monkeypatch.setitem(norm.FWD_HOLD_WEIGHTS, "tensor", True)
+        monkeypatch.setattr(norm_switches, "TUNED", {})  # the rules, not the measured table
+        monkeypatch.setattr(norm_switches, "BWD_PREFETCH", True)
+        monkeypatch.setattr(norm_switches, "BWD_PACKED", True)
+        monkeypatch.setattr(norm_switches, "BWD_CLUSTERS", True)
+        monkeypatch.setattr(norm_switches, "BWD_CAP", True)
+        monkeypatch.setitem(norm_switches.FWD_HOLD_WEIGHTS, "tensor", True)
         launch_config.cache_clear()
         try:
             cfg = launch_config(key)
@@ -329,9 +334,9 @@ def test_switches_follow_the_module_defaults():
         finally:
             launch_config.cache_clear()
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(norm, "TUNED", {})
-        monkeypatch.setattr(norm, "BWD_CAP", True)
-        monkeypatch.setitem(norm.FWD_HOLD_WEIGHTS, "tensor", True)
+        monkeypatch.setattr(norm_switches, "TUNED", {})
+        monkeypatch.setattr(norm_switches, "BWD_CAP", True)
+        monkeypatch.setitem(norm_switches.FWD_HOLD_WEIGHTS, "tensor", True)
         launch_config.cache_clear()
         try:
             assert "__launch_bounds__(THREADS, 3)" in render(key).source  # 3 CTAs of 168
@@ -348,13 +353,13 @@ def test_switches_follow_the_module_defaults():
         plain = render(make_key("layernorm_fwd", in_dtype="bf16", hidden_size=4096,
                                 arch="sm_90"))  # fmt: skip
         assert "Held<" not in plain.source and "__launch_bounds__(THREADS)\n" in plain.source
-    # norm.TUNED's layouts of these keys: the staged backward (t3; t2 over a cluster of 4 at
+    # TUNED's layouts of these keys: the staged backward (t3; t2 over a cluster of 4 at
     # 65536), the FP8 forward staged with o/g/q and its weights held (h, round 10)
-    assert launch_config(key).tag == norm.TUNED[("layernorm_bwd", 4096, "none")]
-    assert launch_config(big).tag == norm.TUNED[("layernorm_bwd", 65536, "none")]
+    assert launch_config(key).tag == norm_switches.TUNED[("layernorm_bwd", 4096, "none")]
+    assert launch_config(big).tag == norm_switches.TUNED[("layernorm_bwd", 65536, "none")]
     assert launch_config(big).cluster == 8
     assert "cp.async.wait_group" in render(key).source
-    assert launch_config(fp8).tag == norm.TUNED[("layernorm_fwd", 4096, "tensor")]
+    assert launch_config(fp8).tag == norm_switches.TUNED[("layernorm_fwd", 4096, "tensor")]
     assert "Held<Wt::storage, V> gh[J];" in render(fp8).source
 
 
@@ -383,9 +388,9 @@ def test_tags_name_every_code_switch():
 
 
 def test_tuned_layouts_are_valid():
-    """Every measured winner (norm.TUNED) is a valid layout of its hidden size and is what
+    """Every measured winner (norm_switches.TUNED) is a valid layout of its hidden size and is what
     launch_config returns for the key it names (bf16 and fp16, sm_90)."""
-    for (op, hidden, scaling), tag in norm.TUNED.items():
+    for (op, hidden, scaling), tag in norm_switches.TUNED.items():
         for dt in ("bf16", "fp16"):
             out = "fp8_e4m3" if scaling != "none" else dt
             key = make_key(op, in_dtype=dt, out_dtype=out, scaling=scaling, hidden_size=hidden,
@@ -500,7 +505,7 @@ def test_eps_type_errors(ln_fp8):
     """eps is a number: a string is a type error (float() would take "1e-5"), and an array
     where an RMSNorm kernel's eps goes, most often beta, says that RMSNorm takes none (a
     LayerNorm kernel's message has no such hint); numpy scalars and ints are numbers."""
-    from nvrtc_engine.ops.norm import _eps
+    from nvrtc_engine.ops.norm_kernels import _eps
 
     for text in ("1e-5", b"1e-5"):
         with pytest.raises(ArgumentTypeError, match="eps: must be a float >= 0, got"):
@@ -768,7 +773,7 @@ def test_summation_depth():
 @pytest.mark.parametrize("hidden", [None, 1000, 4096, 65536])
 @pytest.mark.parametrize("op", BWD)
 def test_backward_grid_plans_cover_the_rows(op, hidden):
-    from nvrtc_engine.ops.norm import _Device
+    from nvrtc_engine.ops.norm_kernels import _Device
 
     kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden, arch="sm_90")
     cfg = kernel.config
@@ -808,9 +813,9 @@ def test_round3_switches_compile(monkeypatch, arch, values):
     """The round-3 switches compile on every arch and name themselves in the symbol;
     H = 1024 packs 4 rows per CTA, H = 1001 has a partial last access,
     H = 65536 uses a cluster on sm_90/sm_100a (forward)."""
-    monkeypatch.setattr(norm, "TUNED", {})
+    monkeypatch.setattr(norm_switches, "TUNED", {})
     for name, value in values.items():
-        monkeypatch.setattr(norm, name, value)
+        monkeypatch.setattr(norm_switches, name, value)
     launch_config.cache_clear()
     ne.clear_cache(disk=False)
     try:
@@ -882,11 +887,11 @@ def default_keys(ops, hidden_sizes, scalings=("none",), archs=("sm_90", "sm_100a
 
 def test_round3_defaults_are_off():
     """The round-3 switches are off by the rules (measured: no gain, bench/results/
-    norm_tuning.json): keys outside norm.TUNED carry none of them (e, u, a, s); TUNED keys
+    norm_tuning.json): keys outside norm_switches.TUNED carry none of them (e, u, a, s); TUNED keys
     take exactly TUNED's tag (its round-5 winners replaced the one entry that had one: s2,
     LayerNorm backward at 4096)."""
-    assert not norm.FWD_EARLY_WEIGHTS and not norm.FWD_ONE_REDUCTION
-    assert norm.FWD_ACCUMULATORS == 1 and norm.BWD_SHARED_SUMS == 0
+    assert not norm_switches.FWD_EARLY_WEIGHTS and not norm_switches.FWD_ONE_REDUCTION
+    assert norm_switches.FWD_ACCUMULATORS == 1 and norm_switches.BWD_SHARED_SUMS == 0
     tuned = 0
     for key in default_keys(FWD + BWD, (1000, 4096, 8192, 14336, 65536), ("none", "tensor")):
         cfg = launch_config(key)
@@ -924,15 +929,15 @@ def _without_fp8_switches(key, tag):
 def _with_switches(monkeypatch, values):
     """The module switches ``values`` on, over TUNED's layouts with their own o/g/q/p/x letters
     taken out (TUNED carries the measured winners; these tests are about the switches)."""
-    layouts = {key: _without_fp8_switches(key, tag) for key, tag in norm.TUNED.items()}
-    monkeypatch.setattr(norm, "TUNED", layouts)
+    layouts = {key: _without_fp8_switches(key, tag) for key, tag in norm_switches.TUNED.items()}
+    monkeypatch.setattr(norm_switches, "TUNED", layouts)
     for name, value in values.items():
-        monkeypatch.setattr(norm, name, value)
+        monkeypatch.setattr(norm_switches, name, value)
     launch_config.cache_clear()
     ne.clear_cache(disk=False)
 
 
-# norm.TUNED's FP8 forwards (sm_90, bf16 x; bench/results/norm_tuning-fp8b.json, 2026-12-01;
+# TUNED's FP8 forwards (sm_90, bf16 x; bench/results/norm_tuning-fp8b.json, 2026-12-01;
 # H = 65536: norm_tuning-big2.json; RMSNorm 4096: norm_tuning-near-rms.json; LayerNorm: the
 # staged forward, norm_tuning-sfwd.json and norm_tuning-snear.json, 2026-12-02; two rows per
 # CTA, norm_tuning-srows.json and norm_tuning-bal.json; weights held, norm_tuning-sregs.json;
@@ -953,14 +958,14 @@ TUNED_FP8 = {
 
 
 def test_tuned_fp8_forwards_carry_the_measured_switches():
-    """norm.TUNED's FP8 winners (bench/results/norm_tuning-fp8b.json, 2026-12-01; at RMSNorm
+    """TUNED's FP8 winners (bench/results/norm_tuning-fp8b.json, 2026-12-01; at RMSNorm
     8192 norm_tuning-bwdc.json, 2026-12-02) keep their o/g/q/p letters (and x4, 4 row groups
     per CTA) whatever the module switches say, on sm_90 only (16-bit x and gamma); elsewhere
     the module's defaults (off) apply."""
-    assert not (norm.FWD_FP8_BATCHED or norm.FWD_FP8_WARP_AMAX)
-    assert not (norm.FWD_FP8_WORDS or norm.FWD_FP8_NEXT_ROW)
+    assert not (norm_switches.FWD_FP8_BATCHED or norm_switches.FWD_FP8_WARP_AMAX)
+    assert not (norm_switches.FWD_FP8_WORDS or norm_switches.FWD_FP8_NEXT_ROW)
     for (op, hidden), tag in TUNED_FP8.items():
-        assert norm.TUNED[(op, hidden, "tensor")] == tag
+        assert norm_switches.TUNED[(op, hidden, "tensor")] == tag
         assert fp8_tag(op, hidden) == tag
         for dt in ("fp16", "bf16"):
             key = make_key(op, in_dtype=dt, out_dtype="fp8", hidden_size=hidden, arch="sm_90")
@@ -995,7 +1000,7 @@ def test_tuned_fp8_forwards_carry_the_measured_switches():
 @pytest.mark.parametrize("arch", ARCHS)
 def test_fp8_candidates_compile(monkeypatch, arch, values):
     """Each FP8 candidate compiles for LayerNorm and RMSNorm with tensor scaling on every arch
-    and names itself in the symbol, over the measured table's layouts (norm.TUNED, its
+    and names itself in the symbol, over the measured table's layouts (norm_switches.TUNED, its
     o/g/q/p/x letters taken out): H = 768, 1000, 4096, 8192, 14336 (sm_90: the TUNED
     layouts, held weights at RMS 14336), 1001 (a partial last access), 1024 (4 rows per
     CTA), 65536 (a cluster on sm_90/sm_100a). Both
@@ -1047,7 +1052,7 @@ def test_fp8_candidates_leave_other_kernels_alone(monkeypatch, arch):
                                      hidden_size=hidden, arch=arch))  # fmt: skip
         for op in BWD:
             keys.append(make_key(op, in_dtype="bf16", hidden_size=hidden, arch=arch))
-    assert not norm.FWD_FP8_BATCHED and not norm.FWD_FP8_WARP_AMAX
+    assert not norm_switches.FWD_FP8_BATCHED and not norm_switches.FWD_FP8_WARP_AMAX
     _with_switches(monkeypatch, {})  # TUNED's layouts without their o/g letters
     off = {}
     for key in keys:
@@ -1098,11 +1103,11 @@ def test_staged_backward_compiles(monkeypatch, arch, stages):
     """Every backward op compiles staged on every arch (bf16; fp32 x and fp32 gamma at
     4096), names ``t{stages}`` in its symbol, fits the arch's opt-in shared memory and, on
     sm_90/sm_100a, splits H = 65536 over a cluster; where nothing fits the rules apply."""
-    monkeypatch.setattr(norm, "TUNED", {})
-    monkeypatch.setattr(norm, "BWD_STAGED", stages)
+    monkeypatch.setattr(norm_switches, "TUNED", {})
+    monkeypatch.setattr(norm_switches, "BWD_STAGED", stages)
     launch_config.cache_clear()
     ne.clear_cache(disk=False)
-    limit = norm.OPTIN_SMEM_BYTES[int(arch[3:].rstrip("a"))] - 1024
+    limit = norm_switches.OPTIN_SMEM_BYTES[int(arch[3:].rstrip("a"))] - 1024
     try:
         cases = [("bf16", h, False) for h in STAGED_HIDDEN]
         cases += [("fp32", 4096, False), ("bf16", 4096, True)]
@@ -1124,7 +1129,7 @@ def test_staged_backward_compiles(monkeypatch, arch, stages):
                 if hidden == 65536:
                     assert cfg.cluster == 4
                 regs = key.spec.accumulators * cfg.iters * cfg.vec
-                assert fits_register_file(cfg.warps, regs + norm.STAGED_OVERHEAD_REGISTERS)
+                assert fits_register_file(cfg.warps, regs + norm_switches.STAGED_OVERHEAD_REGISTERS)
                 assert cfg.iters * cfg.vec <= MAX_ELEMENTS
                 kernel = compile_and_check(key)
                 assert kernel.artifact.symbols[0].endswith(cfg.tag)
@@ -1138,9 +1143,9 @@ def test_staged_backward_compiles(monkeypatch, arch, stages):
 
 def test_staged_backward_is_off_by_default_and_round_trips():
     """BWD_STAGED is a candidate (off): no layout of the rules is staged and the register
-    kernels take no dynamic shared memory; norm.TUNED's staged winners (sm_90, 16-bit x and
+    kernels take no dynamic shared memory; norm_switches.TUNED's staged winners (sm_90, 16-bit x and
     gamma, H = 4096-65536) are exactly TUNED's tags; tags with ``t`` parse back."""
-    assert norm.BWD_STAGED == 0
+    assert norm_switches.BWD_STAGED == 0
     tuned, sizes = 0, (1000, 4096, 8192, 14336, 65536)
     for key in default_keys(BWD, sizes):
         cfg = launch_config(key)
@@ -1151,10 +1156,10 @@ def test_staged_backward_is_off_by_default_and_round_trips():
             continue
         assert cfg.stages == 0 and "t" not in switch_letters(cfg.tag), key
         assert "cp.async" not in render(key).source
-    assert tuned == sum(op in BWD and hidden in sizes for op, hidden, _ in norm.TUNED) > 0
+    assert tuned == sum(op in BWD and hidden in sizes for op, hidden, _ in norm_switches.TUNED) > 0
     assert ne.get_kernel("layernorm_bwd", in_dtype="bf16", hidden_size=4096,
                          arch="sm_100a")._shared_bytes() == ()  # fmt: skip
-    tuned_cfg = norm.parse_tag(norm.TUNED[("layernorm_bwd", 4096, "none")])
+    tuned_cfg = norm.parse_tag(norm_switches.TUNED[("layernorm_bwd", 4096, "none")])
     assert ne.get_kernel("layernorm_bwd", in_dtype="bf16", hidden_size=4096,
                          arch="sm_90")._shared_bytes() == (
         norm.staged_smem_bytes(tuned_cfg, 2, 2), 0)  # fmt: skip
@@ -1171,7 +1176,7 @@ def test_staged_layouts_at_the_issue_shapes():
     """The rule's staged layouts on sm_90 (bf16): two accesses per thread, as many warps as
     that takes, 3 stages where they fit in 227 KB; H = 65536 over a cluster of 4."""
 
-    def tag(op, hidden, stages, target=norm.STAGED_TARGET_BYTES):
+    def tag(op, hidden, stages, target=norm_switches.STAGED_TARGET_BYTES):
         key = make_key(op, in_dtype="bf16", hidden_size=hidden, arch="sm_90")
         return norm.staged_layout(key, stages, target).tag
 
@@ -1198,7 +1203,7 @@ def test_staged_layouts_at_the_issue_shapes():
 )
 def test_forward_grid(tag, want):
     """_grid (launch_grid on a device): the CTAs a forward launches for its layout."""
-    from nvrtc_engine.ops.norm import _Device
+    from nvrtc_engine.ops.norm_kernels import _Device
 
     cfg = norm.LaunchConfig("loop", 8) if tag == "loop" else norm.parse_tag(tag)
     key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
@@ -1233,7 +1238,7 @@ def test_launch_grid_checks_its_arguments():
 def test_staged_grid_is_persistent_and_counts_whole_clusters():
     """One partial row of column sums per CTA (cluster) of the persistent grid, never more
     clusters than the device can hold at once, at least one, at most one per row."""
-    from nvrtc_engine.ops.norm import _Device
+    from nvrtc_engine.ops.norm_kernels import _Device
 
     cfg = norm.parse_tag("w32r1v8j2c4t3")
     key = make_key("layernorm_bwd", in_dtype="bf16", hidden_size=65536, arch="sm_90")
@@ -1251,13 +1256,13 @@ def test_balanced_persistent_grid(monkeypatch):
     """PERSISTENT_BALANCED (off by default): the fewest clusters that keep the most row
     groups one cluster takes, so that none takes one more than the others; never more than
     the resident clusters or the row groups, at least one."""
-    from nvrtc_engine.ops.norm import _Device, _persistent
+    from nvrtc_engine.ops.norm_kernels import _Device, _persistent
 
     dev = _Device(132, (4, 8), 0)
-    assert not norm.PERSISTENT_BALANCED
+    assert not norm_switches.PERSISTENT_BALANCED
     assert _persistent(dev, 1, 4, 16384) == 528  # 16 CTAs take 32 rows, 512 take 31
     assert _persistent(dev, 1, 4, 7) == 7
-    monkeypatch.setattr(norm, "PERSISTENT_BALANCED", True)
+    monkeypatch.setattr(norm_switches, "PERSISTENT_BALANCED", True)
     for groups in (1, 7, 528, 529, 1000, 8192, 16384, 16385, 100003):
         n = _persistent(dev, 1, 4, groups)
         most = -(-groups // min(528, groups))
@@ -1269,9 +1274,9 @@ def test_balanced_persistent_grid(monkeypatch):
 
 
 def test_tuned_can_name_a_staged_layout(monkeypatch):
-    """A ``t`` tag in norm.TUNED (how a measured winner would be adopted) is what the key
+    """A ``t`` tag in norm_switches.TUNED (how a measured winner would be adopted) is what the key
     gets on sm_90, with its dynamic shared memory; other archs keep the rules."""
-    monkeypatch.setitem(norm.TUNED, ("layernorm_bwd", 14336, "none"), "w28r1v8j2c1t3")
+    monkeypatch.setitem(norm_switches.TUNED, ("layernorm_bwd", 14336, "none"), "w28r1v8j2c1t3")
     launch_config.cache_clear()
     ne.clear_cache(disk=False)
     try:
@@ -1299,13 +1304,13 @@ FP8_ROUND5 = [
 def _next_row_fits(key, cfg):
     """Where ``p`` applies: 16-byte accesses whose slots fit the static shared memory."""
     return (cfg.vec * key.input.itemsize == 16
-            and cfg.threads * cfg.iters * 16 <= norm.STATIC_SMEM_BYTES - 1024)  # fmt: skip
+            and cfg.threads * cfg.iters * 16 <= norm_switches.STATIC_SMEM_BYTES - 1024)  # fmt: skip
 
 
 def test_fp8_round5_defaults_are_off():
-    """FWD_FP8_WORDS and FWD_FP8_NEXT_ROW are off: keys outside norm.TUNED carry neither
+    """FWD_FP8_WORDS and FWD_FP8_NEXT_ROW are off: keys outside norm_switches.TUNED carry neither
     (nor a row-group count, x); TUNED's FP8 keys carry exactly TUNED's tag."""
-    assert not norm.FWD_FP8_WORDS and not norm.FWD_FP8_NEXT_ROW
+    assert not norm_switches.FWD_FP8_WORDS and not norm_switches.FWD_FP8_NEXT_ROW
     tuned, sizes = 0, (1000, 4096, 8192, 14336, 65536)
     for key in default_keys(FWD, sizes, ("tensor", "none")):
         cfg = launch_config(key)
@@ -1316,7 +1321,7 @@ def test_fp8_round5_defaults_are_off():
         assert not (cfg.words or cfg.next_row) and cfg.groups == 0, key
         assert not set(switch_letters(cfg.tag)) & set("qpx"), key
     assert tuned == sum(op in FWD and hidden in sizes and scaling == "tensor"
-                        for op, hidden, scaling in norm.TUNED) > 0  # fmt: skip
+                        for op, hidden, scaling in norm_switches.TUNED) > 0  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -1404,11 +1409,11 @@ def test_next_row_copies_for_16_bit_output(monkeypatch, arch):
     cp.async and names ``p``, for both forward ops; the FP8-only module switch leaves bf16
     kernels alone; MXFP8 never takes ``p``."""
     cfg = norm.LaunchConfig("regs", 8, 8, 1, 8, 4, next_row=True)
-    assert norm.next_row_fits(cfg, 2) and cfg.tag == "w8r1v8j8c4p"
-    monkeypatch.setitem(norm.TUNED, ("rmsnorm_fwd", 65536, "none"), cfg.tag)
+    assert norm_layout.next_row_fits(cfg, 2) and cfg.tag == "w8r1v8j8c4p"
+    monkeypatch.setitem(norm_switches.TUNED, ("rmsnorm_fwd", 65536, "none"), cfg.tag)
     # (TUNED's LayerNorm bf16 entry at 65536 is staged since round 10, without p)
-    monkeypatch.setitem(norm.TUNED, ("layernorm_fwd", 65536, "none"), cfg.tag)
-    monkeypatch.setitem(norm.TUNED, ("layernorm_fwd", 65536, "mxfp8"), cfg.tag)
+    monkeypatch.setitem(norm_switches.TUNED, ("layernorm_fwd", 65536, "none"), cfg.tag)
+    monkeypatch.setitem(norm_switches.TUNED, ("layernorm_fwd", 65536, "mxfp8"), cfg.tag)
     launch_config.cache_clear()
     try:
         for op in FWD:
@@ -1448,12 +1453,12 @@ def test_backward_ctas_per_sm_is_a_grid_choice(monkeypatch):
     trigger = "  nve::launch_dependents();"
     line = next(ln for ln in source.splitlines(keepends=True) if ln.startswith(trigger))
     assert render(key).source == source.replace(plain.tag, cfg.tag).replace(line, "")
-    dev = norm._Device(sm_count=132, occupancy=(4, 8))
+    dev = norm_kernels._Device(sm_count=132, occupancy=(4, 8))
     kernel = object.__new__(norm.LayerNormBwdKernel)
     kernel._config, kernel.spec = cfg, key.spec
     assert kernel._plan(dev, 16384, 4096).parts == 132 * 2
     kernel._config = plain
-    assert kernel._plan(dev, 16384, 4096).parts == 132 * min(4, norm.BWD_CTAS_PER_SM)
+    assert kernel._plan(dev, 16384, 4096).parts == 132 * min(4, norm_switches.BWD_CTAS_PER_SM)
 
 
 def test_fp8_round5_tags_round_trip():
@@ -1505,8 +1510,8 @@ def test_round8_switches_compile(monkeypatch, arch):
     tensor-scaled and MXFP8 z forward); ``l`` appears exactly where a row has several warps
     of one CTA and ``q``, ``f`` and ``d`` on every staged backward, each changing the source,
     and nothing changes for the general kernel."""
-    assert not (norm.ROW_SUM_LANES or norm.BWD_STAGED_WORDS)
-    assert not (norm.BWD_GAMMA32 or norm.BWD_FOLDED)
+    assert not (norm_switches.ROW_SUM_LANES or norm_switches.BWD_STAGED_WORDS)
+    assert not (norm_switches.BWD_GAMMA32 or norm_switches.BWD_FOLDED)
     keys = []
     for hidden in (1001, 4096, 8192, 14336, 65536, None):
         for op in ("layernorm_fwd", "rmsnorm_fwd"):
@@ -1517,10 +1522,10 @@ def test_round8_switches_compile(monkeypatch, arch):
             keys.append(make_key(op, in_dtype="bf16", hidden_size=hidden, arch=arch))
     launch_config.cache_clear()
     before = {key: (launch_config(key), render(key).source) for key in keys}
-    monkeypatch.setattr(norm, "ROW_SUM_LANES", True)
-    monkeypatch.setattr(norm, "BWD_STAGED_WORDS", True)
-    monkeypatch.setattr(norm, "BWD_GAMMA32", True)
-    monkeypatch.setattr(norm, "BWD_FOLDED", True)
+    monkeypatch.setattr(norm_switches, "ROW_SUM_LANES", True)
+    monkeypatch.setattr(norm_switches, "BWD_STAGED_WORDS", True)
+    monkeypatch.setattr(norm_switches, "BWD_GAMMA32", True)
+    monkeypatch.setattr(norm_switches, "BWD_FOLDED", True)
     launch_config.cache_clear()
     ne.clear_cache(disk=False)
     try:
@@ -1528,15 +1533,15 @@ def test_round8_switches_compile(monkeypatch, arch):
             old, old_source = before[key]
             cfg = launch_config(key)
             staged = old.mode == "regs" and old.stages > 0 and key.spec.backward
+            f32 = dataclasses.replace(old, gamma32=True)
             want = dataclasses.replace(
                 old, lanes=old.mode == "regs" and old.warps > 1, words=old.words or staged,
-                gamma32=old.gamma32
-                or (staged and norm.staged_fits(key, dataclasses.replace(old, gamma32=True))),
+                gamma32=old.gamma32 or (staged and norm_layout.staged_fits(key, f32)),
                 folded=old.folded or staged,
             )  # fmt: skip
             assert cfg == want, key
             if cfg.stages:
-                assert norm.staged_fits(key, cfg), key
+                assert norm_layout.staged_fits(key, cfg), key
             source = render(key).source
             assert (source != old_source) == (cfg != old), key
             if cfg.lanes:
@@ -1559,12 +1564,12 @@ def test_staged_forward_compiles(monkeypatch, arch, stages, f32):
     ``f`` where the fp32 weights fit) in its symbol, fits the arch's opt-in shared memory,
     takes exactly that dynamic shared memory, copies x with cp.async and keeps none of the
     register kernels' row-group switches (held weights, next-row copies)."""
-    monkeypatch.setattr(norm, "TUNED", {})
-    monkeypatch.setattr(norm, "FWD_STAGED", stages)
-    monkeypatch.setattr(norm, "FWD_GAMMA32", f32)
+    monkeypatch.setattr(norm_switches, "TUNED", {})
+    monkeypatch.setattr(norm_switches, "FWD_STAGED", stages)
+    monkeypatch.setattr(norm_switches, "FWD_GAMMA32", f32)
     launch_config.cache_clear()
     ne.clear_cache(disk=False)
-    limit = norm.OPTIN_SMEM_BYTES[int(arch[3:].rstrip("a"))] - 1024
+    limit = norm_switches.OPTIN_SMEM_BYTES[int(arch[3:].rstrip("a"))] - 1024
     modes = (("bf16", "none"), ("fp8_e4m3", "tensor"), ("fp8_e4m3", "mxfp8"))
     cases = [("bf16", h, out, sc, {}) for h in STAGED_HIDDEN for out, sc in modes]
     cases += [("fp16", 4096, "fp16", "none", {}), ("fp32", 4096, "fp8_e5m2", "tensor", {}),
@@ -1584,7 +1589,7 @@ def test_staged_forward_compiles(monkeypatch, arch, stages, f32):
                 assert cfg == staged and 2 <= cfg.stages <= stages and cfg.rows == 1
                 assert not (cfg.hold or cfg.next_row or cfg.early), key
                 assert f"t{cfg.stages}" in cfg.tag and norm.parse_tag(cfg.tag) == cfg
-                fits32 = norm.staged_fits(key, dataclasses.replace(cfg, gamma32=True))
+                fits32 = norm_layout.staged_fits(key, dataclasses.replace(cfg, gamma32=True))
                 assert cfg.gamma32 == (f32 and fits32), key
                 w_size = 4 if flags.get("fp32_gamma") or dt == "fp32" else 2
                 size = norm.staged_smem_bytes(cfg, key.input.itemsize, w_size,
@@ -1610,7 +1615,7 @@ def test_staged_forward_is_off_by_default_and_round_trips():
     """FWD_STAGED is a candidate (off by default): no forward layout of the rules is staged
     and the register forward takes no dynamic shared memory; staged forward tags parse back
     and name their shared memory."""
-    assert norm.FWD_STAGED == 0 and not norm.FWD_GAMMA32
+    assert norm_switches.FWD_STAGED == 0 and not norm_switches.FWD_GAMMA32
     for key in default_keys(FWD, (1000, 4096, 8192, 14336, 65536), ("none", "tensor")):
         cfg = launch_config(key)
         tag = tuned_tag(key)
@@ -1627,9 +1632,9 @@ def test_staged_forward_is_off_by_default_and_round_trips():
                    arch="sm_90")  # fmt: skip
     assert norm.staged_counts(key.spec) == {"tensors": 1, "weights": 2}
     assert norm.staged_smem_bytes(cfg, 2, 2, tensors=1, weights=2) == 14336 * (3 * 2 + 2 * 4)
-    assert norm.staged_fits(key, cfg)  # 196 KB: one CTA per SM on sm_90
-    assert norm.staged_fits(key, dataclasses.replace(cfg, stages=4))  # 224 KB
-    assert not norm.staged_fits(key, dataclasses.replace(cfg, stages=5))
+    assert norm_layout.staged_fits(key, cfg)  # 196 KB: one CTA per SM on sm_90
+    assert norm_layout.staged_fits(key, dataclasses.replace(cfg, stages=4))  # 224 KB
+    assert not norm_layout.staged_fits(key, dataclasses.replace(cfg, stages=5))
     rms = make_key("rmsnorm_fwd", in_dtype="bf16", hidden_size=14336, arch="sm_90")
     assert norm.staged_counts(rms.spec) == {"tensors": 1, "weights": 1}
 
@@ -1653,18 +1658,18 @@ STAGED_ROWS = [  # (tag, in dtype, H, scaling, flags)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_staged_forward_rows_compile(arch):
     """A staged forward with 2 or 4 rows per CTA, or with its weights in registers (``h``,
-    ``e``), as norm.TUNED would name one, compiles on every arch (clusters from sm_90), for
+    ``e``), as norm_switches.TUNED would name one, compiles on every arch (clusters from sm_90), for
     both forward ops and every output mode: its symbol ends with the tag, its dynamic shared
     memory is a stage area of ``stages`` rows per row slot plus the weights once (none in
     registers), within the arch's opt-in limit (sm_80 and sm_89 skip the fp32 weights that
     pass theirs), and the kernel waits for the row slots' shares of staged weights with one
     block barrier."""
-    limit = norm.OPTIN_SMEM_BYTES[int(arch[3:].rstrip("a"))] - 1024
+    limit = norm_switches.OPTIN_SMEM_BYTES[int(arch[3:].rstrip("a"))] - 1024
     compiled = 0
     with rules_only() as mp:
         for tag, dt, hidden, scaling, flags in STAGED_ROWS:
             cfg = norm.parse_tag(tag)
-            mp.setattr(norm, "_tuned", lambda key, cfg=cfg: cfg)
+            mp.setattr(norm_layout, "_tuned", lambda key, cfg=cfg: cfg)
             out = {"none": dt, "tensor": "fp8_e4m3", "mxfp8": "fp8_e5m2"}[scaling]
             for op in FWD:
                 launch_config.cache_clear()
@@ -1674,7 +1679,7 @@ def test_staged_forward_rows_compile(arch):
                 assert launch_config(key) == cfg and (cfg.rows > 1 or cfg.hold or cfg.early)
                 if cfg.cluster > 1 and arch in ("sm_80", "sm_89"):
                     continue  # no clusters before sm_90
-                if not norm.staged_fits(key, cfg):  # past sm_80/sm_89's shared memory
+                if not norm_layout.staged_fits(key, cfg):  # past sm_80/sm_89's shared memory
                     assert arch in ("sm_80", "sm_89") and cfg.gamma32, key
                     continue
                 compiled += 1
@@ -1701,32 +1706,36 @@ def test_staged_rows_count_in_the_fit():
     key = make_key("layernorm_fwd", in_dtype="bf16", hidden_size=8192, arch="sm_90")
     one = norm.parse_tag("w4r1v8j8c1qt3")
     four = dataclasses.replace(one, rows=4)
-    assert norm.staged_fits(key, one) and norm.staged_fits(key, four)  # 4 x 48 + 32 KB
+    assert norm_layout.staged_fits(key, one) and norm_layout.staged_fits(
+        key, four
+    )  # 4 x 48 + 32 KB
     assert norm.staged_smem_bytes(four, 2, 2, tensors=1, weights=2) == 8192 * (4 * 3 * 2 + 2 * 2)
-    assert not norm.staged_fits(key, dataclasses.replace(four, gamma32=True))  # 4 x 48 + 64 KB
-    assert norm.staged_fits(key, dataclasses.replace(four, rows=2, gamma32=True))
+    assert not norm_layout.staged_fits(
+        key, dataclasses.replace(four, gamma32=True)
+    )  # 4 x 48 + 64 KB
+    assert norm_layout.staged_fits(key, dataclasses.replace(four, rows=2, gamma32=True))
     # 32 elements a thread (72 registers): 24 warps fit the register file, 32 do not
     eight = norm.parse_tag("w8r3v8j4c1qt2")
-    assert norm.staged_fits(key, eight)
-    assert not norm.staged_fits(key, dataclasses.replace(eight, rows=4))
+    assert norm_layout.staged_fits(key, eight)
+    assert not norm_layout.staged_fits(key, dataclasses.replace(eight, rows=4))
 
 
 def test_tuned_can_name_a_staged_forward(monkeypatch):
-    """A forward ``t`` tag in norm.TUNED is what the key gets on sm_90 (with its dynamic
+    """A forward ``t`` tag in norm_switches.TUNED is what the key gets on sm_90 (with its dynamic
     shared memory and the same symbol stem); the staged kernel's source keeps the register
     kernel's arithmetic: the same row sums and output expressions, only where x and the
     weights come from differs."""
     key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=14336,
                    arch="sm_90")  # fmt: skip
     with rules_only() as mp:
-        mp.setattr(norm, "TUNED", {("layernorm_fwd", 14336, "tensor"): "w7r1v8j4c2ogqft3"})
+        mp.setattr(norm_switches, "TUNED", {("layernorm_fwd", 14336, "tensor"): "w7r1v8j4c2ogqft3"})
         launch_config.cache_clear()
         cfg = launch_config(key)
         assert cfg.tag == "w7r1v8j4c2ogqft3"
         kernel = compile_and_check(key)
         assert kernel._shared_bytes() == (7168 * (3 * 2 + 2 * 4),)
         staged_source = render(key).source
-        mp.setattr(norm, "TUNED", {("layernorm_fwd", 14336, "tensor"): "w7r1v8j4c2ogq"})
+        mp.setattr(norm_switches, "TUNED", {("layernorm_fwd", 14336, "tensor"): "w7r1v8j4c2ogq"})
         launch_config.cache_clear()
         plain_source = render(key).source
     for line in (
@@ -1744,7 +1753,7 @@ def _compile_with_and_without(mp, key, cfg, switch="deferred"):
     the layout, the symbol ends with its tag, and both take the same dynamic shared memory."""
     sources, sizes = [], []
     for layout in (cfg, dataclasses.replace(cfg, **{switch: False})):
-        mp.setattr(norm, "_tuned", lambda key, layout=layout: layout)
+        mp.setattr(norm_layout, "_tuned", lambda key, layout=layout: layout)
         launch_config.cache_clear()
         ne.clear_cache(disk=False)
         assert launch_config(key) == layout
@@ -1797,11 +1806,11 @@ def test_deferred_switch_applies_from_three_stages(monkeypatch):
     """BWD_DEFERRED turns ``i`` on for staged backward layouts of three stages or more only:
     not on a two-stage one (a TUNED ``i`` there is dropped too), a register layout or a
     forward."""
-    monkeypatch.setattr(norm, "BWD_DEFERRED", True)
+    monkeypatch.setattr(norm_switches, "BWD_DEFERRED", True)
     entries = {("layernorm_bwd", 4096, "none"): "w8r1v8j2c1t3",
                ("rmsnorm_bwd", 4096, "none"): "w8r1v8j2c1it2",
                ("layernorm_fwd", 4096, "none"): "w4r1v8j4c1qt3"}  # fmt: skip
-    monkeypatch.setattr(norm, "TUNED", entries)
+    monkeypatch.setattr(norm_switches, "TUNED", entries)
 
     def cfg(op):
         return launch_config(make_key(op, in_dtype="bf16", hidden_size=4096, arch="sm_90"))
@@ -1862,7 +1871,7 @@ def test_deferred_forward_compile(arch):
             if cfg.cluster > 1:
                 assert "constexpr int kMailLog2 = 2;" in sources[0]
         two = dataclasses.replace(norm.parse_tag("w4r2v8j4c1qt3"), deferred=True)
-        mp.setattr(norm, "_tuned", lambda key: two)
+        mp.setattr(norm_layout, "_tuned", lambda key: two)
         launch_config.cache_clear()
         key = make_key("layernorm_fwd", in_dtype="bf16", hidden_size=4096, arch=arch)
         assert not launch_config(key).deferred
@@ -1906,7 +1915,7 @@ def test_reread_forward_compile(arch):
             assert call in sources[0] and call not in sources[1]
         for op, tag in (("layernorm_fwd", "w4r1v8j4c1y"), ("layernorm_bwd", "w8r1v8j2c1yt3")):
             layout = norm.parse_tag(tag)
-            mp.setattr(norm, "_tuned", lambda key, layout=layout: layout)
+            mp.setattr(norm_layout, "_tuned", lambda key, layout=layout: layout)
             launch_config.cache_clear()
             key = make_key(op, in_dtype="bf16", hidden_size=4096, arch=arch)
             assert not launch_config(key).reread
@@ -1944,7 +1953,7 @@ def _assert_dropped(mp, op, tag, scaling, arch, switch, text):
     and the rendered source lacks ``text``."""
     layout = norm.parse_tag(tag)
     assert getattr(layout, switch) and layout.tag == tag
-    mp.setattr(norm, "_tuned", lambda key: layout)
+    mp.setattr(norm_layout, "_tuned", lambda key: layout)
     launch_config.cache_clear()
     out = "fp8_e4m3" if scaling == "tensor" else "bf16"
     fields = {} if op == "layernorm_bwd" else {"out_dtype": out, "scaling": scaling}
@@ -2024,10 +2033,10 @@ def test_warp_stats_forward_compile(arch):
                    ("layernorm_bwd", "w8r1v8j2c1Wt3", "none", "sm_80")]  # fmt: skip
         for op, tag, scaling, on in dropped:
             _assert_dropped(mp, op, tag, scaling, on, "warp_stats", "warp_stats_merge(")
-        mp.setattr(norm, "FWD_WARP_STATS", True)
+        mp.setattr(norm_switches, "FWD_WARP_STATS", True)
         for tag, want in (("w7r1v8j8c1qft4", "w7r1v8j8c1qfWt4"), ("w7r1v8j8c1", "w7r1v8j8c1W")):
             layout = norm.parse_tag(tag)
-            mp.setattr(norm, "_tuned", lambda key, layout=layout: layout)
+            mp.setattr(norm_layout, "_tuned", lambda key, layout=layout: layout)
             launch_config.cache_clear()
             key = make_key("layernorm_fwd", in_dtype="bf16", hidden_size=14336, arch=arch)
             assert launch_config(key).tag == want
@@ -2100,7 +2109,7 @@ def test_bandwidth_tuned_from_takes_winners_faster_in_every_round(tmp_path, monk
     import json
 
     bench = _bench_module("norm_bandwidth")
-    monkeypatch.setattr(norm, "TUNED", dict(norm.TUNED))
+    monkeypatch.setattr(norm_switches, "TUNED", dict(norm_switches.TUNED))
     case = {"norm": "rmsnorm", "direction": "bwd", "hidden": 4096, "out": "bf16"}
     rows = [{**case, "config": "w8r1v8j2c1t5", "default": True},
             {**case, "config": "w8r1v8j2c1t4", "faster_rounds": 1.0, "vs_default": 1.02},
@@ -2115,7 +2124,7 @@ def test_bandwidth_tuned_from_takes_winners_faster_in_every_round(tmp_path, monk
     assert applied == {"layernorm_fwd:65536:tensor": "w4r1v8j8c8hogqiyzt3",
                        "rmsnorm_bwd:4096:none": "w8r1v8j2c1t3",
                        "rmsnorm_bwd_add:4096:none": "w8r1v8j2c1t3"}  # fmt: skip
-    assert norm.TUNED[("rmsnorm_bwd_add", 4096, "none")] == "w8r1v8j2c1t3"
+    assert norm_switches.TUNED[("rmsnorm_bwd_add", 4096, "none")] == "w8r1v8j2c1t3"
     key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8_e4m3", scaling="tensor",
                    hidden_size=65536, arch="sm_90")  # fmt: skip
     assert norm.launch_config(key).tag == "w4r1v8j8c8hogqiyzt3"
@@ -2347,7 +2356,7 @@ def test_fetch256_compile(arch):
     the symbol ends with the tag, the dynamic shared memory is that of the same layout
     without ``L``, and the 16-byte copies carry ``.L2::256B`` instead of ``.L2::128B``; off
     by default, and dropped from a register layout (which has no copies to hint)."""
-    assert not norm.STAGED_FETCH256
+    assert not norm_switches.STAGED_FETCH256
     _check_staged_switch(arch, "fetch256", "STAGED_FETCH256", ["w4r1v8j4c1hogqiLt3"],
                          "w8r1v8j2c1Lt5", "w4r1v8j4c1hogqL",
                          "cp.async.cg.shared.global.L2::256B",
@@ -2371,8 +2380,8 @@ def _check_staged_switch(arch, switch, constant, forwards, backward, dropped, on
             assert on in with_it and off not in with_it
             assert off in without and on not in without
         _assert_dropped(mp, "rmsnorm_fwd", dropped, "tensor", arch, switch, on)
-        mp.setattr(norm, constant, True)
-        mp.setattr(norm, "_tuned", lambda key: norm.parse_tag("w4r1v8j4c1hogqit3"))
+        mp.setattr(norm_switches, constant, True)
+        mp.setattr(norm_layout, "_tuned", lambda key: norm.parse_tag("w4r1v8j4c1hogqit3"))
         launch_config.cache_clear()
         key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
                        arch=arch)  # fmt: skip
@@ -2388,7 +2397,7 @@ def test_aligned_compile(arch):
     the same layout without ``A``, and the stages are declared on a 128-byte boundary
     instead of a 16-byte one; off by default, and dropped from a register layout (which has
     no stages)."""
-    assert not norm.STAGED_ALIGNED
+    assert not norm_switches.STAGED_ALIGNED
     align = "extern __shared__ __align__({}) unsigned char staged[];"
     _check_staged_switch(arch, "aligned", "STAGED_ALIGNED",
                          ["w4r1v8j4c1hogqiAt3", "w2r2v8j8c1ogqAt2"], "w8r1v8j2c1At5",
@@ -2403,3 +2412,26 @@ def test_norm_vs_cast_reads_its_shapes():
     for bad in ("16384", "16384x", "0x4096", "ax4", "4x-1"):
         with pytest.raises(ValueError, match="not NxH"):
             bench.parse_shapes(bad)
+
+
+def test_one_layout_patch_reaches_source_symbols_and_kernel(monkeypatch):
+    """bench/common.py's ``norm_layout`` (how the sweeps and bench/source_ab.py build a
+    candidate) patches ``norm.launch_config`` once; the layout must reach the rendered source,
+    the symbols and the kernel's host side (``Kernel.config``: its grids) alike, though the
+    kernels live in norm_kernels.py (NormSpec.layout is the one lookup)."""
+    from nvrtc_engine.engine import Engine
+
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    common = _bench_module("common")
+    key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
+                   arch="sm_90")  # fmt: skip
+    default = launch_config(key)
+    candidate = norm.parse_tag("w8r1v8j2c1")
+    assert candidate != default
+    with common.norm_layout(candidate):
+        kernel = Engine().get(key)
+        assert key.spec.layout(key) == candidate
+    assert kernel.config == candidate
+    assert kernel.artifact.symbols == (f"{key}_{candidate.tag}",)
+    assert f"_{candidate.tag}" in kernel.artifact.symbols[0]
+    assert norm.launch_config is launch_config and key.spec.layout(key) == default
