@@ -1,8 +1,8 @@
 """Normalization family: LayerNorm and RMSNorm, forward and backward.
 
-Template: ``templates/norm.cu.j2``; float64 references and error bounds:
-:mod:`nvrtc_engine.reference.norm`; usage: ``docs/norms.md``. This module holds the ops
-(:class:`NormSpec`) and re-exports the public names of the three beside it:
+Template: ``templates/norm.cu.j2`` (and the ``norm_*.j2`` it includes); float64 references
+and error bounds: :mod:`nvrtc_engine.reference.norm`; usage: ``docs/norms.md``. This module
+holds the ops (:class:`NormSpec`) and re-exports the public names of the three beside it:
 :mod:`.norm_layout` (:class:`LaunchConfig`, :func:`launch_config`: the layout rules),
 :mod:`.norm_switches` (the measured settings and ``TUNED``; read there at call time, so
 patch them there) and :mod:`.norm_kernels` (the host side of the kernels and their results).
