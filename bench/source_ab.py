@@ -75,8 +75,11 @@ The edits:
     (a persistent grid's rows within each shard), without and with the atomic;
     ``align16``: a staged kernel with ``A`` (the stages on a 128-byte boundary) with them on a
     16-byte one, as without ``A`` (where the static shared memory before them leaves them);
-    ``red4``, ``red8``, ``red24`` (diagnostics): the reduction buffer 4, 8 or 24 floats longer,
-    so the dynamic shared memory after it starts 16, 32 or 96 bytes further on;
+    ``red4``, ``red8``, ``red12``, ``red16``, ``red20``, ``red24`` (diagnostics): the reduction
+    buffer 4-24 floats longer, so the dynamic shared memory after it starts 16-96 bytes further
+    on (on a kernel without ``A``: with it the stages stay on their 128-byte boundary). Round
+    25 measured 4, 8 and 24; 12 and 20 put the stages 16 bytes off a 32-byte boundary as 4 did,
+    16 on one, to tell a 32-byte sector from other offsets (untimed so far);
     ``dynstatic1`` dynrows' code with static tickets (the rows of ``base``), ``dynstatic1r``
     the same without the count of CTAs done at the end, ``dynloop1`` only its loop over a ring
     of row groups that every thread works out (no tickets, no shared-memory post);
@@ -379,7 +382,7 @@ EDITS.update(DYN_EDITS)
 # ``redN`` (diagnostic): N floats more of static shared memory (the forwards' reduction
 # buffer), which moves the dynamic shared memory (the staged kernels' stages) N * 4 bytes on.
 RED = "  __shared__ float red[kRedFloats];\n"
-for _pad in (4, 8, 24):
+for _pad in (4, 8, 12, 16, 20, 24):
     EDITS[f"red{_pad}"] = [("source", RED, f"  __shared__ float red[kRedFloats + {_pad}];\n")]
 # ``align16``: a staged kernel with ``A`` (STAGED_ALIGNED, TUNED's LayerNorm FP8 4096 and
 # 14336) with its stages on a 16-byte boundary, as without ``A``. Round 25 ran it while the
