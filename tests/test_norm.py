@@ -2436,3 +2436,20 @@ def test_one_layout_patch_reaches_source_symbols_and_kernel(monkeypatch):
     assert kernel.artifact.symbols == (f"{key}_{candidate.tag}",)
     assert f"_{candidate.tag}" in kernel.artifact.symbols[0]
     assert norm.launch_config is launch_config and key.spec.layout(key) == default
+
+
+def test_norm_modules_keep_settings_in_one_place():
+    """The settings live only in norm_switches (norm.py re-exports the layout's and kernels'
+    public names, not the settings), so a patch of ``norm.TUNED`` or a switch fails loudly
+    instead of changing nothing; norm_spec refuses a key of another family."""
+    for name in ("TUNED", "FWD_REREAD", "STAGED_ALIGNED", "BWD_CTAS_PER_SM", "LOOP_BLOCK"):
+        assert hasattr(norm_switches, name) and not hasattr(norm, name), name
+        with pytest.MonkeyPatch.context() as mp, pytest.raises(AttributeError):
+            mp.setattr(norm, name, None)
+    assert not hasattr(norm, "_tuned") and callable(norm_layout._tuned)
+    for name in norm.__all__:
+        assert hasattr(norm, name), name
+    key = make_key("layernorm_fwd", in_dtype="bf16", hidden_size=4096, arch="sm_90")
+    assert norm_layout.norm_spec(key) is key.spec
+    with pytest.raises(TypeError, match="gelu is not a norm op"):
+        norm_layout.norm_spec(make_key("gelu", in_dtype="bf16", arch="sm_90"))
