@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import re
 
 import numpy as np
@@ -22,7 +23,7 @@ import pytest
 from fakes import FakeCaiArray, FakeCupyArray
 
 import nvrtc_engine as ne
-from nvrtc_engine import ArgumentError, ArgumentTypeError, KernelKey, VariantError, make_key
+from nvrtc_engine import ArgumentError, ArgumentTypeError, KernelKey, VariantError, driver, make_key
 from nvrtc_engine import reference as ref
 from nvrtc_engine.key import arch_number
 from nvrtc_engine.ops import get_spec, norm, norm_kernels, norm_layout, norm_switches
@@ -385,6 +386,25 @@ def test_tags_name_every_code_switch():
         norm.parse_tag("w4r1v8j4c1Ahogq")
     with pytest.raises(TypeError, match="a tag is a str, not int"):
         norm.parse_tag(4)
+    # only what LaunchConfig.tag writes, so parse_tag(t).tag == t for every tag it accepts
+    for bad, match in [
+        ("w33r1v8j1c1", "at most 32 warps"),
+        ("w32r2v8j1c1", "1024 threads"),
+        ("w4r1v8j4c1a3", "a is 2 or 4"),
+        ("w4r1v8j4c1a1", "a is 2 or 4"),
+        ("w4r1v8j4c1s7", "s is 1 or 2"),
+        ("w4r1v8j4c1t1", "t is at least 2"),
+        ("w4r1v8j4c1m1", "m is at least 2"),
+        ("w4r1v8j4c1t0", "names the same"),
+        ("w4r1v8j4c1m0", "names the same"),
+        ("w4r1v8j4c1s0", "s is 1 or 2"),
+        ("w4r1v8j4c1x0", "names the same"),
+        ("w4r1v8j4c1b0", "names the same"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            norm.parse_tag(bad)
+    for good in ("w32r1v8j1c1", "w8r4v8j1c1", "w4r1v8j4c1a4s2t2m2x1b1"):
+        assert norm.parse_tag(good).tag == good
 
 
 def test_tuned_layouts_are_valid():
@@ -1215,24 +1235,36 @@ def test_forward_grid(tag, want):
         assert kernel._grid(dev, rows, 4096) == ctas, (tag, rows)
 
 
-def test_launch_grid_checks_its_arguments():
+@pytest.mark.parametrize("op, query", [("layernorm_fwd", "launch_grid"),
+                                       ("layernorm_bwd", "workspace_elements")])  # fmt: skip
+def test_host_queries_check_their_arguments(op, query):
     """Bad rows or hidden sizes raise the library's typed errors, naming the argument,
-    before any device is touched."""
-    spec = ne.get_kernel("layernorm_fwd", in_dtype="bf16", hidden_size=4096, arch="sm_90")
-    general = ne.get_kernel("layernorm_fwd", in_dtype="bf16", arch="sm_90")
+    before any device is touched (without a GPU a valid query reaches NoDeviceError): the
+    forward's launch_grid and the backward's workspace_elements (which once returned a
+    wrong size for another H, and for negative or float sizes)."""
+    spec = ne.get_kernel(op, in_dtype="bf16", hidden_size=4096, arch="sm_90")
+    general = ne.get_kernel(op, in_dtype="bf16", arch="sm_90")
     for kernel, rows, hidden, error, name in [
-        (spec, 0, None, ArgumentError, "rows"), (spec, True, None, ArgumentTypeError, "rows"),
+        (spec, 0, None, ArgumentError, "rows"), (spec, -5, None, ArgumentError, "rows"),
+        (spec, True, None, ArgumentTypeError, "rows"),
         (spec, 2.0, None, ArgumentTypeError, "rows"), (spec, "8", None, ArgumentTypeError, "rows"),
         (spec, 8, 1024, ArgumentError, "hidden_size"),
+        (spec, 8, 4096.0, ArgumentTypeError, "hidden_size"),
         (general, 8, None, ArgumentError, "hidden_size"),
         (general, 8, 0, ArgumentError, "hidden_size"),
+        (general, 8, -1, ArgumentError, "hidden_size"),
         (general, 8, True, ArgumentTypeError, "hidden_size"),
+        (general, 8, 4096.0, ArgumentTypeError, "hidden_size"),
     ]:  # fmt: skip
         with pytest.raises(error) as info:
-            kernel.launch_grid(rows, hidden)
+            getattr(kernel, query)(rows, hidden)
         assert info.value.argument == name, (rows, hidden)
     with pytest.raises(ArgumentError, match="pass hidden_size="):
-        general.launch_grid(8)
+        getattr(general, query)(8)
+    if not driver.device_count():
+        for kernel, hidden in ((spec, None), (spec, 4096), (general, 1000)):
+            with pytest.raises(ne.NoDeviceError):
+                getattr(kernel, query)(8, hidden)
 
 
 def test_staged_grid_is_persistent_and_counts_whole_clusters():
@@ -2453,3 +2485,20 @@ def test_norm_modules_keep_settings_in_one_place():
     assert norm_layout.norm_spec(key) is key.spec
     with pytest.raises(TypeError, match="gelu is not a norm op"):
         norm_layout.norm_spec(make_key("gelu", in_dtype="bf16", arch="sm_90"))
+
+
+def test_docs_switch_recipe_runs(tmp_path):
+    """docs/norms.md's recipe for changing a setting (the first Python block there) runs as
+    written in a fresh process and gives the layout it asserts."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "norms.md").read_text()
+    block = re.search(r"```python\n(import os\n.*?)```", doc, re.S)
+    assert block is not None and "FWD_REREAD" in block[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NVRTC_ENGINE_")}
+    env["NVRTC_ENGINE_CACHE_DIR"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-c", block[1]], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr

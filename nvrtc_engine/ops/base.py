@@ -54,6 +54,9 @@ class OpSpec:
     layouts: tuple[str, ...] = ("rowwise",)
     flags: ClassVar[dict[str, str]] = {}
 
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} ({self.family})>"
+
     def default_scaling(self, out_dtype: str) -> str:
         """Scaling when the caller names none: ``tensor`` for FP8 outputs, else ``none``."""
         return "tensor" if DTYPES[out_dtype].is_fp8 else "none"

@@ -233,6 +233,26 @@ class _NormKernel(Kernel):
             raise ArgumentError(name, "hidden size (last dimension) must be at least 1")
         return xa.numel // hidden, hidden
 
+    def _sizes(self, rows: int, hidden_size: int | None) -> int:
+        """The hidden size a host-side query (:meth:`launch_grid`, ``workspace_elements``)
+        over ``rows`` rows means: ``hidden_size``, or the key's where None. Checked before
+        anything is loaded: ArgumentTypeError for a value that is not an int, ArgumentError
+        for one below 1 or a hidden size missing (general kernel) or not the key's."""
+        for name, value in (("rows", rows), ("hidden_size", hidden_size)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ArgumentTypeError(name, f"must be an int, got {value!r}")
+        if rows < 1:
+            raise ArgumentError("rows", f"must be at least 1, got {rows}")
+        fixed = self.key.hidden_size
+        hidden = fixed if hidden_size is None else hidden_size
+        if hidden is None:
+            raise ArgumentError("hidden_size", "the general kernel needs one: pass hidden_size=")
+        if fixed is not None and hidden != fixed:
+            raise ArgumentError("hidden_size", f"this kernel takes {fixed}, got {hidden}")
+        if hidden < 1:
+            raise ArgumentError("hidden_size", f"must be at least 1, got {hidden}")
+        return hidden
+
     def _like(
         self, obj: Any, name: str, like: Array, shape: tuple[int, ...], dtype: DType
     ) -> Array:
@@ -312,19 +332,7 @@ class _NormFwdKernel(_NormKernel):
         ``hidden_size`` that is not an int, :class:`~nvrtc_engine.ArgumentError` for one
         below 1, a missing or a mismatched hidden size, and what :meth:`residency` raises
         (:class:`~nvrtc_engine.NoDeviceError` without a GPU)."""
-        for name, value in (("rows", rows), ("hidden_size", hidden_size)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ArgumentTypeError(name, f"must be an int, got {value!r}")
-        if rows < 1:
-            raise ArgumentError("rows", f"must be at least 1, got {rows}")
-        fixed = self.key.hidden_size
-        hidden = fixed if hidden_size is None else hidden_size
-        if hidden is None:
-            raise ArgumentError("hidden_size", "the general kernel needs one: pass hidden_size=")
-        if fixed is not None and hidden != fixed:
-            raise ArgumentError("hidden_size", f"this kernel takes {fixed}, got {hidden}")
-        if hidden < 1:
-            raise ArgumentError("hidden_size", f"must be at least 1, got {hidden}")
+        hidden = self._sizes(rows, hidden_size)
         return self._grid(self._device(self.loaded(device)), rows, hidden)
 
     def _grid(self, dev: _Device, rows: int, hidden: int) -> int:
@@ -511,15 +519,19 @@ class _NormBwdKernel(_NormKernel):
         return _BwdPlan(stats_grid, tpr, parts, chunk_rows, part_elements, offset,
                         offset + stats)  # fmt: skip
 
-    def workspace_elements(self, rows: int, hidden: int | None = None, device: int = 0) -> int:
-        """fp32 elements of workspace a call with ``rows`` rows needs on ``device``.
+    def workspace_elements(self, rows: int, hidden_size: int | None = None, device: int = 0) -> int:
+        """fp32 elements of workspace a call over ``rows`` rows of ``hidden_size`` elements
+        needs on ``device`` (``hidden_size`` defaults to the key's; the general kernel needs
+        it).
 
         The grid (and so the number of partial dgamma/dbeta rows) depends on the device's SM
-        count and this kernel's occupancy there; loads the kernel on ``device``.
+        count and this kernel's occupancy there; loads the kernel on ``device``. Raises, before
+        loading, :class:`~nvrtc_engine.ArgumentTypeError` for a ``rows`` or ``hidden_size``
+        that is not an int and :class:`~nvrtc_engine.ArgumentError` for one below 1, a
+        missing or a mismatched hidden size; then what loading raises
+        (:class:`~nvrtc_engine.NoDeviceError` without a GPU).
         """
-        hidden = self.key.hidden_size if hidden is None else hidden
-        if hidden is None:
-            raise ArgumentError("hidden", "is required for a general (hidden_size=None) kernel")
+        hidden = self._sizes(rows, hidden_size)
         dev = self._device(self.loaded(device))
         return self._plan(dev, rows, hidden).workspace
 
@@ -632,7 +644,7 @@ class LayerNormBwdKernel(_NormBwdKernel):
     Column sums (dgamma, dbeta) are fp32 partial sums per CTA (or cluster), written to a
     workspace and added up by a second kernel in a fixed order: deterministic for a fixed
     shape and device. ``workspace``: fp32 CUDA array of at least
-    ``kernel.workspace_elements(rows, hidden, device)`` elements, 16-byte aligned; allocated
+    ``kernel.workspace_elements(rows, hidden_size, device)`` elements, 16-byte aligned; allocated
     with the input's library (torch or CuPy) when omitted, required otherwise.
 
     Raises :class:`~nvrtc_engine.ArgumentError`/:class:`~nvrtc_engine.ArgumentTypeError`

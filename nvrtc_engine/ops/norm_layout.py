@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from ..dtypes import DTYPES
-from ..key import arch_number
+from ..key import KernelKey, arch_number
 from . import norm_switches as sw
 
 if TYPE_CHECKING:
-    from ..key import KernelKey
     from .norm import NormSpec
 
 __all__ = [
@@ -43,6 +42,9 @@ __all__ = [
 def norm_spec(key: KernelKey) -> NormSpec:
     """``key.spec`` as a :class:`~nvrtc_engine.ops.norm.NormSpec`; TypeError for a key of
     another family."""
+    if not isinstance(key, KernelKey):
+        raise TypeError(f"a norm KernelKey is needed (a kernel's is kernel.key), not "
+                        f"{type(key).__name__}")  # fmt: skip
     if key.spec.family != "norm":
         raise TypeError(f"{key.op} is not a norm op (family {key.spec.family!r})")
     return cast("NormSpec", key.spec)
@@ -220,6 +222,7 @@ def launch_config(key: KernelKey) -> LaunchConfig:
     and gamma, the measured winners in :data:`TUNED` (bench/results/norm_tuning.json) take
     precedence over these rules.
     """
+    norm_spec(key)  # a norm key, or a TypeError that says what was passed
     tuned = _tuned(key)
     if tuned is None:
         stages = sw.BWD_STAGED if key.spec.backward else sw.FWD_STAGED
@@ -436,8 +439,13 @@ def parse_tag(tag: str) -> LaunchConfig:
     """The :class:`LaunchConfig` a tag names (the inverse of :attr:`LaunchConfig.tag`).
 
     Raises ``TypeError`` for a tag that is not a string and ``ValueError`` for one that is not
-    of the form (the message gives it), or whose warps, rows or accesses are 0, whose access
-    width is not 1, 2, 4, 8 or 16 elements, or whose cluster is not 1, 2, 4 or 8 CTAs."""
+    of the form (the message gives it), or whose warps, rows or accesses are 0, whose warps
+    exceed 32 or CTA 1024 threads, whose access width is not 1, 2, 4, 8 or 16 elements, whose
+    cluster is not 1, 2, 4 or 8 CTAs, whose ``a`` is not 2 or 4, ``s`` not 1 or 2, ``t`` (stages)
+    below 2 or ``m`` below 2, or which is not the form :attr:`LaunchConfig.tag` writes (``t0``,
+    ``x0``, ``b0``: a count of 0 is written by leaving it out), so that ``parse_tag(t).tag ==
+    t`` for every tag it accepts. It checks the form only: whether a layout fits a key (its
+    hidden size, arch, registers) is :func:`launch_config`'s and the compiler's business."""
     if not isinstance(tag, str):
         raise TypeError(f"parse_tag: a tag is a str, not {type(tag).__name__}")
     if tag == "loop":
@@ -454,7 +462,19 @@ def parse_tag(tag: str) -> LaunchConfig:
         raise ValueError(f"norm configuration tag {tag!r}: warps, rows and accesses (w, r, j) "
                          "are at least 1, the access width (v) 1, 2, 4, 8 or 16 elements, the "
                          "cluster (c) 1, 2, 4 or 8 CTAs")  # fmt: skip
-    return LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
+    if w > 32 or r * w * 32 > sw.MAX_THREADS:
+        raise ValueError(f"norm configuration tag {tag!r}: at most 32 warps per row and "
+                         f"{sw.MAX_THREADS} threads per CTA (r * w * 32)")  # fmt: skip
+    counts = {"a": (m[24], (2, 4)), "s": (m[25], (1, 2)), "t": (m[26], None),
+              "m": (m[27], None)}  # fmt: skip
+    for letter, (given, allowed) in counts.items():
+        if given is None:
+            continue
+        n = int(given)
+        if (allowed is not None and n not in allowed) or (allowed is None and 0 < n < 2):
+            want = " or ".join(map(str, allowed)) if allowed else "at least 2"
+            raise ValueError(f"norm configuration tag {tag!r}: {letter}{n}, {letter} is {want}")
+    cfg = LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
                         packed=bool(m[7]), min_ctas=int(m[27] or 0), early=bool(m[9]),
                         one_reduction=bool(m[10]), accumulators=int(m[24] or 1),
                         shared_sums=int(m[25] or 0), batched=bool(m[11]),
@@ -464,6 +484,12 @@ def parse_tag(tag: str) -> LaunchConfig:
                         warp_stats=bool(m[21]), fetch256=bool(m[22]), aligned=bool(m[23]),
                         stages=int(m[26] or 0), groups=int(m[28] or 0),
                         ctas_per_sm=int(m[29] or 0))  # fmt: skip
+    if cfg.tag != tag:
+        raise ValueError(
+            f"norm configuration tag {tag!r} is not in the form LaunchConfig.tag "
+            f"writes: {cfg.tag!r} names the same layout (a count of 0 is left out)"
+        )
+    return cfg
 
 
 def _tuned(key: KernelKey) -> LaunchConfig | None:
