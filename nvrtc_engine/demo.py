@@ -160,7 +160,8 @@ def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 
         print(f"launches: {launcher.status()}", file=out)
     info = cache_info()
     if info.directory:
-        print(f"cache: {info.directory} ({info.entries} entries, {info.bytes} bytes)", file=out)
+        print(f"cache: {info.directory} ({info.entries} entries, {info.bytes} bytes on disk with "
+              "its SQLite database)", file=out)  # fmt: skip
     else:
         print(f"cache: memory only ({info.memory_entries} kernels held in this process)", file=out)
     return 0 if all(r.ok for r in rows) else 1
