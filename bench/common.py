@@ -215,17 +215,31 @@ def paired_pct_of_copy(kernel_ms: list[float], kernel_bytes: int, copy_ms: list[
             "copy_gbps": statistics.median(copy_gbps)}  # fmt: skip
 
 
+def memory_only() -> None:
+    """Turn the disk cache off for the rest of this process. For builds that their key does
+    not describe (a forced layout, an edited source): the disk cache's key index would hand
+    back the kernel stored under the key instead of building it. The scripts also set
+    NVRTC_ENGINE_DISABLE_DISK_CACHE=1 at import, which only counts where nothing has read
+    the settings yet (a test, or a caller that made a kernel first); this counts either way."""
+    from nvrtc_engine import config
+
+    if not config.settings().disable_disk_cache:
+        config.configure(disable_disk_cache=True)
+
+
 @contextlib.contextmanager
 def norm_layout(layout: Any) -> Iterator[None]:
     """Inside the block every norm key compiles with ``layout`` (a norm ``LaunchConfig``, as
     given: no TUNED entry, rule or module switch changes it), or with its own default where
     ``layout`` is None. The benchmarks' way of building a candidate layout: compile it on a
-    fresh ``Engine`` with the disk cache off (the key does not see the layout)."""
+    fresh ``Engine``; the disk cache is turned off (:func:`memory_only`: the key does not see
+    the layout)."""
     import nvrtc_engine.ops.norm as norm
 
     if layout is None:
         yield
         return
+    memory_only()
     chosen = norm.launch_config
     norm.launch_config = lambda key: layout
     try:

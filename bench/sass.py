@@ -1,6 +1,7 @@
 """SASS of an nvrtc_engine kernel, compiled here (no GPU needed), with an opcode histogram.
 
-    python bench/sass.py OP [field=value ...] [norm_tag=TAG] [--all]
+    python bench/sass.py OP [field=value ...] [norm_tag=TAG] [edits=NAME[+NAME...] [--diff]]
+                         [--all]
 
 e.g. ``python bench/sass.py gelu dtype=fp8 scaling=mxfp8 layout=rowwise hidden_size=8192``
 prints the kernel's registers, shared memory and stack (``cuobjdump -res-usage``) and the
@@ -11,11 +12,18 @@ named by $CUOBJDUMP, else on PATH (a CUDA toolkit), else the one Triton's wheel 
 before spending GPU time (docs/activations.md, "Kernels"). ``norm_tag=`` compiles a norm
 kernel with that launch configuration (a ``LaunchConfig`` tag, e.g. ``w4r1v8j8c8hogqiyzt3``)
 whatever its key's default, on a memory-only engine (the key does not see the tag).
+``edits=`` compiles the kernel from its rendered source with bench/source_ab.py's edits
+(``+``-joined; with ``norm_tag=`` the layout as given, as source_ab's ``@TAG``), and
+``--diff`` then prints the instructions that differ from the same kernel without them (the
+addresses and encodings left out): e.g. ``python bench/sass.py layernorm_fwd in_dtype=bf16
+out_dtype=fp8 hidden_size=4096 norm_tag=w4r1v8j4c1hogqit3 edits=red4 --diff`` (round 25: only
+the stages' base offset differs).
 """
 
 from __future__ import annotations
 
 import collections
+import difflib
 import os
 import re
 import shutil
@@ -61,7 +69,10 @@ def tagged_norm(op: str, fields: dict[str, object], tag: str) -> object:
     import nvrtc_engine.ops.norm_layout as norm_layout
     from nvrtc_engine.engine import Engine
 
-    os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"  # the key does not see the tag
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import common
+
+    common.memory_only()  # the key does not see the tag
     try:
         cfg = norm.parse_tag(tag)
     except ValueError as e:
@@ -82,8 +93,41 @@ def tagged_norm(op: str, fields: dict[str, object], tag: str) -> object:
     return kernel
 
 
+def edited_norm(op: str, fields: dict[str, object], tag: object, edits: list[str]) -> object:
+    """``op``'s kernel for ``fields`` compiled from its rendered source with source_ab.py's
+    ``edits`` (none: the same build without them), with the layout ``tag`` as given where one
+    is named; exits with the message where an edit does not apply."""
+    import nvrtc_engine as ne
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import source_ab
+
+    try:
+        source_ab.check_edits(edits)
+        return source_ab.build(ne.make_key(op, **fields), ([f"@{tag}"] if tag else []) + edits)
+    except ValueError as e:
+        sys.exit(str(e))
+
+
+def disassemble(tool: str, image: bytes) -> tuple[str, str]:
+    """``(cuobjdump -sass, cuobjdump -res-usage)`` of a cubin."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(image)
+        f.flush()
+        return tuple(
+            subprocess.run([tool, flag, f.name], capture_output=True, text=True, check=True).stdout
+            for flag in ("-sass", "-res-usage")
+        )  # type: ignore[return-value]
+
+
+def instructions(sass: str) -> list[str]:
+    """The instruction lines of a disassembly without their addresses and encodings."""
+    return [re.sub(r"\s*/\*\s*[0-9a-fx]+\s*\*/\s*", " ", line).strip()
+            for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4,}\*/", line)]  # fmt: skip
+
+
 def main() -> int:
-    args = [a for a in sys.argv[1:] if a != "--all"]
+    args = [a for a in sys.argv[1:] if a not in ("--all", "--diff")]
     if not args:
         sys.exit(__doc__)
     import nvrtc_engine as ne
@@ -91,17 +135,16 @@ def main() -> int:
     tool = cuobjdump()
     fields = parse_fields(args[1:])
     tag = fields.pop("norm_tag", None)
-    if tag is None:
+    edits = [e for e in str(fields.pop("edits", "") or "").split("+") if e]
+    if "--diff" in sys.argv and not edits:
+        sys.exit("--diff compares against the kernel without its edits: name them with edits=")
+    if edits:
+        kernel = edited_norm(args[0], fields, tag, edits)
+    elif tag is None:
         kernel = ne.get_kernel(args[0], **fields)
     else:
         kernel = tagged_norm(args[0], fields, str(tag))
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.artifact.image)
-        f.flush()
-        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True,
-                              check=True).stdout  # fmt: skip
-        res = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True,
-                             check=True).stdout  # fmt: skip
+    sass, res = disassemble(tool, kernel.artifact.image)
     print(kernel.name)
     print(res.strip())
     func = None
@@ -119,6 +162,16 @@ def main() -> int:
         print("  " + ", ".join(f"{op} {n}" for op, n in c.most_common()))
     if "--all" in sys.argv:
         print(sass)
+    if "--diff" in sys.argv:
+        plain = disassemble(tool, edited_norm(args[0], fields, tag, []).artifact.image)[0]
+        diff = list(difflib.unified_diff(instructions(plain), instructions(sass), "without edits",
+                                         "+".join(edits), n=0, lineterm=""))  # fmt: skip
+        changed = sum(1 for line in diff if line.startswith("-") and not line.startswith("---"))
+        print(
+            f"== diff against the kernel without {'+'.join(edits)}: {changed} instructions "
+            "differ" + ("" if diff else " (none)")
+        )
+        print("\n".join(diff))
     return 0
 
 

@@ -493,6 +493,7 @@ def build(key: Any, names: list[str]) -> Any:
     import nvrtc_engine.engine as engine_mod
     import nvrtc_engine.ops.norm as norm
 
+    common.memory_only()  # the key does not see the edits
     plain = engine_mod.render
     tags = [n[1:] for n in names if n.startswith("@")]
     edits = [n for n in names if not n.startswith("@")]

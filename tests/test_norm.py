@@ -2502,3 +2502,26 @@ def test_docs_switch_recipe_runs(tmp_path):
     done = subprocess.run([sys.executable, "-c", block[1]], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def test_sass_script_builds_edited_kernels(monkeypatch):
+    """bench/sass.py's ``edits=`` (the diff against the same build without them needs
+    cuobjdump, not here): the edited and plain builds share symbols and layout and differ in
+    the image; ``instructions`` keeps only the instruction text of a disassembly."""
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    sass = _bench_module("sass")
+    fields = dict(in_dtype="bf16", out_dtype="fp8", hidden_size=4096, arch="sm_90")
+    plain = sass.edited_norm("layernorm_fwd", fields, "w4r1v8j4c1hogqit3", [])
+    red = sass.edited_norm("layernorm_fwd", fields, "w4r1v8j4c1hogqit3", ["red4"])
+    assert plain.config.tag == red.config.tag == "w4r1v8j4c1hogqit3"
+    assert plain.artifact.symbols == red.artifact.symbols
+    assert plain.artifact.image != red.artifact.image
+    with pytest.raises(SystemExit, match="unknown edit"):
+        sass.edited_norm("layernorm_fwd", fields, None, ["nosuch"])
+    text = (  # fmt: skip
+        "        Function : k\n"
+        "        /*0000*/     LDC R1, c[0x0][0x28] ;   /* 0x00000a00ff017b82 */\n"
+        "                                              /* 0x000fe40000000800 */\n"
+        "        /*0010*/     UIADD3 UR5, UR5, 0x20, URZ ; /* 0x0000002005057890 */\n"
+    )
+    assert sass.instructions(text) == ["LDC R1, c[0x0][0x28] ;", "UIADD3 UR5, UR5, 0x20, URZ ;"]

@@ -264,7 +264,9 @@ STAGED_FETCH256 = False
 # round), LayerNorm bf16 14336 (qfWt4, at 224) 0.943x and RMSNorm FP8 65536 (hogqiLt3, at
 # 192) 0.984x (slower in every round), LayerNorm bf16 and FP8 and RMSNorm bf16 at 65536
 # within 0.8% (either way). So TUNED takes it where it won; the staged backwards (at 1056)
-# were not measured with it. Why the offset matters is not established.
+# were not measured with it. Why the offset matters is not established; the SASS with and
+# without A differs only in the immediate that locates the stages (bench/sass.py edits=align16
+# --diff), so it is the hardware's response to the address, not other code.
 STAGED_ALIGNED = False
 # Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
 # Each CTA (or cluster: H = 65536) holds a fixed share of the columns and loops over rows
