@@ -2256,7 +2256,8 @@ def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
     # stages' offset (TUNED's entry has A: its stages on a 128-byte boundary); all compile
     assert "__align__(128) unsigned char staged[]" in fp8.source
     edits = {name: ab.edited(fp8, [name]) for name in ("dynrows8", "dynstatic1r", "dynloop1",
-                                                       "red4", "red12", "align16")}  # fmt: skip
+                                                       "red4", "red12", "align16",
+                                                       "align512")}  # fmt: skip
     assert "atomicAdd(&nve_dyn_next[dyn_k * 32], 1u)" in edits["dynrows8"].source
     assert "nve_dyn_done" in edits["dynrows8"].source
     assert (
@@ -2269,6 +2270,7 @@ def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
     assert "float red[kRedFloats + 4];" in edits["red4"].source
     assert "float red[kRedFloats + 12];" in edits["red12"].source
     assert "__align__(16) unsigned char staged[]" in edits["align16"].source
+    assert "__align__(512) unsigned char staged[]" in edits["align512"].source
     for e in edits.values():
         log = compile_source(e.name, e.source, e.headers, CompileOptions(arch="sm_90")).log
         assert "error" not in log.lower()
