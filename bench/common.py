@@ -216,11 +216,13 @@ def paired_pct_of_copy(kernel_ms: list[float], kernel_bytes: int, copy_ms: list[
 
 
 def memory_only() -> None:
-    """Turn the disk cache off for the rest of this process. For builds that their key does
-    not describe (a forced layout, an edited source): the disk cache's key index would hand
-    back the kernel stored under the key instead of building it. The scripts also set
-    NVRTC_ENGINE_DISABLE_DISK_CACHE=1 at import, which only counts where nothing has read
-    the settings yet (a test, or a caller that made a kernel first); this counts either way."""
+    """Turn the disk cache off for the rest of this process, for builds that their key does
+    not describe. An edited source (bench/source_ab.py) keeps the key's symbols, so the disk
+    cache's key index would hand back the kernel stored under the key instead of building
+    it; a forced layout changes the symbols (the index refuses the stored kernel) but would
+    fill the cache with trial kernels. The scripts also set NVRTC_ENGINE_DISABLE_DISK_CACHE=1
+    at import, which only counts where nothing has read the settings yet (a test, or a
+    caller that made a kernel first); this counts either way."""
     from nvrtc_engine import config
 
     if not config.settings().disable_disk_cache:

@@ -17,7 +17,7 @@ whatever its key's default, on a memory-only engine (the key does not see the ta
 ``--diff`` then prints the instructions that differ from the same kernel without them (the
 addresses and encodings left out): e.g. ``python bench/sass.py layernorm_fwd in_dtype=bf16
 out_dtype=fp8 hidden_size=4096 norm_tag=w4r1v8j4c1hogqit3 edits=red4 --diff`` (round 25: only
-the stages' base offset differs).
+the stages' base offset differs). The edits are listed and explained in bench/source_ab.py.
 """
 
 from __future__ import annotations
@@ -127,7 +127,11 @@ def instructions(sass: str) -> list[str]:
 
 
 def main() -> int:
-    args = [a for a in sys.argv[1:] if a not in ("--all", "--diff")]
+    flags = [a for a in sys.argv[1:] if a.startswith("-")]
+    unknown = sorted(set(flags) - {"--all", "--diff"})
+    if unknown:
+        sys.exit(f"unknown option(s) {unknown}: --all and --diff are the options\n\n{__doc__}")
+    args = [a for a in sys.argv[1:] if not a.startswith("-")]
     if not args:
         sys.exit(__doc__)
     import nvrtc_engine as ne
@@ -145,7 +149,8 @@ def main() -> int:
     else:
         kernel = tagged_norm(args[0], fields, str(tag))
     sass, res = disassemble(tool, kernel.artifact.image)
-    print(kernel.name)
+    print(kernel.name + (f" with {'+'.join(edits)} (source_ab.py's edits of its source)"
+                         if edits else ""))  # fmt: skip
     print(res.strip())
     func = None
     counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
@@ -166,10 +171,11 @@ def main() -> int:
         plain = disassemble(tool, edited_norm(args[0], fields, tag, []).artifact.image)[0]
         diff = list(difflib.unified_diff(instructions(plain), instructions(sass), "without edits",
                                          "+".join(edits), n=0, lineterm=""))  # fmt: skip
-        changed = sum(1 for line in diff if line.startswith("-") and not line.startswith("---"))
+        gone = sum(1 for line in diff if line.startswith("-") and not line.startswith("---"))
+        new = sum(1 for line in diff if line.startswith("+") and not line.startswith("+++"))
         print(
-            f"== diff against the kernel without {'+'.join(edits)}: {changed} instructions "
-            "differ" + ("" if diff else " (none)")
+            f"== diff against the kernel without {'+'.join(edits)}: "
+            + (f"{gone} instructions out, {new} in" if diff else "the same instructions")
         )
         print("\n".join(diff))
     return 0

@@ -377,10 +377,12 @@ def test_tags_name_every_code_switch():
     assert len(tags) == 2 * 2 * 2 * 3  # distinct code, distinct symbol
     for tag in tags:
         assert norm.parse_tag(tag).tag == tag
-    with pytest.raises(ValueError):
-        norm.parse_tag("loop")
-    for bad in ("w0r1v8j4c1", "w4r1v3j4c1", "w4r0v8j4c1", "w4r1v8j0c1", "w4r1v8j4c3"):
-        with pytest.raises(ValueError, match="at least 1"):
+    for bad, match in [("w0r1v8j4c1", "w0: warps"), ("w4r1v3j4c1", "v3: the access width"),
+                       ("w4r0v8j4c1", "r0: rows"), ("w4r1v8j0c1", "j0: accesses"),
+                       ("w4r1v8j4c3", "c3: the cluster"), ("w04r1v8j4c1", "leading zeros"),
+                       ("w\u0664r1v8j4c1", "not a norm configuration tag"),
+                       ("loop", "names the general kernel")]:  # fmt: skip
+        with pytest.raises(ValueError, match=match):
             norm.parse_tag(bad)
     with pytest.raises(ValueError, match="in the order h k n"):
         norm.parse_tag("w4r1v8j4c1Ahogq")
@@ -1255,6 +1257,7 @@ def test_host_queries_check_their_arguments(op, query):
         (general, 8, -1, ArgumentError, "hidden_size"),
         (general, 8, True, ArgumentTypeError, "hidden_size"),
         (general, 8, 4096.0, ArgumentTypeError, "hidden_size"),
+        (spec, None, None, ArgumentTypeError, "rows"),
     ]:  # fmt: skip
         with pytest.raises(error) as info:
             getattr(kernel, query)(rows, hidden)
@@ -1262,9 +1265,10 @@ def test_host_queries_check_their_arguments(op, query):
     with pytest.raises(ArgumentError, match="pass hidden_size="):
         getattr(general, query)(8)
     if not driver.device_count():
-        for kernel, hidden in ((spec, None), (spec, 4096), (general, 1000)):
+        for kernel, rows, hidden in ((spec, 8, None), (spec, 8, 4096), (general, 8, 1000),
+                                     (spec, np.int64(8), np.int32(4096))):  # fmt: skip
             with pytest.raises(ne.NoDeviceError):
-                getattr(kernel, query)(8, hidden)
+                getattr(kernel, query)(rows, hidden)
 
 
 def test_staged_grid_is_persistent_and_counts_whole_clusters():

@@ -8,6 +8,7 @@ grid settings come from :mod:`.norm_switches`.
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 from dataclasses import dataclass
 from typing import Any, NamedTuple, NoReturn
@@ -233,14 +234,19 @@ class _NormKernel(Kernel):
             raise ArgumentError(name, "hidden size (last dimension) must be at least 1")
         return xa.numel // hidden, hidden
 
-    def _sizes(self, rows: int, hidden_size: int | None) -> int:
-        """The hidden size a host-side query (:meth:`launch_grid`, ``workspace_elements``)
-        over ``rows`` rows means: ``hidden_size``, or the key's where None. Checked before
-        anything is loaded: ArgumentTypeError for a value that is not an int, ArgumentError
-        for one below 1 or a hidden size missing (general kernel) or not the key's."""
+    def _sizes(self, rows: int, hidden_size: int | None) -> tuple[int, int]:
+        """``(rows, hidden size)`` of a host-side query (:meth:`launch_grid`,
+        ``workspace_elements``) as Python ints: the hidden size is ``hidden_size``, or the key's
+        where None. Checked before anything is loaded: ArgumentTypeError for a value that is
+        not an integer (numpy's are), ArgumentError for one below 1 or a hidden size missing
+        (general kernel) or not the key's."""
         for name, value in (("rows", rows), ("hidden_size", hidden_size)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            if (value is not None or name == "rows") and (
+                isinstance(value, bool) or not isinstance(value, numbers.Integral)
+            ):
                 raise ArgumentTypeError(name, f"must be an int, got {value!r}")
+        rows = int(rows)
+        hidden_size = None if hidden_size is None else int(hidden_size)  # numpy's ints too
         if rows < 1:
             raise ArgumentError("rows", f"must be at least 1, got {rows}")
         fixed = self.key.hidden_size
@@ -251,7 +257,7 @@ class _NormKernel(Kernel):
             raise ArgumentError("hidden_size", f"this kernel takes {fixed}, got {hidden}")
         if hidden < 1:
             raise ArgumentError("hidden_size", f"must be at least 1, got {hidden}")
-        return hidden
+        return rows, hidden
 
     def _like(
         self, obj: Any, name: str, like: Array, shape: tuple[int, ...], dtype: DType
@@ -332,7 +338,7 @@ class _NormFwdKernel(_NormKernel):
         ``hidden_size`` that is not an int, :class:`~nvrtc_engine.ArgumentError` for one
         below 1, a missing or a mismatched hidden size, and what :meth:`residency` raises
         (:class:`~nvrtc_engine.NoDeviceError` without a GPU)."""
-        hidden = self._sizes(rows, hidden_size)
+        rows, hidden = self._sizes(rows, hidden_size)
         return self._grid(self._device(self.loaded(device)), rows, hidden)
 
     def _grid(self, dev: _Device, rows: int, hidden: int) -> int:
@@ -531,7 +537,7 @@ class _NormBwdKernel(_NormKernel):
         missing or a mismatched hidden size; then what loading raises
         (:class:`~nvrtc_engine.NoDeviceError` without a GPU).
         """
-        hidden = self._sizes(rows, hidden_size)
+        rows, hidden = self._sizes(rows, hidden_size)
         dev = self._device(self.loaded(device))
         return self._plan(dev, rows, hidden).workspace
 

@@ -431,7 +431,8 @@ _TAG = re.compile(
     r"w(\d+)r(\d+)v(\d+)j(\d+)c(\d+)(h?)(k?)(n?)(e?)(u?)(o?)(g?)(q?)(p?)(l?)(f?)(d?)(i?)(y?)(z?)(W?)(L?)(A?)"
     r"(?:a(\d+))?"
     r"(?:s(\d+))?"
-    r"(?:t(\d+))?(?:m(\d+))?(?:x(\d+))?(?:b(\d+))?"
+    r"(?:t(\d+))?(?:m(\d+))?(?:x(\d+))?(?:b(\d+))?",
+    re.ASCII,  # ASCII digits only
 )
 
 
@@ -449,7 +450,10 @@ def parse_tag(tag: str) -> LaunchConfig:
     if not isinstance(tag, str):
         raise TypeError(f"parse_tag: a tag is a str, not {type(tag).__name__}")
     if tag == "loop":
-        raise ValueError("a loop tag does not name the access width")
+        raise ValueError(
+            "'loop' names the general kernel, which has no register layout to "
+            "parse (its LaunchConfig is ('loop', vec): launch_config gives it)"
+        )
     m = _TAG.fullmatch(tag)
     if m is None:
         raise ValueError(
@@ -458,10 +462,13 @@ def parse_tag(tag: str) -> LaunchConfig:
             "d i y z W L A, then a<n> s<n> t<n> m<n> x<n> b<n> in that order)"
         )
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
-    if min(w, r, j) < 1 or v not in (1, 2, 4, 8, 16) or c not in (1, 2, 4, 8):
-        raise ValueError(f"norm configuration tag {tag!r}: warps, rows and accesses (w, r, j) "
-                         "are at least 1, the access width (v) 1, 2, 4, 8 or 16 elements, the "
-                         "cluster (c) 1, 2, 4 or 8 CTAs")  # fmt: skip
+    wrong = [f"{letter}{n}: {want}" for letter, n, ok, want in (
+        ("w", w, w >= 1, "warps per row are at least 1"), ("r", r, r >= 1, "rows at least 1"),
+        ("v", v, v in (1, 2, 4, 8, 16), "the access width is 1, 2, 4, 8 or 16 elements"),
+        ("j", j, j >= 1, "accesses per thread are at least 1"),
+        ("c", c, c in (1, 2, 4, 8), "the cluster is 1, 2, 4 or 8 CTAs")) if not ok]  # fmt: skip
+    if wrong:
+        raise ValueError(f"norm configuration tag {tag!r}: " + "; ".join(wrong))
     if w > 32 or r * w * 32 > sw.MAX_THREADS:
         raise ValueError(f"norm configuration tag {tag!r}: at most 32 warps per row and "
                          f"{sw.MAX_THREADS} threads per CTA (r * w * 32)")  # fmt: skip
@@ -487,7 +494,8 @@ def parse_tag(tag: str) -> LaunchConfig:
     if cfg.tag != tag:
         raise ValueError(
             f"norm configuration tag {tag!r} is not in the form LaunchConfig.tag "
-            f"writes: {cfg.tag!r} names the same layout (a count of 0 is left out)"
+            f"writes: {cfg.tag!r} names the same layout (counts without leading zeros; a count "
+            "of 0 is left out)"
         )
     return cfg
 
