@@ -2531,3 +2531,26 @@ def test_sass_script_builds_edited_kernels(monkeypatch):
         "        /*0010*/     UIADD3 UR5, UR5, 0x20, URZ ; /* 0x0000002005057890 */\n"
     )
     assert sass.instructions(text) == ["LDC R1, c[0x0][0x28] ;", "UIADD3 UR5, UR5, 0x20, URZ ;"]
+
+
+def test_render_snapshot_script(tmp_path):
+    """bench/render_snapshot.py (the check behind the module and template splits): a snapshot
+    with the switches on differs from the default one, two of the same compare equal, and a
+    missing file is a usage error."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = str(Path(__file__).parent.parent / "bench" / "render_snapshot.py")
+    run = lambda *a: subprocess.run([sys.executable, script, *a], capture_output=True,  # noqa: E731
+                                    text=True, timeout=600)  # fmt: skip
+    plain, again, switched = (tmp_path / f"{n}.json" for n in ("plain", "again", "switched"))
+    for out, extra in ((plain, []), (again, []), (switched, ["--switches"])):
+        done = run("--out", str(out), *extra)
+        assert done.returncode == 0 and "3168 keys" in done.stdout, done.stderr
+    same = run("--compare", str(plain), str(again))
+    assert same.returncode == 0 and "3168 of 3168 keys the same" in same.stdout
+    differ = run("--compare", str(plain), str(switched))
+    assert differ.returncode == 1 and "differs: " in differ.stdout
+    missing = run("--compare", str(plain), str(tmp_path / "none.json"))
+    assert missing.returncode == 2 and "no file" in missing.stderr
