@@ -173,7 +173,9 @@ def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:
     :class:`KernelKey`, or an op name and :func:`make_key`'s keyword fields (``dtype``,
     ``in_dtype``, ``out_dtype``, ``scaling``, ``layout``, ``hidden_size``, ``arch``,
     ``device``, op flags). Repeated calls with the same arguments return the same object
-    from a dictionary lookup.
+    from a dictionary lookup; the lookup tells values of different types apart
+    (``hidden_size=4096.0`` after ``4096``, ``device=False`` after ``0``), so a call raises
+    the same error whatever was called before it.
 
     Raises :class:`~nvrtc_engine.VariantError` (bad field),
     :class:`~nvrtc_engine.ArgumentTypeError` (fields that do not go together: ``dtype`` and
@@ -190,6 +192,11 @@ def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:
                 "(dataclasses.replace(key, ...) changes one)",
             )
         return engine.get(op)
+    # The memo's key is the fields as given, with each value's type: 4096.0 == 4096 and
+    # True == 1, but a float hidden_size or a bool device is an error where the int is not,
+    # so an equal value of another type must miss the memo and be validated. (The fields
+    # in call order, not sorted: as cheap as the plain items; another order of the same
+    # keywords is one more entry for the same kernel.)
     arch = fields.get("arch")
     if arch is None:
         # the memo must not outlive a device switch: add the resolved arch to it
@@ -198,9 +205,9 @@ def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:
         except NoDeviceError:
             make_key(op, **{**fields, "arch": "sm_90"})  # a bad field is the first error
             raise
-        call: Any = (op, device_arch, *sorted(fields.items()))
+        call: Any = (op, device_arch, *fields.items(), *map(type, fields.values()))
     else:
-        call = (op, *sorted(fields.items()))
+        call = (op, *fields.items(), *map(type, fields.values()))
     try:
         kernel = engine.lookup_call(call)
     except TypeError:  # unhashable field value: skip the memo, validation will explain

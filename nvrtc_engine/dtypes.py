@@ -143,7 +143,8 @@ def dtype_name(value: Any, field: str = "dtype") -> str:
 
     Raises :class:`~nvrtc_engine.VariantError` naming ``field``, the allowed names and every
     alias (``alias -> name``), with the closest of those spellings when a misspelled name
-    was given.
+    was given; :class:`~nvrtc_engine.VariantTypeError` for a value that is neither a string
+    nor a dtype object (a number, ``b"bf16"``, a list, a dict, ``object()``).
     """
     if isinstance(value, DType):
         return value.name
@@ -153,9 +154,15 @@ def dtype_name(value: Any, field: str = "dtype") -> str:
         text = value
     else:
         # numpy.dtype and ml_dtypes scalar types have .name / __name__; torch.dtype prints
-        # as "torch.bfloat16".
-        text = getattr(value, "name", None) or getattr(value, "__name__", None) or str(value)
-        text = str(text).removeprefix("torch.")
+        # as "torch.bfloat16". Anything else (bytes, a container, object()) is no dtype.
+        named = getattr(value, "name", None) or getattr(value, "__name__", None)
+        if isinstance(named, str):
+            text = named.removeprefix("torch.")
+        elif str(value).startswith("torch."):
+            text = str(value).removeprefix("torch.")
+        else:
+            hint = f"{type(value).__name__} is not a dtype: give a dtype name or dtype object"
+            raise VariantTypeError(field, value, _ACCEPTED, hint)
     canonical = _ALIASES.get(text.strip().lower())
     if canonical is None:
         raise VariantError(field, value, _ACCEPTED, _suggestion(value, text.strip().lower()))

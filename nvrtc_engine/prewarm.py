@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import numbers
 import os
 import sys
 import time
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from . import config, nvrtc
 from .cpus import available_cpus
 from .engine import default_engine
-from .errors import CacheWarning, CompileError
+from .errors import ArgumentError, ArgumentTypeError, CacheWarning, CompileError
 from .kernel import Artifact
 from .key import KernelKey
 
@@ -253,13 +254,16 @@ def prewarm(
     """Make every variant's kernel ready in this process: from memory, disk, or compiled.
 
     Args:
-        variants: a TOML/JSON variant file (path), or a list of
-            :class:`~nvrtc_engine.KernelKey`, entry dicts (list-valued fields expand to
-            their cross product) and canonical kernel names; see ``docs/variants.md``.
+        variants: a TOML/JSON variant file (path: ``str`` or ``os.PathLike``), or a list
+            (any iterable) of :class:`~nvrtc_engine.KernelKey`, entry dicts (list-valued
+            fields expand to their cross product; an empty list is an error) and canonical
+            kernel names; see ``docs/variants.md``. A single variant goes in a list:
+            ``prewarm([{"op": "gelu", ...}])``.
         arch: compile for this arch (or each of these archs), replacing the variants' own.
             Default: each variant's arch, else the current GPU's (read without initializing
             CUDA here, so fork()ed children can still use CUDA).
-        workers: worker processes for the compiles (default: :func:`default_workers`).
+        workers: worker processes for the compiles, an int >= 1 (numpy's too; default:
+            :func:`default_workers`).
         progress: show a progress bar (only when stderr is a terminal).
 
     Returns a :class:`PrewarmReport`. A variant that fails (NVRTC error, missing CUDA
@@ -269,14 +273,20 @@ def prewarm(
     a mistake (docs/variants.md).
 
     Raises :class:`~nvrtc_engine.variants.VariantListError` /
-    :class:`~nvrtc_engine.VariantError` for a bad variant list (before compiling anything),
-    ``ValueError`` for ``workers < 1``, :class:`~nvrtc_engine.NoDeviceError` when an arch is
-    needed from a GPU and there is none.
+    :class:`~nvrtc_engine.VariantError` for a bad variant list or ``arch`` (before compiling
+    anything; :class:`~nvrtc_engine.VariantTypeError` for an arch of the wrong type, as
+    ``get_kernel``), :class:`~nvrtc_engine.ArgumentTypeError` for ``variants`` that are
+    neither a path nor a list (``None``, bytes, a single dict) and for ``workers`` that is not
+    an int (a ``TypeError``), :class:`~nvrtc_engine.ArgumentError` for ``workers < 1`` (a
+    ``ValueError``), :class:`~nvrtc_engine.NoDeviceError` when an arch is needed from a GPU
+    and there is none.
     """
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)):
-        raise TypeError(f"workers must be an int, got {workers!r}")
-    if workers is not None and workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    if workers is not None:
+        if isinstance(workers, bool) or not isinstance(workers, numbers.Integral):
+            raise ArgumentTypeError("workers", f"must be an int >= 1 or None, got {workers!r}")
+        if workers < 1:
+            raise ArgumentError("workers", f"must be >= 1 (or None for the default), got {workers}")
+        workers = int(workers)
     from .variants import resolve_variants  # (imported here: package import stays light)
 
     config.settings()  # a malformed environment variable is one ValueError, not N failures

@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .errors import NvrtcEngineError, did_you_mean
+from .errors import ArgumentTypeError, NvrtcEngineError, VariantError, did_you_mean
 from .key import KernelKey, parse_arch
 
 __all__ = [
@@ -77,13 +77,16 @@ def read_entries(path: str | os.PathLike[str]) -> list[dict[str, Any] | str]:
     file's ``defaults`` merged into each; lists are not expanded yet. A kernel name entry
     (``str(key)``, which fixes every field) is kept as it is, for :func:`resolve_variants`.
 
-    Raises :class:`VariantListError` naming the file for unreadable or malformed content.
+    Raises :class:`VariantListError` naming the file for unreadable or malformed content
+    (a file that is not UTF-8 text included).
     """
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise VariantListError(source, None, f"cannot read: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise VariantListError(source, None, f"not UTF-8 text: {exc}") from None
     toml = source.lower().endswith(".toml")  # in any case, as the command line tells them apart
     try:
         data = _parse_toml(text) if toml else json.loads(text)
@@ -139,7 +142,8 @@ def expand_entry(
 
     Fields other than :data:`ENTRY_FIELDS` and ``flags`` are op flags. Raises
     :class:`VariantListError` naming the entry and the combination that failed (the
-    underlying :class:`~nvrtc_engine.VariantError` is chained).
+    underlying :class:`~nvrtc_engine.VariantError` is chained), or the field given an empty
+    list (which would stand for no variant at all: most likely a mistake).
     """
     from .api import make_key
 
@@ -151,6 +155,14 @@ def expand_entry(
     if "op" not in fields:
         raise VariantListError(source, index, "missing 'op'")
     names = [n for n in ENTRY_FIELDS if n in fields] + sorted(set(fields) - set(ENTRY_FIELDS))
+    for name in names:
+        if isinstance(fields[name], (list, tuple)) and not fields[name]:
+            raise VariantListError(
+                source,
+                index,
+                f"{name}={fields[name]!r} is an empty list: it stands for no "
+                "variant; give at least one value, or leave the field out",
+            )
     keys = []
     for combo in itertools.product(*(_choices(fields[n]) for n in names)):
         kwargs = dict(zip(names, combo, strict=True))
@@ -166,13 +178,46 @@ def expand_entry(
 
 def _as_arch_list(arch: str | int | Sequence[str | int] | None) -> list[str] | None:
     """The archs of an ``arch=`` argument, checked here: a bad one is the argument's fault,
-    not that of the first entry it would be applied to."""
+    not that of the first entry it would be applied to. A value that is not a list of archs
+    (``90.0``, ``b"sm_90"``) is checked as one arch, so its error is the
+    :class:`~nvrtc_engine.VariantTypeError` that ``get_kernel`` gives for it; an empty list
+    is a :class:`~nvrtc_engine.VariantError`."""
     if arch is None:
         return None
-    archs = [arch] if isinstance(arch, (str, int)) else list(arch)
+    single = isinstance(arch, (str, bytes, Mapping)) or not isinstance(arch, Iterable)
+    archs = [arch] if single else list(arch)
     if not archs:
-        raise ValueError("arch: give at least one arch, or None")
+        detail = "is empty: give at least one arch (sm_90, ...), or None"
+        raise VariantError("arch", arch, "an arch or a non-empty list of archs", detail=detail)
     return [parse_arch(a) for a in archs]
+
+
+def _check_variants_type(variants: Any) -> None:
+    """Raise :class:`~nvrtc_engine.ArgumentTypeError` (a ``TypeError``) naming
+    ``variants`` when it is neither a path nor an iterable of variants: ``None``, a number,
+    bytes, a single entry dict or :class:`~nvrtc_engine.KernelKey`."""
+    accepted = (
+        "a variant file path (str or os.PathLike) or a list of variants (KernelKeys, entry "
+        "dicts, kernel names)"
+    )
+    if isinstance(variants, (bytes, bytearray, memoryview)):
+        raise ArgumentTypeError(
+            "variants",
+            f"expected {accepted}, got {type(variants).__name__} {variants!r} "
+            "(a path given as bytes: decode it first, os.fsdecode(path))",
+        )
+    if isinstance(variants, (Mapping, KernelKey)):
+        what = "an entry dict" if isinstance(variants, Mapping) else "a KernelKey"
+        raise ArgumentTypeError(
+            "variants",
+            f"expected {accepted}, got {what}: wrap a single variant in a list, [{variants!r}]",
+        )
+    try:
+        iter(variants)
+    except TypeError:
+        raise ArgumentTypeError(
+            "variants", f"expected {accepted}, got {type(variants).__name__} {variants!r}"
+        ) from None
 
 
 def _unique(keys: Iterable[KernelKey]) -> list[KernelKey]:
@@ -194,14 +239,19 @@ def resolve_variants(
     the variant names. Otherwise an entry without an arch gets ``default_arch()`` (called
     once, when first needed), or without that the current GPU's arch.
 
-    Raises :class:`VariantListError` (naming the file and entry) or
-    :class:`~nvrtc_engine.VariantError` (for a bad ``arch``, before any entry is read).
+    Raises :class:`VariantListError` (naming the file and entry),
+    :class:`~nvrtc_engine.VariantError` (for a bad ``arch``, before any entry is read;
+    :class:`~nvrtc_engine.VariantTypeError` for one of the wrong type) or
+    :class:`~nvrtc_engine.ArgumentTypeError` naming ``variants`` when that is neither a
+    path nor an iterable of variants (``None``, bytes, a single dict or key: wrap one
+    variant in a list).
     """
     archs = _as_arch_list(arch)
     if isinstance(variants, (str, os.PathLike)):
         source = str(variants)
         entries: list[Any] = read_entries(variants)
     else:
+        _check_variants_type(variants)
         source = "<list>"
         entries = list(variants)
     fallback: list[str] = []

@@ -186,6 +186,16 @@ def test_prewarm_exit_codes(capsys, tmp_path, monkeypatch):
     assert "FAILED gelu_bf16_e4m3_tensor_rowwise_hany_sm80" in out
 
 
+def test_prewarm_a_file_that_is_not_utf8_names_the_file(capsys, tmp_path):
+    """As every other file error: the file named, exit code 2, nothing compiled."""
+    bad = tmp_path / "b.toml"
+    bad.write_bytes(b"\xff\xfe[[variants]]\nop = 'gelu'\n")
+    assert main(["prewarm", str(bad), "--arch", "sm_90", "--no-progress"]) == 2
+    assert capsys.readouterr().err == f"nvrtc-engine prewarm: error: {bad}: not UTF-8 text: " + (
+        "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte\n"
+    )
+
+
 def test_prewarm_bad_arch_option_names_the_option_not_the_file(capsys, tmp_path):
     good = tmp_path / "v.toml"
     good.write_text(VARIANTS)

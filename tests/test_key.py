@@ -455,3 +455,60 @@ def test_documented_arch_and_name_spellings():
     assert str(make_key(" Gelu ", dtype="bf16", arch="sm_90")) == str(
         make_key("gelu", dtype="bf16", arch="sm_90")
     )
+
+
+MEMO_CASES = [
+    ("gelu", {"dtype": "bf16", "arch": "sm_90"}, "hidden_size", 4096, 4096.0),
+    ("gelu", {"dtype": "bf16", "arch": "sm_90"}, "hidden_size", 1, True),
+    ("gelu", {"dtype": "bf16"}, "arch", 90, 90.0),
+    ("gelu", {"dtype": "bf16"}, "arch", 90, np.float32(90)),
+    ("layernorm_fwd", {"in_dtype": "bf16", "hidden_size": 1024, "arch": "sm_90"},
+     "zero_centered_gamma", True, 1),
+    ("gelu", {"dtype": "bf16", "arch": "sm_90"}, "device", 0, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("op", "fields", "field", "good", "bad"), MEMO_CASES, ids=lambda v: repr(v)[:20]
+)
+def test_get_kernels_memo_tells_equal_values_of_other_types_apart(op, fields, field, good, bad):
+    """4096.0 == 4096 and True == 1, but only the int is a hidden size (the bool a flag):
+    get_kernel's call memo must not answer the bad value with the kernel the good one got, so
+    a call raises the same VariantTypeError whether or not the good call came first."""
+    with pytest.raises(ne.VariantTypeError) as first:
+        ne.get_kernel(op, **fields, **{field: bad})
+    kernel = ne.get_kernel(op, **fields, **{field: good})
+    assert ne.get_kernel(op, **fields, **{field: good}) is kernel  # the memo still answers
+    with pytest.raises(ne.VariantTypeError) as after:
+        ne.get_kernel(op, **fields, **{field: bad})
+    assert str(after.value) == str(first.value) and after.value.field == field
+
+
+def test_get_kernels_memo_without_arch_tells_types_apart_too(monkeypatch):
+    """The memo of calls without arch (keyed on the device's arch too) types its values."""
+    from nvrtc_engine import api
+
+    monkeypatch.setattr(api, "_device_arch", lambda device: "sm_90")
+    kernel = ne.get_kernel("gelu", dtype="bf16", hidden_size=4096)
+    assert kernel.key.arch == "sm_90"
+    assert ne.get_kernel("gelu", dtype="bf16", hidden_size=4096) is kernel
+    with pytest.raises(ne.VariantTypeError, match=r"hidden_size=4096\.0 "):
+        ne.get_kernel("gelu", dtype="bf16", hidden_size=4096.0)
+
+
+@pytest.mark.parametrize("bad", [{}, [], object(), b"bf16", ("bf16",)], ids=repr)
+@pytest.mark.parametrize("argument", ["dtype", "in_dtype", "out_dtype"])
+def test_a_dtype_that_is_no_name_nor_dtype_object_is_a_variant_type_error(argument, bad):
+    """A dict, list, bytes or plain object as a dtype is a value of the wrong type, as a
+    number is: VariantTypeError naming the argument as given (docs/usage.md)."""
+    for call in (make_key, ne.get_kernel):
+        with pytest.raises(ne.VariantTypeError) as info:
+            call("gelu", arch="sm_90", **{argument: bad})
+        assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
+        assert info.value.field == argument
+        assert f"{type(bad).__name__} is not a dtype" in str(info.value)
+    # dtype objects stay accepted, and a real dtype the kernels do not take is a value error
+    assert make_key("gelu", dtype=np.dtype("float16"), arch="sm_90").out_dtype == "fp16"
+    with pytest.raises(VariantError) as info:
+        make_key("gelu", dtype=np.float64, arch="sm_90")
+    assert not isinstance(info.value, TypeError)

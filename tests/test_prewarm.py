@@ -142,6 +142,42 @@ def test_bad_variant_list_raises_before_compiling(tmp_path):
         prewarm(gelu_keys(), workers=0)
 
 
+def test_bad_arguments_are_the_librarys_typed_errors(tmp_path):
+    """Each bad argument is an NvrtcEngineError naming it, and still the builtin a caller
+    would catch: no raw "'NoneType' object is not iterable" or UnicodeDecodeError."""
+    import numpy as np
+
+    one = [{"op": "gelu", "dtype": "bf16", "arch": "sm_90"}]
+    for variants in (None, 3, b"ok.json", one[0]):
+        with pytest.raises(ne.ArgumentTypeError, match="variants: expected a variant file"):
+            prewarm(variants, progress=False)
+    with pytest.raises(ne.ArgumentTypeError, match=r"wrap a single variant in a list, \[\{"):
+        prewarm(one[0], progress=False)
+    with pytest.raises(ne.VariantTypeError, match=r"arch=90\.0 is not an arch"):
+        prewarm(one, arch=90.0, progress=False)
+    with pytest.raises(ne.VariantError, match=r"arch=\[\] is empty") as info:
+        prewarm(one, arch=[], progress=False)
+    assert isinstance(info.value, ValueError) and not isinstance(info.value, TypeError)
+    with pytest.raises(VariantListError, match=r"entry 0: hidden_size=\[\] is an empty list"):
+        prewarm([{**one[0], "hidden_size": []}], progress=False)
+    for workers in (0, -1, np.int64(0)):
+        with pytest.raises(ne.ArgumentError, match="workers: must be >= 1") as info:
+            prewarm(one, workers=workers)
+        assert isinstance(info.value, ValueError)
+    for workers in (True, 2.0, "2"):
+        with pytest.raises(ne.ArgumentTypeError, match="workers: must be an int") as info:
+            prewarm(one, workers=workers)
+        assert isinstance(info.value, TypeError)
+    not_utf8 = tmp_path / "b.toml"
+    not_utf8.write_bytes(b"\xff[[variants]]\n")
+    with pytest.raises(VariantListError, match=f"^{not_utf8}: not UTF-8 text"):
+        prewarm(not_utf8, progress=False)
+    assert ne.cache_info().compiles == 0
+    # numpy's ints are ints: one kernel to compile, so it compiles here
+    report = prewarm(one, workers=np.int64(2), progress=False)
+    assert report.ok and len(report.compiled) == 1 and report.workers == 0
+
+
 def test_default_workers_honours_cpus_and_the_variable(monkeypatch):
     monkeypatch.setattr(prewarm_mod, "available_cpus", lambda: 3)
     assert [default_workers(n) for n in (0, 1, 2, 3, 50)] == [0, 1, 2, 3, 3]

@@ -197,3 +197,65 @@ def test_example_model_lists_expand_for_every_registered_op(path):
         if entry["op"] in registered_ops():
             keys = expand_entry(entry, source=str(path), index=i)
             assert keys and all(isinstance(k, KernelKey) for k in keys)
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_a_file_that_is_not_utf8_names_the_file(tmp_path, suffix):
+    path = tmp_path / f"b{suffix}"
+    path.write_bytes(b"\xff\xfe[[variants]]\nop = 'gelu'\n")
+    with pytest.raises(VariantListError, match="not UTF-8 text") as info:
+        load_variants(path)
+    assert str(info.value).startswith(f"{path}: ") and info.value.entry is None
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [("[[variants]]\nop = 'gelu'\narch = 'sm_90'\nhidden_size = []\n", "hidden_size"),
+     ("[defaults]\narch = []\n[[variants]]\nop = 'gelu'\n", "arch"),
+     ("[[variants]]\nop = 'layernorm_fwd'\narch = 'sm_90'\nflags = { zero_centered_gamma = [] }\n",
+      "zero_centered_gamma")],
+)  # fmt: skip
+def test_an_empty_list_in_a_field_is_an_error_naming_entry_and_field(tmp_path, text, field):
+    """An empty list expands to no variant at all: most likely a mistake, not success."""
+    path = tmp_path / "v.toml"
+    path.write_text(text)
+    with pytest.raises(VariantListError, match=rf"entry 0: {field}=\[\] is an empty list"):
+        load_variants(path)
+    with pytest.raises(VariantListError, match=r"<list>, entry 1: hidden_size=\[\] is an empty"):
+        resolve_variants([{"op": "gelu", "arch": "sm_90"}, {"op": "gelu", "hidden_size": []}])
+
+
+@pytest.mark.parametrize(
+    ("variants", "says"),
+    [(None, "got NoneType None"), (3, "got int 3"), (b"v.json", "os.fsdecode"),
+     ({"op": "gelu", "arch": "sm_90"}, "got an entry dict: wrap a single variant in a list"),
+     (make_key("gelu", dtype="bf16", arch="sm_90"), "got a KernelKey: wrap")],
+    ids=["None", "int", "bytes", "dict", "key"],
+)  # fmt: skip
+def test_variants_that_are_neither_a_path_nor_a_list_are_a_type_error(variants, says):
+    from nvrtc_engine import ArgumentTypeError
+
+    with pytest.raises(ArgumentTypeError, match="variants: expected a variant file path") as info:
+        resolve_variants(variants)
+    assert says in str(info.value) and isinstance(info.value, TypeError)
+    assert info.value.argument == "variants"
+
+
+def test_an_arch_argument_of_the_wrong_type_or_empty_is_the_library_error():
+    """arch=90.0 is the VariantTypeError get_kernel gives for it, not "'float' object is not
+    iterable"; arch=[] is a VariantError (a ValueError), not a plain one."""
+    import numpy as np
+
+    from nvrtc_engine import VariantTypeError, get_kernel
+
+    entry = [{"op": "gelu", "arch": "sm_90"}]
+    for bad in (90.0, np.float32(90), b"sm_90", True):
+        with pytest.raises(VariantTypeError) as info:
+            resolve_variants(entry, arch=bad)
+        with pytest.raises(VariantTypeError) as direct:
+            get_kernel("gelu", arch=bad)
+        assert str(info.value) == str(direct.value) and info.value.field == "arch"
+    with pytest.raises(VariantError, match=r"arch=\[\] is empty: give at least one arch") as e:
+        resolve_variants(entry, arch=[])
+    assert not isinstance(e.value, TypeError) and isinstance(e.value, ValueError)
+    assert [k.arch for k in resolve_variants(entry, arch=np.int64(89))] == ["sm_89"]
