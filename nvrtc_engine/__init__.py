@@ -28,6 +28,7 @@ from .errors import (
     NoDeviceError,
     NvrtcEngineError,
     SettingsError,
+    SettingsTypeError,
     VariantError,
     VariantTypeError,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "NvrtcEngineError",
     "PrewarmReport",
     "SettingsError",
+    "SettingsTypeError",
     "VariantError",
     "VariantTypeError",
     "__version__",

@@ -226,5 +226,10 @@ def cache_info() -> CacheInfo:
 
 
 def clear_cache(*, memory: bool = True, disk: bool = True) -> None:
-    """Empty the memory cache and/or the disk cache; settings are re-read on next use."""
+    """Empty the memory cache and/or the disk cache; settings are re-read on next use.
+
+    With ``memory`` (the default) this process's counters that :func:`cache_info` reports
+    (``hits``, ``disk_hits``, ``misses``, ``compiles``) are reset to 0 too;
+    ``clear_cache(memory=False)`` empties the disk cache and keeps them.
+    """
     default_engine().clear(memory=memory, disk=disk)

@@ -11,9 +11,11 @@ A bundle is a zip file::
 (entries that fail verification, were built by another NVRTC, or whose digest this
 installation would not produce are left out and listed). :func:`import_bundle` checks the
 whole bundle before storing anything, and refuses it, naming the entry, when the NVRTC
-version differs, a file is missing or its SHA-256 differs, an entry does not decode and
-verify, or an entry's digest is not the one this installation computes for its key (the
-bundle came from different templates, or was tampered with).
+version differs, a manifest field is missing or of the wrong type, a file is missing or its
+SHA-256 differs, an entry does not decode and verify, a manifest field disagrees with its
+entry (key, digest, NVRTC version, arch, kind, size, file name ``entries/<digest>``; the
+message names the field), or an entry's digest is not the one this installation computes
+for its key (the bundle came from different templates, or was tampered with).
 """
 
 from __future__ import annotations
@@ -184,29 +186,80 @@ def _read_manifest(zf: zipfile.ZipFile, where: str) -> dict[str, Any]:
     return manifest
 
 
-def _verified(zf: zipfile.ZipFile, record: Any, nv: str, where: str) -> tuple[str, Artifact, bool]:
-    """One manifest record, checked against its file and this installation; returns the
-    key's name, the artifact and whether its source includes CUDA headers."""
+_TEXT_FIELDS = ("digest", "nvrtc_version", "arch", "kind", "sha256", "file")
+
+
+def _is_hex_digest(value: str) -> bool:
+    return len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+def _checked_record(record: Any, where: str) -> dict[str, Any]:
+    """A manifest record with every field present and of its type (``key``, the text fields,
+    ``digest``/``sha256`` as SHA-256 hex, ``size`` a count of bytes), else a
+    :class:`BundleError` naming the entry and the field."""
     if not isinstance(record, dict) or not isinstance(record.get("key"), str):
         raise BundleError(where, None, f"damaged manifest record {record!r}")
     name = record["key"]
-    digest = record.get("digest")
-    if record.get("nvrtc_version") != nv:
+    for field in (*_TEXT_FIELDS, "size"):
+        if field not in record:
+            raise BundleError(where, name, f"manifest field {field!r} is missing")
+        value = record[field]
+        if field == "size":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise BundleError(
+                    where, name, f"manifest field 'size' is {value!r}: expected a number of bytes"
+                )
+        elif not isinstance(value, str):
+            raise BundleError(where, name, f"manifest field {field!r} is {value!r}: expected text")
+        elif field in ("digest", "sha256") and not _is_hex_digest(value):
+            raise BundleError(
+                where, name, f"manifest field {field!r} is {value!r}: expected 64 hex digits"
+            )
+    return record
+
+
+def _agrees(where: str, name: str, field: str, said: object, actual: object, what: str) -> None:
+    """A :class:`BundleError` unless the manifest's ``field`` (``said``) is ``actual``;
+    ``what`` introduces the entry's own value in the message."""
+    if said != actual:
+        raise BundleError(where, name, f"manifest field {field!r} is {said!r}; {what} {actual!r}")
+
+
+def _verified(zf: zipfile.ZipFile, record: Any, nv: str, where: str) -> tuple[str, Artifact, bool]:
+    """One manifest record, every field checked against its entry file and the entry against
+    this installation; returns the key's name, the artifact and whether its source includes
+    CUDA headers."""
+    record = _checked_record(record, where)
+    name, digest = record["key"], record["digest"]
+    if record["nvrtc_version"] != nv:
         raise BundleError(
-            where, name, f"built by NVRTC {record.get('nvrtc_version')}; this is NVRTC {nv}"
+            where, name, f"built by NVRTC {record['nvrtc_version']}; this is NVRTC {nv}"
         )
+    if record["file"] != f"entries/{digest}":
+        raise BundleError(
+            where, name, f"manifest field 'file' is {record['file']!r}; expected "
+            f"'entries/<digest>' ('entries/{digest}')",
+        )  # fmt: skip
     try:
-        value = zf.read(str(record.get("file")))
+        value = zf.read(record["file"])
     except (KeyError, zipfile.BadZipFile, OSError) as exc:
-        raise BundleError(where, name, f"file {record.get('file')!r} unreadable: {exc}") from None
-    if hashlib.sha256(value).hexdigest() != record.get("sha256"):
+        raise BundleError(where, name, f"file {record['file']!r} unreadable: {exc}") from None
+    if hashlib.sha256(value).hexdigest() != record["sha256"]:
         raise BundleError(where, name, "SHA-256 mismatch: the entry file is damaged")
-    decoded = decode_entry(value, digest)
+    if record["size"] != len(value):
+        raise BundleError(
+            where, name, f"manifest field 'size' is {record['size']}; the entry file has "
+            f"{len(value)} bytes",
+        )  # fmt: skip
+    decoded = decode_entry(value)
     if decoded is None:
         raise BundleError(where, name, "the entry does not verify (magic, header or image hash)")
     header, artifact = decoded
-    if header.get("key") != name or artifact.nvrtc_version != nv:
-        raise BundleError(where, name, "the entry's own header disagrees with the manifest")
+    _agrees(where, name, "key", name, header.get("key"), "the entry's header says")
+    _agrees(where, name, "digest", digest, artifact.digest, "the entry's header says")
+    _agrees(where, name, "nvrtc_version", nv, artifact.nvrtc_version, "the entry's header says")
+    _agrees(where, name, "kind", record["kind"], artifact.kind, "the entry is a")
+    _agrees(where, name, "arch", record["arch"], target_arch(artifact), "the entry is for")
     try:
         expected, cuda_headers = _expected(name)
     except Exception as exc:

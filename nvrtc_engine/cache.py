@@ -433,16 +433,30 @@ class DiskCache:
         return KeyIndex(self.directory, ENTRIES_DIR)
 
     def put(self, key_name: str, artifact: Artifact) -> bool:
-        """Store ``artifact`` under its digest; ``False`` if the cache is not writable."""
+        """Store ``artifact`` under its digest; ``False`` if the cache is not writable, or if
+        the entry was evicted as soon as it was stored (a size limit too small for it: one
+        :class:`CacheWarning` per directory)."""
         if not self._writable:
             return False
+        value = encode_entry(key_name, artifact)
         try:
-            self._store.set(artifact.digest, encode_entry(key_name, artifact), retry=True)
-            return True
+            self._store.set(artifact.digest, value, retry=True)
+            stored = artifact.digest in self._store
         except Exception as exc:
             self._writable = False
             warn_unusable(self.directory, f"write failed: {type(exc).__name__}: {exc}")
             return False
+        if not stored:  # the store's own eviction took it in the same transaction
+            warn_once(
+                "evicted", str(self.directory),
+                f"nvrtc_engine: {key_name} ({len(value)} bytes) was evicted as soon as it was "
+                f"stored in the disk cache at {self.directory}: its size limit "
+                f"({self.size_limit} bytes, NVRTC_ENGINE_CACHE_SIZE_LIMIT) does not hold it "
+                f"beside the cache's own {self.volume()} bytes; such kernels are kept in "
+                "memory only. Raise the limit.",
+                CacheWarning,
+            )  # fmt: skip
+        return stored
 
     def lock(self, digest: str, timeout: float) -> _KeyLock:
         """The cross-process lock for compiling ``digest``; use as ``with disk.lock(d, t) as held``.

@@ -11,7 +11,8 @@ variable                            type      meaning
                                               user cache dir, e.g. ``~/.cache/nvrtc_engine``)
 ``NVRTC_ENGINE_DISABLE_DISK_CACHE`` bool      ``1`` keeps kernels in memory only
 ``NVRTC_ENGINE_CACHE_SIZE_LIMIT``   bytes     disk cache cap, LRU eviction; accepts ``512M``,
-                                              ``2G``, plain bytes (default 512 MiB)
+                                              ``2G``, plain bytes (default 512 MiB, at
+                                              least :data:`MIN_SIZE_LIMIT`, 1 MiB)
 ``NVRTC_ENGINE_CUDA_INCLUDE_DIR``   path      CUDA headers (``cuda_fp8.h``...) to use,
                                               overriding discovery
 ``NVRTC_ENGINE_DUMP_SOURCE``        bool      ``1`` writes every rendered kernel source to
@@ -37,6 +38,9 @@ variable                            type      meaning
                                               stream serialization, which hides the launch
                                               latency behind the previous kernel
 ==================================  ========  ===============================================
+
+An empty path variable counts as unset (the default); :func:`configure` refuses an empty
+path (``None`` selects the default).
 """
 
 from __future__ import annotations
@@ -48,11 +52,15 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SettingsError
+from .errors import SettingsError, SettingsTypeError
 
-__all__ = ["Settings", "configure", "reset", "settings"]
+__all__ = ["MIN_SIZE_LIMIT", "Settings", "configure", "reset", "settings"]
 
 _DEFAULT_SIZE_LIMIT = 512 * 1024 * 1024
+# The smallest disk cache cap: an empty diskcache store (its SQLite database) already takes
+# about 32 kB and a cubin tens of kB, so below this a store evicts entries, often the one it
+# just stored, at once; 1 MiB holds a few dozen kernels.
+MIN_SIZE_LIMIT = 1 << 20
 _DEFAULT_LOCK_TIMEOUT = 60.0
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -135,13 +143,30 @@ def _parse_size(name: str, raw: str) -> int:
         text = text[:-1]
     try:
         value = int(float(text) * factor)
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number; nan; inf or 1e400
         raise SettingsError(
             f"{name}={raw!r}: expected a size such as 536870912, 512M or 2G"
         ) from None
     if value <= 0:
         raise SettingsError(f"{name}={raw!r}: the size must be positive")
-    return value
+    unit = factor > 1 or raw.strip().lower().endswith("b")
+    return _at_least_minimum(name, raw, value, unit=unit)
+
+
+def _at_least_minimum(name: str, raw: object, value: int, *, unit: bool) -> int:
+    """``value`` (bytes), or a :class:`SettingsError` naming ``name`` when it is below
+    :data:`MIN_SIZE_LIMIT`; ``unit`` says whether the value was given with a unit (without
+    one, a small number was most likely meant as megabytes: the message says so)."""
+    if value >= MIN_SIZE_LIMIT:
+        return value
+    hint = ""
+    if not unit and value <= 1 << 16:
+        hint = f"; a number without a unit is bytes (did you mean {value}M?)"
+    raise SettingsError(
+        f"{name}={raw!r}: {value} bytes is below the minimum of 1 MiB ({MIN_SIZE_LIMIT} "
+        "bytes): an empty cache already takes about 32 kB, and entries stored over the cap "
+        f"are evicted at once{hint}"
+    )
 
 
 def _parse_int(name: str, raw: str) -> int:
@@ -229,15 +254,23 @@ _BOOLS = ("disable_disk_cache", "dump_source", "dependent_launch")
 
 def _checked(name: str, value: object) -> object:
     """A :func:`configure` value for field ``name``, checked as its environment variable is:
-    paths (``str`` or ``os.PathLike``, or None) made absolute; booleans as ``bool`` or the
-    variable's words; ``cache_size_limit`` bytes > 0 (or ``"512M"``); ``workers`` > 0 or
-    None; ``lock_timeout`` finite seconds >= 0; ``launcher`` one of :data:`LAUNCHERS`.
-    Raises ``TypeError``/``ValueError`` naming the field."""
+    paths (``str`` or ``os.PathLike``, not empty, or None) made absolute; booleans as
+    ``bool`` or the variable's words; ``cache_size_limit`` bytes >= :data:`MIN_SIZE_LIMIT`
+    (or ``"512M"``); ``workers`` > 0 or None; ``lock_timeout`` finite seconds >= 0;
+    ``launcher`` one of :data:`LAUNCHERS`. Raises :class:`SettingsTypeError` (a
+    ``TypeError``) or :class:`SettingsError` (a ``ValueError``) naming the field."""
     label = f"configure({name}={value!r})"
     if name in _PATHS:
-        if value is None or isinstance(value, (str, os.PathLike)):
-            return None if value is None else _path(os.fspath(value))
-        raise TypeError(f"{label}: expected a path (str or os.PathLike) or None")
+        if value is None:
+            return None
+        if not isinstance(value, (str, os.PathLike)):
+            raise SettingsTypeError(f"{label}: expected a path (str or os.PathLike) or None")
+        path = os.fspath(value)
+        if not isinstance(path, str):  # a bytes PathLike
+            raise SettingsTypeError(f"{label}: expected a path (str or os.PathLike) or None")
+        if not path:  # Path("") is the working directory: never what was meant
+            raise SettingsError(f"{label}: an empty path; pass None for the default")
+        return _path(path)
     if isinstance(value, str):  # the environment variable's spelling
         parse = {"cache_size_limit": _parse_size, "workers": _parse_int,
                  "lock_timeout": _parse_seconds, "launcher": _parse_launcher}.get(
@@ -249,21 +282,31 @@ def _checked(name: str, value: object) -> object:
     if name in _BOOLS:
         if isinstance(value, bool):
             return value
-        raise TypeError(f"{label}: expected True or False (or the variable's words: "
-                        "'1'/'0', 'true'/'false', 'yes'/'no', 'on'/'off')")  # fmt: skip
+        raise SettingsTypeError(f"{label}: expected True or False (or the variable's words: "
+                                "'1'/'0', 'true'/'false', 'yes'/'no', 'on'/'off')")  # fmt: skip
     if name == "launcher":
-        raise TypeError(f"{label}: expected one of {', '.join(map(repr, LAUNCHERS))}")
+        raise SettingsTypeError(f"{label}: expected one of {', '.join(map(repr, LAUNCHERS))}")
     if name == "workers" and value is None:
         return None
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if name == "lock_timeout":
         if number and 0 <= float(value) < float("inf"):  # type: ignore[arg-type]
             return float(value)  # type: ignore[arg-type]
-        raise (SettingsError if number else TypeError)(
+        raise (SettingsError if number else SettingsTypeError)(
             f"{label}: expected a finite number of seconds >= 0"
         )
+    if name == "cache_size_limit":
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise SettingsTypeError(f"{label}: expected a number of bytes (an int) or a size "
+                                    "such as '512M'")  # fmt: skip
+        if value <= 0:
+            raise SettingsError(f"{label}: the size must be positive")
+        try:
+            return _at_least_minimum(name, value, value, unit=False)
+        except SettingsError as exc:  # "name=raw: reason" -> "configure(name=raw): reason"
+            raise SettingsError(f"{label}: {str(exc).split(': ', 1)[-1]}") from None
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{label}: expected a positive integer")
+        raise SettingsTypeError(f"{label}: expected a positive integer")
     if value <= 0:
         raise SettingsError(f"{label}: expected a positive integer")
     return value
@@ -273,18 +316,20 @@ def configure(**overrides: object) -> Settings:
     """Override settings in code, e.g. ``configure(cache_dir=Path("/scratch/k"))``.
 
     Values are checked as the environment variables are (``cache_size_limit="2G"`` and
-    ``workers="4"`` are accepted; ``cache_size_limit=0`` is not). Takes effect for caches
+    ``workers="4"`` are accepted; ``cache_size_limit=0`` and limits below 1 MiB are not;
+    nor is an empty path: ``None`` selects the default). Takes effect for caches
     opened afterwards (see :func:`nvrtc_engine.clear_cache`); a new ``launcher`` takes effect
     at the next launch (launch plans made before keep theirs); ``dependent_launch`` for
     kernels made afterwards (a kernel decides once; ``clear_cache(disk=False)`` drops those
-    in memory). Raises ``TypeError`` for an unknown field or a value of the wrong type,
-    ``ValueError`` for a value out of range; the settings are then unchanged.
+    in memory). Raises :class:`~nvrtc_engine.errors.SettingsTypeError` (a ``TypeError``)
+    for an unknown field or a value of the wrong type, :class:`SettingsError` (a
+    ``ValueError``) for a value out of range; the settings are then unchanged.
     """
     global _current
     names = {f.name for f in dataclasses.fields(Settings)}
     unknown = sorted(set(overrides) - names)
     if unknown:
-        raise TypeError(f"unknown setting(s) {unknown}; known: {sorted(names)}")
+        raise SettingsTypeError(f"unknown setting(s) {unknown}; known: {sorted(names)}")
     checked = {name: _checked(name, value) for name, value in overrides.items()}
     with _lock:
         base = _current if _current is not None else from_environment()

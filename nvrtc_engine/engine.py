@@ -49,7 +49,8 @@ class CacheInfo:
         memory_entries: kernels held in memory.
         entries: entries in the disk cache (0 when it is disabled).
         bytes: bytes the disk cache uses on disk.
-        directory: the disk cache directory, or ``None`` when memory-only.
+        directory: the disk cache directory, or ``None`` when memory-only. Asking creates
+            no directory: one that holds no cache yet reports 0 entries and 0 bytes.
         size_limit: the disk cache's size cap in bytes (memory-only: the configured cap).
         read_only: the disk cache directory could be read but not written: its kernels are
             read, new ones are kept in memory only.
@@ -174,6 +175,21 @@ class Engine:
         )
 
     def info(self) -> CacheInfo:
+        """Counters and sizes; opens the disk cache only where its directory holds one:
+        asking creates no directory (a missing one reports 0 entries and 0 bytes)."""
+        missing = self._missing_cache_dir()
+        if missing is not None:
+            return CacheInfo(
+                hits=self.hits,
+                disk_hits=self.disk_hits,
+                misses=self.misses,
+                compiles=self.compiles,
+                memory_entries=len(self._memory),
+                entries=0,
+                bytes=0,
+                directory=missing,
+                size_limit=config.settings().cache_size_limit,
+            )
         disk = self.disk()
         return CacheInfo(
             hits=self.hits,
@@ -187,6 +203,29 @@ class Engine:
             size_limit=disk.size_limit if disk is not None else config.settings().cache_size_limit,
             read_only=disk is not None and disk.read_only,
         )
+
+    def _missing_cache_dir(self) -> str | None:
+        """The configured disk cache directory when the disk cache is not open yet and that
+        directory holds no cache (``entries/`` is missing: opening would create it) but could
+        be created, else ``None``: open, disabled, or unusable (no home directory, a file in
+        the way, an ancestor not writable), where :meth:`disk` warns once and creates
+        nothing."""
+        self._forget_stale_disk()
+        s = config.settings()
+        if self._disk is not _UNOPENED or s.disable_disk_cache:
+            return None
+        try:
+            directory = s.resolved_cache_dir()
+        except Exception:  # no home directory
+            return None
+        if (directory / ENTRIES_DIR).is_dir():
+            return None
+        existing = directory
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+        if existing.is_dir() and os.access(existing, os.W_OK | os.X_OK):
+            return str(directory)
+        return None
 
     def clear(self, *, memory: bool = True, disk: bool = True) -> None:
         """Drop cached kernels (memory, disk or both), reset counters, re-read settings.

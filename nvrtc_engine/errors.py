@@ -15,7 +15,9 @@ failures). All of them survive pickling, so they cross process pools intact::
     ├── LauncherError           (RuntimeError) NVRTC_ENGINE_LAUNCHER=compiled and the compiled
     │                                          launcher cannot be built
     ├── SettingsError           (ValueError)   a malformed NVRTC_ENGINE_* variable or configure()
-    │                                          value
+    │   │                                      value
+    │   └── SettingsTypeError   (TypeError)    a configure() value of the wrong type, or an
+    │                                          unknown setting
     ├── ArgumentError           (ValueError)   an argument with the wrong shape/dtype/device/...
     └── ArgumentTypeError       (TypeError)    an argument that is not an array/stream at all,
                                                or key fields that do not go together
@@ -44,6 +46,8 @@ __all__ = [
     "LauncherError",
     "NoDeviceError",
     "NvrtcEngineError",
+    "SettingsError",
+    "SettingsTypeError",
     "VariantError",
     "VariantTypeError",
 ]
@@ -195,7 +199,14 @@ class LauncherError(NvrtcEngineError, RuntimeError):
 class SettingsError(NvrtcEngineError, ValueError):
     """A setting has a malformed value: an ``NVRTC_ENGINE_*`` environment variable (the
     message names it and the value) or a :func:`nvrtc_engine.configure` argument. A value of
-    the wrong type passed to ``configure`` raises ``TypeError``."""
+    the wrong type passed to ``configure`` raises :class:`SettingsTypeError`."""
+
+
+class SettingsTypeError(SettingsError, TypeError):
+    """A :func:`nvrtc_engine.configure` argument of the wrong type (``workers=True``,
+    ``cache_size_limit=1.5``, ``cache_dir=3``) or an unknown setting's name. A
+    :class:`SettingsError` too, so ``except SettingsError`` and ``except TypeError`` both
+    catch it."""
 
 
 class ArgumentError(NvrtcEngineError, ValueError):

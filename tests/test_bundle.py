@@ -84,8 +84,10 @@ def _other_kernel_under_this_digest(manifest, files):
     art = Artifact(image=b"\x7fELF not this kernel", kind="cubin", symbols=(record["key"],),
                    digest="f" * 64, nvrtc_version=record["nvrtc_version"],
                    options=(f"-arch={record['arch']}",), compile_ms=1.0)  # fmt: skip
+    del files[record["file"]]
+    record["digest"], record["file"] = art.digest, f"entries/{art.digest}"
     files[record["file"]] = encode_entry(record["key"], art)
-    record["digest"] = art.digest
+    record["size"] = len(files[record["file"]])
     record["sha256"] = hashlib.sha256(files[record["file"]]).hexdigest()
 
 
@@ -125,6 +127,70 @@ def test_tampered_or_foreign_bundle_is_refused_and_nothing_is_stored(
     assert (info.value.entry == bad_key) if names_entry else info.value.entry is None
     if names_entry:
         assert f"entry {bad_key}" in str(info.value)
+    assert ne.cache_info().entries == 0  # all or nothing
+
+
+def _set_field(field, value):
+    """A change that sets (or, for ``...``, removes) ``field`` of the second record."""
+
+    def change(manifest, files):
+        record = manifest["entries"][1]
+        if value is ...:
+            del record[field]
+        elif callable(value):
+            record[field] = value(manifest)
+        else:
+            record[field] = value
+
+    change.__name__ = f"{field}={getattr(value, '__name__', value)!r}"
+    return change
+
+
+def _digest_of_another_entry(manifest, files):
+    """The record (and its file's name) says a digest the entry's own header does not."""
+    record = manifest["entries"][1]
+    files["entries/" + "0" * 64] = files.pop(record["file"])
+    record["digest"], record["file"] = "0" * 64, "entries/" + "0" * 64
+
+
+def _other_arch(manifest):
+    return "sm_80" if manifest["entries"][1]["arch"] != "sm_80" else "sm_89"
+
+
+def _first_key(manifest):
+    return manifest["entries"][0]["key"]
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (_set_field("size", 1), r"manifest field 'size' is 1; the entry file has \d+ bytes"),
+        (_set_field("size", "big"), "manifest field 'size' is 'big': expected a number of bytes"),
+        (_set_field("size", True), "manifest field 'size' is True: expected a number of bytes"),
+        (_set_field("size", ...), "manifest field 'size' is missing"),
+        (_set_field("arch", _other_arch), "manifest field 'arch' is 'sm_8.*the entry is for 'sm_"),
+        (_set_field("kind", "ptx"), "manifest field 'kind' is 'ptx'; the entry is a 'cubin'"),
+        (_set_field("kind", ...), "manifest field 'kind' is missing"),
+        (_set_field("digest", ...), "manifest field 'digest' is missing"),
+        (_digest_of_another_entry, "manifest field 'digest' is '0000.*the entry's header"),
+        (_set_field("digest", "0" * 64), "manifest field 'file' is 'entries/.*; expected"),
+        (_set_field("digest", 7), "manifest field 'digest' is 7: expected"),
+        (_set_field("sha256", ...), "manifest field 'sha256' is missing"),
+        (_set_field("file", ...), "manifest field 'file' is missing"),
+        (_set_field("file", "entries/x"), "manifest field 'file' is 'entries/x'; expected"),
+        (_set_field("nvrtc_version", ...), "manifest field 'nvrtc_version' is missing"),
+        (_set_field("key", _first_key), "manifest field 'key' is .*the entry's header says"),
+    ],
+    ids=lambda v: getattr(v, "__name__", None),
+)
+def test_every_manifest_field_is_checked_against_its_entry(bundle, tmp_path, change, match):
+    _rewrite(bundle, change)
+    with zipfile.ZipFile(bundle) as zf:
+        bad_key = json.loads(zf.read("manifest.json"))["entries"][1]["key"]
+    _use_empty_cache(tmp_path)
+    with pytest.raises(BundleError, match=match) as info:
+        import_bundle(bundle)
+    assert info.value.entry == bad_key and f"entry {bad_key}: manifest field" in str(info.value)
     assert ne.cache_info().entries == 0  # all or nothing
 
 

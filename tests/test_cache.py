@@ -402,3 +402,56 @@ def test_failed_compile_is_raised_to_every_waiter_and_not_cached(monkeypatch):
         engine.get(k)
     monkeypatch.setattr(engine_mod, "compile_source", real)
     assert engine.get(k).origin == "compiled"
+
+
+def test_a_store_evicted_at_once_is_not_reported_as_stored(tmp_path):
+    from nvrtc_engine.cache import DiskCache
+
+    disk = DiskCache.open(tmp_path / "tiny", 40_000)  # below an empty store plus the entry
+    big = _artifact(b"\x7fELF" + os.urandom(100_000))
+    with pytest.warns(CacheWarning, match="evicted as soon as it was stored.*size limit") as w:
+        assert not disk.put("big", big)
+        assert not disk.put("big", big)  # warned once per directory
+    assert len(w) == 1 and big.digest not in disk and len(disk) == 0
+    roomy = DiskCache.open(tmp_path / "roomy", 1 << 20)  # ... and writes go on elsewhere
+    assert roomy.put("big", big) and big.digest in roomy
+
+
+def test_a_kernel_evicted_at_once_gets_no_key_index_record():
+    engine = Engine()
+    disk = engine.disk()
+    disk._store.reset("size_limit", 1000)  # as a cap below an empty store's size would
+    with pytest.warns(CacheWarning, match="evicted as soon as it was stored"):
+        kernel = engine.get(make_key("gelu", dtype="bf16", arch="sm_90"))
+    assert kernel.origin == "compiled" and len(disk) == 0
+    assert not list(disk.index.directory.glob("*.json"))
+
+
+def test_cache_info_creates_no_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ne.configure(cache_dir="relative_dir_test")
+    ne.clear_cache(disk=False)
+    try:
+        info = ne.cache_info()
+        assert not (tmp_path / "relative_dir_test").exists()
+        assert (info.entries, info.bytes, info.read_only) == (0, 0, False)
+        assert info.directory == str(tmp_path / "relative_dir_test")
+        assert info.size_limit == ne.config.settings().cache_size_limit
+        ne.get_kernel("gelu", dtype="bf16", arch="sm_90")  # the first store creates it
+        assert ne.cache_info().entries == 1 and (tmp_path / "relative_dir_test").is_dir()
+    finally:
+        ne.config.reset()
+        ne.clear_cache(disk=False)
+
+
+def test_clear_cache_resets_the_counters_and_says_so():
+    ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    before = ne.cache_info()
+    assert (before.hits, before.misses, before.compiles) == (1, 1, 1)
+    ne.clear_cache(memory=False)  # the disk only: the counters stay
+    assert ne.cache_info().hits == 1
+    ne.clear_cache(disk=False)
+    info = ne.cache_info()
+    assert (info.hits, info.disk_hits, info.misses, info.compiles) == (0, 0, 0, 0)
+    assert "counters" in ne.clear_cache.__doc__

@@ -8,6 +8,7 @@ import pytest
 
 import nvrtc_engine as ne
 from nvrtc_engine import config
+from nvrtc_engine.errors import SettingsTypeError
 
 
 def test_defaults_and_parsing():
@@ -61,7 +62,7 @@ def test_configure_values_raise_settings_errors():
 def test_configure_and_reset(tmp_path):
     s = config.configure(cache_dir=str(tmp_path))
     assert s.cache_dir == tmp_path and config.settings().cache_dir == tmp_path
-    with pytest.raises(TypeError, match="unknown setting"):
+    with pytest.raises(SettingsTypeError, match="unknown setting"):
         config.configure(cache_directory=tmp_path)
     config.reset()
     assert config.settings().cache_dir != tmp_path
@@ -71,7 +72,8 @@ def test_configure_and_reset(tmp_path):
     "field, value, expected",
     [
         ("cache_size_limit", "512M", 512 << 20),  # the environment variable's spelling
-        ("cache_size_limit", 4096, 4096),
+        ("cache_size_limit", 1 << 20, 1 << 20),  # the minimum
+        ("cache_size_limit", "1MiB", 1 << 20),
         ("disable_disk_cache", "no", False),
         ("disable_disk_cache", True, True),
         ("workers", "2", 2),
@@ -136,3 +138,65 @@ def test_no_home_for_the_default_cache_dir_is_an_error_not_a_relative_path(monke
     monkeypatch.setattr(config, "default_cache_dir", lambda: "~/.cache/nvrtc_engine")
     with pytest.raises(OSError, match="no home directory"):
         config.from_environment({}).resolved_cache_dir()
+
+
+@pytest.mark.parametrize("raw", ["512", "1e3", "4096", "1023K", "0.5M", "512b"])
+def test_a_size_limit_below_the_minimum_is_refused_naming_the_variable(raw):
+    # an empty diskcache already takes ~32 kB: below 1 MiB every store was evicted at once
+    with pytest.raises(ne.SettingsError, match=r"NVRTC_ENGINE_CACHE_SIZE_LIMIT.*minimum.*1 MiB"):
+        config.from_environment({"NVRTC_ENGINE_CACHE_SIZE_LIMIT": raw})
+    assert config.from_environment({"NVRTC_ENGINE_CACHE_SIZE_LIMIT": "1M"}).cache_size_limit == (
+        config.MIN_SIZE_LIMIT
+    )
+
+
+def test_a_unit_less_size_limit_says_it_is_bytes():
+    with pytest.raises(ne.SettingsError, match="without a unit is bytes.*512M"):
+        config.from_environment({"NVRTC_ENGINE_CACHE_SIZE_LIMIT": "512"})
+
+
+@pytest.mark.parametrize("value", [512, "1e3", (1 << 20) - 1])
+def test_configure_refuses_a_size_limit_below_the_minimum(value):
+    before = config.settings()
+    with pytest.raises(ne.SettingsError, match=r"configure\(cache_size_limit=.*minimum.*1 MiB"):
+        config.configure(cache_size_limit=value)
+    assert config.settings() == before
+
+
+@pytest.mark.parametrize("raw", ["inf", "nan", "1e400"])
+def test_an_infinite_size_limit_is_a_settings_error(raw):
+    with pytest.raises(ne.SettingsError, match="NVRTC_ENGINE_CACHE_SIZE_LIMIT"):
+        config.from_environment({"NVRTC_ENGINE_CACHE_SIZE_LIMIT": raw})
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("workers", True),
+        ("workers", 2.0),
+        ("cache_size_limit", 1.5),
+        ("cache_size_limit", True),
+        ("dependent_launch", 2),
+        ("disable_disk_cache", 1),
+        ("cache_dir", 3),
+        ("debug_dir", b"/tmp"),
+        ("launcher", 1),
+        ("lock_timeout", [1]),
+    ],
+)
+def test_configure_type_errors_are_settings_type_errors(field, value):
+    before = config.settings()
+    with pytest.raises(SettingsTypeError, match=rf"configure\({field}=") as info:
+        config.configure(**{field: value})
+    assert isinstance(info.value, TypeError) and isinstance(info.value, ne.SettingsError)
+    assert config.settings() == before
+
+
+@pytest.mark.parametrize("field", ["cache_dir", "cuda_include_dir", "debug_dir"])
+def test_configure_refuses_an_empty_path(field):
+    before = config.settings()
+    with pytest.raises(ne.SettingsError, match=rf"configure\({field}=''\): .*empty.*None"):
+        config.configure(**{field: ""})
+    assert config.settings() == before
+    assert getattr(config.configure(**{field: None}), field) is None  # None: the default
+    config.reset()
