@@ -377,36 +377,82 @@ def test_tags_name_every_code_switch():
     assert len(tags) == 2 * 2 * 2 * 3  # distinct code, distinct symbol
     for tag in tags:
         assert norm.parse_tag(tag).tag == tag
-    for bad, match in [("w0r1v8j4c1", "w0: warps"), ("w4r1v3j4c1", "v3: the access width"),
-                       ("w4r0v8j4c1", "r0: rows"), ("w4r1v8j0c1", "j0: accesses"),
-                       ("w4r1v8j4c3", "c3: the cluster"), ("w04r1v8j4c1", "leading zeros"),
+    for bad, match in [("w0r1v8j4c1", r"w0 \(warps=0\): 1 to 32 warps"),
+                       ("w4r1v3j4c1", r"v3 \(vec=3\): an access of"),
+                       ("w4r0v8j4c1", "r0 .rows=0.: at least 1 row"),
+                       ("w4r1v8j0c1", "j0 .iters=0.: 1 to 256 accesses"),
+                       ("w4r1v8j4c3", "c3 .cluster=3.: a cluster of"),
+                       ("w04r1v8j4c1", "leading zeros"),
                        ("w\u0664r1v8j4c1", "not a norm configuration tag"),
                        ("loop", "names the general kernel")]:  # fmt: skip
         with pytest.raises(ValueError, match=match):
             norm.parse_tag(bad)
     with pytest.raises(ValueError, match="in the order h k n"):
         norm.parse_tag("w4r1v8j4c1Ahogq")
-    with pytest.raises(TypeError, match="a tag is a str, not int"):
+    with pytest.raises(ArgumentTypeError, match="parse_tag takes a str, not int"):
         norm.parse_tag(4)
     # only what LaunchConfig.tag writes, so parse_tag(t).tag == t for every tag it accepts
     for bad, match in [
-        ("w33r1v8j1c1", "at most 32 warps"),
-        ("w32r2v8j1c1", "1024 threads"),
-        ("w4r1v8j4c1a3", "a is 2 or 4"),
-        ("w4r1v8j4c1a1", "a is 2 or 4"),
-        ("w4r1v8j4c1s7", "s is 1 or 2"),
-        ("w4r1v8j4c1t1", "t is at least 2"),
-        ("w4r1v8j4c1m1", "m is at least 2"),
+        ("w33r1v8j1c1", "1 to 32 warps"),
+        ("w32r2v8j1c1", "2048 threads per CTA .rows \\* warps \\* 32., at most 1024"),
+        ("w4r1v8j4c1a3", "a3 .accumulators=3.: 1, 2 or 4"),
+        ("w4r1v8j4c1a1", "names the same"),
+        ("w4r1v8j4c1s7", "s7 .shared_sums=7.: 0, 1 or 2"),
+        ("w4r1v8j4c1t1", "t1 .stages=1.: 0 .not staged. or 2 to 32"),
+        ("w4r1v8j4c1m1", "names the same"),
         ("w4r1v8j4c1t0", "names the same"),
         ("w4r1v8j4c1m0", "names the same"),
-        ("w4r1v8j4c1s0", "s is 1 or 2"),
+        ("w4r1v8j4c1s0", "names the same"),
         ("w4r1v8j4c1x0", "names the same"),
         ("w4r1v8j4c1b0", "names the same"),
+        ("w4r1v8j4c1b99999999999999999999", "to 32 CTAs per SM"),
+        ("w4r1v8j99999999999999999c1", "1 to 256 accesses"),
     ]:
         with pytest.raises(ValueError, match=match):
             norm.parse_tag(bad)
     for good in ("w32r1v8j1c1", "w8r4v8j1c1", "w4r1v8j4c1a4s2t2m2x1b1"):
         assert norm.parse_tag(good).tag == good
+
+
+def test_launch_config_checks_its_fields():
+    """A LaunchConfig built by hand is checked as parse_tag's are, with the field's name."""
+    base = {"mode": "regs", "vec": 8, "warps": 4, "rows": 1, "iters": 4, "cluster": 1}
+    for change, match in [({"warps": 0}, r"w0 \(warps=0\)"), ({"warps": 33}, "1 to 32 warps"),
+                          ({"vec": 3}, r"v3 \(vec=3\)"), ({"cluster": 3}, "a cluster of"),
+                          ({"stages": 1}, r"t1 \(stages=1\)"), ({"groups": -1}, "x-1"),
+                          ({"rows": 8, "warps": 8}, "2048 threads per CTA"),
+                          ({"mode": "register"}, "mode is 'regs' or 'loop'"),
+                          ({"mode": "loop", "vec": 5}, r"v5 \(vec=5\)"),
+                          ({"iters": 10**20}, "1 to 256 accesses"),
+                          ({"ctas_per_sm": 33}, "to 32 CTAs per SM"),
+                          ({"stages": 33}, "2 to 32 rows deep")]:  # fmt: skip
+        with pytest.raises(ArgumentError, match=match):
+            LaunchConfig(**{**base, **change})
+    for change, match in [({"warps": 4.0}, "warps is an int, not float"),
+                          ({"hold": 1}, "hold is a bool, not int"),
+                          ({"iters": True}, "iters is an int, not bool")]:  # fmt: skip
+        with pytest.raises(ArgumentTypeError, match=match):
+            LaunchConfig(**{**base, **change})
+    numpy_ints = LaunchConfig(**{**base, "warps": np.int64(4), "stages": np.int32(3)})
+    assert type(numpy_ints.warps) is int and numpy_ints == LaunchConfig(**base, stages=3)
+    assert LaunchConfig("loop", 8).tag == "loop" and LaunchConfig(**base, min_ctas=1).tag == (
+        "w4r1v8j4c1"
+    )
+
+
+def test_launch_config_of_a_wrong_argument_names_it():
+    """launch_config checks its argument before the cache hashes it: a dict or a key of
+    another family is a TypeError saying what was passed; the cache is still clearable."""
+    for wrong, match in [({"op": "layernorm_fwd"}, "KernelKey is needed .* not dict"),
+                         (["layernorm_fwd"], "not list"), (None, "not NoneType")]:  # fmt: skip
+        with pytest.raises(ArgumentTypeError, match=match):
+            launch_config(wrong)
+    with pytest.raises(ArgumentTypeError, match="not a norm op"):
+        launch_config(make_key("gelu", dtype="bf16", arch="sm_90"))
+    key = make_key("layernorm_fwd", dtype="bf16", arch="sm_90", hidden_size=4096)
+    launch_config.cache_clear()
+    assert launch_config(key) is launch_config(key)
+    assert launch_config.cache_info().hits >= 1 and launch_config.__name__ == "launch_config"
 
 
 def test_tuned_layouts_are_valid():

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from ..dtypes import DTYPES
+from ..errors import ArgumentError, ArgumentTypeError
 from ..key import KernelKey, arch_number
 from . import norm_switches as sw
 
@@ -40,13 +43,13 @@ __all__ = [
 
 
 def norm_spec(key: KernelKey) -> NormSpec:
-    """``key.spec`` as a :class:`~nvrtc_engine.ops.norm.NormSpec`; TypeError for a key of
-    another family."""
+    """``key.spec`` as a :class:`~nvrtc_engine.ops.norm.NormSpec`;
+    :class:`~nvrtc_engine.ArgumentTypeError` (a ``TypeError``) for anything but a norm key."""
     if not isinstance(key, KernelKey):
-        raise TypeError(f"a norm KernelKey is needed (a kernel's is kernel.key), not "
-                        f"{type(key).__name__}")  # fmt: skip
+        raise ArgumentTypeError("key", f"a norm KernelKey is needed (a kernel's is kernel.key), "
+                                       f"not {type(key).__name__}")  # fmt: skip
     if key.spec.family != "norm":
-        raise TypeError(f"{key.op} is not a norm op (family {key.spec.family!r})")
+        raise ArgumentTypeError("key", f"{key.op} is not a norm op (family {key.spec.family!r})")
     return cast("NormSpec", key.spec)
 
 
@@ -105,6 +108,16 @@ class LaunchConfig:
     fetch256: bool = False  # staged: the 16-byte cp.async copies ask L2 for 256 bytes
     aligned: bool = False  # staged: the stages start on a 128-byte boundary
 
+    def __post_init__(self) -> None:
+        """Check the fields (:class:`~nvrtc_engine.ArgumentError`, a ``ValueError``, for a
+        range; :class:`~nvrtc_engine.ArgumentTypeError`, a ``TypeError``, for a type; both
+        name the field and its tag letter), so that a layout built by hand fails here rather
+        than in the compiler or at launch. Integers of other types (numpy's) are stored as
+        ``int``."""
+        problems = _field_problems(self)
+        if problems:
+            raise problems[0][0]("LaunchConfig", "; ".join(text for _, text in problems))
+
     @property
     def threads(self) -> int:
         """Threads per CTA of the main kernel."""
@@ -152,6 +165,55 @@ class LaunchConfig:
         switches += f"x{self.groups}" if self.groups else ""
         switches += f"b{self.ctas_per_sm}" if self.ctas_per_sm else ""
         return f"w{self.warps}r{self.rows}v{self.vec}j{self.iters}c{self.cluster}{switches}"
+
+
+# LaunchConfig's counts in the register layouts: (field, tag letter, test, what is allowed).
+# The upper bounds are the hardware's (32 resident CTAs per SM on sm_80 ... sm_100) or far
+# above any layout that fits (256 accesses a thread; 32 stages; 1024 row groups), so that a
+# mistyped count fails here rather than in the compiler.
+_COUNT_RULES = (
+    ("warps", "w", lambda n: 1 <= n <= 32, "1 to 32 warps per row"),
+    ("rows", "r", lambda n: n >= 1, "at least 1 row per CTA"),
+    ("vec", "v", lambda n: n in (1, 2, 4, 8, 16), "an access of 1, 2, 4, 8 or 16 elements"),
+    ("iters", "j", lambda n: 1 <= n <= 256, "1 to 256 accesses per thread"),
+    ("cluster", "c", lambda n: n in (1, 2, 4, 8), "a cluster of 1, 2, 4 or 8 CTAs"),
+    ("accumulators", "a", lambda n: n in (1, 2, 4), "1, 2 or 4 partial sums"),
+    ("shared_sums", "s", lambda n: n in (0, 1, 2), "0, 1 or 2 column-sum arrays"),
+    ("stages", "t", lambda n: n == 0 or 2 <= n <= 32, "0 (not staged) or 2 to 32 rows deep"),
+    ("min_ctas", "m", lambda n: 0 <= n <= 32, "0 to 32 CTAs per SM (a cap from 2)"),
+    ("groups", "x", lambda n: 0 <= n <= 1024, "0 (the module's) to 1024 row groups"),
+    ("ctas_per_sm", "b", lambda n: 0 <= n <= 32, "0 (the module's) to 32 CTAs per SM"),
+)
+
+
+def _field_problems(cfg: LaunchConfig) -> list[tuple[type[ArgumentError | ArgumentTypeError], str]]:
+    """What is wrong with ``cfg``'s fields, as (exception type, text) pairs; stores integers
+    of other integral types as ``int``."""
+    problems: list[tuple[type[ArgumentError | ArgumentTypeError], str]] = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.type == "bool" and not isinstance(value, bool):
+            problems.append((ArgumentTypeError, f"{f.name} is a bool, not {type(value).__name__}"))
+        elif f.type == "int":
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                problems.append(
+                    (ArgumentTypeError, f"{f.name} is an int, not {type(value).__name__}")
+                )
+            else:
+                object.__setattr__(cfg, f.name, int(value))
+    if cfg.mode not in ("regs", "loop"):
+        problems.append((ArgumentError, f"mode is 'regs' or 'loop', not {cfg.mode!r}"))
+    if problems:
+        return problems
+    rules = _COUNT_RULES if cfg.mode == "regs" else _COUNT_RULES[2:3]
+    for name, letter, ok, want in rules:
+        n = getattr(cfg, name)
+        if not ok(n):
+            problems.append((ArgumentError, f"{letter}{n} ({name}={n}): {want}"))
+    if not problems and cfg.mode == "regs" and cfg.threads > sw.MAX_THREADS:
+        problems.append((ArgumentError, f"r{cfg.rows} w{cfg.warps}: {cfg.threads} threads per CTA "
+                                     f"(rows * warps * 32), at most {sw.MAX_THREADS}"))  # fmt: skip
+    return problems
 
 
 def gamma_dtype(key: KernelKey) -> str:
@@ -202,7 +264,23 @@ def _switches(key: KernelKey) -> tuple[bool, bool, bool]:
     return sw.FWD_HOLD_WEIGHTS.get(key.scaling, False), True, False
 
 
-@functools.lru_cache(maxsize=1024)
+class _CachedByKey:
+    """:func:`launch_config`: the layout per key, cached (``cache_clear()`` and
+    ``cache_info()`` as ``functools.lru_cache``'s), the argument checked before it is hashed
+    so that a wrong one gets a TypeError naming it, not the cache's "unhashable type"."""
+
+    def __init__(self, fn: Callable[[KernelKey], LaunchConfig]) -> None:
+        self._cached = functools.lru_cache(maxsize=1024)(fn)
+        self.cache_clear = self._cached.cache_clear
+        self.cache_info = self._cached.cache_info
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, key: KernelKey) -> LaunchConfig:
+        norm_spec(key)  # a norm key, or a TypeError that says what was passed
+        return self._cached(key)
+
+
+@_CachedByKey
 def launch_config(key: KernelKey) -> LaunchConfig:
     """The launch configuration of a norm variant (see :class:`LaunchConfig`).
 
@@ -222,7 +300,6 @@ def launch_config(key: KernelKey) -> LaunchConfig:
     and gamma, the measured winners in :data:`TUNED` (bench/results/norm_tuning.json) take
     precedence over these rules.
     """
-    norm_spec(key)  # a norm key, or a TypeError that says what was passed
     tuned = _tuned(key)
     if tuned is None:
         stages = sw.BWD_STAGED if key.spec.backward else sw.FWD_STAGED
@@ -439,63 +516,53 @@ _TAG = re.compile(
 def parse_tag(tag: str) -> LaunchConfig:
     """The :class:`LaunchConfig` a tag names (the inverse of :attr:`LaunchConfig.tag`).
 
-    Raises ``TypeError`` for a tag that is not a string and ``ValueError`` for one that is not
-    of the form (the message gives it), or whose warps, rows or accesses are 0, whose warps
-    exceed 32 or CTA 1024 threads, whose access width is not 1, 2, 4, 8 or 16 elements, whose
-    cluster is not 1, 2, 4 or 8 CTAs, whose ``a`` is not 2 or 4, ``s`` not 1 or 2, ``t`` (stages)
-    below 2 or ``m`` below 2, or which is not the form :attr:`LaunchConfig.tag` writes (``t0``,
-    ``x0``, ``b0``: a count of 0 is written by leaving it out), so that ``parse_tag(t).tag ==
-    t`` for every tag it accepts. It checks the form only: whether a layout fits a key (its
-    hidden size, arch, registers) is :func:`launch_config`'s and the compiler's business."""
+    Raises :class:`~nvrtc_engine.ArgumentTypeError` for a tag that is not a string and
+    :class:`~nvrtc_engine.ArgumentError` (a ``ValueError``) for one that is not
+    of the form (the message gives it), whose counts :class:`LaunchConfig` rejects (warps, rows
+    or accesses of 0, more than 32 warps or 1024 threads a CTA, an access width not 1, 2, 4, 8
+    or 16 elements, a cluster not 1, 2, 4 or 8 CTAs, ``a`` not 2 or 4, ``s`` not 1 or 2, ``t1``),
+    or which is not the form :attr:`LaunchConfig.tag` writes (``a1``, ``s0``, ``t0``, ``m0``,
+    ``m1``, ``x0``, ``b0``: a count that changes nothing is written by leaving it out), so that
+    ``parse_tag(t).tag == t`` for every tag it accepts. It checks the form only: whether a
+    layout fits a key (its hidden size, arch, registers) is :func:`launch_config`'s and the
+    compiler's business."""
     if not isinstance(tag, str):
-        raise TypeError(f"parse_tag: a tag is a str, not {type(tag).__name__}")
+        raise ArgumentTypeError("tag", f"parse_tag takes a str, not {type(tag).__name__}")
     if tag == "loop":
-        raise ValueError(
+        raise ArgumentError(
+            "tag",
             "'loop' names the general kernel, which has no register layout to "
-            "parse (its LaunchConfig is ('loop', vec): launch_config gives it)"
+            "parse (its LaunchConfig is ('loop', vec): launch_config gives it)",
         )
     m = _TAG.fullmatch(tag)
     if m is None:
-        raise ValueError(
+        raise ArgumentError(
+            "tag",
             f"not a norm configuration tag: {tag!r} (expected w<warps>r<rows>v<vec>j<iters>"
             "c<cluster>, then the switch letters that apply in the order h k n e u o g q p l f "
-            "d i y z W L A, then a<n> s<n> t<n> m<n> x<n> b<n> in that order)"
+            "d i y z W L A, then a<n> s<n> t<n> m<n> x<n> b<n> in that order)",
         )
     w, r, v, j, c = (int(g) for g in m.groups()[:5])
-    wrong = [f"{letter}{n}: {want}" for letter, n, ok, want in (
-        ("w", w, w >= 1, "warps per row are at least 1"), ("r", r, r >= 1, "rows at least 1"),
-        ("v", v, v in (1, 2, 4, 8, 16), "the access width is 1, 2, 4, 8 or 16 elements"),
-        ("j", j, j >= 1, "accesses per thread are at least 1"),
-        ("c", c, c in (1, 2, 4, 8), "the cluster is 1, 2, 4 or 8 CTAs")) if not ok]  # fmt: skip
-    if wrong:
-        raise ValueError(f"norm configuration tag {tag!r}: " + "; ".join(wrong))
-    if w > 32 or r * w * 32 > sw.MAX_THREADS:
-        raise ValueError(f"norm configuration tag {tag!r}: at most 32 warps per row and "
-                         f"{sw.MAX_THREADS} threads per CTA (r * w * 32)")  # fmt: skip
-    counts = {"a": (m[24], (2, 4)), "s": (m[25], (1, 2)), "t": (m[26], None),
-              "m": (m[27], None)}  # fmt: skip
-    for letter, (given, allowed) in counts.items():
-        if given is None:
-            continue
-        n = int(given)
-        if (allowed is not None and n not in allowed) or (allowed is None and 0 < n < 2):
-            want = " or ".join(map(str, allowed)) if allowed else "at least 2"
-            raise ValueError(f"norm configuration tag {tag!r}: {letter}{n}, {letter} is {want}")
-    cfg = LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
-                        packed=bool(m[7]), min_ctas=int(m[27] or 0), early=bool(m[9]),
-                        one_reduction=bool(m[10]), accumulators=int(m[24] or 1),
-                        shared_sums=int(m[25] or 0), batched=bool(m[11]),
-                        warp_amax=bool(m[12]), words=bool(m[13]), next_row=bool(m[14]),
-                        lanes=bool(m[15]), gamma32=bool(m[16]), folded=bool(m[17]),
-                        deferred=bool(m[18]), reread=bool(m[19]), shifted=bool(m[20]),
-                        warp_stats=bool(m[21]), fetch256=bool(m[22]), aligned=bool(m[23]),
-                        stages=int(m[26] or 0), groups=int(m[28] or 0),
-                        ctas_per_sm=int(m[29] or 0))  # fmt: skip
+    try:
+        cfg = LaunchConfig("regs", v, w, r, j, c, hold=bool(m[6]), prefetch=not m[8],
+                            packed=bool(m[7]), min_ctas=int(m[27] or 0), early=bool(m[9]),
+                            one_reduction=bool(m[10]), accumulators=int(m[24] or 1),
+                            shared_sums=int(m[25] or 0), batched=bool(m[11]),
+                            warp_amax=bool(m[12]), words=bool(m[13]), next_row=bool(m[14]),
+                            lanes=bool(m[15]), gamma32=bool(m[16]), folded=bool(m[17]),
+                            deferred=bool(m[18]), reread=bool(m[19]), shifted=bool(m[20]),
+                            warp_stats=bool(m[21]), fetch256=bool(m[22]), aligned=bool(m[23]),
+                            stages=int(m[26] or 0), groups=int(m[28] or 0),
+                            ctas_per_sm=int(m[29] or 0))  # fmt: skip
+    except ArgumentError as e:  # the fields' checks, in the tag's terms
+        raise ArgumentError("tag", f"norm configuration tag {tag!r}: "
+                            + str(e).removeprefix("LaunchConfig: ")) from None  # fmt: skip
     if cfg.tag != tag:
-        raise ValueError(
+        raise ArgumentError(
+            "tag",
             f"norm configuration tag {tag!r} is not in the form LaunchConfig.tag "
             f"writes: {cfg.tag!r} names the same layout (counts without leading zeros; a count "
-            "of 0 is left out)"
+            "that changes nothing, a1, s0, t0, m0, m1, x0 or b0, is left out)",
         )
     return cfg
 
