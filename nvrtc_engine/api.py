@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 from . import driver
 from .dtypes import DTYPES, dtype_name
 from .engine import CacheInfo, default_engine
-from .errors import ArgumentTypeError, NoDeviceError, VariantError, VariantTypeError, did_you_mean
+from .errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    NoDeviceError,
+    VariantError,
+    VariantTypeError,
+    did_you_mean,
+)
 from .kernel import Kernel
 from .key import KernelKey
 
@@ -22,17 +28,19 @@ NO_GPU_HINT = "pass arch='sm_90' (or another arch) to compile without a GPU"
 
 
 def _device_ordinal(device: Any) -> int | None:
-    """``device`` checked: None, or a CUDA device ordinal (an int >= 0, numpy's too, never a
-    bool) returned as an int. Raises :class:`~nvrtc_engine.VariantError` otherwise
-    (:class:`~nvrtc_engine.VariantTypeError` for a value that is not an int)."""
+    """``device`` checked: None, or a CUDA device ordinal (:func:`driver.checked_ordinal`:
+    an int from 0 to 2**31 - 1, numpy's too, never a bool) returned as an int. Raises
+    :class:`~nvrtc_engine.VariantError` otherwise (:class:`~nvrtc_engine.VariantTypeError`
+    for a value that is not an int)."""
     if device is None:
         return None
     allowed = "None or a CUDA device ordinal (an int >= 0)"
-    if isinstance(device, bool) or not isinstance(device, numbers.Integral):
-        raise VariantTypeError("device", device, allowed, "not an int")
-    if device < 0:
-        raise VariantError("device", device, allowed)
-    return int(device)
+    try:
+        return driver.checked_ordinal(device)
+    except ArgumentTypeError:
+        raise VariantTypeError("device", device, allowed, "not an int") from None
+    except ArgumentError:
+        raise VariantError("device", device, allowed) from None
 
 
 def _device_arch(device: int | None) -> str:

@@ -9,6 +9,7 @@ from either library work with kernels launched here.
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 import struct
 import threading
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import launcher
-from .errors import ArgumentTypeError, CudaError, NoDeviceError
+from .errors import ArgumentError, ArgumentTypeError, CudaError, NoDeviceError
 
 __all__ = [
     "Device",
@@ -124,18 +125,36 @@ class Device:
         return f"sm_{self.major}{self.minor}"
 
 
+MAX_ORDINAL = 2**31 - 1  # a CUdevice ordinal is a C int
+
+
+def checked_ordinal(device: Any) -> int:
+    """``device`` as a CUDA device ordinal: an int from 0 to :data:`MAX_ORDINAL` (numpy's
+    integers too; never a bool), checked without the driver. Raises
+    :class:`~nvrtc_engine.ArgumentTypeError` for another type and
+    :class:`~nvrtc_engine.ArgumentError` for a value out of that range, both naming
+    ``device``."""
+    if isinstance(device, bool) or not isinstance(device, numbers.Integral):
+        raise ArgumentTypeError(
+            "device", f"a CUDA device ordinal is an int >= 0, not {type(device).__name__}"
+        )
+    if not 0 <= device <= MAX_ORDINAL:
+        raise ArgumentError("device", f"a CUDA device ordinal is an int >= 0, got {device}")
+    return int(device)
+
+
 def get_device(ordinal: int) -> Device:
     """The :class:`Device` for ``ordinal``, retaining its primary context on first use.
 
-    Raises :class:`~nvrtc_engine.ArgumentTypeError` for an ordinal that is not an int,
-    :class:`NoDeviceError` when there is no driver/device, ``ValueError`` for an ordinal out
-    of range.
+    Raises :class:`~nvrtc_engine.ArgumentTypeError` or :class:`~nvrtc_engine.ArgumentError`
+    for what is no ordinal (:func:`checked_ordinal`, before the driver is asked),
+    :class:`NoDeviceError` when there is no driver/device, :class:`~nvrtc_engine.ArgumentError`
+    (a ``ValueError``) for an ordinal beyond the visible devices.
     """
     dev = _devices.get(ordinal)
     if dev is not None and _init_pid == os.getpid():
         return dev
-    if isinstance(ordinal, bool) or not isinstance(ordinal, int):
-        raise ArgumentTypeError("device", f"a device ordinal is an int, got {ordinal!r}")
+    ordinal = checked_ordinal(ordinal)
     _init()
     drv = _drv()
     with _lock:
@@ -144,7 +163,7 @@ def get_device(ordinal: int) -> Device:
             return dev
         count = int(check(drv.cuDeviceGetCount(), "cuDeviceGetCount"))
         if not 0 <= ordinal < count:
-            raise ValueError(f"device {ordinal} does not exist; {count} device(s) visible")
+            raise ArgumentError("device", f"device {ordinal} does not exist; {count} visible")
         handle = check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
         attr = drv.CUdevice_attribute
         major = check(
@@ -410,6 +429,12 @@ class DeviceBuffer:
     def __init__(self, device: int, shape: tuple[int, ...], dtype: str) -> None:
         from .dtypes import DTYPES
 
+        if dtype not in DTYPES:
+            raise ArgumentError("dtype", f"{dtype!r} is no dtype name; one of {sorted(DTYPES)}")
+        if not isinstance(shape, tuple) or not all(
+            isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 0 for s in shape
+        ):
+            raise ArgumentTypeError("shape", f"a tuple of ints >= 0, got {shape!r}")
         self.device = get_device(device)
         self.shape = tuple(int(s) for s in shape)
         self.dtype = DTYPES[dtype]

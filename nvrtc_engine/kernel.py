@@ -125,7 +125,9 @@ class Kernel:
         norm kernel's ``residency``), loading the image there on first use.
 
         Raises :class:`~nvrtc_engine.ArgumentError` when the device's arch cannot run this
-        image, :class:`~nvrtc_engine.CudaError` when loading fails,
+        image or ``device`` is no visible device's ordinal (a negative one or one beyond
+        2**31 - 1 without asking the driver; :class:`~nvrtc_engine.ArgumentTypeError` for one
+        that is not an int), :class:`~nvrtc_engine.CudaError` when loading fails,
         :class:`~nvrtc_engine.NoDeviceError` without a driver or device (naming the kernel and
         saying that compiling needs neither).
         """

@@ -585,6 +585,14 @@ def test_eps_type_errors(ln_fp8):
     with pytest.raises(ArgumentTypeError, match=r"got an array of shape \(64,\)$"):
         ln_fp8(**args, eps=args["beta"], out=arr((4, 64), "|u1", 4), **scalars())  # no hint
     assert _eps(np.float32(0.5)) == 0.5 and _eps(1) == 1.0 and _eps(np.array(0.25)) == 0.25
+    # eps is checked before the arrays (and so before any device is asked about them)
+    for bad, error in (
+        ("1e-5", ArgumentTypeError),
+        (-1.0, ArgumentError),
+        (math.nan, ArgumentError),
+    ):
+        with pytest.raises(error, match="^eps: "):
+            ln_fp8(None, None, None, eps=bad)
 
 
 def test_forward_output_checks(ln_fp8):

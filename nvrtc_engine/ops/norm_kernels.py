@@ -276,16 +276,6 @@ class _NormKernel(Kernel):
         return v if self.config.mode == "regs" or hidden % v == 0 else 1
 
 
-def _valid_eps(value: Any) -> float | None:
-    """``eps`` as a float, or None where :func:`_eps` raises."""
-    if type(value) is float and 0.0 <= value < math.inf:
-        return value
-    try:
-        return _eps(value)
-    except (ArgumentError, ArgumentTypeError):
-        return None
-
-
 def _eps(value: Any, rms: bool = False) -> float:
     """``eps`` as a float: a real number >= 0 (not a bool, a string, a CUDA array or an
     array with dimensions). For an RMSNorm kernel (``rms``) an array here is most often
@@ -364,18 +354,18 @@ class _NormFwdKernel(_NormKernel):
         scale: Any, amax: Any, scale_inv: Any, stream: Any,
     ) -> tuple[Any, Any, Any, Any]:  # fmt: skip
         given = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
-        eps_value = _valid_eps(eps)
-        plan_key = None
-        if eps_value is not None:  # else _eps raises below, after the array checks
-            done, plan_key = self._fast(given, (eps_value,), stream)
-            if done is not None:
-                return done[3], done[4], done[5], done[8]
+        # eps, a scalar, is checked first: a bad one is reported without a device, as clamped
+        # SwiGLU's limit is (the float test is the common case's shortcut)
+        ok = type(eps) is float and 0.0 <= eps < math.inf
+        eps_value = eps if ok else _eps(eps, self.spec.rms)
+        done, plan_key = self._fast(given, (eps_value,), stream)
+        if done is not None:
+            return done[3], done[4], done[5], done[8]
         key = self.key
         xa = self._input(x, "x", self._in)
         rows, hidden = self._rows(xa, "x")
         ga = self._like(gamma, "gamma", xa, (hidden,), self._w)
         ba = None if self.spec.rms else self._like(beta, "beta", xa, (hidden,), self._w)
-        eps_value = _eps(eps, self.spec.rms)
         out, oa = self._output(out, "out", xa, xa.shape, self._out)
         mua = None
         if not self.spec.rms:
