@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._version import __version__
@@ -274,14 +274,26 @@ def _cache_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
+def _int_in(low: int, high: int, what: str) -> Callable[[str], int]:
+    """An argparse ``type``: an int from ``low`` to ``high``, else an error saying ``what``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
+        return value
+
+    return parse
+
+
+# --tokens: at most 65536 rows (the demo checks them on the host in float64: 7.5 GB at the
+# MLP's 14336); --workers at most 1024 processes; --seed as numpy's generators take it.
+_tokens = _int_in(1, 65536, "a positive integer up to 65536")
+_positive_int = _int_in(1, 1024, "a positive integer up to 1024")
+_seed = _int_in(0, 2**63 - 1, "an integer >= 0 (numpy's seeds are not negative)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -294,11 +306,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="compile, cache, and (with a GPU) run and check kernels")
     demo.add_argument("--arch", help="compile target, e.g. sm_90 (default: this GPU's, or sm_90)")
-    demo.add_argument("--tokens", type=_positive_int, default=2048,
+    demo.add_argument("--tokens", type=_tokens, default=2048,
                       help="rows of the test input, checked against a float64 reference on "
                       "the host (2048)")  # fmt: skip
     demo.add_argument("--no-run", action="store_true", help="compile and cache only")
-    demo.add_argument("--seed", type=int, default=0, help="random seed for the inputs (0)")
+    demo.add_argument("--seed", type=_seed, default=0, help="random seed for the inputs (0)")
     demo.set_defaults(func=_cmd_demo, parser=demo)
 
     pre = sub.add_parser(

@@ -126,13 +126,32 @@ def test_bad_arch_exits_2(capsys, tmp_path):
     assert demo_err.replace("demo:", "prewarm:", 1) == prewarm_err.splitlines()[-1]
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "two"])
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1025"])
 def test_bad_workers_is_an_argparse_error(capsys, tmp_path, value):
     with pytest.raises(SystemExit) as info:
         main(["prewarm", _variant_file(tmp_path), "--workers", value])
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert f"error: argument --workers: expected a positive integer, got {value}\n" in err
+    assert (
+        f"error: argument --workers: expected a positive integer up to 1024, got {value}\n" in err
+    )
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [("--seed", "-1", "an integer >= 0 (numpy's seeds are not negative)"),
+     ("--seed", "x", "an integer >= 0 (numpy's seeds are not negative)"), ("--tokens", "0", "a positive integer up to 65536"),
+     ("--tokens", "99999999999999999999", "a positive integer up to 65536")],
+)  # fmt: skip
+def test_bad_demo_numbers_are_argparse_errors(capsys, option, value, expected):
+    """Refused before the demo compiles anything: a negative seed would fail in numpy after
+    the compiles, and a huge --tokens in the host's float64 reference."""
+    with pytest.raises(SystemExit) as info:
+        main(["demo", "--no-run", option, value])
+    assert info.value.code == 2
+    captured = capsys.readouterr()
+    assert f"error: argument {option}: expected {expected}, got {value}\n" in captured.err
+    assert captured.out == ""
 
 
 def test_console_script_runs_in_a_fresh_process(isolated_cache, tmp_path):
