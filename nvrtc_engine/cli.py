@@ -65,7 +65,8 @@ def _file_after_archs(file: str | None, archs: list[str] | None) -> tuple[str, l
 def _cmd_prewarm(args: argparse.Namespace) -> int:
     """Prewarm fills the disk cache: what it compiles into this process's memory ends with
     the command. So no disk cache is an error before anything is compiled (exit code 2), and
-    kernels compiled but not stored (a read-only cache) a failure (exit code 1)."""
+    kernels compiled but not stored (a read-only cache, or one whose size limit evicted them)
+    a failure (exit code 1)."""
     from .errors import NvrtcEngineError, SettingsError
     from .prewarm import prewarm
 
@@ -85,15 +86,33 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         print(report.summary())
-    if disk.read_only and report.compiled:
+    unstored = _not_stored(report.compiled, disk)
+    if unstored:
+        why = (
+            "is read-only (the warning above says why)"
+            if disk.read_only
+            else f"did not keep them (its size limit, {disk.size_limit} bytes, "
+            "NVRTC_ENGINE_CACHE_SIZE_LIMIT, evicted them: raise it)"
+        )
         print(
-            f"{args.parser.prog}: error: the disk cache at {disk.directory} is read-only "
-            "(the warning above says why): kernels compiled but not stored: "
-            f"{len(report.compiled)}",
+            f"{args.parser.prog}: error: the disk cache at {disk.directory} {why}: kernels "
+            f"compiled but not stored: {len(unstored)} of {len(report.compiled)}",
             file=sys.stderr,
         )
         return 1
     return 0 if report.ok else 1
+
+
+def _not_stored(keys: Sequence[Any], disk: Any) -> list[Any]:
+    """The ``keys`` (compiled by a prewarm, so in this process's memory) whose kernels the
+    disk cache does not hold: it is read-only, or its size limit evicted them."""
+    from .engine import default_engine
+
+    engine = default_engine()
+    return [
+        key for key in keys
+        if (kernel := engine.cached(key)) is None or kernel.artifact.digest not in disk
+    ]  # fmt: skip
 
 
 def _open_disk(*, writes: str | None = None) -> Any:

@@ -140,7 +140,8 @@ def test_bad_workers_is_an_argparse_error(capsys, tmp_path, value):
 @pytest.mark.parametrize(
     ("option", "value", "expected"),
     [("--seed", "-1", "an integer >= 0 (numpy's seeds are not negative)"),
-     ("--seed", "x", "an integer >= 0 (numpy's seeds are not negative)"), ("--tokens", "0", "a positive integer up to 65536"),
+     ("--seed", "x", "an integer >= 0 (numpy's seeds are not negative)"),
+     ("--tokens", "0", "a positive integer up to 65536"),
      ("--tokens", "99999999999999999999", "a positive integer up to 65536")],
 )  # fmt: skip
 def test_bad_demo_numbers_are_argparse_errors(capsys, option, value, expected):
@@ -512,4 +513,25 @@ def test_prewarm_into_a_read_only_cache_fails_for_what_it_cannot_store(
     captured = capsys.readouterr()
     assert "1 compiled, 1 already cached, 0 failed" in captured.out
     assert f"the disk cache at {isolated_cache} is read-only" in captured.err
-    assert "kernels compiled but not stored: 1" in captured.err
+    assert "kernels compiled but not stored: 1 of 1" in captured.err
+
+
+def test_prewarm_fails_for_kernels_the_size_limit_evicted(capsys, isolated_cache, tmp_path):
+    """A writable cache that does not keep what the prewarm compiled (its size limit evicted
+    the entries) is the same failure as a read-only one: exit 1, saying how many and why."""
+    import warnings
+
+    from nvrtc_engine import cache
+
+    both = tmp_path / "both.toml"
+    both.write_text(VARIANTS)
+    with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
+        warnings.simplefilter("ignore")  # put's CacheWarning for an entry evicted at once
+        # every store evicted at once: what a limit far too small for the kernels does
+        mp.setattr(cache.DiskCache, "__contains__", lambda self, digest: False)
+        assert main(["prewarm", str(both), "--workers", "1", "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert "2 compiled, 0 already cached, 0 failed" in captured.out
+    assert f"the disk cache at {isolated_cache} did not keep them (its size limit" in captured.err
+    assert "kernels compiled but not stored: 2 of 2" in captured.err
+    assert main(["prewarm", str(both), "--no-progress"]) == 0  # stored: warm, and exit 0
