@@ -16,7 +16,10 @@ stream for CuPy arrays, else the legacy default stream 0), an ``int`` handle, an
 from __future__ import annotations
 
 import functools
+import reprlib
 import sys
+from collections.abc import Mapping
+from operator import index
 from typing import Any
 
 from .dtypes import DTYPES, DType
@@ -95,10 +98,15 @@ class Array:
 
 
 def _c_contiguous(shape: tuple[int, ...], strides: Any, itemsize: int) -> bool:
+    """Whether an array of ``shape`` with byte ``strides`` (None: C order) is C-contiguous.
+    Raises ``ValueError`` when ``strides`` has not one entry per dimension."""
     if strides is None:
         return True
+    strides = tuple(strides)
+    if len(strides) != len(shape):
+        raise ValueError(f"{len(strides)} strides for {len(shape)} dimensions")
     expected = itemsize
-    for size, stride in zip(reversed(shape), reversed(tuple(strides)), strict=True):
+    for size, stride in zip(reversed(shape), reversed(strides), strict=True):
         if size != 1 and stride != expected:
             return False
         expected *= size
@@ -133,17 +141,61 @@ def _from_torch(obj: Any, name: str) -> Array:
 
 
 def _from_cai(obj: Any, name: str, kind: str) -> Array:
+    """Describe ``obj`` from its ``__cuda_array_interface__``. Raises
+    :class:`~nvrtc_engine.ArgumentTypeError` naming ``name`` and the part of the interface
+    at fault when it is malformed (not a dict, an entry missing or of the wrong type)."""
     cai = obj.__cuda_array_interface__
-    shape = tuple(int(s) for s in cai["shape"])
-    typestr = cai["typestr"]
-    ptr = int(cai["data"][0])
-    itemsize = int(typestr[2:]) if typestr[2:].isdigit() else 0
-    contiguous = _c_contiguous(shape, cai.get("strides"), itemsize)
+    try:  # (no cost unless it raises: the diagnosis is left to the error path)
+        shape = tuple(map(index, cai["shape"]))  # ints only ("12" is no shape (1, 2))
+        if shape and min(shape) < 0:
+            raise ValueError("a negative size")
+        typestr = cai["typestr"]
+        ptr = index(cai["data"][0])
+        itemsize = int(typestr[2:]) if typestr[2:].isdigit() else 0
+        contiguous = _c_contiguous(shape, cai.get("strides"), itemsize)
+    except (AttributeError, IndexError, KeyError, OverflowError, TypeError, ValueError) as exc:
+        raise ArgumentTypeError(name, f"has a malformed __cuda_array_interface__: "
+                                f"{_cai_problem(cai, exc)}") from exc  # fmt: skip
     device = -1
     if kind == "cupy":
         device = int(obj.device.id)
     return Array(ptr, shape, _TYPESTR_DTYPES.get(typestr, ()), typestr, device, contiguous,
                  kind, obj)  # fmt: skip
+
+
+def _is_int(value: Any) -> bool:
+    """Whether ``value`` is an integer as ``operator.index`` takes it (numpy's too), and not
+    a bool (nor a float or a string)."""
+    return hasattr(type(value), "__index__") and not isinstance(value, bool)
+
+
+def _ints(value: Any) -> bool:
+    """Whether ``value`` is a tuple (or list) of integers."""
+    return isinstance(value, (tuple, list)) and all(map(_is_int, value))
+
+
+def _cai_problem(cai: Any, exc: BaseException) -> str:
+    """What is wrong with a ``__cuda_array_interface__`` that could not be read (``exc``
+    is what reading it raised), for the error message: its first faulty part."""
+    shown = reprlib.repr
+    if not isinstance(cai, Mapping):
+        return f"it is {type(cai).__qualname__} {shown(cai)}, not a dict"
+    missing = [entry for entry in ("shape", "typestr", "data") if entry not in cai]
+    if missing:
+        has = shown(sorted(map(str, cai)))
+        return f"it has no {', '.join(map(repr, missing))} entry (its entries: {has})"
+    shape, typestr, data = cai["shape"], cai["typestr"], cai["data"]
+    if not _ints(shape) or any(size < 0 for size in shape):
+        return f"'shape' must be a tuple of ints >= 0, got {shown(shape)}"
+    if not isinstance(typestr, str):
+        return f"'typestr' must be a str such as '<f4', got {shown(typestr)}"
+    if not (isinstance(data, (tuple, list)) and len(data) == 2 and _is_int(data[0])):
+        return f"'data' must be a (pointer, read_only) tuple with an int pointer, got {shown(data)}"
+    strides = cai.get("strides")
+    if strides is not None and not (_ints(strides) and len(strides) == len(shape)):
+        return (f"'strides' must be None or a tuple of {len(shape)} ints (one per dimension), "
+                f"got {shown(strides)}")  # fmt: skip
+    return f"{type(exc).__name__}: {exc}"
 
 
 @functools.cache
@@ -169,12 +221,29 @@ def _dlpack_structs() -> tuple[Any, Any]:
 
 
 def _from_dlpack(obj: Any, name: str) -> Array:
-    dev_type, dev_id = obj.__dlpack_device__()
-    if int(dev_type) not in (2, 13):  # kDLCUDA, kDLCUDAManaged
+    """Describe ``obj`` from its DLPack capsule (not consumed). Raises
+    :class:`~nvrtc_engine.ArgumentTypeError` naming ``name`` when ``__dlpack_device__()`` is
+    no ``(device_type, device_id)`` pair of ints or ``__dlpack__()`` no DLPack capsule, and
+    :class:`~nvrtc_engine.ArgumentError` for a device that is not CUDA's."""
+    device = obj.__dlpack_device__()
+    try:
+        dev_type, dev_id = device
+        dev_type, dev_id = int(dev_type), int(dev_id)
+    except (OverflowError, TypeError, ValueError):
+        raise ArgumentTypeError(name, "has a malformed __dlpack_device__(): expected a "
+                                "(device_type, device_id) pair of ints, got "
+                                f"{reprlib.repr(device)}") from None  # fmt: skip
+    if dev_type not in (2, 13):  # kDLCUDA, kDLCUDAManaged
         raise ArgumentError(name, f"lives on DLPack device type {dev_type}, not a CUDA device")
     dl_tensor, get_pointer = _dlpack_structs()
     capsule = obj.__dlpack__()
-    tensor = dl_tensor.from_address(get_pointer(capsule, b"dltensor"))
+    try:
+        address = get_pointer(capsule, b"dltensor")
+    except ValueError as exc:  # not a capsule, or one already consumed ("used_dltensor")
+        what = type(capsule).__qualname__
+        raise ArgumentTypeError(name, f"__dlpack__() returned {what}, not an unconsumed "
+                                f"DLPack 'dltensor' capsule ({exc})") from None  # fmt: skip
+    tensor = dl_tensor.from_address(address)
     shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
     itemsize = max(1, tensor.dtype.bits // 8)
     strides = None

@@ -8,6 +8,7 @@ so no caller string ever reaches template text. ``str(key)`` is the canonical na
 
 from __future__ import annotations
 
+import functools
 import numbers
 import re
 from dataclasses import dataclass, field
@@ -32,6 +33,20 @@ KNOWN_ARCH_NUMBERS: tuple[int, ...] = (80, 86, 87, 88, 89, 90, 100, 103, 107, 11
 SUFFIX_FROM = {"a": 90, "f": 100}
 _ARCH_RE = re.compile(r"^sm_?(\d{2,3})([af]?)$")
 _SHORT_TO_DTYPE = {d.short: d.name for d in DTYPES.values()}
+_EXAMPLE_NAME = "gelu_bf16_e4m3_tensor_rowwise_h4096_sm90"
+
+
+@functools.cache
+def _name_pattern() -> re.Pattern[str]:
+    """The shape of a kernel name (``str(key)``), ASCII only: op, dtypes, scaling, layout,
+    ``h<size>`` or ``hany``, ``sm<arch>`` and the flags' short forms. Built on first use."""
+    shorts = "|".join(_SHORT_TO_DTYPE)
+    return re.compile(
+        rf"(?P<op>[a-z0-9_]+?)_(?P<i>{shorts})_(?P<o>{shorts})_(?P<s>{'|'.join(SCALINGS)})"
+        rf"_(?P<l>{'|'.join(LAYOUTS)})_h(?P<h>any|[0-9]+)_sm(?P<a>[0-9]+[af]?)"
+        r"(?P<f>(?:_[a-z0-9]+)*)",
+        re.ASCII,
+    )
 
 
 def parse_arch(value: Any) -> str:
@@ -128,7 +143,10 @@ class KernelKey:
         hidden_size: the size of the last dimension compiled into the kernel, or ``None`` for
             the general kernel that takes it at run time.
         arch: compile target, ``sm_90``, ``sm_90a``, ``sm_100a``...
-        flags: op flags that change code, as sorted ``(name, value)`` pairs.
+        flags: op flags that change code, as sorted ``(name, value)`` pairs; each value a
+            bool. Only the flags set are kept (``(name, True)``): a flag given ``False`` is
+            the op's default, so the key equals (and is named, hashed and cached as) the
+            same key without it.
 
     Raises :class:`~nvrtc_engine.VariantError` naming the field and its allowed values.
     """
@@ -167,7 +185,7 @@ class KernelKey:
                 raise VariantError("flags", name, sorted(spec.flags) or ["(none for this op)"])
             if not isinstance(value, bool):
                 raise VariantTypeError(name, value, [False, True], "not a bool")
-        set_(self, "flags", tuple(sorted(flags.items())))
+        set_(self, "flags", tuple(sorted((name, True) for name, on in flags.items() if on)))
         spec.validate(self)
 
     @property
@@ -203,22 +221,30 @@ class KernelKey:
     def parse(cls, name: str) -> KernelKey:
         """Read a canonical name (``str(key)``) back into a key.
 
-        Raises :class:`VariantError` if ``name`` is not a canonical kernel name.
+        Accepts exactly the names ``str(key)`` writes: lower case, ASCII digits, no leading
+        zeros, the flags' short forms once each in the order ``str(key)`` puts them
+        (``KernelKey.parse(str(key)) == key`` and ``str(KernelKey.parse(name)) == name``).
+
+        Raises:
+            VariantError: ``field="name"`` if ``name`` is not a canonical kernel name (the
+                message shows the canonical spelling when the name only spells a key
+                another way, e.g. ``h04096``); or the field at fault (``flags``, ``arch``,
+                ``scaling``...) for a well-formed name whose fields do not make a key.
+            VariantTypeError: ``field="name"`` (also a ``TypeError``) if ``name`` is not a
+                ``str`` (``None``, ``3``, ``bytes``).
         """
         from .ops import get_spec, registered_ops
 
-        shorts = "|".join(_SHORT_TO_DTYPE)
-        pattern = (
-            rf"^(?P<op>[a-z0-9_]+?)_(?P<i>{shorts})_(?P<o>{shorts})_(?P<s>{'|'.join(SCALINGS)})"
-            rf"_(?P<l>{'|'.join(LAYOUTS)})_h(?P<h>any|\d+)_sm(?P<a>\d+[af]?)(?P<f>(?:_[a-z0-9]+)*)$"
-        )
-        m = re.match(pattern, name)
+        if not isinstance(name, str):
+            hint = "decode it first" if isinstance(name, (bytes, bytearray)) else "not a str"
+            raise VariantTypeError(
+                "name", name, f"a canonical kernel name (a str) such as {_EXAMPLE_NAME}", hint,
+                detail=f"is not a kernel name ({hint}): pass a canonical kernel name, a str "
+                f"such as {_EXAMPLE_NAME!r}",
+            )  # fmt: skip
+        m = _name_pattern().fullmatch(name)
         if m is None or m.group("op") not in registered_ops():
-            raise VariantError(
-                "name",
-                name,
-                "a canonical kernel name such as gelu_bf16_e4m3_tensor_rowwise_h4096_sm90",
-            )
+            raise VariantError("name", name, f"a canonical kernel name such as {_EXAMPLE_NAME}")
         spec = get_spec(m.group("op"))
         by_short = {short: flag for flag, short in spec.flags.items()}
         flags = []
@@ -227,12 +253,19 @@ class KernelKey:
                 raise VariantError("flags", short, sorted(by_short) or ["(none for this op)"])
             flags.append((by_short[short], True))
         h = m.group("h")
-        return cls(
+        key = cls(
             op=m.group("op"), in_dtype=_SHORT_TO_DTYPE[m.group("i")],
             out_dtype=_SHORT_TO_DTYPE[m.group("o")], scaling=m.group("s"), layout=m.group("l"),
             hidden_size=None if h == "any" else int(h), arch=f"sm_{m.group('a')}",
             flags=tuple(flags),
         )  # fmt: skip
+        canonical = str(key)
+        if canonical != name:  # h04096, a flag twice or out of order: one key, one name
+            raise VariantError(
+                "name", name, canonical,
+                detail=f"is not a canonical kernel name: the key it spells is named {canonical!r}",
+            )  # fmt: skip
+        return key
 
     def to_dict(self) -> dict[str, Any]:
         """The key as plain JSON-able fields (flags as a dict)."""

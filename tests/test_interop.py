@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fakes import FakeCupyArray, FakeStream
+from fakes import FakeCaiArray, FakeCupyArray, FakeStream
 
+import nvrtc_engine as ne
 from nvrtc_engine import ArgumentError, ArgumentTypeError
 from nvrtc_engine.interop import as_array, stream_handle
 
@@ -60,6 +61,98 @@ def test_host_arrays_and_other_objects_are_rejected_by_name():
 
     with pytest.raises(ArgumentError, match="not a CUDA device"):
         as_array(CpuDlpack(), "x")
+
+
+GOOD_CAI = {"shape": (4, 8), "typestr": "<f2", "data": (0x1000, False), "version": 3}
+
+
+@pytest.mark.parametrize(
+    ("interface", "says"),
+    [
+        (dict(GOOD_CAI, shape="ab"), r"'shape' must be a tuple of ints >= 0, got 'ab'"),
+        (dict(GOOD_CAI, shape="48"), r"'shape' must be a tuple of ints >= 0, got '48'"),
+        (dict(GOOD_CAI, shape=(4, None)), r"'shape' must be a tuple of ints"),
+        (dict(GOOD_CAI, shape=8), r"'shape' must be a tuple of ints >= 0, got 8"),
+        (dict(GOOD_CAI, shape=(4, -8)), r"'shape' must be a tuple of ints >= 0, got \(4, -8\)"),
+        (dict(GOOD_CAI, data=None), r"'data' must be a \(pointer, read_only\) tuple"),
+        (dict(GOOD_CAI, data=("0x1000", False)), r"'data' must be .*got \('0x1000', False\)"),
+        (dict(GOOD_CAI, data=()), r"'data' must be"),
+        (dict(GOOD_CAI, typestr=None), r"'typestr' must be a str such as '<f4', got None"),
+        (dict(GOOD_CAI, typestr=4), r"'typestr' must be a str"),
+        (dict(GOOD_CAI, strides=(16,)), r"'strides' must be None or a tuple of 2 ints"),
+        (dict(GOOD_CAI, strides=5), r"'strides' must be None or a tuple of 2 ints .*got 5"),
+        ({}, r"it has no 'shape', 'typestr', 'data' entry"),
+        ({"shape": (4,), "data": (0, False)}, r"it has no 'typestr' entry"),
+        (5, r"it is int 5, not a dict"),
+        (None, r"it is NoneType None, not a dict"),
+        ([(4, 8), "<f2"], r"it is list .*, not a dict"),
+    ],
+)
+@pytest.mark.parametrize("name", ["x", "out", "gamma"])
+def test_malformed_cuda_array_interface_names_argument_and_part(interface, says, name):
+    for array in (FakeCaiArray((4, 8), "<f2"), FakeCupyArray((4, 8), "<f2")):
+        array._cai = interface
+        with pytest.raises(ArgumentTypeError, match=rf"^{name}: has a malformed "
+                           rf"__cuda_array_interface__: {says}") as info:  # fmt: skip
+            as_array(array, name)
+        assert info.value.argument == name and isinstance(info.value, TypeError)
+
+
+def test_cuda_array_interface_takes_numpy_ints_and_lists():
+    array = FakeCaiArray((4, 8), "<f2")
+    array._cai = dict(GOOD_CAI, shape=[np.int64(4), np.int32(8)], data=[np.uint64(0x1000), 0])
+    a = as_array(array, "x")
+    assert (a.ptr, a.shape, a.dtypes) == (0x1000, (4, 8), ("fp16",))
+    assert all(type(s) is int for s in a.shape) and type(a.ptr) is int
+
+
+def test_a_kernel_call_names_the_argument_with_a_malformed_interface():
+    kernel = ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    good, bad = FakeCupyArray((4, 64), "<u2"), FakeCupyArray((4, 64), "<u2")
+    bad._cai = dict(bad._cai, data=None)
+    for args, name in (((bad,), "x"), ((good, bad), "out")):
+        with pytest.raises(ArgumentTypeError, match=rf"^{name}: has a malformed "
+                           r"__cuda_array_interface__: 'data' must be"):  # fmt: skip
+            kernel(*args)
+
+
+@pytest.mark.parametrize("device", [5, None, (2,), (2, 0, 1), ("cuda", 0), (2, None)])
+def test_malformed_dlpack_device_names_argument(device):
+    class BadDevice:
+        def __dlpack__(self, stream=None):
+            raise AssertionError("must not be exported")
+
+        def __dlpack_device__(self):
+            return device
+
+    with pytest.raises(ArgumentTypeError, match=r"^w: has a malformed __dlpack_device__\(\): "
+                       r"expected a \(device_type, device_id\) pair of ints"):  # fmt: skip
+        as_array(BadDevice(), "w")
+
+
+@pytest.mark.parametrize("consumed", [False, True])
+def test_dlpack_that_returns_no_capsule_names_argument(consumed):
+    import ctypes
+
+    host = np.zeros(4, np.float32)
+
+    class NoCapsule:
+        def __dlpack__(self, stream=None):
+            if not consumed:
+                return 5
+            capsule = host.__dlpack__()
+            set_name = ctypes.pythonapi.PyCapsule_SetName
+            set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
+            set_name(capsule, b"used_dltensor")  # as a consumer renames it
+            return capsule
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    what = "PyCapsule" if consumed else "int"
+    with pytest.raises(ArgumentTypeError, match=rf"^y: __dlpack__\(\) returned {what}, not an "
+                       "unconsumed DLPack 'dltensor' capsule"):  # fmt: skip
+        as_array(NoCapsule(), "y")
 
 
 def test_dlpack_capsule_is_parsed():

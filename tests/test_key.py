@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import re
 
@@ -167,6 +168,76 @@ def test_parse_rejects_garbage():
     ]:
         with pytest.raises(VariantError):
             KernelKey.parse(bad)
+
+
+@pytest.mark.parametrize("bad", [None, 3, 4.0, b"gelu_bf16_e4m3_tensor_rowwise_h4096_sm90"])
+def test_parse_of_a_non_string_is_a_variant_type_error(bad):
+    with pytest.raises(ne.VariantTypeError, match=r"^name=.* pass a canonical kernel name, a "
+                       r"str such as 'gelu_") as info:  # fmt: skip
+        KernelKey.parse(bad)
+    assert isinstance(info.value, TypeError) and info.value.field == "name"
+
+
+@pytest.mark.parametrize(
+    ("name", "canonical"),
+    [
+        ("gelu_bf16_e4m3_tensor_rowwise_h04096_sm90", "gelu_bf16_e4m3_tensor_rowwise_h4096_sm90"),
+        ("gelu_bf16_e4m3_tensor_rowwise_h4096_sm090", "gelu_bf16_e4m3_tensor_rowwise_h4096_sm90"),
+        ("layernorm_fwd_bf16_bf16_none_rowwise_h1024_sm90_zcg_zcg",
+         "layernorm_fwd_bf16_bf16_none_rowwise_h1024_sm90_zcg"),
+        ("layernorm_fwd_bf16_bf16_none_rowwise_h1024_sm90_zcg_wf32",
+         "layernorm_fwd_bf16_bf16_none_rowwise_h1024_sm90_wf32_zcg"),
+    ],
+)  # fmt: skip
+def test_parse_refuses_other_spellings_of_a_key_and_shows_its_name(name, canonical):
+    with pytest.raises(VariantError, match="is not a canonical kernel name") as info:
+        KernelKey.parse(name)
+    assert info.value.field == "name" and repr(canonical) in str(info.value)
+    assert str(KernelKey.parse(canonical)) == canonical
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gelu_bf16_e4m3_tensor_rowwise_h\u0664\u0660\u0669\u0666_sm90",  # Arabic-Indic 4096
+        "gelu_bf16_e4m3_tensor_rowwise_h4096_sm\uff19\uff10",  # fullwidth 90
+        "gelu_bf16_e4m3_tensor_rowwise_h4096_sm90\n",
+        "GELU_bf16_e4m3_tensor_rowwise_h4096_sm90",
+        " gelu_bf16_e4m3_tensor_rowwise_h4096_sm90",
+    ],
+)
+def test_parse_refuses_non_ascii_digits_and_stray_characters(name):
+    with pytest.raises(VariantError, match="canonical kernel name") as info:
+        KernelKey.parse(name)
+    assert info.value.field == "name"
+
+
+def _flag_sets(flags):
+    """No flag, each flag alone, and all of them together."""
+    sets = [()] + [((flag, True),) for flag in flags]
+    return sets + ([tuple((flag, True) for flag in flags)] if len(flags) > 1 else [])
+
+
+@pytest.mark.parametrize("op", ne.registered_ops())
+def test_parse_reads_back_every_name_str_writes(op):
+    """For every op: each of its dtypes, scalings and layouts, a few sizes, archs and flag
+    sets; the keys that validate round-trip through their name both ways."""
+    from nvrtc_engine.ops import get_spec
+
+    spec = get_spec(op)
+    count = 0
+    for fields in itertools.product(
+        spec.in_dtypes, spec.out_dtypes, spec.scalings, spec.layouts, (None, 1, 4096, 65536),
+        ("sm_80", "sm_90a", "sm_100f", "sm_120"), _flag_sets(tuple(spec.flags)),
+    ):  # fmt: skip
+        try:
+            k = KernelKey(op, *fields)
+        except VariantError:  # a combination the op does not take
+            continue
+        name = str(k)
+        assert KernelKey.parse(name) == k and str(KernelKey.parse(name)) == name
+        count += 1
+    assert count >= 8
 
 
 def test_make_key_defaults():
@@ -512,3 +583,17 @@ def test_a_dtype_that_is_no_name_nor_dtype_object_is_a_variant_type_error(argume
     with pytest.raises(VariantError) as info:
         make_key("gelu", dtype=np.float64, arch="sm_90")
     assert not isinstance(info.value, TypeError)
+
+
+def test_a_flag_given_false_is_the_key_without_it():
+    """False is a flag's default: the key equals, hashes, names and digests as the same key
+    without the flag (one kernel in memory and on disk, not two), and parses back equal."""
+    plain = make_key("layernorm_fwd", dtype="bf16", hidden_size=4096, arch="sm_90")
+    off = make_key("layernorm_fwd", dtype="bf16", hidden_size=4096, arch="sm_90",
+                   zero_centered_gamma=False)  # fmt: skip
+    on = make_key("layernorm_fwd", dtype="bf16", hidden_size=4096, arch="sm_90",
+                  zero_centered_gamma=True)  # fmt: skip
+    assert off == plain and hash(off) == hash(plain) and off.flags == ()
+    assert off.to_dict() == plain.to_dict() and KernelKey.parse(str(off)) == off
+    assert on != plain and on.flags == (("zero_centered_gamma", True),)
+    assert ne.get_kernel(off) is ne.get_kernel(plain)
