@@ -242,3 +242,18 @@ def test_float_arguments_change_per_planned_call():
         planned(kernel)
         torch.cuda.synchronize()
         assert same_bits(got.z, want.z) and same_bits(got.rsigma, want.rsigma)
+
+
+def test_an_ordinal_beyond_the_visible_devices_is_an_argument_error():
+    """The driver is asked for the count: one past the last visible device is an
+    ArgumentError naming the device argument, from get_device and from Kernel.loaded."""
+    from nvrtc_engine import driver
+
+    count = driver.device_count()
+    assert count >= 1
+    with pytest.raises(ne.ArgumentError, match=f"^device: device {count} does not exist; "):
+        driver.get_device(count)
+    kernel = ne.get_kernel("gelu", dtype="bf16")
+    with pytest.raises(ne.ArgumentError, match=f"device {count} does not exist"):
+        kernel.loaded(count)
+    assert kernel.loaded(0).device.ordinal == 0
