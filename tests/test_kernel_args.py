@@ -138,7 +138,7 @@ def test_loading_without_a_device_names_the_kernel(monkeypatch, bf16_kernel):
 def test_a_device_ordinal_that_is_not_an_int(bf16_kernel, ordinal):
     """``Kernel.loaded`` and ``driver.get_device`` name the argument before touching the
     driver (so also without one)."""
-    with pytest.raises(ne.ArgumentTypeError, match="a device ordinal is an int"):
+    with pytest.raises(ne.ArgumentTypeError, match="a CUDA device ordinal is an int"):
         bf16_kernel.loaded(ordinal)
-    with pytest.raises(ne.ArgumentTypeError, match="a device ordinal is an int"):
+    with pytest.raises(ne.ArgumentTypeError, match="a CUDA device ordinal is an int"):
         ne.driver.get_device(ordinal)
