@@ -343,6 +343,77 @@ class _KeyLock:
             self.held = False
 
 
+def _open_store(directory: Path, size_limit: int) -> Any:
+    """The ``diskcache.Cache`` of ``directory`` (made if missing); raises what opening
+    raises."""
+    import diskcache
+
+    directory.mkdir(parents=True, exist_ok=True)
+    # entries/ is diskcache's; locks/ beside it, so diskcache's index check (verify) never
+    # takes the lock files for orphans
+    # disk_min_file_size=0: every value in its own file (diskcache's default keeps values
+    # under 32 KiB, most cubins, inside SQLite), so that the key index can read an entry
+    # without importing diskcache or opening SQLite
+    return diskcache.Cache(
+        str(directory / ENTRIES_DIR),
+        size_limit=size_limit,
+        eviction_policy="least-recently-used",
+        disk_min_file_size=0,
+        timeout=60,
+    )
+
+
+def _damaged(exc: BaseException) -> bool:
+    """Whether ``exc`` says the SQLite database itself is damaged (SQLITE_CORRUPT: "database
+    disk image is malformed"; SQLITE_NOTADB: "file is not a database"), not that it could
+    not be opened, written or locked."""
+    name = getattr(exc, "sqlite_errorname", None)
+    if name is not None:
+        return str(name).startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+    text = str(exc)
+    return "malformed" in text or "file is not a database" in text
+
+
+def _replace_damaged(directory: Path, size_limit: int, why: str) -> Any | None:
+    """A new, empty store in place of a damaged one, or ``None`` where that cannot be done
+    (the caller then treats the directory as unusable, as before).
+
+    Under a lock file in ``locks/`` (so that two processes finding the same damage replace
+    it once, and neither moves away the store the other has just made) the store is opened
+    again: another process may have replaced it meanwhile. If it is still damaged, its
+    directory is renamed aside, a new store made, and the damaged one removed; one
+    :class:`CacheWarning` says so. The kernels it held are lost only as files: each is
+    compiled again when it is next asked for, and key index records that pointed into it
+    are misses (their reads are verified)."""
+    aside = directory / f"{ENTRIES_DIR}.damaged-{os.getpid()}-{time.time_ns()}"
+    try:
+        import filelock
+
+        locks = directory / "locks"
+        locks.mkdir(exist_ok=True)
+        with filelock.FileLock(str(locks / "replace-damaged.lock"), timeout=60):
+            try:
+                return _open_store(directory, size_limit)  # replaced by another process
+            except Exception as again:
+                if not _damaged(again):
+                    return None
+            os.rename(directory / ENTRIES_DIR, aside)
+            store = _open_store(directory, size_limit)
+    except Exception:  # no lock, no rename (permissions), or the new store fails too
+        return None
+    import shutil
+
+    shutil.rmtree(aside, ignore_errors=True)
+    warn_once(
+        "damaged", str(directory),
+        f"nvrtc_engine: the disk cache's database at {directory / ENTRIES_DIR} was damaged "
+        f"({why}); it was replaced by a new, empty one: its kernels are compiled again as "
+        "they are needed.",
+        CacheWarning,
+    )  # fmt: skip
+    return store
+
+
 class DiskCache:
     """Verified kernel images in a ``diskcache.Cache`` (SQLite index + files), LRU-capped.
 
@@ -366,25 +437,19 @@ class DiskCache:
 
     @classmethod
     def open(cls, directory: Path, size_limit: int) -> DiskCache | None:
+        """The cache in ``directory`` (made if missing), read-only where it cannot be
+        written, or ``None`` where it cannot be used (one :class:`CacheWarning` either way).
+        A damaged SQLite database (corrupt, or not a database at all) in a writable
+        directory is replaced by a new, empty one (:func:`_replace_damaged`, one warning):
+        its kernels are compiled again as they are needed."""
         try:
-            import diskcache
-
-            directory.mkdir(parents=True, exist_ok=True)
-            # entries/ is diskcache's; locks/ beside it, so diskcache's index check (verify)
-            # never takes the lock files for orphans
-            # disk_min_file_size=0: every value in its own file (diskcache's default keeps
-            # values under 32 KiB, most cubins, inside SQLite), so that the key index can
-            # read an entry without importing diskcache or opening SQLite
-            store = diskcache.Cache(
-                str(directory / ENTRIES_DIR),
-                size_limit=size_limit,
-                eviction_policy="least-recently-used",
-                disk_min_file_size=0,
-                timeout=60,
-            )
-            return cls(directory, store)
+            return cls(directory, _open_store(directory, size_limit))
         except Exception as exc:  # permission, read-only FS, damaged database, missing HOME
             why = f"{type(exc).__name__}: {exc}"
+            if _damaged(exc):
+                store = _replace_damaged(directory, size_limit, why)
+                if store is not None:
+                    return cls(directory, store)
         # a cache that can be read but not written: its kernels are still worth reading
         read_only = _ReadOnlyStore.open(directory / ENTRIES_DIR)
         if read_only is not None:

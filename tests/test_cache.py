@@ -455,3 +455,53 @@ def test_clear_cache_resets_the_counters_and_says_so():
     info = ne.cache_info()
     assert (info.hits, info.disk_hits, info.misses, info.compiles) == (0, 0, 0, 0)
     assert "counters" in ne.clear_cache.__doc__
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not a database"])
+def test_a_damaged_database_is_replaced_by_a_new_one(tmp_path, damage):
+    """A corrupt SQLite database (truncated), or a file that is none (a bundle exported over
+    it), is replaced on open by an empty store, with one CacheWarning; the cache then works
+    and the damaged store is gone."""
+    from nvrtc_engine.cache import ENTRIES_DIR, DiskCache
+
+    disk = DiskCache.open(tmp_path, 1 << 20)
+    for i in range(40):  # a database of several pages, so that half of it is a corrupt one
+        assert disk.put(f"k{i}", _artifact(b"\x7fELF" + bytes([i]) * 100))
+    disk._store.close()
+    db = tmp_path / ENTRIES_DIR / "cache.db"
+    if damage == "truncated":
+        data = db.read_bytes()
+        assert len(data) >= 8192
+        db.write_bytes(data[: len(data) // 2])
+    else:
+        db.write_bytes(b"PK\x03\x04 a zip file, not a database" * 100)
+    with pytest.warns(CacheWarning, match="database at .* was damaged .*replaced by a new"):
+        again = DiskCache.open(tmp_path, 1 << 20)
+    assert again is not None and not again.read_only and len(again) == 0
+    assert again.put("k", _artifact()) and again.get(_artifact().digest) == _artifact()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(ENTRIES_DIR)] == [ENTRIES_DIR]
+
+
+def test_a_damaged_database_replaced_meanwhile_is_not_replaced_again(tmp_path, monkeypatch):
+    """Two processes finding the same damage: the second, once it holds the lock, finds the
+    store the first made and keeps it (no rename, no warning)."""
+    import sqlite3
+    import warnings
+
+    from nvrtc_engine import cache
+
+    calls = []
+    real = cache._open_store
+
+    def first_damaged(directory, size_limit):
+        calls.append(directory)
+        if len(calls) == 1:
+            raise sqlite3.DatabaseError("database disk image is malformed")
+        return real(directory, size_limit)
+
+    monkeypatch.setattr(cache, "_open_store", first_damaged)
+    monkeypatch.setattr(cache.os, "rename", lambda *a: pytest.fail("renamed a healthy store"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: nothing was replaced
+        disk = cache.DiskCache.open(tmp_path, 1 << 20)
+    assert disk is not None and len(calls) == 2
