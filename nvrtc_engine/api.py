@@ -239,5 +239,12 @@ def clear_cache(*, memory: bool = True, disk: bool = True) -> None:
     With ``memory`` (the default) this process's counters that :func:`cache_info` reports
     (``hits``, ``disk_hits``, ``misses``, ``compiles``) are reset to 0 too;
     ``clear_cache(memory=False)`` empties the disk cache and keeps them.
+
+    Both arguments must be ``True`` or ``False``: anything else (``disk="no"``, a truthy
+    string that would delete every disk entry; ``disk=None``) raises
+    :class:`~nvrtc_engine.ArgumentTypeError` naming the argument, and nothing is cleared.
     """
+    for name, value in (("memory", memory), ("disk", disk)):
+        if not isinstance(value, bool):
+            raise ArgumentTypeError(name, f"expected True or False, got {value!r}")
     default_engine().clear(memory=memory, disk=disk)

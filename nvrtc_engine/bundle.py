@@ -14,8 +14,13 @@ whole bundle before storing anything, and refuses it, naming the entry, when the
 version differs, a manifest field is missing or of the wrong type, a file is missing or its
 SHA-256 differs, an entry does not decode and verify, a manifest field disagrees with its
 entry (key, digest, NVRTC version, arch, kind, size, file name ``entries/<digest>``; the
-message names the field), or an entry's digest is not the one this installation computes
-for its key (the bundle came from different templates, or was tampered with).
+message names the field), an entry's digest is not the one this installation computes
+for its key (the bundle came from different templates, or was tampered with), or the
+manifest lists a key twice (an export never does: the manifest was edited or damaged, and
+the bundle's kernel count would be wrong).
+
+Both functions take the bundle's path as ``str`` or ``os.PathLike``; anything else is an
+:class:`~nvrtc_engine.ArgumentTypeError` naming ``path``.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any
 from ._version import __version__
 from .cache import SCHEMA, decode_entry, encode_entry, target_arch
 from .engine import default_engine
-from .errors import NvrtcEngineError
+from .errors import ArgumentTypeError, NvrtcEngineError
 from .kernel import Artifact
 from .key import KernelKey
 from .nvrtc import nvrtc_version
@@ -74,6 +79,19 @@ class BundleReport:
     already: int = 0
 
 
+def _checked_path(path: object) -> str:
+    """The bundle ``path`` as text: a ``str`` or an ``os.PathLike`` of ``str``, else an
+    :class:`ArgumentTypeError` naming ``path`` (for bytes, suggesting ``os.fsdecode``)."""
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
+    if isinstance(text, str):
+        return text
+    accepted = "expected a path (str or os.PathLike)"
+    if isinstance(text, bytes):
+        raise ArgumentTypeError("path", f"{accepted}, got bytes {text!r}; decode it with "
+                                "os.fsdecode(path)")  # fmt: skip
+    raise ArgumentTypeError("path", f"{accepted}, got {type(path).__name__} {path!r}")
+
+
 def _disk(path: str, what: str) -> Any:
     disk = default_engine().disk()
     if disk is None:
@@ -95,9 +113,11 @@ def export_bundle(path: str | os.PathLike[str]) -> BundleReport:
 
     The file appears atomically (written beside it, then renamed); its directory must
     exist. Raises :class:`BundleError` when there is no disk cache, nothing to export, or
-    the file cannot be written (naming ``path`` and the reason).
+    the file cannot be written (naming ``path`` and the reason), and
+    :class:`~nvrtc_engine.ArgumentTypeError` for a ``path`` that is not a ``str`` or
+    ``os.PathLike``.
     """
-    target = Path(path)
+    target = Path(_checked_path(path))
     where = str(target)
     disk = _disk(where, "export")
     if target.is_dir():
@@ -278,13 +298,16 @@ def import_bundle(path: str | os.PathLike[str]) -> BundleReport:
     """Verify every entry of bundle ``path``, then store them all in the disk cache.
 
     All or nothing: raises :class:`BundleError` naming the first bad entry (or the bundle)
-    and stores nothing when any check fails; see the module docstring for the checks.
+    and stores nothing when any check fails, a key listed twice in the manifest included;
+    see the module docstring for the checks. Raises
+    :class:`~nvrtc_engine.ArgumentTypeError` for a ``path`` that is not a ``str`` or
+    ``os.PathLike``.
     """
-    where = str(path)
+    where = _checked_path(path)
     disk = _disk(where, "import into")
     nv = nvrtc_version()
     try:
-        zf = zipfile.ZipFile(path)
+        zf = zipfile.ZipFile(where)
     except (OSError, zipfile.BadZipFile) as exc:
         raise BundleError(where, None, f"cannot open as a zip file: {exc}") from None
     with zf:
@@ -296,7 +319,16 @@ def import_bundle(path: str | os.PathLike[str]) -> BundleReport:
                 f"built with NVRTC {manifest.get('nvrtc_version')}; this is NVRTC {nv} "
                 "(kernels are never shared across NVRTC versions)",
             )
-        verified = [_verified(zf, record, nv, where) for record in manifest["entries"]]
+        verified = []
+        listed: set[str] = set()
+        for record in manifest["entries"]:
+            # verified first: a record naming another entry's key is refused for disagreeing
+            # with its own entry; a verified key names one digest, so a repeat is the same entry
+            found = _verified(zf, record, nv, where)
+            if found[0] in listed:
+                raise BundleError(where, found[0], f"listed twice in {MANIFEST}")
+            listed.add(found[0])
+            verified.append(found)
     engine = default_engine()
     already = sum(1 for _, artifact, _ in verified if artifact.digest in disk)
     for name, artifact, cuda_headers in verified:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._version import __version__
+from .config import MAX_WORKERS
 
 __all__ = ["main"]
 
@@ -262,12 +263,17 @@ def _cache_verify(args: argparse.Namespace) -> int:
 
 
 def _cache_clear(args: argparse.Namespace) -> int:
+    """Clear the disk cache and say what went: the entries and the bytes they took, which is
+    what the cache's size on disk dropped by (its SQLite database stays: about 32 kB even
+    when empty, so it is not counted); no bytes for a cache that held no entry."""
     from .api import cache_info, clear_cache
 
     _open_disk(writes="cache clear")  # no disk cache: an error, as for the other commands
-    info = cache_info()
+    before = cache_info()
     clear_cache()
-    print(f"cleared {info.entries} entries ({info.bytes} bytes) from {info.directory}")
+    freed = max(0, before.bytes - cache_info().bytes)  # (another process may store meanwhile)
+    size = f" ({freed} bytes)" if before.entries else ""
+    print(f"cleared {before.entries} entries{size} from {before.directory}")
     return 0
 
 
@@ -294,12 +300,15 @@ def _cache_import(args: argparse.Namespace) -> int:
 
 
 def _int_in(low: int, high: int, what: str) -> Callable[[str], int]:
-    """An argparse ``type``: an int from ``low`` to ``high``, else an error saying ``what``."""
+    """An argparse ``type``: an int from ``low`` to ``high`` written in ASCII digits (an
+    optional leading ``-``), else an error saying ``what``. ``int()`` alone would also take
+    other scripts' decimal digits (Arabic-Indic, fullwidth...), ``+``, blanks and ``_``."""
 
     def parse(text: str) -> int:
+        digits = text.removeprefix("-")
         try:
-            value = int(text)
-        except ValueError:
+            value = int(text) if digits.isascii() and digits.isdigit() else low - 1
+        except ValueError:  # more digits than int() converts (sys.set_int_max_str_digits)
             value = low - 1
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
@@ -309,9 +318,10 @@ def _int_in(low: int, high: int, what: str) -> Callable[[str], int]:
 
 
 # --tokens: at most 65536 rows (the demo checks them on the host in float64: 7.5 GB at the
-# MLP's 14336); --workers at most 1024 processes; --seed as numpy's generators take it.
+# MLP's 14336); --workers at most 1024 processes (config.MAX_WORKERS, as
+# NVRTC_ENGINE_WORKERS); --seed as numpy's generators take it.
 _tokens = _int_in(1, 65536, "a positive integer up to 65536")
-_positive_int = _int_in(1, 1024, "a positive integer up to 1024")
+_positive_int = _int_in(1, MAX_WORKERS, f"a positive integer up to {MAX_WORKERS}")
 _seed = _int_in(0, 2**63 - 1, "an integer >= 0 (numpy's seeds are not negative)")
 
 

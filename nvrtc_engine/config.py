@@ -12,15 +12,17 @@ variable                            type      meaning
 ``NVRTC_ENGINE_DISABLE_DISK_CACHE`` bool      ``1`` keeps kernels in memory only
 ``NVRTC_ENGINE_CACHE_SIZE_LIMIT``   bytes     disk cache cap, LRU eviction; accepts ``512M``,
                                               ``2G``, plain bytes (default 512 MiB, at
-                                              least :data:`MIN_SIZE_LIMIT`, 1 MiB)
+                                              least :data:`MIN_SIZE_LIMIT`, 1 MiB, at most
+                                              :data:`MAX_SIZE_LIMIT`, 2**62 bytes)
 ``NVRTC_ENGINE_CUDA_INCLUDE_DIR``   path      CUDA headers (``cuda_fp8.h``...) to use,
                                               overriding discovery
 ``NVRTC_ENGINE_DUMP_SOURCE``        bool      ``1`` writes every rendered kernel source to
                                               :attr:`Settings.debug_dir`
 ``NVRTC_ENGINE_DEBUG_DIR``          path      where rendered sources are written for
                                               debugging (default: a per-user temp dir)
-``NVRTC_ENGINE_WORKERS``            int       worker processes for parallel compiles
-                                              (default: the CPUs this process may use)
+``NVRTC_ENGINE_WORKERS``            int       worker processes for parallel compiles, 1
+                                              to :data:`MAX_WORKERS` (1024; default: the
+                                              CPUs this process may use)
 ``NVRTC_ENGINE_LOCK_TIMEOUT``       seconds   longest wait for another process compiling
                                               the same kernel before compiling anyway
                                               (default 60)
@@ -40,7 +42,8 @@ variable                            type      meaning
 ==================================  ========  ===============================================
 
 An empty path variable counts as unset (the default); :func:`configure` refuses an empty
-path (``None`` selects the default).
+path (``None`` selects the default). A path holding a NUL character is refused (no file
+system takes one).
 """
 
 from __future__ import annotations
@@ -54,13 +57,20 @@ from pathlib import Path
 
 from .errors import SettingsError, SettingsTypeError
 
-__all__ = ["MIN_SIZE_LIMIT", "Settings", "configure", "reset", "settings"]
+__all__ = ["MAX_SIZE_LIMIT", "MAX_WORKERS", "MIN_SIZE_LIMIT", "Settings", "configure", "reset",
+           "settings"]  # fmt: skip
 
 _DEFAULT_SIZE_LIMIT = 512 * 1024 * 1024
 # The smallest disk cache cap: an empty diskcache store (its SQLite database) already takes
 # about 32 kB and a cubin tens of kB, so below this a store evicts entries, often the one it
 # just stored, at once; 1 MiB holds a few dozen kernels.
 MIN_SIZE_LIMIT = 1 << 20
+# The largest disk cache cap, 4 EiB: diskcache keeps the cap in SQLite, whose INTEGER ends at
+# 2**63 - 1 (a larger cap failed at the first open: "Python int too large to convert to
+# SQLite INTEGER"); 2**62 leaves a factor of two of headroom and is far above any disk.
+MAX_SIZE_LIMIT = 1 << 62
+# The most worker processes, as the command line's --workers allows.
+MAX_WORKERS = 1024
 _DEFAULT_LOCK_TIMEOUT = 60.0
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -142,7 +152,10 @@ def _parse_size(name: str, raw: str) -> int:
         factor = _SUFFIX[text[-1]]
         text = text[:-1]
     try:
-        value = int(float(text) * factor)
+        # an integer exactly (float() rounds above 2**53: 2**63 - 1 became 2**63), else a
+        # decimal or exponent such as 1.5G or 1e9
+        value = int(text) * factor if text.isascii() and text.isdigit() else (
+            int(float(text) * factor))  # fmt: skip
     except (ValueError, OverflowError):  # not a number; nan; inf or 1e400
         raise SettingsError(
             f"{name}={raw!r}: expected a size such as 536870912, 512M or 2G"
@@ -155,8 +168,14 @@ def _parse_size(name: str, raw: str) -> int:
 
 def _at_least_minimum(name: str, raw: object, value: int, *, unit: bool) -> int:
     """``value`` (bytes), or a :class:`SettingsError` naming ``name`` when it is below
-    :data:`MIN_SIZE_LIMIT`; ``unit`` says whether the value was given with a unit (without
-    one, a small number was most likely meant as megabytes: the message says so)."""
+    :data:`MIN_SIZE_LIMIT` or above :data:`MAX_SIZE_LIMIT`; ``unit`` says whether the value
+    was given with a unit (without one, a small number was most likely meant as megabytes:
+    the message says so)."""
+    if value > MAX_SIZE_LIMIT:
+        raise SettingsError(
+            f"{name}={raw!r}: {value} bytes is above the maximum of 4 EiB (2**62 = "
+            f"{MAX_SIZE_LIMIT} bytes): the cache's SQLite index cannot hold a larger limit"
+        )
     if value >= MIN_SIZE_LIMIT:
         return value
     hint = ""
@@ -170,12 +189,20 @@ def _at_least_minimum(name: str, raw: object, value: int, *, unit: bool) -> int:
 
 
 def _parse_int(name: str, raw: str) -> int:
+    """``NVRTC_ENGINE_WORKERS``: an integer from 1 to :data:`MAX_WORKERS`, as the command
+    line's ``--workers`` takes it."""
     try:
         value = int(raw.strip())
     except ValueError:
-        raise SettingsError(f"{name}={raw!r}: expected a positive integer") from None
-    if value <= 0:
-        raise SettingsError(f"{name}={raw!r}: expected a positive integer")
+        value = 0
+    return _workers_in_range(name, raw, value)
+
+
+def _workers_in_range(name: str, raw: object, value: int) -> int:
+    """``value``, or a :class:`SettingsError` naming ``name`` unless 1 <= value <=
+    :data:`MAX_WORKERS`."""
+    if not 1 <= value <= MAX_WORKERS:
+        raise SettingsError(f"{name}={raw!r}: expected a positive integer up to {MAX_WORKERS}")
     return value
 
 
@@ -196,9 +223,15 @@ def _parse_launcher(name: str, raw: str) -> str:
     return value
 
 
-def _path(raw: str | None) -> Path | None:
-    """``~`` expanded and made absolute (a relative path would follow the working directory)."""
-    return Path(raw).expanduser().absolute() if raw else None
+def _path(name: str, raw: str | None) -> Path | None:
+    """``~`` expanded and made absolute (a relative path would follow the working directory);
+    ``None`` for an empty or missing value. A NUL character, which no file system takes and
+    which made every later use fail, is a :class:`SettingsError` naming ``name``."""
+    if not raw:
+        return None
+    if "\0" in raw:
+        raise SettingsError(f"{name}={raw!r}: a path cannot contain a NUL character")
+    return Path(raw).expanduser().absolute()
 
 
 def from_environment(env: dict[str, str] | None = None) -> Settings:
@@ -209,7 +242,7 @@ def from_environment(env: dict[str, str] | None = None) -> Settings:
     e = os.environ if env is None else env
     raw_workers = e.get("NVRTC_ENGINE_WORKERS")
     return Settings(
-        cache_dir=_path(e.get("NVRTC_ENGINE_CACHE_DIR")),
+        cache_dir=_path("NVRTC_ENGINE_CACHE_DIR", e.get("NVRTC_ENGINE_CACHE_DIR")),
         disable_disk_cache=_parse_bool(
             "NVRTC_ENGINE_DISABLE_DISK_CACHE", e.get("NVRTC_ENGINE_DISABLE_DISK_CACHE", "0")
         ),
@@ -217,9 +250,11 @@ def from_environment(env: dict[str, str] | None = None) -> Settings:
             "NVRTC_ENGINE_CACHE_SIZE_LIMIT",
             e.get("NVRTC_ENGINE_CACHE_SIZE_LIMIT", str(_DEFAULT_SIZE_LIMIT)),
         ),
-        cuda_include_dir=_path(e.get("NVRTC_ENGINE_CUDA_INCLUDE_DIR")),
+        cuda_include_dir=_path(
+            "NVRTC_ENGINE_CUDA_INCLUDE_DIR", e.get("NVRTC_ENGINE_CUDA_INCLUDE_DIR")
+        ),
         dump_source=_parse_bool("NVRTC_ENGINE_DUMP_SOURCE", e.get("NVRTC_ENGINE_DUMP_SOURCE", "0")),
-        debug_dir=_path(e.get("NVRTC_ENGINE_DEBUG_DIR")),
+        debug_dir=_path("NVRTC_ENGINE_DEBUG_DIR", e.get("NVRTC_ENGINE_DEBUG_DIR")),
         workers=_parse_int("NVRTC_ENGINE_WORKERS", raw_workers) if raw_workers else None,
         lock_timeout=_parse_seconds(
             "NVRTC_ENGINE_LOCK_TIMEOUT",
@@ -254,9 +289,10 @@ _BOOLS = ("disable_disk_cache", "dump_source", "dependent_launch")
 
 def _checked(name: str, value: object) -> object:
     """A :func:`configure` value for field ``name``, checked as its environment variable is:
-    paths (``str`` or ``os.PathLike``, not empty, or None) made absolute; booleans as
-    ``bool`` or the variable's words; ``cache_size_limit`` bytes >= :data:`MIN_SIZE_LIMIT`
-    (or ``"512M"``); ``workers`` > 0 or None; ``lock_timeout`` finite seconds >= 0;
+    paths (``str`` or ``os.PathLike``, not empty, no NUL, or None) made absolute; booleans
+    as ``bool`` or the variable's words; ``cache_size_limit`` bytes from
+    :data:`MIN_SIZE_LIMIT` to :data:`MAX_SIZE_LIMIT` (or ``"512M"``); ``workers`` from 1 to
+    :data:`MAX_WORKERS` or None; ``lock_timeout`` finite seconds >= 0;
     ``launcher`` one of :data:`LAUNCHERS`. Raises :class:`SettingsTypeError` (a
     ``TypeError``) or :class:`SettingsError` (a ``ValueError``) naming the field."""
     label = f"configure({name}={value!r})"
@@ -270,7 +306,10 @@ def _checked(name: str, value: object) -> object:
             raise SettingsTypeError(f"{label}: expected a path (str or os.PathLike) or None")
         if not path:  # Path("") is the working directory: never what was meant
             raise SettingsError(f"{label}: an empty path; pass None for the default")
-        return _path(path)
+        try:
+            return _path(name, path)
+        except SettingsError as exc:  # "name='raw': reason" -> "configure(name='raw'): reason"
+            raise SettingsError(f"{label}: {str(exc).split(': ', 1)[-1]}") from None
     if isinstance(value, str):  # the environment variable's spelling
         parse = {"cache_size_limit": _parse_size, "workers": _parse_int,
                  "lock_timeout": _parse_seconds, "launcher": _parse_launcher}.get(
@@ -307,23 +346,26 @@ def _checked(name: str, value: object) -> object:
             raise SettingsError(f"{label}: {str(exc).split(': ', 1)[-1]}") from None
     if not isinstance(value, int) or isinstance(value, bool):
         raise SettingsTypeError(f"{label}: expected a positive integer")
-    if value <= 0:
-        raise SettingsError(f"{label}: expected a positive integer")
-    return value
+    try:
+        return _workers_in_range(name, value, value)
+    except SettingsError as exc:  # "name=raw: reason" -> "configure(name=raw): reason"
+        raise SettingsError(f"{label}: {str(exc).split(': ', 1)[-1]}") from None
 
 
 def configure(**overrides: object) -> Settings:
     """Override settings in code, e.g. ``configure(cache_dir=Path("/scratch/k"))``.
 
     Values are checked as the environment variables are (``cache_size_limit="2G"`` and
-    ``workers="4"`` are accepted; ``cache_size_limit=0`` and limits below 1 MiB are not;
-    nor is an empty path: ``None`` selects the default). Takes effect for caches
-    opened afterwards (see :func:`nvrtc_engine.clear_cache`); a new ``launcher`` takes effect
-    at the next launch (launch plans made before keep theirs); ``dependent_launch`` for
-    kernels made afterwards (a kernel decides once; ``clear_cache(disk=False)`` drops those
-    in memory). Raises :class:`~nvrtc_engine.errors.SettingsTypeError` (a ``TypeError``)
-    for an unknown field or a value of the wrong type, :class:`SettingsError` (a
-    ``ValueError``) for a value out of range; the settings are then unchanged.
+    ``workers="4"`` are accepted; ``cache_size_limit=0``, limits below 1 MiB or above
+    :data:`MAX_SIZE_LIMIT` and ``workers`` above :data:`MAX_WORKERS` are not; nor is an
+    empty path, where ``None`` selects the default, or one with a NUL character). Takes
+    effect for caches opened afterwards (see :func:`nvrtc_engine.clear_cache`); a new
+    ``launcher`` takes effect at the next launch (launch plans made before keep theirs);
+    ``dependent_launch`` for kernels made afterwards (a kernel decides once;
+    ``clear_cache(disk=False)`` drops those in memory). Raises
+    :class:`~nvrtc_engine.errors.SettingsTypeError` (a ``TypeError``) for an unknown field
+    or a value of the wrong type, :class:`SettingsError` (a ``ValueError``) for a value out
+    of range; the settings are then unchanged.
     """
     global _current
     names = {f.name for f in dataclasses.fields(Settings)}

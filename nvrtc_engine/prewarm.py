@@ -277,15 +277,17 @@ def prewarm(
     anything; :class:`~nvrtc_engine.VariantTypeError` for an arch of the wrong type, as
     ``get_kernel``), :class:`~nvrtc_engine.ArgumentTypeError` for ``variants`` that are
     neither a path nor a list (``None``, bytes, a single dict) and for ``workers`` that is not
-    an int (a ``TypeError``), :class:`~nvrtc_engine.ArgumentError` for ``workers < 1`` (a
+    an int (a ``TypeError``), :class:`~nvrtc_engine.ArgumentError` for ``workers`` outside 1
+    to :data:`~nvrtc_engine.config.MAX_WORKERS` (1024, as the command line's; a
     ``ValueError``), :class:`~nvrtc_engine.NoDeviceError` when an arch is needed from a GPU
     and there is none.
     """
     if workers is not None:
         if isinstance(workers, bool) or not isinstance(workers, numbers.Integral):
             raise ArgumentTypeError("workers", f"must be an int >= 1 or None, got {workers!r}")
-        if workers < 1:
-            raise ArgumentError("workers", f"must be >= 1 (or None for the default), got {workers}")
+        if not 1 <= workers <= config.MAX_WORKERS:
+            raise ArgumentError("workers", f"must be 1 to {config.MAX_WORKERS} (or None for the "
+                                f"default), got {workers}")  # fmt: skip
         workers = int(workers)
     from .variants import resolve_variants  # (imported here: package import stays light)
 

@@ -277,3 +277,40 @@ def test_bundle_file_mode_follows_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "b.zip").stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("path", [None, 123, b"x.zip", 1.5, ["x.zip"]])
+@pytest.mark.parametrize("function", [export_bundle, import_bundle])
+def test_a_bundle_path_of_the_wrong_type_names_the_argument(function, path):
+    ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    with pytest.raises(ne.ArgumentTypeError, match=r"^path: expected a path \(str or "
+                       r"os.PathLike\)") as info:  # fmt: skip
+        function(path)
+    assert info.value.argument == "path" and isinstance(info.value, TypeError)
+    assert ("os.fsdecode" in str(info.value)) == isinstance(path, bytes)
+
+
+def test_a_bytes_path_like_is_refused_too(tmp_path):
+    class BytesPath:
+        def __fspath__(self) -> bytes:
+            return b"x.zip"
+
+    with pytest.raises(ne.ArgumentTypeError, match="os.fsdecode"):
+        import_bundle(BytesPath())
+    ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    report = export_bundle(str(tmp_path / "s.zip"))  # str and os.PathLike both work
+    assert report.path == str(tmp_path / "s.zip")
+
+
+def test_an_entry_listed_twice_in_the_manifest_is_refused(bundle, tmp_path):
+    def twice(manifest, files):
+        manifest["entries"].append(dict(manifest["entries"][1]))
+
+    _rewrite(bundle, twice)
+    with zipfile.ZipFile(bundle) as zf:
+        key = json.loads(zf.read("manifest.json"))["entries"][1]["key"]
+    _use_empty_cache(tmp_path)
+    with pytest.raises(BundleError, match="listed twice in manifest.json") as info:
+        import_bundle(bundle)
+    assert info.value.entry == key
+    assert ne.cache_info().entries == 0  # all or nothing

@@ -505,3 +505,20 @@ def test_a_damaged_database_replaced_meanwhile_is_not_replaced_again(tmp_path, m
         warnings.simplefilter("error")  # no warning: nothing was replaced
         disk = cache.DiskCache.open(tmp_path, 1 << 20)
     assert disk is not None and len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs", [dict(memory="no", disk="no"), dict(disk="no"), dict(disk=None), dict(memory=0),
+               dict(memory=1), dict(disk="False")],
+)  # fmt: skip
+def test_clear_cache_requires_bools_and_clears_nothing_otherwise(kwargs):
+    """'no' is truthy: clear_cache(disk="no") deleted every disk entry; disk=None was False."""
+    ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    before = ne.cache_info()
+    assert (before.entries, before.memory_entries) == (1, 1)
+    name = next(field for field, value in kwargs.items() if not isinstance(value, bool))
+    with pytest.raises(ne.ArgumentTypeError, match=rf"^{name}: expected True or False") as info:
+        ne.clear_cache(**kwargs)
+    assert info.value.argument == name and isinstance(info.value, TypeError)
+    after = ne.cache_info()
+    assert (after.entries, after.memory_entries, after.compiles) == (1, 1, before.compiles)

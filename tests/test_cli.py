@@ -142,11 +142,20 @@ def test_bad_workers_is_an_argparse_error(capsys, tmp_path, value):
     [("--seed", "-1", "an integer >= 0 (numpy's seeds are not negative)"),
      ("--seed", "x", "an integer >= 0 (numpy's seeds are not negative)"),
      ("--tokens", "0", "a positive integer up to 65536"),
-     ("--tokens", "99999999999999999999", "a positive integer up to 65536")],
+     ("--tokens", "99999999999999999999", "a positive integer up to 65536"),
+     ("--tokens", "\u0663", "a positive integer up to 65536"),  # ARABIC-INDIC DIGIT THREE
+     ("--tokens", "\uff18", "a positive integer up to 65536"),  # FULLWIDTH DIGIT EIGHT
+     ("--seed", "\u0967", "an integer >= 0 (numpy's seeds are not negative)"),  # DEVANAGARI 1
+     ("--tokens", "+8", "a positive integer up to 65536"),
+     ("--tokens", " 8", "a positive integer up to 65536"),
+     ("--tokens", "1_0", "a positive integer up to 65536"),
+     ("--seed", "-\u0663", "an integer >= 0 (numpy's seeds are not negative)")],
 )  # fmt: skip
 def test_bad_demo_numbers_are_argparse_errors(capsys, option, value, expected):
     """Refused before the demo compiles anything: a negative seed would fail in numpy after
-    the compiles, and a huge --tokens in the host's float64 reference."""
+    the compiles, and a huge --tokens in the host's float64 reference. Only ASCII digits:
+    int() takes any Unicode decimal digit (and '+', blanks, '_'), the messages promise
+    integers as written in ASCII."""
     with pytest.raises(SystemExit) as info:
         main(["demo", "--no-run", option, value])
     assert info.value.code == 2
@@ -535,3 +544,26 @@ def test_prewarm_fails_for_kernels_the_size_limit_evicted(capsys, isolated_cache
     assert f"the disk cache at {isolated_cache} did not keep them (its size limit" in captured.err
     assert "kernels compiled but not stored: 2 of 2" in captured.err
     assert main(["prewarm", str(both), "--no-progress"]) == 0  # stored: warm, and exit 0
+
+
+def test_ascii_workers_digits_only(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        main(["prewarm", _variant_file(tmp_path), "--workers", "\u0662"])
+    assert "expected a positive integer up to 1024, got \u0662\n" in capsys.readouterr().err
+    assert cli._positive_int("1024") == 1024 and cli._seed("-0") == 0
+
+
+def test_cache_clear_reports_the_entries_bytes_not_the_database(capsys, isolated_cache):
+    """An empty cache still has its SQLite database (~32 kB): clearing it frees nothing."""
+    assert main(["cache", "info", "--json"]) == 0  # creates the (empty) cache
+    assert json.loads(capsys.readouterr().out)["bytes"] > 0
+    assert main(["cache", "clear"]) == 0
+    out = capsys.readouterr().out
+    assert out == f"cleared 0 entries from {isolated_cache}\n"
+    main(["demo", "--arch", "sm_90", "--no-run"])
+    capsys.readouterr()
+    files = sum(p.stat().st_size for p in (isolated_cache / "entries").rglob("*.val"))
+    assert files > 0
+    assert main(["cache", "clear"]) == 0
+    out = capsys.readouterr().out
+    assert out == f"cleared 4 entries ({files} bytes) from {isolated_cache}\n"

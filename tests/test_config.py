@@ -200,3 +200,53 @@ def test_configure_refuses_an_empty_path(field):
     assert config.settings() == before
     assert getattr(config.configure(**{field: None}), field) is None  # None: the default
     config.reset()
+
+
+@pytest.mark.parametrize("raw", ["9223372036854775807", "1e30", "4611686018427387905", "8E18"])
+def test_a_size_limit_above_the_maximum_is_refused_naming_the_variable(raw):
+    # diskcache stores the limit in SQLite, whose INTEGER ends at 2**63 - 1: a larger limit
+    # broke the first open ("Python int too large to convert to SQLite INTEGER")
+    with pytest.raises(ne.SettingsError, match=r"NVRTC_ENGINE_CACHE_SIZE_LIMIT.*maximum"):
+        config.from_environment({"NVRTC_ENGINE_CACHE_SIZE_LIMIT": raw})
+    top = config.from_environment({"NVRTC_ENGINE_CACHE_SIZE_LIMIT": str(config.MAX_SIZE_LIMIT)})
+    assert top.cache_size_limit == config.MAX_SIZE_LIMIT == 1 << 62
+
+
+@pytest.mark.parametrize("value", [10**40, 2**63, config.MAX_SIZE_LIMIT + 1, "1e30"])
+def test_configure_refuses_a_size_limit_above_the_maximum(value):
+    before = config.settings()
+    with pytest.raises(ne.SettingsError, match=r"configure\(cache_size_limit=.*maximum"):
+        config.configure(cache_size_limit=value)
+    assert config.settings() == before
+
+
+def test_a_size_limit_at_the_maximum_opens_a_disk_cache(tmp_path):
+    from nvrtc_engine.cache import DiskCache
+
+    disk = DiskCache.open(tmp_path / "c", config.MAX_SIZE_LIMIT)
+    assert disk is not None and disk.size_limit == config.MAX_SIZE_LIMIT
+    disk.close()
+
+
+@pytest.mark.parametrize("field", ["cache_dir", "cuda_include_dir", "debug_dir"])
+def test_a_nul_in_a_path_setting_is_refused(field):
+    var = f"NVRTC_ENGINE_{field.upper()}"
+    with pytest.raises(ne.SettingsError, match=rf"{var}=.*NUL"):
+        config.from_environment({var: "a\0b"})
+    before = config.settings()
+    for value in ("a\0b", Path("/tmp/a\0b")):
+        with pytest.raises(ne.SettingsError, match=rf"configure\({field}=.*NUL"):
+            config.configure(**{field: value})
+    assert config.settings() == before
+
+
+def test_workers_are_capped_as_the_command_line_caps_them():
+    with pytest.raises(ne.SettingsError, match=r"NVRTC_ENGINE_WORKERS='2000'.*up to 1024"):
+        config.from_environment({"NVRTC_ENGINE_WORKERS": "2000"})
+    assert config.from_environment({"NVRTC_ENGINE_WORKERS": "1024"}).workers == 1024
+    before = config.settings()
+    for value in (2000, "2000", 10**30):
+        with pytest.raises(ne.SettingsError, match=r"configure\(workers=.*up to 1024"):
+            config.configure(workers=value)
+    assert config.settings() == before
+    assert config.MAX_WORKERS == 1024

@@ -140,6 +140,8 @@ def test_bad_variant_list_raises_before_compiling(tmp_path):
     assert ne.cache_info().compiles == 0
     with pytest.raises(ValueError, match="workers"):
         prewarm(gelu_keys(), workers=0)
+    with pytest.raises(ne.ArgumentError, match="workers: must be 1 to 1024 .*got 2000"):
+        prewarm(gelu_keys(), workers=2000)  # the command line's and NVRTC_ENGINE_WORKERS' cap
 
 
 def test_bad_arguments_are_the_librarys_typed_errors(tmp_path):
@@ -161,7 +163,7 @@ def test_bad_arguments_are_the_librarys_typed_errors(tmp_path):
     with pytest.raises(VariantListError, match=r"entry 0: hidden_size=\[\] is an empty list"):
         prewarm([{**one[0], "hidden_size": []}], progress=False)
     for workers in (0, -1, np.int64(0)):
-        with pytest.raises(ne.ArgumentError, match="workers: must be >= 1") as info:
+        with pytest.raises(ne.ArgumentError, match="workers: must be 1 to 1024") as info:
             prewarm(one, workers=workers)
         assert isinstance(info.value, ValueError)
     for workers in (True, 2.0, "2"):
