@@ -10,6 +10,8 @@ Importing the package starts neither CUDA nor NVRTC; both start on first use. Se
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from . import _loaded  # noqa: F401  (first: the import time)
 from ._version import __version__
 from .api import cache_info, clear_cache, get_kernel, make_key
@@ -30,6 +32,7 @@ from .errors import (
     SettingsError,
     SettingsTypeError,
     VariantError,
+    VariantListError,
     VariantTypeError,
 )
 from .kernel import Kernel
@@ -38,9 +41,13 @@ from .ops import registered_ops
 from .ops.mxfp8 import MXFP8Output
 from .prewarm import PrewarmReport, prewarm  # the function shadows the submodule's name
 
+if TYPE_CHECKING:
+    from .bundle import BundleError
+
 __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
+    "BundleError",
     "CacheInfo",
     "CacheWarning",
     "CompileError",
@@ -59,6 +66,7 @@ __all__ = [
     "SettingsError",
     "SettingsTypeError",
     "VariantError",
+    "VariantListError",
     "VariantTypeError",
     "__version__",
     "cache_info",
@@ -69,3 +77,13 @@ __all__ = [
     "prewarm",
     "registered_ops",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``BundleError`` on first use (:mod:`nvrtc_engine.bundle`, with its zip and disk cache
+    modules, is not imported with the package)."""
+    if name == "BundleError":
+        from .bundle import BundleError
+
+        return BundleError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

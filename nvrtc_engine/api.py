@@ -34,7 +34,7 @@ def _device_ordinal(device: Any) -> int | None:
     for a value that is not an int)."""
     if device is None:
         return None
-    allowed = "None or a CUDA device ordinal (an int >= 0)"
+    allowed = "None or a CUDA device ordinal (an int from 0 to 2147483647)"
     try:
         return driver.checked_ordinal(device)
     except ArgumentTypeError:
@@ -113,7 +113,14 @@ def make_key(
     if out is None:
         out = inp
     if isinstance(flags.get("flags"), dict):  # flags={"zero_centered_gamma": True}, as in files
-        flags = {**flags.pop("flags"), **flags}
+        table = flags.pop("flags")
+        for name in table.keys() & flags.keys():
+            if table[name] is not flags[name]:  # (True and 1 differ: one is no flag value)
+                raise ArgumentTypeError(
+                    name, f"given as {name}={flags[name]!r} and as flags={{{name!r}: "
+                    f"{table[name]!r}}}: give it once",
+                )  # fmt: skip
+        flags = {**table, **flags}
     for name in flags:
         if name not in spec.flags:
             fields = ["dtype", "in_dtype", "out_dtype", "scaling", "layout", "hidden_size",

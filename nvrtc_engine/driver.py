@@ -134,12 +134,11 @@ def checked_ordinal(device: Any) -> int:
     :class:`~nvrtc_engine.ArgumentTypeError` for another type and
     :class:`~nvrtc_engine.ArgumentError` for a value out of that range, both naming
     ``device``."""
+    accepted = f"a CUDA device ordinal is an int from 0 to {MAX_ORDINAL}"
     if isinstance(device, bool) or not isinstance(device, numbers.Integral):
-        raise ArgumentTypeError(
-            "device", f"a CUDA device ordinal is an int >= 0, not {type(device).__name__}"
-        )
+        raise ArgumentTypeError("device", f"{accepted}, not {type(device).__name__}")
     if not 0 <= device <= MAX_ORDINAL:
-        raise ArgumentError("device", f"a CUDA device ordinal is an int >= 0, got {device}")
+        raise ArgumentError("device", f"{accepted}, got {device}")
     return int(device)
 
 
@@ -423,21 +422,34 @@ class DeviceBuffer:
     """Device memory from ``cuMemAlloc``, for callers without PyTorch or CuPy (the demo).
 
     Exposes ``__cuda_array_interface__`` so kernels accept it like any array. ``dtype`` is a
-    canonical dtype name (FP8 and bf16 buffers show as uint8/uint16 typestrs).
+    dtype name, alias or dtype object, as everywhere else (``"bf16"``, ``"fp8"``,
+    ``numpy.float32``); the buffer's ``dtype`` is the :class:`~nvrtc_engine.DType` (FP8 and
+    bf16 buffers show as uint8/uint16 typestrs).
+
+    Raises, before the device is asked: :class:`~nvrtc_engine.ArgumentError` naming
+    ``dtype`` for a dtype the engine has not, or ``shape`` for a negative size, and
+    :class:`~nvrtc_engine.ArgumentTypeError` naming ``dtype`` for a value that is no dtype
+    at all (``[]``, ``16``) or ``shape`` for one that is not a tuple of ints.
     """
 
-    def __init__(self, device: int, shape: tuple[int, ...], dtype: str) -> None:
-        from .dtypes import DTYPES
+    def __init__(self, device: int, shape: tuple[int, ...], dtype: Any) -> None:
+        from .dtypes import DTYPES, dtype_name
+        from .errors import VariantError, VariantTypeError
 
-        if dtype not in DTYPES:
-            raise ArgumentError("dtype", f"{dtype!r} is no dtype name; one of {sorted(DTYPES)}")
+        try:
+            name = dtype_name(dtype, "dtype")
+        except VariantError as exc:  # a key field's error: here it is a call argument's
+            error = ArgumentTypeError if isinstance(exc, VariantTypeError) else ArgumentError
+            raise error("dtype", f"{dtype!r} {exc.detail}") from None
         if not isinstance(shape, tuple) or not all(
-            isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 0 for s in shape
+            isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in shape
         ):
             raise ArgumentTypeError("shape", f"a tuple of ints >= 0, got {shape!r}")
+        if any(s < 0 for s in shape):
+            raise ArgumentError("shape", f"a tuple of ints >= 0, got {shape!r}")
         self.device = get_device(device)
         self.shape = tuple(int(s) for s in shape)
-        self.dtype = DTYPES[dtype]
+        self.dtype = DTYPES[name]
         count = 1
         for s in self.shape:
             count *= s

@@ -19,8 +19,13 @@ failures). All of them survive pickling, so they cross process pools intact::
     │   └── SettingsTypeError   (TypeError)    a configure() value of the wrong type, or an
     │                                          unknown setting
     ├── ArgumentError           (ValueError)   an argument with the wrong shape/dtype/device/...
-    └── ArgumentTypeError       (TypeError)    an argument that is not an array/stream at all,
-                                               or key fields that do not go together
+    ├── ArgumentTypeError       (TypeError)    an argument that is not an array/stream at all,
+    │                                          or key fields that do not go together
+    ├── VariantListError        (ValueError)   a variant file or list that cannot be read or
+    │                                          expanded (names the file and entry)
+    └── BundleError             (ValueError)   a bundle that cannot be written or is refused on
+                                               import (defined in nvrtc_engine.bundle, exported
+                                               here on first use)
 
     CacheWarning                (UserWarning)  the disk cache degraded to memory-only
     RuntimeWarning                             the compiled launcher cannot be built (a C
@@ -34,11 +39,15 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .bundle import BundleError
 
 __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
+    "BundleError",
     "CacheWarning",
     "CompileError",
     "CudaError",
@@ -49,6 +58,7 @@ __all__ = [
     "SettingsError",
     "SettingsTypeError",
     "VariantError",
+    "VariantListError",
     "VariantTypeError",
 ]
 
@@ -233,6 +243,22 @@ class ArgumentTypeError(NvrtcEngineError, TypeError):
         self.argument = argument
 
 
+class VariantListError(NvrtcEngineError, ValueError):
+    """A variant list (file or entries) that cannot be read or expanded
+    (:mod:`nvrtc_engine.variants`, :func:`nvrtc_engine.prewarm`).
+
+    Attributes: ``source`` (the file, or ``"<list>"``), ``entry`` (the 0-based entry index,
+    or ``None`` for the file as a whole) and ``reason``.
+    """
+
+    def __init__(self, source: str, entry: int | None, reason: str) -> None:
+        where = source if entry is None else f"{source}, entry {entry}"
+        super().__init__(f"{where}: {reason}")
+        self.source = source
+        self.entry = entry
+        self.reason = reason
+
+
 class CacheWarning(UserWarning):
     """The on-disk kernel cache is unusable; kernels are kept in memory only."""
 
@@ -276,3 +302,13 @@ def warn_once(kind: str, subject: str, message: str, category: type[Warning]) ->
             return
         _warned_once.add((kind, subject))
     warn(message, category)
+
+
+def __getattr__(name: str) -> Any:
+    """``BundleError``, from :mod:`nvrtc_engine.bundle` on first use: that module (zip files,
+    the disk cache) is not imported with the package."""
+    if name == "BundleError":
+        from .bundle import BundleError
+
+        return BundleError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -143,14 +143,23 @@ def _from_torch(obj: Any, name: str) -> Array:
 def _from_cai(obj: Any, name: str, kind: str) -> Array:
     """Describe ``obj`` from its ``__cuda_array_interface__``. Raises
     :class:`~nvrtc_engine.ArgumentTypeError` naming ``name`` and the part of the interface
-    at fault when it is malformed (not a dict, an entry missing or of the wrong type)."""
+    at fault when it is malformed (not a dict, an entry missing or of the wrong type, a size
+    that is a bool, negative or not below 2**63, a ``data`` that is not a pair, a pointer
+    that is a bool or not from 0 to 2**64 - 1)."""
     cai = obj.__cuda_array_interface__
     try:  # (no cost unless it raises: the diagnosis is left to the error path)
-        shape = tuple(map(index, cai["shape"]))  # ints only ("12" is no shape (1, 2))
-        if shape and min(shape) < 0:
-            raise ValueError("a negative size")
+        sizes = cai["shape"]
+        shape = tuple(map(index, sizes))  # ints only ("12" is no shape (1, 2))
+        # a size that is negative or beyond int64, or a bool (looked for only where a size
+        # is 0 or 1, as a bool's would be)
+        if shape and ((low := min(shape)) < 0 or max(shape) >= 2**63
+                      or (low <= 1 and bool in map(type, sizes))):  # fmt: skip
+            raise ValueError("a size out of range, or a bool")
         typestr = cai["typestr"]
-        ptr = index(cai["data"][0])
+        address, _ = cai["data"]  # exactly a (pointer, read_only) pair
+        ptr = index(address)
+        if not 0 <= ptr < 2**64 or address.__class__ is bool:
+            raise ValueError("a pointer out of range, or a bool")
         itemsize = int(typestr[2:]) if typestr[2:].isdigit() else 0
         contiguous = _c_contiguous(shape, cai.get("strides"), itemsize)
     except (AttributeError, IndexError, KeyError, OverflowError, TypeError, ValueError) as exc:
@@ -187,10 +196,14 @@ def _cai_problem(cai: Any, exc: BaseException) -> str:
     shape, typestr, data = cai["shape"], cai["typestr"], cai["data"]
     if not _ints(shape) or any(size < 0 for size in shape):
         return f"'shape' must be a tuple of ints >= 0, got {shown(shape)}"
+    if any(size >= 2**63 for size in shape):
+        return f"'shape' must hold sizes below 2**63, got {shown(shape)}"
     if not isinstance(typestr, str):
         return f"'typestr' must be a str such as '<f4', got {shown(typestr)}"
     if not (isinstance(data, (tuple, list)) and len(data) == 2 and _is_int(data[0])):
         return f"'data' must be a (pointer, read_only) tuple with an int pointer, got {shown(data)}"
+    if not 0 <= index(data[0]) < 2**64:
+        return f"'data' must hold a pointer from 0 to 2**64 - 1, got {shown(data)}"
     strides = cai.get("strides")
     if strides is not None and not (_ints(strides) and len(strides) == len(shape)):
         return (f"'strides' must be None or a tuple of {len(shape)} ints (one per dimension), "

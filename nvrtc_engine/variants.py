@@ -23,7 +23,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .errors import ArgumentTypeError, NvrtcEngineError, VariantError, did_you_mean
+from .errors import (
+    ArgumentTypeError,
+    NvrtcEngineError,
+    VariantError,
+    VariantListError,
+    did_you_mean,
+)
 from .key import KernelKey, parse_arch
 
 __all__ = [
@@ -49,19 +55,42 @@ ENTRY_FIELDS: tuple[str, ...] = (
 _TOP_LEVEL = {"defaults", "variants", "description", "name"}
 
 
-class VariantListError(NvrtcEngineError, ValueError):
-    """A variant list (file or entries) that cannot be read or expanded.
+class _DuplicateKeyError(ValueError):
+    """A JSON object that names a key twice (``json`` would keep the last value)."""
 
-    Attributes: ``source`` (the file, or ``"<list>"``), ``entry`` (the 0-based entry index,
-    or ``None`` for the file as a whole) and ``reason``.
-    """
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
 
-    def __init__(self, source: str, entry: int | None, reason: str) -> None:
-        where = source if entry is None else f"{source}, entry {entry}"
-        super().__init__(f"{where}: {reason}")
-        self.source = source
-        self.entry = entry
-        self.reason = reason
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: the object as a dict, or
+    :class:`_DuplicateKeyError` for a key given twice."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKeyError(key)
+            seen.add(key)
+    return obj
+
+
+def _with_defaults(defaults: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """``entry`` with the file's ``defaults`` for the fields it does not set itself. A flag
+    the entry sets in either form (a field of its own, or in its ``flags`` table) replaces
+    the defaults' setting of that flag in either form, as for any other field; a ``flags``
+    table of the entry replaces that of the defaults whole."""
+    own = set(entry)
+    table = entry.get("flags")
+    if isinstance(table, dict):
+        own.update(table)
+    merged = {name: value for name, value in defaults.items() if name not in own}
+    table = merged.get("flags")
+    if isinstance(table, dict):
+        merged["flags"] = {name: value for name, value in table.items() if name not in own}
+    merged.update(entry)
+    return merged
 
 
 def _parse_toml(text: str) -> Any:
@@ -89,10 +118,17 @@ def read_entries(path: str | os.PathLike[str]) -> list[dict[str, Any] | str]:
         raise VariantListError(source, None, f"not UTF-8 text: {exc}") from None
     toml = source.lower().endswith(".toml")  # in any case, as the command line tells them apart
     try:
-        data = _parse_toml(text) if toml else json.loads(text)
+        data = _parse_toml(text) if toml else json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateKeyError as exc:
+        reason = f"duplicate key {exc.key!r} in a JSON object (give each key once)"
+        raise VariantListError(source, None, reason) from None
     except ValueError as exc:  # tomllib.TOMLDecodeError and JSONDecodeError are ValueErrors
         kind = "TOML" if toml else "JSON (a TOML file needs .toml)"
         raise VariantListError(source, None, f"not valid {kind}: {exc}") from None
+    except RecursionError:  # a parser recurses once per level of nesting
+        kind = "TOML arrays or tables" if toml else "JSON arrays or objects"
+        reason = f"{kind} nested too deeply to read"
+        raise VariantListError(source, None, reason) from None
     if isinstance(data, list):
         data = {"variants": data}
     if not isinstance(data, dict):
@@ -121,7 +157,7 @@ def read_entries(path: str | os.PathLike[str]) -> list[dict[str, Any] | str]:
             raise VariantListError(
                 source, i, f"expected a table/object or a kernel name, got {entry!r}"
             )
-        out.append({**defaults, **entry})
+        out.append(_with_defaults(defaults, entry))
     return out
 
 
@@ -140,10 +176,12 @@ def expand_entry(
 ) -> list[KernelKey]:
     """The keys one entry stands for: the cross product of its list-valued fields.
 
-    Fields other than :data:`ENTRY_FIELDS` and ``flags`` are op flags. Raises
-    :class:`VariantListError` naming the entry and the combination that failed (the
-    underlying :class:`~nvrtc_engine.VariantError` is chained), or the field given an empty
-    list (which would stand for no variant at all: most likely a mistake).
+    Fields other than :data:`ENTRY_FIELDS` and ``flags`` are op flags; a flag may be given
+    both in ``flags`` and as a field of its own when the two values are the same (of the same
+    type: ``True`` and ``1`` differ). Raises :class:`VariantListError` naming the entry and
+    the combination that failed (the underlying :class:`~nvrtc_engine.VariantError` is
+    chained), the flag given both ways with two values, or the field given an empty list
+    (which would stand for no variant at all: most likely a mistake).
     """
     from .api import make_key
 
@@ -151,6 +189,16 @@ def expand_entry(
     flags = fields.pop("flags", {})
     if not isinstance(flags, dict):
         raise VariantListError(source, index, f"'flags' must be a table/object, got {flags!r}")
+    for name, value in flags.items():
+        if name in fields:
+            other = fields[name]
+            if type(other) is not type(value) or other != value:
+                raise VariantListError(
+                    source,
+                    index,
+                    f"flag {name!r} is given both in 'flags' ({value!r}) and as a field "
+                    f"({other!r}): give it once, or the same value both ways",
+                )
     fields.update(flags)
     if "op" not in fields:
         raise VariantListError(source, index, "missing 'op'")

@@ -70,3 +70,20 @@ def test_an_unusable_debug_directory_warns_at_the_callers_line(tmp_path, monkeyp
     ours = [w for w in record if "cannot write rendered sources" in str(w.message)]
     assert len(ours) == 1
     assert (ours[0].filename, ours[0].lineno) == (__file__, line)
+
+
+def test_variant_list_and_bundle_errors_pickle_round_trip():
+    """The two errors defined beside their modules survive pickling (process pools), with
+    their attributes, as every other error of the package does."""
+    import pickle
+
+    for err in (
+        ne.VariantListError("v.toml", 3, "op='gelu': bad"),
+        ne.VariantListError("v.json", None, "duplicate key 'op'"),
+        ne.BundleError("k.zip", "gelu_bf16_bf16_none_rowwise_hany_sm90", "sha256 differs"),
+        ne.BundleError("k.zip", None, "no manifest.json"),
+    ):
+        again = pickle.loads(pickle.dumps(err))
+        assert type(again) is type(err) and str(again) == str(err)
+        assert again.__dict__ == err.__dict__ and again.entry == err.entry
+        assert isinstance(again, ne.NvrtcEngineError) and isinstance(again, ValueError)

@@ -81,6 +81,14 @@ GOOD_CAI = {"shape": (4, 8), "typestr": "<f2", "data": (0x1000, False), "version
         (dict(GOOD_CAI, typestr=4), r"'typestr' must be a str"),
         (dict(GOOD_CAI, strides=(16,)), r"'strides' must be None or a tuple of 2 ints"),
         (dict(GOOD_CAI, strides=5), r"'strides' must be None or a tuple of 2 ints .*got 5"),
+        (dict(GOOD_CAI, shape=(True, 4096)), r"'shape' must be a tuple of ints >= 0, got \(True"),
+        (dict(GOOD_CAI, shape=(4, np.bool_(True))), r"'shape' must be a tuple of ints >= 0"),
+        (dict(GOOD_CAI, shape=(2**63, 8)), r"'shape' must hold sizes below 2\*\*63, got \(9"),
+        (dict(GOOD_CAI, data=(-1, False)), r"'data' must hold a pointer from 0 to 2\*\*64 - 1"),
+        (dict(GOOD_CAI, data=(2**64, False)), r"'data' must hold a pointer from 0 to 2\*\*64"),
+        (dict(GOOD_CAI, data=(0x1000,)), r"'data' must be a \(pointer, read_only\) tuple"),
+        (dict(GOOD_CAI, data=(0x1000, False, 0)), r"'data' must be a \(pointer, read_only\)"),
+        (dict(GOOD_CAI, data=(True, False)), r"'data' must be a \(pointer, read_only\) tuple"),
         ({}, r"it has no 'shape', 'typestr', 'data' entry"),
         ({"shape": (4,), "data": (0, False)}, r"it has no 'typestr' entry"),
         (5, r"it is int 5, not a dict"),
@@ -104,6 +112,9 @@ def test_cuda_array_interface_takes_numpy_ints_and_lists():
     a = as_array(array, "x")
     assert (a.ptr, a.shape, a.dtypes) == (0x1000, (4, 8), ("fp16",))
     assert all(type(s) is int for s in a.shape) and type(a.ptr) is int
+    array._cai = dict(GOOD_CAI, shape=(2**63 - 1, 0), data=(2**64 - 1, True))
+    a = as_array(array, "x")  # the largest size and pointer there are
+    assert (a.ptr, a.shape) == (2**64 - 1, (2**63 - 1, 0))
 
 
 def test_a_kernel_call_names_the_argument_with_a_malformed_interface():

@@ -597,3 +597,16 @@ def test_a_flag_given_false_is_the_key_without_it():
     assert off.to_dict() == plain.to_dict() and KernelKey.parse(str(off)) == off
     assert on != plain and on.flags == (("zero_centered_gamma", True),)
     assert ne.get_kernel(off) is ne.get_kernel(plain)
+
+
+def test_a_flag_given_as_a_keyword_and_in_flags_must_agree():
+    """make_key(flags={...}, flag=...) with two values for one flag is an error naming it,
+    not a silent choice of the keyword; the same value twice is one flag."""
+    base = dict(dtype="bf16", arch="sm_90")
+    for table, keyword in ((False, True), (True, False), (True, 1)):
+        with pytest.raises(ne.ArgumentTypeError, match="zero_centered_gamma: given as"):
+            make_key("layernorm_fwd", **base, flags={"zero_centered_gamma": table},
+                     zero_centered_gamma=keyword)  # fmt: skip
+    both = make_key("layernorm_fwd", **base, flags={"zero_centered_gamma": True},
+                    zero_centered_gamma=True)  # fmt: skip
+    assert both.flag("zero_centered_gamma")

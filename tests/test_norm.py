@@ -563,10 +563,33 @@ def test_forward_input_checks(ln_fp8):
         ln_fp8(arr((), "<u2"), arr((64,), "<u2"), arr((64,), "<u2"))
 
 
-@pytest.mark.parametrize("eps", [-1e-5, float("nan"), float("inf"), True, None, object()])
+@pytest.mark.parametrize("eps", [-1e-5, float("nan"), float("inf"), np.float64(1e300), None,
+                                 object()])  # fmt: skip
 def test_eps_checked(ln_fp8, eps):
     with pytest.raises(ArgumentError, match="eps: must be"):
         ln_fp8(**fwd_args(), eps=eps, out=arr((4, 64), "|u1", 4), **scalars())
+
+
+def test_a_plain_float_eps_above_fp32_max_is_refused_by_a_call(ln_fp8):
+    """The call's shortcut for a plain float keeps _eps's range: 1e300 would be inf in fp32."""
+    with pytest.raises(ArgumentError, match="^eps: must be at most 3.4028235e"):
+        ln_fp8(None, None, None, eps=1e300)
+
+
+def test_eps_is_no_bool_and_fits_fp32():
+    """A bool is the wrong type (ArgumentTypeError, as a string is); the kernels take eps
+    as fp32, so a value above fp32's largest (which would become inf) is refused."""
+    from nvrtc_engine.ops.norm_kernels import _eps
+
+    for flag in (True, False, np.bool_(True)):
+        with pytest.raises(ArgumentTypeError, match="^eps: must be a float >= 0, got") as info:
+            _eps(flag)
+        assert isinstance(info.value, TypeError)
+    for big in (1e300, 3.5e38, np.float64(1e39), 10**40):
+        with pytest.raises(ArgumentError, match=r"^eps: .*at most 3\.4028235e\+38") as info:
+            _eps(big)
+        assert not isinstance(info.value, TypeError)
+    assert _eps(3.4028235e38) == 3.4028235e38 and _eps(0.0) == 0.0
 
 
 def test_eps_type_errors(ln_fp8):

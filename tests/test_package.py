@@ -111,3 +111,37 @@ def test_installed_wheel_works_from_any_directory(wheel, tmp_path):
     )
     tdir, size = out.stdout.split()
     assert Path(tdir).is_relative_to(target) and int(size) > 1000
+
+
+def test_every_error_is_exported_from_the_package_and_errors():
+    """Every exception class the package raises on purpose (VariantListError and
+    BundleError included) is in nvrtc_engine's and nvrtc_engine.errors' __all__ and is the
+    one the raising module defines; BundleError is exported lazily (see the next test)."""
+    from nvrtc_engine import bundle, errors, variants
+
+    for name in ("VariantListError", "BundleError"):
+        assert name in ne.__all__ and name in errors.__all__
+    assert ne.VariantListError is errors.VariantListError is variants.VariantListError
+    assert ne.BundleError is errors.BundleError is bundle.BundleError
+    assert set(errors.__all__) - {"CacheWarning"} <= set(ne.__all__)
+    for name in errors.__all__:
+        cls = getattr(errors, name)
+        assert issubclass(cls, errors.NvrtcEngineError) or name == "CacheWarning", name
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchError'"):
+        errors.NoSuchError  # noqa: B018
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchError'"):
+        ne.NoSuchError  # noqa: B018
+
+
+def test_the_lazy_error_exports_import_nothing_more():
+    """VariantListError costs no import; BundleError imports nvrtc_engine.bundle (and its
+    zipfile) only when asked for."""
+    code = (
+        "import sys, nvrtc_engine as ne; from nvrtc_engine.errors import VariantListError; "
+        "v = ne.VariantListError; print(sorted(m for m in ('nvrtc_engine.bundle', "
+        "'nvrtc_engine.variants', 'zipfile') if m in sys.modules)); "
+        "from nvrtc_engine.errors import BundleError; "
+        "print('nvrtc_engine.bundle' in sys.modules, BundleError.__module__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "True nvrtc_engine.bundle"]

@@ -259,3 +259,83 @@ def test_an_arch_argument_of_the_wrong_type_or_empty_is_the_library_error():
         resolve_variants(entry, arch=[])
     assert not isinstance(e.value, TypeError) and isinstance(e.value, ValueError)
     assert [k.arch for k in resolve_variants(entry, arch=np.int64(89))] == ["sm_89"]
+
+
+@pytest.mark.parametrize("flags_first", [True, False])
+def test_a_flag_given_both_ways_must_agree(flags_first):
+    """A flag in the flags table and as a field of its own: the same value is one flag; two
+    values are an error naming the entry and the flag (not the table's value, silently)."""
+    table = {"flags": {"zero_centered_gamma": False}}
+    field = {"zero_centered_gamma": True}
+    base = {"op": "layernorm_fwd", "dtype": "bf16", "arch": "sm_90"}
+    entry = {**base, **table, **field} if flags_first else {**base, **field, **table}
+    says = r"^<list>, entry 2: flag 'zero_centered_gamma' is given both in 'flags' \(False\) and"
+    with pytest.raises(VariantListError, match=says + r" as a field \(True\)") as info:
+        resolve_variants([base, base, entry])
+    assert info.value.entry == 2
+    for value in (True, [True, False]):
+        same = {**base, "flags": {"zero_centered_gamma": value}, "zero_centered_gamma": value}
+        assert expand_entry(same) == expand_entry({**base, "zero_centered_gamma": value})
+    one = {**base, "flags": {"zero_centered_gamma": True}, "zero_centered_gamma": 1}
+    with pytest.raises(VariantListError, match="given both in 'flags' \\(True\\) and as a"):
+        expand_entry(one)  # True and 1 are equal, but 1 is no flag value
+
+
+@pytest.mark.parametrize("table_in_defaults", [True, False])
+def test_an_entry_flag_in_either_form_replaces_the_defaults_flag(tmp_path, table_in_defaults):
+    """defaults set a flag one way, an entry the other way: the entry's own value wins (as
+    for any field), with no both-ways conflict."""
+    if table_in_defaults:
+        text = ("[defaults]\narch = 'sm_90'\nflags = { zero_centered_gamma = true }\n"
+                "[[variants]]\nop = 'layernorm_fwd'\ndtype = 'bf16'\nzero_centered_gamma = false\n"
+                "[[variants]]\nop = 'layernorm_fwd'\ndtype = 'bf16'\n")  # fmt: skip
+    else:
+        text = ("[defaults]\narch = 'sm_90'\nzero_centered_gamma = true\n"
+                "[[variants]]\nop = 'layernorm_fwd'\ndtype = 'bf16'\n"
+                "flags = { zero_centered_gamma = false }\n"
+                "[[variants]]\nop = 'layernorm_fwd'\ndtype = 'bf16'\n")  # fmt: skip
+    path = tmp_path / "v.toml"
+    path.write_text(text)
+    keys = load_variants(path)
+    assert [dict(k.flags).get("zero_centered_gamma", False) for k in keys] == [False, True]
+
+
+def test_a_json_file_nested_too_deep_names_the_file(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(VariantListError, match="nested too deeply") as info:
+        load_variants(path)
+    assert str(info.value).startswith(f"{path}: ") and info.value.entry is None
+
+
+def test_a_toml_file_nested_too_deep_names_the_file(tmp_path):
+    path = tmp_path / "deep.toml"
+    path.write_text("variants = " + "[" * 100000 + "]" * 100000 + "\n")
+    with pytest.raises(VariantListError) as info:
+        load_variants(path)
+    assert str(info.value).startswith(f"{path}: ") and info.value.entry is None
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [('{"variants": [{"op": "gelu", "arch": "sm_90", "op": "silu"}]}', "op"),
+     ('{"variants": [{"op": "gelu"}], "variants": [{"op": "silu"}]}', "variants"),
+     ('[{"op": "layernorm_fwd", "flags": {"zero_centered_gamma": true, '
+      '"zero_centered_gamma": false}}]', "zero_centered_gamma")],
+)  # fmt: skip
+def test_a_duplicate_json_key_is_an_error_naming_the_key(tmp_path, text, key):
+    """json keeps the last of two equal keys: an error instead, naming the key and file."""
+    path = tmp_path / "dup.json"
+    path.write_text(text)
+    with pytest.raises(VariantListError, match=rf"duplicate key '{key}'") as info:
+        load_variants(path)
+    assert str(info.value).startswith(f"{path}: ") and "needs .toml" not in str(info.value)
+
+
+def test_a_duplicate_toml_key_is_refused_by_the_parser(tmp_path):
+    """TOML forbids a key twice; tomllib refuses it with the line, which the error keeps."""
+    path = tmp_path / "dup.toml"
+    path.write_text("[[variants]]\nop = 'gelu'\nop = 'silu'\n")
+    with pytest.raises(VariantListError, match=r"not valid TOML: .*line 3") as info:
+        load_variants(path)
+    assert str(info.value).startswith(f"{path}: ")

@@ -276,12 +276,20 @@ class _NormKernel(Kernel):
         return v if self.config.mode == "regs" or hidden % v == 0 else 1
 
 
+# eps is passed as fp32: from this value up it rounds to inf (fp32's largest finite value,
+# 3.4028234663852886e38, plus half its ulp, 2**103)
+FP32_OVERFLOW = 3.4028235677973366e38
+
+
 def _eps(value: Any, rms: bool = False) -> float:
-    """``eps`` as a float: a real number >= 0 (not a bool, a string, a CUDA array or an
-    array with dimensions). For an RMSNorm kernel (``rms``) an array here is most often
-    beta, which it takes none of, and the message says so."""
+    """``eps`` as a float: a real number from 0 to fp32's largest, 3.4028235e38 (the kernels
+    take it as fp32, where a larger one would be inf). Raises
+    :class:`~nvrtc_engine.ArgumentTypeError` for a bool (numpy's too), a string, a CUDA
+    array or an array with dimensions, and :class:`~nvrtc_engine.ArgumentError` for another
+    value that is no number or one out of that range. For an RMSNorm kernel (``rms``) an
+    array here is most often beta, which it takes none of, and the message says so."""
     if type(value) is not float:
-        if isinstance(value, (str, bytes)):
+        if isinstance(value, (str, bytes, bool)):
             raise ArgumentTypeError("eps", f"must be a float >= 0, got {value!r}")
         if hasattr(value, "__cuda_array_interface__") or (
             hasattr(value, "shape") and hasattr(value, "dtype") and getattr(value, "ndim", 0)
@@ -290,14 +298,19 @@ def _eps(value: Any, rms: bool = False) -> float:
             raise ArgumentTypeError(
                 "eps", f"must be a float >= 0, got an array of shape {tuple(value.shape)}{hint}"
             )
-        if isinstance(value, bool):
-            raise ArgumentError("eps", f"must be a float >= 0, got {value!r}")
+        if getattr(getattr(value, "dtype", None), "kind", None) == "b":  # numpy's bool
+            raise ArgumentTypeError("eps", f"must be a float >= 0, got {value!r}")
     try:
         eps = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # (an int beyond any float: OverflowError)
         raise ArgumentError("eps", f"must be a float >= 0, got {value!r}") from None
     if not (math.isfinite(eps) and eps >= 0.0):
         raise ArgumentError("eps", f"must be a finite float >= 0, got {value!r}")
+    if eps >= FP32_OVERFLOW:
+        raise ArgumentError(
+            "eps", "must be at most 3.4028235e+38 (fp32's largest; kernels take eps as fp32), "
+            f"got {value!r}"
+        )  # fmt: skip
     return eps
 
 
@@ -356,7 +369,7 @@ class _NormFwdKernel(_NormKernel):
         given = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
         # eps, a scalar, is checked first: a bad one is reported without a device, as clamped
         # SwiGLU's limit is (the float test is the common case's shortcut)
-        ok = type(eps) is float and 0.0 <= eps < math.inf
+        ok = type(eps) is float and 0.0 <= eps < FP32_OVERFLOW
         eps_value = eps if ok else _eps(eps, self.spec.rms)
         done, plan_key = self._fast(given, (eps_value,), stream)
         if done is not None:
