@@ -923,13 +923,15 @@ def _kernel_with(op, fields, tuned, values):
 
 
 def _kernel_patched(op, fields, attrs):
-    """``op``'s kernel for ``fields`` with the norm module's ``attrs`` set (names to values),
-    compiled afresh."""
+    """``op``'s kernel for ``fields`` with ``attrs`` set (names to values: settings of
+    ``norm_switches``, or ``norm_layout``'s functions such as ``_tuned``), compiled afresh."""
+    import nvrtc_engine.ops.norm_layout as norm_layout
     import nvrtc_engine.ops.norm_switches as norm_switches
 
     with pytest.MonkeyPatch.context() as mp:
         for name, value in attrs.items():
-            mp.setattr(norm_switches, name, value)
+            module = norm_switches if hasattr(norm_switches, name) else norm_layout
+            mp.setattr(module, name, value)  # (raises for a name neither module has)
         launch_config.cache_clear()
         ne.clear_cache(disk=False)
         try:
