@@ -1137,24 +1137,21 @@ def norm_section() -> str | None:
 # day are found by name (norm_bandwidth*.json); what the files do not say about them goes
 # here: the code they ran against the table's, and the command for the runs made before
 # results recorded it.
-NORM_TABLE_RUN = "norm_bandwidth-2026-12-04-round22"
+NORM_TABLE_RUN = "norm_bandwidth-2026-12-05-round25-full"
 # Round 19's source_ab runs were made while the template aligned every forward's reduction
 # buffer to 16 bytes; it does so only where W is on since, so that the other kernels' sources
 # are round 18's again.
 ALIGNED = ("In this run every forward's reduction buffer was 16-byte aligned (the template "
            "has that attribute only where `W` is on since): the kernels without `W` here "
            "differ from the shipped ones by it.")  # fmt: skip
-NORM_TABLE_NOTE = ("Round 22's run of round 21's kernels (the same cache digests): round 19's "
-                   "(docs/norms.md: LayerNorm bf16 14336 and LayerNorm FP8 8192 take their "
-                   "statistics by two passes per warp and one exchange, `W`), except RMSNorm "
-                   "FP8 at 65536, whose row copies ask L2 for 256 bytes (`L`, 'Source edits, "
-                   "paired' below). The first run of the script that times the copy in the "
-                   "paired rounds too (`% of copy, paired`). This run was named the table's "
-                   "before it ran. It records each kernel's residency on the GPU it ran on "
-                   "(`residency` in its JSON). After it `TUNED` took `L` for RMSNorm "
-                   "backward at 14336 ('The staged backwards with `L`' below): that row here "
-                   "is the entry before (`lfit3`); the new kernel's run is among the other "
-                   "runs of the day.")  # fmt: skip
+NORM_TABLE_NOTE = ("Round 25's kernels, the shipped set (`A` at LayerNorm FP8 4096 and 14336, "
+                   "`w4r1v8j4c1hogqiAt3` and `w14r2v8j4c1ogqAt2`; `L` at RMSNorm backward 14336), "
+                   "with torch.compile: the full run that round 25's no-compile run "
+                   "(norm_bandwidth-2026-12-04-round25, counted in 'The same kernels across "
+                   "runs' below) could not make. The code between "
+                   "them moved the kernels' host side into modules of their own and split the "
+                   "template; bench/render_snapshot.py found every norm key's rendered source "
+                   "unchanged by it. This run was named the table's before it ran.")  # fmt: skip
 OTHER_RUN_NOTES = {
     "norm_bandwidth": "Round 17's kernels: the RMSNorm FP8 register kernels at 4096-14336 "
     "(several row groups per CTA) and the staged forwards that hold their weights in "
@@ -1658,6 +1655,17 @@ def _source_ab() -> list[str]:
          "without the 128-byte boundary (its stages at 224), LayerNorm bf16 14336 1.060x (at "
          "224) and RMSNorm FP8 65536 1.016x (at 192) without it, the others within 0.8%. "
          "`TUNED` takes `A` at LayerNorm FP8 4096 and 14336 only."),
+        ("source_ab-2026-12-05-stage-offsets", "",
+         "Where the stages may start, LayerNorm FP8 4096 (base: the shipped `hogqiAt3`, its "
+         "stages on a 128-byte boundary): without `A` (`@w4r1v8j4c1hogqit3`, at 32 bytes) "
+         "0.987x; the reduction buffer 12, 16 or 20 floats longer without `A` (stages at 80, 96 "
+         "and 112 bytes) 0.841x, 0.987x and 0.871x, slower than the base in every round; on a "
+         "256- or 512-byte boundary (`align256`, `align512`) 1.000x and 1.001x. With round 25's "
+         "48, 64 and 128 (0.861x, 0.998x, 1.010x against `hogqit3`): every start 16 bytes off "
+         "a 32-byte boundary (48, 80, 112) loses 13-16%, every start on one (32, 64, 96) is "
+         "within 1.5% of the 128-byte boundary, and boundaries beyond 128 bytes add nothing. "
+         "The 16-byte cp.async copies of a 32-byte global sector land in two shared-memory "
+         "sectors exactly where the start is 16 bytes off."),
     ]  # fmt: skip
     out: list[str] = []
     for name, flags, text in runs:
@@ -1701,6 +1709,15 @@ def _cta_times() -> list[str]:
          "itself took ptxas to 80 registers (6 CTAs per SM, not 5), so the grid here is 792 "
          "CTAs. The CTAs end between 41 and 55 us into the call, and an SM's CTAs do not share "
          "it evenly: the later a CTA's warps took their slots, the slower its rows."),
+        ("norm_cta_times-2026-12-05-ln4096-fp8-A",
+         "LayerNorm FP8 4096 as shipped since round 25 (`hogqiAt3`: the stages on a 128-byte "
+         "boundary) with the probe, 792 CTAs (the probe's registers again): the first CTAs end "
+         "41-42 us into the call, the last 53-56 us; rows of 2.02-2.05 us at the median, and "
+         "the later a CTA took its SM slot the slower its rows (rank 0 1.91 us, rank 5 2.36 "
+         "us). Within 1-2% of the probe without `A` above, sample by sample: with the probe "
+         "(6 CTAs per SM) the stage offset shows no more than the spread between samples. The "
+         "first run of the script's DeviceArray readback on a GPU (`--samples 3`, written as "
+         "norm_cta_times.json by default and renamed here)."),
         ("norm_cta_times-ln4096-fp8-dynrows32",
          "The same with rows handed out at run time (`dynrows32`, its first form, with the "
          "fence; 5 CTAs per SM): the CTAs take 19-32 rows, and end later than the base's last "

@@ -75,12 +75,13 @@ The edits:
     (a persistent grid's rows within each shard), without and with the atomic;
     ``align16``: a staged kernel with ``A`` (the stages on a 128-byte boundary) with them on a
     16-byte one, as without ``A`` (where the static shared memory before them leaves them);
-    ``align256``, ``align512``: with them on a 256- or 512-byte boundary (untimed so far);
+    ``align256``, ``align512``: with them on a 256- or 512-byte boundary (timed 2026-12-05: level);
     ``red4``, ``red8``, ``red12``, ``red16``, ``red20``, ``red24`` (diagnostics): the reduction
     buffer 4-24 floats longer, so the dynamic shared memory after it starts 16-96 bytes further
     on (on a kernel without ``A``: with it the stages stay on their 128-byte boundary). Round
     25 measured 4, 8 and 24; 12 and 20 put the stages 16 bytes off a 32-byte boundary as 4 did,
-    16 on one, to tell a 32-byte sector from other offsets (untimed so far);
+    16 on one, to tell a 32-byte sector from other offsets (timed 2026-12-05: 12 and 20 lose
+    13-16%, 16 does not);
     ``dynstatic1`` dynrows' code with static tickets (the rows of ``base``), ``dynstatic1r``
     the same without the count of CTAs done at the end, ``dynloop1`` only its loop over a ring
     of row groups that every thread works out (no tickets, no shared-memory post);

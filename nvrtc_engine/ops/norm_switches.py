@@ -264,9 +264,11 @@ STAGED_FETCH256 = False
 # round), LayerNorm bf16 14336 (qfWt4, at 224) 0.943x and RMSNorm FP8 65536 (hogqiLt3, at
 # 192) 0.984x (slower in every round), LayerNorm bf16 and FP8 and RMSNorm bf16 at 65536
 # within 0.8% (either way). So TUNED takes it where it won; the staged backwards (at 1056)
-# were not measured with it. Why the offset matters is not established; the SASS with and
-# without A differs only in the immediate that locates the stages (bench/sass.py edits=align16
-# --diff), so it is the hardware's response to the address, not other code.
+# were not measured with it. The SASS with and without A differs only in the immediate that
+# locates the stages (bench/sass.py edits=align16 --diff), so it is the hardware's response to
+# the address, not other code; in LayerNorm FP8 4096 (source_ab-2026-12-05-stage-offsets.json)
+# every start 16 bytes off a 32-byte sector (48, 80, 112) lost 13-16%, starts on one (32, 64,
+# 96) were within 1.5% of 128, and 256 or 512 added nothing.
 STAGED_ALIGNED = False
 # Round-5 candidate, off by default (0): the staged backward (symbol suffix ``t{stages}``).
 # Each CTA (or cluster: H = 65536) holds a fixed share of the columns and loops over rows
