@@ -1188,6 +1188,9 @@ OTHER_RUN_NOTES = {
     "`align16` undoes it), without torch.compile (--no-compile). The kernels are not any "
     "shipped set: `TUNED` took the boundary (switch `A`) at LayerNorm FP8 4096 and 14336 "
     "only, where it won.",
+    "norm_bandwidth-2026-12-05-repeat": "Another lease, 12 minutes after the table's run: "
+    "the same kernels (by their cache digests) again, without torch.compile (--no-compile), "
+    "to see how far one set of kernels moves between leases.",
     "norm_bandwidth-2026-12-04-round25": "Round 25's kernels: `A` at LayerNorm FP8 4096 and "
     "14336 (`w4r1v8j4c1hogqiAt3`, `w14r2v8j4c1ogqAt2`), every other kernel the table's; "
     "without torch.compile (--no-compile: the lease's device time was spent). The table's "
@@ -1343,7 +1346,8 @@ def _spread(d: dict[str, Any]) -> list[str]:
     counts = f"{sizes[0]}" if sizes[0] == sizes[-1] else f"{sizes[0]} to {sizes[-1]}"
     verdict = "Every row met its % of copy target in each of them."
     if rows:
-        verdict = (f"{len(rows)} rows missed their % of copy target in at least one run "
+        which = "1 row missed its" if len(rows) == 1 else f"{len(rows)} rows missed their"
+        verdict = (f"{which} % of copy target in at least one run "
                    "(median: the middle run, the higher of the two with an even count); "
                    "every other row met it in all of them.")  # fmt: skip
     header = ["norm", "case", "H", "target", "runs", "lowest", "median", "highest", "met"]
