@@ -284,9 +284,10 @@ FP32_OVERFLOW = 3.4028235677973366e38
 def _eps(value: Any, rms: bool = False) -> float:
     """``eps`` as a float: a real number from 0 to fp32's largest, 3.4028235e38 (the kernels
     take it as fp32, where a larger one would be inf). Raises
-    :class:`~nvrtc_engine.ArgumentTypeError` for a bool (numpy's too), a string, a CUDA
-    array or an array with dimensions, and :class:`~nvrtc_engine.ArgumentError` for another
-    value that is no number or one out of that range. For an RMSNorm kernel (``rms``) an
+    :class:`~nvrtc_engine.ArgumentTypeError` for what is no real number (``None``, a bool,
+    numpy's too, a string, a list, a complex number, a CUDA array or an array with
+    dimensions), and :class:`~nvrtc_engine.ArgumentError` for a number out of that range
+    (negative, NaN, inf, too large for fp32). For an RMSNorm kernel (``rms``) an
     array here is most often beta, which it takes none of, and the message says so."""
     if type(value) is not float:
         if isinstance(value, (str, bytes, bool)):
@@ -302,7 +303,11 @@ def _eps(value: Any, rms: bool = False) -> float:
             raise ArgumentTypeError("eps", f"must be a float >= 0, got {value!r}")
     try:
         eps = float(value)
-    except (TypeError, ValueError, OverflowError):  # (an int beyond any float: OverflowError)
+    except TypeError:  # None, a list, a complex number: no real number at all
+        raise ArgumentTypeError("eps", f"must be a float >= 0, got {value!r}") from None
+    except OverflowError:  # an int beyond any float: beyond fp32's range too
+        eps = FP32_OVERFLOW
+    except ValueError:
         raise ArgumentError("eps", f"must be a float >= 0, got {value!r}") from None
     if not (math.isfinite(eps) and eps >= 0.0):
         raise ArgumentError("eps", f"must be a finite float >= 0, got {value!r}")
