@@ -265,6 +265,7 @@ class Kernel:
             raise ArgumentError(name, f"has dtype {a.dtype_text}; {self.key} takes {dtype.name}")
         if not a.contiguous:
             raise ArgumentError(name, "must be C-contiguous (call .contiguous() first)")
+        _check_address(a, name, dtype.itemsize)
         if a.device < 0:
             a.device = _device_of(a, name)
         return a
@@ -326,11 +327,24 @@ class Kernel:
             raise ArgumentError(name, f"must be a float32 device tensor, got {a.dtype_text}")
         if a.numel < 1:
             raise ArgumentError(name, "must have at least one element")
+        _check_address(a, name, 4)
         if a.device < 0:
             a.device = _device_of(a, name)
         if a.device != like.device:
             raise ArgumentError(name, f"is on device {a.device}, the input on {like.device}")
         return a.ptr
+
+
+def _check_address(a: Array, name: str, itemsize: int) -> None:
+    """Refuse what no kernel may read: a null address for elements, or one not a multiple of
+    the element size (a load from it would stop the CUDA context with a misaligned-address
+    error, for every later call too). Arrays of torch and CuPy always pass; an
+    ``__cuda_array_interface__`` or DLPack view into bytes may not."""
+    if a.ptr % itemsize:
+        raise ArgumentError(name, f"address {a.ptr:#x} is not a multiple of its element size "
+                                  f"({itemsize} bytes)")  # fmt: skip
+    if a.ptr == 0 and a.numel:
+        raise ArgumentError(name, f"is a null pointer with {a.numel} elements")
 
 
 def _device_of(a: Array, name: str) -> int:

@@ -142,3 +142,26 @@ def test_a_device_ordinal_that_is_not_an_int(bf16_kernel, ordinal):
         bf16_kernel.loaded(ordinal)
     with pytest.raises(ne.ArgumentTypeError, match="a CUDA device ordinal is an int"):
         ne.driver.get_device(ordinal)
+
+
+def test_an_address_no_kernel_may_read_is_refused(fp8_kernel, bf16_kernel):
+    """An element address not a multiple of the element size (a view into bytes) would stop
+    the CUDA context with a misaligned-address error; a null one with elements would fault.
+    Both are refused before a launch, for inputs, outputs and the fp32 scaling buffers; an
+    FP8 output (1 byte) may start anywhere."""
+    base = 0x7F0000000000
+    with pytest.raises(ArgumentError, match=r"^x: address 0x7f0000000001 is not a multiple of "
+                                            r"its element size \(2 bytes\)"):  # fmt: skip
+        bf16_kernel(FakeCupyArray((4, 64), "<u2", ptr=base + 1))
+    with pytest.raises(ArgumentError, match="^out: address .* element size"):
+        bf16_kernel(FakeCupyArray((4, 64), "<u2"), FakeCupyArray((4, 64), "<u2", ptr=base + 3))
+    with pytest.raises(ArgumentError, match="^x: is a null pointer with 256 elements"):
+        bf16_kernel(FakeCupyArray((4, 64), "<u2", ptr=0))
+    bad_scale = {**scalars(), "amax": FakeCupyArray((1,), "<f4", ptr=0x2002)}
+    with pytest.raises(ArgumentError, match=r"^amax: address 0x2002 .*\(4 bytes\)"):
+        fp8_kernel(FakeCupyArray((4, 64), "<u2"), FakeCupyArray((4, 64), "|u1"), **bad_scale)
+    from nvrtc_engine.interop import as_array
+    from nvrtc_engine.kernel import _check_address
+
+    _check_address(as_array(FakeCupyArray((4, 64), "|u1", ptr=base + 1), "out"), "out", 1)
+    _check_address(as_array(FakeCupyArray((0, 64), "<u2", ptr=0), "x"), "x", 2)  # no elements
