@@ -177,26 +177,19 @@ class Engine:
     def info(self) -> CacheInfo:
         """Counters and sizes; opens the disk cache only where its directory holds one:
         asking creates no directory (a missing one reports 0 entries and 0 bytes)."""
+        counters = {
+            "hits": self.hits, "disk_hits": self.disk_hits, "misses": self.misses,
+            "compiles": self.compiles, "memory_entries": len(self._memory),
+        }  # fmt: skip
         missing = self._missing_cache_dir()
         if missing is not None:
             return CacheInfo(
-                hits=self.hits,
-                disk_hits=self.disk_hits,
-                misses=self.misses,
-                compiles=self.compiles,
-                memory_entries=len(self._memory),
-                entries=0,
-                bytes=0,
-                directory=missing,
+                **counters, entries=0, bytes=0, directory=missing,
                 size_limit=config.settings().cache_size_limit,
-            )
+            )  # fmt: skip
         disk = self.disk()
         return CacheInfo(
-            hits=self.hits,
-            disk_hits=self.disk_hits,
-            misses=self.misses,
-            compiles=self.compiles,
-            memory_entries=len(self._memory),
+            **counters,
             entries=len(disk) if disk is not None else 0,
             bytes=disk.volume() if disk is not None else 0,
             directory=str(disk.directory) if disk is not None else None,
