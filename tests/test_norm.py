@@ -2572,23 +2572,6 @@ def test_norm_modules_keep_settings_in_one_place():
         norm_layout.norm_spec(make_key("gelu", in_dtype="bf16", arch="sm_90"))
 
 
-def test_docs_switch_recipe_runs(tmp_path):
-    """docs/norms.md's recipe for changing a setting (the first Python block there) runs as
-    written in a fresh process and gives the layout it asserts."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    doc = (Path(__file__).parent.parent / "docs" / "norms.md").read_text()
-    block = re.search(r"```python\n(import os\n.*?)```", doc, re.S)
-    assert block is not None and "FWD_REREAD" in block[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NVRTC_ENGINE_")}
-    env["NVRTC_ENGINE_CACHE_DIR"] = str(tmp_path)
-    done = subprocess.run([sys.executable, "-c", block[1]], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-
-
 def test_sass_script_builds_edited_kernels(monkeypatch):
     """bench/sass.py's ``edits=`` (the diff against the same build without them needs
     cuobjdump, not here): the edited and plain builds share symbols and layout and differ in
