@@ -1,57 +1,35 @@
-"""LayerNorm/RMSNorm bandwidth on the GPU: nvrtc_engine (specialized and general kernels) vs
-device copy, PyTorch eager and torch.compile.
+"""LayerNorm/RMSNorm family for bench/bandwidth.py: nvrtc_engine (specialized and general
+kernels) against the device copy, PyTorch eager and torch.compile.
 
-    python bench/norm_bandwidth.py [--norms layernorm,rmsnorm] [--no-compile] [--repeat 50]
-                                   [--shapes 16384x4096,...|winners] [--name norm_bandwidth]
-                                   [--tuned-from bench/results/norm_tuning-NAME.json]
+bf16, N x H of ``--shapes`` (default 16384 rows at H 1024, 4096, 8192 and 14336, 2048 rows
+at 65536), ``--ops`` layernorm, rmsnorm or both. Cases: fwd bf16->bf16 (z, mu, rsigma); fwd
+bf16->fp8 (z in fp8_e4m3 with tensor scaling: amax, scale_inv); bwd (dx, dgamma, dbeta from
+dz, x, mu, rsigma, gamma). Implementations: nvrtc_engine with hidden_size=H ("specialized";
+the kernel symbol names its launch configuration) and hidden_size=None ("general"); torch
+eager (F.layer_norm / F.rms_norm, then amax and a saturating cast for FP8; backward:
+aten.native_layer_norm_backward, for RMSNorm the kernel's math in torch ops and, apart,
+autograd through F.rms_norm); torch.compile of the same functions, compiled afresh per shape.
+Then, per case, the specialized kernel, torch.compile and the reference copy again in
+``--paired`` rounds (default 20; common.paired_ms): ``vs_compile_paired``, the median of
+torch.compile's time over the kernel's in the same round (with lowest, highest and
+``faster_than_compile``, the fraction of rounds the kernel won), and ``pct_of_copy_paired``,
+the median of the kernel's GB/s over the copy's in the same round.
 
-bf16, N = 16384 rows at H in {1024, 4096, 8192, 14336} and N = 2048 at H = 65536. Cases:
-  - fwd bf16->bf16: z (+ mu, rsigma),
-  - fwd bf16->fp8: z in fp8_e4m3 with tensor scaling (amax of z, scale_inv),
-  - bwd: dx, dgamma (, dbeta) from dz, x, mu, rsigma, gamma.
-Implementations: nvrtc_engine with hidden_size=H ("specialized", the kernel name shows its
-launch configuration) and hidden_size=None ("general"); torch eager (F.layer_norm /
-F.rms_norm, then amax and a saturating cast for FP8; backward: aten.native_layer_norm_backward,
-for RMSNorm the kernel's math in torch ops and, separately, autograd through F.rms_norm);
-torch.compile of the same functions, compiled afresh for each shape (common.fresh_compile;
-a failure is reported in the table, not fatal). Then, per case, the specialized kernel,
-torch.compile and the reference copy again in ``--paired-rounds`` paired rounds
-(common.paired_ms, default 20, each round all three in a shuffled order):
-``vs_compile_paired`` is the median of torch.compile's time over the kernel's in the same
-round (above 1: the kernel is faster), with its lowest and highest, and
-``faster_than_compile`` the fraction of rounds the kernel won; ``pct_of_copy_paired`` is the
-median of the kernel's GB/s over the copy's in the same round (with its lowest and highest,
-and the copy's median GB/s in those rounds, ``copy_gbps_paired``). The sequential timings
-are minutes apart on a GPU whose speed drifts by a few percent, more than some of the
-differences they would show, and ``pct_of_copy`` divides by a copy timed once at the start
-(``copy_gbps``; ``copy_gbps_end``: the same copy timed again at the end); the paired figures
-are the comparisons.
-
-GB/s counts each tensor once: forward x read + z written + gamma (and beta) read; backward
-x and dz read + dx written. Each timed call touches its own copy of the row tensors, cycling
-over enough copies that the traffic per cycle is at least 256 MB (so nothing is served from
-L2). Writes bench/results/norm_bandwidth.json, or NAME.json with ``--name`` (and the same
-under $OUT when set).
-
-``--tuned-from`` rechecks a sweep's winners before norm_switches.TUNED takes them: for each (norm,
-direction, H, output) of a bench/norm_tuning.py result whose best candidate was faster than
-the default in every round, that candidate replaces the entry for this run (listed in the
-JSON as ``tuned_overrides``; a winner for ``rmsnorm_bwd`` also replaces ``rmsnorm_bwd_add``'s,
-the same kernel with the residual added); ``--shapes winners`` then measures only their
-shapes.
+GB/s counts each tensor once: forward x read, z written, gamma (and beta) read; backward x
+and dz read, dx written. Each timed call touches its own copy of the row tensors, cycling
+over enough copies that a cycle moves at least 256 MB (nothing is served from L2). Result
+schema: ``copy_gbps``, ``copy_gbps_end``, ``repeat``, ``paired_rounds`` and ``rows`` of
+{norm, case, tokens, hidden, impl, bytes, kernel, digest, residency, ms, gbps, pct_of_copy,
+pct_of_copy_paired(_low, _high), copy_gbps_paired, vs_compile_paired(_low, _high),
+faster_than_compile, error}.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
-import sys
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
@@ -100,23 +78,6 @@ def forward_rows(rows: int, h: int, fp8: bool) -> dict[str, Any]:
                              dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16),
             "mu": torch.empty(rows, device="cuda"),
             "rs": torch.empty(rows, device="cuda")}  # fmt: skip
-
-
-def same_bytes_copy(nbytes: int) -> tuple[Callable[[], None], Cycle]:
-    """A device copy (torch ``copy_``) that reads and writes ``nbytes`` in all, on its own
-    buffers each call (a :class:`Cycle`, returned to be kept alive with the call)."""
-    import torch
-
-    half = nbytes // 2
-    u8 = torch.uint8
-    cycle = Cycle(lambda: (torch.empty(half, dtype=u8, device="cuda"),
-                           torch.empty(half, dtype=u8, device="cuda")), nbytes)  # fmt: skip
-
-    def copy() -> None:
-        dst, src = cycle.next()
-        dst.copy_(src)
-
-    return copy, cycle
 
 
 def torch_fns(norm: str, h: int) -> dict[str, Any]:
@@ -225,11 +186,11 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace,
         % of copy, free of the drift between timings minutes apart."""
         impls = ("nvrtc_engine specialized", "torch.compile")
         mine = [r for r in rows if r["case"] == case and r["impl"] in impls and r["ms"]]
-        if args.paired_rounds < 1 or not mine or mine[0]["impl"] != impls[0]:
+        if args.paired < 1 or not mine or mine[0]["impl"] != impls[0]:
             return
         fns = {r["impl"]: timed[case][r["impl"]] for r in mine}
         fns["device copy"] = copy.call
-        times = common.paired_ms(fns, rounds=args.paired_rounds, seed=h)
+        times = common.paired_ms(fns, rounds=args.paired, seed=h)
         kernel_row = mine[0]
         pct = common.paired_pct_of_copy(times[impls[0]], kernel_row["bytes"],
                                         times["device copy"], copy.nbytes)  # fmt: skip
@@ -323,105 +284,54 @@ def bench_shape(norm: str, n: int, h: int, args: argparse.Namespace,
     return rows
 
 
-def apply_winners(path: str) -> dict[str, str]:
-    """Put each case's winner of the norm_tuning result ``path`` (the candidate with the
-    highest same-round speed-up among those faster than the default in every round) into
-    norm_switches.TUNED for this process; returns them as {"op:H:scaling": tag}."""
-    import json
-
-    import nvrtc_engine.ops.norm as norm
-    import nvrtc_engine.ops.norm_switches as norm_switches
-
-    best: dict[tuple, dict[str, Any]] = {}
-    for r in json.loads(Path(path).read_text())["rows"]:
-        if r.get("default") or r.get("host") or r.get("faster_rounds", 0) < 1.0:
-            continue
-        case = (r["norm"], r["direction"], r["hidden"], r["out"])
-        if case not in best or r["vs_default"] > best[case]["vs_default"]:
-            best[case] = r
-    applied = {}
-    for (nm, direction, h, out), r in sorted(best.items()):
-        op, scaling = f"{nm}_{direction}", "tensor" if out == "fp8" else "none"
-        # rmsnorm_bwd_add is the same kernel with the residual added: it follows rmsnorm_bwd
-        for name in (op, "rmsnorm_bwd_add") if op == "rmsnorm_bwd" else (op,):
-            norm_switches.TUNED[(name, h, scaling)] = r["config"]
-            applied[f"{name}:{h}:{scaling}"] = r["config"]
-    norm.launch_config.cache_clear()
-    return applied
+DEFAULTS = {"shapes": ",".join(f"{n}x{h}" for n, h in CASES), "repeat": 50, "paired": 20}
+NORMS = ("layernorm", "rmsnorm")
 
 
-def main() -> int:
-    raw = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
-    parser.add_argument("--norms", default="layernorm,rmsnorm",
-                        help="comma-separated (default %(default)s)")  # fmt: skip
-    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
-    parser.add_argument("--repeat", type=int, default=50,
-                        help="samples per timing, each 10 calls (default %(default)s)")  # fmt: skip
-    parser.add_argument("--shapes", default="",
-                        help="NxH,... e.g. 16384x4096,2048x65536, or 'winners': the shapes "
-                        "of --tuned-from's winners (default: all)")  # fmt: skip
-    parser.add_argument("--paired-rounds", type=int, default=20,
-                        help="paired rounds of the specialized kernel against torch.compile "
-                        "per case (0: none; default 20)")  # fmt: skip
-    parser.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
-    parser.add_argument(
-        "--name", type=common.result_name, default="norm_bandwidth", help="bench/results/NAME.json"
-    )
-    parser.add_argument("--tuned-from", default="", help="a norm_tuning result whose winners "
-                        "replace their TUNED entries for this run (see above)")  # fmt: skip
-    args = parser.parse_args()
-    norms = args.norms.split(",")
-    if not set(norms) <= {"layernorm", "rmsnorm"}:
-        parser.error(f"--norms {args.norms!r}: layernorm, rmsnorm or both")
-    shapes_ok = all(re.fullmatch(r"\d+x\d+", s) for s in args.shapes.split(","))
-    if args.shapes and args.shapes != "winners" and not shapes_ok:
-        parser.error(f"--shapes {args.shapes!r}: NxH,... (e.g. 16384x4096) or winners")
-    if args.shapes == "winners" and not args.tuned_from:
-        parser.error("--shapes winners needs --tuned-from")
-    torch = common.torch_or_exit(parser)
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments for this family, or None."""
+    if not set(filter(None, args.ops.split(","))) <= set(NORMS):
+        return f"--ops {args.ops!r}: layernorm, rmsnorm or both"
+    if args.compile_ops or args.kernels != "specialized":
+        return "the norm family takes no --compile-ops or --kernels (it runs both kernels)"
+    return None
 
-    torch.manual_seed(0)
-    overrides = apply_winners(args.tuned_from) if args.tuned_from else {}
-    if args.tuned_from:
-        print(f"norm_switches.TUNED overrides: {overrides}", flush=True)
-    cases = CASES
-    if args.shapes == "winners":
-        hs = {int(k.split(":")[1]) for k in overrides}
-        cases = [c for c in CASES if c[1] in hs]
-        if not cases:
-            print("no winners: nothing to measure")
-            return 0
-    elif args.shapes:
-        cases = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    reference = common.CopyReference()
-    copy = reference.gbps()
+
+def norms(args: argparse.Namespace) -> list[str]:
+    return [n for n in args.ops.split(",") if n] or list(NORMS)
+
+
+def kernels(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
+    """(op, get_kernel fields) of every engine kernel the run launches."""
+    out = []
+    for norm in norms(args):
+        for _, h in args.shapes:
+            for hidden in (h, None):
+                out += [(f"{norm}_fwd", {"in_dtype": "bf16", "hidden_size": hidden}),
+                        (f"{norm}_fwd", {"in_dtype": "bf16", "out_dtype": "fp8",
+                                         "hidden_size": hidden}),
+                        (f"{norm}_bwd", {"in_dtype": "bf16", "hidden_size": hidden})]  # fmt: skip
+    return out
+
+
+def run(args: argparse.Namespace, reference: common.CopyReference, copy: float) -> dict[str, Any]:
+    """The family's result payload, rows against ``copy`` (the reference copy's GB/s)."""
     rows = []
-    for norm in norms:
-        for n, h in cases:
+    for norm in norms(args):
+        for n, h in args.shapes:
             rows += bench_shape(norm, n, h, args, reference)
     for r in rows:
         r["pct_of_copy"] = 100.0 * r["gbps"] / copy if r["gbps"] else None
-    copy_end = reference.gbps()
-    path = common.write_results(args.name, {
-        **common.gpu_info(), "copy_gbps": copy, "copy_gbps_end": copy_end,
-        "dtype": "bf16", "eps": EPS,
-        "repeat": args.repeat, "paired_rounds": args.paired_rounds,
-        "tuned_overrides": overrides, "rows": rows,
-    })  # fmt: skip
-    print(f"device copy: {copy:.0f} GB/s at the start, {copy_end:.0f} at the end   bf16 input;"
-          " GB/s counts each tensor once")  # fmt: skip
-    print(common.table(rows, [("norm", "norm", ""), ("case", "case", ""), ("tokens", "N", "d"),
-                              ("hidden", "H", "d"), ("impl", "implementation", ""),
-                              ("ms", "ms", ".4f"), ("gbps", "GB/s", ".0f"),
-                              ("pct_of_copy", "% of copy", ".1f"),
-                              ("pct_of_copy_paired", "% of copy, paired", ".1f"),
-                              ("vs_compile_paired", "x compile, paired", ".3f"),
-                              ("faster_than_compile", "won", ".2f"), ("kernel", "kernel", ""),
-                              ("error", "error", "")]))  # fmt: skip
-    print(f"\nwrote {path}")
-    return 0
+    return {"dtype": "bf16", "eps": EPS, "repeat": args.repeat, "paired_rounds": args.paired,
+            "rows": rows}  # fmt: skip
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def show(payload: dict[str, Any]) -> str:
+    """The table printed at the end of a run."""
+    return common.table(payload["rows"], [
+        ("norm", "norm", ""), ("case", "case", ""), ("tokens", "N", "d"), ("hidden", "H", "d"),
+        ("impl", "implementation", ""), ("ms", "ms", ".4f"), ("gbps", "GB/s", ".0f"),
+        ("pct_of_copy", "% of copy", ".1f"), ("pct_of_copy_paired", "% of copy, paired", ".1f"),
+        ("vs_compile_paired", "x compile, paired", ".3f"),
+        ("faster_than_compile", "won", ".2f"), ("kernel", "kernel", ""), ("error", "error", ""),
+    ])  # fmt: skip

@@ -1,7 +1,7 @@
 """What every norm variant renders to, as a snapshot to compare before and after a refactor.
 
-    python bench/render_snapshot.py --out before.json [--switches]
-    python bench/render_snapshot.py --compare before.json after.json
+    python bench/tuning/render_snapshot.py --out before.json [--switches]
+    python bench/tuning/render_snapshot.py --compare before.json after.json
 
 For each key of the norm family (every op; fp32, fp16 and bf16 x; z in x's dtype, E4M3 with
 tensor scaling and E5M2 MXFP8 for the forwards; no flag, zero-centred gamma, fp32 gamma; the
@@ -101,7 +101,7 @@ def main() -> int:
         return compare(*args.compare)
     if args.out is None:
         parser.error("--out FILE is needed to take a snapshot (or --compare A B)")
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     snap = snapshot(args.switches)
     args.out.write_text(json.dumps(snap, indent=0, sort_keys=True))
     print(f"{len(snap)} keys -> {args.out}")

@@ -3,7 +3,8 @@
 ``BWD_PACKED``, ``BWD_CLUSTERS``, ``BWD_CTAS_PER_SM`` and the round-3 switches in
 nvrtc_engine/ops/norm_switches.py).
 
-    python bench/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536] [--rounds 2]
+    python bench/tuning/norm_tuning.py [--tokens 16384] [--hidden 4096,8192,14336,65536]
+                                [--rounds 2]
                                 [--round3-only]
                                 [--candidates fp8|fp8b|bwd|big|bf16p|bwd2|onered|near|big2|
                                               lanes|fold|bwdc|sfwd|snear|srows|bal|
@@ -93,6 +94,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
 # Variants differ by monkeypatched configurations that neither the key nor the key index's
 # environment fingerprint sees: compile each in memory, never reuse a disk entry.
 os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"
@@ -1343,7 +1345,7 @@ def main() -> int:
         cases = case_list(args, [h], defaults)
         compiled: dict[tuple, Any] = {}
         if args.versus_compile:
-            from norm_bandwidth import torch_fns
+            from families.norm import torch_fns
 
             for group in dict.fromkeys(c[:4] for c in cases):
                 nm, _, direction, out = group

@@ -1,9 +1,9 @@
 """SASS of an nvrtc_engine kernel, compiled here (no GPU needed), with an opcode histogram.
 
-    python bench/sass.py OP [field=value ...] [norm_tag=TAG] [edits=NAME[+NAME...] [--diff]]
+    python bench/tuning/sass.py OP [field=value ...] [norm_tag=TAG] [edits=NAME[+NAME...] [--diff]]
                          [--all]
 
-e.g. ``python bench/sass.py gelu dtype=fp8 scaling=mxfp8 layout=rowwise hidden_size=8192``
+e.g. ``python bench/tuning/sass.py gelu dtype=fp8 scaling=mxfp8 layout=rowwise hidden_size=8192``
 prints the kernel's registers, shared memory and stack (``cuobjdump -res-usage``) and the
 count of each opcode per function of the cubin (arch sm_90 unless ``arch=`` says otherwise);
 ``--all`` adds the whole disassembly. Fields are get_kernel's. Needs ``cuobjdump``: the one
@@ -15,7 +15,7 @@ whatever its key's default, on a memory-only engine (the key does not see the ta
 ``edits=`` compiles the kernel from its rendered source with bench/source_ab.py's edits
 (``+``-joined; with ``norm_tag=`` the layout as given, as source_ab's ``@TAG``), and
 ``--diff`` then prints the instructions that differ from the same kernel without them (the
-addresses and encodings left out): e.g. ``python bench/sass.py layernorm_fwd in_dtype=bf16
+addresses and encodings left out): e.g. ``python bench/tuning/sass.py layernorm_fwd in_dtype=bf16
 out_dtype=fp8 hidden_size=4096 norm_tag=w4r1v8j4c1hogqit3 edits=red4 --diff`` (round 25: only
 the stages' base offset differs). The edits are listed and explained in bench/source_ab.py.
 """
@@ -69,7 +69,7 @@ def tagged_norm(op: str, fields: dict[str, object], tag: str) -> object:
     import nvrtc_engine.ops.norm_layout as norm_layout
     from nvrtc_engine.engine import Engine
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
     import common
 
     common.memory_only()  # the key does not see the tag

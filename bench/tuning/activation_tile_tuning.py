@@ -3,7 +3,7 @@ nvrtc_engine/ops/activation.py: MXFP8 columnwise and both outputs; results to go
 docs/performance.md). The row-flat kernel (gated ops, MXFP8 rowwise) has its own sweep,
 bench/activation_row_tuning.py.
 
-    python bench/activation_tile_tuning.py [--tokens 16384] [--hidden 8192] [--repeat 20]
+    python bench/tuning/activation_tile_tuning.py [--tokens 16384] [--hidden 8192] [--repeat 20]
 
 For swiglu and geglu (bf16 input tokens x 2*hidden), gelu (tokens x hidden) and dswiglu to
 MXFP8 both directions: times every tile shape (threads per block x 16-byte chunks per tile
@@ -33,12 +33,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
 # Variants differ by monkeypatched configurations that neither the key nor the key index's
 # environment fingerprint sees: compile each in memory, never reuse a disk entry.
 os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"
 
-import activation_bandwidth as ab
 import common
+import families.activation as ab
 
 CASES = [("swiglu", "mxfp8 both"), ("geglu", "mxfp8 both"), ("gelu", "mxfp8 both"),
          ("dswiglu", "mxfp8 both")]  # fmt: skip

@@ -1,39 +1,27 @@
-"""Cast / transpose / quantize bandwidth on the GPU: nvrtc_engine vs device copy, PyTorch
-eager and torch.compile producing the same outputs.
+"""Cast / transpose / quantize family for bench/bandwidth.py: nvrtc_engine against the
+device copy, PyTorch eager and torch.compile producing the same outputs.
 
-    python bench/cast_bandwidth.py [--shapes 16384x8192,8192x28672] [--no-compile]
-                                   [--paired ROUNDS] [--name cast_bandwidth]
-
-For each shape (bf16 input), in one run:
-  - cast bf16 -> fp8_e4m3 (tensor scaling: amax, scale_inv),
-  - cast_transpose -> fp8_e4m3 (q and qt),
-  - cast_transpose_dbias -> fp8_e4m3 (q, qt, dbias in bf16),
-  - cast_transpose_dbias_dgelu -> fp8_e4m3 (from grad and the GELU input),
-  - MXFP8 E4M3 rowwise, and both directions (data + E8M0 scales),
-  - NVFP4 rowwise (packed E2M1 + E4M3 scales) with the amax given, and with the amax pass
-    (which reads the input a second time),
-beside the device copy bandwidth (torch copy_ of 1 GiB). GB/s counts each tensor read or
-written once (input(s), outputs, scales; not the amax word or internal workspaces). The
-torch.compile column compiles the same function as the eager one; a compile failure is
-reported in the JSON and the table, not fatal. With ``--paired ROUNDS`` each case's
-nvrtc_engine call and torch.compile function are timed again in ROUNDS shuffled rounds
-(``common.paired_ms``: both in every round, so a drift of the GPU's speed between minutes
-lands on both), and the rows add ``x_vs_compile_paired``, the median over rounds of
-torch.compile's time over ours in the same round, with its lowest and highest round
-(the ratio the 2x target of issue 5 is read from; the single-run ``x_vs_compile`` sets two
-medians taken minutes apart against each other). Writes bench/results/NAME.json (default
-cast_bandwidth; and $OUT/NAME.json when OUT is set).
+For each M x K of ``--shapes`` (default 16384x8192,8192x28672; multiples of 32), bf16 input:
+cast to fp8_e4m3 (tensor scaling: amax, scale_inv); cast_transpose (q and qt);
+cast_transpose_dbias (q, qt, bf16 dbias); cast_transpose_dbias_dgelu (from grad and the GELU
+input); MXFP8 E4M3 rowwise and both directions (data and E8M0 scales); NVFP4 rowwise
+(packed E2M1 and E4M3 scales) with the amax given and with the amax pass (which reads the
+input a second time). GB/s counts each tensor read or written once (inputs, outputs, scales;
+not the amax word or internal workspaces). torch.compile compiles the eager function; a
+failure is reported in the row, not fatal. With ``--paired ROUNDS`` each case's kernel and
+torch.compile are timed again in ROUNDS shuffled rounds (common.paired_ms) and the kernel's
+row adds ``x_vs_compile_paired``: the median over rounds of torch.compile's time over the
+kernel's in the same round, with the lowest and highest round. Result schema: ``copy_gbps``,
+``shapes``, ``paired_rounds`` and ``kernels``, one row per (shape, case, impl) of {shape,
+case, impl, bytes, ms, gbps, pct_of_copy, x_vs_compile, x_vs_compile_paired, paired_low,
+paired_high, paired_rounds, paired_ms, error}.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
@@ -117,8 +105,20 @@ def torch_fns(torch: Any) -> dict[str, Callable[..., Any]]:
     }  # fmt: skip
 
 
+# (case, op, get_kernel fields) of the engine kernels each shape launches
+KERNELS = [
+    ("cast bf16->fp8", "cast", {"dtype": "fp8"}),
+    ("cast_transpose fp8", "cast_transpose", {"dtype": "fp8"}),
+    ("cast_transpose_dbias fp8", "cast_transpose_dbias", {"dtype": "fp8"}),
+    ("cast_transpose_dbias_dgelu fp8", "cast_transpose_dbias_dgelu", {"dtype": "fp8"}),
+    ("mxfp8 rowwise", "quantize", {"dtype": "fp8", "layout": "rowwise"}),
+    ("mxfp8 both", "quantize", {"dtype": "fp8", "layout": "both"}),
+    ("nvfp4 rowwise", "quantize", {"dtype": "fp4_e2m1", "layout": "rowwise"}),
+]
+
+
 def bench_shape(
-    m: int, k: int, compiled_fns: dict[str, Any] | None, paired: int = 0
+    m: int, k: int, compiled_fns: dict[str, Any] | None, paired: int = 0, repeat: int = 20
 ) -> list[dict[str, Any]]:
     import torch
 
@@ -145,15 +145,12 @@ def bench_shape(
     fp4_amax, fp4_ws = x.float().abs().amax().reshape(1), torch.empty(1024, device=dev)
     tensor = {"scale": scale, "amax": amax, "scale_inv": scale_inv}
 
-    ct_dbias = ne.get_kernel("cast_transpose_dbias", dtype="fp8")
-    dgelu = ne.get_kernel("cast_transpose_dbias_dgelu", dtype="fp8")
+    kern = {case: ne.get_kernel(op, **fields) for case, op, fields in KERNELS}
+    ct_dbias, dgelu = kern["cast_transpose_dbias fp8"], kern["cast_transpose_dbias_dgelu fp8"]
     ws = torch.empty(ct_dbias.workspace_rows(m), k, device=dev)
     ws_dgelu = torch.empty(dgelu.workspace_rows(m), k, device=dev)
-    k_cast = ne.get_kernel("cast", dtype="fp8")
-    k_ct = ne.get_kernel("cast_transpose", dtype="fp8")
-    k_mx_r = ne.get_kernel("quantize", dtype="fp8", layout="rowwise")
-    k_mx_b = ne.get_kernel("quantize", dtype="fp8", layout="both")
-    k_fp4 = ne.get_kernel("quantize", dtype="fp4_e2m1", layout="rowwise")
+    k_cast, k_ct = kern["cast bf16->fp8"], kern["cast_transpose fp8"]
+    k_mx_r, k_mx_b, k_fp4 = kern["mxfp8 rowwise"], kern["mxfp8 both"], kern["nvfp4 rowwise"]
     fp4_out = {"rowwise_data": fp4_data, "rowwise_scale_inv": fp4_scales}
 
     # (case, bytes moved, nvrtc_engine call, torch function name, torch arguments)
@@ -186,7 +183,7 @@ def bench_shape(
         row: dict[str, Any] = {"shape": shape, "case": case, "impl": impl, "bytes": nbytes}
         if fn is not None:
             try:
-                ms = common.cuda_time_ms(fn)
+                ms = common.cuda_time_ms(fn, repeat=repeat)
                 row.update(ms=ms, gbps=nbytes / (ms * 1e-3) / 1e9)
             except Exception as exc:  # report, keep measuring the others
                 error = f"{type(exc).__name__}: {exc}"
@@ -223,31 +220,29 @@ def bench_shape(
     return rows
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", default="16384x8192,8192x28672",
-                        help="comma-separated MxK (each a multiple of 32)")  # fmt: skip
-    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
-    parser.add_argument(
-        "--paired",
-        type=int,
-        default=0,
-        metavar="ROUNDS",
-        help="also time ours against torch.compile in ROUNDS shuffled rounds",
-    )
-    parser.add_argument(
-        "--name", type=common.result_name, default="cast_bandwidth", help="bench/results/NAME.json"
-    )
-    args = parser.parse_args()
-    import torch
+DEFAULTS = {"shapes": "16384x8192,8192x28672", "repeat": 20, "paired": 0}
 
-    torch.manual_seed(0)
-    copy = common.copy_bandwidth_gbps()
+
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments for this family, or None."""
+    if any(m % 32 or k % 32 for m, k in args.shapes):
+        return "cast shapes are M x K with both multiples of 32"
+    if args.ops or args.compile_ops or args.kernels != "specialized":
+        return "the cast family takes no --ops, --compile-ops or --kernels"
+    return None
+
+
+def kernels(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
+    """(op, get_kernel fields) of every engine kernel the run launches."""
+    return [(op, fields) for _, op, fields in KERNELS]
+
+
+def run(args: argparse.Namespace, reference: common.CopyReference, copy: float) -> dict[str, Any]:
+    """The family's result payload, rows against ``copy`` (the reference copy's GB/s)."""
     rows: list[dict[str, Any]] = []
-    shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",")]
     compiled_fns: dict[str, Any] | None = None if args.no_compile else {}
-    for m, k in shapes:
-        rows += bench_shape(m, k, compiled_fns, args.paired)
+    for m, k in args.shapes:
+        rows += bench_shape(m, k, compiled_fns, args.paired, args.repeat)
     compiled = {(r["shape"], r["case"]): r.get("ms") for r in rows if r["impl"] == "torch.compile"}
     for r in rows:
         if r.get("gbps") is not None:
@@ -255,24 +250,20 @@ def main() -> int:
         other = compiled.get((r["shape"], r["case"]))
         if r["impl"] == "nvrtc_engine" and r.get("ms") and other:
             r["x_vs_compile"] = other / r["ms"]
-    path = common.write_results(args.name, {
-        **common.gpu_info(), "copy_gbps": copy, "shapes": [list(s) for s in shapes],
-        "input_dtype": "bf16", "paired_rounds": args.paired, "kernels": rows,
-    })  # fmt: skip
-    print(f"device copy: {copy:.0f} GB/s   bf16 input")
-    print(common.table(rows, [
+    return {"shapes": [list(s) for s in args.shapes], "input_dtype": "bf16",
+            "paired_rounds": args.paired, "kernels": rows}  # fmt: skip
+
+
+def show(payload: dict[str, Any]) -> str:
+    """The table printed at the end of a run."""
+    rows = payload["kernels"]
+    lines = [common.table(rows, [
         ("shape", "shape", ""), ("case", "case", ""), ("impl", "implementation", ""),
         ("ms", "ms", ".4f"), ("gbps", "GB/s", ".0f"), ("pct_of_copy", "% of copy", ".1f"),
         ("x_vs_compile", "x torch.compile", ".2f"),
         ("x_vs_compile_paired", "x compile, paired", ".3f"),
         ("paired_low", "low", ".3f"), ("paired_high", "high", ".3f"),
-    ]))  # fmt: skip
-    failed = [r for r in rows if r.get("error")]
-    for r in failed:
-        print(f"  {r['shape']} {r['case']} [{r['impl']}]: {r['error']}")
-    print(f"\nwrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    ])]  # fmt: skip
+    lines += [f"  {r['shape']} {r['case']} [{r['impl']}]: {r['error']}"
+              for r in rows if r.get("error")]  # fmt: skip
+    return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Threads x unroll sweep behind the row-flat activation kernel's defaults (``row_config`` in
 nvrtc_engine/ops/activation.py: gated and dgated ops without MXFP8, MXFP8 rowwise outputs).
 
-    python bench/activation_row_tuning.py [--tokens 16384] [--hidden 8192] [--rounds 2]
+    python bench/tuning/activation_row_tuning.py [--tokens 16384] [--hidden 8192] [--rounds 2]
                                           [--repeat 20] [--workers 8]
                                           [--cases "reglu:mxfp8 rowwise,..."] [--name NAME]
 
@@ -33,13 +33,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
 # Variants differ by monkeypatched configurations that neither the key nor the key index's
 # environment fingerprint sees: compile each in memory, never reuse a disk entry.
 os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"
 
-import activation_bandwidth as ab
 import activation_tile_tuning as tt
 import common
+import families.activation as ab
 
 CASES = [(op, out) for op in ("swiglu", "geglu", "dswiglu")
          for out in ("bf16", "fp8 tensor", "mxfp8 rowwise")]  # fmt: skip

@@ -2,7 +2,7 @@
 torch.compile of the same op: what an instruction-level change is worth before it goes into
 a template.
 
-    python bench/source_ab.py [--cases rmsnorm:8192,layernorm:14336] [--out bf16,fp8]
+    python bench/tuning/source_ab.py [--cases rmsnorm:8192,layernorm:14336] [--out bf16,fp8]
                               [--variants base,notrigger] [--rounds 20] [--name source_ab]
 
 Needs PyTorch with a GPU (``pip install -e '.[test,torch]'``); the arguments are checked first,
@@ -109,10 +109,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
 os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"  # the key does not see the edits
 
 import common
-from norm_bandwidth import EPS, Cycle, kernel_forward, torch_fns, torch_forward
+from families.norm import EPS, Cycle, kernel_forward, torch_fns, torch_forward
 
 WAIT = "nve::grid_dependency_wait();  // before any access to global memory (see nve_memory.cuh)\n"
 

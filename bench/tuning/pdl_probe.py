@@ -1,6 +1,6 @@
 """What programmatic dependent launch (PDL, sm_90+) saves per kernel boundary on this GPU.
 
-    python bench/pdl_probe.py [--mib 96] [--rounds 5] [--repeat 20] [--name pdl_probe]
+    python bench/tuning/pdl_probe.py [--mib 96] [--rounds 5] [--repeat 20] [--name pdl_probe]
 
 bench/norm_fixed_cost.py found the norm forwards at H = 4096 and 8192 with a fixed cost of
 4.7-10 us per call where a copy of the same bytes has 2.9-4.1 us. Part of any kernel's fixed
@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
 
 import common
 

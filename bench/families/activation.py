@@ -1,23 +1,18 @@
-"""Activation family bandwidth on the GPU: nvrtc_engine vs device copy, torch eager and
-torch.compile of the same math.
+"""Activation family for bench/bandwidth.py: nvrtc_engine against the device copy, torch eager
+and torch.compile of the same math.
 
-    python bench/activation_bandwidth.py [--tokens 16384] [--hidden 8192] [--ops gelu,swiglu]
-                                         [--no-compile] [--kernels specialized|general]
-
-Measures, in one run, at tokens x hidden (default 16384 x 8192; gated ops read a
-tokens x 2*hidden input and write tokens x hidden), with bf16 input:
-  - the device copy bandwidth (torch copy_ of 1 GiB, bytes read + written),
-  - every forward op (gelu, qgelu, silu, relu, srelu, sigmoid, glu, geglu, qgeglu, swiglu,
-    reglu, sreglu, clamped_swiglu) to bf16, to fp8_e4m3 with tensor scaling (amax,
-    scale_inv), to MXFP8 rowwise, and to MXFP8 both directions,
-  - backward dgelu and dswiglu to bf16,
-and for each the same math in torch eager and under torch.compile (FP8 cast, amax and E8M0
-block scales included; a compile failure is reported in the table, not fatal).
-GB/s counts each tensor read or written once (MXFP8 scale bytes included); outputs are
-preallocated. The engine's kernels are the specialized ones, hidden_size=hidden compiled in
-(what the engine is for: the model's H is known), unless ``--kernels general`` asks for
-hidden_size None (any size at run time); the JSON's "kernels" field and the table header say
-which. Writes bench/results/activation_bandwidth.json.
+At tokens x hidden (``--shapes``, one shape, default 16384x8192; gated ops read a
+tokens x 2*hidden input and write tokens x hidden), bf16 input: every forward op (gelu,
+qgelu, silu, relu, srelu, sigmoid, glu, geglu, qgeglu, swiglu, reglu, sreglu, clamped_swiglu)
+to bf16, to fp8_e4m3 with tensor scaling (amax, scale_inv), to MXFP8 rowwise and to MXFP8
+both directions, and the backward dgelu and dswiglu to bf16; each beside the same math in
+torch eager and under torch.compile (FP8 cast, amax and E8M0 block scales included; a
+compile failure is reported in the row, not fatal). GB/s counts each tensor read or written
+once (MXFP8 scale bytes included); outputs are preallocated. The engine's kernels are the
+specialized ones (hidden_size compiled in) unless ``--kernels general`` asks for
+hidden_size None. Result schema: ``shape``, ``copy_gbps``, ``kernels``, ``hidden_size`` and
+``rows`` of {op, output, bytes, engine_ms, engine_gbps, engine_pct_of_copy, eager_ms,
+eager_gbps, compile_ms, compile_gbps, speedup_vs_compile, *_error}.
 """
 
 from __future__ import annotations
@@ -25,10 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
@@ -235,15 +227,42 @@ def make_inputs(op: str, tokens: int, hidden: int) -> tuple[tuple, tuple[int, in
     return inputs, (tuple(inputs[-1].shape) if backward_op else (tokens, hidden))
 
 
+DEFAULTS = {"shapes": "16384x8192", "repeat": 30, "paired": 0}
+
+
+def cases(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(op, output) of every row, ``--ops`` applied."""
+    wanted = set(args.ops.split(",")) if args.ops else None
+    every = [(op, o) for op in PLAIN + GATED for o in OUTPUTS]
+    every += [("dgelu", "bf16"), ("dswiglu", "bf16")]
+    return [(op, o) for op, o in every if wanted is None or op in wanted]
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments for this family, or None."""
+    if len(args.shapes) != 1:
+        return "the activation family takes one --shapes entry (tokens x hidden)"
+    if args.paired:
+        return "the activation family has no paired rounds (--paired)"
+    known = set(PLAIN + GATED + ["dgelu", "dswiglu"])
+    unknown = set(filter(None, args.ops.split(","))) - known
+    return f"unknown ops {sorted(unknown)}: {sorted(known)}" if unknown else None
+
+
 def hidden_size(args: argparse.Namespace) -> int | None:
     """The engine kernels' hidden_size field: H compiled in, or None (``--kernels general``)."""
-    return args.hidden if args.kernels == "specialized" else None
+    return args.shapes[0][1] if args.kernels == "specialized" else None
+
+
+def kernels(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
+    """(op, get_kernel fields) of every engine kernel the run launches."""
+    return [(op, {**kernel_fields(o), "hidden_size": hidden_size(args)}) for op, o in cases(args)]
 
 
 def measure_case(op: str, output: str, args: argparse.Namespace, torch_fn: Callable) -> dict:
     """Time one op and output for nvrtc_engine, torch eager and torch.compile."""
 
-    t, h = args.tokens, args.hidden
+    t, h = args.shapes[0]
     inputs, shape = make_inputs(op, t, h)
     math = torch_output(torch_fn, output)
     nbytes = traffic(op, output, t, h)
@@ -266,18 +285,13 @@ def measure_case(op: str, output: str, args: argparse.Namespace, torch_fn: Calla
     return row
 
 
-def measure(args: argparse.Namespace) -> tuple[float, list[dict]]:
+def run(args: argparse.Namespace, reference: common.CopyReference, copy: float) -> dict[str, Any]:
+    """The family's result payload, rows against ``copy`` (the reference copy's GB/s)."""
     import torch
 
-    copy = common.copy_bandwidth_gbps()
     forward, backward = torch_ops()
-    wanted = set(args.ops.split(",")) if args.ops else None
-    cases = [(op, o) for op in PLAIN + GATED for o in OUTPUTS]
-    cases += [("dgelu", "bf16"), ("dswiglu", "bf16")]
     rows = []
-    for op, output in cases:
-        if wanted is not None and op not in wanted:
-            continue
+    for op, output in cases(args):
         row = measure_case(op, output, args, {**forward, **backward}[op])
         torch.cuda.empty_cache()
         if "engine_gbps" in row:
@@ -288,52 +302,19 @@ def measure(args: argparse.Namespace) -> tuple[float, list[dict]]:
         done = "  ".join(f"{k}={row[k]:.0f}" for k in row if k.endswith("_gbps"))
         errors = "  ".join(f"{k}: {row[k]}" for k in row if k.endswith("_error"))
         print(f"{op:15s} {output:14s} {done} {errors}", file=sys.stderr)  # progress
-    return copy, rows
+    return {"shape": list(args.shapes[0]), "input_dtype": "bf16", "kernels": args.kernels,
+            "hidden_size": hidden_size(args), "rows": rows}  # fmt: skip
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", type=int, default=16384)
-    parser.add_argument("--hidden", type=int, default=8192)
-    parser.add_argument("--ops", default="", help="comma-separated subset of ops (default all)")
-    parser.add_argument("--repeat", type=int, default=30, help="timed runs per measurement")
-    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
-    parser.add_argument(
-        "--compile-ops",
-        default="",
-        help="comma-separated ops to also run under torch.compile (default all)",
-    )
-    parser.add_argument(
-        "--kernels",
-        choices=["specialized", "general"],
-        default="specialized",
-        help="engine kernels with hidden_size=--hidden compiled in (default) or None",
-    )
-    args = parser.parse_args()
-    import torch
-
-    torch.manual_seed(0)
-    copy, rows = measure(args)
-    path = common.write_results("activation_bandwidth", {
-        **common.gpu_info(), "shape": [args.tokens, args.hidden], "input_dtype": "bf16",
-        "copy_gbps": copy, "kernels": args.kernels, "hidden_size": hidden_size(args),
-        "rows": rows,
-    })  # fmt: skip
-    print(f"device copy: {copy:.0f} GB/s   {args.tokens} tokens x {args.hidden} hidden, "
-          f"bf16 input (gated ops: 2 x hidden); engine kernels {args.kernels} "
-          f"(hidden_size={hidden_size(args) or 'None'})")  # fmt: skip
-    print(common.table(rows, [
+def show(payload: dict[str, Any]) -> str:
+    """The table printed at the end of a run."""
+    rows = payload["rows"]
+    lines = [common.table(rows, [
         ("op", "op", ""), ("output", "output", ""), ("engine_ms", "ms", ".4f"),
         ("engine_gbps", "GB/s", ".0f"), ("engine_pct_of_copy", "% of copy", ".1f"),
         ("eager_gbps", "eager GB/s", ".0f"), ("compile_gbps", "compile GB/s", ".0f"),
         ("speedup_vs_compile", "x vs compile", ".2f"),
-    ]))  # fmt: skip
-    errors = [(r["op"], r["output"], k, r[k]) for r in rows for k in r if k.endswith("_error")]
-    for op, output, k, msg in errors:
-        print(f"{op} {output}: {k[:-6]} failed: {msg}")
-    print(f"\nwrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    ])]  # fmt: skip
+    lines += [f"{r['op']} {r['output']}: {k[:-6]} failed: {r[k]}"
+              for r in rows for k in r if k.endswith("_error")]  # fmt: skip
+    return "\n".join(lines)
