@@ -13,7 +13,7 @@
 #   launch     python3 bench/launch_overhead.py                                          1 min
 #   compile    python3 bench/compile_latency.py --tag h200-host                          1 min
 #   prewarm    python3 bench/prewarm.py --tag 16cpu --repeat 1                           2 min
-#   fanout     python3 bench/fanout.py                                                   2 min
+#   fanout     python3 bench/fanout.py                                                   3 min
 #
 # Wheels carried in .whl/ (the GPU host has no network and lacks diskcache, platformdirs,
 # redis) are installed first into /tmp/site, once per set of wheels. Each step's output goes to
@@ -31,7 +31,7 @@ BUDGET=${BENCH_BUDGET:-570}
 START=$(date +%s)
 ALL="tests memcheck racecheck activation norm cast launch compile prewarm fanout"
 declare -A EXPECTED=([tests]=300 [memcheck]=300 [racecheck]=480 [activation]=360 [norm]=420
-  [cast]=180 [launch]=60 [compile]=60 [prewarm]=120 [fanout]=120)
+  [cast]=180 [launch]=60 [compile]=60 [prewarm]=120 [fanout]=180)
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'
