@@ -4,9 +4,9 @@
 #   bash bench/run_all.sh [STEP ...]      (no STEP: every step below, in this order)
 #
 #   step       what                                                       expected on the H200 host
-#   tests      python3 -m pytest -m gpu -q -p no:benchmark (PYTEST_ARGS added)           5 min
-#   memcheck   compute-sanitizer memcheck over tests/tools/sanitize.py (SANITIZE_CASE)   5 min
-#   racecheck  compute-sanitizer racecheck over the same                                 8 min
+#   tests      python3 -m pytest -m gpu -q -p no:benchmark (PYTEST_ARGS, default -n 8)   5 min
+#   memcheck   compute-sanitizer memcheck over tests/tools/sanitize.py (SANITIZE_CASE)   3 min
+#   racecheck  compute-sanitizer racecheck over the same                                 5 min
 #   activation python3 bench/bandwidth.py --family activation                            6 min
 #   norm       python3 bench/bandwidth.py --family norm                                  7 min
 #   cast       python3 bench/bandwidth.py --family cast --paired 15                      3 min
@@ -30,7 +30,7 @@ mkdir -p "$OUT/logs"
 BUDGET=${BENCH_BUDGET:-570}
 START=$(date +%s)
 ALL="tests memcheck racecheck activation norm cast launch compile prewarm fanout"
-declare -A EXPECTED=([tests]=300 [memcheck]=300 [racecheck]=480 [activation]=360 [norm]=420
+declare -A EXPECTED=([tests]=300 [memcheck]=180 [racecheck]=300 [activation]=360 [norm]=420
   [cast]=180 [launch]=60 [compile]=60 [prewarm]=120 [fanout]=180)
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
@@ -63,8 +63,10 @@ sanitize() {  # $1: the compute-sanitizer tool
 
 run_step() {
   case "$1" in
-    tests) python3 -m pytest -m gpu -q -p no:benchmark -p no:cacheprovider \
-             --continue-on-collection-errors ${PYTEST_ARGS:-} ;;
+    tests)  # -n 8 where pytest-xdist is installed
+      python3 -c "import xdist" 2> /dev/null && default="-n 8" || default=""
+      python3 -m pytest -m gpu -q -p no:benchmark -p no:cacheprovider \
+        --continue-on-collection-errors ${PYTEST_ARGS:-$default} ;;
     memcheck | racecheck) sanitize "$1" ;;
     activation | norm) python3 bench/bandwidth.py --family "$1" ;;
     cast) python3 bench/bandwidth.py --family cast --paired 15 ;;
