@@ -71,7 +71,7 @@ def host_info() -> dict[str, Any]:
         "cpu_model": cpu,
         "platform": platform.platform(),
         "commit": commit(),
-        # how the script was run, as make_report quotes it
+        # how the script was run
         "command": " ".join([f"bench/{Path(sys.argv[0]).name}", *map(shlex.quote, sys.argv[1:])]),
     }
 
