@@ -1,5 +1,5 @@
 // The host cost of cuLaunchKernel itself, from C++: the floor under any Python launch path.
-// Build and run on the GPU host (bench/launch_floor.py does both):
+// Built and run on the GPU host by bench/launch_overhead.py, or by hand:
 //   nvcc -O2 -arch=sm_90 bench/launch_floor.cu -o launch_floor -lcuda && ./launch_floor
 // Prints one JSON object: microseconds per launch (best of 5 runs of N launches, the GPU not
 // waited on inside a run) for an empty kernel with 1 and with 7 parameters (the flat

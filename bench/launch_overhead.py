@@ -1,29 +1,25 @@
-"""Host time per launch, piece by piece, for small kernels with torch tensors.
+"""Host time per launch of small kernels with torch tensors, beside PyTorch's own ops and the
+driver's cuLaunchKernel.
 
     python bench/launch_overhead.py            # on a GPU host (torch, CUDA)
     python bench/launch_overhead.py --cpu      # no GPU: stub libcuda + fake torch tensors
 
-Times (microseconds per call, best of --repeat x --calls calls, GPU not waited on): the
-whole Kernel.__call__ of a GELU bf16 kernel on a (1, 1024) tensor (the planned fast path, the
-generic path, with allocation), one small call of each family, each step of a launch (array
-adaptation, stream lookup, parameter packing, context check, the driver call through
-cuda.bindings, through ctypes and through the compiled launcher), the planned call with its
-plan launching through cuda.bindings instead of the compiled launcher, a plain
-torch.nn.functional.gelu, and a raw cuLaunchKernel with per-call argument tuples. Then
-(--paired ROUNDS) the main rows again in shuffled rounds of 200 calls, each with its median
-excess over the bare compiled launch of the same round: the host's speed drifts between
-minutes (the C++ floor read 3.1-4.6 us in runs of one day), so a row measured a minute after
-another does not compare with it. Writes bench/results/launch_overhead.json.
+Times (microseconds per call, best of --repeat runs of --calls calls, the GPU not waited on):
+Kernel.__call__ of a GELU bf16 kernel on a (1, 1024) tensor (its launch plan; allocating the
+output; without a plan, the generic path; the plan's Python fast path; the plan launching
+through cuda.bindings instead of the compiled launcher), one small call of each family,
+torch.nn.functional.gelu and rms_norm, a cuLaunchKernel through cuda.bindings with per-call
+argument tuples, and the bare compiled launch (cuLaunchKernel from C with fixed arguments).
+Runs of 200 calls by default: a run of thousands outgrows the GPU's queue of pending
+launches, after which each launch waits for the GPU to retire one. Then (--paired ROUNDS)
+the main rows again in shuffled rounds, each with its median excess over the bare launch of
+the same round (the host's speed drifts between minutes by more than the differences
+sought). On a GPU host with nvcc, bench/launch_floor.cu gives the driver's own time per
+launch from C++ (``floor:`` rows). Writes bench/results/launch_overhead.json.
 
 --cpu measures the Python side only: tests/host_cuda/libcuda_stub.c stands in for libcuda (so
 cuda.bindings and ctypes still convert every argument; the stub's cuLaunchKernel returns at
-once, where the real driver takes ~1.5-2 us) and tests/fake_torch.py for torch (its tensors'
-attributes are plain Python, roughly as cheap as torch's). Writes
-bench/results/launch_overhead-cpu.json. Runs against any version of nvrtc_engine on the
-path that has ``nvrtc_engine.launcher`` (the stub is built with it), so `PYTHONPATH=<old
-checkout> python bench/launch_overhead.py --cpu --name launch_overhead-cpu-baseline` gives
-the baseline column of docs/performance.md (the committed baseline, 7f43cc5 on 2026-11-29,
-predates the launcher: it was measured with that day's copy of this script).
+once) and tests/fake_torch.py for torch. Writes bench/results/launch_overhead-cpu.json.
 """
 
 from __future__ import annotations
@@ -98,21 +94,6 @@ def paired_rows(
         print(f"{rows[-1]['us']:8.2f}  ({rows[-1]['over_bare_us']:+.2f} over the bare launch)  "
               f"{rows[-1]['case']}", file=sys.stderr)  # fmt: skip
     return rows
-
-
-def version(package: Any) -> str:
-    """The package's version, and its git commit when it is a checkout."""
-    import subprocess
-
-    text = str(getattr(package, "__version__", "?"))
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=Path(package.__file__).parent,
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return text
-    return f"{text} at {commit}"
 
 
 def cpu_environment() -> Any:
@@ -211,24 +192,17 @@ def launch_floor() -> list[dict[str, Any]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="stub libcuda and fake torch")
-    parser.add_argument("--calls", type=int, default=5000, help="calls per timing")
-    parser.add_argument("--repeat", type=int, default=5, help="timings; the best is kept")
+    parser.add_argument("--calls", type=int, default=200, help="calls per timing")
+    parser.add_argument("--repeat", type=int, default=20, help="timings; the best is kept")
     parser.add_argument(
-        "--paired", type=int, default=30, metavar="ROUNDS",
-        help="then time the main rows again in this many shuffled rounds of 200 calls each "
-        "(a run short enough for the GPU's launch queue) and report medians and the excess "
-        "over the bare compiled launch (0: skip)",
+        "--paired", type=int, default=40, metavar="ROUNDS",
+        help="then time the main rows again in this many shuffled rounds and report medians "
+        "and the excess over the bare compiled launch (0: skip)",
     )  # fmt: skip
     parser.add_argument(
-        "--label",
-        help="what was measured, e.g. 'main at 7f43cc5' (default: the package version and, in "
-        "a git checkout, its commit)",
-    )
-    parser.add_argument(
-        "--name",
-        help="results file name (default launch_overhead, with --cpu "
-        "launch_overhead-cpu; the baseline for docs: launch_overhead-cpu-baseline)",
-    )
+        "--name", type=common.result_name,
+        help="results file name (default launch_overhead, with --cpu launch_overhead-cpu)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     if args.cpu:
@@ -243,7 +217,7 @@ def main() -> int:
     from cuda.bindings import driver as cu
 
     import nvrtc_engine as ne
-    from nvrtc_engine import driver, interop
+    from nvrtc_engine import driver
 
     x = torch.empty((1, 1024), dtype=torch.bfloat16, device=cuda)
     out = torch.empty((1, 1024), dtype=torch.bfloat16, device=cuda)
@@ -258,22 +232,7 @@ def main() -> int:
     pack = driver.ParamPack("PPqPPPi")
     params = pack.pack(x.data_ptr(), out.data_ptr(), 1024, 0, 0, 0, 1)
     address = params if isinstance(params, int) else params.value  # c_void_p before the plans
-    xa = interop.as_array(x, "x")
-    libcuda = ctypes.CDLL("libcuda.so.1")
-    launch = libcuda.cuLaunchKernel
-    launch.restype = ctypes.c_int
-    launch.argtypes = (
-        [ctypes.c_void_p]
-        + [ctypes.c_uint] * 6
-        + [ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    )
     func_int = int(func)
-    stream_obj = cu.CUstream(stream)
-    raw = ctypes.CDLL("libcuda.so.1").cuLaunchKernel  # no argtypes: pre-built ctypes args
-    raw.restype = ctypes.c_int
-    c_func, c_one, c_block, c_zero = (ctypes.c_void_p(func_int), ctypes.c_uint(1),
-                                      ctypes.c_uint(threads), ctypes.c_uint(0))  # fmt: skip
-    c_stream, c_params = ctypes.c_void_p(stream), ctypes.c_void_p(address)
     vp, ll, i32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
 
     def raw_tuples() -> None:
@@ -330,72 +289,10 @@ def main() -> int:
             cases["torch.nn.functional.rms_norm (4, 1024)"] = lambda: F.rms_norm(xr, (1024,), w)
     cases["raw cuLaunchKernel, argument tuples"] = raw_tuples
     cases.update(family_cases(ne, torch, cuda))
-    cases.update({
-        "step: interop.as_array(x)": lambda: interop.as_array(x, "x"),
-        "step: stream_handle(None)": lambda: interop.stream_handle(None, xa),
-        "step: torch current raw stream": lambda: torch._C._cuda_getCurrentRawStream(dev),
-        "step: ParamPack.pack": lambda: pack.pack(x.data_ptr(), out.data_ptr(), 1024, 0, 0, 0, 1),
-        "step: driver.make_current": lambda: driver.make_current(loaded.device),
-        "step: cuCtxGetCurrent": cu.cuCtxGetCurrent,
-        "step: cuLaunchKernel (cuda.bindings, packed params)":
-            lambda: cu.cuLaunchKernel(func, 1, 1, 1, threads, 1, 1, 0, stream, address, 0),
-        "step: cuLaunchKernel (ctypes, packed params)":
-            lambda: launch(func_int, 1, 1, 1, threads, 1, 1, 0, stream, address, None),
-        "step: cuLaunchKernel (cuda.bindings, CUstream object)":
-            lambda: cu.cuLaunchKernel(func, 1, 1, 1, threads, 1, 1, 0, stream_obj, address, 0),
-        "step: cuLaunchKernel (ctypes, pre-built ctypes args)":
-            lambda: raw(c_func, c_one, c_one, c_one, c_block, c_one, c_one, c_zero, c_stream,
-                        c_params, None),
-        "step: x.data_ptr()": x.data_ptr,
-        "step: x.dtype": lambda: x.dtype,
-        "step: x.shape": lambda: x.shape,
-        "step: x.get_device()": x.get_device,
-        "step: x.is_contiguous()": x.is_contiguous,
-        "step: x.is_cuda": lambda: x.is_cuda,
-        "step: type(x) in TORCH_TYPES": lambda: type(x) in interop.TORCH_TYPES,
-        "step: one tensor's plan-key part (dtype, shape, device, contiguity)":
-            lambda: (x.dtype, x.shape, x.get_device(), x.is_contiguous()),
-        "step: a call of an empty Python function": lambda: None,
-        "step: kernel.loaded(dev)": lambda: kernel.loaded(dev),
-    })  # fmt: skip
     if compiled is not None:
         cases["step: cuLaunchKernel (compiled launcher, packed params)"] = lambda: compiled(
             func_int, 1, threads, 0, stream, address, 0
         )
-        context_int = int(loaded.device.context)
-        cases["step: compiled launcher with the context check"] = lambda: compiled(
-            func_int, 1, threads, 0, stream, address, context_int
-        )
-    if hasattr(driver.ParamPack, "preset"):  # the launch-plan pieces
-        preset = pack.preset((x.data_ptr(), out.data_ptr(), 1024, 0, 0, 0, 1))
-        xp, yp = x.data_ptr(), out.data_ptr()
-
-        def preset_write() -> None:
-            slots, _, _ = preset.buffers()
-            slots[0] = xp
-            slots[1] = yp
-
-        context = loaded.device.context
-        cases["step: context check (cuCtxGetCurrent, compare)"] = lambda: (
-            cu.cuCtxGetCurrent()[1] != context
-        )
-        cases["step: Preset.buffers + 2 pointer slots"] = preset_write
-        cases["step: driver.stream_object(handle)"] = lambda: driver.stream_object(stream)
-        key, plan = next(iter(kernel._launch_plans.items()))
-        tensors = (None, x, out, None, None, None)
-        cases["step: Kernel._fast (key, plan lookup, plan.run)"] = lambda: kernel._fast(
-            tensors, (), None
-        )
-        if "_fast" in vars(kernel):  # the compiled one; the Python one beside it
-            py_fast = type(kernel)._fast
-            cases["step: Kernel._fast in Python (plans.fast_path)"] = lambda: py_fast(
-                kernel, tensors, (), None
-            )
-        cases["step: plan key lookup (a new key tuple)"] = lambda: kernel._launch_plans.get(
-            tuple(list(key))
-        )
-        ptrs = [0, xp, yp, 0, 0, 0]
-        cases["step: LaunchPlan.run"] = lambda: plan.run(tensors, ptrs, (), None)
 
     rows = []
     for name, fn in cases.items():
@@ -408,7 +305,8 @@ def main() -> int:
     import nvrtc_engine
 
     info: dict[str, Any] = {"nvrtc_engine": str(Path(nvrtc_engine.__file__).parent),
-                            "version": args.label or version(nvrtc_engine)}  # fmt: skip
+                            "version": f"{nvrtc_engine.__version__} at {common.commit()}",
+                            "calls": args.calls, "repeat": args.repeat}  # fmt: skip
     if launcher is not None:
         info["launcher"] = launcher.status()
     if args.cpu:
