@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import re
 
 import numpy as np
@@ -778,7 +777,10 @@ def _bench_module(name):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).parent.parent / "bench" / f"{name}.py"
+    here = Path(__file__).parent
+    found = [here.parent / "bench" / "tuning" / f"{name}.py", here.parent / "bench" / f"{name}.py",
+             here / f"{name}.py"]  # fmt: skip
+    path = next(p for p in found if p.exists())
     spec = importlib.util.spec_from_file_location(f"{name}_under_test", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -802,7 +804,7 @@ def test_reference_shifted_bounds_cover_the_one_pass_statistics(hidden, first):
         x = x.astype(ne.DTYPES["bf16"].numpy()).astype(np.float32)
     gamma = (rng.standard_normal(hidden) * 0.5 + 1).astype(np.float32)
     beta = (rng.standard_normal(hidden) * 0.5).astype(np.float32)
-    emulated = _bench_module("norm_shift_error").shifted_forward_fp32
+    emulated = _bench_module("norm_shift_emulation").shifted_forward_fp32
     k, mu, rs, z = emulated(x, gamma, beta, 1e-5)
     shifted = ref.layernorm_fwd(x, gamma, beta, 1e-5, shift=k)
     assert np.all(np.abs(mu - shifted.mu) <= shifted.mu_tol)
@@ -2217,35 +2219,6 @@ def test_kernels_wait_for_their_grid_dependency(op, fields, staged, arch):
         assert trigger == (expected and n == 0), n
 
 
-def test_bandwidth_tuned_from_takes_winners_faster_in_every_round(tmp_path, monkeypatch):
-    """bench/norm_bandwidth.py --tuned-from: a candidate faster than the default in every
-    round replaces the TUNED entry for the run (the best by same-round speed-up), one faster in
-    only some rounds does not, and a rmsnorm_bwd winner also replaces rmsnorm_bwd_add's."""
-    import json
-
-    bench = _bench_module("norm_bandwidth")
-    monkeypatch.setattr(norm_switches, "TUNED", dict(norm_switches.TUNED))
-    case = {"norm": "rmsnorm", "direction": "bwd", "hidden": 4096, "out": "bf16"}
-    rows = [{**case, "config": "w8r1v8j2c1t5", "default": True},
-            {**case, "config": "w8r1v8j2c1t4", "faster_rounds": 1.0, "vs_default": 1.02},
-            {**case, "config": "w8r1v8j2c1t3", "faster_rounds": 1.0, "vs_default": 1.05},
-            {**case, "config": "w8r1v8j2c1qt3", "faster_rounds": 0.75, "vs_default": 1.09},
-            {**case, "norm": "layernorm", "direction": "fwd", "hidden": 65536, "out": "fp8",
-             "config": "w4r1v8j8c8hogqiyzt3", "faster_rounds": 1.0,
-             "vs_default": 1.04}]  # fmt: skip
-    result = tmp_path / "norm_tuning-x.json"
-    result.write_text(json.dumps({"rows": rows}))
-    applied = bench.apply_winners(str(result))
-    assert applied == {"layernorm_fwd:65536:tensor": "w4r1v8j8c8hogqiyzt3",
-                       "rmsnorm_bwd:4096:none": "w8r1v8j2c1t3",
-                       "rmsnorm_bwd_add:4096:none": "w8r1v8j2c1t3"}  # fmt: skip
-    assert norm_switches.TUNED[("rmsnorm_bwd_add", 4096, "none")] == "w8r1v8j2c1t3"
-    key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8_e4m3", scaling="tensor",
-                   hidden_size=65536, arch="sm_90")  # fmt: skip
-    assert norm.launch_config(key).tag == "w4r1v8j8c8hogqiyzt3"
-    norm.launch_config.cache_clear()
-
-
 def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
     """bench/source_ab.py: each edit changes the rendered source or the helper headers as
     documented (the trigger added after the wait where there is none, and taken out where
@@ -2364,73 +2337,6 @@ def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
         ab.edited(r, ["align16"])  # nor stages
 
 
-def test_bench_scripts_check_their_variants_first(monkeypatch, capsys):
-    """bench/source_ab.py and bench/norm_cta_times.py find an edit that does not apply to a
-    case's kernel (rendered for sm_90: no GPU), a probe on a kernel that is not staged,
-    ``base`` joined to an edit, no rounds and a --name that is a path, each a usage error
-    before they need PyTorch or a GPU."""
-    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")  # (the scripts set it; restored)
-    ab = _bench_module("source_ab")
-    probe = _bench_module("norm_cta_times")
-    ab.check_variants([("layernorm", 4096)], ["fp8"], [[], ["dynrows8"], ["align16"]])
-    for cases, outs, names, match in (
-        ([("layernorm", 4096)], ["bf16"], [["dynrows8"]], "layernorm:4096 --out bf16"),
-        ([("rmsnorm", 65536)], ["fp8"], [["align16"]], "none of its text"),
-        ([("layernorm", 4096)], ["fp8"], [["@w4r1v8j4c1hogqit3", "align16"]], "none of its"),
-    ):  # fmt: skip
-        with pytest.raises(ValueError, match=match):
-            ab.check_variants(cases, outs, names)
-    probe.check_case("layernorm", 4096, "fp8", ["dynrows32"])
-    with pytest.raises(ValueError, match="not a staged forward"):
-        probe.check_case("rmsnorm", 4096, "fp8", [])
-    with pytest.raises(ValueError, match="always applied"):
-        probe.check_case("layernorm", 4096, "fp8", ["ctaprobe"])
-    for script, argv, message in (
-        (ab, ["--variants", "base+stream"], "give it alone"),
-        (ab, ["--rounds", "0"], "at least 1"),
-        (ab, ["--name", "../x"], "not a path"),
-        (probe, ["--edits", "base"], "give it alone"),
-        (probe, ["--cases", "layernorm:1024", "--out", "bf16"], "not a staged forward"),
-    ):  # fmt: skip
-        monkeypatch.setattr("sys.argv", ["script.py", *argv])
-        with pytest.raises(SystemExit) as exc:
-            script.main()
-        assert exc.value.code == 2
-        assert message in capsys.readouterr().err
-
-
-def test_norm_cta_times_probe_and_summary(monkeypatch):
-    """bench/norm_cta_times.py: its probe edit applies to the staged forward (with or without
-    a source_ab edit after it) and compiles; a sample's summary gives the span, the ends, the
-    rows each CTA took and the CTAs by their rank on their SM (synthetic timestamps)."""
-    from nvrtc_engine.nvrtc import CompileOptions, compile_source
-
-    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")  # (the script sets it; restored)
-    probe = _bench_module("norm_cta_times")
-    fp8 = render(make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
-                          arch="sm_90"))  # fmt: skip
-    e = probe.source_ab.edited(fp8, ["ctaprobe", "dynrows8"])
-    assert e.source.count("nve_probe_now()") == 4  # start, each row, end (and its definition)
-    log = compile_source(e.name, e.source, e.headers, CompileOptions(arch="sm_90")).log
-    assert "error" not in log.lower()
-    grid, sms = 8, 2
-    cta = [0] * (4 * probe.MAX_CTAS)
-    rows = [0] * (probe.MAX_ROWS * probe.MAX_CTAS)
-    for i in range(grid):
-        rank = i // sms  # CTA i on SM i % 2, its warps in slots 4 * rank
-        start = 1000 + 10 * i
-        step = 2000 + 500 * rank  # ns per row: the later ranks slower
-        for k in range(5):
-            rows[i * probe.MAX_ROWS + k] = start + k * step
-        cta[4 * i : 4 * i + 4] = [start, start + 5 * step, i % sms, 4 * rank]
-    got = probe.summarize(cta, rows, grid)
-    assert got["grid"] == grid and got["sms"] == sms and got["rows_min"] == got["rows_max"] == 5
-    assert got["end_min_us"] == pytest.approx(10.0) and got["end_max_us"] == pytest.approx(17.57)
-    assert [r["rank"] for r in got["by_rank"]] == [0, 1, 2, 3]
-    assert [r["row_us_mean"] for r in got["by_rank"]] == pytest.approx([2.0, 2.5, 3.0, 3.5])
-    assert got["sm_rows_per_us_min"] < got["sm_rows_per_us_max"]
-
-
 def test_fetch256_candidates_are_the_staged_backwards_with_l():
     """bench/norm_tuning.py --candidates fetch256: a staged backward default with ``L`` and
     nothing else changed; nothing for a forward or for a backward that is not staged."""
@@ -2447,38 +2353,6 @@ def test_fetch256_candidates_are_the_staged_backwards_with_l():
     plain = make_key("layernorm_bwd", in_dtype="fp32", hidden_size=1000, arch="sm_90")
     assert not norm.launch_config(plain).stages
     assert tuning.fetch256_candidates(norm, plain, norm.launch_config(plain)) == []
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--case", "rmsnorm:65536"], "NORM:H:OUT"),
-    (["--case", "groupnorm:4096:fp8"], "NORM:H:OUT"),
-    (["--case", "rmsnorm:4096:fp16"], "NORM:H:OUT"),
-    (["--caps", "0,x"], "comma-separated integers"),
-    (["--tokens", "0"], "at least 1"),
-])  # fmt: skip
-def test_norm_clusters_checks_its_arguments_first(monkeypatch, capsys, argv, message):
-    """bench/norm_clusters.py rejects a bad --case, --caps, --tokens or --rounds with a usage
-    error before it needs PyTorch or a GPU."""
-    clusters = _bench_module("norm_clusters")
-    monkeypatch.setattr("sys.argv", ["norm_clusters.py", *argv])
-    with pytest.raises(SystemExit) as exc:
-        clusters.main()
-    assert exc.value.code == 2
-    assert message in capsys.readouterr().err
-
-
-# Round 21: the staged kernels' row copies asking L2 for 256 bytes (``L``).
-@pytest.mark.parametrize("arch", ARCHS)
-def test_fetch256_compile(arch):
-    """A staged forward (both ops) and a staged backward with ``L`` compile on every arch:
-    the symbol ends with the tag, the dynamic shared memory is that of the same layout
-    without ``L``, and the 16-byte copies carry ``.L2::256B`` instead of ``.L2::128B``; off
-    by default, and dropped from a register layout (which has no copies to hint)."""
-    assert not norm_switches.STAGED_FETCH256
-    _check_staged_switch(arch, "fetch256", "STAGED_FETCH256", ["w4r1v8j4c1hogqiLt3"],
-                         "w8r1v8j2c1Lt5", "w4r1v8j4c1hogqL",
-                         "cp.async.cg.shared.global.L2::256B",
-                         "cp.async.cg.shared.global.L2::128B")  # fmt: skip
 
 
 def _check_staged_switch(arch, switch, constant, forwards, backward, dropped, on, off):
@@ -2520,16 +2394,6 @@ def test_aligned_compile(arch):
     _check_staged_switch(arch, "aligned", "STAGED_ALIGNED",
                          ["w4r1v8j4c1hogqiAt3", "w2r2v8j8c1ogqAt2"], "w8r1v8j2c1At5",
                          "w4r1v8j4c1hogqA", align.format(128), align.format(16))  # fmt: skip
-
-
-def test_norm_vs_cast_reads_its_shapes():
-    """bench/norm_vs_cast.py --shapes: N x H pairs of positive integers, anything else a
-    ValueError that names the item."""
-    bench = _bench_module("norm_vs_cast")
-    assert bench.parse_shapes("16384x4096, 2x8") == [(16384, 4096), (2, 8)]
-    for bad in ("16384", "16384x", "0x4096", "ax4", "4x-1"):
-        with pytest.raises(ValueError, match="not NxH"):
-            bench.parse_shapes(bad)
 
 
 def test_one_layout_patch_reaches_source_symbols_and_kernel(monkeypatch):
@@ -2603,7 +2467,7 @@ def test_render_snapshot_script(tmp_path):
     import sys
     from pathlib import Path
 
-    script = str(Path(__file__).parent.parent / "bench" / "render_snapshot.py")
+    script = str(Path(__file__).parent.parent / "bench" / "tuning" / "render_snapshot.py")
     run = lambda *a: subprocess.run([sys.executable, script, *a], capture_output=True,  # noqa: E731
                                     text=True, timeout=600)  # fmt: skip
     plain, again, switched = (tmp_path / f"{n}.json" for n in ("plain", "again", "switched"))
