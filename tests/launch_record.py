@@ -137,7 +137,11 @@ def record(call, *kernels) -> list[dict]:
 
 def cases() -> dict[str, tuple]:
     k = ne.get_kernel
-    s, a, si = T("scale", (1,), "float32"), T("amax", (1,), "float32"), T("scale_inv", (1,), "float32")
+    s, a, si = (
+        T("scale", (1,), "float32"),
+        T("amax", (1,), "float32"),
+        T("scale_inv", (1,), "float32"),
+    )
     x = T("x", (4, 96))
     y = T("y", (4, 96))
     xu = T("xu", (4, 96), offset=2)
@@ -165,20 +169,26 @@ def cases() -> dict[str, tuple]:
     xm = T("xm", (64, 128))
     gm = k("gelu", dtype="fp8", scaling="mxfp8")
     out_mx = ne.ops.activation.MXFP8Output(
-        T("mx_row", (64, 128), "uint8"), T("mx_row_s", mxfp8_scale_shape(64, 128, "rowwise"), "uint8"))
+        T("mx_row", (64, 128), "uint8"),
+        T("mx_row_s", mxfp8_scale_shape(64, 128, "rowwise"), "uint8"),
+    )
     c["gelu mxfp8 rowwise rows"] = (lambda: gm(xm, out_mx), gm)
     gb = k("gelu", dtype="fp8", scaling="mxfp8", layout="both")
     out_b = ne.ops.activation.MXFP8Output(
-        T("mxb_row", (64, 128), "uint8"), T("mxb_row_s", mxfp8_scale_shape(64, 128, "rowwise"), "uint8"),
+        T("mxb_row", (64, 128), "uint8"),
+        T("mxb_row_s", mxfp8_scale_shape(64, 128, "rowwise"), "uint8"),
         T("mxb_col", (64, 128), "uint8"),
-        T("mxb_col_s", mxfp8_scale_shape(64, 128, "columnwise"), "uint8"))
+        T("mxb_col_s", mxfp8_scale_shape(64, 128, "columnwise"), "uint8"),
+    )
     c["gelu mxfp8 both tile"] = (lambda: gb(xm, out_b), gb)
     swb = k("swiglu", dtype="fp8", scaling="mxfp8", layout="both")
     hb = T("hb", (64, 256))
     out_swb = ne.ops.activation.MXFP8Output(
-        T("swb_row", (64, 128), "uint8"), T("swb_row_s", mxfp8_scale_shape(64, 128, "rowwise"), "uint8"),
+        T("swb_row", (64, 128), "uint8"),
+        T("swb_row_s", mxfp8_scale_shape(64, 128, "rowwise"), "uint8"),
         T("swb_col", (64, 128), "uint8"),
-        T("swb_col_s", mxfp8_scale_shape(64, 128, "columnwise"), "uint8"))
+        T("swb_col_s", mxfp8_scale_shape(64, 128, "columnwise"), "uint8"),
+    )
     c["swiglu mxfp8 both tile"] = (lambda: swb(hb, out_swb), swb)
     cast8 = k("cast", dtype="fp8")
     c["cast fp8 tensor"] = (lambda: cast8(x, y8, scale=s, amax=a), cast8)
@@ -194,47 +204,61 @@ def cases() -> dict[str, tuple]:
     db = k("cast_transpose_dbias", dtype="fp8")
     dbias = T("dbias", (320,))
     ws = T("ws", (db.workspace_rows(160), 320), "float32")
-    c["cast_transpose_dbias"] = (lambda: db(xc, out=q, out_t=qt, dbias=dbias, workspace=ws,
-                                            scale=s, amax=a, scale_inv=si), db)
+    c["cast_transpose_dbias"] = (
+        lambda: db(xc, out=q, out_t=qt, dbias=dbias, workspace=ws, scale=s, amax=a, scale_inv=si),
+        db,
+    )
     c["cast_transpose_dbias allocates"] = (lambda: db(xc, scale=s, amax=a), db)
     dbg = k("cast_transpose_dbias_dgelu", dtype="fp8")
     act = T("act", (160, 320))
     wsg = T("wsg", (dbg.workspace_rows(160), 320), "float32")
-    c["cast_transpose_dbias_dgelu"] = (lambda: dbg(xc, act, out=q, out_t=qt, dbias=dbias,
-                                                   workspace=wsg, scale=s, amax=a), dbg)
+    c["cast_transpose_dbias_dgelu"] = (
+        lambda: dbg(xc, act, out=q, out_t=qt, dbias=dbias, workspace=wsg, scale=s, amax=a),
+        dbg,
+    )
     gct = k("dswiglu_cast_transpose", dtype="fp8")
     gg, ga = T("gg", (160, 160)), T("ga", (160, 320))
     c["dswiglu_cast_transpose"] = (lambda: gct(gg, ga, out=q, out_t=qt, scale=s, amax=a), gct)
     mct = k("multi_cast_transpose", dtype="fp8")
     m1, m2 = T("m1", (64, 128)), T("m2", (32, 96))
-    mo = [(T("m1q", (64, 128), "uint8"), T("m1t", (128, 64), "uint8")),
-          (T("m2q", (32, 96), "uint8"), T("m2t", (96, 32), "uint8"))]
+    mo = [
+        (T("m1q", (64, 128), "uint8"), T("m1t", (128, 64), "uint8")),
+        (T("m2q", (32, 96), "uint8"), T("m2t", (96, 32), "uint8")),
+    ]
     s2, a2 = T("scale2", (1,), "float32"), T("amax2", (1,), "float32")
-    c["multi_cast_transpose"] = (lambda: mct([m1, m2], outs=mo, scales=[s, s2],
-                                             amaxes=[a, a2]), mct)
+    c["multi_cast_transpose"] = (
+        lambda: mct([m1, m2], outs=mo, scales=[s, s2], amaxes=[a, a2]),
+        mct,
+    )
     # quantize
     xq = T("xq", (256, 384))
     qm = k("quantize", dtype="fp8", layout="both")
-    outs = dict(rowwise_data=T("qr", (256, 384), "uint8"),
-                rowwise_scale_inv=T("qrs", mxfp8_scale_shape(256, 384, "rowwise"), "uint8"),
-                columnwise_data=T("qc", (256, 384), "uint8"),
-                columnwise_scale_inv=T("qcs", mxfp8_scale_shape(256, 384, "columnwise"), "uint8"))
+    outs = dict(
+        rowwise_data=T("qr", (256, 384), "uint8"),
+        rowwise_scale_inv=T("qrs", mxfp8_scale_shape(256, 384, "rowwise"), "uint8"),
+        columnwise_data=T("qc", (256, 384), "uint8"),
+        columnwise_scale_inv=T("qcs", mxfp8_scale_shape(256, 384, "columnwise"), "uint8"),
+    )
     c["quantize mxfp8 both fast"] = (lambda: qm(xq, **outs), qm)
     xq2 = T("xq2", (200, 96))
-    outs2 = dict(rowwise_data=T("qr2", (200, 96), "uint8"),
-                 rowwise_scale_inv=T("qrs2", mxfp8_scale_shape(200, 96, "rowwise"), "uint8"),
-                 columnwise_data=T("qc2", (200, 96), "uint8"),
-                 columnwise_scale_inv=T("qcs2", mxfp8_scale_shape(200, 96, "columnwise"), "uint8"))
+    outs2 = dict(
+        rowwise_data=T("qr2", (200, 96), "uint8"),
+        rowwise_scale_inv=T("qrs2", mxfp8_scale_shape(200, 96, "rowwise"), "uint8"),
+        columnwise_data=T("qc2", (200, 96), "uint8"),
+        columnwise_scale_inv=T("qcs2", mxfp8_scale_shape(200, 96, "columnwise"), "uint8"),
+    )
     c["quantize mxfp8 both padded"] = (lambda: qm(xq2, **outs2), qm)
     qr = k("quantize", dtype="fp8", layout="rowwise")
     c["quantize mxfp8 rowwise allocates"] = (lambda: qr(xq2), qr)
     qf = k("quantize", dtype="fp4_e2m1", layout="both")
     xf = T("xf", (64, 128))
     amf = T("amax_f", (1,), "float32")
-    outs4 = dict(rowwise_data=T("fr", (64, 64), "uint8"),
-                 rowwise_scale_inv=T("frs", nvfp4_scale_shape(64, 128, "rowwise"), "uint8"),
-                 columnwise_data=T("fc", (128, 32), "uint8"),
-                 columnwise_scale_inv=T("fcs", nvfp4_scale_shape(64, 128, "columnwise"), "uint8"))
+    outs4 = dict(
+        rowwise_data=T("fr", (64, 64), "uint8"),
+        rowwise_scale_inv=T("frs", nvfp4_scale_shape(64, 128, "rowwise"), "uint8"),
+        columnwise_data=T("fc", (128, 32), "uint8"),
+        columnwise_scale_inv=T("fcs", nvfp4_scale_shape(64, 128, "columnwise"), "uint8"),
+    )
     wsf = T("wsf", (1024,), "float32")
     c["quantize nvfp4 both"] = (lambda: qf(xf, amax=amf, workspace=wsf, scale_inv=si, **outs4), qf)
     c["quantize nvfp4 both no amax"] = (lambda: qf(xf, amax=amf, compute_amax=False, **outs4), qf)
@@ -253,8 +277,10 @@ def cases() -> dict[str, tuple]:
     st = k("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096)
     xs, zs, ws8 = T("xs", (16384, 4096)), T("zs", (16384, 4096), "uint8"), T("gammas", (4096,))
     ms, rss = T("mus", (16384,), "float32"), T("rss", (16384,), "float32")
-    c["layernorm_fwd staged fp8"] = (lambda: st(xs, ws8, ws8, 1e-5, zs, ms, rss, scale=s, amax=a,
-                                                scale_inv=si), st)
+    c["layernorm_fwd staged fp8"] = (
+        lambda: st(xs, ws8, ws8, 1e-5, zs, ms, rss, scale=s, amax=a, scale_inv=si),
+        st,
+    )
     rmx = k("rmsnorm_fwd", in_dtype="bf16", out_dtype="fp8", scaling="mxfp8", hidden_size=128)
     xmx, zmx = T("xmx", (64, 128)), T("zmx", (64, 128), "uint8")
     rsx, smx = T("rsx", (64,), "float32"), T("smx", mxfp8_scale_shape(64, 128, "rowwise"), "uint8")
