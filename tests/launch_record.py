@@ -1,10 +1,11 @@
 """What every family launches for a representative set of calls, as the stub libcuda sees it.
 
-    python tests/launch_record.py OUT.json
+    python tests/launch_record.py OUT.json    # record, e.g. before and after a change
 
-Run in a process of its own: it loads the stub driver (tests/stub_driver.py) and fake torch
-(tests/fake_torch.py). Each call is made three times (first call, the call that prepares its
-launch, a prepared call); the launches of the three must be equal, and are written once:
+Import it only in a process of its own (tests/test_launch_stub.py runs it in a subprocess):
+importing it loads the stub driver (tests/stub_driver.py) and fake torch (tests/fake_torch.py).
+Each call is made three times (first call, the call that prepares its launch, a prepared
+call); the launches of the three must be equal, and are written once:
 symbol, grid, block, shared memory, dependent flag and each parameter by its name in the
 rendered source, the bytes the driver reads (4 for int/float, 8 for pointers and long long),
 pointers normalised to ``name+offset`` of the test's arrays (``alloc(bytes)+offset`` for
@@ -124,6 +125,8 @@ def _decode(launch: dict) -> dict:
 
 
 def record(call, *kernels) -> list[dict]:
+    """The launches of ``call`` (of ``kernels``), decoded; made three times (the checked
+    path, the call that prepares, a prepared call), which must launch the same."""
     for kernel in kernels:
         _register(kernel)
     runs = []
@@ -133,6 +136,11 @@ def record(call, *kernels) -> list[dict]:
         runs.append([_decode(launch) for launch in stub.since(before)])
     assert runs[0] == runs[1] == runs[2], json.dumps(runs, indent=1)
     return runs[0]
+
+
+def record_all() -> dict[str, tuple[list[dict], tuple]]:
+    """Every case of :func:`cases`: its launches and its kernels."""
+    return {name: (record(call, *kernels), kernels) for name, (call, *kernels) in cases().items()}
 
 
 def cases() -> dict[str, tuple]:
@@ -309,10 +317,7 @@ def cases() -> dict[str, tuple]:
 
 
 def main() -> int:
-    out = {}
-    for name, (call, *kernels) in cases().items():
-        print(name, flush=True)
-        out[name] = record(call, *kernels)
+    out = {name: launches for name, (launches, _) in record_all().items()}
     Path(sys.argv[1]).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     print("recorded", len(out), "calls,", sum(map(len, out.values())), "launches")
     return 0
