@@ -514,7 +514,7 @@ class _Launcher(Kernel):
         g_ptr = self._grad(grad, xa, cols).ptr if self._backward else 0
         bound = None
         if self._mx:
-            key = None  # the scale tensors it allocates are zeroed first: no plan
+            key = None  # the scale tensors it allocates are zeroed first: not prepared
             bound = bind_mxfp8_output(out, xa, out_shape, self._out, self.key.layout,
                                       self._output)  # fmt: skip
             out = bound.result
@@ -636,7 +636,7 @@ class ActivationKernel(_Launcher):
         stream: Any = None,
     ) -> Any:
         done, key = self._fast((None, x, out, scale, amax, scale_inv), (), stream)
-        if done is not None:  # launched through the call's plan
+        if done is not None:  # launched through its prepared launch
             return done[2]
         return self._run(None, x, out, scale, amax, scale_inv, stream, (), key)
 
@@ -675,7 +675,7 @@ class ActivationGradKernel(_Launcher):
         stream: Any = None,
     ) -> Any:
         done, key = self._fast((grad, x, out, scale, amax, scale_inv), (), stream)
-        if done is not None:  # launched through the call's plan
+        if done is not None:  # launched through its prepared launch
             return done[2]
         return self._run(grad, x, out, scale, amax, scale_inv, stream, (), key)
 
@@ -709,7 +709,7 @@ class ClampedSwiGLUKernel(_Launcher):
     ) -> Any:
         floats = _clamp_params(limit, alpha, linear_offset)
         done, key = self._fast((None, x, out, scale, amax, scale_inv), floats, stream)
-        if done is not None:  # launched through the call's plan
+        if done is not None:  # launched through its prepared launch
             return done[2]
         return self._run(None, x, out, scale, amax, scale_inv, stream, floats, key)
 
@@ -742,7 +742,7 @@ class ClampedSwiGLUGradKernel(_Launcher):
     ) -> Any:
         floats = _clamp_params(limit, alpha, linear_offset)
         done, key = self._fast((grad, x, out, scale, amax, scale_inv), floats, stream)
-        if done is not None:  # launched through the call's plan
+        if done is not None:  # launched through its prepared launch
             return done[2]
         return self._run(grad, x, out, scale, amax, scale_inv, stream, floats, key)
 

@@ -415,7 +415,7 @@ class CastTransposeKernel(CastKernelBase):
         scale_inv: Any = None, stream: Any = None,
     ) -> tuple[Any, ...]:  # fmt: skip
         given = (x, act_input, out, out_t, dbias, workspace, scale, amax, scale_inv)
-        done, plan_key = self._fast(given, (), stream)
+        done, call_key = self._fast(given, (), stream)
         if done is not None:
             return (done[2], done[3], done[4]) if self._dbias else (done[2], done[3])
         key = self.key
@@ -469,7 +469,7 @@ class CastTransposeKernel(CastKernelBase):
         tensors = (x, act_input, out, out_t, dbias, workspace, scale, amax, scale_inv)
         ptrs = (xa.ptr, act_ptr, oa.ptr, ta.ptr, dbias_ptr, partial_ptr, scale_ptr, amax_ptr,
                 scale_inv_ptr)  # fmt: skip
-        self._submit(plan_key, given, tensors, ptrs, (), stream, xa, launches)
+        self._submit(call_key, given, tensors, ptrs, (), stream, xa, launches)
         return result
 
 

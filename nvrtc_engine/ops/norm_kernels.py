@@ -392,7 +392,7 @@ class _NormFwdKernel(_NormKernel):
         # SwiGLU's limit is (the float test is the common case's shortcut)
         ok = type(eps) is float and 0.0 <= eps < FP32_OVERFLOW
         eps_value = eps if ok else _eps(eps, self.spec.rms)
-        done, plan_key = self._fast(given, (eps_value,), stream)
+        done, call_key = self._fast(given, (eps_value,), stream)
         if done is not None:
             return done[3], done[4], done[5], done[8]
         key = self.key
@@ -441,7 +441,7 @@ class _NormFwdKernel(_NormKernel):
         ptrs = (xa.ptr, ga.ptr, ba.ptr if ba is not None else 0, oa.ptr,
                 mua.ptr if mua is not None else 0, rsa.ptr, scale_ptr, amax_ptr,
                 mx_ptr if mx else scale_inv_ptr)  # fmt: skip
-        self._submit(plan_key, given, tensors, ptrs, (eps_value,), stream, xa,
+        self._submit(call_key, given, tensors, ptrs, (eps_value,), stream, xa,
                      [(0, grid, cfg.threads, FWD, values)])  # fmt: skip
         return out, mu, rsigma, scale_inv
 
@@ -571,7 +571,7 @@ class _NormBwdKernel(_NormKernel):
     ) -> tuple[Any, Any, Any]:  # fmt: skip
         given = (dz, x, mu, rsigma, gamma, add, dx, dgamma, dbeta, workspace)
         if dx is not None and type(dx) in TORCH_TYPES and {type(x), type(dz)} <= TORCH_TYPES:
-            start = dx.data_ptr()  # (checked here: a call that a plan takes skips the rest)
+            start = dx.data_ptr()  # (checked here: a prepared call skips the rest)
             for other in (x, dz):
                 if _overlap(start, dx.nbytes, other.data_ptr(), other.nbytes):
                     _alias_error(other, x)

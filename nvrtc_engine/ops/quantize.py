@@ -84,7 +84,7 @@ _ARGS = CallArgs(("x", "rowwise_data", "rowwise_scale_inv", "columnwise_data",
 # identity activation (templates/mxfp8_tile.j2) for calls with M % 128 == 0, K % 128 == 0
 # and 16-byte aligned data; other calls, and every call with MX_FAST_PATH = False, the
 # quantize kernel. Same bytes either way (tests/test_cast_emulated.py, tests/test_gpu_cast.py).
-# Read per call (launch plans key on it); MX_FAST_ROWWISE is read when a key is rendered
+# Read per call (call keys include it); MX_FAST_ROWWISE is read when a key is rendered
 # (so it changes the source: tuning scripts set it with the disk cache off).
 MX_FAST_PATH = True
 MX_FAST_ROWWISE = False
@@ -310,7 +310,7 @@ class QuantizeKernel(CastKernelBase):
         args = (x, rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv, amax,
                 scale_inv, workspace)  # fmt: skip
         extra = bool(compute_amax) if self._tile is None else (bool(compute_amax), MX_FAST_PATH)
-        done, plan_key = self._fast(args, (), stream, extra)
+        done, call_key = self._fast(args, (), stream, extra)
         if done is not None:
             return QuantizeResult(done[1], done[2], done[3], done[4], done[5], done[6])
         key = self.key
@@ -358,7 +358,7 @@ class QuantizeKernel(CastKernelBase):
                 scale_inv_ptr = self._scalar_buffer(scale_inv, "scale_inv", xa)
                 res.scale_inv = scale_inv
             if compute_amax:
-                workspace, ws_ptr, calls = self._amax_calls(xa, m * k, workspace, amax_ptr)
+                workspace, ws_ptr, calls = self._amax_calls(xa, m * k, workspace)
                 launches += calls
             elif workspace is not None:
                 raise ArgumentError("workspace", "is only used with compute_amax=True")
@@ -389,7 +389,7 @@ class QuantizeKernel(CastKernelBase):
                        res.columnwise_scale_inv, res.amax, res.scale_inv, workspace)  # fmt: skip
             addresses = (xa.ptr, *ptrs["rowwise"], *ptrs["columnwise"], amax_ptr, scale_inv_ptr,
                          ws_ptr)  # fmt: skip
-            self._submit(plan_key, args, tensors, addresses, (), stream, xa, launches)
+            self._submit(call_key, args, tensors, addresses, (), stream, xa, launches)
         return res
 
     def _tile_fits(self, x_ptr: int, ptrs: dict[str, list[int]],
@@ -430,9 +430,7 @@ class QuantizeKernel(CastKernelBase):
         ok = aligned16(x_ptr, ptrs["rowwise"][0], ptrs["columnwise"][0], k * self._in.itemsize)
         return ok and k % 16 == 0 and not (self._fp4 and self._colwise and m % 32)
 
-    def _amax_calls(
-        self, xa: Any, n: int, workspace: Any, amax_ptr: int
-    ) -> tuple[Any, int, list[LaunchSpec]]:
+    def _amax_calls(self, xa: Any, n: int, workspace: Any) -> tuple[Any, int, list[LaunchSpec]]:
         """The workspace (allocated when None), its address and the two amax launches."""
         if workspace is not None:
             wa = self._input(workspace, "workspace", DTYPES["fp32"])
