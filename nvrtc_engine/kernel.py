@@ -213,28 +213,23 @@ class Kernel:
         ``done`` is ``arrays`` with the omitted outputs allocated, once launched; else None,
         and ``key`` is the call key to hand to :meth:`_submit` (None: a call that cannot be
         prepared, e.g. with an array of another library)."""
-        key: list[Any] = [extra]
-        ptrs: list[int] = []
+        ptrs = [0] * len(arrays)
+        key: tuple[Any, ...] = (extra,)
         low = 0
-        for t in arrays:
-            if t is None:
-                key.append(None)
-                ptrs.append(0)
-            elif type(t) in TORCH_TYPES:
-                p = t.data_ptr()
-                ptrs.append(p)
+        for i, t in enumerate(arrays):
+            if t is not None:
+                if type(t) not in TORCH_TYPES:
+                    return None, None
+                p = ptrs[i] = t.data_ptr()
                 low |= p
-                key.append((t.dtype, t.shape, t.get_device(), t.is_contiguous()))
-            else:
-                return None, None
+                key += (i, t.dtype, t.shape, t.get_device(), t.is_contiguous())
         if low & 15:
-            key.append(tuple([p & 15 for p in ptrs]))
-        call = tuple(key)
-        prepared = self._prepared.get(call)
+            key += tuple([p & 15 for p in ptrs])
+        prepared = self._prepared.get(key)
         if prepared is None:
-            return None, call
+            return None, key
         done = prepared.run(arrays, ptrs, floats, stream)
-        return done, (call if done is None else None)
+        return done, (key if done is None else None)
 
     def _submit(
         self, key: Any, given: Sequence[Any], tensors: Sequence[Any], ptrs: Sequence[int],

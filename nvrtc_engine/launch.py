@@ -138,13 +138,14 @@ class Prepared:
         from .interop import TORCH_TYPES
 
         self = cls()
-        self.allocs = []
+        allocs = []
         for index, (arg, t) in enumerate(zip(given, tensors, strict=True)):
             if t is not None and type(t) not in TORCH_TYPES:
                 return None
             if arg is None and t is not None:  # allocated by the checked path: by each call
-                self.allocs.append((index, t.shape, t.dtype, t.device, ptrs[index] & 15))
-        self.allocs = tuple(self.allocs)
+                allocs.append((index, _like(given, t), tuple(t.shape), t.dtype, t.device,
+                               ptrs[index] & 15))  # fmt: skip
+        self.allocs = tuple(allocs)
         present = [t is not None for t in tensors]
         shared = kernel._shared
         out = []
@@ -155,7 +156,7 @@ class Prepared:
             image, pointers, offsets, floats = prepared
             shmem = shared[index] if shared else 0
             go = launcher(loaded.functions[index], grid, block, shmem, kernel._dependent)
-            out.append((go, image, pointers, offsets, floats, threading.local()))
+            out.append((go, threading.local(), image, pointers, offsets, floats))
         self.launches = tuple(out)
         self.device = loaded.device
         self.context = loaded.device.context
@@ -174,10 +175,15 @@ class Prepared:
         already (the call that prepared). Returns ``tensors`` with the allocated outputs, or
         None, launching nothing, when an allocation is aligned otherwise than the key's."""
         if self.allocs and allocate:
-            empty = sys.modules["torch"].empty
+            torch = sys.modules["torch"]
             tensors = list(tensors)
-            for index, shape, dtype, device, residue in self.allocs:
-                t = empty(shape, dtype=dtype, device=device)
+            for index, like, shape, dtype, device, residue in self.allocs:
+                # one step each: empty_like where an input has the output's shape and dtype,
+                # else empty with the sizes as ints (PyTorch parses a torch.Size slower)
+                if like is None:
+                    t = torch.empty(*shape, dtype=dtype, device=device)
+                else:
+                    t = torch.empty_like(tensors[like])
                 p = t.data_ptr()
                 if p & 15 != residue:
                     return None
@@ -186,7 +192,7 @@ class Prepared:
         if self.get_context()[1] != self.context:
             driver.make_current(self.device)
         handle = self.stream(self.ordinal) if stream is None else explicit_stream(stream)
-        for go, image, pointers, offsets, floats_at, local in self.launches:
+        for go, local, image, pointers, offsets, floats_at in self.launches:
             try:
                 slots, values, address = local.views
             except AttributeError:
@@ -194,10 +200,22 @@ class Prepared:
                 local.views = (slots, values, address)
             for slot, index in pointers:
                 slots[slot] = ptrs[index]
-            for slot, index, offset in offsets:
-                p = ptrs[index]
-                slots[slot] = p + offset if p else 0
-            for at, index in floats_at:
-                values[at] = floats[index]
+            if offsets:
+                for slot, index, offset in offsets:
+                    p = ptrs[index]
+                    slots[slot] = p + offset if p else 0
+            if floats_at:
+                for at, index in floats_at:
+                    values[at] = floats[index]
             go(handle, address)
         return tensors
+
+
+def _like(given: Sequence[Any], out: Any) -> int | None:
+    """The index of a given torch tensor that ``out`` (a contiguous output) has the shape,
+    dtype and device of, for ``torch.empty_like``; None when there is none."""
+    for index, t in enumerate(given):
+        if (t is not None and t.is_contiguous() and t.shape == out.shape and t.dtype == out.dtype
+                and t.device == out.device):  # fmt: skip
+            return index
+    return None
