@@ -27,8 +27,9 @@ ctypes. Each is timed with and without programmatic dependent launch (PDL), in -
 rounds (default 7) of --calls launches (default 2000), every candidate once per round in a
 shuffled order, then synchronized; the median per launch over the rounds is reported. With
 --stub the driver returns at once, so the figures are each candidate's Python-side cost
-alone, and every candidate's last launch is checked against what it should have given the
-driver. Writes bench/results/launch_candidates.json (launch_candidates-stub.json; and to $OUT).
+alone (timed as this thread's CPU time, which other processes' load does not inflate), and
+every candidate's last launch is checked against what it should have given the driver.
+Writes bench/results/launch_candidates.json (launch_candidates-stub.json; and to $OUT).
 """
 
 from __future__ import annotations
@@ -303,6 +304,8 @@ def main() -> int:
             assert (last["grid"][0], last["block"][0], last["stream"]) == (grid, block, stream)
             assert last["dependent"] == case.endswith("PDL"), case
 
+    # the stub's time is all this thread's: its CPU time, which other processes do not inflate
+    clock = time.thread_time if stub is not None else time.perf_counter
     times: dict[str, list[float]] = {name: [] for name in cases}
     names = list(cases)
     rng = random.Random(0)
@@ -313,10 +316,10 @@ def main() -> int:
             for _ in range(50):
                 fn()
             sync()
-            start = time.perf_counter()
+            start = clock()
             for _ in range(args.calls):
                 fn()
-            elapsed = time.perf_counter() - start
+            elapsed = clock() - start
             sync()
             times[name].append(elapsed / args.calls * 1e6)
     # the median is the figure; the least round shows the cost without other processes' load

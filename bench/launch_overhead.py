@@ -15,8 +15,8 @@ the engine with ``out`` at most ``torch.add(out=)``, the engine allocating at mo
 --stub (taken by itself when torch has no CUDA) measures the Python side only:
 tests/host_cuda/libcuda_stub.c stands in for libcuda (cuda.bindings still converts every
 argument; the driver's own ~3 us per launch is missing) and tests/fake_torch.py for torch
-(no torch ops there: the two engine rows only). Writes bench/results/launch_overhead.json
-(launch_overhead-stub.json; and to $OUT).
+(no torch ops there: the two engine rows only), timed as this thread's CPU time. Writes
+bench/results/launch_overhead.json (launch_overhead-stub.json; and to $OUT).
 """
 
 from __future__ import annotations
@@ -55,10 +55,11 @@ def stub_environment() -> Any:
 
 
 def paired(
-    cases: dict[str, Callable[[], Any]], sync: Callable[[], Any], calls: int, rounds: int
-) -> dict[str, list[float]]:
+    cases: dict[str, Callable[[], Any]], sync: Callable[[], Any], calls: int, rounds: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, list[float]]:  # fmt: skip
     """Microseconds per call of each case in each round (the cases once per round, in a
-    shuffled order; ``sync`` after each timing)."""
+    shuffled order; ``sync`` after each timing; ``clock`` the timer)."""
     times: dict[str, list[float]] = {name: [] for name in cases}
     names = list(cases)
     rng = random.Random(0)
@@ -69,10 +70,10 @@ def paired(
             for _ in range(50):
                 fn()
             sync()
-            start = time.perf_counter()
+            start = clock()
             for _ in range(calls):
                 fn()
-            elapsed = time.perf_counter() - start
+            elapsed = clock() - start
             sync()
             times[name].append(elapsed / calls * 1e6)
     return times
@@ -119,7 +120,9 @@ def main() -> int:
 
         cases[ADD] = lambda: torch.add(x, x, out=out)
         cases[GELU] = lambda: F.gelu(x, approximate="tanh")
-    times = paired(cases, sync, args.calls, args.rounds)
+    # the stub's time is all this thread's: its CPU time, which other processes do not inflate
+    clock = time.thread_time if stub else time.perf_counter
+    times = paired(cases, sync, args.calls, args.rounds, clock)
     # the median is the figure; the least round shows the cost without other processes' load
     rows = [{"case": name, "us": statistics.median(times[name]), "min_us": min(times[name]),
              "rounds_us": times[name]} for name in cases]  # fmt: skip
