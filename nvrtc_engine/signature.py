@@ -64,13 +64,16 @@ class Param:
         if (self.kind == "ptr") != bool(self.dtype):
             raise ValueError(f"{self.name}: a pointer and only a pointer names its dtype")
 
+    def c_type(self) -> str:
+        """The C type, e.g. ``const In::storage*`` or ``long long``."""
+        if self.kind != "ptr":
+            return _KINDS[self.kind][1]
+        return f"{'const ' if self.const else ''}{self.dtype}*"
+
     def c_decl(self) -> str:
         """The C declaration, e.g. ``const In::storage* __restrict__ x`` or ``long long n``."""
-        if self.kind != "ptr":
-            return f"{_KINDS[self.kind][1]} {self.name}"
-        const = "const " if self.const else ""
-        restrict = "__restrict__ " if self.restrict else ""
-        return f"{const}{self.dtype}* {restrict}{self.name}"
+        restrict = "__restrict__ " if self.kind == "ptr" and self.restrict else ""
+        return f"{self.c_type()} {restrict}{self.name}"
 
 
 def ptr(name: str, dtype: str, *, const: bool = False, restrict: bool = True) -> Param:
