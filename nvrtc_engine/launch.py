@@ -120,10 +120,16 @@ def launch(
 
 class Prepared:
     """The launches of one call key (see the module docstring), made by :meth:`build` from
-    the launches of a call the family checked; :meth:`run` launches them for another call
-    with that key."""
+    the launches of a call the family checked. ``run(tensors, ptrs, floats, stream,
+    allocate=True)`` launches them for another call with that key: ``tensors`` its array
+    arguments, ``ptrs`` their addresses (0 for None; the allocated outputs' are filled in),
+    ``floats`` its float arguments; with ``allocate`` false, the outputs are in ``tensors``
+    and ``ptrs`` already (the call that prepared). It returns ``tensors`` with the allocated
+    outputs, or None, launching nothing, when an allocation is aligned otherwise than the
+    key's. ``run`` is a closure over everything the key fixes (no attribute lookups, no
+    method binding on the call)."""
 
-    __slots__ = ("allocs", "context", "device", "get_context", "launches", "ordinal", "stream")
+    __slots__ = ("allocs", "device", "launches", "run")
 
     @classmethod
     def build(
@@ -159,29 +165,29 @@ class Prepared:
             out.append((go, threading.local(), image, pointers, offsets, floats))
         self.launches = tuple(out)
         self.device = loaded.device
-        self.context = loaded.device.context
-        self.ordinal = loaded.device.ordinal
-        self.get_context = driver._drv().cuCtxGetCurrent
-        self.stream = torch_stream_getter()
+        self.run = _runner(self.allocs, self.launches, loaded.device)
         return self
 
+
+def _runner(allocs: tuple[Any, ...], launches: tuple[Any, ...], device: Any) -> Callable[..., Any]:
+    """:attr:`Prepared.run` for these allocations and launches on ``device``."""
+    get_context = driver._drv().cuCtxGetCurrent
+    context, ordinal = device.context, device.ordinal
+    current_stream = torch_stream_getter()
+    make_current = driver.make_current
+
     def run(
-        self, tensors: Sequence[Any], ptrs: list[int], floats: Sequence[float], stream: Any,
+        tensors: Sequence[Any], ptrs: list[int], floats: Sequence[float], stream: Any,
         allocate: bool = True,
     ) -> Sequence[Any] | None:  # fmt: skip
-        """Launch for a call with this key: ``tensors`` its array arguments, ``ptrs`` their
-        addresses (0 for None; the allocated outputs' are filled in), ``floats`` its float
-        arguments; with ``allocate`` false, the outputs are in ``tensors`` and ``ptrs``
-        already (the call that prepared). Returns ``tensors`` with the allocated outputs, or
-        None, launching nothing, when an allocation is aligned otherwise than the key's."""
-        if self.allocs and allocate:
+        if allocs and allocate:
             torch = sys.modules["torch"]
             tensors = list(tensors)
-            for index, like, shape, dtype, device, residue in self.allocs:
+            for index, like, shape, dtype, where, residue in allocs:
                 # one step each: empty_like where an input has the output's shape and dtype,
                 # else empty with the sizes as ints (PyTorch parses a torch.Size slower)
                 if like is None:
-                    t = torch.empty(*shape, dtype=dtype, device=device)
+                    t = torch.empty(*shape, dtype=dtype, device=where)
                 else:
                     t = torch.empty_like(tensors[like])
                 p = t.data_ptr()
@@ -189,10 +195,10 @@ class Prepared:
                     return None
                 tensors[index] = t
                 ptrs[index] = p
-        if self.get_context()[1] != self.context:
-            driver.make_current(self.device)
-        handle = self.stream(self.ordinal) if stream is None else explicit_stream(stream)
-        for go, local, image, pointers, offsets, floats_at in self.launches:
+        if get_context()[1] != context:
+            make_current(device)
+        handle = current_stream(ordinal) if stream is None else explicit_stream(stream)
+        for go, local, image, pointers, offsets, floats_at in launches:
             try:
                 slots, values, address = local.views
             except AttributeError:
@@ -209,6 +215,8 @@ class Prepared:
                     values[at] = floats[index]
             go(handle, address)
         return tensors
+
+    return run
 
 
 def _like(given: Sequence[Any], out: Any) -> int | None:
