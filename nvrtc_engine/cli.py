@@ -154,13 +154,10 @@ def _cache_info(args: argparse.Namespace) -> int:
 
     # no disk cache: an error, as for the other cache commands (this process's memory cache,
     # which cache_info() also counts, is empty on the command line: nothing else to report)
-    from .launcher import cached_path
-
     _open_disk()
     info = cache_info()
-    built = cached_path()
     if args.json:
-        print(json.dumps({**info.__dict__, "launcher": str(built) if built else None}, indent=2))
+        print(json.dumps(info.__dict__, indent=2))
     else:
         read_only = " (read-only)" if info.read_only else ""
         print(f"directory:  {info.directory}{read_only}")
@@ -168,7 +165,6 @@ def _cache_info(args: argparse.Namespace) -> int:
         print(f"bytes:      {info.bytes} ({_size(info.bytes)} on disk, its SQLite database "
               "included: an empty cache has one)")  # fmt: skip
         print(f"size limit: {info.size_limit} ({_size(info.size_limit)})")
-        print(f"launcher:   {built or 'not built yet (the first launch on a GPU builds it)'}")
     return 0
 
 
@@ -368,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="inspect, verify, clear, export or import the cache")
     actions = cache.add_subparsers(dest="action", required=True)
     for name, func, text in (
-        ("info", _cache_info, "directory, entries, bytes, size limit, compiled launcher"),
+        ("info", _cache_info, "directory, entries, bytes, size limit"),
         ("list", _cache_list, "one line per entry: key, arch, size, compile time"),
         ("verify", _cache_verify, "check every entry; remove bad ones (exit 1 if any)"),
         ("clear", _cache_clear, "remove every entry"),

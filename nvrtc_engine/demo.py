@@ -154,10 +154,6 @@ def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 
         print(line, file=out)
     print("ms: get_kernel's wall time (a compile, or a read of the disk cache; the first call "
           "of a process also loads NVRTC and opens the cache)", file=out)  # fmt: skip
-    if can_run:
-        from . import launcher
-
-        print(f"launches: {launcher.status()}", file=out)
     info = cache_info()
     if info.directory:
         print(f"cache: {info.directory} ({info.entries} entries, {info.bytes} bytes on disk with "

@@ -2,12 +2,12 @@
 
 :class:`Kernel` is what :func:`~nvrtc_engine.get_kernel` returns. Each kernel family
 subclasses it with a ``__call__`` that binds arrays to parameters; this module holds what
-they share: lazy per-device loading, device checks, launch plans and the launch itself.
+they share: lazy per-device loading, device checks, and the launch.
 
-Launch plans (:mod:`nvrtc_engine.plans`): a family's ``__call__`` first offers its array
-arguments to :meth:`Kernel._fast`; a call with torch tensors whose plan key was seen before
-launches through its plan, any other takes the family's generic path, which checks every
-argument and hands its launches to :meth:`Kernel._submit`.
+A family's ``__call__`` first offers its array arguments to :meth:`Kernel._fast`: a call
+whose key was seen before launches through the key's prepared launches
+(:mod:`nvrtc_engine.launch`); any other takes the family's checked path, which checks every
+argument, raises the errors, and hands its launches to :meth:`Kernel._submit`.
 """
 
 from __future__ import annotations
@@ -20,19 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 from . import driver
 from .errors import ArgumentError, NoDeviceError
-from .interop import Array, allocate_like, as_array, stream_handle
+from .interop import TORCH_TYPES, Array, allocate_like, as_array, stream_handle
 from .key import arch_number
-from .plans import NO_PLAN, LaunchPlan, LaunchSpec, compiled_fast, fast_path
+from .launch import MAX_PREPARED, Prepared, launch
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .dtypes import DType
     from .key import KernelKey
+    from .launch import LaunchSpec
 
 __all__ = ["Artifact", "Kernel", "Loaded"]
-
-MAX_PLANS = 256  # plans kept per kernel (per distinct plan key); the oldest go first
 
 
 @dataclass(frozen=True)
@@ -98,8 +97,7 @@ class Kernel:
         self.origin = origin
         self._loaded: dict[int, Loaded] = {}
         self._lock = threading.Lock()
-        self._launch_plans: dict[Any, LaunchPlan] = {}  # by plan key
-        self._last_plan = NO_PLAN  # the plan of the last planned call, checked first
+        self._prepared: dict[Any, Prepared] = {}  # by call key (nvrtc_engine.launch)
         self._dependent = self._dependent_launch()  # decided once, when the kernel is made
 
     def __repr__(self) -> str:
@@ -202,60 +200,82 @@ class Kernel:
         except ValueError:  # an arch that names no compute capability
             return False
 
-    # Launching: plans (the fast path) and the generic launch --------------------------------
+    # Launching: prepared launches, and the checked path's launches ----------------------------
 
     def _fast(
-        self, tensors: Sequence[Any], floats: Sequence[float], stream: Any, extra: Any = None
+        self, arrays: Sequence[Any], floats: Sequence[float], stream: Any, extra: Any = None
     ) -> tuple[Any, Any]:
-        """Launch through the call's plan if it has one: see :func:`plans.fast_path`, which
-        makes this method for a number of array arguments (families set ``_fast =
-        fast_path(n)``; this one finds it on each call)."""
-        return fast_path(len(tensors))(self, tensors, floats, stream, extra)
+        """Launch a call through its key's prepared launches, if it has them.
+
+        ``arrays``: the family's array arguments in its :class:`~signature.CallArgs` order
+        (None where omitted); ``floats``: its float arguments (checked); ``extra``: anything
+        else (hashable) the checked path's outcome depends on. Returns ``(done, key)``:
+        ``done`` is ``arrays`` with the omitted outputs allocated, once launched; else None,
+        and ``key`` is the call key to hand to :meth:`_submit` (None: a call that cannot be
+        prepared, e.g. with an array of another library)."""
+        ptrs = [0] * len(arrays)
+        key: tuple[Any, ...] = (extra,)
+        low = 0
+        for i, t in enumerate(arrays):
+            if t is not None:
+                if type(t) not in TORCH_TYPES:
+                    return None, None
+                p = ptrs[i] = t.data_ptr()
+                low |= p
+                key += (i, t.dtype, t.shape, t.get_device(), t.is_contiguous())
+        if low & 15:
+            key += tuple([p & 15 for p in ptrs])
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            return None, key
+        done = prepared.run(arrays, ptrs, floats, stream)
+        return done, (key if done is None else None)
 
     def _submit(
         self, key: Any, given: Sequence[Any], tensors: Sequence[Any], ptrs: Sequence[int],
         floats: Sequence[float], stream: Any, like: Array, launches: Sequence[LaunchSpec],
     ) -> None:  # fmt: skip
-        """Launch what a family's generic path computed, in order, on one stream.
+        """Launch what a family's checked path computed, in order, on one stream.
 
-        ``launches``: ``(function index, grid, block, ParamPack, values, refs)`` each;
-        ``refs`` are ``(slot, ref)`` pairs naming the slots that hold an array argument's
-        address (:class:`~plans.Ptr`) or a per-call float (:class:`~plans.Float`).
-        ``given`` are the array arguments as passed, ``tensors`` as used (outputs
-        allocated), ``ptrs`` their addresses (0 for None). With a plan key from
-        :meth:`_fast` the launches become that key's :class:`~plans.LaunchPlan` and run
-        through it; otherwise they are packed and launched here (launches sharing a
-        ParamPack must share its values: all are packed first).
-        """
+        ``launches``: ``(function index, grid, block, signature, values bound by name)``
+        each (:mod:`nvrtc_engine.signature`). ``given`` are the array arguments as passed,
+        ``tensors`` as used (outputs allocated), ``ptrs`` their addresses (0 for None), in
+        the family's :class:`~signature.CallArgs` order; ``floats`` its float arguments.
+        With a call key from :meth:`_fast` the launches become that key's
+        :class:`~launch.Prepared` and run through it; otherwise they are packed and
+        launched here."""
+        loaded = self.loaded(like.device)
         if key is not None and launches:
-            loaded = self.loaded(like.device)
-            plan = LaunchPlan.build(self, loaded, given, tensors, ptrs, floats, launches)
-            if plan is not None:
-                plans = self._launch_plans
-                if len(plans) >= MAX_PLANS:  # evict the oldest (another thread may be too)
+            prepared = Prepared.build(self, loaded, given, tensors, ptrs, launches)
+            if prepared is not None:
+                table = self._prepared
+                if len(table) >= MAX_PREPARED:  # evict the oldest (another thread may be too)
                     with contextlib.suppress(KeyError, RuntimeError, StopIteration):
-                        del plans[next(iter(plans))]
-                plan.key = key
-                plans[key] = plan
-                if plan.native is not None and "_fast" not in self.__dict__:
-                    fast = compiled_fast(self)  # from now on, this kernel's key reader
-                    if fast is not None:
-                        self._fast = fast  # type: ignore[method-assign]
-                plan.run(tensors, list(ptrs), floats, stream, allocate=False)
+                        del table[next(iter(table))]
+                table[key] = prepared
+                prepared.run(tensors, list(ptrs), floats, stream, allocate=False)
                 return
-        calls = [(i, g, b, p.pack(*v)) for i, g, b, p, v, _ in launches]
-        self._launch(like, stream, calls)
+        handle = stream_handle(stream, like)
+        driver.make_current(loaded.device)
+        shared, dependent = self._shared, self._dependent
+        for index, grid, block, sig, bound in launches:
+            params = sig.pack(bound, ptrs, floats)
+            launch(loaded.functions[index], grid, block, shared[index] if shared else 0,
+                   dependent, handle, params)  # fmt: skip
 
-    def _launch(self, like: Array, stream: Any, calls: list[tuple[int, int, int, int]]) -> None:
+    def _launch_packed(
+        self, like: Array, stream: Any, calls: list[tuple[int, int, int, int]]
+    ) -> None:
         """Launch ``(function index, grid, block, params)`` in order on one stream
-        (``params``: a :meth:`driver.ParamPack.pack` address)."""
+        (``params``: a ``void*[]`` address, for a kernel whose parameter is a by-value
+        struct the family packs itself)."""
         handle = stream_handle(stream, like)
         loaded = self.loaded(like.device)
         driver.make_current(loaded.device)
         shared, dependent = self._shared, self._dependent
         for index, grid, block, params in calls:
-            driver.launch(loaded.functions[index], grid, block, handle, params,
-                          shared[index] if shared else 0, dependent)  # fmt: skip
+            launch(loaded.functions[index], grid, block, shared[index] if shared else 0,
+                   dependent, handle, params)  # fmt: skip
 
     # Shared argument checks, used by the families' __call__ -----------------------------
 

@@ -36,7 +36,6 @@ def isolated_cache(tmp_path, monkeypatch):
         "NVRTC_ENGINE_CACHE_SIZE_LIMIT",
         "NVRTC_ENGINE_CUDA_INCLUDE_DIR",
         "NVRTC_ENGINE_DUMP_SOURCE",
-        "NVRTC_ENGINE_LAUNCHER",
     ):
         monkeypatch.delenv(var, raising=False)
     config.reset()

@@ -252,7 +252,7 @@ def test_config_names_the_structure_and_launch_configuration(kernels, monkeypatc
         kernels["gelu"].config.structure = "rows"  # type: ignore[misc]
     # what a launch uses: the block size, and a configuration other than the default
     swiglu = kernels["swiglu"]
-    ((_, _, block, _, _, _),) = _launches(swiglu, monkeypatch, arr((8, 128)), arr((8, 64)))
+    ((_, _, block, _),) = _launches(swiglu, monkeypatch, arr((8, 128)), arr((8, 64)))
     assert block == swiglu.config.threads
     assert _lane_mode(kernels["mx_row"], monkeypatch).config.launch == LaunchConfig(128, 4)
 
@@ -420,12 +420,20 @@ def test_flat_kernels_take_the_module_cache_hints_and_amax_guard(monkeypatch):
 
 
 def _launches(kernel, monkeypatch, *args, **kwargs):
-    """The launches a call would submit (no driver: _submit is replaced)."""
+    """The launches a call would submit, ``(function index, grid, block, parameter values by
+    name)`` each (no driver: _submit is replaced)."""
     seen = []
     monkeypatch.setattr(kernel, "_fast", lambda *a: (None, None))
-    monkeypatch.setattr(kernel, "_submit", lambda *a: seen.extend(a[-1]))
+    record = lambda *a: seen.extend((i, g, b, v) for i, g, b, _, v in a[-1])  # noqa: E731
+    monkeypatch.setattr(kernel, "_submit", record)
     kernel(*args, **kwargs)
     return seen
+
+
+def _steps(values):
+    """The row-flat kernel's steps and magic pair, ``(ur, uq, sr, sq)`` and ``(m, s)``."""
+    return (tuple(values[n] for n in ("ur", "uq", "sr", "sq")),
+            (values["div_magic_arg"], values["div_shift_arg"]))  # fmt: skip
 
 
 def test_row_flat_grid_and_aligned_flag(kernels, monkeypatch):
@@ -433,22 +441,24 @@ def test_row_flat_grid_and_aligned_flag(kernels, monkeypatch):
     cfg = row_config(swiglu.key)
     rows = 1000
     y = arr((rows, 64), ptr=0x7F0000100000)
-    ((_, grid, block, _, values, _),) = _launches(swiglu, monkeypatch, arr((rows, 128)), y)
-    assert block == cfg.threads and values[6:8] == (rows, 64) and values[16] == 1
+    ((_, grid, block, values),) = _launches(swiglu, monkeypatch, arr((rows, 128)), y)
+    assert block == cfg.threads and (values["rows"], values["cols_arg"]) == (rows, 64)
+    assert values["aligned"] == 1
     assert grid == -(-(rows * 64 // 8) // (cfg.threads * cfg.unroll))
     # the per-shape steps and the magic pair for the division by 8 chunks per row
     stride = grid * cfg.threads * cfg.unroll
-    assert values[17:21] == (*divmod(cfg.threads, 8), *divmod(stride, 8))
-    assert values[21:] == (*magic(8), 0)
+    assert _steps(values) == ((*divmod(cfg.threads, 8), *divmod(stride, 8)), magic(8))
+    assert values["compact"] == 0
     # an unaligned pointer: the element path, one position per thread
     x = arr((rows, 128), ptr=0x7F0000000002)
-    ((_, grid, _, _, values, _),) = _launches(swiglu, monkeypatch, x, y)
-    assert values[16] == 0 and grid == -(-(rows * 64) // cfg.threads)
+    ((_, grid, _, values),) = _launches(swiglu, monkeypatch, x, y)
+    assert values["aligned"] == 0 and grid == -(-(rows * 64) // cfg.threads)
     # H not a multiple of 8 elements: the element path
     dswiglu = kernels["dswiglu"]
-    ((_, grid, _, _, values, _),) = _launches(dswiglu, monkeypatch, arr((3, 60)),
-                                              arr((3, 120)), arr((3, 120)))  # fmt: skip
-    assert values[16] == 0 and values[6:8] == (3, 60) and grid == 1
+    ((_, grid, _, values),) = _launches(dswiglu, monkeypatch, arr((3, 60)),
+                                        arr((3, 120)), arr((3, 120)))  # fmt: skip
+    assert values["aligned"] == 0 and (values["rows"], values["cols_arg"]) == (3, 60)
+    assert grid == 1
 
 
 def _lane_mode(kernel, monkeypatch):
@@ -472,12 +482,12 @@ def test_row_flat_grid_is_capped_for_huge_tensors(kernels, monkeypatch):
     cfg = activation_ops.row_config(kernel.key)
     chunks = rows * cols // 8
     assert chunks > 2**32
-    ((_, grid, _, _, values, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
+    ((_, grid, _, values),) = _launches(kernel, monkeypatch, arr((rows, cols)))
     assert grid == chunks // (cfg.threads * cfg.unroll)
-    assert values[6:8] == (rows, cols) and values[16] == 1
-    assert values[21] == 0  # dividends past 2^31: no magic pair, the 64-bit division
+    assert (values["rows"], values["cols_arg"], values["aligned"]) == (rows, cols, 1)
+    assert values["div_magic_arg"] == 0  # dividends past 2^31: no magic pair, 64-bit division
     monkeypatch.setattr(activation_ops, "MAX_GRID", 1000)
-    ((_, grid, _, _, _, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
+    ((_, grid, _, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
     assert grid == 1000
 
 
@@ -595,11 +605,11 @@ def test_plain_mxfp8_rowwise_compact_flag_and_owner_grid(kernels, monkeypatch):
     rows, cols = 64, 4096  # scale row stride 128 = cols / 32: compact
     bound = type("B", (_FakeBound,), {"rowwise_scale_stride": 128})
     monkeypatch.setattr(activation_ops, "bind_mxfp8_output", lambda *a: bound())
-    ((_, grid, _, _, values, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
-    assert values[-1] == (0 if kernel.key.spec.gated else 1)
+    ((_, grid, _, values),) = _launches(kernel, monkeypatch, arr((rows, cols)))
+    assert values["compact"] == (0 if kernel.key.spec.gated else 1)
     bound.rowwise_scale_stride = 132  # padded: the row is computed
-    ((_, grid, _, _, values, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
-    assert values[-1] == 0 and values[21:23] == magic(cols // 8)
+    ((_, grid, _, values),) = _launches(kernel, monkeypatch, arr((rows, cols)))
+    assert values["compact"] == 0 and _steps(values)[1] == magic(cols // 8)
     # owner mode: one thread per 32-value block and unroll step; the magic pair divides by
     # the blocks per row
     from nvrtc_engine.engine import Engine
@@ -607,10 +617,11 @@ def test_plain_mxfp8_rowwise_compact_flag_and_owner_grid(kernels, monkeypatch):
     monkeypatch.setattr(activation_ops, "row_config",
                         lambda key: LaunchConfig(128, 2, owner=True))  # fmt: skip
     owner = Engine().get(kernel.key)
-    ((_, grid, block, _, values, _),) = _launches(owner, monkeypatch, arr((rows, cols)))
+    ((_, grid, block, values),) = _launches(owner, monkeypatch, arr((rows, cols)))
     assert block == 128 and grid == -(-(rows * cols // 32) // 256)
-    assert values[17:21] == (*divmod(128, cols // 32), *divmod(grid * 256, cols // 32))
-    assert values[21:] == (*magic(cols // 32), 0)
+    blocks = cols // 32
+    steps = (*divmod(128, blocks), *divmod(grid * 256, blocks))
+    assert _steps(values) == (steps, magic(blocks)) and values["compact"] == 0
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -647,8 +658,8 @@ def test_tile_grid_with_several_tiles_per_block(kernels, monkeypatch):
     kernel = Engine().get(key)
     monkeypatch.setattr(activation_ops, "bind_mxfp8_output", lambda *a: _FakeBound())
     rows, cols = 320, 992  # 10 x 16 tiles of 32 x 64 (the last one partial)
-    ((_, grid, block, _, _, _),) = _launches(kernel, monkeypatch, arr((rows, cols)),
-                                             arr((rows, 2 * cols)))  # fmt: skip
+    ((_, grid, block, _),) = _launches(kernel, monkeypatch, arr((rows, cols)),
+                                       arr((rows, 2 * cols)))  # fmt: skip
     assert block == 64 and grid == -(-(10 * -(-cols // 64)) // 3)
 
 

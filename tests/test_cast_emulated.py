@@ -26,9 +26,10 @@ from fakes import FakeCupyArray
 import nvrtc_engine as ne
 from nvrtc_engine import config, reference
 from nvrtc_engine.engine import Engine
-from nvrtc_engine.ops import cast_common, quantize
+from nvrtc_engine.ops import activation, cast, cast_common, quantize
 from nvrtc_engine.ops.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 from nvrtc_engine.render import render, templates_dir
+from nvrtc_engine.signature import Signature
 
 HOST = Path(__file__).resolve().parent / "host_cuda"
 CXX = shutil.which("g++")
@@ -42,34 +43,30 @@ STORAGE = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
 _ARG = "(*({t}*)p[{j}])"
 
 
-def _call(name: str, types: list[str]) -> str:
-    return f"{name}(" + ", ".join(_ARG.format(t=t, j=j) for j, t in enumerate(types)) + ")"
+def _call(name: str, sig: Signature) -> str:
+    """A call of kernel ``name`` with each parameter of ``sig`` read from ``p``."""
+    args = (_ARG.format(t=param.c_type(), j=j) for j, param in enumerate(sig.params))
+    return f"{name}(" + ", ".join(args) + ")"
 
 
 def _wrappers(kernel: ne.Kernel) -> str:
     spec = kernel.key.spec
-    tile = ["const IS*", "const IS*", "OS*", "OS*", "float*", "const float*", "float*",
-            "float*", "long long", "long long", "int"]  # fmt: skip
-    quant = ["const IS*", "unsigned char*", "unsigned char*", "unsigned char*",
-             "unsigned char*", "const float*", "float*"] + ["long long"] * 7 + ["int"]  # fmt: skip
     symbols = kernel.artifact.symbols
     if kernel.key.op == "quantize" and symbols[-1].endswith("_tile"):
-        # the MXFP8 fast path: the activation tile kernel (namespace nve_mx_tile)
-        act_tile = ["const IS*", "const IS*", "OS*", "OS*", "unsigned char*", "unsigned char*",
-                    "long long", "long long", "long long", "long long", "const float*",
-                    "float*", "float*", "float", "float", "float", "int"]  # fmt: skip
-        calls = [_call(symbols[0], quant), _call(f"nve_mx_tile::{symbols[1]}", act_tile)]
+        # the MXFP8 fast path: the activation tile kernel (namespace nve_mx_tile; its
+        # In::storage and Out::storage are the quantize section's IS and OS)
+        calls = [_call(symbols[0], quantize.QUANTIZE),
+                 _call(f"nve_mx_tile::{symbols[1]}", activation.TILE)]  # fmt: skip
     elif kernel.key.op == "quantize":
-        calls = [_call(symbols[0], quant)]
+        calls = [_call(symbols[0], quantize.QUANTIZE)]
         if len(symbols) > 1:
-            calls += [_call(symbols[1], ["const IS*", "long long", "float*", "int"]),
-                      _call(symbols[2], ["const float*", "int", "float*"])]  # fmt: skip
+            calls += [_call(symbols[1], quantize.AMAX), _call(symbols[2], quantize.AMAX_FINAL)]
     elif getattr(spec, "multi", False):
         calls = [f"{symbols[0]}(*(const Table*)p[0])"]
     else:
-        calls = [_call(symbols[0], tile)]
+        calls = [_call(symbols[0], cast.TILE)]
         if len(symbols) > 1:
-            calls.append(_call(symbols[1], ["const float*", "long long", "long long", "IS*"]))
+            calls.append(_call(symbols[1], cast.DBIAS))
     return "".join(
         f'\nextern "C" void nve_launch_{i}(unsigned grid, unsigned block, void** p) '
         f"{{ nve_run_grid(grid, block, [&] {{ {call}; }}); }}\n"
@@ -99,22 +96,28 @@ def host_library(kernel: ne.Kernel, tmp: Path) -> ctypes.CDLL:
 @pytest.fixture
 def emulate(monkeypatch, tmp_path_factory):
     """``emulate(kernel)``: route the kernel's launches to its host build."""
+    from nvrtc_engine import kernel as kernel_module
+
     tmp = tmp_path_factory.getbasetemp() / "host_kernels"
     tmp.mkdir(exist_ok=True)
-    loaded = type("L", (), {"device": type("D", (), {"sm_count": 4})()})()
-    monkeypatch.setattr(cast_common.CastKernelBase, "loaded", lambda self, device: loaded)
+    device = type("D", (), {"sm_count": 4})()
     libs: dict[int, ctypes.CDLL] = {}
     launched: list[int] = []  # function indices, in launch order
 
-    def launch(self, like, stream, calls):
-        lib = libs[id(self)]
-        for index, grid, block, params in calls:
-            launched.append(index)
-            fn = getattr(lib, f"nve_launch_{index}")
-            fn.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p]
-            fn(grid, block, params)
+    def loaded(self, ordinal):  # a kernel's "functions": its host build and each index
+        functions = tuple((libs[id(self)], index) for index in range(3))
+        return type("L", (), {"device": device, "functions": functions})()
 
-    monkeypatch.setattr(cast_common.CastKernelBase, "_launch", launch)
+    def launch(function, grid, block, shmem, dependent, stream, params):
+        lib, index = function
+        launched.append(index)
+        fn = getattr(lib, f"nve_launch_{index}")
+        fn.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p]
+        fn(grid, block, params)
+
+    monkeypatch.setattr(cast_common.CastKernelBase, "loaded", loaded)
+    monkeypatch.setattr(kernel_module.driver, "make_current", lambda dev: None)
+    monkeypatch.setattr(kernel_module, "launch", launch)
 
     def prepare(kernel):
         libs[id(kernel)] = host_library(kernel, tmp)

@@ -54,8 +54,6 @@ def test_configure_values_raise_settings_errors():
         config.configure(workers=0)
     with pytest.raises(ne.SettingsError, match="lock_timeout"):
         config.configure(lock_timeout=-1)
-    with pytest.raises(ne.SettingsError, match="launcher"):
-        config.configure(launcher="sometimes")
     config.reset()
 
 
@@ -180,7 +178,6 @@ def test_an_infinite_size_limit_is_a_settings_error(raw):
         ("disable_disk_cache", 1),
         ("cache_dir", 3),
         ("debug_dir", b"/tmp"),
-        ("launcher", 1),
         ("lock_timeout", [1]),
     ],
 )

@@ -1215,12 +1215,10 @@ def test_balanced_persistent_grid(monkeypatch, op):
     plain grid has 528; 263 rows at 65536 over clusters), and the forward bit for bit against
     the plain grid (a row's arithmetic does not depend on the CTA that takes it)."""
     import nvrtc_engine.ops.norm_switches as norm_switches
-    from nvrtc_engine.plans import NO_PLAN
 
     def balanced(kernel, on):
         monkeypatch.setattr(norm_switches, "PERSISTENT_BALANCED", on)
-        kernel._launch_plans.clear()  # the grid is part of a cached launch plan
-        kernel._last_plan = NO_PLAN
+        kernel._prepared.clear()  # the grid is part of a prepared launch
 
     for hidden, rows in ((4096, 2053), (65536, 263)):
         fields = dict(in_dtype="bf16", hidden_size=hidden)

@@ -1314,7 +1314,6 @@ def main() -> int:
 
     import nvrtc_engine as ne
     from nvrtc_engine.engine import Engine
-    from nvrtc_engine.plans import NO_PLAN
 
     started = time.perf_counter()
     copy = common.copy_bandwidth_gbps()
@@ -1391,8 +1390,7 @@ def main() -> int:
                     continue
                 for name, value in {**host_defaults, **dict(host)}.items():
                     setattr(norm_switches, name, value)
-                k._launch_plans.clear()  # host settings change the grid: no cached plan
-                k._last_plan = NO_PLAN
+                k._prepared.clear()  # host settings change the grid: no prepared launch
                 call = k
                 if direction == "fwd":
                     zz, kw = (z8, fp8) if out != "bf16" else (z, {})

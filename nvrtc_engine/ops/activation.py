@@ -32,7 +32,7 @@ from ..errors import ArgumentError, ArgumentTypeError, VariantError
 from ..interop import Array, stream_handle
 from ..kernel import Kernel
 from ..key import LAYOUTS
-from ..plans import Float, Ptr, fast_path
+from ..signature import CallArgs, Signature, f32, i32, i64, ptr
 from .base import OpSpec
 from .blockscale import MXFP8_BLOCK
 from .mxfp8 import MXFP8Output, bind_mxfp8_output, zero_fresh_scales
@@ -44,7 +44,11 @@ __all__ = [
     "ACTIVATION_SPECS",
     "CLAMPED_SWIGLU_ALPHA",
     "CLAMPED_SWIGLU_LINEAR_OFFSET",
+    "FLAT",
+    "FLAT_GRAD",
     "KINDS",
+    "ROWS",
+    "TILE",
     "ActivationConfig",
     "ActivationGradKernel",
     "ActivationKernel",
@@ -61,13 +65,27 @@ __all__ = [
 ]
 
 MAX_GRID = 2**31 - 1  # CUDA's limit on gridDim.x; the kernels loop over what is left
-# Parameter slots that take the array arguments (grad, x, out, scale, amax, scale_inv) or
-# clamped SwiGLU's floats (limit, alpha, linear_offset), for launch plans (Kernel._submit).
-_GRAD, _X, _OUT, _SCALE, _AMAX, _SCALE_INV = (Ptr(i) for i in range(6))
-_FLAT_REFS = ((0, _X), (1, _OUT), (3, _SCALE), (4, _AMAX), (5, _SCALE_INV))
-_FLAT_GRAD_REFS = (*_FLAT_REFS, (7, _GRAD))
-_TILE_REFS = ((0, _X), (1, _GRAD), (2, _OUT), (10, _SCALE), (11, _AMAX), (12, _SCALE_INV))
-_CLAMP_REFS = ((13, Float(0)), (14, Float(1)), (15, Float(2)))
+# The kernels' parameters (templates/activation.cu.j2: flat and row-flat kernels;
+# templates/mxfp8_tile.j2: the tiled kernel, also quantize's MXFP8 fast path).
+FLAT = Signature(
+    ptr("x", "In::storage", const=True), ptr("y", "Out::storage"), i64("n"),
+    ptr("scale_ptr", "float", const=True), ptr("amax_ptr", "float"), ptr("scale_inv_ptr", "float"),
+    i32("aligned"),
+)  # fmt: skip
+FLAT_GRAD = FLAT.extend(ptr("grad", "In::storage", const=True))
+TILE = Signature(
+    ptr("x", "In::storage", const=True), ptr("grad", "In::storage", const=True),
+    ptr("y", "Out::storage"), ptr("y_col", "Out::storage"), ptr("s_row", "unsigned char"),
+    ptr("s_col", "unsigned char"), i64("rows"), i64("cols_arg"), i64("s_row_stride"),
+    i64("s_col_stride"), ptr("scale_ptr", "float", const=True), ptr("amax_ptr", "float"),
+    ptr("scale_inv_ptr", "float"), f32("limit"), f32("alpha"), f32("linear_offset"),
+    i32("aligned"),
+)  # fmt: skip
+ROWS = TILE.extend(i64("ur"), i64("uq"), i64("sr"), i64("sq"), i64("div_magic_arg"),
+                   i32("div_shift_arg"), i32("compact"))  # fmt: skip
+# A call's arguments, in the order every activation kernel hands them to Kernel._fast
+_ARGS = CallArgs(("grad", "x", "out", "scale", "amax", "scale_inv"),
+                 ("limit", "alpha", "linear_offset"))  # fmt: skip
 KINDS: tuple[str, ...] = ("act", "dact", "gated", "dgated")
 CLAMPED_SWIGLU_ALPHA = 1.702
 CLAMPED_SWIGLU_LINEAR_OFFSET = 1.0
@@ -330,7 +348,8 @@ class ActivationSpec(OpSpec):
             max_norm_rcp=fp32_literal(1.0 / key.output.max_finite) if mx else "",
         )
         if structure == "tile":
-            ctx.update(structure="tile", **tile_render_context(key, tile_config(key)))
+            ctx.update(structure="tile", tile_params=TILE.c_params(),
+                       **tile_render_context(key, tile_config(key)))  # fmt: skip
         else:
             cfg2 = launch_config(key) if flat else row_config(key)
             if not flat and cfg2.chunk_bytes != 16:
@@ -342,8 +361,9 @@ class ActivationSpec(OpSpec):
             if split and cfg2.unroll % (32 // vec):
                 raise ValueError(f"split_scales needs unroll a multiple of {32 // vec} (the "
                                  f"lanes of a 32-value block), not {cfg2}")  # fmt: skip
+            sig = (FLAT_GRAD if self.backward else FLAT) if flat else ROWS
             ctx.update(structure=structure, threads=cfg2.threads, unroll=cfg2.unroll,
-                       owner=owner, split_scales=split,
+                       owner=owner, split_scales=split, params=sig.c_params(),
                        fp8_words=cfg2.fp8_words and key.output.itemsize == 1)  # fmt: skip
         return ctx
 
@@ -359,12 +379,6 @@ class _Launcher(Kernel):
     structure='flat', launch=LaunchConfig(threads=128, unroll=1, ...))``."""
 
     _config: ActivationConfig
-
-    _fast = fast_path(6)  # grad, x, out, scale, amax, scale_inv
-    _flat_params = driver.ParamPack("PPqPPPi")
-    _flat_grad_params = driver.ParamPack("PPqPPPiP")
-    _tile_params = driver.ParamPack("PPPPPPqqqqPPPfffi")
-    _rows_params = driver.ParamPack("PPPPPPqqqqPPPfffiqqqqqii")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -467,15 +481,17 @@ class _Launcher(Kernel):
         return max(1, min(blocks, MAX_GRID))
 
     def _row_steps(self, rows: int, cols: int, grid: int, aligned: bool,
-                   s_row_stride: int) -> tuple[int, ...]:  # fmt: skip
-        """The row-flat kernel's per-shape values (all fixed by the plan key): the steps
+                   s_row_stride: int) -> dict[str, int]:  # fmt: skip
+        """The row-flat kernel's per-shape values (all fixed by the call key), by parameter
+        name: the steps
         ``(ur, uq)`` of ``threads`` chunks and ``(sr, sq)`` of one grid iteration as (rows,
         chunk columns), the magic pair for its one division per thread (by the chunks per
         row, in owner mode by the 32-value blocks per row; 0 when a dividend could reach
         2^31), and whether the MXFP8 scales are compact (row stride ``cols / 32``: block k
         has scale k)."""
         if not aligned:  # the per-position path divides by itself
-            return 0, 0, 0, 0, 0, 0, 0
+            return dict.fromkeys(("ur", "uq", "sr", "sq", "div_magic_arg", "div_shift_arg",
+                                  "compact"), 0)  # fmt: skip
         per = 32 if self._owner else self._vec
         cpr = cols // per
         units = rows * cpr
@@ -484,12 +500,13 @@ class _Launcher(Kernel):
         sr, sq = divmod(stride, cpr)
         m, s = magic(cpr) if units + stride < 2**31 else (0, 0)
         compact = int(self._mx and not self._gated and s_row_stride == cols // MXFP8_BLOCK)
-        return ur, uq, sr, sq, m, s, compact
+        return dict(ur=ur, uq=uq, sr=sr, sq=sq, div_magic_arg=m, div_shift_arg=s,
+                    compact=compact)  # fmt: skip
 
     def _run(self, grad: Any, x: Any, out: Any, scale: Any, amax: Any, scale_inv: Any,
              stream: Any, floats: tuple[float, ...], key: Any) -> Any:  # fmt: skip
-        """The generic path: check every argument, then launch (``floats``: clamped SwiGLU's
-        ``(limit, alpha, linear_offset)``, else empty; ``key``: the plan key from
+        """The checked path: check every argument, then launch (``floats``: clamped
+        SwiGLU's ``(limit, alpha, linear_offset)``, else empty; ``key``: the call key from
         :meth:`_fast`)."""
         given = (grad, x, out, scale, amax, scale_inv)
         xa = self._input(x, "x", self._in)
@@ -497,7 +514,7 @@ class _Launcher(Kernel):
         g_ptr = self._grad(grad, xa, cols).ptr if self._backward else 0
         bound = None
         if self._mx:
-            key = None  # the scale tensors it allocates are zeroed first: no plan
+            key = None  # the scale tensors it allocates are zeroed first: not prepared
             bound = bind_mxfp8_output(out, xa, out_shape, self._out, self.key.layout,
                                       self._output)  # fmt: skip
             out = bound.result
@@ -515,30 +532,33 @@ class _Launcher(Kernel):
         scale_ptr, amax_ptr, scale_inv_ptr = self._tensor_scaling(scale, amax, scale_inv, xa)
         if rows == 0 or cols == 0:
             return out
-        limit, alpha, linear_offset = floats or (0.0, 0.0, 0.0)
+        a = _ARGS
+        # MXFP8 outputs: their own addresses (these calls are not prepared: key is None)
+        y, y_col = (y_ptr, y_col_ptr) if bound else (a.out, 0)
+        scaling = dict(scale_ptr=a.scale, amax_ptr=a.amax, scale_inv_ptr=a.scale_inv)
         if self._structure != "flat":
             aligned = ((xa.ptr | g_ptr | y_ptr | y_col_ptr) & 15) == 0 and cols % self._vec == 0
             grid = self._grid(rows, cols, aligned)
             s_row = (bound.rowwise_scale, bound.rowwise_scale_stride) if bound else (0, 0)
             s_col = (bound.columnwise_scale, bound.columnwise_scale_stride) if bound else (0, 0)
-            pack, refs = self._tile_params, _TILE_REFS + (_CLAMP_REFS if floats else ())
-            values = (
-                xa.ptr, g_ptr, y_ptr, y_col_ptr, s_row[0], s_col[0], rows, cols, s_row[1],
-                s_col[1], scale_ptr, amax_ptr, scale_inv_ptr, limit, alpha, linear_offset,
-                int(aligned),
+            clamp = (a.limit, a.alpha, a.linear_offset) if floats else (0.0, 0.0, 0.0)
+            values = dict(
+                x=a.x, grad=a.grad, y=y, y_col=y_col, s_row=s_row[0], s_col=s_col[0], rows=rows,
+                cols_arg=cols, s_row_stride=s_row[1], s_col_stride=s_col[1], **scaling,
+                limit=clamp[0], alpha=clamp[1], linear_offset=clamp[2], aligned=int(aligned),
             )  # fmt: skip
+            sig = TILE
             if self._structure == "rows":
-                pack = self._rows_params
-                values = (*values, *self._row_steps(rows, cols, grid, aligned, s_row[1]))
+                sig = ROWS
+                values.update(self._row_steps(rows, cols, grid, aligned, s_row[1]))
         else:
             n = xa.numel
             aligned = ((xa.ptr | g_ptr | y_ptr) & 15) == 0
             grid = self._grid(n, 1, aligned)
-            pack, refs = self._flat_params, _FLAT_REFS
-            values = (xa.ptr, y_ptr, n, scale_ptr, amax_ptr, scale_inv_ptr, int(aligned))
+            sig = FLAT_GRAD if self._backward else FLAT
+            values = dict(x=a.x, y=y, n=n, **scaling, aligned=int(aligned))
             if self._backward:
-                pack, refs = self._flat_grad_params, _FLAT_GRAD_REFS
-                values = (*values, g_ptr)
+                values["grad"] = a.grad
         if bound is not None and bound.fresh:  # zeroed on the launch stream, before the kernel
             handle = stream_handle(stream, xa)
             driver.make_current(self.loaded(xa.device).device)
@@ -547,7 +567,7 @@ class _Launcher(Kernel):
         tensors = (grad, x, out, scale, amax, scale_inv)
         ptrs = (g_ptr, xa.ptr, y_ptr, scale_ptr, amax_ptr, scale_inv_ptr)
         self._submit(key, given, tensors, ptrs, floats, stream, xa,
-                     [(0, grid, self._threads, pack, values, refs)])  # fmt: skip
+                     [(0, grid, self._threads, sig, sig.bind(**values))])  # fmt: skip
         return out
 
 
@@ -616,7 +636,7 @@ class ActivationKernel(_Launcher):
         stream: Any = None,
     ) -> Any:
         done, key = self._fast((None, x, out, scale, amax, scale_inv), (), stream)
-        if done is not None:  # launched through the call's plan
+        if done is not None:  # launched through its prepared launch
             return done[2]
         return self._run(None, x, out, scale, amax, scale_inv, stream, (), key)
 
@@ -655,7 +675,7 @@ class ActivationGradKernel(_Launcher):
         stream: Any = None,
     ) -> Any:
         done, key = self._fast((grad, x, out, scale, amax, scale_inv), (), stream)
-        if done is not None:  # launched through the call's plan
+        if done is not None:  # launched through its prepared launch
             return done[2]
         return self._run(grad, x, out, scale, amax, scale_inv, stream, (), key)
 
@@ -689,7 +709,7 @@ class ClampedSwiGLUKernel(_Launcher):
     ) -> Any:
         floats = _clamp_params(limit, alpha, linear_offset)
         done, key = self._fast((None, x, out, scale, amax, scale_inv), floats, stream)
-        if done is not None:  # launched through the call's plan
+        if done is not None:  # launched through its prepared launch
             return done[2]
         return self._run(None, x, out, scale, amax, scale_inv, stream, floats, key)
 
@@ -722,7 +742,7 @@ class ClampedSwiGLUGradKernel(_Launcher):
     ) -> Any:
         floats = _clamp_params(limit, alpha, linear_offset)
         done, key = self._fast((grad, x, out, scale, amax, scale_inv), floats, stream)
-        if done is not None:  # launched through the call's plan
+        if done is not None:  # launched through its prepared launch
             return done[2]
         return self._run(grad, x, out, scale, amax, scale_inv, stream, floats, key)
 

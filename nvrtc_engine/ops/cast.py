@@ -31,10 +31,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import driver
 from ..dtypes import DTYPES
 from ..errors import ArgumentError, ArgumentTypeError, VariantError
-from ..plans import Ptr, fast_path
+from ..signature import CallArgs, Signature, i32, i64, ptr
 from .activation import ActivationSpec
 from .base import FP8, HIGH_PRECISION, OpSpec
 from .cast_common import INT32_MAX, CastKernelBase, aligned16, ceil_div, validate_sets
@@ -47,10 +46,12 @@ if TYPE_CHECKING:
 __all__ = [
     "CAST_SPECS",
     "DACT_OPS",
+    "DBIAS",
     "GATED_OPS",
     "MAX_TENSORS",
     "CastTransposeKernel",
     "MultiCastTransposeKernel",
+    "TILE",
     "TileConfig",
     "TileSpec",
     "TransposeKernel",
@@ -257,6 +258,7 @@ class TileSpec(OpSpec):
             min_blocks=cfg.min_blocks, load_group=cfg.load_group, sum_scatter=cfg.sum_scatter,
             prefetch=cfg.prefetch, gather4=cfg.gather4, strip=cfg.strip,
             prefetch_next=cfg.prefetch_next, mx=False, fp4=False, hw_fp4=False,
+            params=TILE.c_params(), dbias_params=DBIAS.c_params(),
         )  # fmt: skip
         return ctx
 
@@ -294,14 +296,19 @@ class TransposeSpec(TileSpec):
         return TransposeKernel
 
 
-_TILE_PARAMS = "PPPPPPPPqqi"  # x, act, q, qt, partial, scale, amax, scale_inv, M, K, vec
-# Parameter slots that take the array arguments, for launch plans (Kernel._submit):
-# transpose (x, out); cast_transpose (x, act_input, out, out_t, dbias, workspace, scale, amax,
-# scale_inv), its tile kernel and its dbias kernel.
-_TRANSPOSE_REFS = ((0, Ptr(0)), (3, Ptr(1)))
-_TILE_REFS = ((0, Ptr(0)), (1, Ptr(1)), (2, Ptr(2)), (3, Ptr(3)), (4, Ptr(5)), (5, Ptr(6)),
-              (6, Ptr(7)), (7, Ptr(8)))  # fmt: skip
-_DBIAS_REFS = ((0, Ptr(5)), (3, Ptr(4)))
+# The tiled kernels' parameters (templates/cast.cu.j2, tile section; transpose too) and the
+# dbias kernels' (the column sums of the workspace's rows); the arguments of a call.
+TILE = Signature(
+    ptr("x", "IS", const=True, restrict=False), ptr("act", "IS", const=True, restrict=False),
+    ptr("q", "OS", restrict=False), ptr("qt", "OS", restrict=False),
+    ptr("partial", "float", restrict=False), ptr("scale_ptr", "float", const=True, restrict=False),
+    ptr("amax_ptr", "float", restrict=False), ptr("scale_inv_ptr", "float", restrict=False),
+    i64("M"), i64("K"), i32("vec"),
+)  # fmt: skip
+DBIAS = Signature(ptr("partial", "float", const=True), i64("rows"), i64("K"), ptr("dbias", "IS"))
+_TRANSPOSE_ARGS = CallArgs(("x", "out"))
+_ARGS = CallArgs(("x", "act_input", "out", "out_t", "dbias", "workspace", "scale", "amax",
+                  "scale_inv"))  # fmt: skip
 
 
 class TransposeKernel(CastKernelBase):
@@ -316,9 +323,6 @@ class TransposeKernel(CastKernelBase):
     bounds-checked path. Raises :class:`~nvrtc_engine.ArgumentError` /
     :class:`~nvrtc_engine.ArgumentTypeError` before launching when an argument is wrong.
     """
-
-    _fast = fast_path(2)  # x, out
-    _params = driver.ParamPack(_TILE_PARAMS)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -340,8 +344,10 @@ class TransposeKernel(CastKernelBase):
         cfg = self._config
         grid = cfg.tile_blocks(ceil_div(m, cfg.tile_rows), ceil_div(k, cfg.tile_cols))
         _check_grid(grid, "x")
-        values = (xa.ptr, 0, 0, oa.ptr, 0, 0, 0, 0, m, k, int(vec))
-        launch = (0, grid, cfg.threads, self._params, values, _TRANSPOSE_REFS)
+        a = _TRANSPOSE_ARGS
+        values = TILE.bind(x=a.x, act=0, q=0, qt=a.out, partial=0, scale_ptr=0, amax_ptr=0,
+                           scale_inv_ptr=0, M=m, K=k, vec=int(vec))  # fmt: skip
+        launch = (0, grid, cfg.threads, TILE, values)
         self._submit(key, given, (x, out), (xa.ptr, oa.ptr), (), stream, xa, [launch])
         return out
 
@@ -378,10 +384,6 @@ class CastTransposeKernel(CastKernelBase):
     before launching when an argument is wrong.
     """
 
-    _fast = fast_path(9)  # x, act_input, out, out_t, dbias, workspace, scale, amax, scale_inv
-    _params = driver.ParamPack(_TILE_PARAMS)
-    _dbias_params = driver.ParamPack("PqqP")
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         spec = self.key.spec
@@ -413,7 +415,7 @@ class CastTransposeKernel(CastKernelBase):
         scale_inv: Any = None, stream: Any = None,
     ) -> tuple[Any, ...]:  # fmt: skip
         given = (x, act_input, out, out_t, dbias, workspace, scale, amax, scale_inv)
-        done, plan_key = self._fast(given, (), stream)
+        done, call_key = self._fast(given, (), stream)
         if done is not None:
             return (done[2], done[3], done[4]) if self._dbias else (done[2], done[3])
         key = self.key
@@ -449,22 +451,25 @@ class CastTransposeKernel(CastKernelBase):
         if k == 0:
             return result
         launches = []
+        a = _ARGS
         if m > 0:
             isz, osz = self._in.itemsize, self._out.itemsize
             vec = aligned16(xa.ptr, act_ptr, oa.ptr, ta.ptr, k * isz, k * osz, m * osz)
             cfg = self._config
             grid = cfg.tile_blocks(ceil_div(m, cfg.tile_rows), ceil_div(k, cfg.tile_cols))
             _check_grid(grid, "x")
-            values = (xa.ptr, act_ptr, oa.ptr, ta.ptr, partial_ptr, scale_ptr, amax_ptr,
-                      scale_inv_ptr, m, k, int(vec))  # fmt: skip
-            launches.append((0, grid, cfg.threads, self._params, values, _TILE_REFS))
+            values = TILE.bind(x=a.x, act=a.act_input, q=a.out, qt=a.out_t, partial=a.workspace,
+                               scale_ptr=a.scale, amax_ptr=a.amax, scale_inv_ptr=a.scale_inv,
+                               M=m, K=k, vec=int(vec))  # fmt: skip
+            launches.append((0, grid, cfg.threads, TILE, values))
         if self._dbias:
-            values = (partial_ptr, self.workspace_rows(m), k, dbias_ptr)
-            launches.append((1, ceil_div(k, 32), 256, self._dbias_params, values, _DBIAS_REFS))
+            values = DBIAS.bind(partial=a.workspace, rows=self.workspace_rows(m), K=k,
+                                dbias=a.dbias)  # fmt: skip
+            launches.append((1, ceil_div(k, 32), 256, DBIAS, values))
         tensors = (x, act_input, out, out_t, dbias, workspace, scale, amax, scale_inv)
         ptrs = (xa.ptr, act_ptr, oa.ptr, ta.ptr, dbias_ptr, partial_ptr, scale_ptr, amax_ptr,
                 scale_inv_ptr)  # fmt: skip
-        self._submit(plan_key, given, tensors, ptrs, (), stream, xa, launches)
+        self._submit(call_key, given, tensors, ptrs, (), stream, xa, launches)
         return result
 
 
@@ -581,7 +586,8 @@ class MultiCastTransposeKernel(CastKernelBase):
                 start += tiles
             struct.pack_into("<ii", data, _ENTRY.size * MAX_TENSORS, len(group), 0)
             calls.append((0, start, cfg.threads, address))
-            self._launch(first, stream, calls)  # the table buffer is reused by the next group
+            # (one group at a time: the table buffer is reused by the next group)
+            self._launch_packed(first, stream, calls)
             calls.clear()
         return results
 

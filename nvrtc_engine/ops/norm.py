@@ -53,6 +53,8 @@ from ..kernel import Kernel
 from . import norm_switches as sw
 from .base import FP8, HIGH_PRECISION, TYPE_TAGS, OpSpec
 from .norm_kernels import (
+    BWD,
+    FWD,
     LayerNormBwdKernel,
     LayerNormFwdKernel,
     LayerNormGrads,
@@ -251,6 +253,8 @@ class NormSpec(OpSpec):
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
             stats_name=symbols[1] if len(symbols) == 3 else "",
             finalize_name=symbols[-1] if self.backward else "",
+            fwd_params=FWD.c_params(),
+            bwd_params=BWD.c_params(),
         )
         return ctx
 

@@ -5,7 +5,7 @@
 grids from them. Both read them through this module when they run (``norm_switches.NAME``),
 so a test or a tuning script may change one here. The settings are not part of the variant
 key: after a change, ``norm_layout.launch_config.cache_clear()`` (layouts are cached per key)
-and ``nvrtc_engine.clear_cache(disk=False)`` (kernels, with their launch plans); the disk cache
+and ``nvrtc_engine.clear_cache(disk=False)`` (kernels, with their prepared launches); the disk cache
 checks a kernel's symbols, which carry the layout's tag. docs/norms.md has the recipe. The
 switches are off by default unless said; :data:`TUNED` turns them on where they were measured
 to win.
