@@ -331,15 +331,13 @@ def test_a_kernel_first_needed_inside_a_capture_is_a_clear_error():
 
 
 # torch.compile's inductor backend itself warns (torch.jit.script_method is deprecated, in
-# torch 2.13): its warnings are none of this test's business
-COMPILE_WARNINGS = (
-    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore::FutureWarning"),
+# torch 2.13; CUDA graph trees' performance hints): none of these tests' business
+compile_warnings = pytest.mark.filterwarnings(
+    "ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning"
 )
 
 
-@COMPILE_WARNINGS[0]
-@COMPILE_WARNINGS[1]
+@compile_warnings
 def test_compile_fullgraph_reduce_overhead_matches_eager():
     torch._dynamo.reset()
     model = Block(512, 768, engine=True)
@@ -356,8 +354,7 @@ def test_compile_fullgraph_reduce_overhead_matches_eager():
     torch._dynamo.reset()
 
 
-@COMPILE_WARNINGS[0]
-@COMPILE_WARNINGS[1]
+@compile_warnings
 def test_compile_fullgraph_fp8_inference_updates_amax():
     torch._dynamo.reset()
     norm = net.RMSNorm(512, eps=1e-6, device="cuda", dtype=BF16, out_dtype=E4M3)
