@@ -251,6 +251,10 @@ def test_bad_arguments_are_typed_errors_naming_them(no_fetch):
         net.LayerNorm((4, 8))
     with pytest.raises(ne.ArgumentError, match="approximate: is 'none'"):
         net.GELU(approximate="none")
+    with pytest.raises(ne.ArgumentError, match="limit: must be finite and > 0, got -1.0"):
+        net.ClampedSwiGLU(-1.0)
+    with pytest.raises(ne.ArgumentTypeError, match="alpha: must be a real number, got '1'"):
+        net.ClampedSwiGLU(7.0, alpha="1")
     with pytest.raises(ne.ArgumentError, match="inplace: must be False"):
         net.ReLU(inplace=True)
     with pytest.raises(ne.ArgumentTypeError, match="out_dtype: is torch.float16"):

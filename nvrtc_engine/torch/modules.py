@@ -16,6 +16,7 @@ delayed scaling). Both stay float32 through ``module.to(dtype)`` and are not in 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -441,6 +442,13 @@ class ClampedSwiGLU(_Gated):
         device: Any = None,
     ) -> None:
         super().__init__(out_dtype=out_dtype, device=device)
+        for name, value in (("limit", limit), ("alpha", alpha), ("linear_offset", linear_offset)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ArgumentTypeError(name, f"must be a real number, got {value!r}")
+            if not math.isfinite(value) or (name == "limit" and value <= 0):
+                raise ArgumentError(
+                    name, f"must be finite{' and > 0' * (name == 'limit')}, got {value}"
+                )
         self.limit, self.alpha, self.linear_offset = (
             float(limit),
             float(alpha),
