@@ -1,7 +1,7 @@
 """Llama's MLP block with nvrtc_engine's PyTorch modules, against PyTorch eager and
 torch.compile, paired in one run.
 
-    python bench/torch_block.py              # a GPU host: about 3 minutes on an H100
+    python bench/torch_block.py              # a GPU host (torch.compile's compiles take most of it)
     python bench/torch_block.py --dry-run    # no GPU: every case once, tiny, on the CPU
 
 Groups (bf16; --tokens 8192, --hidden 4096, --inter 14336 by default; --groups picks some):
