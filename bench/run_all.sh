@@ -14,6 +14,7 @@
 #   compile    python3 bench/compile_latency.py --tag h200-host                          1 min
 #   prewarm    python3 bench/prewarm.py --tag 16cpu --repeat 1                           2 min
 #   fanout     python3 bench/fanout.py                                                   3 min
+#   torch      python3 bench/torch_block.py                                              4 min
 #
 # Wheels carried in .whl/ (the GPU host has no network and lacks diskcache, platformdirs,
 # redis) are installed first into /tmp/site, once per set of wheels. Each step's output goes to
@@ -29,9 +30,9 @@ mkdir -p "$OUT/logs"
 : > "$OUT/summary.txt"
 BUDGET=${BENCH_BUDGET:-570}
 START=$(date +%s)
-ALL="tests memcheck racecheck activation norm cast launch compile prewarm fanout"
+ALL="tests memcheck racecheck activation norm cast launch compile prewarm fanout torch"
 declare -A EXPECTED=([tests]=300 [memcheck]=180 [racecheck]=300 [activation]=360 [norm]=420
-  [cast]=180 [launch]=60 [compile]=60 [prewarm]=120 [fanout]=180)
+  [cast]=180 [launch]=60 [compile]=60 [prewarm]=120 [fanout]=180 [torch]=240)
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'
@@ -74,6 +75,7 @@ run_step() {
     compile) python3 bench/compile_latency.py --tag h200-host ;;
     prewarm) python3 bench/prewarm.py --tag 16cpu --repeat 1 ;;
     fanout) python3 bench/fanout.py ;;
+    torch) python3 bench/torch_block.py ;;
   esac
 }
 
