@@ -104,6 +104,7 @@ def test_variants_cover_every_input_and_output_per_kind_and_arch():
         }
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("op", OPS)
 def test_every_variant_compiles(op, arch, memory_only):
@@ -116,6 +117,7 @@ def test_every_variant_compiles(op, arch, memory_only):
     _compile_all(keys)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_hidden_size_specialized_variants_compile(arch, memory_only):
     """Compile-time hidden sizes (the split point H of gated ops): one op per kind and

@@ -73,6 +73,7 @@ def _compile_cases() -> list[tuple[str, str, str, str, str]]:
     return sorted(cases)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(("op", "in_dtype", "out_dtype", "layout", "arch"), _compile_cases())
 def test_variant_compiles(op, in_dtype, out_dtype, layout, arch):
     k = make_key(op, in_dtype=in_dtype, out_dtype=out_dtype, layout=layout, arch=arch)
@@ -83,6 +84,7 @@ def test_variant_compiles(op, in_dtype, out_dtype, layout, arch):
         assert symbol.encode() in image
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_load_groups_compile(monkeypatch, arch):
     """``TileConfig.load_group`` values that divide a thread's chunks compile on every arch
@@ -104,6 +106,7 @@ def test_load_groups_compile(monkeypatch, arch):
         Engine().get(make_key("cast_transpose_dbias", dtype="fp8", arch=arch))
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_tile_switches_compile(monkeypatch, arch):
     """The ``TileConfig`` switches ``prefetch`` and ``gather4`` (on by default from 16-bit
@@ -135,6 +138,7 @@ def test_tile_switches_compile(monkeypatch, arch):
         monkeypatch.setattr(cast, "tile_config", chosen)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_strip_compiles(monkeypatch, arch):
     """``TileConfig.strip`` compiles on every arch for the dbias ops, cast_transpose and a
@@ -187,6 +191,7 @@ def test_strip_compiles(monkeypatch, arch):
         cast.TileConfig(128, 128, 128, 16, 4, 1, strip=-1)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(
     ("op", "fields"),
     [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import shutil
 import subprocess
 from pathlib import Path
@@ -147,9 +148,18 @@ def as_dtype(buf: np.ndarray, dtype_name: str) -> np.ndarray:
 
 
 SHAPES = [(31, 33), (96, 320), (64, 256)]
+# the emulator's sweeps: the rest of each product runs in the matrix tier (pytest -m matrix)
+MATRIX = pytest.mark.matrix
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp8_e4m3", "fp32"])
+def sweep(*values):
+    """Parameters for ``parametrize``: the first runs in the default tier, the others in the
+    matrix tier."""
+    return [values[0], *(pytest.param(*v if isinstance(v, tuple) else (v,), marks=MATRIX)
+                         for v in values[1:])]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", sweep("fp8_e4m3", "bf16", "fp32"))
 def test_transpose(emulate, dtype):
     kernel = emulate(ne.get_kernel("transpose", in_dtype=dtype, out_dtype=dtype, arch="sm_90"))
     d = ne.DTYPES[dtype]
@@ -166,13 +176,13 @@ def test_transpose(emulate, dtype):
     ("op", "in_dtype", "out_dtype"),
     [
         ("cast_transpose", "bf16", "fp8_e4m3"),
-        ("cast_transpose", "fp32", "bf16"),
-        ("cast_transpose_dbias", "bf16", "fp8_e4m3"),
         ("cast_transpose_dbias", "fp16", "fp32"),
         ("cast_transpose_dbias_dgelu", "bf16", "fp8_e5m2"),
-        ("cast_transpose_dbias_dsilu", "fp32", "bf16"),
         ("dswiglu_cast_transpose", "bf16", "fp8_e4m3"),
-        ("dgeglu_cast_transpose", "fp32", "fp16"),
+        pytest.param("cast_transpose", "fp32", "bf16", marks=MATRIX),
+        pytest.param("cast_transpose_dbias", "bf16", "fp8_e4m3", marks=MATRIX),
+        pytest.param("cast_transpose_dbias_dsilu", "fp32", "bf16", marks=MATRIX),
+        pytest.param("dgeglu_cast_transpose", "fp32", "fp16", marks=MATRIX),
     ],
 )
 def test_cast_transpose_family(emulate, op, in_dtype, out_dtype):
@@ -256,8 +266,8 @@ def test_multi_cast_transpose_two_launches(emulate):
 
 @pytest.mark.parametrize(
     ("in_dtype", "out_dtype", "layout"),
-    [("bf16", "fp8_e4m3", "both"), ("fp32", "fp8_e5m2", "columnwise"),
-     ("fp16", "fp8_e4m3", "rowwise")],
+    sweep(("bf16", "fp8_e4m3", "both"), ("fp32", "fp8_e5m2", "columnwise"),
+          ("fp16", "fp8_e4m3", "rowwise")),
 )  # fmt: skip
 def test_mxfp8(emulate, in_dtype, out_dtype, layout):
     kernel = emulate(ne.get_kernel("quantize", in_dtype=in_dtype, out_dtype=out_dtype,
@@ -293,9 +303,12 @@ def _check_mxfp8_host(kernel, x, buf, in_dtype, out_dtype, layout):
 FAST_SHAPES = [(128, 128), (256, 384), (128, 4096)]
 
 
-@pytest.mark.parametrize("layout", ["both", "columnwise"])
-@pytest.mark.parametrize(("in_dtype", "out_dtype"), [("bf16", "fp8_e4m3"), ("fp32", "fp8_e5m2"),
-                                                     ("fp16", "fp8_e4m3")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("in_dtype", "out_dtype", "layout"),
+    sweep(*((i, o, lay) for (i, o), lay in itertools.product(
+        [("bf16", "fp8_e4m3"), ("fp32", "fp8_e5m2"), ("fp16", "fp8_e4m3")],
+        ["both", "columnwise"]))),
+)  # fmt: skip
 def test_mxfp8_fast_path(emulate, monkeypatch, in_dtype, out_dtype, layout):
     """The fast path gives the reference's bytes (edge values: zeros, subnormals, maxima,
     inf and NaN for bf16) and the quantize kernel's; shapes it cannot take fall back."""
@@ -325,7 +338,7 @@ def test_mxfp8_fast_path(emulate, monkeypatch, in_dtype, out_dtype, layout):
         assert emulate.launched == [0], (m, k)
 
 
-@pytest.mark.parametrize("layout", ["both", "columnwise"])
+@pytest.mark.parametrize("layout", sweep("both", "columnwise"))
 def test_mxfp8_fast_path_nan_inf(emulate, monkeypatch, layout):
     """NaN and inf inputs: the fast path's bytes are the quantize kernel's (both drop NaN
     from block maxima with fmaxf; an inf maximum gives scale 0xfe; the data keeps NaN)."""
@@ -373,7 +386,7 @@ def test_mxfp8_fast_path_unaligned_falls_back(emulate):
         assert (data[1:].reshape(m, k) == want.view(np.uint8)).all()
 
 
-@pytest.mark.parametrize("layout", ["rowwise", "columnwise", "both"])
+@pytest.mark.parametrize("layout", sweep("both", "rowwise", "columnwise"))
 def test_mxfp8_edge_values(emulate, layout):
     """The quantize kernel gives the reference's bytes on edge values (zeros, subnormals,
     maxima, inf and NaN) and partial tiles (shapes the fast path does not take)."""
@@ -426,7 +439,7 @@ def test_nvfp4_non_finite(emulate, layout):
 
 @pytest.mark.parametrize(
     ("in_dtype", "layout", "compute_amax"),
-    [("bf16", "both", True), ("fp32", "columnwise", True), ("fp16", "rowwise", False)],
+    sweep(("bf16", "both", True), ("fp32", "columnwise", True), ("fp16", "rowwise", False)),
 )
 def test_nvfp4(emulate, in_dtype, layout, compute_amax):
     kernel = emulate(ne.get_kernel("quantize", in_dtype=in_dtype, out_dtype="fp4_e2m1",

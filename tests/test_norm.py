@@ -112,6 +112,7 @@ def compile_and_check(key):
     return kernel
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(
     "variant",
     list(variants(ALL_ARCH_HIDDEN, ARCHS)),
@@ -127,6 +128,7 @@ def test_every_norm_variant_compiles(variant):
     assert len(kernel.artifact.symbols) == expected
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("op", FWD + BWD)
 def test_flags_compile(op, arch):
@@ -906,6 +908,7 @@ ROUND3 = [
 ]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(
     "values", ROUND3, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
 )
@@ -951,6 +954,7 @@ def test_round3_switches_compile(monkeypatch, arch, values):
         ne.clear_cache(disk=False)
 
 
+@pytest.mark.matrix
 def test_round3_tags_round_trip():
     base = LaunchConfig("regs", 8, 4, 1, 4, 1)
     tags = set()
@@ -986,6 +990,7 @@ def default_keys(ops, hidden_sizes, scalings=("none",), archs=("sm_90", "sm_100a
                                        hidden_size=hidden, arch=arch, **flags)  # fmt: skip
 
 
+@pytest.mark.matrix
 def test_round3_defaults_are_off():
     """The round-3 switches are off by the rules (measured: no gain, bench/results/
     norm_tuning.json): keys outside norm_switches.TUNED carry none of them (e, u, a, s); TUNED keys
@@ -1095,6 +1100,7 @@ def test_tuned_fp8_forwards_carry_the_measured_switches():
     assert "amax_seen" not in other and "load_fw<" not in other and "cp.async" not in other
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(
     "values", FP8_CANDIDATES, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
 )
@@ -1140,6 +1146,7 @@ def test_fp8_candidates_compile(monkeypatch, arch, values):
         ne.clear_cache(disk=False)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100a"])
 def test_fp8_candidates_leave_other_kernels_alone(monkeypatch, arch):
     """The candidates change tensor-scaling forwards only: with them on, the bf16-output,
@@ -1175,6 +1182,7 @@ def test_fp8_candidates_leave_other_kernels_alone(monkeypatch, arch):
         ne.clear_cache(disk=False)
 
 
+@pytest.mark.matrix
 def test_fp8_candidate_tags_round_trip():
     tags = set()
     for batched in (False, True):
@@ -1198,6 +1206,7 @@ def test_fp8_candidate_tags_round_trip():
 STAGED_HIDDEN = (1000, 1001, 1024, 4096, 8192, 14336, 65536)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("stages", [2, 3])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_staged_backward_compiles(monkeypatch, arch, stages):
@@ -1422,6 +1431,7 @@ def _next_row_fits(key, cfg):
             and cfg.threads * cfg.iters * 16 <= norm_switches.STATIC_SMEM_BYTES - 1024)  # fmt: skip
 
 
+@pytest.mark.matrix
 def test_fp8_round5_defaults_are_off():
     """FWD_FP8_WORDS and FWD_FP8_NEXT_ROW are off: keys outside norm_switches.TUNED carry neither
     (nor a row-group count, x); TUNED's FP8 keys carry exactly TUNED's tag."""
@@ -1439,6 +1449,7 @@ def test_fp8_round5_defaults_are_off():
                         for op, hidden, scaling in norm_switches.TUNED) > 0  # fmt: skip
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(
     "values", FP8_ROUND5, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
 )
@@ -1491,6 +1502,7 @@ def test_fp8_round5_candidates_compile(monkeypatch, arch, values):
         ne.clear_cache(disk=False)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100a"])
 def test_fp8_round5_candidates_leave_other_kernels_alone(monkeypatch, arch):
     """With ``q`` and ``p`` on, bf16-output, MXFP8 and backward kernels render byte for byte
@@ -1576,6 +1588,7 @@ def test_backward_ctas_per_sm_is_a_grid_choice(monkeypatch):
     assert kernel._plan(dev, 16384, 4096).parts == 132 * min(4, norm_switches.BWD_CTAS_PER_SM)
 
 
+@pytest.mark.matrix
 def test_fp8_round5_tags_round_trip():
     tags = set()
     for words in (False, True):
@@ -1604,6 +1617,7 @@ def test_kernel_repr_names_the_layout():
     assert f"[{k.config.tag}]" in repr(k) and k.config.tag == "w7r1v8j4c2qt3"
 
 
+@pytest.mark.matrix
 def test_round8_tags_round_trip():
     lanes = LaunchConfig("regs", 8, 14, 1, 4, 1, batched=True, warp_amax=True, words=True,
                          lanes=True)  # fmt: skip
@@ -1618,6 +1632,7 @@ def test_round8_tags_round_trip():
     assert held.lanes and held.next_row and held.groups == 64 and held.cluster == 8
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_round8_switches_compile(monkeypatch, arch):
     """With ROW_SUM_LANES, BWD_STAGED_WORDS, BWD_GAMMA32 and BWD_FOLDED on (all off by
@@ -1670,6 +1685,7 @@ def test_round8_switches_compile(monkeypatch, arch):
 
 # Round-9 candidate: the staged forward (FWD_STAGED, tag letter ``t{stages}`` on a forward
 # key; FWD_GAMMA32, ``f``: the weights in shared memory as fp32).
+@pytest.mark.matrix
 @pytest.mark.parametrize("f32", [False, True], ids=["stored", "fp32"])
 @pytest.mark.parametrize("stages", [2, 3])
 @pytest.mark.parametrize("arch", ARCHS)
@@ -1770,6 +1786,7 @@ STAGED_ROWS = [  # (tag, in dtype, H, scaling, flags)
 ]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_staged_forward_rows_compile(arch):
     """A staged forward with 2 or 4 rows per CTA, or with its weights in registers (``h``,
@@ -1890,6 +1907,7 @@ DEFERRED = [  # (tag, in dtype, H, flags)
 ]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_deferred_backward_compile(arch):
     """A staged backward with ``i`` compiles on every arch (clusters from sm_90) for the three
@@ -1963,6 +1981,7 @@ FWD_DEFERRED = [  # (tag, in dtype, H, scaling, flags)
 ]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_deferred_forward_compile(arch):
     """A staged forward with ``i`` (one row per CTA) compiles on every arch (clusters from
@@ -2005,6 +2024,7 @@ FWD_REREAD = [  # (tag, in dtype, H, scaling, flags)
 ]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_reread_forward_compile(arch):
     """A staged forward with ``y`` compiles on every arch (clusters from sm_90) for both
@@ -2077,6 +2097,7 @@ def _assert_dropped(mp, op, tag, scaling, arch, switch, text):
     assert text not in render(key).source
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_shifted_forward_compile(arch):
     """A LayerNorm FP8 forward with ``z``, staged or not, compiles on every arch (clusters
@@ -2124,6 +2145,7 @@ FWD_WARP_STATS = [  # (tag, in dtype, H, scaling, flags)
 ]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_warp_stats_forward_compile(arch):
     """A LayerNorm forward with ``W`` compiles on every arch, register and staged, for each
@@ -2177,7 +2199,7 @@ DEPENDENT_CASES = [  # (op, fields, staged: its main kernel is the persistent st
 ]
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", [pytest.param("sm_80", marks=pytest.mark.matrix), "sm_90"])
 @pytest.mark.parametrize(("op", "fields", "staged"), DEPENDENT_CASES,
                          ids=lambda v: v if isinstance(v, str) else None)  # fmt: skip
 def test_kernels_wait_for_their_grid_dependency(op, fields, staged, arch):
@@ -2431,6 +2453,7 @@ def test_norm_cta_times_probe_and_summary(monkeypatch):
     assert got["sm_rows_per_us_min"] < got["sm_rows_per_us_max"]
 
 
+@pytest.mark.matrix
 def test_fetch256_candidates_are_the_staged_backwards_with_l():
     """bench/norm_tuning.py --candidates fetch256: a staged backward default with ``L`` and
     nothing else changed; nothing for a forward or for a backward that is not staged."""
@@ -2468,6 +2491,7 @@ def test_norm_clusters_checks_its_arguments_first(monkeypatch, capsys, argv, mes
 
 
 # Round 21: the staged kernels' row copies asking L2 for 256 bytes (``L``).
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_fetch256_compile(arch):
     """A staged forward (both ops) and a staged backward with ``L`` compile on every arch:
@@ -2508,6 +2532,7 @@ def _check_staged_switch(arch, switch, constant, forwards, backward, dropped, on
 
 
 # Round 25: the staged kernels' stages on a 128-byte boundary (``A``).
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_aligned_compile(arch):
     """A staged forward (both ops; one and two rows per CTA) and a staged backward with ``A``
