@@ -2239,6 +2239,7 @@ def test_kernels_wait_for_their_grid_dependency(op, fields, staged, arch):
         assert trigger == (expected and n == 0), n
 
 
+@pytest.mark.matrix
 def test_bandwidth_tuned_from_takes_winners_faster_in_every_round(tmp_path, monkeypatch):
     """bench/norm_bandwidth.py --tuned-from: a candidate faster than the default in every
     round replaces the TUNED entry for the run (the best by same-round speed-up), one faster in
@@ -2268,6 +2269,7 @@ def test_bandwidth_tuned_from_takes_winners_faster_in_every_round(tmp_path, monk
     norm.launch_config.cache_clear()
 
 
+@pytest.mark.matrix
 def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
     """bench/source_ab.py: each edit changes the rendered source or the helper headers as
     documented (the trigger added after the wait where there is none, and taken out where
@@ -2386,6 +2388,7 @@ def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
         ab.edited(r, ["align16"])  # nor stages
 
 
+@pytest.mark.matrix
 def test_bench_scripts_check_their_variants_first(monkeypatch, capsys):
     """bench/source_ab.py and bench/norm_cta_times.py find an edit that does not apply to a
     case's kernel (rendered for sm_90: no GPU), a probe on a kernel that is not staged,
@@ -2421,6 +2424,7 @@ def test_bench_scripts_check_their_variants_first(monkeypatch, capsys):
         assert message in capsys.readouterr().err
 
 
+@pytest.mark.matrix
 def test_norm_cta_times_probe_and_summary(monkeypatch):
     """bench/norm_cta_times.py: its probe edit applies to the staged forward (with or without
     a source_ab edit after it) and compiles; a sample's summary gives the span, the ends, the
@@ -2472,6 +2476,7 @@ def test_fetch256_candidates_are_the_staged_backwards_with_l():
     assert tuning.fetch256_candidates(norm, plain, norm.launch_config(plain)) == []
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("argv, message", [
     (["--case", "rmsnorm:65536"], "NORM:H:OUT"),
     (["--case", "groupnorm:4096:fp8"], "NORM:H:OUT"),
@@ -2614,6 +2619,7 @@ def test_docs_switch_recipe_runs(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.matrix
 def test_sass_script_builds_edited_kernels(monkeypatch):
     """bench/sass.py's ``edits=`` (the diff against the same build without them needs
     cuobjdump, not here): the edited and plain builds share symbols and layout and differ in
@@ -2637,6 +2643,7 @@ def test_sass_script_builds_edited_kernels(monkeypatch):
     assert sass.instructions(text) == ["LDC R1, c[0x0][0x28] ;", "UIADD3 UR5, UR5, 0x20, URZ ;"]
 
 
+@pytest.mark.matrix
 def test_render_snapshot_script(tmp_path):
     """bench/render_snapshot.py (the check behind the module and template splits): a snapshot
     with the switches on differs from the default one, two of the same compare equal, and a
