@@ -108,12 +108,13 @@ def _expected(name: str) -> tuple[str, bool]:
     return digest, bool(rendered.cuda_headers)
 
 
-def export_bundle(path: str | os.PathLike[str]) -> BundleReport:
+def export_bundle(path: str | os.PathLike[str], *, overwrite: bool = False) -> BundleReport:
     """Write every valid entry of the disk cache built by this NVRTC to bundle ``path``.
 
     The file appears atomically (written beside it, then renamed); its directory must
-    exist. Raises :class:`BundleError` when there is no disk cache, nothing to export, or
-    the file cannot be written (naming ``path`` and the reason), and
+    exist, and the file must not, unless ``overwrite`` (the command line's ``--force``).
+    Raises :class:`BundleError` when there is no disk cache, nothing to export, the file
+    exists (without ``overwrite``) or cannot be written (naming ``path`` and the reason), and
     :class:`~nvrtc_engine.ArgumentTypeError` for a ``path`` that is not a ``str`` or
     ``os.PathLike``.
     """
@@ -122,6 +123,9 @@ def export_bundle(path: str | os.PathLike[str]) -> BundleReport:
     disk = _disk(where, "export")
     if target.is_dir():
         raise BundleError(where, None, "is a directory; give the bundle's file name")
+    if target.exists() and not overwrite:
+        raise BundleError(where, None, "exists; pass overwrite=True (the command line's "
+                          "--force) to replace it")  # fmt: skip
     if not target.parent.is_dir():  # as cp or zip would: the directory is not created
         missing = "is not a directory" if target.parent.exists() else "does not exist"
         raise BundleError(where, None, f"cannot write: {target.parent} {missing}")
@@ -308,6 +312,10 @@ def import_bundle(path: str | os.PathLike[str]) -> BundleReport:
     nv = nvrtc_version()
     try:
         zf = zipfile.ZipFile(where)
+    except FileNotFoundError:
+        raise BundleError(where, None, "does not exist") from None
+    except IsADirectoryError:
+        raise BundleError(where, None, "is a directory, not a bundle file") from None
     except (OSError, zipfile.BadZipFile) as exc:
         raise BundleError(where, None, f"cannot open as a zip file: {exc}") from None
     with zf:

@@ -14,10 +14,12 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ._version import __version__
 from .config import MAX_WORKERS
+from .errors import counted
 
 __all__ = ["main"]
 
@@ -49,18 +51,21 @@ def _arch_options(archs: Sequence[str] | None) -> list[str] | None:
     return checked or None
 
 
-def _file_after_archs(file: str | None, archs: list[str] | None) -> tuple[str, list[str] | None]:
-    """The variant file and the ``--arch`` values: ``prewarm --arch sm_90 FILE`` puts FILE
-    among the archs (``--arch`` takes one or more values), so a last value that names an
-    existing file or ends in .toml/.json is taken as the file. Raises ``ValueError`` (exit
-    code 2, with the usage line) when there is no file."""
-    if file is None and archs:
-        last = archs[-1]
-        if os.path.isfile(last) or last.lower().endswith((".toml", ".json")):
-            return last, archs[:-1] or None
-    if file is None:
+def _files_after_archs(
+    files: list[str], archs: list[str] | None
+) -> tuple[list[str], list[str] | None]:
+    """The variant files and the ``--arch`` values: ``prewarm --arch sm_90 FILE...`` puts the
+    files among the archs (``--arch`` takes one or more values), so the last values that
+    name an existing file or end in .toml/.json are taken as files. Raises ``ValueError``
+    (exit code 2, with the usage line) when there is no file."""
+    archs = list(archs or ())
+    trailing: list[str] = []
+    while archs and (os.path.isfile(archs[-1]) or archs[-1].lower().endswith((".toml", ".json"))):
+        trailing.insert(0, archs.pop())
+    files = [*files, *trailing]
+    if not files:
         raise _UsageError("the variant file FILE is missing")
-    return file, archs
+    return files, archs or None
 
 
 def _cmd_prewarm(args: argparse.Namespace) -> int:
@@ -71,7 +76,7 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
     from .errors import NvrtcEngineError, SettingsError
     from .prewarm import prewarm
 
-    file, archs = _file_after_archs(args.file, args.arch)
+    files, archs = _files_after_archs(args.files, args.arch)
     arch = _arch_options(archs)
     try:
         disk = _open_disk()
@@ -82,7 +87,8 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
             f"{exc}; nothing was compiled: prewarm stores its kernels in the disk cache, and "
             "without one they would be lost when this command exits"
         ) from None
-    report = prewarm(file, arch=arch, workers=args.workers, progress=not args.no_progress)
+    variants = files[0] if len(files) == 1 else [Path(f) for f in files]
+    report = prewarm(variants, arch=arch, workers=args.workers, progress=not args.no_progress)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -227,7 +233,8 @@ def _cache_list(args: argparse.Namespace) -> int:
         for line in format_table(header, cells, right=("size", "compile")):
             print(line)
     superseded = sum(r.get("current") is False for r in rows)
-    print(f"{len(rows)} entries" + (f", {superseded} superseded" if superseded else ""))
+    listed = counted(len(rows), "entry", "entries")
+    print(listed + (f", {superseded} superseded" if superseded else ""))
     return 0
 
 
@@ -254,7 +261,8 @@ def _cache_verify(args: argparse.Namespace) -> int:
     for problem in report.problems:
         print(f"repaired: {problem}")
     bad = len(report.bad)
-    print(f"checked {report.checked} entries: {bad} bad" + (" (removed)" if bad else ""))
+    checked = counted(report.checked, "entry", "entries")
+    print(f"checked {checked}: {bad} bad" + (" (removed)" if bad else ""))
     return 1 if report.bad else 0
 
 
@@ -269,7 +277,7 @@ def _cache_clear(args: argparse.Namespace) -> int:
     clear_cache()
     freed = max(0, before.bytes - cache_info().bytes)  # (another process may store meanwhile)
     size = f" ({freed} bytes)" if before.entries else ""
-    print(f"cleared {before.entries} entries{size} from {before.directory}")
+    print(f"cleared {counted(before.entries, 'entry', 'entries')}{size} from {before.directory}")
     return 0
 
 
@@ -277,10 +285,11 @@ def _cache_export(args: argparse.Namespace) -> int:
     from .bundle import export_bundle
 
     _open_disk()  # no disk cache: an error with the reason, as for the other commands
-    report = export_bundle(args.bundle)
+    report = export_bundle(args.bundle, overwrite=args.force)
     for line in report.skipped:
         print(f"skipped {line}")
-    print(f"exported {len(report.keys)} kernels (NVRTC {report.nvrtc_version}) to {report.path}")
+    kernels = counted(len(report.keys), "kernel")
+    print(f"exported {kernels} (NVRTC {report.nvrtc_version}) to {report.path}")
     return 0
 
 
@@ -289,9 +298,9 @@ def _cache_import(args: argparse.Namespace) -> int:
 
     _open_disk(writes="cache import")
     report = import_bundle(args.bundle)
-    held = f"; {report.already} already in the cache" if report.already else ""
-    print(f"imported {len(report.keys)} kernels (NVRTC {report.nvrtc_version}{held}) "
-          f"from {report.path}")  # fmt: skip
+    new = len(report.keys) - report.already
+    print(f"imported {counted(len(report.keys), 'kernel')} (NVRTC {report.nvrtc_version}) from "
+          f"{report.path}: {new} new, {report.already} already in the cache")  # fmt: skip
     return 0
 
 
@@ -340,19 +349,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     pre = sub.add_parser(
         "prewarm",
-        help="compile (in parallel) and cache every variant of a variant file",
-        # FILE is required; argparse would show it as optional (nargs="?" lets it follow --arch)
-        usage="%(prog)s [-h] FILE [--arch ARCH [ARCH ...]] [--workers WORKERS] [--no-progress]"
-        " [--json]",
+        help="compile (in parallel) and cache every variant of one or more variant files",
+        # FILE is required; argparse would show it as optional (nargs="*" lets it follow --arch)
+        usage="%(prog)s [-h] FILE [FILE ...] [--arch ARCH [ARCH ...]] [--workers WORKERS]"
+        " [--no-progress] [--json]",
     )
-    pre.add_argument("file", nargs="?", metavar="FILE",
-                     help="TOML or JSON variant file (see docs/variants.md)")  # fmt: skip
+    pre.add_argument("files", nargs="*", metavar="FILE",
+                     help="TOML or JSON variant files (see docs/variants.md)")  # fmt: skip
     pre.add_argument(
         "--arch",
         nargs="+",
         action="extend",
         help="compile for these archs (e.g. sm_90 sm_100a), replacing the file's; "
-        "default: the file's, else this GPU's",
+        "default: the files', else this GPU's",
     )
     pre.add_argument(
         "--workers", type=_positive_int, help="worker processes (default: usable CPUs)"
@@ -374,6 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
         action = actions.add_parser(name, help=text)
         if name in ("export", "import"):
             action.add_argument("bundle", help="bundle file (zip)")
+        if name == "export":
+            action.add_argument("--force", action="store_true",
+                                help="replace the bundle file if it exists")  # fmt: skip
         if name in ("info", "list"):
             action.add_argument("--json", action="store_true", help="machine-readable output")
         action.set_defaults(func=func, parser=action)

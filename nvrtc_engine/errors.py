@@ -86,6 +86,12 @@ def did_you_mean(
     return f"did you mean {' or '.join(map(label, close))}?" if close else ""
 
 
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """``n`` with its noun for messages: ``counted(1, "variant")`` is ``"1 variant"``,
+    ``counted(2, "entry", "entries")`` is ``"2 entries"`` (default plural: noun + s)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 class VariantError(NvrtcEngineError, ValueError):
     """A kernel variant key field is outside its closed set of allowed values.
 

@@ -3,6 +3,8 @@
 Always a cubin for the exact arch (``-arch=sm_90``, ``-arch=sm_90a``); PTX only when the
 arch is newer than the newest one this NVRTC supports, for that newest arch (the driver
 compiles it at load; PTX from an NVRTC newer than the driver would not load, a cubin does).
+Keys get such an arch only from a GPU newer than every known arch (``key.DeviceArch``): an
+arch a caller names must be a known one, which NVRTC 13 compiles as a cubin.
 Needs no GPU. The project's helpers are in-memory headers; CUDA toolkit headers (only
 ``cuda_fp8.h`` on archs without FP8 conversion instructions) are searched for in order:
 ``NVRTC_ENGINE_CUDA_INCLUDE_DIR``, the ``nvidia-cuda-runtime`` wheel (through
@@ -142,7 +144,9 @@ def compile_target(arch: str, supported: Sequence[int] | None = None) -> tuple[s
 
     Returns ``("sm_90a", "cubin")`` when NVRTC supports the arch, and
     ``("compute_120", "ptx")`` (the newest supported arch) when the arch is newer than all
-    it supports. An older unsupported arch raises :class:`~nvrtc_engine.VariantError`.
+    it supports (a key's arch is only that where it came from such a GPU, see
+    :func:`~nvrtc_engine.make_key`). An older unsupported arch raises
+    :class:`~nvrtc_engine.VariantError`.
     """
     archs = tuple(supported) if supported is not None else supported_archs()
     number = arch_number(arch)

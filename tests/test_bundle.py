@@ -203,6 +203,29 @@ def test_not_a_bundle(tmp_path):
         import_bundle(empty)
 
 
+def test_a_missing_bundle_is_reported_as_missing(tmp_path):
+    """Not as "cannot open as a zip file: [Errno 2]": the file does not exist."""
+    missing = tmp_path / "nope.zip"
+    with pytest.raises(BundleError) as info:
+        import_bundle(missing)
+    assert str(info.value) == f"{missing}: does not exist"
+    with pytest.raises(BundleError, match=r"is a directory, not a bundle file$"):
+        import_bundle(tmp_path)
+
+
+def test_export_refuses_an_existing_file_unless_told_to_replace_it(tmp_path):
+    ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    target = tmp_path / "b.zip"
+    target.write_bytes(b"someone else's file")
+    with pytest.raises(BundleError) as info:
+        export_bundle(target)
+    assert str(info.value) == (f"{target}: exists; pass overwrite=True (the command line's "
+                               "--force) to replace it")  # fmt: skip
+    assert target.read_bytes() == b"someone else's file"
+    report = export_bundle(target, overwrite=True)
+    assert report.keys and zipfile.is_zipfile(target)
+
+
 def test_export_leaves_out_damaged_and_foreign_entries(tmp_path, monkeypatch):
     import nvrtc_engine.engine as engine_mod
 

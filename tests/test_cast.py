@@ -31,12 +31,7 @@ from nvrtc_engine.ops.cast import (
     _groups,
     tile_config,
 )
-from nvrtc_engine.ops.quantize import (
-    QUANTIZE_CANDIDATES,
-    QuantizeConfig,
-    hardware_fp4,
-    quantize_config,
-)
+from nvrtc_engine.ops.quantize import QuantizeConfig, hardware_fp4, quantize_config
 from nvrtc_engine.render import render, templates_dir
 
 ARCHS = ["sm_80", "sm_89", "sm_90", "sm_100a"]
@@ -78,6 +73,7 @@ def _compile_cases() -> list[tuple[str, str, str, str, str]]:
     return sorted(cases)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(("op", "in_dtype", "out_dtype", "layout", "arch"), _compile_cases())
 def test_variant_compiles(op, in_dtype, out_dtype, layout, arch):
     k = make_key(op, in_dtype=in_dtype, out_dtype=out_dtype, layout=layout, arch=arch)
@@ -88,6 +84,7 @@ def test_variant_compiles(op, in_dtype, out_dtype, layout, arch):
         assert symbol.encode() in image
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_load_groups_compile(monkeypatch, arch):
     """``TileConfig.load_group`` values that divide a thread's chunks compile on every arch
@@ -109,10 +106,12 @@ def test_load_groups_compile(monkeypatch, arch):
         Engine().get(make_key("cast_transpose_dbias", dtype="fp8", arch=arch))
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
-def test_tile_candidates_compile(monkeypatch, arch):
-    """The ``TileConfig`` switches (``sum_scatter``, ``prefetch``, ``gather4``; the last two
-    on by default from 16-bit input to FP8) compile on every arch for cast_transpose,
+def test_tile_switches_compile(monkeypatch, arch):
+    """The ``TileConfig`` switches ``prefetch`` and ``gather4`` (on by default from 16-bit
+    input to FP8, the first for the dbias ops, the second for the others) compile together
+    on every arch for cast_transpose,
     cast_transpose_dbias, every cast_transpose_dbias_d{act}, the gated ops and
     multi_cast_transpose, on their default block shapes and on 512 threads (2 chunks per
     thread); with them off the rendered source holds none of their code."""
@@ -128,28 +127,25 @@ def test_tile_candidates_compile(monkeypatch, arch):
     for op, shape in itertools.product(ops, [{}, dict(threads=512, min_blocks=4, load_group=0)]):
         key = make_key(op, dtype="fp8", arch=arch)
         if not shape:
-            off = dataclasses.replace(chosen(key), sum_scatter=False, prefetch=False,
-                                      gather4=False, strip=0, prefetch_next=False)  # fmt: skip
+            off = dataclasses.replace(chosen(key), prefetch=False, gather4=False, strip=0)
             monkeypatch.setattr(cast, "tile_config", lambda key, off=off: off)
             source = render(key).source
-            assert not any(s in source for s in ("prefetch_l2", "kKeep", "kSlots4")), op
-        # (sum_scatter refuses strip, which the 16-bit -> FP8 dbias defaults take)
-        cfg = dataclasses.replace(chosen(key), sum_scatter=True, prefetch=True, gather4=True,
-                                  strip=0, prefetch_next=False, **shape)  # fmt: skip
+            assert not any(s in source for s in ("prefetch_l2", "kSlots4")), op
+        cfg = dataclasses.replace(chosen(key), prefetch=True, gather4=True, strip=0, **shape)
         monkeypatch.setattr(cast, "tile_config", lambda key, cfg=cfg: cfg)
         kernel = Engine().get(key)
         assert kernel.config == cfg and kernel.artifact.image[:4] == b"\x7fELF", op
         monkeypatch.setattr(cast, "tile_config", chosen)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_strip_compiles(monkeypatch, arch):
-    """``TileConfig.strip`` / ``prefetch_next`` compile on every arch for the dbias ops,
-    cast_transpose and a gated op (one shared buffer: two do not fit 48 KB); the symbols
-    carry ``_st<strip>[n]``, the workspace has a row per strip and the launch a block per
-    strip; with strip off the source holds none of it; multi_cast_transpose and sum_scatter
-    refuse it. The 16-bit -> FP8 dbias defaults take strip 2 (dbias) and 4 (dbias_d<act>),
-    256 threads; nothing else does, and prefetch_next is off everywhere."""
+    """``TileConfig.strip`` compiles on every arch for the dbias ops, cast_transpose and a
+    gated op (one shared buffer: two do not fit 48 KB); the symbols carry ``_st<strip>``,
+    the workspace has a row per strip and the launch a block per strip; with strip off the
+    source holds none of it; multi_cast_transpose refuses it. The 16-bit -> FP8 dbias
+    defaults take strip 2 (dbias) and 4 (dbias_d<act>), 256 threads; nothing else does."""
     import dataclasses
 
     from nvrtc_engine.ops import cast
@@ -159,25 +155,25 @@ def test_strip_compiles(monkeypatch, arch):
     chosen = cast.tile_config
     for op, fields in [
         ("cast_transpose_dbias", dict(strip=4, prefetch=True)),
-        ("cast_transpose_dbias", dict(strip=2, threads=256, min_blocks=4, prefetch_next=True)),
-        ("cast_transpose_dbias_dgelu", dict(strip=4, min_blocks=4, prefetch_next=True)),
+        ("cast_transpose_dbias", dict(strip=2, threads=256, min_blocks=4)),
+        ("cast_transpose_dbias_dgelu", dict(strip=4, min_blocks=4)),
         ("cast_transpose_dbias_dsilu", dict(strip=3)),
         ("cast_transpose", dict(strip=4)),
-        ("dswiglu_cast_transpose", dict(strip=2, prefetch_next=True)),
+        ("dswiglu_cast_transpose", dict(strip=2)),
     ]:  # fmt: skip
         key = make_key(op, dtype="fp8", arch=arch)
         default = chosen(key)
         want = (2 if op == "cast_transpose_dbias" else 4) if "dbias" in op else 0
-        assert default.strip == want and not default.prefetch_next, op
+        assert default.strip == want, op
         assert default.threads == 256 or not want, op
-        off = dataclasses.replace(default, strip=0, prefetch_next=False)
+        off = dataclasses.replace(default, strip=0)
         monkeypatch.setattr(cast, "tile_config", lambda key, off=off: off)
         assert "run_strip" not in render(key).source
         monkeypatch.setattr(cast, "tile_config", chosen)
         cfg = dataclasses.replace(default, **fields)
         monkeypatch.setattr(cast, "tile_config", lambda key, cfg=cfg: cfg)
         kernel = Engine().get(key)
-        tag = f"_st{cfg.strip}" + ("n" if cfg.prefetch_next else "")
+        tag = f"_st{cfg.strip}"
         assert kernel.artifact.symbols[0] == f"{key}{tag}", op
         assert kernel.config == cfg and kernel.artifact.image[:4] == b"\x7fELF", op
         if "dbias" in op:
@@ -191,12 +187,11 @@ def test_strip_compiles(monkeypatch, arch):
     with pytest.raises(ValueError, match="strip"):
         render(multi)
     monkeypatch.setattr(cast, "tile_config", chosen)
-    with pytest.raises(ValueError, match="sum_scatter"):
-        cast.TileConfig(128, 128, 128, 16, 4, 1, sum_scatter=True, strip=2)
-    with pytest.raises(ValueError, match="prefetch_next"):
-        cast.TileConfig(128, 128, 128, 16, 4, 1, prefetch_next=True)
+    with pytest.raises(ValueError, match="strip"):
+        cast.TileConfig(128, 128, 128, 16, 4, 1, strip=-1)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(
     ("op", "fields"),
     [
@@ -850,17 +845,17 @@ def test_quantize_nvfp4_launches(monkeypatch):
     }
 
 
-def test_quantize_configs():
+def test_quantize_config_is_the_templates_tile():
+    """One thread mapping for every quantize key: 256 threads per 64 x 128 tile, as the
+    template declares it."""
     both = make_key("quantize", dtype="fp8", layout="both", arch="sm_90")
-    assert quantize_config(both).mapping == "tile"  # measured faster (bench/cast_tuning.py)
-    assert quantize_config(make_key("quantize", dtype="fp8", arch="sm_90")).mapping == "tile"
     fp4 = make_key("quantize", dtype="fp4_e2m1", layout="both", arch="sm_90")
-    assert quantize_config(fp4).mapping == "tile"
-    cfg = QuantizeConfig("warp", 2, 4, 3)
-    assert (cfg.threads, cfg.tile) == (256, (64, 256))
-    assert (QuantizeConfig().threads, QuantizeConfig().tile) == (256, (64, 128))
-    src = render(both).source
-    assert "kMinBlocks = 4;" in src
+    for key in (both, fp4, make_key("quantize", dtype="fp8", arch="sm_90")):
+        cfg = quantize_config(key)
+        assert cfg == QuantizeConfig() and (cfg.threads, cfg.tile) == (256, (64, 128))
+        src = render(key).source
+        assert "kThreads = 256;" in src and "kTileR = 64;" in src and "kTileC = 128;" in src
+        assert "kMinBlocks = 4;" in src
 
 
 def _frame_sizes(image: bytes) -> dict[int, int]:
@@ -904,28 +899,18 @@ def test_default_quantize_kernels_do_not_spill(dtype, layout):
 
 
 def test_frame_size_reader_sees_a_spill(monkeypatch):
+    """A tile kernel capped at 32 registers (512 threads x 4 blocks per SM, every load first)
+    spills: the reader behind test_default_quantize_kernels_do_not_spill sees it."""
+    from nvrtc_engine.ops import cast
+
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
     config.reset()
-    monkeypatch.setattr(quantize, "quantize_config", lambda key: QuantizeConfig("warp", 2, 4, 4))
-    image = (
-        Engine().get(make_key("quantize", dtype="fp8", layout="both", arch="sm_90")).artifact.image
-    )
-    assert any(_frame_sizes(image).values())  # capped at 64 registers
+    monkeypatch.setattr(cast, "tile_config", lambda key: cast.TileConfig(512, 128, 128, 16, 4))
+    key = make_key("cast_transpose_dbias", dtype="fp8", arch="sm_90")
+    assert any(_frame_sizes(Engine().get(key).artifact.image).values())
 
 
-def test_every_quantize_candidate_compiles(monkeypatch):
-    """What bench/cast_tuning.py sweeps compiles (memory-only engine: the key does not see
-    the monkeypatched configuration)."""
-    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
-    config.reset()
-    assert len(set(QUANTIZE_CANDIDATES)) == len(QUANTIZE_CANDIDATES)
-    for cfg in QUANTIZE_CANDIDATES:
-        monkeypatch.setattr(quantize, "quantize_config", lambda key, cfg=cfg: cfg)
-        kernel = Engine().get(make_key("quantize", dtype="fp8", layout="both", arch="sm_90"))
-        assert kernel.config == cfg and kernel.artifact.image[:4] == b"\x7fELF"
-
-
-def test_quantize_mxfp8_warp_mapping_launch(monkeypatch):
+def test_quantize_mxfp8_launch(monkeypatch):
     rec = _Recorder(monkeypatch, {0: quantize.QUANTIZE})
     k = ne.get_kernel("quantize", dtype="fp8", layout="both", arch="sm_90")
     cfg = k.config

@@ -11,6 +11,7 @@ import pytest
 
 from nvrtc_engine import cli, driver
 from nvrtc_engine.cli import _one_line_warning, main
+from nvrtc_engine.nvrtc import nvrtc_version
 
 
 def test_demo_compiles_then_hits_the_cache(capsys, isolated_cache):
@@ -217,7 +218,9 @@ def test_prewarm_bad_arch_option_names_the_option_not_the_file(capsys, tmp_path)
     good = tmp_path / "v.toml"
     good.write_text(VARIANTS)
     for archs, says in ((["sm_95"], "names no GPU ("),
-                        (["sm_90", "sm_80a"], "cannot take the 'a' suffix: ")):  # fmt: skip
+                        (["sm_90", "sm_80a"], "cannot take the 'a' suffix: "),
+                        (["sm_900"], "is newer than every arch this library knows (a typo?); "
+                                     "known archs: sm_80, ")):  # fmt: skip
         assert main(["prewarm", str(good), "--arch", *archs, "--no-progress"]) == 2
         captured = capsys.readouterr()
         assert f"nvrtc-engine prewarm: error: argument --arch: {archs[-1]} {says}" in captured.err
@@ -238,12 +241,28 @@ def _assert_columns_line_up(lines, left=(), right=()):
             assert row[end - 1] != " " and row[end : end + 2] in ("  ", ""), (name, row)
 
 
-def test_cache_list_columns_hold_for_long_arch_names_and_ptx(capsys, tmp_path):
+def _newer_gpu(monkeypatch, arch="sm_130"):
+    """A stand-in GPU newer than every known arch (the arch read in this process)."""
+    from nvrtc_engine import api
+    from nvrtc_engine.key import DeviceArch
+
+    prewarm_module = sys.modules["nvrtc_engine.prewarm"]  # (ne.prewarm is the function)
+    monkeypatch.setattr(api, "_device_arch", lambda device: DeviceArch(arch))
+    monkeypatch.setattr(prewarm_module, "_default_arch", prewarm_module._current_device_arch)
+    monkeypatch.setattr(driver, "device_count", lambda: 1)
+    monkeypatch.setattr(driver, "current_device", lambda: 0)
+    monkeypatch.setattr(driver, "get_device", lambda ordinal: type("D", (), {"arch": arch})())
+
+
+def test_cache_list_columns_hold_for_long_arch_names_and_ptx(capsys, tmp_path, monkeypatch):
     variants = tmp_path / "v.toml"
     variants.write_text(VARIANTS)
-    # sm_130 is newer than this NVRTC knows: PTX, whose arch prints as compute_1xx
-    archs = ["sm_90", "sm_100a", "sm_120f", "sm_130"]
+    archs = ["sm_90", "sm_100a", "sm_120f"]
     assert main(["prewarm", str(variants), "--arch", *archs, "--no-progress"]) == 0
+    # a GPU newer than this NVRTC knows: PTX, whose arch prints as compute_1xx
+    _newer_gpu(monkeypatch)
+    variants.write_text(VARIANTS.replace('arch = "sm_90"', ""))
+    assert main(["prewarm", str(variants), "--no-progress"]) == 0
     capsys.readouterr()
     assert main(["cache", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -291,8 +310,9 @@ def test_cache_list_marks_superseded_entries(capsys, monkeypatch, isolated_cache
     assert marks == {old.artifact.digest[:12]: "yes", new.artifact.digest[:12]: "no"}
 
 
-def test_demo_sizes_are_images_with_their_kind(capsys):
-    assert main(["demo", "--arch", "sm_130", "--no-run"]) == 0
+def test_demo_sizes_are_images_with_their_kind(capsys, monkeypatch):
+    _newer_gpu(monkeypatch)
+    assert main(["demo", "--no-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     table = [line for line in lines if line.startswith(("variant", "gelu_"))]
     assert table[0].split() == ["variant", "source", "ms", "kind", "image", "bytes"]
@@ -328,14 +348,23 @@ def test_cache_list_verify_export_import(capsys, tmp_path, isolated_cache):
     capsys.readouterr()
     assert main(["cache", "import", str(bundle)]) == 0
     out = capsys.readouterr().out
-    assert "imported 2 kernels" in out and "; 1 already in the cache)" in out  # (1 removed)
+    assert out == (f"imported 2 kernels (NVRTC {nvrtc_version()}) from {bundle}: 1 new, 1 "
+                   "already in the cache\n")  # (1 removed above)  # fmt: skip
     assert main(["cache", "import", str(bundle)]) == 0
-    assert "; 2 already in the cache)" in capsys.readouterr().out
+    assert ": 0 new, 2 already in the cache\n" in capsys.readouterr().out
     assert main(["cache", "info", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["entries"] == 2
+    # an existing file is not overwritten without --force
+    assert main(["cache", "export", str(bundle)]) == 2
+    assert f"error: {bundle}: exists; pass overwrite=True (the command line's --force)" in (
+        capsys.readouterr().err)  # fmt: skip
+    assert main(["cache", "export", str(bundle), "--force"]) == 0
+    assert "exported 2 kernels" in capsys.readouterr().out
     bundle.write_bytes(bundle.read_bytes()[:200])
     assert main(["cache", "import", str(bundle)]) == 2
     assert "cannot open as a zip" in capsys.readouterr().err
+    assert main(["cache", "import", str(tmp_path / "missing.zip")]) == 2
+    assert f"error: {tmp_path / 'missing.zip'}: does not exist\n" in capsys.readouterr().err
 
 
 def _variant_file(tmp_path):
@@ -435,8 +464,30 @@ def test_prewarm_file_after_the_archs(tmp_path, capsys, isolated_cache):
     assert "argument --arch: sm_95 names no GPU" in capsys.readouterr().err
     assert main(["prewarm", "--arch", "sm_90"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: nvrtc-engine prewarm [-h] FILE [--arch ARCH [ARCH ...]]")
+    assert err.startswith("usage: nvrtc-engine prewarm [-h] FILE [FILE ...] [--arch ARCH "
+                          "[ARCH ...]]")  # fmt: skip
     assert err.splitlines()[-1] == "nvrtc-engine prewarm: error: the variant file FILE is missing"
+
+
+def test_prewarm_takes_several_variant_files(tmp_path, capsys, isolated_cache):
+    """``nvrtc-engine prewarm docs/examples/*.toml``: every file's variants, before or after
+    --arch; a bad entry names its file; a count of one is "1 variant"."""
+    a, b = tmp_path / "a.toml", tmp_path / "b.json"
+    a.write_text(VARIANTS)
+    b.write_text('[{"op": "silu", "dtype": "bf16", "arch": "sm_90"}]')
+    for argv in ([str(a), str(b)], ["--arch", "sm_90", str(a), str(b)],
+                 [str(a), "--arch", "sm_90", str(b)]):  # fmt: skip
+        assert main(["prewarm", *argv, "--json", "--no-progress"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["compiled"] + report["cached"] == [
+            "gelu_bf16_bf16_none_rowwise_hany_sm90", "gelu_bf16_e4m3_tensor_rowwise_hany_sm90",
+            "silu_bf16_bf16_none_rowwise_hany_sm90"]  # fmt: skip
+    assert main(["prewarm", str(b), "--no-progress"]) == 0
+    assert capsys.readouterr().out.startswith("prewarm: 1 variant: 0 compiled, 1 already cached")
+    b.write_text('[{"op": "silu", "dtype": "bf16", "arch": "sm_900"}]')
+    assert main(["prewarm", str(a), str(b), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{b}, entry 0: " in err and "newer than every arch this library knows" in err
 
 
 def test_cache_commands_on_a_read_only_cache(capsys, isolated_cache, tmp_path, read_only_diskcache):

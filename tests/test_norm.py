@@ -111,6 +111,7 @@ def compile_and_check(key):
     return kernel
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(
     "variant",
     list(variants(ALL_ARCH_HIDDEN, ARCHS)),
@@ -126,6 +127,7 @@ def test_every_norm_variant_compiles(variant):
     assert len(kernel.artifact.symbols) == expected
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("op", FWD + BWD)
 def test_flags_compile(op, arch):
@@ -908,6 +910,7 @@ ROUND3 = [
 ]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(
     "values", ROUND3, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
 )
@@ -953,6 +956,7 @@ def test_round3_switches_compile(monkeypatch, arch, values):
         ne.clear_cache(disk=False)
 
 
+@pytest.mark.matrix
 def test_round3_tags_round_trip():
     base = LaunchConfig("regs", 8, 4, 1, 4, 1)
     tags = set()
@@ -988,6 +992,7 @@ def default_keys(ops, hidden_sizes, scalings=("none",), archs=("sm_90", "sm_100a
                                        hidden_size=hidden, arch=arch, **flags)  # fmt: skip
 
 
+@pytest.mark.matrix
 def test_round3_defaults_are_off():
     """The round-3 switches are off by the rules (measured: no gain, bench/results/
     norm_tuning.json): keys outside norm_switches.TUNED carry none of them (e, u, a, s); TUNED keys
@@ -1097,6 +1102,7 @@ def test_tuned_fp8_forwards_carry_the_measured_switches():
     assert "amax_seen" not in other and "load_fw<" not in other and "cp.async" not in other
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(
     "values", FP8_CANDIDATES, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
 )
@@ -1142,6 +1148,7 @@ def test_fp8_candidates_compile(monkeypatch, arch, values):
         ne.clear_cache(disk=False)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100a"])
 def test_fp8_candidates_leave_other_kernels_alone(monkeypatch, arch):
     """The candidates change tensor-scaling forwards only: with them on, the bf16-output,
@@ -1177,6 +1184,7 @@ def test_fp8_candidates_leave_other_kernels_alone(monkeypatch, arch):
         ne.clear_cache(disk=False)
 
 
+@pytest.mark.matrix
 def test_fp8_candidate_tags_round_trip():
     tags = set()
     for batched in (False, True):
@@ -1200,6 +1208,7 @@ def test_fp8_candidate_tags_round_trip():
 STAGED_HIDDEN = (1000, 1001, 1024, 4096, 8192, 14336, 65536)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("stages", [2, 3])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_staged_backward_compiles(monkeypatch, arch, stages):
@@ -1424,6 +1433,7 @@ def _next_row_fits(key, cfg):
             and cfg.threads * cfg.iters * 16 <= norm_switches.STATIC_SMEM_BYTES - 1024)  # fmt: skip
 
 
+@pytest.mark.matrix
 def test_fp8_round5_defaults_are_off():
     """FWD_FP8_WORDS and FWD_FP8_NEXT_ROW are off: keys outside norm_switches.TUNED carry neither
     (nor a row-group count, x); TUNED's FP8 keys carry exactly TUNED's tag."""
@@ -1441,6 +1451,7 @@ def test_fp8_round5_defaults_are_off():
                         for op, hidden, scaling in norm_switches.TUNED) > 0  # fmt: skip
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(
     "values", FP8_ROUND5, ids=lambda v: "-".join(f"{k}={int(x)}" for k, x in v.items())
 )
@@ -1493,6 +1504,7 @@ def test_fp8_round5_candidates_compile(monkeypatch, arch, values):
         ne.clear_cache(disk=False)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100a"])
 def test_fp8_round5_candidates_leave_other_kernels_alone(monkeypatch, arch):
     """With ``q`` and ``p`` on, bf16-output, MXFP8 and backward kernels render byte for byte
@@ -1578,6 +1590,7 @@ def test_backward_ctas_per_sm_is_a_grid_choice(monkeypatch):
     assert kernel._plan(dev, 16384, 4096).parts == 132 * min(4, norm_switches.BWD_CTAS_PER_SM)
 
 
+@pytest.mark.matrix
 def test_fp8_round5_tags_round_trip():
     tags = set()
     for words in (False, True):
@@ -1606,6 +1619,7 @@ def test_kernel_repr_names_the_layout():
     assert f"[{k.config.tag}]" in repr(k) and k.config.tag == "w7r1v8j4c2qt3"
 
 
+@pytest.mark.matrix
 def test_round8_tags_round_trip():
     lanes = LaunchConfig("regs", 8, 14, 1, 4, 1, batched=True, warp_amax=True, words=True,
                          lanes=True)  # fmt: skip
@@ -1620,6 +1634,7 @@ def test_round8_tags_round_trip():
     assert held.lanes and held.next_row and held.groups == 64 and held.cluster == 8
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_round8_switches_compile(monkeypatch, arch):
     """With ROW_SUM_LANES, BWD_STAGED_WORDS, BWD_GAMMA32 and BWD_FOLDED on (all off by
@@ -1672,6 +1687,7 @@ def test_round8_switches_compile(monkeypatch, arch):
 
 # Round-9 candidate: the staged forward (FWD_STAGED, tag letter ``t{stages}`` on a forward
 # key; FWD_GAMMA32, ``f``: the weights in shared memory as fp32).
+@pytest.mark.matrix
 @pytest.mark.parametrize("f32", [False, True], ids=["stored", "fp32"])
 @pytest.mark.parametrize("stages", [2, 3])
 @pytest.mark.parametrize("arch", ARCHS)
@@ -1772,6 +1788,7 @@ STAGED_ROWS = [  # (tag, in dtype, H, scaling, flags)
 ]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_staged_forward_rows_compile(arch):
     """A staged forward with 2 or 4 rows per CTA, or with its weights in registers (``h``,
@@ -1892,6 +1909,7 @@ DEFERRED = [  # (tag, in dtype, H, flags)
 ]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_deferred_backward_compile(arch):
     """A staged backward with ``i`` compiles on every arch (clusters from sm_90) for the three
@@ -1965,6 +1983,7 @@ FWD_DEFERRED = [  # (tag, in dtype, H, scaling, flags)
 ]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_deferred_forward_compile(arch):
     """A staged forward with ``i`` (one row per CTA) compiles on every arch (clusters from
@@ -2007,6 +2026,7 @@ FWD_REREAD = [  # (tag, in dtype, H, scaling, flags)
 ]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_reread_forward_compile(arch):
     """A staged forward with ``y`` compiles on every arch (clusters from sm_90) for both
@@ -2079,6 +2099,7 @@ def _assert_dropped(mp, op, tag, scaling, arch, switch, text):
     assert text not in render(key).source
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_shifted_forward_compile(arch):
     """A LayerNorm FP8 forward with ``z``, staged or not, compiles on every arch (clusters
@@ -2126,6 +2147,7 @@ FWD_WARP_STATS = [  # (tag, in dtype, H, scaling, flags)
 ]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_warp_stats_forward_compile(arch):
     """A LayerNorm forward with ``W`` compiles on every arch, register and staged, for each
@@ -2179,7 +2201,7 @@ DEPENDENT_CASES = [  # (op, fields, staged: its main kernel is the persistent st
 ]
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", [pytest.param("sm_80", marks=pytest.mark.matrix), "sm_90"])
 @pytest.mark.parametrize(("op", "fields", "staged"), DEPENDENT_CASES,
                          ids=lambda v: v if isinstance(v, str) else None)  # fmt: skip
 def test_kernels_wait_for_their_grid_dependency(op, fields, staged, arch):
@@ -2337,6 +2359,21 @@ def test_source_ab_edits_apply_to_the_rendered_source(monkeypatch):
         ab.edited(r, ["align16"])  # nor stages
 
 
+# Round 21: the staged kernels' row copies asking L2 for 256 bytes (``L``).
+@pytest.mark.matrix
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fetch256_compile(arch):
+    """A staged forward (both ops) and a staged backward with ``L`` compile on every arch:
+    the symbol ends with the tag, the dynamic shared memory is that of the same layout
+    without ``L``, and the 16-byte copies carry ``.L2::256B`` instead of ``.L2::128B``; off
+    by default, and dropped from a register layout (which has no copies to hint)."""
+    assert not norm_switches.STAGED_FETCH256
+    _check_staged_switch(arch, "fetch256", "STAGED_FETCH256", ["w4r1v8j4c1hogqiLt3"],
+                         "w8r1v8j2c1Lt5", "w4r1v8j4c1hogqL",
+                         "cp.async.cg.shared.global.L2::256B",
+                         "cp.async.cg.shared.global.L2::128B")  # fmt: skip
+
+
 def test_fetch256_candidates_are_the_staged_backwards_with_l():
     """bench/norm_tuning.py --candidates fetch256: a staged backward default with ``L`` and
     nothing else changed; nothing for a forward or for a backward that is not staged."""
@@ -2382,6 +2419,7 @@ def _check_staged_switch(arch, switch, constant, forwards, backward, dropped, on
 
 
 # Round 25: the staged kernels' stages on a 128-byte boundary (``A``).
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_aligned_compile(arch):
     """A staged forward (both ops; one and two rows per CTA) and a staged backward with ``A``
@@ -2459,6 +2497,7 @@ def test_sass_script_builds_edited_kernels(monkeypatch):
     assert sass.instructions(text) == ["LDC R1, c[0x0][0x28] ;", "UIADD3 UR5, UR5, 0x20, URZ ;"]
 
 
+@pytest.mark.matrix
 def test_render_snapshot_script(tmp_path):
     """bench/render_snapshot.py (the check behind the module and template splits): a snapshot
     with the switches on differs from the default one, two of the same compare equal, and a

@@ -98,42 +98,30 @@ class LaunchConfig:
     :func:`launch_config` gives the flat kernel's (plain ops, ``none``/``tensor``),
     :func:`row_config` the row-flat kernel's (gated ops, MXFP8 rowwise).
 
-    The flat kernel's, measured on the H200 (bench/activation_tuning.py, 16384 x 8192 bf16, see
-    docs/performance.md): a single pass beat a grid capped at 4-16 blocks per SM and looped
-    over, for every block size (the capped loop reached 75% of copy bandwidth even for the
-    identity function, one pass 88-90%). Without amax, small blocks with one chunk each
-    are best (128 x 1: 91.5% of copy for GELU bf16->bf16). With tensor scaling every
-    block ends with an atomicMax on the one amax word, so blocks must be few: 512 threads x
-    4 chunks (75.8%, against 45% for 128 x 1) in that sweep. bench/flat_ab.py (2026-12-01,
-    paired rounds, at 16384 x 8192 / 8192 x 28672; bench/results/flat_ab*.json) measured the
-    identity (``cast``) 1.020x / 1.014x faster with 512 x 2, streaming hints and the unguarded
-    atomic, and the other functions 1.000-1.037x faster with 128 x 2 x 32 bytes and streaming
-    hints; but bench/cast_bandwidth.py and bench/activation_bandwidth.py then measured those at
-    92-93% of copy, against 96-101% for 512 x 4 in their earlier runs, in two runs each, while
-    one-off scripts of the same hour agreed with flat_ab (bench/results/logs/first-use- and
-    fresh-output-2026-12-01.txt). Unexplained, so 512 x 4 stays.
+    A chunk is 16 input bytes (one access). FP8 outputs are stored as 32-bit words built from
+    the paired conversions (``nve::convert_fp8_words``), not a byte array the compiler repacks
+    byte by byte: the same bytes, fewer instructions (sm_90 SASS, docs/activations.md).
+
+    The flat kernel's, measured on the H200 (16384 x 8192 bf16, docs/performance.md): a single
+    pass beat a grid capped at 4-16 blocks per SM and looped over, for every block size (the
+    capped loop reached 75% of copy bandwidth even for the identity function, one pass
+    88-90%). Without amax, small blocks with one chunk each are best (128 x 1: 91.5% of copy
+    for GELU bf16->bf16). With tensor scaling every block ends with an atomicMax on the one
+    amax word, so blocks must be few: 512 threads x 4 chunks (75.8%, against 45% for 128 x
+    1). 32-byte chunks, streaming cache hints and an unguarded amax atomic measured no better
+    in the bandwidth benchmarks (92-93% of copy against 96-101% for 512 x 4) and were removed.
     """
 
     threads: int
     unroll: int
-    chunk_bytes: int = 16  # input bytes per chunk: 16 (one access) or 32 (two)
     # Row-flat kernel, plain ops with MXFP8 rowwise output only: each thread owns whole
     # 32-value blocks (``unroll`` of them: 64 contiguous bf16 bytes in, 32 FP8 bytes out, one
     # E8M0 scale, no shuffles) instead of one 16-byte chunk per lane.
     owner: bool = False
-    # FP8 outputs stored as 32-bit words built from the paired conversions
-    # (nve::convert_fp8_words) instead of a byte array the compiler repacks byte by byte: the
-    # same bytes, fewer instructions (sm_90 SASS, gelu MXFP8 rowwise: see docs/activations.md).
-    fp8_words: bool = True
-    # Row-flat kernel, MXFP8 rowwise, lane mode with ``unroll`` a multiple of the lanes of a
-    # 32-value block (4 for 16-bit input): each of a block's lanes computes the E8M0 scale of
-    # one of the block groups the lanes hold together (and stores its byte), and the
-    # multipliers are broadcast by shuffles, instead of every lane computing every scale.
-    split_scales: bool = False
 
     def vec(self, itemsize: int) -> int:
-        """Elements per chunk."""
-        return self.chunk_bytes // itemsize
+        """Elements per 16-byte chunk."""
+        return 16 // itemsize
 
 
 def launch_config(key: KernelKey) -> LaunchConfig:
@@ -157,8 +145,7 @@ def magic(d: int) -> tuple[int, int]:
 def row_config(key: KernelKey) -> LaunchConfig:
     """The row-flat kernel's configuration for ``key`` (gated and dgated ops without MXFP8,
     MXFP8 rowwise outputs): threads per block and 16-byte input chunks in flight per thread
-    (``chunk_bytes`` is always 16: an MXFP8 block of 32 values is whole chunks). The grid
-    covers the chunks in one pass.
+    (an MXFP8 block of 32 values is whole chunks). The grid covers the chunks in one pass.
 
     Measured on the H200 (bench/activation_row_tuning.py, bench/results/
     activation_row_tuning.json: bf16 input, 16384 x 8192 outputs, gated inputs 2 x 8192,
@@ -193,36 +180,23 @@ class TileConfig:
     input (the tile is ``iters * threads / chunks_per_row`` rows high: exactly 32, one
     columnwise block). The grid covers the tiles in one pass.
 
-    Measured on the H200 (bench/activation_tile_tuning.py, bf16 16384 x 8192 outputs,
-    bench/results/activation_tile_tuning.json): MXFP8 both, best for every op 128 threads
-    with 16 chunks per row and 4 each and ``clamp_loads`` (swiglu 96.3% of copy bandwidth,
-    geglu 96.1%, dswiglu 93.5%, gelu 84.5% with H run-time; with bounds-checked loads
-    93.1% / 90.7% / 80.3% / 82.1% at best, and before ``col_owner`` and FP8 words 74.6% /
-    72.1% / 54.1% / 55.6%). Gated and MXFP8 rowwise outputs ran this kernel too before the
-    row-flat one (:func:`row_config`) took them over.
+    Every load of a tile comes before its math, one tile per block. Loads are clamped, not
+    bounds-checked: rows % 32 == 0 here (MXFP8 columnwise and both), so only a chunk past the
+    last column can be outside the tensor; it loads column 0 instead, whose values reach no
+    stored byte. Columnwise scales: one thread per tile column computes the E8M0 byte and
+    its multiplier (shared memory) for the threads of that column. FP8 outputs are stored as
+    32-bit words (see :class:`LaunchConfig`).
+
+    Measured on the H200 (bf16 16384 x 8192 outputs, MXFP8 both): 128 threads with 16 chunks
+    per row and 4 each is best for every op (swiglu 96.3% of copy bandwidth, geglu 96.1%,
+    dswiglu 93.5%, gelu 84.5% with H at run time; with bounds-checked loads 93.1% / 90.7% /
+    80.3% / 82.1% at best). Several tiles per block (software pipelining) and rowwise scales
+    split over a block's lanes measured no faster and were removed.
     """
 
     threads: int
     chunks_per_row: int
     iters: int
-    # Columnwise scales: one thread per tile column computes the E8M0 byte and multiplier
-    # (shared memory, one more barrier) instead of every thread of the column doing it for
-    # its kVec columns (kRpi-fold redundant E8M0 work, 8-byte scale stores).
-    col_owner: bool = True
-    # Tiles per block: 1, one pass of the grid over the tiles, every load of a tile before
-    # its math; more, a grid of ceil(tiles / tiles_per_block) blocks that loop, each tile's
-    # loads issued while the previous tile's outputs are reduced and stored.
-    tiles_per_block: int = 1
-    # FP8 outputs stored as 32-bit words (see :class:`LaunchConfig`); the same bytes.
-    fp8_words: bool = True
-    # Loads without bounds checks or zero fill: rows % 32 == 0 here (MXFP8 columnwise and
-    # both), so only a chunk past the last column can be outside the tensor; it loads column
-    # 0 instead, whose values reach no stored byte (32-column blocks and columns past the
-    # last are not stored). Drops the per-element predicated moves and selects.
-    clamp_loads: bool = False
-    # MXFP8 both, ``iters`` a multiple of the lanes of a 32-value block (4 for 16-bit
-    # input): the rowwise E8M0 work split over a block's lanes, as LaunchConfig.split_scales.
-    split_scales: bool = False
 
     def tile_rows(self) -> int:
         return self.iters * self.threads // self.chunks_per_row
@@ -234,7 +208,7 @@ class TileConfig:
 def tile_config(key: KernelKey) -> TileConfig:
     """The tiled kernel's configuration for ``key`` (see :class:`TileConfig`)."""
     del key  # one shape for every key (measured: see TileConfig)
-    return TileConfig(threads=128, chunks_per_row=16, iters=4, clamp_loads=True)
+    return TileConfig(threads=128, chunks_per_row=16, iters=4)
 
 
 @dataclass(frozen=True)
@@ -246,10 +220,8 @@ class ActivationConfig:
     :func:`launch_config` (flat) or :func:`row_config` (rows), or the :class:`TileConfig` of
     :func:`tile_config` (tile).
 
-    ``launch`` is the object those functions returned, switches included that the key does
-    not use (rendering drops them): ``fp8_words`` acts on FP8 outputs only, ``owner`` on the
-    row-flat kernel only, ``split_scales`` on MXFP8 rowwise lane mode (rows) and MXFP8
-    ``both`` (tile) only.
+    ``launch`` is the object those functions returned; ``owner`` acts on the row-flat
+    kernel only.
     """
 
     structure: str
@@ -265,15 +237,8 @@ def tile_render_context(key: KernelKey, cfg: TileConfig) -> dict[str, Any]:
     """What ``templates/mxfp8_tile.j2`` (the MXFP8 tiled kernel) needs from ``cfg`` beside
     the op's values: for the activation family's ``tile`` structure and for ``quantize``'s
     MXFP8 fast path (:mod:`.quantize`, the identity activation)."""
-    vec = 16 // key.input.itemsize
-    split = cfg.split_scales and key.layout == "both"
-    if split and cfg.iters % (32 // vec):
-        raise ValueError(f"split_scales needs iters a multiple of {32 // vec} (the "
-                         f"lanes of a 32-value block), not {cfg}")  # fmt: skip
     return dict(threads=cfg.threads, chunks_per_row=cfg.chunks_per_row, iters=cfg.iters,
-                col_owner=cfg.col_owner, prefetch=cfg.tiles_per_block > 1, split_scales=split,
-                clamp_loads=cfg.clamp_loads,
-                fp8_words=cfg.fp8_words and key.output.itemsize == 1)  # fmt: skip
+                fp8_words=key.output.itemsize == 1)  # fmt: skip
 
 
 def fp32_literal(value: float) -> str:
@@ -334,7 +299,7 @@ class ActivationSpec(OpSpec):
         ctx = super().render_context(key)
         structure = self.structure(key)
         flat = structure == "flat"
-        vec = launch_config(key).vec(key.input.itemsize) if flat else 16 // key.input.itemsize
+        vec = 16 // key.input.itemsize
         mx = key.scaling == "mxfp8"
         ctx.update(
             kind=self.kind,
@@ -352,19 +317,13 @@ class ActivationSpec(OpSpec):
                        **tile_render_context(key, tile_config(key)))  # fmt: skip
         else:
             cfg2 = launch_config(key) if flat else row_config(key)
-            if not flat and cfg2.chunk_bytes != 16:
-                raise ValueError(f"the row-flat kernel moves 16-byte chunks, not {cfg2}")
             owner = structure == "rows" and cfg2.owner
             if owner and (self.gated or not mx):
                 raise ValueError(f"owner mode is for plain ops with MXFP8 output, not {key}")
-            split = cfg2.split_scales and mx and structure == "rows" and not owner
-            if split and cfg2.unroll % (32 // vec):
-                raise ValueError(f"split_scales needs unroll a multiple of {32 // vec} (the "
-                                 f"lanes of a 32-value block), not {cfg2}")  # fmt: skip
             sig = (FLAT_GRAD if self.backward else FLAT) if flat else ROWS
             ctx.update(structure=structure, threads=cfg2.threads, unroll=cfg2.unroll,
-                       owner=owner, split_scales=split, params=sig.c_params(),
-                       fp8_words=cfg2.fp8_words and key.output.itemsize == 1)  # fmt: skip
+                       owner=owner, params=sig.c_params(),
+                       fp8_words=key.output.itemsize == 1)  # fmt: skip
         return ctx
 
     def kernel_class(self) -> type[Kernel]:
@@ -398,7 +357,6 @@ class _Launcher(Kernel):
             self._threads = cfg.threads
             self._tile_rows = cfg.tile_rows()
             self._tile_cols = cfg.tile_cols(self._vec)
-            self._tiles_per_block = cfg.tiles_per_block
             self._config = ActivationConfig(self._structure, cfg)
         else:
             flat = launch_config(key) if self._structure == "flat" else row_config(key)
@@ -472,8 +430,7 @@ class _Launcher(Kernel):
         not ``aligned``) or the tiles (``tile``), at most :data:`MAX_GRID` (the kernels loop
         over what is left)."""
         if self._structure == "tile":
-            tiles = -(-rows // self._tile_rows) * -(-cols // self._tile_cols)
-            blocks = -(-tiles // self._tiles_per_block)
+            blocks = -(-rows // self._tile_rows) * -(-cols // self._tile_cols)
         elif aligned:  # rows: cols % vec == 0 here
             blocks = -(-(rows * cols) // self._per_block)
         else:

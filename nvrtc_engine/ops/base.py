@@ -26,9 +26,10 @@ TYPE_TAGS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "fp8_e4m3": "e4m3", "
              "fp4_e2m1": "e2m1"}  # fmt: skip
 # First arch with the cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 instruction (Ada).
 HW_FP8_ARCH = 89
-# Code-generation switches shared by every family (templates/include/nve_memory.cuh and
-# nve_reduce.cuh); bench/*_tuning.py flip them, with the disk cache disabled (neither the key
-# nor the key index's fingerprint sees them), to measure what each is worth.
+# Code-generation switches of the norm family's template (templates/norm.cu.j2, through
+# templates/include/nve_memory.cuh and nve_reduce.cuh; the activation and cast templates
+# dropped them, measured no faster there); bench/*_tuning.py flip them, with the disk cache
+# disabled (neither the key nor the key index's fingerprint sees them).
 #   streaming: cache hints on 16-byte loads and stores of data touched once.
 #   amax_guard: read the amax word before the atomic and skip it when it holds as much.
 CODEGEN: dict[str, bool] = {"streaming": False, "amax_guard": True}

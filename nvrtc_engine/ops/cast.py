@@ -99,28 +99,21 @@ class TileConfig:
     ``gather4`` (89.6% / 89.6% of copy, against 88.6% / 89.1% for 512 threads without; 512
     threads with ``gather4`` collapse to 47%), the dbias kernels with ``prefetch`` (dbias
     70.7% / 69.2% against 69.5% / 68.1%, dbias_dgelu 61.9% / 62.0% against 59.7% / 61.0%);
-    ``sum_scatter`` measured 2-3x slower and stays off. The strip sweep of the same day
+    dbias column sums by warp reduce-scatter measured 2-3x slower and were removed. The
+    strip sweep of the same day
     (bench/results/cast_candidates-strip-8192x28672.json, 8192 x 28672) moved the 16-bit ->
     FP8 dbias kernels (not the gated ops, not multi_cast_transpose) to 256 threads with
     ``strip``: cast_transpose_dbias 4 blocks per SM, ``strip`` 2 (84.4% of copy, against
     69.2% for the earlier shape, 128 threads, without ``strip`` or ``prefetch``; the sweep
     did not time that shape with ``prefetch``, the default then), cast_transpose_dbias_d<act>
     2 blocks per SM, ``strip`` 4 (dbias_dgelu 76.8%, against 59.1% for 256 x 2 without
-    either); ``prefetch_next`` lost (54-63%).
+    either); prefetching the block's next tile as well lost (54-63%) and was removed.
 
     ``load_group`` (0: all): a thread's ``tile_rows / (threads / (tile_cols / chunk))``
     chunks are loaded and processed in groups of this many, two stages (the loads of the
     next group are issued before the current group is computed), so about twice this many
     chunks are live instead of all of them. Results are the same bytes for every value: each
     thread adds its rows to the column sums in the same order.
-
-    ``sum_scatter`` (candidate, off; dbias ops only): the dbias column sums by
-    reduce-scatter. The lanes of a warp that share a chunk's columns split the chunk's
-    values between them with shuffles right after each chunk is computed, so a thread keeps
-    ``chunk / lanes`` running fp32 sums (4 for bf16 -> FP8, instead of 16) and the
-    butterfly after phase 1 goes away (12 shuffles per chunk instead of 32 per thread).
-    Deterministic (a fixed order), but a different summation order from the default: dbias
-    may differ from it in the last bits, within the same error bound (``dbias_depth``).
 
     ``prefetch`` (on for 16-bit -> FP8 dbias kernels): each thread first asks L2 for its
     chunks after the first (``prefetch.global.L2``, no registers), so that loads which
@@ -132,7 +125,7 @@ class TileConfig:
     permutes, instead of one shared-memory load per byte. Same results.
 
     ``strip`` (0: off; on for the 16-bit -> FP8 dbias kernels, above; not
-    ``multi_cast_transpose``, not the gated ops' default, not with ``sum_scatter``): a
+    ``multi_cast_transpose``, not the gated ops' default): a
     block takes ``strip`` consecutive tiles down one column strip (fewer at the bottom
     edge) instead of one tile. The column sums run on in registers over the block's tiles
     and are reduced (butterfly, warp partials, workspace row) once per block, not once per
@@ -141,11 +134,6 @@ class TileConfig:
     48 KB of static shared memory, so consecutive tiles need one barrier, not two. q, qt
     and amax the same bytes as without; dbias is deterministic but adds the rows in another
     order (within ``dbias_depth``'s bound). The symbols carry ``_st<strip>``.
-
-    ``prefetch_next`` (candidate, off; needs ``strip``): after a tile's phase 1 each thread
-    asks L2 (``prefetch.global.L2``) for its chunks of the block's next tile, so that the
-    next tile's first loads, which no earlier prefetch covers, hit L2 while phase 2 runs.
-    Same results as ``strip`` alone; the symbols carry ``_st<strip>n``.
     """
 
     threads: int
@@ -154,26 +142,18 @@ class TileConfig:
     chunk: int
     min_blocks: int
     load_group: int = 0
-    sum_scatter: bool = False
     prefetch: bool = False
     gather4: bool = False
     strip: int = 0
-    prefetch_next: bool = False
 
     def __post_init__(self) -> None:
         if self.strip < 0:
             raise ValueError(f"TileConfig.strip must be >= 0, got {self.strip}")
-        if self.prefetch_next and not self.strip:
-            raise ValueError("TileConfig.prefetch_next needs strip >= 1")
-        if self.strip and self.sum_scatter:
-            raise ValueError("TileConfig.strip does not combine with sum_scatter")
 
     @property
     def tag(self) -> str:
-        """Symbol suffix of the strip switches (empty when they are off)."""
-        if not self.strip:
-            return ""
-        return f"_st{self.strip}" + ("n" if self.prefetch_next else "")
+        """Symbol suffix of ``strip`` (empty when it is off)."""
+        return f"_st{self.strip}" if self.strip else ""
 
     def tile_blocks(self, tiles_m: int, tiles_c: int) -> int:
         """Blocks of a launch over ``tiles_m x tiles_c`` tiles (``strip`` tiles a block)."""
@@ -255,9 +235,8 @@ class TileSpec(OpSpec):
             act=self.act, gated=self.gated, multi=self.multi, max_tensors=MAX_TENSORS,
             tensor_scaling=key.scaling == "tensor", threads=cfg.threads,
             tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols, chunk=cfg.chunk,
-            min_blocks=cfg.min_blocks, load_group=cfg.load_group, sum_scatter=cfg.sum_scatter,
-            prefetch=cfg.prefetch, gather4=cfg.gather4, strip=cfg.strip,
-            prefetch_next=cfg.prefetch_next, mx=False, fp4=False, hw_fp4=False,
+            min_blocks=cfg.min_blocks, load_group=cfg.load_group, prefetch=cfg.prefetch,
+            gather4=cfg.gather4, strip=cfg.strip, mx=False, fp4=False, hw_fp4=False,
             params=TILE.c_params(), dbias_params=DBIAS.c_params(),
         )  # fmt: skip
         return ctx

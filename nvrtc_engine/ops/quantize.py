@@ -46,9 +46,7 @@ __all__ = [
     "AMAX_FINAL",
     "HW_FP4_ARCHS",
     "MX_FAST_PATH",
-    "MX_FAST_ROWWISE",
     "QUANTIZE",
-    "QUANTIZE_CANDIDATES",
     "QUANTIZE_SPEC",
     "QuantizeConfig",
     "QuantizeKernel",
@@ -62,7 +60,7 @@ __all__ = [
 # Archs whose arch-specific targets (sm_100a, sm_120f, ...) have cvt.rn.satfinite.e2m1x2.f32
 # (checked with NVRTC 13.5; the plain sm_100 / sm_120 targets and sm_90 do not).
 HW_FP4_ARCHS: tuple[int, ...] = (100, 101, 103, 107, 110, 120, 121)
-TILE_ROWS, TILE_COLS, THREADS = 64, 128, 256  # the tile mapping's block
+TILE_ROWS, TILE_COLS, THREADS = 64, 128, 256  # a block's tile and threads
 AMAX_THREADS, AMAX_UNROLL, AMAX_MAX_BLOCKS = 256, 4, 1024
 PAD_MAX_BLOCKS = 64
 # The kernels' parameters (templates/cast.cu.j2, quantize section): the quantize kernel, the
@@ -79,86 +77,49 @@ AMAX_FINAL = Signature(ptr("partial", "float", const=True), i32("count"), ptr("a
 _ARGS = CallArgs(("x", "rowwise_data", "rowwise_scale_inv", "columnwise_data",
                   "columnwise_scale_inv", "amax", "scale_inv", "workspace"))  # fmt: skip
 
-# MXFP8 fast path (docs/cast.md): keys with a ``_tile`` function (MXFP8 columnwise and both;
-# rowwise too with MX_FAST_ROWWISE) run the activation family's tiled kernel with the
-# identity activation (templates/mxfp8_tile.j2) for calls with M % 128 == 0, K % 128 == 0
-# and 16-byte aligned data; other calls, and every call with MX_FAST_PATH = False, the
-# quantize kernel. Same bytes either way (tests/test_cast_emulated.py, tests/test_gpu_cast.py).
-# Read per call (call keys include it); MX_FAST_ROWWISE is read when a key is rendered
-# (so it changes the source: tuning scripts set it with the disk cache off).
+# MXFP8 fast path (docs/cast.md): keys with a ``_tile`` function (MXFP8 columnwise and both)
+# run the activation family's tiled kernel with the identity activation
+# (templates/mxfp8_tile.j2) for calls with M % 128 == 0, K % 128 == 0 and 16-byte aligned
+# data; other calls, and every call with MX_FAST_PATH = False, the quantize kernel. Same
+# bytes either way (tests/test_cast_emulated.py, tests/test_gpu_cast.py). Read per call
+# (call keys include it); it changes no generated code.
 MX_FAST_PATH = True
-MX_FAST_ROWWISE = False
 MX_FAST_ALIGN = 128  # M and K multiples of this: the scale tensors have no padding
 
 
 @dataclass(frozen=True)
 class QuantizeConfig:
     """How the quantize kernel maps threads to a tile (``templates/cast.cu.j2``, quantize
-    section).
+    section): 256 threads per 64 x 128 tile, each thread 16 columns of two rows (both loaded
+    first); columnwise blocks go through the tile kept in shared memory.
+    ``__launch_bounds__(256, 4)``: 64 registers or fewer (ptxas, sm_90).
 
-    - ``mapping="tile"``: 256 threads per 64 x 128 tile, each thread 16 columns of two rows;
-      columnwise blocks go through the tile kept in shared memory (every NVFP4 kernel).
-    - ``mapping="warp"`` (MXFP8 only): a warp per 32 x 64 piece, each lane 8 columns of 8
-      rows; column maxima from registers and warp shuffles, no shared memory.
-      ``warp_rows x warp_cols`` warps per block (a ``32 warp_rows x 64 warp_cols`` tile),
-      ``min_blocks`` blocks per SM the registers are capped for.
-
-    Default: the tile mapping everywhere. Measured on the H200 (bench/cast_tuning.py, bf16
-    16384 x 8192, bench/results/cast_tuning.json): MXFP8 both 71.0% of copy bandwidth with
-    the tile mapping against 41.7-44.8% for every warp mapping swept; MXFP8 rowwise 89.7%
-    against 45.7-46.6%. The warp mapping takes 128 registers at sm_90 without spilling;
-    capped at 80 (3 blocks per SM) ptxas spills about 300 bytes per thread
-    (tests/test_cast.py checks the defaults' stack frames).
-
-    Why the warp mapping measured slow (SASS at sm_90): its loads sat in one ``if (full)``
-    branch per row, and the compiler unpacked each row's 16-byte load into 16-bit registers
-    inside that branch, so every row waited a full memory latency before the next row's
-    load issued (8 serialized loads per thread). The branch is now outside the row loop
-    (the 8 loads issue back to back) and the data stays packed in 32-bit words
-    (``packed`` in the template); not yet measured, so the tile mapping stays the default.
+    Measured on the H200 (bf16 16384 x 8192): MXFP8 both 71.0% of copy bandwidth, rowwise
+    89.7%; a warp-per-32x64-piece mapping without shared memory measured 41.7-46.6% and was
+    removed.
     """
-
-    mapping: str = "tile"
-    warp_rows: int = 2
-    warp_cols: int = 4
-    min_blocks: int = 4
 
     @property
     def threads(self) -> int:
-        return THREADS if self.mapping == "tile" else 32 * self.warp_rows * self.warp_cols
+        return THREADS
 
     @property
     def tile(self) -> tuple[int, int]:
         """(rows, columns) of a block's tile."""
-        if self.mapping == "tile":
-            return TILE_ROWS, TILE_COLS
-        return 32 * self.warp_rows, 64 * self.warp_cols
-
-
-# The configurations bench/cast_tuning.py sweeps for MXFP8 (and tests/test_gpu_cast.py checks
-# on the device): the tile mapping, and warp mappings of 128-512 threads with register caps
-# (65536 / (threads * min_blocks)) of 128 (no spills at sm_90), about 80-85 and 64 (these
-# spill: measured to see whether the occupancy pays for it).
-QUANTIZE_CANDIDATES: tuple[QuantizeConfig, ...] = (
-    QuantizeConfig(),
-    *(QuantizeConfig("warp", wr, wc, mb)
-      for wr, wc, mb in [(1, 4, 4), (1, 4, 6), (2, 2, 4), (2, 2, 6), (2, 4, 2), (2, 4, 3),
-                         (2, 4, 4), (4, 2, 2), (4, 2, 3), (1, 8, 2), (1, 8, 3), (4, 4, 1),
-                         (2, 8, 1)]),
-)  # fmt: skip
+        return TILE_ROWS, TILE_COLS
 
 
 def quantize_config(key: KernelKey) -> QuantizeConfig:
     """The quantize kernel's thread mapping for ``key`` (see :class:`QuantizeConfig`)."""
-    del key  # one mapping for every key (measured: see QuantizeConfig)
+    del key  # one mapping for every key
     return QuantizeConfig()
 
 
 def mx_tile_config(key: KernelKey) -> TileConfig | None:
     """The MXFP8 fast path's tiled-kernel configuration for ``key`` (the activation family's
-    :func:`~nvrtc_engine.ops.activation.tile_config`), or None: no fast path (NVFP4, and
-    MXFP8 rowwise unless :data:`MX_FAST_ROWWISE`, a compiled-in K not a multiple of 128)."""
-    if key.scaling != "mxfp8" or (key.layout == "rowwise" and not MX_FAST_ROWWISE):
+    :func:`~nvrtc_engine.ops.activation.tile_config`), or None: no fast path (NVFP4, MXFP8
+    rowwise, whose quantize kernel measured as fast, a compiled-in K not a multiple of 128)."""
+    if key.scaling != "mxfp8" or key.layout == "rowwise":
         return None
     if key.hidden_size is not None and key.hidden_size % MX_FAST_ALIGN:
         return None  # no call could take it
@@ -205,12 +166,9 @@ class QuantizeSpec(OpSpec):
         ctx = super().render_context(key)
         fp4 = key.scaling == "nvfp4"
         soft = arch_number(key.arch) < HW_FP8_ARCH  # E4M3 / E5M2 conversions
-        cfg = quantize_config(key)
         ctx.update(
-            mx_warp=cfg.mapping == "warp" and not fp4, warp_rows=cfg.warp_rows,
-            warp_cols=cfg.warp_cols, min_blocks=cfg.min_blocks, params=QUANTIZE.c_params(),
-            amax_params=AMAX.c_params(), amax_final_params=AMAX_FINAL.c_params(),
-            tile_params=TILE.c_params(),
+            params=QUANTIZE.c_params(), amax_params=AMAX.c_params(),
+            amax_final_params=AMAX_FINAL.c_params(), tile_params=TILE.c_params(),
         )  # fmt: skip
         ctx.update(
             section="quantize", mx=not fp4, fp4=fp4, dact=None,
@@ -409,12 +367,12 @@ class QuantizeKernel(CastKernelBase):
     def _tile_launch(self, x_ptr: int, ptrs: dict[str, list[int]],
                      pads: dict[str, tuple[int, int]], m: int, k: int) -> LaunchSpec:  # fmt: skip
         """The fast path's launch: function 1 (``<key>_tile``), the activation tile kernel's
-        grid (one pass over the 32-row tiles, ``tiles_per_block`` tiles per block)."""
+        grid (one pass over the 32-row tiles, one tile per block)."""
         cfg = self._tile
         assert cfg is not None
         tile_cols = cfg.tile_cols(16 // self._in.itemsize)
         tiles = ceil_div(m, cfg.tile_rows()) * ceil_div(k, tile_cols)
-        grid = max(1, min(ceil_div(tiles, cfg.tiles_per_block), MAX_GRID))
+        grid = max(1, min(tiles, MAX_GRID))
         a = _ARGS
         values = TILE.bind(
             x=a.x, grad=0, y=a.rowwise_data, y_col=a.columnwise_data, s_row=a.rowwise_scale_inv,
