@@ -401,24 +401,6 @@ def test_each_key_gets_its_kernel_structure():
     assert cfg.chunk_bytes == 16 and cfg.threads % 32 == 0
 
 
-def test_flat_kernels_take_the_module_cache_hints_and_amax_guard(monkeypatch):
-    """The flat kernel renders the module-wide CODEGEN switches: by default no streaming
-    hints and the guarded amax atomic, for cast and the other functions alike."""
-    from nvrtc_engine.ops.base import CODEGEN
-
-    cast_key = make_key("cast", dtype="fp8", arch="sm_90")
-    gelu_key = make_key("gelu", dtype="fp8", arch="sm_90")
-
-    def defines(key):
-        src = render(key).source
-        return "#define NVE_STREAMING 1" in src, "#define NVE_AMAX_UNGUARDED 1" in src
-
-    assert defines(cast_key) == defines(gelu_key) == (False, False)
-    monkeypatch.setitem(CODEGEN, "streaming", True)
-    monkeypatch.setitem(CODEGEN, "amax_guard", False)
-    assert defines(cast_key) == defines(gelu_key) == (True, True)
-
-
 def _launches(kernel, monkeypatch, *args, **kwargs):
     """The launches a call would submit (no driver: _submit is replaced)."""
     seen = []
