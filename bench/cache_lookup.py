@@ -83,7 +83,8 @@ def pick_variants() -> list[str]:
 
     names: dict[str, None] = {}
     for path in sorted((ROOT / "docs" / "examples").glob("*.toml")):
-        names.update((str(key), None) for key in resolve_variants(path, default_arch=lambda: "sm_90"))
+        keys = resolve_variants(path, default_arch=lambda: "sm_90")
+        names.update((str(key), None) for key in keys)
     pairs = [(i, o) for i in ("bf16", "fp16", "fp32")
              for o in ("fp8_e4m3", "bf16", "fp16", "fp32", "fp8_e5m2")]  # fmt: skip
     hidden = (4096, 14336, 16384, 11008, None)
@@ -111,8 +112,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="nvrtc-engine-cache-lookup-"))
     names_file = work / "names.json"
     names_file.write_text(json.dumps(names))
-    env = {**os.environ, "NVRTC_ENGINE_CACHE_DIR": str(work / "cache"),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    pythonpath = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "NVRTC_ENGINE_CACHE_DIR": str(work / "cache"), "PYTHONPATH": pythonpath}
     for name in ("NVRTC_ENGINE_DISABLE_DISK_CACHE", "NVRTC_ENGINE_READONLY_CACHE",
                  "PYTHONDONTWRITEBYTECODE"):  # fmt: skip
         env.pop(name, None)
@@ -141,9 +142,10 @@ def main() -> int:
             for f in TARGETS]  # fmt: skip
     print(common.table(rows, [("what", "", ""), ("value", "median", ".1f"),
                               ("target", "at most", "g"), ("ok", "met", "")]))  # fmt: skip
-    print(f"lookups: CPU time {summary['lookup_cpu_ms']:.1f} ms; wall {summary['lookup_ms_range'][0]:.1f}-{summary['lookup_ms_range'][1]:.1f} ms over "
-          f"{len(runs)} runs; load average {payload['load_average'][0]:.2f}; "
-          f"imported by the lookups: {runs[-1]['imported_by_lookups']}\nwrote {path}")
+    low, high = summary["lookup_ms_range"]
+    print(f"lookups: CPU time {summary['lookup_cpu_ms']:.1f} ms; wall {low:.1f}-{high:.1f} ms "
+          f"over {len(runs)} runs; load average {payload['load_average'][0]:.2f}; imported by "
+          f"the lookups: {runs[-1]['imported_by_lookups']}\nwrote {path}")  # fmt: skip
     return 0 if all(met.values()) else 1
 
 

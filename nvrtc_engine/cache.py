@@ -1,18 +1,14 @@
 """Cache entries, the digest that addresses them, and the interface of the tiers that hold them.
 
-The **digest** is computed from a kernel's inputs, never from its rendered source, so a lookup
-renders nothing: SHA-256 over :data:`SCHEMA`, the canonical key, the key's kernel symbols,
-:func:`code_fingerprint` (templates, device headers and the package's Python that renders
-them), the NVRTC version (:func:`~nvrtc_engine.nvrtc.nvrtc_identity`), the CUDA header version
-for kernels that include CUDA headers, and the NVRTC options. It holds no path.
-
-An **entry** is one bytes value, ``MAGIC | u32 header length | JSON header | image``; the header
-records the key, digest, symbols, NVRTC version, options, kind, compile time, the image's size
-and SHA-256, and ``signature`` (null; room for an HMAC where a shared secret is configured).
-:func:`check_entry` is the one check every load from every tier goes through.
-
-A **tier** (:class:`Tier`) stores entries by digest, bytes in and bytes out; the engine tries
-its tiers in order (:mod:`nvrtc_engine.tiers`: the disk cache, read-only caches).
+The **digest** is computed from a kernel's inputs, never from its rendered source (a lookup
+renders nothing): SHA-256 over :data:`SCHEMA`, the canonical key, its kernel symbols,
+:func:`code_fingerprint`, the NVRTC version (:func:`~nvrtc_engine.nvrtc.nvrtc_identity`), the
+CUDA header version for kernels that include CUDA headers, and the NVRTC options; no path.
+An **entry** is one bytes value, ``MAGIC | u32 header length | JSON header | image``; the
+header records the key, digest, symbols, NVRTC version, options, kind, compile time, the
+image's size and SHA-256, and ``signature`` (null: room for an HMAC where a secret is shared).
+:func:`check_entry` is the one check of every load from every tier. A **tier** (:class:`Tier`)
+stores entries by digest, bytes in and bytes out (:mod:`nvrtc_engine.tiers`).
 """
 
 from __future__ import annotations
@@ -53,14 +49,12 @@ def code_fingerprint() -> str:
 
     package = os.path.dirname(os.path.abspath(__file__))
     ops = sorted(f"ops/{n}" for n in os.listdir(os.path.join(package, "ops")) if n.endswith(".py"))
+    files = [(name, os.path.join(package, name)) for name in [*_CODE, *ops]]
+    jinja2 = importlib.util.find_spec("jinja2")
     h = hashlib.sha256(render.templates_digest().encode())
-    for name in [*_CODE, *ops]:
-        with open(os.path.join(package, name), "rb") as f:
+    for name, path in [*files, ("jinja2", jinja2.origin if jinja2 else None)]:
+        with open(path or os.devnull, "rb") as f:
             h.update(f"\0{name}\0".encode() + f.read())
-    spec = importlib.util.find_spec("jinja2")
-    if spec is not None and spec.origin:
-        with open(spec.origin, "rb") as f:
-            h.update(b"\0jinja2\0" + f.read())
     return h.hexdigest()
 
 
@@ -77,7 +71,7 @@ def digest(key: KernelKey) -> str:
     spec = key.spec
     headers = nvrtc.find_cuda_include_dir().version if spec.cuda_headers(key) else ""
     fields = [f"schema {SCHEMA}", str(key), " ".join(spec.symbols(key)), code_fingerprint(),
-              nvrtc.nvrtc_identity(), headers, " ".join(compile_options(key.arch).flags())]  # fmt: skip
+              nvrtc.nvrtc_identity(), headers, *compile_options(key.arch).flags()]  # fmt: skip
     if spec.family == "norm":  # its module switches, until issue 44 deletes them
         from .ops.norm_switches import changed
 
@@ -107,8 +101,8 @@ def _for_arch(artifact: Artifact, arch: str) -> bool:
     arch (what NVRTC emits for an arch newer than it knows), with this package's options."""
     target = target_arch(artifact)
     number = target.removeprefix("compute_")
-    ok = target == arch if artifact.kind == "cubin" else (
-        artifact.kind == "ptx" and number.isdigit() and int(number) < arch_number(arch))  # fmt: skip
+    older = number.isdigit() and int(number) < arch_number(arch)
+    ok = target == arch if artifact.kind == "cubin" else artifact.kind == "ptx" and older
     return ok and artifact.options == compile_options(target).flags()
 
 

@@ -271,7 +271,7 @@ def _cache_clear(args: argparse.Namespace) -> int:
     from .engine import default_engine
 
     engine = default_engine()
-    if engine.disk() is None and engine.disk_error.startswith("no space"):
+    if engine.disk() is None and engine.tiers()[3].startswith("no space"):
         where = config.settings().resolved_cache_dir()  # a full disk: the store goes whole
         clear_cache()
         print(f"cleared the disk cache at {where}: its store, which could not be opened "

@@ -1,12 +1,11 @@
 """The engine: key -> kernel through the memory cache, the cache's tiers and NVRTC.
 
-Memory: one :class:`~nvrtc_engine.kernel.Kernel` per key; concurrent callers of one key wait
-for a single build, and the lock guards dictionaries only (never a compile, tier I/O or a
-wait for another process). A miss takes :meth:`Engine.build_artifact`'s steps: the key's
-digest (nothing rendered), each tier in order (the disk cache, then the read-only caches;
-every entry verified; a read-only hit is copied to the disk cache), else the digest's file
-lock, the disk cache again, render, compile, store. A fork()ed child keeps the memory cache
-(its kernels load again, lazily), gets fresh locks and reopens its files.
+Memory: one :class:`~nvrtc_engine.kernel.Kernel` per key, one build of a key at a time (the
+engine's lock guards dictionaries only). A miss takes :meth:`Engine.build_artifact`'s steps:
+the key's digest (nothing rendered); each tier in order, the disk cache then the read-only
+caches (every entry verified; a read-only hit is copied to the disk cache); else the digest's
+file lock, the disk cache again, render, compile, store. A fork()ed child keeps the memory
+cache (its kernels load again, lazily) and reopens files.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from .errors import CacheWarning, warn_once
 from .kernel import Artifact, Kernel
 from .key import KernelKey
 from .nvrtc import compile_source, compile_target
-from .tiers import STORE_DIR, DiskTier, ReadOnlyTier, open_readonly, remove_store, warn_unusable
+from .tiers import STORE_DIR, DiskTier, ReadOnlyTier, open_readonly, remove_store
 
 __all__ = ["CacheInfo", "Engine", "default_engine"]
 
@@ -52,16 +51,6 @@ class CacheInfo:
     readonly: tuple[str, ...] = ()
 
 
-class _Flight:
-    __slots__ = ("done", "error", "result")
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.result: Kernel | None = None
-        self.error: BaseException | None = None
-
-
-# The tiers of one settings object: (settings, disk cache, read-only caches, why no disk cache)
 _Opened = tuple[config.Settings, DiskTier | None, tuple[ReadOnlyTier, ...], str]
 _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 
@@ -73,30 +62,23 @@ class Engine:
         self._lock = threading.Lock()
         self._memory: dict[KernelKey, Kernel] = {}
         self._calls: dict[Any, Kernel] = {}  # get_kernel argument tuples -> kernel
-        self._inflight: dict[KernelKey, _Flight] = {}
+        self._inflight: dict[KernelKey, threading.Lock] = {}
         self._opened: _Opened | None = None
         self.hits = self.disk_hits = self.misses = self.compiles = 0
         _engines.add(self)
 
     def tiers(self) -> _Opened:
-        """``(settings, disk cache or None, read-only caches, why there is no disk cache)`` of
-        the current settings, opened on first use and again after a
-        :func:`~nvrtc_engine.configure` (the old directory keeps its entries)."""
+        """``(settings, disk cache or None, read-only caches, why no disk cache)``, opened on
+        first use and after a :func:`~nvrtc_engine.configure` (the old ones keep their entries)."""
         s, opened = config.settings(), self._opened
         if opened is None or opened[0] is not s:  # (threads racing here open them twice)
-            disk, why = None, ""
-            if not s.disable_disk_cache:
-                try:
-                    disk, why = DiskTier.open(s.resolved_cache_dir(), s.cache_size_limit)
-                except OSError as exc:  # no home directory for the default one
-                    why = f"{type(exc).__name__}: {exc}"
-                    warn_unusable("(default cache directory)", why)
+            disk, why = (None, "") if s.disable_disk_cache else DiskTier.open(
+                _cache_dir(s), s.cache_size_limit)  # fmt: skip
             self._opened, opened = (s, disk, open_readonly(s.readonly_cache), why), self._opened
             _close(opened)
         return self._opened
 
-    def disk(self) -> DiskTier | None:
-        """The disk cache; ``None`` when disabled or unusable (``tiers()[3]`` says why)."""
+    def disk(self) -> DiskTier | None:  # None when disabled or unusable (tiers()[3]: why)
         return self.tiers()[1]
 
     def info(self) -> CacheInfo:
@@ -104,24 +86,23 @@ class Engine:
         s, opened = config.settings(), self._opened
         fresh = None if opened and opened[0] is s else _not_created(s)
         disk = None if fresh or s.disable_disk_cache else self.disk()
+        sizes = (0, 0, fresh, s.cache_size_limit) if disk is None else (
+            len(disk), disk.volume(), str(disk.directory), disk.size_limit)  # fmt: skip
         return CacheInfo(self.hits, self.disk_hits, self.misses, self.compiles, len(self._memory),
-                         len(disk) if disk else 0, disk.volume() if disk else 0,
-                         str(disk.directory) if disk else fresh,
-                         disk.size_limit if disk else s.cache_size_limit,
-                         tuple(map(str, s.readonly_cache)))  # fmt: skip
+                         *sizes, tuple(map(str, s.readonly_cache)))  # fmt: skip
 
     def clear(self, *, memory: bool = True, disk: bool = True) -> None:
-        """Drop cached kernels (memory, disk or both); ``memory`` resets the counters too.
-        ``disk`` clears the directory of the current settings (a store that a full disk keeps
-        from opening is removed whole); the settings are then read again at the next use."""
-        with self._lock:
-            if memory:
+        """Drop cached kernels, ``memory`` resetting the counters, ``disk`` the settings' directory
+        (a store a full disk keeps from opening goes whole; the settings are read again)."""
+        if memory:
+            with self._lock:
                 self._memory.clear()
                 self._calls.clear()
                 self.hits = self.disk_hits = self.misses = self.compiles = 0
-        s, opened = config.settings(), self._opened
+        s = config.settings()
         directory = _cache_dir(s)
-        if disk and (opened and opened[0] is s or directory and os.path.isdir(directory / STORE_DIR)):
+        held = directory is not None and os.path.isdir(directory / STORE_DIR)
+        if disk and (held or (self._opened is not None and self._opened[0] is s)):
             _s, tier, _readonly, why = self.tiers()
             if tier is not None:
                 tier.clear()
@@ -131,11 +112,9 @@ class Engine:
             _close(self._opened)
             self._opened = None
 
-    def lookup_call(self, call: Any) -> Kernel | None:
-        """The kernel a previous ``get_kernel`` with these exact arguments returned."""
+    def lookup_call(self, call: Any) -> Kernel | None:  # get_kernel's, for the same arguments
         kernel = self._calls.get(call)
-        if kernel is not None:
-            self.hits += 1
+        self.hits += kernel is not None
         return kernel
 
     def remember_call(self, call: Any, kernel: Kernel) -> None:
@@ -144,41 +123,22 @@ class Engine:
     def get(self, key: KernelKey) -> Kernel:
         """The kernel for ``key``: from memory, else a tier, else compiled (single-flight)."""
         kernel = self._memory.get(key)
-        if kernel is None:
-            with self._lock:
-                kernel = self._memory.get(key)
-                flight = self._inflight.get(key)
-                owner = kernel is None and flight is None
-                if owner:
-                    flight = self._inflight[key] = _Flight()
         if kernel is not None:
             self.hits += 1
             return kernel
-        assert flight is not None
-        if not owner:
-            flight.done.wait()
-            if flight.result is None:
-                raise flight.error or RuntimeError("unreachable")
-            return flight.result
-        try:
-            flight.result = self.adopt(key, *self.build_artifact(key))
-            return flight.result
-        except BaseException as exc:
-            flight.error = exc
-            raise
-        finally:
-            with self._lock:
-                del self._inflight[key]
-            flight.done.set()
+        with self._lock:
+            flight = self._inflight.setdefault(key, threading.Lock())
+        with flight:  # one build of a key at a time: those waiting find its kernel in memory
+            kernel = self._memory.get(key) or self.adopt(key, *self.build_artifact(key))
+        self._inflight.pop(key, None)
+        return kernel
 
     def build_artifact(self, key: KernelKey) -> tuple[Artifact, str]:
         """The artifact for ``key`` from a tier, else compiled and stored; no memory cache.
-
         Returns ``(artifact, origin)``, origin ``"disk"`` or ``"compiled"``. Holds the key's
         cross-process lock (never this engine's) around "look in the disk cache again,
         compile, store", so processes sharing a directory compile each key once. Touches no
-        GPU (prewarm's workers call this). Raises what rendering and NVRTC raise.
-        """
+        GPU (prewarm's workers call this). Raises what rendering and NVRTC raise."""
         digest = cache.digest(key)
         _s, disk, readonly, _why = self.tiers()
         artifact = self._load(key, digest, disk, readonly)
@@ -187,8 +147,8 @@ class Engine:
         if disk is None or not disk.writable:
             return self._compile(key, digest, None), "compiled"
         with disk.lock(digest, config.settings().lock_timeout):
-            artifact = self._load(key, digest, disk, ())  # another process may have stored it
-            return (artifact, "disk") if artifact else (self._compile(key, digest, disk), "compiled")
+            found = self._load(key, digest, disk, ())  # another process may have stored it
+            return (found, "disk") if found else (self._compile(key, digest, disk), "compiled")
 
     def _load(
         self, key: KernelKey, digest: str, disk: DiskTier | None, readonly: tuple[ReadOnlyTier, ...]
@@ -208,7 +168,7 @@ class Engine:
             elif checked is not None:
                 warn_once("bad read-only entry", tier.location, f"nvrtc_engine: the read-only "
                           f"cache {tier.location} holds a bad entry for {key} ({digest[:12]}: "
-                          f"{checked}); it is skipped and the kernel compiled here", CacheWarning)  # fmt: skip
+                          f"{checked}); it is skipped", CacheWarning)  # fmt: skip
         return None
 
     def _compile(self, key: KernelKey, digest: str, disk: DiskTier | None) -> Artifact:
@@ -222,7 +182,7 @@ class Engine:
         version = nvrtc.nvrtc_version()
         if version != expected:  # the wheel found is not the NVRTC loaded: not stored
             warn_once("nvrtc", expected, f"nvrtc_engine: NVRTC {version} is loaded, not the "
-                      f"NVRTC {expected} wheel; its kernels are not cached", CacheWarning)  # fmt: skip
+                      f"NVRTC {expected} wheel: kernels are not cached", CacheWarning)  # fmt: skip
             disk = None
         artifact = Artifact(result.image, result.kind, rendered.symbols, digest, version,
                             options.flags(), (time.perf_counter() - start) * 1e3)  # fmt: skip
@@ -231,34 +191,29 @@ class Engine:
         return artifact
 
     def cached(self, key: KernelKey) -> Kernel | None:
-        """The kernel for ``key`` if memory or a tier has it (then kept in memory); ``None``
-        otherwise. Never compiles."""
+        """The kernel for ``key`` if memory or a tier has it (then kept in memory), or None."""
         kernel = self._memory.get(key)
-        if kernel is not None:
-            self.hits += 1
-            return kernel
-        _s, disk, readonly, _why = self.tiers()
-        artifact = self._load(key, cache.digest(key), disk, readonly)
-        return self.adopt(key, artifact, "disk") if artifact is not None else None
+        if kernel is None and (artifact := self._load(key, cache.digest(key), *self.tiers()[1:3])):
+            return self.adopt(key, artifact, "disk")
+        self.hits += kernel is not None
+        return kernel
 
     def adopt(self, key: KernelKey, artifact: Artifact, origin: str) -> Kernel:
-        """Keep ``artifact`` (built here or by a worker process) as ``key``'s kernel in
-        memory; returns the kernel memory holds (an earlier one wins)."""
+        """Keep ``artifact`` (from anywhere) as ``key``'s kernel; the one memory holds wins."""
         kernel = key.spec.kernel_class()(key, artifact, origin)
         with self._lock:
             return self._memory.setdefault(key, kernel)
 
 
-def _cache_dir(s: config.Settings) -> Path | None:
+def _cache_dir(s: config.Settings) -> Path | None:  # None: no home directory for the default
     try:
         return s.resolved_cache_dir()
-    except OSError:  # no home directory
+    except OSError:
         return None
 
 
 def _not_created(s: config.Settings) -> str | None:
-    """The configured cache directory where it holds no store yet and one could be made (else
-    None: it holds one, or opening it warns why); creates nothing, never raises."""
+    """The cache directory where it has no store yet and may get one (creating nothing)."""
     directory = existing = _cache_dir(s)
     if s.disable_disk_cache or directory is None or os.path.isdir(directory / STORE_DIR):
         return None
@@ -274,17 +229,11 @@ def _close(opened: _Opened | None) -> None:
             tier.close()
 
 
-_default: Engine | None = None
-_default_lock = threading.Lock()
+_default = Engine()  # (opens nothing until its first lookup)
 
 
 def default_engine() -> Engine:
     """The process-wide engine behind :func:`~nvrtc_engine.get_kernel`."""
-    global _default
-    if _default is None:
-        with _default_lock:
-            if _default is None:
-                _default = Engine()
     return _default
 
 
@@ -294,8 +243,6 @@ def _before_fork() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _default_lock
-    _default_lock = threading.Lock()
     for engine in list(_engines):
         engine._lock, engine._inflight = threading.Lock(), {}  # the parent's builds end there
         for kernel in engine._memory.values():  # modules are per process: load again here

@@ -1,14 +1,14 @@
 """Rendering: a :class:`~nvrtc_engine.KernelKey` to CUDA source, with Jinja2.
 
 Templates live in ``templates/`` (``<family>.cu.j2``) and the project's device helpers in
-``templates/include/*.cuh``; the helpers go to NVRTC as in-memory headers, so their bytes are
-part of every cache digest. In an installed wheel the templates sit inside the package
-(``nvrtc_engine/templates``); in a source checkout they are found beside the package.
+``templates/include/*.cuh``; the helpers go to NVRTC as in-memory headers. In an installed
+wheel the templates sit inside the package (``nvrtc_engine/templates``); in a source checkout
+they are found beside the package.
 
 Every template file is read once per process (:func:`template_files`) and rendering only ever
-sees those bytes: the key index (:mod:`nvrtc_engine.index`) hashes the same snapshot into its
-fingerprint, so a digest it records always belongs to the templates that fingerprint names.
-A template edited while a process runs is seen by the next process.
+sees those bytes: the cache's code fingerprint (:func:`nvrtc_engine.cache.code_fingerprint`)
+hashes the same snapshot, so a digest always belongs to the templates a kernel is rendered
+from. A template edited while a process runs is seen by the next process.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """The cache's stores (:class:`~nvrtc_engine.cache.Tier`): the disk cache and read-only caches.
 
-:class:`DiskTier` is a ``diskcache.Cache`` (its public API only) in ``<cache dir>/entries``,
-capped in size; least recently used entries go first, a use counted once a day (an entry read
-on a new day is stored again, and diskcache's ``least-recently-stored`` policy keeps it; a
-warm read is one SQLite query). ``<cache dir>/locks`` holds a file lock per digest stripe, so
-that processes sharing the directory compile each kernel once. :class:`ReadOnlyTier` serves a
-bundle file, or a directory of its layout (``entries/<digest>``), that it never writes.
+:class:`DiskTier`: ``diskcache.Cache`` (public API only) in ``<cache dir>/entries``, capped in
+size, least recently used first with a use counted once a day (an entry read on a new day is
+stored again, under diskcache's ``least-recently-stored`` policy: a warm read is one query,
+no write); ``<cache dir>/locks`` holds a file lock per digest stripe. :class:`ReadOnlyTier`: a
+bundle file, or a directory of its layout (``entries/<digest>``), never written.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import os
 import shutil
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +23,12 @@ from .cache import Tier
 from .errors import CacheWarning, warn, warn_once
 
 __all__ = ["BUNDLE_ENTRIES", "STORE_DIR", "DiskTier", "ReadOnlyTier", "open_readonly",
-           "remove_store", "warn_unusable"]  # fmt: skip
+           "remove_store"]  # fmt: skip
 
 STORE_DIR = "entries"  # diskcache's directory inside the cache directory
 BUNDLE_ENTRIES = "entries/"  # where a bundle (or a directory like one) keeps its entries
 LOCK_STRIPE_CHARS = 3  # lock files named by 3 hex digits: at most 4096, shared 1 time in 4096
-_SET_DIR = "set NVRTC_ENGINE_CACHE_DIR to a writable directory, or NVRTC_ENGINE_DISABLE_DISK_CACHE=1"
+_SET_DIR = "set NVRTC_ENGINE_CACHE_DIR to a writable directory or NVRTC_ENGINE_DISABLE_DISK_CACHE=1"
 _READ_ONLY = ("diskcache cannot open a cache it may not write: to serve a read-only cache "
               "(baked into an image, a shared mount), export it as a bundle (nvrtc-engine cache "
               "export) and name it in NVRTC_ENGINE_READONLY_CACHE; else " + _SET_DIR)  # fmt: skip
@@ -41,11 +40,7 @@ def _why(exc: BaseException) -> str:
     return ("no space left on device (ENOSPC); " if full else "") + f"{type(exc).__name__}: {exc}"
 
 
-def _damaged(exc: BaseException) -> bool:  # SQLite: a corrupt database, or no database at all
-    return "malformed" in str(exc) or "file is not a database" in str(exc)
-
-
-def warn_unusable(directory: Path | str, why: str, *, opening: bool = True) -> None:
+def _warn_unusable(directory: Path | str, why: str, *, opening: bool = True) -> None:
     """Warn (:class:`CacheWarning`), once per directory, that a disk cache cannot be opened
     (``opening``) or written, and how to fix it."""
     fix = "free some space, or run `nvrtc-engine cache clear`" if why.startswith("no space") else (
@@ -61,36 +56,36 @@ def remove_store(directory: Path) -> None:
 
 
 class DiskTier(Tier):
-    """Entries in ``diskcache`` (SQLite index + files) under ``directory``, size-capped.
-
-    diskcache writes a large value to a new file before the transaction that points its index
-    at it commits (a small one, inside it): a writer killed at any moment leaves the old entry
-    or the new. A failing write stops further writes (one warning); ``refused`` says why, as
-    for an entry evicted as soon as it was stored.
-    """
+    """Entries in ``diskcache`` (SQLite index + files) under ``directory``, size-capped. It
+    writes a large value to a new file before the transaction that points at it commits (a
+    small one inside it): a writer killed at any moment leaves the old entry or the new. A
+    failing write stops writes (one warning); ``refused`` says why, as for an entry evicted
+    as soon as it was stored."""
 
     writable = True
 
-    def __init__(self, directory: Path, size_limit: int) -> None:
+    def __init__(self, directory: Path, limit: int) -> None:
         import diskcache
 
         directory.mkdir(parents=True, exist_ok=True)
         self.directory, self.location, self.refused = directory, str(directory), ""
         # sqlite_synchronous=0: SQLite never waits for fsync (an open of the cache took 25 ms
         # with it, 3 ms without); an OS crash may then damage the database: replaced on open
-        self._store = diskcache.Cache(str(directory / STORE_DIR), timeout=60, size_limit=size_limit,
-                                      eviction_policy="least-recently-stored", sqlite_synchronous=0)  # fmt: skip
+        settings = {"eviction_policy": "least-recently-stored", "sqlite_synchronous": 0}
+        self._store = diskcache.Cache(str(directory / STORE_DIR), 60, size_limit=limit, **settings)
 
     @classmethod
-    def open(cls, directory: Path, size_limit: int) -> tuple[DiskTier | None, str]:
-        """The disk cache in ``directory`` (made if missing), or ``(None, why)`` after one
-        :class:`CacheWarning`. A damaged database is replaced by an empty one (one warning),
-        under a lock file, so that two processes finding it replace it once."""
+    def open(cls, directory: Path | None, size_limit: int) -> tuple[DiskTier | None, str]:
+        """The disk cache in ``directory`` (made if missing; None: no home directory for the
+        default one), or ``(None, why)`` after one :class:`CacheWarning`. A damaged database is
+        replaced by an empty one (one warning), under a lock file: once for all processes."""
         try:
+            if directory is None:
+                raise OSError("no home directory for the default cache directory")
             return cls(directory, size_limit), ""
         except Exception as exc:  # permission, read-only FS, full disk, damaged database
             why = _why(exc)
-            if _damaged(exc):
+            if directory and ("malformed" in why or "file is not a database" in why):  # damaged
                 try:
                     import filelock
 
@@ -99,7 +94,7 @@ class DiskTier(Tier):
                         try:
                             return cls(directory, size_limit), ""  # replaced by another process
                         except Exception as again:
-                            if not _damaged(again):
+                            if "malformed" not in str(again) and "not a database" not in str(again):
                                 raise
                         remove_store(directory)
                         warn_once("damaged", str(directory), f"nvrtc_engine: the disk cache's "
@@ -108,7 +103,7 @@ class DiskTier(Tier):
                         return cls(directory, size_limit), ""
                 except Exception as again:
                     why = _why(again)
-        warn_unusable(directory, why)
+        _warn_unusable(directory or "(default cache directory)", why)
         return None, why
 
     def get(self, digest: str) -> bytes | None:
@@ -129,65 +124,55 @@ class DiskTier(Tier):
                 return True
         except Exception as exc:
             self.writable, self.refused = False, _why(exc)
-            warn_unusable(self.directory, self.refused, opening=False)
+            _warn_unusable(self.directory, self.refused, opening=False)
             return False
         self.refused = (f"its size limit ({self.size_limit} bytes, NVRTC_ENGINE_CACHE_SIZE_LIMIT) "
                         "evicted them as soon as they were stored: raise it")  # fmt: skip
         warn_once("evicted", self.location, f"nvrtc_engine: a kernel of {len(value)} bytes was "
                   f"evicted as soon as it was stored in the disk cache at {self.directory}: "
-                  f"{self.refused}; such kernels are kept in memory only.", CacheWarning)  # fmt: skip
+                  f"{self.refused}; such kernels are kept in memory.", CacheWarning)  # fmt: skip
         return False
 
-    def _ask(self, what: str, default: Any, *args: Any) -> Any:
-        """``self._store.<what>(*args)``, or ``default`` where it fails."""
+    @staticmethod
+    def _ask(call: Callable[[], Any], default: Any) -> Any:  # call's answer, or default
         try:
-            return getattr(self._store, what)(*args)
+            return call()
         except Exception:
             return default
 
     def delete(self, digest: str) -> None:
-        self._ask("delete", None, digest, True)
+        self._ask(lambda: self._store.delete(digest, retry=True), None)
 
     def digests(self) -> Iterator[str]:
-        try:
-            return iter(list(self._store))
-        except Exception:
-            return iter(())
+        return iter(self._ask(lambda: list(self._store), []))
 
     def __contains__(self, digest: object) -> bool:
         """Whether an entry is stored under ``digest`` (no use counted, nothing verified)."""
-        return bool(self._ask("__contains__", False, digest))
+        return bool(self._ask(lambda: digest in self._store, False))
 
     def __len__(self) -> int:
-        return int(self._ask("__len__", 0))
+        return int(self._ask(lambda: len(self._store), 0))
 
-    def volume(self) -> int:
-        """Bytes used on disk (database and files)."""
-        return int(self._ask("volume", 0))
+    def volume(self) -> int:  # bytes used on disk (database and files)
+        return int(self._ask(self._store.volume, 0))
 
     @property
-    def size_limit(self) -> int:
-        """The size cap in bytes."""
+    def size_limit(self) -> int:  # the size cap, bytes
         return int(getattr(self._store, "size_limit", 0))
 
     def check(self, fix: bool) -> list[str]:
         """diskcache's check of its index against its files (orphan files, rows without one),
         repaired with ``fix`` (twice: removed files can leave empty directories)."""
-        found: list[str] = []
         with warnings.catch_warnings():  # it reports by warnings, under the caller's filters
             warnings.simplefilter("always")
-            for _ in range(2 if fix else 1):
-                got = self._ask("check", None, fix, True)
-                found += ["index check failed"] if got is None else [str(w.message) for w in got]
-                if not found:
-                    break
-        return found
+            check = lambda: self._store.check(fix=fix, retry=True)  # noqa: E731
+            return [str(w.message) for _ in range(1 + fix) for w in self._ask(check, [])]
 
     def clear(self) -> int:
         """Remove every entry; how many there were. Where diskcache cannot (a full disk:
         SQLite cannot journal the deletes), the store is removed whole."""
         count = len(self)
-        if self._ask("clear", None, True) is None:
+        if self._ask(lambda: self._store.clear(retry=True), None) is None:
             self.close()
             remove_store(self.directory)
         return count
@@ -205,27 +190,24 @@ class DiskTier(Tier):
         try:
             path.parent.mkdir(exist_ok=True)
             held.acquire(timeout=timeout, poll_interval=0.005)
-        except filelock.Timeout:
-            held = None
-            warn(f"nvrtc_engine: waited {timeout:g} s for {path}, held by another process "
-                 "compiling the same kernel; compiling without it (NVRTC_ENGINE_LOCK_TIMEOUT sets "
-                 "the wait)", CacheWarning)  # fmt: skip
-        except OSError:
-            held = None
+        except (filelock.Timeout, OSError) as exc:
+            held = isinstance(exc, filelock.Timeout) and warn(
+                f"nvrtc_engine: waited {timeout:g} s for {path}, held by another process "
+                "compiling the same kernel; compiling without it (NVRTC_ENGINE_LOCK_TIMEOUT sets "
+                "the wait)", CacheWarning)  # fmt: skip
         try:
-            yield held is not None
+            yield bool(held)
         finally:
-            if held is not None:
+            if held:
                 held.release()
 
     def close(self) -> None:
-        self._ask("close", None)
+        self._ask(self._store.close, None)
 
 
 class ReadOnlyTier(Tier):
-    """The entries of a bundle file, or of a directory of its layout (``entries/<digest>``),
-    listed when opened, never written. Raises ``OSError`` or ``zipfile.BadZipFile`` when
-    ``path`` is neither."""
+    """The entries of a bundle file, or a directory of its layout (``entries/<digest>``), listed
+    when opened, never written; ``OSError`` or ``zipfile.BadZipFile`` where it is neither."""
 
     def __init__(self, path: Path) -> None:
         self.location, self._path, self._zip, self._pid = str(path), path, None, 0
@@ -255,9 +237,7 @@ class ReadOnlyTier(Tier):
     def digests(self) -> Iterator[str]:
         return iter(sorted(self._digests))
 
-    def close(self) -> None:
-        if self._zip is not None and self._pid == os.getpid():
-            self._zip.close()
+    def close(self) -> None:  # (the zip file closes when its object goes)
         self._zip, self._pid = None, 0
 
 

@@ -10,9 +10,8 @@ import zipfile
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import config, make_key
+from nvrtc_engine import config, make_key, nvrtc
 from nvrtc_engine.bundle import BundleError, export_bundle, import_bundle
-from nvrtc_engine import nvrtc
 from nvrtc_engine.cache import digest, encode_entry
 from nvrtc_engine.engine import Engine, default_engine
 from nvrtc_engine.kernel import Artifact

@@ -62,12 +62,16 @@ def test_the_digest_differs_on_every_input(monkeypatch, what, change):
 
 
 def test_the_digest_differs_on_every_key_field_and_the_header_version(monkeypatch):
-    keys = [GELU, make_key("gelu", dtype="fp8", arch="sm_90a"),
-            make_key("gelu", dtype="fp8", arch="sm_100a"), make_key("gelu", dtype="bf16"
-            , arch="sm_90"), make_key("gelu", dtype="fp8", hidden_size=4096, arch="sm_90"),
-            make_key("gelu", dtype="fp8", scaling="mxfp8", arch="sm_90"),
-            make_key("layernorm_fwd", dtype="bf16", arch="sm_90"),
-            make_key("layernorm_fwd", dtype="bf16", zero_centered_gamma=True, arch="sm_90")]  # fmt: skip
+    keys = [
+        GELU,
+        make_key("gelu", dtype="fp8", arch="sm_90a"),
+        make_key("gelu", dtype="fp8", arch="sm_100a"),
+        make_key("gelu", dtype="bf16", arch="sm_90"),
+        make_key("gelu", dtype="fp8", hidden_size=4096, arch="sm_90"),
+        make_key("gelu", dtype="fp8", scaling="mxfp8", arch="sm_90"),
+        make_key("layernorm_fwd", dtype="bf16", arch="sm_90"),
+        make_key("layernorm_fwd", dtype="bf16", arch="sm_90", zero_centered_gamma=True),
+    ]
     assert len({digest(k) for k in keys}) == len(keys)
     soft = make_key("gelu", dtype="fp8", arch="sm_80")  # FP8 in software: cuda_fp8.h
     assert soft.spec.cuda_headers(soft) and not GELU.spec.cuda_headers(GELU)
@@ -133,8 +137,10 @@ def test_the_digest_renders_nothing_loads_no_nvrtc_and_holds_no_path(tmp_path):
 def test_the_nvrtc_wheel_names_the_loaded_nvrtc_version():
     """The cheap NVRTC version (from the wheel's builtins library, no NVRTC loaded) is the
     one nvrtcVersion() gives."""
-    code = ("from nvrtc_engine import nvrtc; import sys; w = nvrtc._wheel_version(); "
-            "assert 'cuda.bindings.nvrtc' not in sys.modules; print(w, nvrtc.nvrtc_version())")  # fmt: skip
+    code = (
+        "from nvrtc_engine import nvrtc; import sys; w = nvrtc._wheel_version(); assert "
+        "'cuda.bindings.nvrtc' not in sys.modules; print(w, nvrtc.nvrtc_version())"
+    )
     done = subprocess.run([sys.executable, "-c", code], env=_env("/nonexistent"), check=True,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     wheel, loaded = done.stdout.split()
@@ -177,8 +183,7 @@ def test_an_entry_verifies_its_hash_digest_key_arch_and_nvrtc():
         "SHA-256 mismatch": check_entry(bytes(flipped), art.digest),
         "not an nvrtc_engine entry": check_entry(b"garbage" * 10, art.digest),
         "not an nvrtc_engine entry ": check_entry(12345, art.digest),
-        "the entry of": check_entry(value, art.digest, make_key("gelu", dtype="bf16",
-                                                                arch="sm_90")),  # fmt: skip
+        "the entry of": check_entry(value, art.digest, make_key("gelu", arch="sm_90")),
         "compiled for sm_100a": check_entry(other_arch, art.digest, GELU),
         "built by NVRTC 13.0; this is NVRTC 13.1": check_entry(value, art.digest, None, "13.1"),
     }

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_cache import IS_ROOT, ROOT, _env, _last_json, as_nobody
 
 import nvrtc_engine as ne
 from nvrtc_engine import CacheWarning, config, make_key, nvrtc
@@ -26,20 +27,6 @@ from nvrtc_engine.cache import MAGIC, check_entry, digest, encode_entry, entries
 from nvrtc_engine.engine import Engine, default_engine
 from nvrtc_engine.kernel import Artifact
 from nvrtc_engine.tiers import DiskTier
-
-ROOT = Path(__file__).resolve().parent.parent
-IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-
-
-def _env(cache_dir, **extra):
-    env = {**os.environ, "NVRTC_ENGINE_CACHE_DIR": str(cache_dir), **extra}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    return env
-
-
-def _last_json(text):
-    return json.loads(text.strip().splitlines()[-1])
-
 
 # -- many processes, one cold cache ---------------------------------------------------------
 
@@ -69,15 +56,12 @@ _RACER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.matrix
-def test_eight_processes_racing_on_twenty_cold_keys_compile_each_once(isolated_cache, tmp_path):
-    go = tmp_path / "go"
-    procs = []
-    for i in range(8):  # six get_kernel loops and two prewarms (with two workers each)
-        args = ["prewarm" if i % 4 == 3 else "get", str(i), str(go), json.dumps(RACE_KEYS)]
-        procs.append(subprocess.Popen([sys.executable, "-c", _RACER, *args],
-                                      env=_env(isolated_cache), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))  # fmt: skip
+def _race(cache_dir, go, runs):
+    """Start one racer per ``(mode, keys)`` of ``runs``, let them go together; their compiles."""
+    procs = [subprocess.Popen([sys.executable, "-c", _RACER, mode, str(i), str(go),
+                               json.dumps(keys)], env=_env(cache_dir), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for i, (mode, keys) in enumerate(runs)]  # fmt: skip
     time.sleep(0.5)
     go.touch()
     results = []
@@ -85,6 +69,14 @@ def test_eight_processes_racing_on_twenty_cold_keys_compile_each_once(isolated_c
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         results.append(_last_json(out)["compiles"])
+    return results
+
+
+@pytest.mark.matrix
+def test_eight_processes_racing_on_twenty_cold_keys_compile_each_once(isolated_cache, tmp_path):
+    # six get_kernel loops and two prewarms (with two workers each)
+    runs = [("prewarm" if i % 4 == 3 else "get", RACE_KEYS) for i in range(8)]
+    results = _race(isolated_cache, tmp_path / "go", runs)
     assert sum(results) == len(RACE_KEYS), results
     disk = DiskTier(isolated_cache, 1 << 30)
     assert len(disk) == len(RACE_KEYS)
@@ -94,18 +86,7 @@ def test_eight_processes_racing_on_twenty_cold_keys_compile_each_once(isolated_c
 
 def test_two_processes_racing_on_one_cold_key_compile_it_once(isolated_cache, tmp_path):
     """The default tier's share of the race above: get_kernel in two processes at once."""
-    go = tmp_path / "go"
-    args = [str(go), json.dumps(RACE_KEYS[:1])]
-    procs = [subprocess.Popen([sys.executable, "-c", _RACER, "get", str(i), *args],
-                              env=_env(isolated_cache), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(2)]  # fmt: skip
-    time.sleep(0.3)
-    go.touch()
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err
-        results.append(_last_json(out)["compiles"])
+    results = _race(isolated_cache, tmp_path / "go", [("get", RACE_KEYS[:1])] * 2)
     assert sorted(results) == [0, 1]
 
 
@@ -250,8 +231,6 @@ def _two_engines_as_nobody(cache):
 def test_entry_owned_by_another_user_is_a_miss_for_this_one():
     """A shared cache directory where root wrote an entry file readable only by root:
     user nobody recompiles and stores its own entry, which root then reads."""
-    from test_cache import as_nobody
-
     shared = Path(tempfile.mkdtemp(prefix="nvrtc-engine-shared-"))
     try:
         shared.chmod(0o777)
