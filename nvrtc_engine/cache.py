@@ -91,30 +91,30 @@ def encode_entry(key_name: str, artifact: Artifact) -> bytes:
     return MAGIC + _LEN.pack(len(header)) + header + artifact.image
 
 
-def target_arch(artifact: Artifact) -> str:
-    """The ``-arch`` an entry was compiled for (``sm_90a``, or ``compute_120`` for PTX)."""
-    return next((f[len("-arch=") :] for f in artifact.options if f.startswith("-arch=")), "?")
+def target_arch(artifact: Artifact | tuple[str, ...]) -> str:
+    """The ``-arch`` an entry (or its options) was compiled for (``sm_90a``, ``compute_120``)."""
+    options = artifact if isinstance(artifact, tuple) else artifact.options
+    return next((f[len("-arch=") :] for f in options if f.startswith("-arch=")), "?")
 
 
-def _for_arch(artifact: Artifact, arch: str) -> bool:
-    """Whether the image runs ``arch``'s kernel: a cubin for exactly it, or PTX for an older
-    arch (what NVRTC emits for an arch newer than it knows), with this package's options."""
-    target = target_arch(artifact)
+@functools.lru_cache(maxsize=256)
+def _for_arch(kind: str, options: tuple[str, ...], arch: str) -> bool:
+    """Whether an image of ``kind`` built with ``options`` runs ``arch``'s kernel: a cubin for
+    it, or PTX for an older arch (NVRTC's for an arch newer than it knows); our options."""
+    target = target_arch(options)
     number = target.removeprefix("compute_")
     older = number.isdigit() and int(number) < arch_number(arch)
-    ok = target == arch if artifact.kind == "cubin" else artifact.kind == "ptx" and older
-    return ok and artifact.options == compile_options(target).flags()
+    ok = target == arch if kind == "cubin" else kind == "ptx" and older
+    return ok and options == compile_options(target).flags()
 
 
 def check_entry(
     value: Any, digest: str | None, key: KernelKey | None = None, nvrtc_version: str | None = None
 ) -> Checked | str:
-    """Verify a cache value: ``(header, artifact)``, or why it is bad.
-
-    Always checked: magic, lengths, schema, the digest it is stored under (unless ``digest`` is
-    None), the image's size and SHA-256. With ``key``: the entry names that key and its image
-    is for the key's arch; with ``nvrtc_version``: it was built by that NVRTC.
-    """
+    """Verify a cache value: ``(header, artifact)``, or why it is bad. Always checked: magic,
+    lengths, schema, the digest it is stored under (unless ``digest`` is None), the image's
+    size and SHA-256; with ``key``: it names that key and its image is for the key's arch;
+    with ``nvrtc_version``: that NVRTC built it."""
     if not isinstance(value, (bytes, bytearray)) or not value.startswith(MAGIC):
         return "not an nvrtc_engine entry (garbage or another format)"
     start = len(MAGIC) + _LEN.size
@@ -122,8 +122,8 @@ def check_entry(
         return "truncated header"
     (length,) = _LEN.unpack_from(value, len(MAGIC))
     try:
-        header = json.loads(value[start : start + length])
-    except ValueError:
+        header = json.loads(value[start : start + length].decode())
+    except ValueError:  # (UnicodeDecodeError too)
         return "damaged or truncated header"
     image = bytes(value[start + length :])
     schema = header.get("schema") if isinstance(header, dict) else None
@@ -146,7 +146,7 @@ def check_entry(
         return "header fields missing"
     if key is not None and name != str(key):  # (its symbols are in the digest)
         return f"the entry of {name}, not of {key}"
-    if key is not None and not _for_arch(artifact, key.arch):
+    if key is not None and not _for_arch(artifact.kind, artifact.options, key.arch):
         return f"compiled for {target_arch(artifact)} ({artifact.kind}), not for {key.arch}"
     if nvrtc_version is not None and artifact.nvrtc_version != nvrtc_version:
         return f"built by NVRTC {artifact.nvrtc_version}; this is NVRTC {nvrtc_version}"
