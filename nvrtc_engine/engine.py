@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from . import cache, config, nvrtc
-from . import render as rendering
 from .cache import check_entry, compile_options, encode_entry
 from .errors import CacheWarning, warn_once
 from .kernel import Artifact, Kernel
 from .key import KernelKey
 from .nvrtc import compile_source, compile_target
+from .render import render
 from .tiers import STORE_DIR, DiskTier, ReadOnlyTier, open_readonly, remove_store
 
 __all__ = ["CacheInfo", "Engine", "default_engine"]
@@ -174,7 +174,7 @@ class Engine:
     def _compile(self, key: KernelKey, digest: str, disk: DiskTier | None) -> Artifact:
         self.misses += 1
         expected, start = nvrtc.nvrtc_identity(), time.perf_counter()
-        rendered = rendering.render(key)
+        rendered = render(key)
         options = compile_options(compile_target(key.arch)[0])
         result = compile_source(rendered.name, rendered.source, rendered.headers, options,
                                 cuda_headers=rendered.cuda_headers, key=str(key))  # fmt: skip

@@ -104,10 +104,10 @@ def test_a_changed_norm_switch_is_another_digest(monkeypatch):
 _DIGEST = textwrap.dedent("""
     import json, sys
     import nvrtc_engine as ne
-    from nvrtc_engine import render
+    from nvrtc_engine import engine, render
     def refuse(*args, **kwargs):
         raise AssertionError("rendered")
-    render.render = refuse
+    render.render = engine.render = refuse
     from nvrtc_engine.cache import digest
     keys = [ne.make_key("gelu", dtype="fp8", arch="sm_90"),
             ne.make_key("rmsnorm_fwd", dtype="bf16", hidden_size=4096, arch="sm_100a")]
@@ -216,12 +216,12 @@ def test_disk_hit_in_a_fresh_engine_compiles_nothing():
 _WARM = textwrap.dedent("""
     import json, sys
     import nvrtc_engine as ne
-    from nvrtc_engine import render
+    from nvrtc_engine import engine, render
     forbid = sys.argv[1] == "forbid"
-    if forbid:  # a warm process renders nothing and compiles nothing
+    if forbid:  # a warm process renders nothing (where the engine would) and compiles nothing
         def refuse(*args, **kwargs):
             raise AssertionError("rendered in a warm process")
-        render.render = refuse
+        render.render = engine.render = refuse
     kernels = [ne.get_kernel(ne.KernelKey.parse(n)) for n in sys.argv[2:]]
     print(json.dumps({**ne.cache_info().__dict__, "origins": [k.origin for k in kernels],
                       "loaded": sorted(m for m in ("jinja2", "cuda.bindings.nvrtc")
