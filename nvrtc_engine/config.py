@@ -315,8 +315,10 @@ def _checked(name: str, value: object) -> object:
         checked: list[Path] = []
         for part in parts:
             text = os.fspath(part) if isinstance(part, (str, os.PathLike)) else None
-            if not isinstance(text, str) or not text:
+            if not isinstance(text, str):
                 raise SettingsTypeError(f"{label}: expected paths (a str, os.PathLike or a list)")
+            if not text:
+                raise SettingsError(f"{label}: an empty path; pass () for none")
             try:
                 checked += _paths(name, text) if isinstance(part, str) else [_path(name, text)]
             except SettingsError as exc:

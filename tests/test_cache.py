@@ -678,3 +678,28 @@ def test_a_read_only_tier_lists_its_digests_and_never_writes(tmp_path):
     assert isinstance(check_entry(tier.get(stored), stored, GELU), tuple)
     with pytest.raises(zipfile.BadZipFile):
         ReadOnlyTier(Path(__file__))
+
+
+def test_the_read_only_caches_setting():
+    """NVRTC_ENGINE_READONLY_CACHE: paths separated by os.pathsep (empty parts skipped), made
+    absolute; configure() takes a path, a separated string or a list, checked alike."""
+    got = config.from_environment(
+        {"NVRTC_ENGINE_READONLY_CACHE": f"/a.zip{os.pathsep}{os.pathsep}b"}
+    )
+    assert got.readonly_cache == (Path("/a.zip"), Path("b").absolute())
+    assert config.from_environment({}).readonly_cache == ()
+    with pytest.raises(ne.SettingsError, match="NVRTC_ENGINE_READONLY_CACHE=.*NUL"):
+        config.from_environment({"NVRTC_ENGINE_READONLY_CACHE": "/a\0b"})
+    try:
+        assert ne.configure(readonly_cache="/x.zip").readonly_cache == (Path("/x.zip"),)
+        assert ne.configure(readonly_cache=[Path("/y"), "/z"]).readonly_cache == (
+            Path("/y"),
+            Path("/z"),
+        )
+        assert ne.configure(readonly_cache=()).readonly_cache == ()
+        with pytest.raises(ne.SettingsTypeError, match="readonly_cache=3"):
+            ne.configure(readonly_cache=3)
+        with pytest.raises(ne.SettingsError, match="an empty path"):
+            ne.configure(readonly_cache=[""])
+    finally:
+        config.reset()
