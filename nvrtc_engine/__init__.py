@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import _loaded  # noqa: F401  (first: the import time)
 from ._version import __version__
 from .api import cache_info, clear_cache, get_kernel, make_key
 from .config import configure

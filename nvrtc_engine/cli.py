@@ -95,15 +95,10 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
         print(report.summary())
     unstored = _not_stored(report.compiled, disk)
     if unstored:
-        why = (
-            "is read-only (the warning above says why)"
-            if disk.read_only
-            else f"did not keep them (its size limit, {disk.size_limit} bytes, "
-            "NVRTC_ENGINE_CACHE_SIZE_LIMIT, evicted them: raise it)"
-        )
         print(
-            f"{args.parser.prog}: error: the disk cache at {disk.directory} {why}: kernels "
-            f"compiled but not stored: {len(unstored)} of {len(report.compiled)}",
+            f"{args.parser.prog}: error: the disk cache at {disk.directory} did not keep them "
+            f"({disk.refused or 'removed meanwhile'}): kernels compiled but not stored: "
+            f"{len(unstored)} of {len(report.compiled)}",
             file=sys.stderr,
         )
         return 1
@@ -112,7 +107,7 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
 
 def _not_stored(keys: Sequence[Any], disk: Any) -> list[Any]:
     """The ``keys`` (compiled by a prewarm, so in this process's memory) whose kernels the
-    disk cache does not hold: it is read-only, or its size limit evicted them."""
+    disk cache does not hold: a write failed (a full disk), or its size limit evicted them."""
     from .engine import default_engine
 
     engine = default_engine()
@@ -122,20 +117,15 @@ def _not_stored(keys: Sequence[Any], disk: Any) -> list[Any]:
     ]  # fmt: skip
 
 
-def _open_disk(*, writes: str | None = None) -> Any:
+def _open_disk() -> Any:
     """The disk cache, else an :class:`NvrtcEngineError` (exit code 2) saying why there is
-    none; for the command ``writes`` names, a read-only cache is such an error too."""
+    none."""
     from .engine import default_engine
     from .errors import NvrtcEngineError
 
     disk = default_engine().disk()
     if disk is None:
         raise NvrtcEngineError(_no_disk_reason())
-    if writes is not None and disk.read_only:
-        raise NvrtcEngineError(
-            f"the disk cache at {disk.directory} is read-only (the warning above says why); "
-            f"{writes} needs to write to it"
-        )
     return disk
 
 
@@ -165,12 +155,13 @@ def _cache_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info.__dict__, indent=2))
     else:
-        read_only = " (read-only)" if info.read_only else ""
-        print(f"directory:  {info.directory}{read_only}")
+        print(f"directory:  {info.directory}")
         print(f"entries:    {info.entries}")
         print(f"bytes:      {info.bytes} ({_size(info.bytes)} on disk, its SQLite database "
               "included: an empty cache has one)")  # fmt: skip
         print(f"size limit: {info.size_limit} ({_size(info.size_limit)})")
+        for path in info.readonly:
+            print(f"read-only:  {path}")
     return 0
 
 
@@ -186,25 +177,26 @@ def _current_digest(name: str, memo: dict[str, str | None]) -> str | None:
     """The digest this installation would store key ``name`` under now (its templates,
     options, NVRTC and headers), or None where the name is no key of this version."""
     if name not in memo:
-        from .engine import default_engine
+        from .cache import digest
         from .key import KernelKey
 
         try:
-            memo[name] = default_engine().artifact_digest(KernelKey.parse(name))[3]
+            memo[name] = digest(KernelKey.parse(name))
         except Exception:  # an old or foreign key: nothing to compare with
             memo[name] = None
     return memo[name]
 
 
 def _cache_list(args: argparse.Namespace) -> int:
-    from .cache import target_arch
+    from .cache import entries, target_arch
 
     rows = []
     memo: dict[str, str | None] = {}
-    for digest, header, artifact in _open_disk().entries():
-        if header is None or artifact is None:
+    for digest, checked in entries(_open_disk()):
+        if isinstance(checked, str):
             rows.append({"key": "(damaged)", "digest": digest})
             continue
+        header, artifact = checked
         current = _current_digest(header["key"], memo)
         rows.append({
             "key": header["key"], "digest": digest, "arch": target_arch(artifact),
@@ -255,24 +247,41 @@ def format_table(
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
-    report = _open_disk(writes="cache verify").verify(fix=True)
-    for bad in report.bad:
-        print(f"removed {bad.key} ({bad.digest[:12]}): {bad.reason}")
-    for problem in report.problems:
+    """Check every entry as a load does and remove the bad ones, then have diskcache check
+    its index against its files (repaired)."""
+    from .cache import entries
+
+    disk = _open_disk()
+    checked = bad = 0
+    for digest, answer in entries(disk):
+        checked += 1
+        if isinstance(answer, str):
+            bad += 1
+            disk.delete(digest)
+            print(f"removed {digest[:12]}: {answer}")
+    for problem in disk.check(fix=True):
         print(f"repaired: {problem}")
-    bad = len(report.bad)
-    checked = counted(report.checked, "entry", "entries")
-    print(f"checked {checked}: {bad} bad" + (" (removed)" if bad else ""))
-    return 1 if report.bad else 0
+    print(f"checked {counted(checked, 'entry', 'entries')}: {bad} bad"
+          + (" (removed)" if bad else ""))  # fmt: skip
+    return 1 if bad else 0
 
 
 def _cache_clear(args: argparse.Namespace) -> int:
     """Clear the disk cache and say what went: the entries and the bytes they took, which is
     what the cache's size on disk dropped by (its SQLite database stays: about 32 kB even
     when empty, so it is not counted); no bytes for a cache that held no entry."""
+    from . import config
     from .api import cache_info, clear_cache
+    from .engine import default_engine
 
-    _open_disk(writes="cache clear")  # no disk cache: an error, as for the other commands
+    engine = default_engine()
+    if engine.disk() is None and engine.tiers()[3].startswith("no space"):
+        where = config.settings().resolved_cache_dir()  # a full disk: the store goes whole
+        clear_cache()
+        print(f"cleared the disk cache at {where}: its store, which could not be opened "
+              "(no space left on device), was removed")  # fmt: skip
+        return 0
+    _open_disk()  # no disk cache: an error, as for the other commands
     before = cache_info()
     clear_cache()
     freed = max(0, before.bytes - cache_info().bytes)  # (another process may store meanwhile)
@@ -296,7 +305,7 @@ def _cache_export(args: argparse.Namespace) -> int:
 def _cache_import(args: argparse.Namespace) -> int:
     from .bundle import import_bundle
 
-    _open_disk(writes="cache import")
+    _open_disk()
     report = import_bundle(args.bundle)
     new = len(report.keys) - report.already
     print(f"imported {counted(len(report.keys), 'kernel')} (NVRTC {report.nvrtc_version}) from "

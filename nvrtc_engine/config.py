@@ -14,6 +14,10 @@ variable                            type      meaning
                                               ``2G``, plain bytes (default 512 MiB, at
                                               least :data:`MIN_SIZE_LIMIT`, 1 MiB, at most
                                               :data:`MAX_SIZE_LIMIT`, 2**62 bytes)
+``NVRTC_ENGINE_READONLY_CACHE``     paths     read-only caches, searched after the disk
+                                              cache: bundle files, or directories holding
+                                              a bundle's ``entries/``; separated by
+                                              ``os.pathsep`` (``:``)
 ``NVRTC_ENGINE_CUDA_INCLUDE_DIR``   path      CUDA headers (``cuda_fp8.h``...) to use,
                                               overriding discovery
 ``NVRTC_ENGINE_DUMP_SOURCE``        bool      ``1`` writes every rendered kernel source to
@@ -77,6 +81,7 @@ class Settings:
     cache_dir: Path | None = None
     disable_disk_cache: bool = False
     cache_size_limit: int = _DEFAULT_SIZE_LIMIT
+    readonly_cache: tuple[Path, ...] = ()
     cuda_include_dir: Path | None = None
     dump_source: bool = False
     debug_dir: Path | None = None
@@ -218,6 +223,12 @@ def _path(name: str, raw: str | None) -> Path | None:
     return Path(raw).expanduser().absolute()
 
 
+def _paths(name: str, raw: str | None) -> tuple[Path, ...]:
+    """``raw`` split at ``os.pathsep``, each part as :func:`_path` makes it (empty ones
+    skipped)."""
+    return tuple(p for part in (raw or "").split(os.pathsep) if (p := _path(name, part)))
+
+
 def from_environment(env: dict[str, str] | None = None) -> Settings:
     """Build :class:`Settings` from ``env`` (default ``os.environ``).
 
@@ -234,6 +245,7 @@ def from_environment(env: dict[str, str] | None = None) -> Settings:
             "NVRTC_ENGINE_CACHE_SIZE_LIMIT",
             e.get("NVRTC_ENGINE_CACHE_SIZE_LIMIT", str(_DEFAULT_SIZE_LIMIT)),
         ),
+        readonly_cache=_paths("NVRTC_ENGINE_READONLY_CACHE", e.get("NVRTC_ENGINE_READONLY_CACHE")),
         cuda_include_dir=_path(
             "NVRTC_ENGINE_CUDA_INCLUDE_DIR", e.get("NVRTC_ENGINE_CUDA_INCLUDE_DIR")
         ),
@@ -279,6 +291,22 @@ def _checked(name: str, value: object) -> object:
     :class:`SettingsTypeError` (a ``TypeError``) or :class:`SettingsError` (a ``ValueError``)
     naming the field."""
     label = f"configure({name}={value!r})"
+    if name == "readonly_cache":
+        parts = [value] if isinstance(value, (str, os.PathLike)) else value
+        if not isinstance(parts, (list, tuple)):
+            raise SettingsTypeError(f"{label}: expected paths (a str, os.PathLike or a list)")
+        checked: list[Path] = []
+        for part in parts:
+            text = os.fspath(part) if isinstance(part, (str, os.PathLike)) else None
+            if not isinstance(text, str):
+                raise SettingsTypeError(f"{label}: expected paths (a str, os.PathLike or a list)")
+            if not text:
+                raise SettingsError(f"{label}: an empty path; pass () for none")
+            try:
+                checked += _paths(name, text) if isinstance(part, str) else [_path(name, text)]
+            except SettingsError as exc:
+                raise SettingsError(f"{label}: {str(exc).split(': ', 1)[-1]}") from None
+        return tuple(checked)
     if name in _PATHS:
         if value is None:
             return None

@@ -240,14 +240,18 @@ class KernelKey:
         return dict(self.flags).get(name, False)
 
     def __str__(self) -> str:
-        spec = self.spec
-        hidden = "hany" if self.hidden_size is None else f"h{self.hidden_size}"
-        parts = [
-            self.op, self.input.short, self.output.short, self.scaling, self.layout, hidden,
-            self.arch.replace("_", ""),
-        ]  # fmt: skip
-        parts += [spec.flags[name] for name, value in self.flags if value]
-        return "_".join(parts)
+        name: str | None = self.__dict__.get("_name")  # made once: the caches ask often
+        if name is None:
+            spec = self.spec
+            hidden = "hany" if self.hidden_size is None else f"h{self.hidden_size}"
+            parts = [
+                self.op, self.input.short, self.output.short, self.scaling, self.layout, hidden,
+                self.arch.replace("_", ""),
+            ]  # fmt: skip
+            parts += [spec.flags[flag] for flag, value in self.flags if value]
+            name = "_".join(parts)
+            object.__setattr__(self, "_name", name)
+        return name
 
     @classmethod
     def parse(cls, name: str) -> KernelKey:

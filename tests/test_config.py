@@ -218,9 +218,9 @@ def test_configure_refuses_a_size_limit_above_the_maximum(value):
 
 
 def test_a_size_limit_at_the_maximum_opens_a_disk_cache(tmp_path):
-    from nvrtc_engine.cache import DiskCache
+    from nvrtc_engine.tiers import DiskTier
 
-    disk = DiskCache.open(tmp_path / "c", config.MAX_SIZE_LIMIT)
+    disk, _why = DiskTier.open(tmp_path / "c", config.MAX_SIZE_LIMIT)
     assert disk is not None and disk.size_limit == config.MAX_SIZE_LIMIT
     disk.close()
 

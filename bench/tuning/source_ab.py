@@ -12,7 +12,7 @@ and every variant's edits against every case's kernel rendered for sm_90 (no GPU
 edits (below) and at most one ``@TAG``; ``base`` is the kernel as rendered.
 
 Each variant compiles the case's default kernel (norm.launch_config: TUNED or the rules), or
-the layout a ``@TAG`` in it names (e.g. ``@w7r1v8j8c1qft4+stream``), from its rendered source
+the layout a ``@TAG`` in it names (e.g. ``@w7r1v8j8c1qft4+cp256``), from its rendered source
 with the named edits applied (:data:`EDITS`: plain text replacements in
 the source or the helper headers), on an engine
 without a disk cache. Every round times each variant and torch.compile once, in a shuffled
@@ -45,14 +45,6 @@ The edits:
     its amax update (one FMNMX per element) or without the scale multiply (one FMUL per
     element), to see what those instructions cost in time: where taking them out changes
     nothing, the kernel is not bound by issuing them;
-  - ``stream``: NVE_STREAMING defined, as the activation and cast templates do: 16-byte loads
-    of x (and of gamma and beta) skip L1 (``ld.global.nc.L1::no_allocate``), 16-byte stores
-    of z are evict-first (``st.global.cs``); the norm templates leave it undefined (plain
-    ``ld.global.nc``, which allocates in L1, and ``st.global``);
-  - ``l2pf`` (with ``stream``): the 16-byte streaming loads ask L2 to fetch 256 bytes
-    (``.L2::256B``);
-  - ``plainst`` (with ``stream``): 16-byte stores without the evict-first hint (``st.global`` for
-    ``st.global.cs``);
   - ``cpevictfirst``: the staged kernels' 16-byte ``cp.async`` row copies under an L2
     evict-first policy (``createpolicy.fractional.L2::evict_first``, ``.L2::cache_hint``):
     x is read once, so its lines may leave L2 before the output's; ``cpevictlast`` and
@@ -88,15 +80,10 @@ The edits:
   - ``latetrigger``: in a staged forward without the trigger, ``griddepcontrol.launch_dependents``
     when a CTA starts its last row rather than not at all (the next call's grid launches once
     every CTA is in its last row);
-  - ``l1w`` (with ``stream``): the register kernels' gamma and beta loads (every row reloads
-    them) by a plain vector load, which allocates in L1, instead of the streaming one, which
-    would send every row's reload to L2.
 
 Every occurrence of an edit's text is replaced; an edit none of whose texts is found is an
 error (``earlyfill``, ``latefill``, ``tma`` and the ``dynrows`` edits: any of whose texts is
-not found exactly once), and so is ``l2pf``, ``plainst`` or ``l1w`` without ``stream``
-(without it they change code the preprocessor leaves out, and the kernel compiled is
-``base``'s).
+not found exactly once).
 """
 
 from __future__ import annotations
@@ -123,26 +110,6 @@ TRIGGER = (
 )
 INCLUDE = '#include "nve_types.cuh"'
 CP_ASYNC = "cp.async.cg.shared.global.L2::128B"
-ZERO_RAW = "template <typename S, int N>\n__device__ __forceinline__ void zero_raw("
-LOAD_WC = """// (bench/source_ab.py, l1w) the weights by a plain vector load, cached in L1
-template <typename T, int N>
-__device__ __forceinline__ void load_wc(const typename T::storage* p, long long chunk, bool vec,
-                                        float (&f)[N]) {
-  using S = typename T::storage;
-  S s[N];
-  if (vec) {
-    const nve::vec<S, N> t = reinterpret_cast<const nve::vec<S, N>*>(p)[chunk];
-#pragma unroll
-    for (int i = 0; i < N; ++i) s[i] = t.v[i];
-  } else {
-#pragma unroll
-    for (int i = 0; i < N; ++i) s[i] = p[chunk * N + i];
-  }
-#pragma unroll
-  for (int i = 0; i < N; ++i) f[i] = T::load(s[i]);
-}
-
-"""
 
 # the staged kernels' 16-byte row copies (cp_async_16_policy: the same under an L2 policy)
 CP_ASYNC_16 = '"cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(d), "l"(src)'
@@ -335,7 +302,6 @@ def dyn_edit(shards: int, ticket: str = DYN_TICKET, box: bool = True,
     return edits
 
 
-NEEDS_STREAM = ("l2pf", "plainst", "l1w")
 # edits whose every text must be found exactly once (a part of one alone would break the kernel)
 # the dynrows edits and their diagnostics (none applies unless all of its parts do)
 DYN_EDITS = {
@@ -359,10 +325,6 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
     "noamax": [("source", "amax = fmaxf(amax, fabsf(zf[i]));", "")],
     "noscale": [("source", "zf[i] *= scale;", "")],
     "cpnohint": [("source", CP_ASYNC, "cp.async.cg.shared.global")],
-    "l2pf": [("headers", "ld.global.nc.L1::no_allocate.v4.u32",
-              "ld.global.nc.L1::no_allocate.L2::256B.v4.u32")],
-    "plainst": [("headers", "st.global.cs.v4.u32", "st.global.v4.u32")],
-    "stream": [("source", INCLUDE, "#define NVE_STREAMING 1\n" + INCLUDE)],
     "cpevictfirst": [("source", CP_ASYNC_16, cp_async_16_policy("evict_first"))],
     "cpevictlast": [("source", CP_ASYNC_16, cp_async_16_policy("evict_last"))],
     "cpevictnormal": [("source", CP_ASYNC_16, cp_async_16_policy("evict_normal"))],
@@ -377,9 +339,6 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
             ("source", *TMA_COUNTER)],
     "stevictfirst": [("headers", STORE_VEC, store_8_policy("evict_first"))],
     "stevictlast": [("headers", STORE_VEC, store_8_policy("evict_last"))],
-    "l1w": [("source", ZERO_RAW, LOAD_WC + ZERO_RAW),
-            ("source", "load_f<Wt, V>(gamma, g, v, gf);", "load_wc<Wt, V>(gamma, g, v, gf);"),
-            ("source", "load_f<Wt, V>(beta, g, v, bf);", "load_wc<Wt, V>(beta, g, v, bf);")],
 }  # fmt: skip
 EDITS.update(DYN_EDITS)
 # ``redN`` (diagnostic): N floats more of static shared memory (the forwards' reduction
@@ -410,9 +369,9 @@ def parse_cases(text: str) -> list[tuple[str, int]]:
 
 
 def check_edits(names: list[str]) -> None:
-    """ValueError unless ``names`` are known edits, with ``stream`` where one needs it, and
-    at most one ``@TAG`` (a layout norm.parse_tag reads); ``base`` (the kernel as rendered,
-    no edit) only alone, which a caller passes as no names."""
+    """ValueError unless ``names`` are known edits and at most one ``@TAG`` (a layout
+    norm.parse_tag reads); ``base`` (the kernel as rendered, no edit) only alone, which a
+    caller passes as no names."""
     import nvrtc_engine.ops.norm as norm
 
     if "base" in names:
@@ -426,10 +385,6 @@ def check_edits(names: list[str]) -> None:
         raise ValueError(f"one @TAG per variant, not {tags}")
     for tag in tags:
         norm.parse_tag(tag[1:])  # ValueError with the expected form
-    for name in names:
-        if name in NEEDS_STREAM and "stream" not in names:
-            raise ValueError(f"edit {name!r} needs 'stream' (e.g. stream+{name}): without it "
-                             "the code it edits is not compiled")  # fmt: skip
 
 
 def edited(rendered: Any, names: list[str]) -> Any:

@@ -266,9 +266,12 @@ class TransposeSpec(TileSpec):
                 "transpose keeps the dtype (pass in_dtype= and out_dtype= alike)",
             )
 
+    def cuda_headers(self, key: KernelKey) -> bool:
+        return False  # bytes are moved, never converted
+
     def render_context(self, key: KernelKey) -> dict[str, Any]:
         ctx = super().render_context(key)
-        ctx.update(raw=True, has_q=False, soft_fp8=False, cuda_headers=False)
+        ctx.update(raw=True, has_q=False)
         return ctx
 
     def kernel_class(self) -> type[Kernel]:

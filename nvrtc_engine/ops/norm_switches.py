@@ -453,3 +453,15 @@ LOOP_BLOCK = 1024  # threads per CTA of the streaming kernels (forward, backward
 TILE_BLOCK = 256  # threads per CTA of the streaming backward (8 warps on a 32-access tile)
 TILE_CTAS_PER_SM = 4  # guess, to be measured: target CTAs of the streaming backward
 FINALIZE_BLOCK = 256
+
+# Until issue 44 deletes the switches above, the cache digest of a norm kernel takes in any
+# switch a test or tuning script changed (nvrtc_engine.cache.digest), so that no kernel built
+# under one setting is served under another.
+_IMPORTED = {n: dict(v) if isinstance(v, dict) else v for n, v in globals().items() if n.isupper()}
+
+
+def changed() -> str:
+    """The switches whose values differ from this file's, as text; ``""`` when none do."""
+    now = globals()
+    diff = [(name, now[name]) for name, value in _IMPORTED.items() if now[name] != value]
+    return repr(diff) if diff else ""

@@ -162,10 +162,12 @@ class QuantizeSpec(OpSpec):
             return (main, f"{main}_amax", f"{main}_amax_final")
         return (main, f"{main}_tile") if mx_tile_config(key) is not None else (main,)
 
+    def cuda_headers(self, key: KernelKey) -> bool:
+        return arch_number(key.arch) < HW_FP8_ARCH  # E4M3 / E5M2 conversions, block scales too
+
     def render_context(self, key: KernelKey) -> dict[str, Any]:
         ctx = super().render_context(key)
         fp4 = key.scaling == "nvfp4"
-        soft = arch_number(key.arch) < HW_FP8_ARCH  # E4M3 / E5M2 conversions
         ctx.update(
             params=QUANTIZE.c_params(), amax_params=AMAX.c_params(),
             amax_final_params=AMAX_FINAL.c_params(), tile_params=TILE.c_params(),
@@ -174,7 +176,6 @@ class QuantizeSpec(OpSpec):
             section="quantize", mx=not fp4, fp4=fp4, dact=None,
             rowwise=key.layout in ("rowwise", "both"), colwise=key.layout in ("columnwise", "both"),
             hw_fp4=fp4 and hardware_fp4(key.arch), max_norm=f"{key.output.max_finite:.1f}",
-            soft_fp8=soft, cuda_headers=soft,
         )  # fmt: skip
         tile = mx_tile_config(key)
         ctx.update(mx_tile=tile is not None)
