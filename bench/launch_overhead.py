@@ -20,9 +20,9 @@ Timed beside them, the pieces of an engine call (``step:`` rows):
   has: a miss, which skips the key comparison a hit makes);
 - the context check (``cuCtxGetCurrent`` through cuda.bindings) and PyTorch's current stream
   (``torch._C._cuda_getCurrentRawStream``);
-- allocating an output like x: ``torch.empty_like(x)``, ``x.new_empty(sizes)`` and
-  ``torch.empty(*sizes, dtype=, device=)`` (a prepared call takes the first where an input
-  has the output's shape, dtype and device, else the last).
+- allocating an output like x: ``torch.empty_like(x)``, the same with another dtype,
+  ``x.new_empty(sizes)`` and ``torch.empty(*sizes, dtype=, device=)`` (a prepared call takes
+  ``empty_like`` of an input of the output's shape and device, else ``empty``).
 
 On a GPU host with nvcc (on the PATH, or under $CUDA_HOME or /usr/local/cuda), ``floor:``
 rows: bench/launch_floor.cu's ``cuLaunchKernel`` called from C++ without Python, best of 5
@@ -260,6 +260,9 @@ def main() -> int:
     }
     if not tensors.startswith("fake"):
         cases["step: torch.empty_like(x)"] = lambda: empty_like(x)
+        cases["step: torch.empty_like(x, dtype=torch.uint8)"] = lambda: empty_like(
+            x, dtype=torch.uint8
+        )
         cases["step: x.new_empty((8, 1024))"] = lambda: x.new_empty((8, 1024))
         cases["step: torch.empty(8, 1024, dtype=, device=)"] = lambda: empty(
             8, 1024, dtype=bf16, device=device

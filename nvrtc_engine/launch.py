@@ -156,9 +156,9 @@ def prepare(
         if arg is None and t is not None:  # allocated by the checked path: by each call
             if type(t) not in TORCH_TYPES:
                 return None
-            like = _like(present, t)
+            like, same_dtype = _like(present, t)
             sizes = tuple(t.shape) or ((),)  # torch.empty(*ints) parses fastest; () for 0-d
-            allocs.append((like, sizes, t.dtype, t.device, ptrs[i] & 15))
+            allocs.append((like, same_dtype, sizes, t.dtype, t.device, ptrs[i] & 15))
             row[i] = len(row)
     is_present = [t is not None for t in tensors]
     prepared = []
@@ -265,13 +265,15 @@ def _runner(
         made: list[Any] = []
         if allocs:
             at = first_alloc
-            for like, sizes, dtype, where, residue in allocs:
-                # one step each: empty_like where a given tensor has the output's shape,
-                # dtype and device, else empty with the sizes as ints
+            for like, same_dtype, sizes, dtype, where, residue in allocs:
+                # one step each, the cheapest to parse (bench/launch_overhead.py): empty_like
+                # of a given tensor of the output's shape and device, else empty of the sizes
                 if like is None:
                     t = empty(*sizes, dtype=dtype, device=where)
-                else:
+                elif same_dtype:
                     t = empty_like(tensors[like])
+                else:
+                    t = empty_like(tensors[like], dtype=dtype)
                 p = t.data_ptr()
                 if p & 15 != residue:
                     return None
@@ -299,11 +301,16 @@ def _runner(
     return run
 
 
-def _like(given: Sequence[Any], out: Any) -> int | None:
-    """The index in ``given`` (torch tensors) of one that ``out`` (a contiguous output) has
-    the shape, dtype and device of, for ``torch.empty_like``; None when there is none."""
+def _like(given: Sequence[Any], out: Any) -> tuple[int | None, bool]:
+    """``(index, same dtype)``: the index in ``given`` (torch tensors) of a contiguous one
+    that ``out`` (a contiguous output) has the shape and device of, one of its dtype first,
+    for ``torch.empty_like``, and whether its dtype is ``out``'s; ``(None, False)`` when there
+    is none."""
+    found: tuple[int | None, bool] = (None, False)
     for index, t in enumerate(given):
-        if (t.is_contiguous() and t.shape == out.shape and t.dtype == out.dtype
-                and t.device == out.device):  # fmt: skip
-            return index
-    return None
+        if t.is_contiguous() and t.shape == out.shape and t.device == out.device:
+            if t.dtype == out.dtype:
+                return index, True
+            if found[0] is None:
+                found = (index, False)
+    return found

@@ -173,8 +173,8 @@ def module(current_stream: int = 0) -> types.ModuleType:
         shape = size[0] if len(size) == 1 and not isinstance(size[0], int) else size
         return Tensor(shape, dtype, device=index or 0)
 
-    def empty_like(t: Tensor) -> Tensor:
-        return Tensor(t.shape, t.dtype, device=t.get_device())
+    def empty_like(t: Tensor, *, dtype: dtype | None = None) -> Tensor:
+        return Tensor(t.shape, t.dtype if dtype is None else dtype, device=t.get_device())
 
     torch.empty = empty
     torch.empty_like = empty_like
