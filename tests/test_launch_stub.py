@@ -3,8 +3,9 @@ libcuda (tests/host_cuda/libcuda_stub.c), with fake torch tensors, in a subproce
 (the stub's fake device must not be seen by this process's GPU tests).
 
 Every family's representative calls (tests/launch_record.py) give the driver the same
-function, grid, block, stream and parameter bytes on the checked path, on the call that
-prepares the launch and on a prepared call; each parameter, read back by the name the
+function, grid, block, stream and parameter bytes on the checked path (which prepares the
+launch) and on two later calls, which launch through the prepared launch without the checked
+path where the call can be prepared; each parameter, read back by the name the
 kernel's signature gives it, holds the argument the family binds to that name; refused
 launches and context switches raise CudaError; another context made current in between is
 switched back.
