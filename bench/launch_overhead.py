@@ -244,9 +244,13 @@ def main() -> int:
     current_stream = torch._C._cuda_getCurrentRawStream
     ordinal = x.get_device()
     empty, empty_like, bf16 = torch.empty, torch.empty_like, torch.bfloat16
-    cases: dict[str, Callable[[], Any]] = {
-        OUT: lambda: kernel(x, out),
-        ALLOC: lambda: kernel(x),
+    cases: dict[str, Callable[[], Any]] = {OUT: lambda: kernel(x, out), ALLOC: lambda: kernel(x)}
+    if not stub:
+        import torch.nn.functional as F
+
+        cases[ADD] = lambda: torch.add(x, x, out=out)
+        cases[GELU] = lambda: F.gelu(x, approximate="tanh")
+    cases |= {
         "step: engine gelu(x, out), cuLaunchKernelEx a no-op": lambda: idle(x, out),
         "step: engine gelu(x), cuLaunchKernelEx a no-op": lambda: idle(x),
         "step: cuLaunchKernelEx through cuda.bindings alone": (
@@ -267,11 +271,6 @@ def main() -> int:
         cases["step: torch.empty(8, 1024, dtype=, device=)"] = lambda: empty(
             8, 1024, dtype=bf16, device=device
         )
-    if not stub:
-        import torch.nn.functional as F
-
-        cases[ADD] = lambda: torch.add(x, x, out=out)
-        cases[GELU] = lambda: F.gelu(x, approximate="tanh")
     # the stub's time is all this thread's: its CPU time, which other processes do not inflate
     clock = time.thread_time if stub else time.perf_counter
     times = paired(cases, sync, args.calls, args.rounds, clock)
