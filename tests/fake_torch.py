@@ -169,6 +169,8 @@ def module(current_stream: int = 0) -> types.ModuleType:
     )
 
     def empty(*size: Any, dtype: dtype, device: Any = None) -> Tensor:
+        if not size:  # as torch's: a 0-d tensor is empty(())
+            raise TypeError('empty() missing 1 required positional arguments: "size"')
         index = device.index if isinstance(device, type(torch.device("cuda", 0))) else 0
         shape = size[0] if len(size) == 1 and not isinstance(size[0], int) else size
         return Tensor(shape, dtype, device=index or 0)

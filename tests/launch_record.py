@@ -306,6 +306,8 @@ def cases() -> dict[str, tuple]:
     rms = k("rmsnorm_fwd", in_dtype="bf16", hidden_size=64)
     c["rmsnorm_fwd regs"] = (lambda: rms(xr, wr, 1e-6, zr, rr), rms)
     c["rmsnorm_fwd regs allocates"] = (lambda: rms(xr, wr, 0.5), rms)
+    x1 = T("x1", (64,))  # one row: rsigma is 0-d
+    c["rmsnorm_fwd one row allocates"] = (lambda: rms(x1, wr, 0.5), rms)
     ln = k("layernorm_fwd", in_dtype="bf16", hidden_size=64)
     c["layernorm_fwd regs"] = (lambda: ln(xr, wr, br, 1e-5, zr, mr, rr), ln)
     c["layernorm_fwd regs allocates"] = (lambda: ln(xr, wr, br, 0.25), ln)
