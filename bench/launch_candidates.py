@@ -5,11 +5,10 @@
 
 The kernel: rmsnorm_fwd bf16, hidden size 1024, 4 rows (its template waits for its grid
 dependency, so it may be a programmatic dependent launch). Each candidate is a factory
-``make(function, grid, block, shmem, dependent) -> go(stream, params)``, the shape of
-``nvrtc_engine.launch.launcher``, and its ``go`` does per launch what a call does: find the
-per-stream object (a CUstream, a launch configuration, a cuda.core Stream) from the stream
-handle, and launch with the parameters packed once (cuda.core takes the values instead, the
-float as a numpy float32 made per call):
+``make(function, grid, block, shmem, dependent) -> go(stream, params)``, and its ``go`` does
+per launch what a call does: find the per-stream object (a CUstream, a launch configuration, a
+cuda.core Stream) from the stream handle, and launch with the parameters packed once
+(cuda.core takes the values instead, the float as a numpy float32 made per call):
 
 - ``bindings cuLaunchKernel``: cuda.bindings' cuLaunchKernel (cuLaunchKernelEx when
   ``dependent``: cuLaunchKernel has no launch attributes);
@@ -20,7 +19,9 @@ float as a numpy float32 made per call):
 - ``cuda.core launch``: ``cuda.core.launch(stream, config, kernel, *args)``, a cuda.core
   ``Stream`` per stream handle and a ``LaunchConfig`` made once
   (``programmatic_stream_serialization`` for ``dependent``);
-- ``nvrtc_engine.launch.launcher``: the package's choice, for reference.
+- ``nvrtc_engine.launch.launch``: the package's driver call (cuLaunchKernelEx through
+  cuda.bindings, the configuration from its cache by launch shape and stream), for
+  reference.
 
 Plus the context check each launch needs: cuCtxGetCurrent through cuda.bindings and through
 ctypes. Each is timed with and without programmatic dependent launch (PDL), in --rounds
@@ -178,6 +179,15 @@ def ctypes_launch_ex(function: Any, grid: int, block: int, shmem: int, dependent
     return go
 
 
+def engine_launch(function: Any, grid: int, block: int, shmem: int, dependent: bool) -> Go:
+    from nvrtc_engine.launch import launch
+
+    def go(stream: int, params: int) -> None:
+        launch(function, grid, block, shmem, dependent, stream, params)
+
+    return go
+
+
 def cuda_core_launch(values: list[Any], float_at: int) -> Callable[..., Go]:
     """cuda.core's launch, given the parameter values (it packs them itself) and the index
     of the float one (a numpy float32 made per call, as a call's eps would be)."""
@@ -227,7 +237,6 @@ def main() -> int:
 
         sync = torch.cuda.synchronize
     import nvrtc_engine as ne
-    from nvrtc_engine import launch as ne_launch
     from nvrtc_engine.ops.norm_kernels import FWD
     from nvrtc_engine.signature import param_buffer
 
@@ -263,7 +272,7 @@ def main() -> int:
         "bindings cuLaunchKernelEx": bindings_launch_ex,
         "ctypes cuLaunchKernel": ctypes_launch,
         "ctypes cuLaunchKernelEx": ctypes_launch_ex,
-        "nvrtc_engine.launch.launcher": ne_launch.launcher,
+        "nvrtc_engine.launch.launch": engine_launch,
     }
     try:
         import cuda.core

@@ -24,7 +24,6 @@ RESULTS = ROOT / "bench" / "results"
 PAGE = ROOT / "docs" / "performance.md"
 PLOT = ROOT / "docs" / "img" / "bandwidth.png"
 BLOCK = re.compile(r"(<!-- bench:(\w+) -->\n)(.*?)(<!-- /bench:\2 -->)", re.S)
-BARE = "step: cuLaunchKernel (compiled launcher, packed params)"  # launch_overhead's bare launch
 NORM_OTHERS = ("nvrtc_engine general", "torch eager", "torch eager autograd", "torch.compile")
 WARM = [("warm: a fresh process, every kernel ready", "ready_ms"),
         ("warm, NVRTC loaded first: every kernel ready", "ready_after_nvrtc_load_ms"),
@@ -141,24 +140,23 @@ def cast() -> list[str]:
 
 
 def launch() -> list[str]:
-    if (d := load("launch_overhead")) is None:
-        return []
-    paired = {r["case"].removeprefix("paired: "): r for r in d["rows"]
-              if r["case"].startswith("paired: ")}  # fmt: skip
-    rows = []
-    for r in d["rows"]:
-        name = r["case"]
-        if name.startswith(("paired: ", "step: ")) and name != BARE:
-            continue
-        p = paired.get(name, {})
-        rows.append([name.replace(BARE, "bare launch: cuLaunchKernel from C with fixed arguments"),
-                     f"{r['us']:.2f}", pct(p.get("us"), ".2f", ""),
-                     pct(p.get("over_bare_us"), "+.2f", "")])  # fmt: skip
-    calls = f"runs of {d.get('calls', 200)} calls, best of {d.get('repeat', 20)}"
-    rounds = next((r["rounds"] for r in paired.values()), 0)
-    head = ["call", f"us ({calls})", f"us, median of {rounds} paired rounds",
-            "over the bare launch, us"]  # fmt: skip
-    return [f"{run_line(d, 'launch_overhead')} nvrtc_engine {d['version']}.", table(head, rows)]
+    out = []
+    if (d := load("launch_overhead")) is not None:
+        rows = [[r["case"], f"{r['us']:.2f}", f"{r['min_us']:.2f}"] for r in d["rows"]]
+        met = "; ".join(f"{t['engine']} at most {t['torch']}: {'met' if t['met'] else 'missed'}"
+                        for t in d.get("targets", []))  # fmt: skip
+        out += [f"{run_line(d, 'launch_overhead')} Kernel {d['kernel']}, x of "
+                f"{'x'.join(map(str, d['shape']))} bf16. Targets: {met or '-'}.",
+                table(["call", f"us per call, median of {d['rounds']} rounds of {d['calls']}",
+                       "least round, us"], rows)]  # fmt: skip
+    if (c := load("launch_candidates")) is not None:
+        rows = [[r["case"], f"{r['us']:.3f}", f"{r['min_us']:.3f}"] for r in c["rows"]]
+        core = f", cuda.core {c['cuda_core']}" if c.get("cuda_core") else ""
+        out += [f"The driver call alone (`bench/launch_candidates.py`): kernel {c['kernel']}, "
+                f"grid {c['grid']}, block {c['block']}{core}. {run_line(c, 'launch_candidates')}",
+                table(["launch", f"us per launch, median of {c['rounds']} rounds of "
+                       f"{c['calls']}", "least round, us"], rows)]  # fmt: skip
+    return out
 
 
 def compile_latency() -> list[str]:

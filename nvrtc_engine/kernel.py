@@ -4,10 +4,11 @@
 subclasses it with a ``__call__`` that binds arrays to parameters; this module holds what
 they share: lazy per-device loading, device checks, and the launch.
 
-A family's ``__call__`` first offers its array arguments to :meth:`Kernel._fast`: a call
-whose key was seen before launches through the key's prepared launches
-(:mod:`nvrtc_engine.launch`); any other takes the family's checked path, which checks every
-argument, raises the errors, and hands its launches to :meth:`Kernel._submit`.
+A family's ``__call__`` first reads the call's key from its tensors (:meth:`Kernel._fast1`,
+``_fast2``, ``_fast3`` by hand, :meth:`Kernel._fastn` for any number): a call whose key was
+seen before launches through the key's prepared launch (:mod:`nvrtc_engine.launch`); any
+other takes the family's checked path, which checks every argument, raises the errors, and
+hands its launches to :meth:`Kernel._submit`, which also prepares them for the key.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from . import driver
 from .errors import ArgumentError, NoDeviceError
 from .interop import TORCH_TYPES, Array, allocate_like, as_array, stream_handle
 from .key import arch_number
-from .launch import MAX_PREPARED, Prepared, launch
+from .launch import MAX_PREPARED, call_key, launch, prepare
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -97,7 +98,7 @@ class Kernel:
         self.origin = origin
         self._loaded: dict[int, Loaded] = {}
         self._lock = threading.Lock()
-        self._prepared: dict[Any, Prepared] = {}  # by call key (nvrtc_engine.launch)
+        self._prepared: dict[Any, Any] = {}  # call key -> prepared run (nvrtc_engine.launch)
         self._dependent = self._dependent_launch()  # decided once, when the kernel is made
 
     def __repr__(self) -> str:
@@ -201,39 +202,66 @@ class Kernel:
             return False
 
     # Launching: prepared launches, and the checked path's launches ----------------------------
+    # _fast1/_fast2/_fast3 read the call key (nvrtc_engine.launch.call_key) of one, two or
+    # three given tensors by hand, _fastn of any number: the families' __call__ picks one by
+    # the arguments given. Each returns what the prepared launch allocated (a list, empty when
+    # nothing), or None when the call has no prepared launch (then the checked path runs).
 
-    def _fast(
-        self, arrays: Sequence[Any], floats: Sequence[float], stream: Any, extra: Any = None
-    ) -> tuple[Any, Any]:
-        """Launch a call through its key's prepared launches, if it has them.
+    def _fast1(self, tag: Any, a: Any, floats: Sequence[float], stream: Any) -> list[Any] | None:
+        """Launch a call of one given tensor ``a`` (``tag``: its CallArgs mask, see
+        :func:`~launch.call_key`) through its key's prepared launch, if there is one."""
+        if type(a) in TORCH_TYPES:
+            pa = a.data_ptr()
+            run = self._prepared.get((tag, a.dtype, a.shape, a.get_device(), a.is_contiguous(),
+                                      pa & 15))  # fmt: skip
+            if run is not None:
+                return run((a,), (pa,), floats, stream)
+        return None
 
-        ``arrays``: the family's array arguments in its :class:`~signature.CallArgs` order
-        (None where omitted); ``floats``: its float arguments (checked); ``extra``: anything
-        else (hashable) the checked path's outcome depends on. Returns ``(done, key)``:
-        ``done`` is ``arrays`` with the omitted outputs allocated, once launched; else None,
-        and ``key`` is the call key to hand to :meth:`_submit` (None: a call that cannot be
-        prepared, e.g. with an array of another library)."""
-        ptrs = [0] * len(arrays)
-        key: tuple[Any, ...] = (extra,)
-        low = 0
-        for i, t in enumerate(arrays):
-            if t is not None:
-                if type(t) not in TORCH_TYPES:
-                    return None, None
-                p = ptrs[i] = t.data_ptr()
-                low |= p
-                key += (i, t.dtype, t.shape, t.get_device(), t.is_contiguous())
-        if low & 15:
-            key += tuple([p & 15 for p in ptrs])
-        prepared = self._prepared.get(key)
-        if prepared is None:
-            return None, key
-        done = prepared.run(arrays, ptrs, floats, stream)
-        return done, (key if done is None else None)
+    def _fast2(self, tag: Any, a: Any, b: Any, floats: Sequence[float],
+               stream: Any) -> list[Any] | None:  # fmt: skip
+        """:meth:`_fast1` for two given tensors, in CallArgs order."""
+        if type(a) in TORCH_TYPES and type(b) in TORCH_TYPES:
+            pa, pb = a.data_ptr(), b.data_ptr()
+            run = self._prepared.get((
+                tag, a.dtype, a.shape, a.get_device(), a.is_contiguous(), pa & 15,
+                b.dtype, b.shape, b.get_device(), b.is_contiguous(), pb & 15,
+            ))  # fmt: skip
+            if run is not None:
+                return run((a, b), (pa, pb), floats, stream)
+        return None
+
+    def _fast3(self, tag: Any, a: Any, b: Any, c: Any, floats: Sequence[float],
+               stream: Any) -> list[Any] | None:  # fmt: skip
+        """:meth:`_fast1` for three given tensors, in CallArgs order."""
+        if type(a) in TORCH_TYPES and type(b) in TORCH_TYPES and type(c) in TORCH_TYPES:
+            pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+            run = self._prepared.get((
+                tag, a.dtype, a.shape, a.get_device(), a.is_contiguous(), pa & 15,
+                b.dtype, b.shape, b.get_device(), b.is_contiguous(), pb & 15,
+                c.dtype, c.shape, c.get_device(), c.is_contiguous(), pc & 15,
+            ))  # fmt: skip
+            if run is not None:
+                return run((a, b, c), (pa, pb, pc), floats, stream)
+        return None
+
+    def _fastn(self, given: Sequence[Any], floats: Sequence[float], stream: Any,
+               extra: Any = None) -> list[Any] | None:  # fmt: skip
+        """:meth:`_fast1` for any array arguments ``given`` (CallArgs order, None where
+        omitted; the tag is their mask, with ``extra``: anything else, hashable, the checked
+        path's outcome depends on)."""
+        got = call_key(given, extra)
+        if got is not None:
+            key, tensors, ptrs = got
+            run = self._prepared.get(key)
+            if run is not None:
+                return run(tensors, ptrs, floats, stream)
+        return None
 
     def _submit(
-        self, key: Any, given: Sequence[Any], tensors: Sequence[Any], ptrs: Sequence[int],
+        self, given: Sequence[Any], tensors: Sequence[Any], ptrs: Sequence[int],
         floats: Sequence[float], stream: Any, like: Array, launches: Sequence[LaunchSpec],
+        extra: Any = None, prepared: bool = True,
     ) -> None:  # fmt: skip
         """Launch what a family's checked path computed, in order, on one stream.
 
@@ -241,20 +269,19 @@ class Kernel:
         each (:mod:`nvrtc_engine.signature`). ``given`` are the array arguments as passed,
         ``tensors`` as used (outputs allocated), ``ptrs`` their addresses (0 for None), in
         the family's :class:`~signature.CallArgs` order; ``floats`` its float arguments.
-        With a call key from :meth:`_fast` the launches become that key's
-        :class:`~launch.Prepared` and run through it; otherwise they are packed and
-        launched here."""
+        When ``prepared`` and the call has a key (:func:`~launch.call_key` of ``given`` and
+        ``extra``), the launches also become the key's prepared launch (:func:`~launch.prepare`)
+        for later calls."""
         loaded = self.loaded(like.device)
-        if key is not None and launches:
-            prepared = Prepared.build(self, loaded, given, tensors, ptrs, launches)
-            if prepared is not None:
+        got = call_key(given, extra) if prepared and launches else None
+        if got is not None:
+            run = prepare(self, loaded, given, tensors, ptrs, len(floats), launches)
+            if run is not None:
                 table = self._prepared
                 if len(table) >= MAX_PREPARED:  # evict the oldest (another thread may be too)
                     with contextlib.suppress(KeyError, RuntimeError, StopIteration):
                         del table[next(iter(table))]
-                table[key] = prepared
-                prepared.run(tensors, list(ptrs), floats, stream, allocate=False)
-                return
+                table[got[0]] = run
         handle = stream_handle(stream, like)
         driver.make_current(loaded.device)
         shared, dependent = self._shared, self._dependent

@@ -13,8 +13,8 @@ offset in bytes), or :class:`FloatRef`, one of its float arguments. A family nam
 and float arguments once, in the order its ``__call__`` passes them (:class:`CallArgs`), and
 refers to them by name (``A.out``, ``A.workspace + 16``, ``A.eps``). Packing resolves the
 references with the call's values (:meth:`Signature.pack`); a prepared launch
-(:mod:`nvrtc_engine.launch`) packs the constants once and writes only the referenced slots
-on each call (:meth:`Signature.prepare`), so both pack the same bytes.
+(:mod:`nvrtc_engine.launch`) packs the constants once and points the referenced parameters
+at the values each call writes (:meth:`Signature.prepare`), so both give the same bytes.
 
 Layout: every parameter takes an 8-byte slot (an int32 or float32 in its first four bytes,
 the rest zero); the ``void*[]`` that ``cuLaunchKernel`` takes points at each slot.
@@ -129,8 +129,9 @@ class FloatRef:
 
 class CallArgs:
     """The names of a family's array arguments and float arguments, in the order its
-    ``__call__`` hands them to the launch (``Kernel._fast``, ``Kernel._submit``); each name
-    is an attribute: a :class:`Ref` (arrays) or :class:`FloatRef` (floats)."""
+    ``__call__`` hands them to the launch (``Kernel._fast1``..., ``Kernel._submit``); each
+    name is an attribute: a :class:`Ref` (arrays) or :class:`FloatRef` (floats);
+    :meth:`mask` gives the call key's tag of a set of given arrays."""
 
     def __init__(self, arrays: tuple[str, ...], floats: tuple[str, ...] = ()) -> None:
         self.arrays = arrays
@@ -140,6 +141,13 @@ class CallArgs:
         if len(refs) != len(arrays) + len(floats):
             raise ValueError(f"argument names repeat: {arrays} {floats}")
         self._refs = refs
+
+    def mask(self, *names: str) -> int:
+        """The bit mask of the array arguments ``names`` (bit i: argument i is given): a
+        call key's tag (:func:`nvrtc_engine.launch.call_key`). Raises ``KeyError`` for a
+        name that is no array argument."""
+        index = {n: i for i, n in enumerate(self.arrays)}
+        return sum(1 << index[n] for n in set(names))
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -222,33 +230,29 @@ class Signature:
 
     def prepare(
         self, bound: dict[str, _Value], present: Any
-    ) -> tuple[bytes, tuple[tuple[int, int], ...], tuple[tuple[int, int, int], ...],
-               tuple[tuple[int, int], ...]] | None:  # fmt: skip
+    ) -> tuple[bytes, tuple[tuple[int, int, int], ...], tuple[tuple[int, int], ...]] | None:
         """``bound`` for repeated calls in which the array arguments ``present`` (a sequence
         of bools, in :class:`CallArgs` order) are given and the others are None: ``(image,
-        pointers, offset pointers, floats)``, the constants packed once and the writes a
-        call makes, ``(slot, array index)``, ``(slot, array index, offset)`` and ``(float32
-        index in the image, float index)``. None when a pointer parameter is bound to a
+        refs, floats)``, the constants packed once (0 where a call supplies the value), the
+        parameters a call's addresses go to, ``(slot, array index, offset)``, and those its
+        floats go to, ``(slot, float index)``. None when a pointer parameter is bound to a
         non-zero number: an address no later call could share, so the launch cannot be
         prepared (a family passes addresses it allocates itself that way)."""
         values: list[int | float] = []
-        pointers, offsets, floats = [], [], []
+        refs, floats = [], []
         for slot, (name, kind) in enumerate(zip(self.names, self.kinds, strict=True)):
             v = bound[name]
             if type(v) is Ref:
                 if present[v.index]:
-                    if v.offset:
-                        offsets.append((slot, v.index, v.offset))
-                    else:
-                        pointers.append((slot, v.index))
+                    refs.append((slot, v.index, v.offset))
                 v = 0
             elif type(v) is FloatRef:
-                floats.append((2 * slot, v.index))
+                floats.append((slot, v.index))
                 v = 0.0
             elif kind == "ptr" and v:
                 return None
             values.append(v)
-        return self.struct.pack(*values), tuple(pointers), tuple(offsets), tuple(floats)
+        return self.struct.pack(*values), tuple(refs), tuple(floats)
 
     def unpack(self, data: bytes) -> dict[str, int | float]:
         """Packed parameters (as :meth:`pack` writes them) by name (tests, tools)."""

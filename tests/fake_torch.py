@@ -169,12 +169,14 @@ def module(current_stream: int = 0) -> types.ModuleType:
     )
 
     def empty(*size: Any, dtype: dtype, device: Any = None) -> Tensor:
+        if not size:  # as torch's: a 0-d tensor is empty(())
+            raise TypeError('empty() missing 1 required positional arguments: "size"')
         index = device.index if isinstance(device, type(torch.device("cuda", 0))) else 0
         shape = size[0] if len(size) == 1 and not isinstance(size[0], int) else size
         return Tensor(shape, dtype, device=index or 0)
 
-    def empty_like(t: Tensor) -> Tensor:
-        return Tensor(t.shape, t.dtype, device=t.get_device())
+    def empty_like(t: Tensor, *, dtype: dtype | None = None) -> Tensor:
+        return Tensor(t.shape, t.dtype if dtype is None else dtype, device=t.get_device())
 
     torch.empty = empty
     torch.empty_like = empty_like

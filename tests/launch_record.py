@@ -124,23 +124,52 @@ def _decode(launch: dict) -> dict:
             "stream": launch["stream"], "params": values}  # fmt: skip
 
 
-def record(call, *kernels) -> list[dict]:
+CHECKED: list[int] = [0]  # calls of the checked path's launches (Kernel._submit, _launch_packed)
+
+
+def _counted(kernel) -> None:
+    """Count ``kernel``'s checked launches in :data:`CHECKED` (once per kernel object)."""
+    for name in ("_submit", "_launch_packed"):
+        if name in vars(kernel):
+            continue
+        launch = getattr(kernel, name)
+
+        def counted(*args, _launch=launch, **kwargs):
+            CHECKED[0] += 1
+            return _launch(*args, **kwargs)
+
+        setattr(kernel, name, counted)
+
+
+def record(call, *kernels, again: list | None = None) -> list[dict]:
     """The launches of ``call`` (of ``kernels``), decoded; made three times (the checked
-    path, the call that prepares, a prepared call), which must launch the same."""
+    path, which prepares the call's launches where it can, unless an earlier call of the same
+    key did, then twice more), which must launch the same. ``again``, a list, gets the number
+    of the second and third calls that took the checked path (0 for a prepared call, 2 for
+    one that cannot be)."""
     for kernel in kernels:
         _register(kernel)
-    runs = []
+        _counted(kernel)
+    runs, checked = [], [CHECKED[0]]
     for _ in range(3):
         before = stub.launches
         call()
         runs.append([_decode(launch) for launch in stub.since(before)])
+        checked.append(CHECKED[0])
+    if again is not None:
+        again.append(checked[3] - checked[1])
     assert runs[0] == runs[1] == runs[2], json.dumps(runs, indent=1)
     return runs[0]
 
 
-def record_all() -> dict[str, tuple[list[dict], tuple]]:
-    """Every case of :func:`cases`: its launches and its kernels."""
-    return {name: (record(call, *kernels), kernels) for name, (call, *kernels) in cases().items()}
+def record_all() -> dict[str, tuple[list[dict], tuple, int]]:
+    """Every case of :func:`cases`: its launches, its kernels and how many of its second and
+    third calls took the checked path."""
+    out = {}
+    for name, (call, *kernels) in cases().items():
+        again: list[int] = []
+        out[name] = (record(call, *kernels, again=again), tuple(kernels), again[0])
+    return out
 
 
 def cases() -> dict[str, tuple]:
@@ -166,6 +195,7 @@ def cases() -> dict[str, tuple]:
     c["gelu fp8 tensor"] = (lambda: g8(x, y8, scale=s, amax=a, scale_inv=si), g8)
     dg = k("dgelu", dtype="bf16")
     c["dgelu flat"] = (lambda: dg(g, x, y), dg)
+    c["dgelu flat allocates"] = (lambda: dg(g, x), dg)
     sw = k("swiglu", dtype="bf16")
     c["swiglu rows"] = (lambda: sw(h, o), sw)
     dsw = k("dswiglu", dtype="bf16")
@@ -276,8 +306,11 @@ def cases() -> dict[str, tuple]:
     rms = k("rmsnorm_fwd", in_dtype="bf16", hidden_size=64)
     c["rmsnorm_fwd regs"] = (lambda: rms(xr, wr, 1e-6, zr, rr), rms)
     c["rmsnorm_fwd regs allocates"] = (lambda: rms(xr, wr, 0.5), rms)
+    x1 = T("x1", (64,))  # one row: rsigma is 0-d
+    c["rmsnorm_fwd one row allocates"] = (lambda: rms(x1, wr, 0.5), rms)
     ln = k("layernorm_fwd", in_dtype="bf16", hidden_size=64)
     c["layernorm_fwd regs"] = (lambda: ln(xr, wr, br, 1e-5, zr, mr, rr), ln)
+    c["layernorm_fwd regs allocates"] = (lambda: ln(xr, wr, br, 0.25), ln)
     gen = k("layernorm_fwd", in_dtype="bf16")
     xg, zg, wg = T("xg", (3000, 200)), T("zg", (3000, 200)), T("gammag", (200,))
     mg, rg = T("mug", (3000,), "float32"), T("rsg", (3000,), "float32")
@@ -317,7 +350,7 @@ def cases() -> dict[str, tuple]:
 
 
 def main() -> int:
-    out = {name: launches for name, (launches, _) in record_all().items()}
+    out = {name: launches for name, (launches, _, _) in record_all().items()}
     Path(sys.argv[1]).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     print("recorded", len(out), "calls,", sum(map(len, out.values())), "launches")
     return 0

@@ -307,6 +307,8 @@ def test_clamped_swiglu_parameters(kernels):
         kernels["clamped"](x, y, limit=-1.0)
     with pytest.raises(ArgumentError, match="alpha: must be finite"):
         kernels["clamped"](x, y, limit=7.0, alpha=float("nan"))
+    with pytest.raises(ArgumentError, match="limit: must be finite as fp32"):
+        kernels["clamped"](x, y, limit=1e39)  # fp32's inf: refused, prepared call or not
     with pytest.raises(ArgumentTypeError, match="linear_offset: must be a real number"):
         kernels["clamped"](x, y, limit=7.0, linear_offset="1")
     with pytest.raises(ArgumentError, match="limit: is required"):
@@ -407,8 +409,8 @@ def _launches(kernel, monkeypatch, *args, **kwargs):
     """The launches a call would submit, ``(function index, grid, block, parameter values by
     name)`` each (no driver: _submit is replaced)."""
     seen = []
-    monkeypatch.setattr(kernel, "_fast", lambda *a: (None, None))
-    record = lambda *a: seen.extend((i, g, b, v) for i, g, b, _, v in a[-1])  # noqa: E731
+    monkeypatch.setattr(kernel, "_prepared", {})  # (none: _submit prepares them)
+    record = lambda *a, **k: seen.extend((i, g, b, v) for i, g, b, _, v in a[6])  # noqa: E731
     monkeypatch.setattr(kernel, "_submit", record)
     kernel(*args, **kwargs)
     return seen

@@ -3,7 +3,7 @@ bit, in every family; many calls with alternating shapes, dtypes, alignment and 
 stay right; prepared launches follow torch's current stream, survive context switches and
 threads, and are captured in CUDA graphs.
 
-The checked path is forced with ``kernel._fast = lambda *a, **k: (None, None)``.
+The checked path is forced by a table of prepared launches that keeps none (``generic``).
 """
 
 from __future__ import annotations
@@ -20,15 +20,22 @@ from nvrtc_engine import reference
 pytestmark = pytest.mark.gpu
 
 
+class _KeepsNone(dict):
+    """A table of prepared launches that keeps none: every call takes the checked path."""
+
+    def __setitem__(self, key, value):
+        pass
+
+
 def generic(kernel):
-    """The same kernel object, made to take the generic path on every call."""
-    kernel._fast = lambda *args, **kwargs: (None, None)
+    """The same kernel object, made to take the checked path on every call."""
+    kernel._prepared = _KeepsNone()
     return kernel
 
 
 def prepared(kernel):
     """The kernel with prepared launches again."""
-    kernel.__dict__.pop("_fast", None)
+    kernel._prepared = {}
     return kernel
 
 

@@ -3,8 +3,9 @@ libcuda (tests/host_cuda/libcuda_stub.c), with fake torch tensors, in a subproce
 (the stub's fake device must not be seen by this process's GPU tests).
 
 Every family's representative calls (tests/launch_record.py) give the driver the same
-function, grid, block, stream and parameter bytes on the checked path, on the call that
-prepares the launch and on a prepared call; each parameter, read back by the name the
+function, grid, block, stream and parameter bytes on the checked path (which prepares the
+launch) and on two later calls, which launch through the prepared launch without the checked
+path where the call can be prepared; each parameter, read back by the name the
 kernel's signature gives it, holds the argument the family binds to that name; refused
 launches and context switches raise CudaError; another context made current in between is
 switched back.
@@ -32,15 +33,17 @@ SCRIPT = textwrap.dedent(
 
     recorded = lr.record_all()
     # the parameter lists the templates render are the signatures' (no list written twice)
-    for name, (launches, kernels) in recorded.items():
+    for name, (launches, kernels, _) in recorded.items():
         for kernel in kernels:
             source = render(kernel.key).source
             for symbol in kernel.artifact.symbols:
                 assert f"{symbol}(" in source, symbol
-    # every call of torch tensors is prepared, except MXFP8 activation outputs (their scales
+    # every call of torch tensors is prepared (its second and third calls launch through the
+    # prepared launch, not the checked path), except MXFP8 activation outputs (their scales
     # are zeroed first) and multi_cast_transpose (a table per call)
-    for name, (launches, kernels) in recorded.items():
+    for name, (launches, kernels, again) in recorded.items():
         unprepared = name.startswith(("gelu mxfp8", "swiglu mxfp8", "multi_cast"))
+        assert again == (2 if unprepared else 0), (name, again)
         assert all(bool(k._prepared) != unprepared for k in kernels), name
 
     def params(name, launch=0):

@@ -83,9 +83,12 @@ TILE = Signature(
 )  # fmt: skip
 ROWS = TILE.extend(i64("ur"), i64("uq"), i64("sr"), i64("sq"), i64("div_magic_arg"),
                    i32("div_shift_arg"), i32("compact"))  # fmt: skip
-# A call's arguments, in the order every activation kernel hands them to Kernel._fast
+# A call's arguments, in the order every activation kernel hands them to the launch, and the
+# call key tags of the calls without scaling arguments (Kernel._fast1...)
 _ARGS = CallArgs(("grad", "x", "out", "scale", "amax", "scale_inv"),
                  ("limit", "alpha", "linear_offset"))  # fmt: skip
+_X, _X_OUT = _ARGS.mask("x"), _ARGS.mask("x", "out")
+_GRAD_X, _GRAD_X_OUT = _ARGS.mask("grad", "x"), _ARGS.mask("grad", "x", "out")
 KINDS: tuple[str, ...] = ("act", "dact", "gated", "dgated")
 CLAMPED_SWIGLU_ALPHA = 1.702
 CLAMPED_SWIGLU_LINEAR_OFFSET = 1.0
@@ -460,18 +463,39 @@ class _Launcher(Kernel):
         return dict(ur=ur, uq=uq, sr=sr, sq=sq, div_magic_arg=m, div_shift_arg=s,
                     compact=compact)  # fmt: skip
 
+    def _call(self, grad: Any, x: Any, out: Any, scale: Any, amax: Any, scale_inv: Any,
+              floats: tuple[float, ...], stream: Any) -> Any:  # fmt: skip
+        """A call of any activation kernel class (``grad`` None for a forward op;
+        ``floats``: clamped SwiGLU's ``(limit, alpha, linear_offset)``, else empty): through
+        its call key's prepared launch if it has one (read by hand for the calls without
+        scaling arguments), else the checked path (:meth:`_run`)."""
+        if scale is None and amax is None and scale_inv is None:
+            if grad is None:
+                if out is None:
+                    done = self._fast1(_X, x, floats, stream)
+                else:
+                    done = self._fast2(_X_OUT, x, out, floats, stream)
+            elif out is None:
+                done = self._fast2(_GRAD_X, grad, x, floats, stream)
+            else:
+                done = self._fast3(_GRAD_X_OUT, grad, x, out, floats, stream)
+        else:
+            done = self._fastn((grad, x, out, scale, amax, scale_inv), floats, stream)
+        if done is None:
+            return self._run(grad, x, out, scale, amax, scale_inv, stream, floats)
+        return out if out is not None else done[0]  # launched through its prepared launch
+
     def _run(self, grad: Any, x: Any, out: Any, scale: Any, amax: Any, scale_inv: Any,
-             stream: Any, floats: tuple[float, ...], key: Any) -> Any:  # fmt: skip
-        """The checked path: check every argument, then launch (``floats``: clamped
-        SwiGLU's ``(limit, alpha, linear_offset)``, else empty; ``key``: the call key from
-        :meth:`_fast`)."""
+             stream: Any, floats: tuple[float, ...]) -> Any:  # fmt: skip
+        """The checked path of :meth:`_call`: check every argument, then launch."""
         given = (grad, x, out, scale, amax, scale_inv)
+        prepared = True
         xa = self._input(x, "x", self._in)
         rows, cols, out_shape = self._shapes(xa)
         g_ptr = self._grad(grad, xa, cols).ptr if self._backward else 0
         bound = None
         if self._mx:
-            key = None  # the scale tensors it allocates are zeroed first: not prepared
+            prepared = False  # the scale tensors it allocates are zeroed first
             bound = bind_mxfp8_output(out, xa, out_shape, self._out, self.key.layout,
                                       self._output)  # fmt: skip
             out = bound.result
@@ -490,7 +514,7 @@ class _Launcher(Kernel):
         if rows == 0 or cols == 0:
             return out
         a = _ARGS
-        # MXFP8 outputs: their own addresses (these calls are not prepared: key is None)
+        # MXFP8 outputs: their own addresses (these calls are not prepared)
         y, y_col = (y_ptr, y_col_ptr) if bound else (a.out, 0)
         scaling = dict(scale_ptr=a.scale, amax_ptr=a.amax, scale_inv_ptr=a.scale_inv)
         if self._structure != "flat":
@@ -523,21 +547,37 @@ class _Launcher(Kernel):
             stream = handle
         tensors = (grad, x, out, scale, amax, scale_inv)
         ptrs = (g_ptr, xa.ptr, y_ptr, scale_ptr, amax_ptr, scale_inv_ptr)
-        self._submit(key, given, tensors, ptrs, floats, stream, xa,
-                     [(0, grid, self._threads, sig, sig.bind(**values))])  # fmt: skip
+        launches = [(0, grid, self._threads, sig, sig.bind(**values))]
+        self._submit(given, tensors, ptrs, floats, stream, xa, launches, prepared=prepared)
         return out
 
 
+_FP32_OVERFLOW = 3.4028235677973366e38  # the least magnitude that rounds to inf in fp32
+
+
 def _clamp_params(limit: Any, alpha: Any, linear_offset: Any) -> tuple[float, float, float]:
+    """Clamped SwiGLU's float arguments, checked on every call: real numbers (no bool) that
+    stay finite as fp32 (the kernels take them as fp32), ``limit`` > 0. Raises
+    :class:`~nvrtc_engine.ArgumentTypeError` / :class:`~nvrtc_engine.ArgumentError`
+    naming the argument."""
+    if (type(limit) is float and type(alpha) is float and type(linear_offset) is float
+            and 0.0 < limit < _FP32_OVERFLOW and abs(alpha) < _FP32_OVERFLOW
+            and abs(linear_offset) < _FP32_OVERFLOW):  # fmt: skip
+        return limit, alpha, linear_offset  # the common case, at once
     if limit is None:
         raise ArgumentError("limit", "is required for clamped SwiGLU (a float > 0, e.g. 7.0)")
     values = []
     for name, v in (("limit", limit), ("alpha", alpha), ("linear_offset", linear_offset)):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ArgumentTypeError(name, f"must be a real number, got {type(v).__name__}")
-        if not math.isfinite(v):
-            raise ArgumentError(name, f"must be finite, got {v}")
-        values.append(float(v))
+        try:
+            value = float(v)
+        except OverflowError:  # an int beyond any float
+            value = math.inf
+        if not abs(value) < _FP32_OVERFLOW:
+            raise ArgumentError(name, f"must be finite as fp32 (magnitude below 3.4028235e+38; "
+                                f"kernels take it as fp32), got {v}")  # fmt: skip
+        values.append(value)
     if values[0] <= 0:
         raise ArgumentError("limit", f"must be > 0, got {limit}")
     return values[0], values[1], values[2]
@@ -592,10 +632,7 @@ class ActivationKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        done, key = self._fast((None, x, out, scale, amax, scale_inv), (), stream)
-        if done is not None:  # launched through its prepared launch
-            return done[2]
-        return self._run(None, x, out, scale, amax, scale_inv, stream, (), key)
+        return self._call(None, x, out, scale, amax, scale_inv, (), stream)
 
 
 class ActivationGradKernel(_Launcher):
@@ -631,10 +668,7 @@ class ActivationGradKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        done, key = self._fast((grad, x, out, scale, amax, scale_inv), (), stream)
-        if done is not None:  # launched through its prepared launch
-            return done[2]
-        return self._run(grad, x, out, scale, amax, scale_inv, stream, (), key)
+        return self._call(grad, x, out, scale, amax, scale_inv, (), stream)
 
 
 class ClampedSwiGLUKernel(_Launcher):
@@ -665,10 +699,7 @@ class ClampedSwiGLUKernel(_Launcher):
         stream: Any = None,
     ) -> Any:
         floats = _clamp_params(limit, alpha, linear_offset)
-        done, key = self._fast((None, x, out, scale, amax, scale_inv), floats, stream)
-        if done is not None:  # launched through its prepared launch
-            return done[2]
-        return self._run(None, x, out, scale, amax, scale_inv, stream, floats, key)
+        return self._call(None, x, out, scale, amax, scale_inv, floats, stream)
 
 
 class ClampedSwiGLUGradKernel(_Launcher):
@@ -698,10 +729,7 @@ class ClampedSwiGLUGradKernel(_Launcher):
         stream: Any = None,
     ) -> Any:
         floats = _clamp_params(limit, alpha, linear_offset)
-        done, key = self._fast((grad, x, out, scale, amax, scale_inv), floats, stream)
-        if done is not None:  # launched through its prepared launch
-            return done[2]
-        return self._run(grad, x, out, scale, amax, scale_inv, stream, floats, key)
+        return self._call(grad, x, out, scale, amax, scale_inv, floats, stream)
 
 
 _PLAIN = (

@@ -291,6 +291,7 @@ DBIAS = Signature(ptr("partial", "float", const=True), i64("rows"), i64("K"), pt
 _TRANSPOSE_ARGS = CallArgs(("x", "out"))
 _ARGS = CallArgs(("x", "act_input", "out", "out_t", "dbias", "workspace", "scale", "amax",
                   "scale_inv"))  # fmt: skip
+_X, _X_OUT = _TRANSPOSE_ARGS.mask("x"), _TRANSPOSE_ARGS.mask("x", "out")  # call key tags
 
 
 class TransposeKernel(CastKernelBase):
@@ -312,10 +313,13 @@ class TransposeKernel(CastKernelBase):
         self._dtype = self.key.input
 
     def __call__(self, x: Any, out: Any = None, *, stream: Any = None) -> Any:
+        if out is None:
+            done = self._fast1(_X, x, (), stream)
+            if done is not None:  # launched through its prepared launch
+                return done[0]
+        elif self._fast2(_X_OUT, x, out, (), stream) is not None:
+            return out
         given = (x, out)
-        done, key = self._fast(given, (), stream)
-        if done is not None:
-            return done[1]
         xa = self._input(x, "x", self._dtype)
         m, k = self._matrix(xa, "x")
         out, oa = self._output(out, "out", xa, (k, m), self._dtype)
@@ -330,7 +334,7 @@ class TransposeKernel(CastKernelBase):
         values = TILE.bind(x=a.x, act=0, q=0, qt=a.out, partial=0, scale_ptr=0, amax_ptr=0,
                            scale_inv_ptr=0, M=m, K=k, vec=int(vec))  # fmt: skip
         launch = (0, grid, cfg.threads, TILE, values)
-        self._submit(key, given, (x, out), (xa.ptr, oa.ptr), (), stream, xa, [launch])
+        self._submit(given, (x, out), (xa.ptr, oa.ptr), (), stream, xa, [launch])
         return out
 
 
@@ -397,9 +401,14 @@ class CastTransposeKernel(CastKernelBase):
         scale_inv: Any = None, stream: Any = None,
     ) -> tuple[Any, ...]:  # fmt: skip
         given = (x, act_input, out, out_t, dbias, workspace, scale, amax, scale_inv)
-        done, call_key = self._fast(given, (), stream)
-        if done is not None:
-            return (done[2], done[3], done[4]) if self._dbias else (done[2], done[3])
+        done = self._fastn(given, (), stream)
+        if done is not None:  # launched through its prepared launch, which allocated these
+            made = iter(done)
+            out = next(made) if out is None else out
+            out_t = next(made) if out_t is None else out_t
+            if not self._dbias:
+                return out, out_t
+            return out, out_t, next(made) if dbias is None else dbias
         key = self.key
         xa = self._input(x, "x", self._in)
         m, k = self._matrix(xa, "x")
@@ -451,7 +460,7 @@ class CastTransposeKernel(CastKernelBase):
         tensors = (x, act_input, out, out_t, dbias, workspace, scale, amax, scale_inv)
         ptrs = (xa.ptr, act_ptr, oa.ptr, ta.ptr, dbias_ptr, partial_ptr, scale_ptr, amax_ptr,
                 scale_inv_ptr)  # fmt: skip
-        self._submit(call_key, given, tensors, ptrs, (), stream, xa, launches)
+        self._submit(given, tensors, ptrs, (), stream, xa, launches)
         return result
 
 

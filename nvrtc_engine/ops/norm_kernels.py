@@ -60,6 +60,8 @@ FWD = Signature(
 )  # fmt: skip
 _FWD_ARGS = CallArgs(("x", "gamma", "beta", "out", "mu", "rsigma", "scale", "amax", "scale_inv"),
                      ("eps",))  # fmt: skip
+# call key tags of forward calls that give no outputs or scaling buffers (Kernel._fast2, 3)
+_X_GAMMA, _X_GAMMA_BETA = _FWD_ARGS.mask("x", "gamma"), _FWD_ARGS.mask("x", "gamma", "beta")
 # Every backward function's parameters (templates/norm_bwd.j2, norm_loop.j2, the finalize
 # kernel in norm.cu.j2): dx may be add (in place), so neither is __restrict__.
 BWD = Signature(
@@ -183,6 +185,7 @@ class _NormKernel(Kernel):
         self._in = key.input
         self._out = key.output
         self._w = DTYPES[gamma_dtype(key)]
+        self._mx = key.scaling == "mxfp8"
         self._devices: dict[int, _Device] = {}
 
     def _device(self, loaded: Loaded) -> _Device:
@@ -387,14 +390,40 @@ class _NormFwdKernel(_NormKernel):
         self, x: Any, gamma: Any, beta: Any, eps: Any, out: Any, mu: Any, rsigma: Any,
         scale: Any, amax: Any, scale_inv: Any, stream: Any,
     ) -> tuple[Any, Any, Any, Any]:  # fmt: skip
-        given = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
+        """A forward call: ``(z, mu, rsigma, scale_inv)``, through the call key's prepared
+        launch if it has one, else the checked path (``beta``, ``mu``: None for RMSNorm)."""
         # eps, a scalar, is checked first: a bad one is reported without a device, as clamped
         # SwiGLU's limit is (the float test is the common case's shortcut)
         ok = type(eps) is float and 0.0 <= eps < FP32_OVERFLOW
-        eps_value = eps if ok else _eps(eps, self.spec.rms)
-        done, call_key = self._fast(given, (eps_value,), stream)
-        if done is not None:
-            return done[3], done[4], done[5], done[8]
+        floats = (eps if ok else _eps(eps, self.spec.rms),)
+        if (out is None and mu is None and rsigma is None and scale is None and amax is None
+                and scale_inv is None):  # fmt: skip
+            if beta is None:
+                done = self._fast2(_X_GAMMA, x, gamma, floats, stream)
+            else:
+                done = self._fast3(_X_GAMMA_BETA, x, gamma, beta, floats, stream)
+        else:
+            given = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
+            done = self._fastn(given, floats, stream)
+        if done is None:
+            return self._checked_forward(x, gamma, beta, floats, out, mu, rsigma, scale, amax,
+                                         scale_inv, stream)  # fmt: skip
+        made = iter(done)  # launched through its prepared launch, which allocated these
+        z = next(made) if out is None else out
+        if mu is None and not self.spec.rms:
+            mu = next(made)
+        if rsigma is None:
+            rsigma = next(made)
+        if scale_inv is None and self._mx:
+            scale_inv = next(made)
+        return z, mu, rsigma, scale_inv
+
+    def _checked_forward(
+        self, x: Any, gamma: Any, beta: Any, floats: tuple[float], out: Any, mu: Any,
+        rsigma: Any, scale: Any, amax: Any, scale_inv: Any, stream: Any,
+    ) -> tuple[Any, Any, Any, Any]:  # fmt: skip
+        """The checked path of :meth:`_forward` (``floats``: the checked ``(eps,)``)."""
+        given = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
         key = self.key
         xa = self._input(x, "x", self._in)
         rows, hidden = self._rows(xa, "x")
@@ -441,8 +470,8 @@ class _NormFwdKernel(_NormKernel):
         ptrs = (xa.ptr, ga.ptr, ba.ptr if ba is not None else 0, oa.ptr,
                 mua.ptr if mua is not None else 0, rsa.ptr, scale_ptr, amax_ptr,
                 mx_ptr if mx else scale_inv_ptr)  # fmt: skip
-        self._submit(call_key, given, tensors, ptrs, (eps_value,), stream, xa,
-                     [(0, grid, cfg.threads, FWD, values)])  # fmt: skip
+        launches: list[LaunchSpec] = [(0, grid, cfg.threads, FWD, values)]
+        self._submit(given, tensors, ptrs, floats, stream, xa, launches)
         return out, mu, rsigma, scale_inv
 
 
@@ -575,9 +604,14 @@ class _NormBwdKernel(_NormKernel):
             for other in (x, dz):
                 if _overlap(start, dx.nbytes, other.data_ptr(), other.nbytes):
                     _alias_error(other, x)
-        done, key = self._fast(given, (), stream)
-        if done is not None:
-            return done[6], done[7], done[8]
+        done = self._fastn(given, (), stream)
+        if done is not None:  # launched through its prepared launch, which allocated these
+            made = iter(done)
+            dx = next(made) if dx is None else dx
+            dgamma = next(made) if dgamma is None else dgamma
+            if dbeta is None and not self.spec.rms:
+                dbeta = next(made)
+            return dx, dgamma, dbeta
         spec = self.spec
         xa = self._input(x, "x", self._in)
         rows, hidden = self._rows(xa, "x")
@@ -639,7 +673,7 @@ class _NormBwdKernel(_NormKernel):
         ptrs = (dza.ptr, xa.ptr, mua.ptr if mua is not None else 0, rsa.ptr, ga.ptr,
                 adda.ptr if adda is not None else 0, dxa.ptr, dga.ptr,
                 dba.ptr if dba is not None else 0, wa.ptr)  # fmt: skip
-        self._submit(key, given, tensors, ptrs, (), stream, xa, launches)
+        self._submit(given, tensors, ptrs, (), stream, xa, launches)
         return dx, dgamma, dbeta
 
 

@@ -269,9 +269,17 @@ class QuantizeKernel(CastKernelBase):
         args = (x, rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv, amax,
                 scale_inv, workspace)  # fmt: skip
         extra = bool(compute_amax) if self._tile is None else (bool(compute_amax), MX_FAST_PATH)
-        done, call_key = self._fast(args, (), stream, extra)
-        if done is not None:
-            return QuantizeResult(done[1], done[2], done[3], done[4], done[5], done[6])
+        done = self._fastn(args, (), stream, extra)
+        if done is not None:  # launched through its prepared launch, which allocated these
+            made, row, col = iter(done), self._rowwise, self._colwise
+            return QuantizeResult(
+                next(made) if rowwise_data is None and row else rowwise_data,
+                next(made) if rowwise_scale_inv is None and row else rowwise_scale_inv,
+                next(made) if columnwise_data is None and col else columnwise_data,
+                next(made) if columnwise_scale_inv is None and col else columnwise_scale_inv,
+                next(made) if amax is None and self._fp4 else amax,
+                scale_inv,
+            )
         key = self.key
         xa = self._input(x, "x", self._in)
         m, k = self._matrix(xa, "x")
@@ -348,7 +356,7 @@ class QuantizeKernel(CastKernelBase):
                        res.columnwise_scale_inv, res.amax, res.scale_inv, workspace)  # fmt: skip
             addresses = (xa.ptr, *ptrs["rowwise"], *ptrs["columnwise"], amax_ptr, scale_inv_ptr,
                          ws_ptr)  # fmt: skip
-            self._submit(call_key, args, tensors, addresses, (), stream, xa, launches)
+            self._submit(args, tensors, addresses, (), stream, xa, launches, extra)
         return res
 
     def _tile_fits(self, x_ptr: int, ptrs: dict[str, list[int]],
