@@ -1,12 +1,10 @@
-"""Write the tables of docs/performance.md, and its plot, from the results in bench/results/.
+"""Write the tables of docs/performance.md (blocks ``<!-- bench:NAME -->`` ... ``<!--
+/bench:NAME -->`` of the hand-written page, see BLOCKS) and its plot from bench/results/.
 
     python bench/make_report.py [--check] [--no-plot]
 
-The page is hand-written around blocks marked ``<!-- bench:NAME -->`` ... ``<!-- /bench:NAME
--->``; each block is replaced by the tables of its results file(s) (see BLOCKS), so every
-figure on the page comes from a file here. ``--check``: exit 1 where the page differs from what
-the results give, without writing. The plot (docs/img/bandwidth.png) needs matplotlib
-(``pip install -e '.[bench]'``); without it, or with ``--no-plot``, only the page is written.
+``--check``: exit 1 where the page differs from what the results give, without writing. The
+plot (docs/img/bandwidth.png) needs matplotlib (``pip install -e '.[bench]'``).
 """
 
 from __future__ import annotations
@@ -176,6 +174,14 @@ def compile_latency() -> list[str]:
     if phases:
         out += ["NVRTC's own report (`-time`), median ms per phase:",
                 table(["host", "source", *names], phases)]  # fmt: skip
+    c = load("cache_lookup")
+    if c:  # bench/cache_lookup.py: a new process gets a prewarmed list from the disk cache
+        s = c["summary"]
+        out += [f"{run_line(c, 'cache_lookup')} {len(c['variants'])} prewarmed variants:", table(
+            ["import ms", "all lookups ms", "range ms", "compiles", "renders", "load average"],
+            [[f"{s['import_ms']:.1f}", f"{s['lookup_ms']:.1f}", "-".join(
+                f"{v:.1f}" for v in s["lookup_ms_range"]), s["compiles"], s["renders"],
+              f"{c['load_average'][0]:.1f}"]])]  # fmt: skip
     return out
 
 
