@@ -372,9 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="compile for these archs (e.g. sm_90 sm_100a), replacing the file's; "
         "default: the files', else this GPU's",
     )
-    pre.add_argument(
-        "--workers", type=_positive_int, help="worker processes (default: usable CPUs)"
-    )
+    pre.add_argument("--workers", type=_positive_int, help="compile threads (default: usable CPUs)")
     pre.add_argument("--no-progress", action="store_true", help="no progress bar")
     pre.add_argument("--json", action="store_true", help="machine-readable report")
     pre.set_defaults(func=_cmd_prewarm, parser=pre)

@@ -112,7 +112,7 @@ def test_longest_compiles_start_first_when_threads_are_fewer_than_kernels(monkey
     assert len(queued) == 1
 
 
-def test_prewarm_warns_once_for_its_workers_when_sources_cannot_be_dumped(
+def test_prewarm_warns_once_for_its_threads_when_sources_cannot_be_dumped(
     tmp_path, monkeypatch, capfd
 ):
     blocker = tmp_path / "a-file"
@@ -124,7 +124,7 @@ def test_prewarm_warns_once_for_its_workers_when_sources_cannot_be_dumped(
         report = prewarm(gelu_keys("sm_87"), workers=2, progress=False)
     assert report.ok and len(report.compiled) == 4 and report.workers == 2
     assert sum("cannot write rendered sources" in str(w.message) for w in record) == 1
-    # and not once more per worker, on the workers' own stderr
+    # and not once more per compile thread, nor on stderr past the warnings module
     assert "cannot write rendered sources" not in capfd.readouterr().err
 
 
