@@ -151,11 +151,11 @@ def _render_size(key: KernelKey) -> int:
         return 0
 
 
-def longest_first(keys: Sequence[KernelKey]) -> list[KernelKey]:
+def _longest_first(keys: Sequence[KernelKey]) -> list[KernelKey]:
     """``keys`` ordered by estimated compile time, longest first: by the length of the
-    rendered source (NVRTC's time grows with it: 98 ms for a 7.4 kB activation backward,
-    309 ms for a 19.6 kB MXFP8 quantize on the 2-core development machine; a render is
-    0.1 ms once its template is parsed, and the build's own render then finds it parsed)."""
+    rendered source, which NVRTC's time follows (on the 2-core machine 0.1 s for a 7.4 kB
+    activation backward, 0.3 s for a 19.6 kB MXFP8 quantize). Each template is parsed here
+    once; the builds' own renders find it parsed (0.1 ms)."""
     sizes = {key: _render_size(key) for key in keys}
     return sorted(keys, key=lambda k: -sizes[k])
 
@@ -167,7 +167,7 @@ def _build_in_threads(
 
     pool = ThreadPoolExecutor(threads, thread_name_prefix="nvrtc-engine-prewarm")
     try:
-        queue = longest_first(keys) if len(keys) > threads else keys  # (else one each)
+        queue = _longest_first(keys) if len(keys) > threads else keys  # (else one each)
         futures = [pool.submit(_build, engine, key) for key in queue]
         for future in as_completed(futures):
             yield future.result()

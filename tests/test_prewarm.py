@@ -98,13 +98,13 @@ def test_longest_compiles_start_first_when_threads_are_fewer_than_kernels(monkey
             make_key("quantize", out_dtype="fp8_e4m3", scaling="mxfp8", layout="both",
                      hidden_size=4096, arch="sm_100a"),
             make_key("rmsnorm_fwd", dtype="bf16", hidden_size=4096, arch="sm_90")]  # fmt: skip
-    ordered = prewarm_mod.longest_first(keys)
+    ordered = prewarm_mod._longest_first(keys)
     sizes = [len(render(k).source) for k in ordered]
     assert sorted(ordered, key=str) == sorted(keys, key=str) and sizes == sorted(sizes)[::-1]
     assert ordered[0].op == "quantize" and ordered[-1].op == "gelu"
     queued: list[list] = []
-    order = prewarm_mod.longest_first
-    monkeypatch.setattr(prewarm_mod, "longest_first", lambda k: queued.append(order(k)) or
+    order = prewarm_mod._longest_first
+    monkeypatch.setattr(prewarm_mod, "_longest_first", lambda k: queued.append(order(k)) or
                         queued[-1])  # fmt: skip
     assert prewarm(keys, workers=2, progress=False).compiled == tuple(keys)
     assert queued == [ordered]
