@@ -17,8 +17,8 @@ variants' single compiles; and warm.
    (NVRTC), store and lookup (the disk cache); a *worker* is a thread that rendered or compiled.
 4. Warm: the same command over the filled cache, 4 x --repeat times.
 
-On a shared machine each measurement (the single compiles' process, each cold and warm run)
-waits for a quiet second and records the CPU time other processes used while it ran
+On a shared machine each measurement (the single compiles' process, each cold run, the warm
+runs together) waits for a quiet second and records the CPU time other processes used while it ran
 (``others_cpu_s``, from /proc/stat); one during which they used more than a tenth of a CPU on
 average is taken again, up to 3 tries, and the quietest try counts.
 
@@ -94,12 +94,12 @@ def _others_busy() -> float:
 
 def quietly(measure: Any, *args: Any, tries: int = 3) -> dict:
     """``measure(*args)`` (a dict with a wall time in seconds under ``"wall_s"``) once the
-    others are quiet for a second (waiting at most a minute), again (at most ``tries``
+    others are quiet for a second (waiting at most half a minute), again (at most ``tries``
     times in all) while they used more than :data:`QUIET` CPUs during it; the quietest try,
     with ``others_cpu_s``."""
     best: dict | None = None
     for _ in range(tries):
-        for _ in range(60):
+        for _ in range(30):
             before = _others_busy()
             time.sleep(1.0)
             if _others_busy() - before <= QUIET:
@@ -164,6 +164,13 @@ def command(listing: Path, code: Path, pyc: Path, cache: Path, trace: Path | Non
             "workers": report["workers"],
             "compiled": len(report["compiled"]), "cached": len(report["cached"]),
             "load": os.getloadavg()[0]}  # fmt: skip
+
+
+def warm_runs(listing: Path, code: Path, pyc: Path, cache: Path, count: int) -> dict:
+    """``count`` commands back to back over the filled ``cache``."""
+    start = time.perf_counter()
+    runs = [command(listing, code, pyc, cache, None) for _ in range(count)]
+    return {"runs": runs, "wall_s": time.perf_counter() - start}
 
 
 def cold_run(listing: Path, code: Path, pyc: Path, tmp: Path) -> dict:
@@ -237,7 +244,8 @@ def main() -> int:
               f"{run['workers']} workers, others' CPU {run['others_cpu_s']:.2f} s",
               flush=True)  # fmt: skip
     filled = Path(cold[0]["cache"])
-    warm = [quietly(command, listing, code, pyc, filled, None) for _ in range(4 * args.repeat)]
+    batch = quietly(warm_runs, listing, code, pyc, filled, 4 * args.repeat)
+    warm = batch["runs"]
     assert all(w["cached"] == variants for w in warm)
     prewarm_s = statistics.median(r["prewarm_s"] for r in cold)
     payload = {
@@ -259,7 +267,7 @@ def main() -> int:
         "warm": {"command_ms": statistics.median(w["command_s"] for w in warm) * 1e3,
                  "command_min_ms": min(w["command_s"] for w in warm) * 1e3,
                  "prewarm_ms": statistics.median(w["prewarm_s"] for w in warm) * 1e3,
-                 "others_cpu_s": [w["others_cpu_s"] for w in warm]},
+                 "runs": len(warm), "others_cpu_s": batch["others_cpu_s"]},
         "targets": {"x_sum_single_2cpu": 0.6, "prewarm_s_16cpu": 1.0, "command_s_16cpu": 1.3,
                     "warm_command_ms": 100.0},
     }  # fmt: skip
