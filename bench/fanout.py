@@ -11,7 +11,9 @@ of hidden sizes (plus the general kernel). This script renders that cross produc
      GPT-3 175B, hidden 12288, FFN 49152, bf16 activations, FP8 E4M3 forward output with
      tensor scaling, bf16 backward),
 and reports variants, nvcc wall seconds, total NVRTC seconds, seconds for the model's
-variants, cubin bytes for all vs the model's set, and the size of this project's wheel.
+variants, cubin bytes for all vs the model's set, and the size of this project's wheel; then
+TransformerEngine's own build time (TE issue 3054) beside the cold prewarm of a whole model's
+variant list that bench/prewarm.py measured (its result on the host with the most CPUs).
 Writes bench/results/fanout.json. CPU only.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import json
 import os
 import re
 import shutil
@@ -39,6 +42,10 @@ TE_HIDDEN_SIZES = [768, 1024, 1536, 2048, 2304, 3072, 3840, 4096, 5120, 6144, 81
                    12288, 12800, 15360, 16384, 18432, 20480, 24576, 25600, 30720, 32768,
                    40960, 49152, 65536]  # fmt: skip
 IN = ["fp32", "fp16", "bf16"]
+# TransformerEngine's build (its C++/CUDA library), wall time on 32 cores by target arch, as
+# reported in TransformerEngine issue 3054.
+TE_BUILD_S = {"sm_89": 110.9, "sm_100a": 323.7}
+TE_BUILD_CORES = 32
 OUT = ["fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]
 
 
@@ -68,6 +75,22 @@ def model_keys(ops: list[str], arch: str) -> list:
     if "dgelu" in ops:  # backward: bf16 gradient
         keys.append(ne.make_key("dgelu", dtype="bf16", hidden_size=49152, arch=arch))
     return keys
+
+
+def beside_te() -> list[list[str]]:
+    """TE's build time beside the cold prewarm of a model's list (bench/prewarm.py's result for
+    this checkout's code on the host with the most CPUs), as table rows; none without one."""
+    runs = [(path.stem, json.loads(path.read_text()))
+            for path in sorted(common.RESULTS.glob("prewarm-*.json"))]  # fmt: skip
+    runs = [(n, d) for n, d in runs if d.get("code") == "this checkout" and "cold" in d]
+    if not runs:
+        return []
+    name, d = max(runs, key=lambda r: r[1]["available_cpus"])
+    te = " to ".join(f"{s:.1f} s ({arch})" for arch, s in TE_BUILD_S.items())
+    return [[f"TransformerEngine's build, wall time on {TE_BUILD_CORES} cores (TE issue 3054)", te],
+            [f"cold prewarm of `{d['list']}` ({d['variants']} variants), {d['available_cpus']} "
+             f"CPUs (`bench/results/{name}.json`)", f"{d['cold']['prewarm_s']:.2f} s "
+             f"({d['cold']['command_s']:.2f} s with Python's start)"]]  # fmt: skip
 
 
 def one_translation_unit(sources: list[str]) -> str:
@@ -155,7 +178,8 @@ def main() -> int:
         "nvrtc_cubin_bytes": nvrtc_bytes, "model": [str(k) for k in model],
         "model_nvrtc_s": model_s, "model_cubin_bytes": model_bytes,
         "model_pct_of_nvcc": 100.0 * model_s / nvcc_s, "wheel": wheel.name,
-        "wheel_bytes": wheel.stat().st_size,
+        "wheel_bytes": wheel.stat().st_size, "te_build_s": TE_BUILD_S,
+        "te_build_cores": TE_BUILD_CORES, "beside_te": beside_te(),
     }  # fmt: skip
     shutil.rmtree(wheel_dir, ignore_errors=True)
     path = common.write_results("fanout", result)
@@ -171,6 +195,7 @@ def main() -> int:
         {"what": "model's compile time, % of nvcc fan-out", "value": round(
             result["model_pct_of_nvcc"], 3)},
         {"what": "this project's wheel, bytes", "value": result["wheel_bytes"]},
+        *({"what": what, "value": value} for what, value in result["beside_te"]),
     ]  # fmt: skip
     print(common.table(rows, [("what", "measure", ""), ("value", "value", "")]))
     print(f"wrote {path}")

@@ -23,10 +23,11 @@ PAGE = ROOT / "docs" / "performance.md"
 PLOT = ROOT / "docs" / "img" / "bandwidth.png"
 BLOCK = re.compile(r"(<!-- bench:(\w+) -->\n)(.*?)(<!-- /bench:\2 -->)", re.S)
 NORM_OTHERS = ("nvrtc_engine general", "torch eager", "torch eager autograd", "torch.compile")
-WARM = [("warm: a fresh process, every kernel ready", "ready_ms"),
-        ("warm, NVRTC loaded first: every kernel ready", "ready_after_nvrtc_load_ms"),
-        ("NVRTC bindings and library load", "nvrtc_load_ms"),
-        ("import nvrtc_engine (not included above)", "import_ms")]  # fmt: skip
+PHASES = ("start", "import", "nvrtc_init", "render", "compile", "store")  # bench/prewarm.py's
+PREWARM_ROWS = ["host (load average)", "date, commit", "compiled by", "sum of single compiles",
+                "cold: the prewarm call (/ sum of single compiles)", "cold: the whole command",
+                "warm: the whole command (median)", "N threads against 1: speed-up (CPU / wall)",
+                *(f"phase {p}, ms: sum (largest share)" for p in PHASES)]  # fmt: skip
 
 
 def load(name: str) -> dict[str, Any] | None:
@@ -187,23 +188,20 @@ def compile_latency() -> list[str]:
 
 def prewarm() -> list[str]:
     runs = [(f.stem, json.loads(f.read_text())) for f in sorted(RESULTS.glob("prewarm-*.json"))]
-    if not runs:
-        return []
-    what: dict[str, dict[str, str]] = {}
-    for name, d in runs:
-        for c in d["cold"]:
-            n = c["workers_requested"]
-            label = f"cold, {n} worker{'' if n == '1' else 's'}"
-            what.setdefault(label, {})[name] = f"{c['wall_s'] * 1e3:.0f}"
-        w = d["warm"]
-        for label, key in WARM:
-            if key in w:
-                what.setdefault(label, {})[name] = f"{w[key]:.0f}"
-    head = ["run"] + [f"{d['cpus']} CPUs, NVRTC {d['nvrtc']}, ms" for _, d in runs]
-    rows = [[label, *(cells.get(n, "-") for n, _ in runs)] for label, cells in what.items()]
-    lines = [f"`bench/results/{n}.json`: {len(d['variants'])} variants, {d['date'][:10]}, "
-             f"commit {d['commit']}" for n, d in runs]  # fmt: skip
-    return ["Data: " + "; ".join(lines) + ".", table(head, rows)]
+    cols = []
+    for _, d in runs:
+        c, tr, s = d["cold"], d["cold"]["trace"], d["single"]
+        cols.append([f"{d['cpus']} x {d['cpu_model']} ({d['load_average'][0]:.1f})",
+                     f"{d['date'][:10]}, {d['commit']}", c["compiled_by"],
+                     f"{s['sum_single_s']:.2f} s", f"{c['prewarm_s']:.2f} s ("
+                     f"{c['x_sum_single']:.2f}x)", f"{c['command_s']:.2f} s",
+                     f"{d['warm']['command_ms']:.0f} ms",
+                     f"{s['speedup']:.2f}x ({s['cpu_per_wall']:.2f})", *(f"{tr['phases_ms'][p]:.0f}"
+                     f" ({tr['phases_max_ms'][p]:.0f})" for p in PHASES)])  # fmt: skip
+    rows = [[label, *cells] for label, *cells in zip(PREWARM_ROWS, *cols, strict=True)]
+    data = ", ".join(f"`bench/results/{n}.json`" for n, _ in runs)
+    head = ["", *(n.removeprefix("prewarm-") for n, _ in runs)]
+    return [f"Data: {data}; variants: `{runs[0][1]['list']}`.", table(head, rows)] if runs else []
 
 
 def fanout() -> list[str]:
@@ -218,6 +216,7 @@ def fanout() -> list[str]:
              f"{d['model_nvrtc_s'] * 1e3:.0f} ms, {d['model_cubin_bytes']} bytes"],
             ["the model's compile time, % of the nvcc fan-out", f"{d['model_pct_of_nvcc']:.2f}%"],
             ["this project's wheel", f"{d['wheel_bytes']} bytes"]]  # fmt: skip
+    rows += d.get("beside_te", [])  # TE's build beside a model's cold prewarm (fanout.py)
     return [run_line(d, "fanout"), table(["measure", "value"], rows)]
 
 

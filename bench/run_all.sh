@@ -12,7 +12,7 @@
 #   cast       python3 bench/bandwidth.py --family cast --paired 15                      3 min
 #   launch     python3 bench/launch_overhead.py; python3 bench/launch_candidates.py      1 min
 #   compile    python3 bench/compile_latency.py --tag h200-host                          1 min
-#   prewarm    python3 bench/prewarm.py --tag 16cpu --repeat 1                           2 min
+#   prewarm    python3 bench/prewarm.py --tag 16cpu --repeat 5 (cold: fresh process+cache)  1 min
 #   fanout     python3 bench/fanout.py                                                   3 min
 #   torch      python3 bench/torch_block.py                                              4 min
 #
@@ -73,7 +73,7 @@ run_step() {
     cast) python3 bench/bandwidth.py --family cast --paired 15 ;;
     launch) python3 bench/launch_overhead.py && python3 bench/launch_candidates.py ;;
     compile) python3 bench/compile_latency.py --tag h200-host ;;
-    prewarm) python3 bench/prewarm.py --tag 16cpu --repeat 1 ;;
+    prewarm) python3 bench/prewarm.py --tag 16cpu --repeat 5 ;;
     fanout) python3 bench/fanout.py ;;
     torch) python3 bench/torch_block.py ;;
   esac

@@ -24,7 +24,7 @@ variable                            type      meaning
                                               :attr:`Settings.debug_dir`
 ``NVRTC_ENGINE_DEBUG_DIR``          path      where rendered sources are written for
                                               debugging (default: a per-user temp dir)
-``NVRTC_ENGINE_WORKERS``            int       worker processes for parallel compiles, 1
+``NVRTC_ENGINE_WORKERS``            int       prewarm's compile threads, 1
                                               to :data:`MAX_WORKERS` (1024; default: the
                                               CPUs this process may use)
 ``NVRTC_ENGINE_LOCK_TIMEOUT``       seconds   longest wait for another process compiling
@@ -66,7 +66,7 @@ MIN_SIZE_LIMIT = 1 << 20
 # 2**63 - 1 (a larger cap failed at the first open: "Python int too large to convert to
 # SQLite INTEGER"); 2**62 leaves a factor of two of headroom and is far above any disk.
 MAX_SIZE_LIMIT = 1 << 62
-# The most worker processes, as the command line's --workers allows.
+# The most compile threads, as the command line's --workers allows.
 MAX_WORKERS = 1024
 _DEFAULT_LOCK_TIMEOUT = 60.0
 _TRUE = {"1", "true", "yes", "on"}

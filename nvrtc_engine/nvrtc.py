@@ -30,7 +30,6 @@ __all__ = [
     "CompileOptions",
     "CompileResult",
     "CudaIncludeDir",
-    "check_debug_dir",
     "compile_source",
     "compile_target",
     "find_cuda_include_dir",
@@ -247,37 +246,15 @@ def find_cuda_include_dir() -> CudaIncludeDir:
     )
 
 
-# The start of the warning for an unwritable debug directory (prewarm's workers filter it
-# out: the parent warns, once).
-DEBUG_DIR_WARNING = "nvrtc_engine: cannot write rendered sources to"
-
-
 def _warn_debug_dir(directory: Path, exc: OSError) -> None:
     """Warn (``RuntimeWarning``) that rendered sources cannot be written, once per directory."""
     warn_once(
         "debug dir", str(directory),
-        f"{DEBUG_DIR_WARNING} {directory} ({type(exc).__name__}: {exc}); kernels still "
-        "compile, without their sources written. Set NVRTC_ENGINE_DEBUG_DIR to a writable "
-        "directory.",
+        f"nvrtc_engine: cannot write rendered sources to {directory} ({type(exc).__name__}: "
+        f"{exc}); kernels still compile, without their sources written. Set "
+        "NVRTC_ENGINE_DEBUG_DIR to a writable directory.",
         RuntimeWarning,
     )  # fmt: skip
-
-
-def check_debug_dir() -> bool:
-    """Whether the debug directory exists (it is made if missing) and is writable; warns
-    (once per directory, as :func:`write_debug_source` does) when it is not. For a process
-    whose compiles run elsewhere (prewarm's workers), so that it can warn for them."""
-    directory = config.settings().resolved_debug_dir()
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        if not os.access(directory, os.W_OK | os.X_OK):
-            import errno
-
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(directory))
-    except OSError as exc:
-        _warn_debug_dir(directory, exc)
-        return False
-    return True
 
 
 def write_debug_source(name: str, source: str) -> str | None:

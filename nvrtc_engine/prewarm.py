@@ -4,43 +4,42 @@
     >>> report = prewarm("llama3_8b_fp8_mlp.toml", arch="sm_90")
     >>> print(report.summary())
 
-Kernels already in memory or on disk are loaded here (verified) and kept in memory. The
-others compile in worker *processes* (measured for issue 6: threads gave no speed-up once
-CUDA headers were included, processes did), started with ``spawn`` so that they inherit
-nothing from this process: no CUDA state, no locks, and they do not run the calling script
-again. Workers render, compile and store; they never touch the GPU. Their images come back
-to this process's memory cache, so later :func:`~nvrtc_engine.get_kernel` calls are
-dictionary lookups, even with the disk cache off.
+Kernels already in memory or in a cache tier are loaded here (verified) and kept in memory.
+The others compile on a pool of *threads* of this process, each building a kernel as
+:func:`~nvrtc_engine.get_kernel` does (:meth:`~nvrtc_engine.engine.Engine.get`: tiers, the
+per-digest file lock, render, NVRTC, store), so every kernel ends in this process's memory
+cache. NVRTC compiles without Python's GIL and its compiles run in parallel across threads;
+the threads share one interpreter, one NVRTC initialization and one set of parsed templates,
+each of which a worker process paid for again (``bench/prewarm.py`` measures both; the figures
+are in docs/performance.md). Compiling touches no GPU.
 
-The number of workers defaults to the number of kernels to compile, capped by the CPUs this
+The number of threads defaults to the number of kernels to compile, capped by the CPUs this
 process may use (:func:`~nvrtc_engine.cpus.available_cpus`: affinity mask and cgroup quota);
-``NVRTC_ENGINE_WORKERS`` or ``workers=`` override it. With one worker, or one kernel to
-compile, the compile runs in this process (starting a worker costs more than it saves).
+``NVRTC_ENGINE_WORKERS`` or ``workers=`` override it. With one, the compiles run in the
+calling thread. With more kernels than threads, the longest compiles start first (estimated
+by the length of the rendered source), so that no long compile starts last.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import numbers
 import os
 import sys
 import time
 import types
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import config, nvrtc
+from . import config
 from .cpus import available_cpus
 from .engine import default_engine
-from .errors import ArgumentError, ArgumentTypeError, CacheWarning, CompileError, counted
-from .kernel import Artifact
+from .errors import ArgumentError, ArgumentTypeError, CompileError, counted
 from .key import KernelKey
 
 if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor
+    from .engine import Engine
+    from .kernel import Kernel
 
 __all__ = ["PrewarmFailure", "PrewarmReport", "default_workers", "prewarm"]
 
@@ -60,13 +59,13 @@ class PrewarmReport:
     """What :func:`prewarm` did.
 
     Attributes:
-        compiled: keys compiled by this call (in a worker or here), in input order.
+        compiled: keys compiled by this call, in input order.
         cached: keys that were already in memory or on disk (or that another process
             compiled meanwhile), in input order.
         failed: :class:`PrewarmFailure` for each key that could not be built.
         wall_s: wall-clock seconds of the whole call.
         median_compile_ms: median NVRTC time of the compiled keys (``None`` if none).
-        workers: worker processes started (0: none needed or compiled in this process).
+        workers: compile threads started (0: none needed, or compiled in the calling thread).
     """
 
     compiled: tuple[KernelKey, ...]
@@ -92,8 +91,7 @@ class PrewarmReport:
             if self.median_compile_ms is not None
             else ""
         )
-        workers = counted(self.workers, "worker process", "worker processes")
-        where = workers if self.workers else "in this process"
+        where = f"{counted(self.workers, 'thread')}" if self.workers else "in this thread"
         lines = [
             f"prewarm: {counted(self.total, 'variant')}: {len(self.compiled)} compiled, "
             f"{len(self.cached)} already cached, {len(self.failed)} failed in "
@@ -124,7 +122,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def default_workers(to_compile: int) -> int:
-    """Worker processes for ``to_compile`` kernels: ``NVRTC_ENGINE_WORKERS`` if set, else
+    """Compile threads for ``to_compile`` kernels: ``NVRTC_ENGINE_WORKERS`` if set, else
     the CPUs this process may use; never more than ``to_compile``."""
     if to_compile <= 0:
         return 0
@@ -132,29 +130,51 @@ def default_workers(to_compile: int) -> int:
     return min(to_compile, configured if configured is not None else available_cpus())
 
 
-# -- worker side (spawned processes) ----------------------------------------------------
+_Outcome = tuple[KernelKey, "Kernel | None", str | None, str | None]
 
 
-def _worker_init(settings: config.Settings) -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
-    warnings.simplefilter("ignore", CacheWarning)  # the parent warns once
-    warnings.filterwarnings("ignore", message=nvrtc.DEBUG_DIR_WARNING, category=RuntimeWarning)
-    config.configure(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)})
-
-
-_Outcome = tuple[KernelKey, Artifact | None, str, str | None, str | None]
-
-
-def _build_one(key: KernelKey) -> _Outcome:
-    """Render, compile (unless on disk) and store one key; never raises, never uses the GPU.
-    Runs in a worker process, or in the caller's with one worker."""
+def _build(engine: Engine, key: KernelKey) -> _Outcome:
+    """``key``'s kernel as get_kernel builds it (into ``engine``'s memory cache), or the
+    reason it failed; never raises. Runs in a compile thread, or in the caller's."""
     try:
-        artifact, origin = default_engine().build_artifact(key)
-        return key, artifact, origin, None, None
+        return key, engine.get(key), None, None
     except Exception as exc:
-        return key, None, "failed", _describe(exc), type(exc).__name__
+        return key, None, _describe(exc), type(exc).__name__
+
+
+def _render_size(key: KernelKey) -> int:
+    from .render import render
+
+    try:
+        return len(render(key).source)
+    except Exception:  # the build reports it
+        return 0
+
+
+def _longest_first(keys: Sequence[KernelKey]) -> list[KernelKey]:
+    """``keys`` ordered by estimated compile time, longest first: by the length of the
+    rendered source, which NVRTC's time follows (on the 2-core machine 0.1 s for a 7.4 kB
+    activation backward, 0.3 s for a 19.6 kB MXFP8 quantize). Each template is parsed here
+    once; the builds' own renders find it parsed (0.1 ms)."""
+    sizes = {key: _render_size(key) for key in keys}
+    return sorted(keys, key=lambda k: -sizes[k])
+
+
+def _build_in_threads(
+    engine: Engine, keys: Sequence[KernelKey], threads: int
+) -> Iterator[_Outcome]:
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="nvrtc-engine-prewarm")
+    try:
+        queue = _longest_first(keys) if len(keys) > threads else keys  # (else one each)
+        futures = [pool.submit(_build, engine, key) for key in queue]
+        for future in as_completed(futures):
+            yield future.result()
+    except BaseException:  # Ctrl-C: no new compile starts; those running end on their own
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)  # no thread outlives the call (a fork() may follow)
 
 
 def _current_device_arch() -> str:
@@ -163,40 +183,10 @@ def _current_device_arch() -> str:
     return _device_arch(None)
 
 
-# -- parent side --------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _without_main_module() -> Iterator[None]:
-    """While workers start, hide ``__main__`` from ``spawn``: otherwise each worker imports
-    the caller's script again, which may initialize CUDA, load a model, or call prewarm."""
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        if main is not None:
-            sys.modules["__main__"] = main
-        else:
-            del sys.modules["__main__"]
-
-
-def _spawn_pool(workers: int) -> ProcessPoolExecutor:
-    # imported here: a warm start that compiles nothing never pays for them
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    return ProcessPoolExecutor(
-        workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_worker_init,
-        initargs=(config.settings(),),
-    )
-
-
 def _default_arch() -> str:
     """The current GPU's arch, without initializing CUDA in this process if it is not yet:
-    a process that initialized CUDA cannot use it in fork()ed children."""
+    a process that initialized CUDA cannot use it in fork()ed children. Asks a spawned
+    process, which inherits nothing and does not run the calling script again."""
     from . import driver
 
     torch = sys.modules.get("torch")
@@ -204,37 +194,25 @@ def _default_arch() -> str:
         torch is not None and torch.cuda.is_initialized()
     ):
         return _current_device_arch()
-    pool = _spawn_pool(1)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
     try:
-        with _without_main_module():
+        # hide __main__ from spawn while the worker starts: else it imports the caller's
+        # script again, which may initialize CUDA, load a model, or call prewarm
+        main = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
             future = pool.submit(_current_device_arch)
+        finally:
+            if main is not None:
+                sys.modules["__main__"] = main
+            else:
+                del sys.modules["__main__"]
         return future.result()
     finally:
         pool.shutdown(wait=True)
-
-
-def _build_here(keys: Sequence[KernelKey]) -> Iterator[_Outcome]:
-    for key in keys:
-        yield _build_one(key)
-
-
-def _build_in_workers(keys: Sequence[KernelKey], workers: int) -> Iterator[_Outcome]:
-    from concurrent.futures import as_completed
-
-    pool = _spawn_pool(workers)
-    try:
-        with _without_main_module():
-            futures = {pool.submit(_build_one, key): key for key in keys}
-        for future in as_completed(futures):
-            try:
-                yield future.result()
-            except Exception as exc:  # a worker died (killed, out of memory)
-                why = f"worker process failed: {_describe(exc)}"
-                yield futures[future], None, "failed", why, type(exc).__name__
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:
@@ -252,7 +230,8 @@ def prewarm(
     workers: int | None = None,
     progress: bool = True,
 ) -> PrewarmReport:
-    """Make every variant's kernel ready in this process: from memory, disk, or compiled.
+    """Make every variant's kernel ready in this process: from memory, a cache tier, or
+    compiled.
 
     Args:
         variants: a TOML/JSON variant file (path: ``str`` or ``os.PathLike``), or a list
@@ -265,15 +244,16 @@ def prewarm(
         arch: compile for this arch (or each of these archs), replacing the variants' own.
             Default: each variant's arch, else the current GPU's (read without initializing
             CUDA here, so fork()ed children can still use CUDA).
-        workers: worker processes for the compiles, an int >= 1 (numpy's too; default:
+        workers: compile threads, an int >= 1 (numpy's too; default:
             :func:`default_workers`).
         progress: show a progress bar (only when stderr is a terminal).
 
     Returns a :class:`PrewarmReport`. A variant that fails (NVRTC error, missing CUDA
     headers) is reported there and does not stop the others. Afterwards every built kernel
-    is in this process's memory cache. An empty list is nothing to do (an empty report); a
-    variant *file* with no variants is an error, as a file that says nothing is most likely
-    a mistake (docs/variants.md).
+    is in this process's memory cache: a later :func:`~nvrtc_engine.get_kernel` for it is a
+    dictionary lookup, with no second read of the disk cache. An empty list is nothing to
+    do (an empty report); a variant *file* with no variants is an error, as a file that says
+    nothing is most likely a mistake (docs/variants.md).
 
     Raises :class:`~nvrtc_engine.variants.VariantListError` /
     :class:`~nvrtc_engine.VariantError` for a bad variant list or ``arch`` (before compiling
@@ -306,43 +286,36 @@ def prewarm(
     for key in keys:
         try:
             (cached if engine.cached(key) is not None else todo).append(key)
-        except Exception as exc:  # rendering or CUDA header discovery failed
+        except Exception as exc:  # CUDA header discovery failed
             failed.append(PrewarmFailure(key, _describe(exc), type(exc).__name__))
     count = min(workers, len(todo)) if workers is not None else default_workers(len(todo))
-    in_workers = count > 1
-    if in_workers and config.settings().dump_source:
-        nvrtc.check_debug_dir()  # the workers do not warn: this process does, once
-    outcomes = _build_in_workers(todo, count) if in_workers else _build_here(todo)
+    threads = count if count > 1 else 0
+    outcomes = (_build_in_threads(engine, todo, threads) if threads
+                else (_build(engine, key) for key in todo))  # fmt: skip
     compile_ms: list[float] = []
     bar = _progress_bar(len(todo), progress)
     try:
-        for key, artifact, origin, error, exception in outcomes:
+        for key, kernel, error, exception in outcomes:
             if bar is not None:
                 bar.update(1)
-            if artifact is None:
+            if kernel is None:
                 failed.append(PrewarmFailure(key, error or "", exception or ""))
-                continue
-            engine.adopt(key, artifact, origin)
-            if origin == "compiled":
+            elif kernel.origin == "compiled":
                 compiled.append(key)
-                compile_ms.append(artifact.compile_ms)
-                if in_workers:  # count the workers' compiles as this process's
-                    engine.misses += 1
-                    engine.compiles += 1
-            else:
+                compile_ms.append(kernel.artifact.compile_ms)
+            else:  # another process compiled it meanwhile
                 cached.append(key)
-                if in_workers:
-                    engine.disk_hits += 1
     finally:
         if bar is not None:
             bar.close()
-    import statistics
-
+    compile_ms.sort()
+    half = len(compile_ms) // 2
+    median = (compile_ms[half] + compile_ms[~half]) / 2 if compile_ms else None
     return PrewarmReport(
         compiled=tuple(sorted(compiled, key=order.__getitem__)),
         cached=tuple(sorted(cached, key=order.__getitem__)),
         failed=tuple(sorted(failed, key=lambda f: order[f.key])),
         wall_s=time.perf_counter() - start,
-        median_compile_ms=statistics.median(compile_ms) if compile_ms else None,
-        workers=count if in_workers else 0,
+        median_compile_ms=median,
+        workers=threads,
     )

@@ -521,8 +521,8 @@ def _listed(capsys):
 def test_prewarm_without_a_disk_cache_exits_2_and_compiles_nothing(
     why, capsys, monkeypatch, tmp_path
 ):
-    """The command line's prewarm is for a warm disk cache: its workers' kernels would come
-    back to this process's memory only, which ends with the command."""
+    """The command line's prewarm is for a warm disk cache: without one its kernels would
+    stay in this process's memory only, which ends with the command."""
     import warnings
 
     import nvrtc_engine as ne

@@ -1,5 +1,6 @@
-"""prewarm(): parallel compiles in worker processes, report, memory cache filled, failures that
-do not stop the rest, worker count from CPUs and cgroup quota, fork after prewarm."""
+"""prewarm(): parallel compiles on compile threads (started once, longest compiles first),
+report, memory cache filled (no second disk read), failures that do not stop the rest, thread
+count from CPUs and cgroup quota, fork after prewarm."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def gelu_keys(arch="sm_90", hidden=(None,)):
     ]
 
 
-def test_prewarm_in_workers_fills_memory_and_disk():
+def test_prewarm_in_threads_fills_memory_and_disk():
     keys = gelu_keys()
     report = prewarm(keys, workers=2, progress=False)
     assert isinstance(report, PrewarmReport) and report.ok
@@ -52,7 +53,66 @@ def test_prewarm_in_workers_fills_memory_and_disk():
     assert "4 variants: 0 compiled, 4 already cached, 0 failed" in again.summary()
 
 
-def test_prewarm_warns_once_for_its_workers_when_sources_cannot_be_dumped(
+def test_prewarm_leaves_its_kernels_in_memory_no_second_disk_read(monkeypatch):
+    """Kernels a prewarm compiled (in its threads) or read from disk are in this process's
+    memory cache: the get_kernel calls that follow read no tier and compile nothing."""
+    from nvrtc_engine.tiers import DiskTier
+
+    keys = gelu_keys("sm_90")
+    prewarm(keys[:2], workers=1, progress=False)  # two on disk
+    ne.clear_cache(disk=False)
+    reads: list[str] = []
+    get = DiskTier.get
+    monkeypatch.setattr(DiskTier, "get", lambda self, digest: reads.append(digest) or get(
+        self, digest))  # fmt: skip
+    report = prewarm(keys, workers=2, progress=False)
+    assert report.cached == tuple(keys[:2]) and report.compiled == tuple(keys[2:])
+    assert report.workers == 2
+    read, before = len(reads), ne.cache_info()
+    kernels = [ne.get_kernel(k) for k in keys]
+    assert ne.get_kernel("gelu", dtype="fp8", arch="sm_90") is kernels[1]
+    after = ne.cache_info()
+    assert len(reads) == read and after.compiles == before.compiles == 2
+    assert after.hits - before.hits == 5 and after.disk_hits == before.disk_hits
+    assert [k.origin for k in kernels] == ["disk", "disk", "compiled", "compiled"]
+
+
+def test_threads_start_once_and_each_builds_many(monkeypatch):
+    """Six kernels on two threads: two threads (not the caller's) build them all."""
+    built: list[int] = []
+    build = prewarm_mod._build
+    monkeypatch.setattr(prewarm_mod, "_build", lambda engine, key: built.append(
+        threading.get_ident()) or build(engine, key))  # fmt: skip
+    keys = gelu_keys("sm_90", hidden=(None, 1024))[:6]
+    report = prewarm(keys, workers=2, progress=False)
+    assert len(report.compiled) == 6 and report.workers == 2 and len(built) == 6
+    assert len(set(built)) == 2 and threading.get_ident() not in built
+    assert threading.active_count() == 1  # none left running after the call
+
+
+def test_longest_compiles_start_first_when_threads_are_fewer_than_kernels(monkeypatch):
+    from nvrtc_engine.render import render
+
+    keys = [make_key("dswiglu", dtype="bf16", hidden_size=1024, arch="sm_90"),
+            make_key("gelu", dtype="bf16", arch="sm_90"),
+            make_key("quantize", out_dtype="fp8_e4m3", scaling="mxfp8", layout="both",
+                     hidden_size=4096, arch="sm_100a"),
+            make_key("rmsnorm_fwd", dtype="bf16", hidden_size=4096, arch="sm_90")]  # fmt: skip
+    ordered = prewarm_mod._longest_first(keys)
+    sizes = [len(render(k).source) for k in ordered]
+    assert sorted(ordered, key=str) == sorted(keys, key=str) and sizes == sorted(sizes)[::-1]
+    assert ordered[0].op == "quantize" and ordered[-1].op == "gelu"
+    queued: list[list] = []
+    order = prewarm_mod._longest_first
+    monkeypatch.setattr(prewarm_mod, "_longest_first", lambda k: queued.append(order(k)) or
+                        queued[-1])  # fmt: skip
+    assert prewarm(keys, workers=2, progress=False).compiled == tuple(keys)
+    assert queued == [ordered]
+    prewarm(gelu_keys("sm_89")[:2], workers=2, progress=False)  # one each: no estimate
+    assert len(queued) == 1
+
+
+def test_prewarm_warns_once_for_its_threads_when_sources_cannot_be_dumped(
     tmp_path, monkeypatch, capfd
 ):
     blocker = tmp_path / "a-file"
@@ -64,7 +124,7 @@ def test_prewarm_warns_once_for_its_workers_when_sources_cannot_be_dumped(
         report = prewarm(gelu_keys("sm_87"), workers=2, progress=False)
     assert report.ok and len(report.compiled) == 4 and report.workers == 2
     assert sum("cannot write rendered sources" in str(w.message) for w in record) == 1
-    # and not once more per worker, on the workers' own stderr
+    # and not once more per compile thread, nor on stderr past the warnings module
     assert "cannot write rendered sources" not in capfd.readouterr().err
 
 
@@ -357,7 +417,7 @@ _UNGUARDED_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_workers_do_not_run_the_calling_script_again(tmp_path, isolated_cache):
+def test_prewarm_does_not_run_the_calling_script_again(tmp_path, isolated_cache):
     script = tmp_path / "train.py"
     script.write_text(_UNGUARDED_SCRIPT)
     runs = tmp_path / "runs.txt"
