@@ -83,14 +83,16 @@ class BundleReport:
     """What an export or import did: the bundle ``path``, the ``keys`` written or imported,
     the ``nvrtc_version`` of the bundle, ``skipped`` (one line per entry left out of an
     export, with the reason), ``already`` (import: how many of ``keys`` the disk cache
-    held already, the same bytes by their digest, written again) and ``unchecked`` (import
-    of another NVRTC's bundle: how many of ``keys`` no GPU here could load yet)."""
+    held already, the same bytes by their digest, written again), ``other_nvrtc`` (import:
+    built by another NVRTC, taken on request) and ``unchecked`` (how many of those no GPU
+    here could load yet)."""
 
     path: str
     keys: tuple[str, ...]
     nvrtc_version: str
     skipped: tuple[str, ...] = ()
     already: int = 0
+    other_nvrtc: bool = False
     unchecked: int = 0
 
 
@@ -379,7 +381,8 @@ def import_bundle(path: str | os.PathLike[str], *, any_nvrtc: bool | None = None
         if not disk.put(stored, value):
             raise BundleError(where, name, f"cannot write to the disk cache at {disk.directory}")
     keys = tuple(name for name, _, _, _ in verified)
-    return BundleReport(where, keys, nv, already=already, unchecked=unchecked)
+    return BundleReport(where, keys, nv, already=already, other_nvrtc=nv != local,
+                        unchecked=unchecked)  # fmt: skip
 
 
 def _adopted(verified: list[_Verified], local: str, where: str) -> tuple[list[_Verified], int]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import hmac
 import json
 import os
 import struct
@@ -125,9 +124,17 @@ def _join(header: dict[str, Any], image: bytes) -> bytes:
 
 
 def _signature(header: dict[str, Any], secret: bytes) -> str:
+    import hmac  # (only where a secret is configured)
+
     fields = json.dumps({f: header.get(f) for f in SIGNED}, sort_keys=True, separators=(",", ":"))
     message = b"nvrtc_engine entry\0" + fields.encode()
     return _HMAC + hmac.new(secret, message, "sha256").hexdigest()
+
+
+def _same(a: str, b: str) -> bool:  # in constant time: a signature is not guessed bytewise
+    import hmac
+
+    return hmac.compare_digest(a, b)
 
 
 def sign_entry(value: bytes, secret: bytes) -> bytes:
@@ -196,7 +203,7 @@ def check_entry(
         signature = header.get("signature")
         if not isinstance(signature, str) or not signature.startswith(_HMAC):
             return "unsigned, and a signing key is configured (NVRTC_ENGINE_CACHE_KEY)"
-        if not hmac.compare_digest(signature, _signature(header, secret)):
+        if not _same(signature, _signature(header, secret)):
             return "signed with another key, or altered after signing"
     try:
         artifact = Artifact(

@@ -368,17 +368,11 @@ def _cache_import(args: argparse.Namespace) -> int:
     new = len(report.keys) - report.already
     print(f"imported {counted(len(report.keys), 'kernel')} (NVRTC {report.nvrtc_version}) from "
           f"{report.path}: {new} new, {report.already} already in the cache")  # fmt: skip
-    if report.nvrtc_version != _nvrtc_version():
+    if report.other_nvrtc:
         print(f"built by another NVRTC: {len(report.keys) - report.unchecked} loaded on this "
               f"machine's GPU, {report.unchecked} unchecked (no GPU here runs them: each is "
               "loaded once at its first use)")  # fmt: skip
     return 0
-
-
-def _nvrtc_version() -> str:
-    from .nvrtc import nvrtc_version
-
-    return nvrtc_version()
 
 
 def _int_in(low: int, high: int, what: str) -> Callable[[str], int]:

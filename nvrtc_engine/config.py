@@ -295,12 +295,12 @@ def _parse_url(name: str, raw: str) -> str | None:
     if ok and parts is not None and parts.scheme != "unix":
         ok = bool(parts.hostname) and (not db or db.isdigit())
     if not ok or (port is not None and not 0 < port < 65536):
-        raise SettingsError(f"{name}={_shown_url(text)!r}: expected redis://host:port/db "
+        raise SettingsError(f"{name}={shown_url(text)!r}: expected redis://host:port/db "
                             "(or rediss://..., unix:///path/to/socket)")  # fmt: skip
     return text
 
 
-def _shown_url(url: str) -> str:
+def shown_url(url: str) -> str:
     """``url`` without its password, for messages."""
     from urllib.parse import urlsplit
 
@@ -442,7 +442,7 @@ def _checked(name: str, value: object) -> object:
     ``remote_prefix`` text. Raises :class:`SettingsTypeError` (a ``TypeError``) or
     :class:`SettingsError` (a ``ValueError``) naming the field (never showing a secret: the
     key, a URL's password)."""
-    shown = _shown_url(value) if name == "remote_cache" and isinstance(value, str) else value
+    shown = shown_url(value) if name == "remote_cache" and isinstance(value, str) else value
     label = f"configure({name}={'...' if name == 'cache_key' else repr(shown)})"
     if name == "readonly_cache":
         parts = [value] if isinstance(value, (str, os.PathLike)) else value

@@ -126,7 +126,7 @@ class Engine:
         disk = None if fresh or s.disable_disk_cache else self.disk()
         sizes = (0, 0, fresh, s.cache_size_limit) if disk is None else (
             len(disk), disk.volume(), str(disk.directory), disk.size_limit)  # fmt: skip
-        remote = config._shown_url(s.remote_cache) if s.remote_cache else None
+        remote = config.shown_url(s.remote_cache) if s.remote_cache else None
         return CacheInfo(self.hits, self.disk_hits, self.misses, self.compiles, len(self._memory),
                          *sizes, tuple(map(str, s.readonly_cache)), self.remote_hits,
                          remote)  # fmt: skip

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -304,9 +303,9 @@ class RedisTier(Tier):
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        from .config import _shown_url
+        from .config import shown_url
 
-        self.location, self.refused, self._retry = _shown_url(url), "", retry
+        self.location, self.refused, self._retry = shown_url(url), "", retry
         self._client = redis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 1), health_check_interval=0,
@@ -331,10 +330,10 @@ class RedisTier(Tier):
             why = "the redis package is not installed (pip install 'nvrtc-engine[redis]')"
         except Exception as exc:  # a URL redis-py refuses
             why = f"{type(exc).__name__}: {exc}"
-        from .config import _shown_url
+        from .config import shown_url
 
         warn_once("remote", s.remote_cache, f"nvrtc_engine: NVRTC_ENGINE_REMOTE_CACHE is "
-                  f"{_shown_url(s.remote_cache)} but {why}; working without the remote "
+                  f"{shown_url(s.remote_cache)} but {why}; working without the remote "
                   "cache", CacheWarning)  # fmt: skip
         return None
 
@@ -427,6 +426,8 @@ class RedisTier(Tier):
         """Claim the right to compile ``digest`` for ``seconds`` (``SET NX PX``): a token to
         give back with :meth:`drop_lease`; None while another node holds it; ``""`` where the
         server cannot say (down or full: compile without a lease)."""
+        import socket  # (not at import: it costs milliseconds a warm start never needs)
+
         token = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(8).hex()}"
         claim = lambda: self._client.set(  # noqa: E731
             self._key(digest, ":lease"), token, nx=True, px=max(1, int(seconds * 1000))

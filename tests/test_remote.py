@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import CacheWarning, config, errors, make_key
+from nvrtc_engine import CacheWarning, config, errors, make_key, nvrtc
 from nvrtc_engine.cache import SCHEMA, check_entry, digest
 from nvrtc_engine.engine import default_engine
 
@@ -366,3 +366,35 @@ def test_only_the_owner_gives_a_lease_back(server, tmp_path):
     assert server.client().get(name) == second.encode()
     remote.drop_lease("0" * 64, second)
     assert server.client().get(name) is None
+
+
+# -- entries of another NVRTC, on request; what `cache info` says ------------------------------
+
+
+def test_a_remote_entry_of_another_nvrtc_is_used_on_request(server, tmp_path, monkeypatch):
+    _node(server, tmp_path / "a")
+    built = ne.get_kernel(KEYS[0]).artifact.nvrtc_version  # stored remotely by this NVRTC
+    monkeypatch.setattr(nvrtc, "nvrtc_identity", lambda: "13.0")  # a node with another NVRTC
+    _node(server, tmp_path / "b", any_nvrtc=True)
+    kernel = ne.get_kernel(KEYS[0])  # no GPU here to load it on: unchecked
+    assert kernel.origin == "unchecked" and kernel.artifact.nvrtc_version == built
+    info = ne.cache_info()
+    assert info.compiles == 0 and info.remote_hits == 1 and info.entries == 1
+    filed = default_engine().disk().get(digest(KEYS[0]))  # under this NVRTC's digest
+    header = check_entry(filed, digest(KEYS[0]), KEYS[0], "13.0")[0]
+    assert (header["adopted_for"], header["checked"]) == ("13.0", False)
+
+
+def test_cache_info_says_whether_the_server_answers(server, tmp_path, capsys):
+    from nvrtc_engine.cli import main
+
+    url = f"redis://me:hunter2@127.0.0.1:{server.port}/0"
+    config.configure(remote_cache=url, cache_key=SECRET)
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert f"remote:     redis://me:***@127.0.0.1:{server.port}/0: " in out and "hunter2" not in out
+    assert "signing:    on" in out
+    server.kill()
+    assert main(["cache", "info", "--json"]) == 0
+    state = json.loads(capsys.readouterr().out)
+    assert state["remote_state"]["reachable"] is False and state["remote"].count("***") == 1
