@@ -220,10 +220,14 @@ def fanout() -> list[str]:
     return [run_line(d, "fanout"), table(["measure", "value"], rows)]
 
 
-BLOCKS: dict[str, Callable[[], list[str]]] = {
-    "activation": activation, "norm": norm, "cast": cast, "launch": launch,
-    "compile": compile_latency, "prewarm": prewarm, "fanout": fanout,
-}  # fmt: skip
+def fleet() -> list[str]:  # (bench/fleet.py writes its table's cells)
+    d = load("fleet")
+    return [f"{run_line(d, 'fleet')} {d['caption']}", table(d["head"], d["rows"])] if d else []
+
+
+BLOCKS: dict[str, Callable[[], list[str]]] = {"activation": activation, "norm": norm,
+    "cast": cast, "launch": launch, "compile": compile_latency, "prewarm": prewarm,
+    "fanout": fanout, "fleet": fleet}  # fmt: skip
 
 
 def render(page: str) -> str:

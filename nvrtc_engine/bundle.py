@@ -23,6 +23,14 @@ manifest lists a key twice (an export never does: the manifest was edited or dam
 the bundle's kernel count would be wrong). A bundle of format 1 (releases whose digest
 hashed the rendered source) is refused, saying to export it again.
 
+Where a signing key is configured (``NVRTC_ENGINE_CACHE_KEY``), :func:`export_bundle` signs
+every entry it writes (:func:`~nvrtc_engine.cache.sign_entry`) and :func:`import_bundle`
+refuses a bundle holding an entry that is unsigned or signed with another key. With
+``any_nvrtc`` (``cache import --any-nvrtc``), a bundle of another NVRTC version is imported:
+its digests are checked as a process with that NVRTC computes them, each entry is loaded once
+on a GPU here that runs its arch (refused if the driver does not load it; marked unchecked
+where no such GPU is present, checked at its first use) and filed under this NVRTC's digest.
+
 Both functions take the bundle's path as ``str`` or ``os.PathLike``; anything else is an
 :class:`~nvrtc_engine.ArgumentTypeError` naming ``path``.
 """
@@ -40,9 +48,10 @@ from pathlib import Path
 from typing import Any
 
 from ._version import __version__
-from .cache import SCHEMA, check_entry, digest, target_arch
-from .engine import default_engine
-from .errors import ArgumentTypeError, NvrtcEngineError
+from .cache import SCHEMA, check_entry, digest, refile_entry, sign_entry, target_arch
+from .engine import default_engine, try_load
+from .errors import ArgumentTypeError, CudaError, NvrtcEngineError
+from .kernel import Artifact
 from .key import KernelKey
 from .nvrtc import nvrtc_version
 from .tiers import BUNDLE_ENTRIES
@@ -73,14 +82,18 @@ class BundleError(NvrtcEngineError, ValueError):
 class BundleReport:
     """What an export or import did: the bundle ``path``, the ``keys`` written or imported,
     the ``nvrtc_version`` of the bundle, ``skipped`` (one line per entry left out of an
-    export, with the reason) and ``already`` (import: how many of ``keys`` the disk cache
-    held already, the same bytes by their digest, written again)."""
+    export, with the reason), ``already`` (import: how many of ``keys`` the disk cache
+    held already, the same bytes by their digest, written again), ``other_nvrtc`` (import:
+    built by another NVRTC, taken on request) and ``unchecked`` (how many of those no GPU
+    here could load yet)."""
 
     path: str
     keys: tuple[str, ...]
     nvrtc_version: str
     skipped: tuple[str, ...] = ()
     already: int = 0
+    other_nvrtc: bool = False
+    unchecked: int = 0
 
 
 def _checked_path(path: object) -> str:
@@ -103,13 +116,14 @@ def _disk(path: str, what: str) -> Any:
     return disk
 
 
-def _expected(name: str) -> str:
-    """The digest this installation computes for the kernel named ``name``."""
-    return digest(KernelKey.parse(name))
+def _expected(name: str, nvrtc_version: str | None = None) -> str:
+    """The digest this installation (with NVRTC ``nvrtc_version``) computes for ``name``."""
+    return digest(KernelKey.parse(name), nvrtc_version)
 
 
 def export_bundle(path: str | os.PathLike[str], *, overwrite: bool = False) -> BundleReport:
-    """Write every valid entry of the disk cache built by this NVRTC to bundle ``path``.
+    """Write every valid entry of the disk cache built by this NVRTC to bundle ``path``,
+    signed where a signing key is configured.
 
     The file appears atomically (written beside it, then renamed); its directory must
     exist, and the file must not, unless ``overwrite`` (the command line's ``--force``).
@@ -121,6 +135,7 @@ def export_bundle(path: str | os.PathLike[str], *, overwrite: bool = False) -> B
     target = Path(_checked_path(path))
     where = str(target)
     disk = _disk(where, "export")
+    secret = default_engine().tiers().secret
     if target.is_dir():
         raise BundleError(where, None, "is a directory; give the bundle's file name")
     if target.exists() and not overwrite:
@@ -153,6 +168,7 @@ def export_bundle(path: str | os.PathLike[str], *, overwrite: bool = False) -> B
             skipped.append(f"{name}: built from other templates (another nvrtc_engine version)")
             continue
         assert value is not None
+        value = sign_entry(value, secret) if secret else value
         member = f"{BUNDLE_ENTRIES}{stored}"
         records.append({
             "key": name, "digest": stored, "nvrtc_version": artifact.nvrtc_version,
@@ -257,9 +273,15 @@ def _agrees(where: str, name: str, field: str, said: object, actual: object, wha
         raise BundleError(where, name, f"manifest field {field!r} is {said!r}; {what} {actual!r}")
 
 
-def _verified(zf: zipfile.ZipFile, record: Any, nv: str, where: str) -> tuple[str, bytes, str]:
+_Verified = tuple[str, bytes, str, Artifact]
+
+
+def _verified(
+    zf: zipfile.ZipFile, record: Any, nv: str, where: str, secret: bytes | None
+) -> _Verified:
     """One manifest record, every field checked against its entry file and the entry against
-    this installation; returns the key's name, the entry and its digest."""
+    this installation with NVRTC ``nv`` (the bundle's) and signing key ``secret``; returns
+    the key's name, the entry, its digest and its artifact."""
     record = _checked_record(record, where)
     name, digest = record["key"], record["digest"]
     if record["nvrtc_version"] != nv:
@@ -282,7 +304,7 @@ def _verified(zf: zipfile.ZipFile, record: Any, nv: str, where: str) -> tuple[st
             where, name, f"manifest field 'size' is {record['size']}; the entry file has "
             f"{len(value)} bytes",
         )  # fmt: skip
-    checked = check_entry(value, None)
+    checked = check_entry(value, None, secret=secret)
     if isinstance(checked, str):
         raise BundleError(where, name, f"the entry does not verify ({checked})")
     header, artifact = checked
@@ -292,7 +314,7 @@ def _verified(zf: zipfile.ZipFile, record: Any, nv: str, where: str) -> tuple[st
     _agrees(where, name, "kind", record["kind"], artifact.kind, "the entry is a")
     _agrees(where, name, "arch", record["arch"], target_arch(artifact), "the entry is for")
     try:
-        expected = _expected(name)
+        expected = _expected(name, nv)
     except Exception as exc:
         raise BundleError(where, name, f"this installation cannot build it: {exc}") from None
     if expected != digest:
@@ -302,21 +324,25 @@ def _verified(zf: zipfile.ZipFile, record: Any, nv: str, where: str) -> tuple[st
             "digest differs from the one this installation computes (the bundle was built "
             "from other templates or headers, or was altered)",
         )
-    return name, value, digest
+    return name, value, digest, artifact
 
 
-def import_bundle(path: str | os.PathLike[str]) -> BundleReport:
+def import_bundle(path: str | os.PathLike[str], *, any_nvrtc: bool | None = None) -> BundleReport:
     """Verify every entry of bundle ``path``, then store them all in the disk cache.
 
     All or nothing: raises :class:`BundleError` naming the first bad entry (or the bundle)
     and stores nothing when any check fails, a key listed twice in the manifest included;
-    see the module docstring for the checks. Raises
-    :class:`~nvrtc_engine.ArgumentTypeError` for a ``path`` that is not a ``str`` or
-    ``os.PathLike``.
+    see the module docstring for the checks. ``any_nvrtc`` (default: the setting,
+    ``NVRTC_ENGINE_ANY_NVRTC``) takes a bundle of another NVRTC version, each entry loaded
+    once on a GPU here that runs it (a :class:`BundleError` naming the entry where the
+    driver refuses one). Raises :class:`~nvrtc_engine.ArgumentTypeError` for a ``path``
+    that is not a ``str`` or ``os.PathLike``.
     """
     where = _checked_path(path)
     disk = _disk(where, "import into")
-    nv = nvrtc_version()
+    t = default_engine().tiers()
+    any_nvrtc = t.settings.any_nvrtc if any_nvrtc is None else bool(any_nvrtc)
+    nv = local = nvrtc_version()
     try:
         zf = zipfile.ZipFile(where)
     except FileNotFoundError:
@@ -328,24 +354,50 @@ def import_bundle(path: str | os.PathLike[str]) -> BundleReport:
     with zf:
         manifest = _read_manifest(zf, where)
         if manifest.get("nvrtc_version") != nv:
-            raise BundleError(
-                where,
-                None,
-                f"built with NVRTC {manifest.get('nvrtc_version')}; this is NVRTC {nv} "
-                "(kernels are never shared across NVRTC versions)",
-            )
+            if not any_nvrtc or not isinstance(manifest.get("nvrtc_version"), str):
+                raise BundleError(
+                    where,
+                    None,
+                    f"built with NVRTC {manifest.get('nvrtc_version')}; this is NVRTC {nv} "
+                    "(kernels are shared across NVRTC versions only on request: "
+                    "--any-nvrtc, any_nvrtc=True, NVRTC_ENGINE_ANY_NVRTC=1)",
+                )
+            nv = manifest["nvrtc_version"]
         verified = []
         listed: set[str] = set()
         for record in manifest["entries"]:
             # verified first: a record naming another entry's key is refused for disagreeing
             # with its own entry; a verified key names one digest, so a repeat is the same entry
-            found = _verified(zf, record, nv, where)
+            found = _verified(zf, record, nv, where, t.secret)
             if found[0] in listed:
                 raise BundleError(where, found[0], f"listed twice in {MANIFEST}")
             listed.add(found[0])
             verified.append(found)
-    already = sum(1 for _, _, stored in verified if stored in disk)
-    for name, value, stored in verified:
+    unchecked = 0
+    if nv != local:  # another NVRTC's entries: loaded here first, filed under this NVRTC's digests
+        verified, unchecked = _adopted(verified, local, where)
+    already = sum(1 for _, _, stored, _ in verified if stored in disk)
+    for name, value, stored, _ in verified:
         if not disk.put(stored, value):
             raise BundleError(where, name, f"cannot write to the disk cache at {disk.directory}")
-    return BundleReport(where, tuple(name for name, _, _ in verified), nv, already=already)
+    keys = tuple(name for name, _, _, _ in verified)
+    return BundleReport(where, keys, nv, already=already, other_nvrtc=nv != local,
+                        unchecked=unchecked)  # fmt: skip
+
+
+def _adopted(verified: list[_Verified], local: str, where: str) -> tuple[list[_Verified], int]:
+    """Entries of another NVRTC, each loaded once on a GPU here that runs it (a
+    :class:`BundleError` naming the first the driver refuses), refiled under this NVRTC's
+    digest; and how many no GPU here could load."""
+    adopted, unchecked = [], 0
+    for name, value, _, artifact in verified:
+        key = KernelKey.parse(name)
+        try:
+            loaded = try_load(key, artifact)
+        except CudaError as exc:
+            raise BundleError(where, name, f"built by NVRTC {artifact.nvrtc_version}, it does "
+                              f"not load on this machine's GPU ({exc})") from None  # fmt: skip
+        unchecked += not loaded
+        stored = digest(key)
+        adopted.append((name, refile_entry(value, stored, local, loaded), stored, artifact))
+    return adopted, unchecked

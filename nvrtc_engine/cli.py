@@ -87,12 +87,25 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
             f"{exc}; nothing was compiled: prewarm stores its kernels in the disk cache, and "
             "without one they would be lost when this command exits"
         ) from None
+    remote = _open_remote() if args.remote else None  # no remote cache: an error first
     variants = files[0] if len(files) == 1 else [Path(f) for f in files]
     report = prewarm(variants, arch=arch, workers=args.workers, progress=not args.no_progress)
+    unshared = _publish(report) if remote is not None else []
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps({**report.to_dict(), "remote_missed": [str(k) for k in unshared]}
+                         if remote is not None else report.to_dict(), indent=2))  # fmt: skip
     else:
         print(report.summary())
+        if remote is not None:
+            ready = len(report.compiled) + len(report.cached)
+            print(f"remote cache {remote.location}: {ready - len(unshared)} of "
+                  f"{counted(ready, 'kernel')} written")  # fmt: skip
+    if unshared:
+        why = remote.refused or "unreachable, or built by another NVRTC: see the warnings above"
+        listed = ", ".join(map(str, unshared[:3])) + (" ..." if len(unshared) > 3 else "")
+        print(f"{args.parser.prog}: error: the remote cache at {remote.location} did not take "
+              f"{len(unshared)} kernels ({why}): {listed}", file=sys.stderr)  # fmt: skip
+        return 1
     unstored = _not_stored(report.compiled, disk)
     if unstored:
         print(
@@ -103,6 +116,29 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
         )
         return 1
     return 0 if report.ok else 1
+
+
+def _open_remote() -> Any:
+    """The remote cache, else an :class:`NvrtcEngineError` (exit code 2) saying why none."""
+    from . import config
+    from .engine import default_engine
+    from .errors import NvrtcEngineError
+
+    remote = default_engine().tiers().remote
+    if remote is None:
+        raise NvrtcEngineError(
+            "--remote: no remote cache to fill: set NVRTC_ENGINE_REMOTE_CACHE=redis://host:port/db"
+            if not config.settings().remote_cache
+            else "--remote: the remote cache cannot be used (the warning above says why)"
+        )
+    return remote
+
+
+def _publish(report: Any) -> list[Any]:
+    """Write every kernel the prewarm made ready to the remote cache; the keys not written."""
+    from .engine import default_engine
+
+    return default_engine().publish([*report.compiled, *report.cached])
 
 
 def _not_stored(keys: Sequence[Any], disk: Any) -> list[Any]:
@@ -147,21 +183,38 @@ def _no_disk_reason() -> str:
 
 def _cache_info(args: argparse.Namespace) -> int:
     from .api import cache_info
+    from .engine import default_engine
 
     # no disk cache: an error, as for the other cache commands (this process's memory cache,
     # which cache_info() also counts, is empty on the command line: nothing else to report)
     _open_disk()
+    tiers = default_engine().tiers()
     info = cache_info()
+    remote = tiers.remote.state() if tiers.remote is not None else None
+    shared = {"signed": tiers.secret is not None, "any_nvrtc": tiers.settings.any_nvrtc}
     if args.json:
-        print(json.dumps(info.__dict__, indent=2))
-    else:
-        print(f"directory:  {info.directory}")
-        print(f"entries:    {info.entries}")
-        print(f"bytes:      {info.bytes} ({_size(info.bytes)} on disk, its SQLite database "
-              "included: an empty cache has one)")  # fmt: skip
-        print(f"size limit: {info.size_limit} ({_size(info.size_limit)})")
-        for path in info.readonly:
-            print(f"read-only:  {path}")
+        print(json.dumps({**info.__dict__, "remote_state": remote, **shared}, indent=2))
+        return 0
+    print(f"directory:  {info.directory}")
+    print(f"entries:    {info.entries}")
+    print(f"bytes:      {info.bytes} ({_size(info.bytes)} on disk, its SQLite database "
+          "included: an empty cache has one)")  # fmt: skip
+    print(f"size limit: {info.size_limit} ({_size(info.size_limit)})")
+    for path in info.readonly:
+        print(f"read-only:  {path}")
+    if info.remote is not None:
+        if remote is None:
+            state = "not used (the warning above says why)"
+        elif remote["reachable"]:
+            versions = ", ".join(remote["nvrtc_versions"]) or "none yet"
+            state = (f"reachable, {counted(remote['entries'], 'entry', 'entries')} under prefix "
+                     f"{tiers.settings.remote_prefix!r} (built by NVRTC {versions})")  # fmt: skip
+        else:
+            state = f"unreachable ({remote['error']})"
+        print(f"remote:     {info.remote}: {state}")
+    signing = "on (entries of the remote cache and bundles are signed and checked)"
+    print(f"signing:    {signing if shared['signed'] else 'off'}")
+    print(f"any NVRTC:  {'on' if shared['any_nvrtc'] else 'off'}")
     return 0
 
 
@@ -198,12 +251,15 @@ def _cache_list(args: argparse.Namespace) -> int:
             continue
         header, artifact = checked
         current = _current_digest(header["key"], memo)
+        adopted = header.get("adopted_for")
         rows.append({
             "key": header["key"], "digest": digest, "arch": target_arch(artifact),
             "kind": artifact.kind, "bytes": len(artifact.image),
             "compile_ms": round(artifact.compile_ms, 1), "nvrtc": artifact.nvrtc_version,
             "created": header.get("created"),
             "current": None if current is None else current == digest,
+            "other_nvrtc": None if adopted is None else (
+                "loads" if header.get("checked") else "unchecked"),
         })  # fmt: skip
     rows.sort(key=lambda r: (r["key"], r["digest"]))
     if args.json:
@@ -212,12 +268,14 @@ def _cache_list(args: argparse.Namespace) -> int:
     if rows:
         # size is the entry's image, cubin or PTX as the kind column says
         # current: whether get_kernel would use the entry now (no: superseded by a change of
-        # templates, options or NVRTC; it stays until evicted or `cache clear`)
+        # templates, options or NVRTC; it stays until evicted or `cache clear`); NVRTC: the
+        # one that built it, and for another NVRTC's entry whether it loaded on a GPU here
         header = ("key", "arch", "kind", "size", "compile", "NVRTC", "digest", "current")
         mark = {True: "yes", False: "no", None: "?"}
         cells = [
             (r["key"], r["arch"], r["kind"], f"{r['bytes']} B", f"{r['compile_ms']:.1f} ms",
-             r["nvrtc"], r["digest"][:12], mark[r["current"]])
+             r["nvrtc"] + (f" (other NVRTC, {r['other_nvrtc']})" if r["other_nvrtc"] else ""),
+             r["digest"][:12], mark[r["current"]])
             if "arch" in r
             else (r["key"], "", "", "", "", "", r["digest"][:12], "")
             for r in rows
@@ -275,7 +333,7 @@ def _cache_clear(args: argparse.Namespace) -> int:
     from .engine import default_engine
 
     engine = default_engine()
-    if engine.disk() is None and engine.tiers()[3].startswith("no space"):
+    if engine.disk() is None and engine.tiers().why.startswith("no space"):
         where = config.settings().resolved_cache_dir()  # a full disk: the store goes whole
         clear_cache()
         print(f"cleared the disk cache at {where}: its store, which could not be opened "
@@ -306,10 +364,14 @@ def _cache_import(args: argparse.Namespace) -> int:
     from .bundle import import_bundle
 
     _open_disk()
-    report = import_bundle(args.bundle)
+    report = import_bundle(args.bundle, any_nvrtc=args.any_nvrtc or None)
     new = len(report.keys) - report.already
     print(f"imported {counted(len(report.keys), 'kernel')} (NVRTC {report.nvrtc_version}) from "
           f"{report.path}: {new} new, {report.already} already in the cache")  # fmt: skip
+    if report.other_nvrtc:
+        print(f"built by another NVRTC: {len(report.keys) - report.unchecked} loaded on this "
+              f"machine's GPU, {report.unchecked} unchecked (no GPU here runs them: each is "
+              "loaded once at its first use)")  # fmt: skip
     return 0
 
 
@@ -361,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="compile (in parallel) and cache every variant of one or more variant files",
         # FILE is required; argparse would show it as optional (nargs="*" lets it follow --arch)
         usage="%(prog)s [-h] FILE [FILE ...] [--arch ARCH [ARCH ...]] [--workers WORKERS]"
-        " [--no-progress] [--json]",
+        " [--no-progress] [--json] [--remote]",
     )
     pre.add_argument("files", nargs="*", metavar="FILE",
                      help="TOML or JSON variant files (see docs/variants.md)")  # fmt: skip
@@ -375,12 +437,15 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--workers", type=_positive_int, help="compile threads (default: usable CPUs)")
     pre.add_argument("--no-progress", action="store_true", help="no progress bar")
     pre.add_argument("--json", action="store_true", help="machine-readable report")
+    pre.add_argument("--remote", action="store_true",
+                     help="write every kernel to the remote cache (NVRTC_ENGINE_REMOTE_CACHE), "
+                     "compiled or read here")  # fmt: skip
     pre.set_defaults(func=_cmd_prewarm, parser=pre)
 
     cache = sub.add_parser("cache", help="inspect, verify, clear, export or import the cache")
     actions = cache.add_subparsers(dest="action", required=True)
     for name, func, text in (
-        ("info", _cache_info, "directory, entries, bytes, size limit"),
+        ("info", _cache_info, "directory, entries, bytes, size limit, remote cache"),
         ("list", _cache_list, "one line per entry: key, arch, size, compile time"),
         ("verify", _cache_verify, "check every entry; remove bad ones (exit 1 if any)"),
         ("clear", _cache_clear, "remove every entry"),
@@ -393,6 +458,11 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "export":
             action.add_argument("--force", action="store_true",
                                 help="replace the bundle file if it exists")  # fmt: skip
+        if name == "import":
+            action.add_argument("--any-nvrtc", action="store_true",
+                                help="take a bundle built by another NVRTC version (each "
+                                "kernel loaded once on this machine's GPU, where there is "
+                                "one)")  # fmt: skip
         if name in ("info", "list"):
             action.add_argument("--json", action="store_true", help="machine-readable output")
         action.set_defaults(func=func, parser=action)

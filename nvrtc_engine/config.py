@@ -36,6 +36,30 @@ variable                            type      meaning
                                               norms) are launched on sm_90+ with programmatic
                                               stream serialization, which hides the launch
                                               latency behind the previous kernel
+``NVRTC_ENGINE_REMOTE_CACHE``       URL       a Redis server shared by a fleet, tried after
+                                              the read-only caches (``redis://host:port/db``,
+                                              ``rediss://``, ``unix://``; needs the ``redis``
+                                              extra)
+``NVRTC_ENGINE_REMOTE_PREFIX``      text      the remote cache's key prefix (default
+                                              ``nvrtc_engine``)
+``NVRTC_ENGINE_REMOTE_TTL``         seconds   an entry's life in the remote cache since its
+                                              last use; 0: none (default 7 days)
+``NVRTC_ENGINE_REMOTE_TIMEOUT``     seconds   connect and socket timeout of the remote cache
+                                              (default 0.05)
+``NVRTC_ENGINE_REMOTE_WAIT``        seconds   longest wait for another node compiling the
+                                              same kernel, and the life of a compile lease
+                                              (default 10)
+``NVRTC_ENGINE_REMOTE_RETRY``       seconds   after a remote cache failure, how long to work
+                                              without it before trying again (default 30)
+``NVRTC_ENGINE_CACHE_KEY``          text      a secret shared by a fleet (16 characters or
+                                              more): entries written to the remote cache
+                                              and bundles are signed with it (HMAC-SHA256),
+                                              and those read from them must be
+``NVRTC_ENGINE_CACHE_KEY_FILE``     path      a file holding that secret (the variable above
+                                              wins where both are set)
+``NVRTC_ENGINE_ANY_NVRTC``          bool      ``1`` uses entries of read-only and remote
+                                              caches built by another NVRTC version for the
+                                              same key and arch, checked by loading them
 ==================================  ========  ===============================================
 
 An empty path variable counts as unset (the default); :func:`configure` refuses an empty
@@ -51,6 +75,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import SettingsError, SettingsTypeError
 
@@ -69,6 +94,14 @@ MAX_SIZE_LIMIT = 1 << 62
 # The most compile threads, as the command line's --workers allows.
 MAX_WORKERS = 1024
 _DEFAULT_LOCK_TIMEOUT = 60.0
+_DEFAULT_REMOTE_TTL = 7 * 24 * 3600.0  # refreshed at each read: unused entries leave in a week
+# Tens of ms: a cache entry is tens of kB, a few ms on any network; a node waits no longer
+# for a cache than a compile would take.
+_DEFAULT_REMOTE_TIMEOUT = 0.05
+_DEFAULT_REMOTE_WAIT = 10.0  # longer than a compile on a busy node (hundreds of ms)
+_DEFAULT_REMOTE_RETRY = 30.0
+MIN_CACHE_KEY_CHARS = 16  # a secret shorter than this is guessable
+_URL_SCHEMES = ("redis", "rediss", "unix")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 _SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -88,6 +121,15 @@ class Settings:
     workers: int | None = None
     lock_timeout: float = _DEFAULT_LOCK_TIMEOUT
     dependent_launch: bool = True
+    remote_cache: str | None = None
+    remote_prefix: str = "nvrtc_engine"
+    remote_ttl: float = _DEFAULT_REMOTE_TTL
+    remote_timeout: float = _DEFAULT_REMOTE_TIMEOUT
+    remote_wait: float = _DEFAULT_REMOTE_WAIT
+    remote_retry: float = _DEFAULT_REMOTE_RETRY
+    cache_key: str | None = dataclasses.field(default=None, repr=False)  # a secret: not shown
+    cache_key_file: Path | None = None
+    any_nvrtc: bool = False
 
     def resolved_cache_dir(self) -> Path:
         """The disk cache directory: the configured one, else the platform user cache dir.
@@ -102,6 +144,23 @@ class Settings:
         if not path.is_absolute():
             raise OSError(f"no home directory for the default cache directory (got {path})")
         return path
+
+    def signing_key(self) -> bytes | None:
+        """The secret entries of shared caches are signed with: ``cache_key``, else the
+        contents of ``cache_key_file`` (surrounding whitespace dropped), else None. Raises
+        :class:`SettingsError` naming ``NVRTC_ENGINE_CACHE_KEY_FILE`` when that file cannot
+        be read or holds fewer than :data:`MIN_CACHE_KEY_CHARS` characters."""
+        if self.cache_key is not None:
+            return self.cache_key.encode()
+        if self.cache_key_file is None:
+            return None
+        name = "NVRTC_ENGINE_CACHE_KEY_FILE"
+        try:
+            text = self.cache_key_file.read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"{name}={str(self.cache_key_file)!r}: cannot be read "
+                                f"({type(exc).__name__}: {exc})") from None  # fmt: skip
+        return _parse_key(name, text, f"the file {self.cache_key_file}").encode()
 
     def resolved_debug_dir(self) -> Path:
         """Where rendered sources go for debugging (failed compiles, or all with dump_source)."""
@@ -212,6 +271,69 @@ def _parse_seconds(name: str, raw: str) -> float:
     return value
 
 
+def _parse_positive_seconds(name: str, raw: str) -> float:
+    value = _parse_seconds(name, raw)
+    if value <= 0:
+        raise SettingsError(f"{name}={raw!r}: expected a finite number of seconds > 0")
+    return value
+
+
+def _parse_url(name: str, raw: str) -> str | None:
+    """A remote cache URL (``redis://[user:password@]host[:port][/db]``, ``rediss://``,
+    ``unix:///path``), or None for an empty value."""
+    from urllib.parse import urlsplit
+
+    text = raw.strip()
+    if not text:
+        return None
+    try:
+        parts = urlsplit(text)
+        port, db = parts.port, parts.path.strip("/")
+    except ValueError:  # a port that is no number
+        parts, port, db = None, None, "x"
+    ok = parts is not None and parts.scheme in _URL_SCHEMES and "\0" not in text
+    if ok and parts is not None and parts.scheme != "unix":
+        ok = bool(parts.hostname) and (not db or db.isdigit())
+    if not ok or (port is not None and not 0 < port < 65536):
+        raise SettingsError(f"{name}={shown_url(text)!r}: expected redis://host:port/db "
+                            "(or rediss://..., unix:///path/to/socket)")  # fmt: skip
+    return text
+
+
+def shown_url(url: str) -> str:
+    """``url`` without its password, for messages."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = f"{parts.username}:" if parts.username else ":"
+        netloc = f"{user}***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        return parts._replace(netloc=netloc).geturl()
+    except ValueError:
+        return "(a URL that does not parse)"
+
+
+def _parse_prefix(name: str, raw: str) -> str:
+    text = raw.strip()
+    if not text or any(c.isspace() or c == "\0" for c in text):
+        raise SettingsError(f"{name}={raw!r}: expected a key prefix without blanks")
+    return text
+
+
+def _parse_key(name: str, raw: str, what: str = "") -> str:
+    """A signing secret: at least :data:`MIN_CACHE_KEY_CHARS` characters once stripped."""
+    text = raw.strip()
+    if len(text) < MIN_CACHE_KEY_CHARS:
+        where = what or "the value"  # (the secret itself is never repeated in a message)
+        raise SettingsError(
+            f"{name}: {where} holds {len(text)} characters; a signing key needs "
+            f"{MIN_CACHE_KEY_CHARS} or more (e.g. `openssl rand -hex 32`)"
+        )
+    return text
+
+
 def _path(name: str, raw: str | None) -> Path | None:
     """``~`` expanded and made absolute (a relative path would follow the working directory);
     ``None`` for an empty or missing value. A NUL character, which no file system takes and
@@ -229,6 +351,13 @@ def _paths(name: str, raw: str | None) -> tuple[Path, ...]:
     return tuple(p for part in (raw or "").split(os.pathsep) if (p := _path(name, part)))
 
 
+def _env_seconds(e: Any, field: str) -> float:
+    """The duration setting ``field`` from environment ``e`` (see :data:`_SECONDS`)."""
+    parse, default = _SECONDS[field]
+    name = f"NVRTC_ENGINE_{field.upper()}"
+    return parse(name, e.get(name, str(default)))
+
+
 def from_environment(env: dict[str, str] | None = None) -> Settings:
     """Build :class:`Settings` from ``env`` (default ``os.environ``).
 
@@ -236,6 +365,7 @@ def from_environment(env: dict[str, str] | None = None) -> Settings:
     """
     e = os.environ if env is None else env
     raw_workers = e.get("NVRTC_ENGINE_WORKERS")
+    raw_key = e.get("NVRTC_ENGINE_CACHE_KEY", "").strip()
     return Settings(
         cache_dir=_path("NVRTC_ENGINE_CACHE_DIR", e.get("NVRTC_ENGINE_CACHE_DIR")),
         disable_disk_cache=_parse_bool(
@@ -259,6 +389,19 @@ def from_environment(env: dict[str, str] | None = None) -> Settings:
         dependent_launch=_parse_bool(
             "NVRTC_ENGINE_DEPENDENT_LAUNCH", e.get("NVRTC_ENGINE_DEPENDENT_LAUNCH", "1")
         ),
+        remote_cache=_parse_url(
+            "NVRTC_ENGINE_REMOTE_CACHE", e.get("NVRTC_ENGINE_REMOTE_CACHE", "")
+        ),
+        remote_prefix=_parse_prefix(
+            "NVRTC_ENGINE_REMOTE_PREFIX", e.get("NVRTC_ENGINE_REMOTE_PREFIX", "nvrtc_engine")
+        ),
+        remote_ttl=_env_seconds(e, "remote_ttl"),
+        remote_timeout=_env_seconds(e, "remote_timeout"),
+        remote_wait=_env_seconds(e, "remote_wait"),
+        remote_retry=_env_seconds(e, "remote_retry"),
+        cache_key=_parse_key("NVRTC_ENGINE_CACHE_KEY", raw_key) if raw_key else None,
+        cache_key_file=_path("NVRTC_ENGINE_CACHE_KEY_FILE", e.get("NVRTC_ENGINE_CACHE_KEY_FILE")),
+        any_nvrtc=_parse_bool("NVRTC_ENGINE_ANY_NVRTC", e.get("NVRTC_ENGINE_ANY_NVRTC", "0")),
     )
 
 
@@ -278,8 +421,15 @@ def settings() -> Settings:
     return current
 
 
-_PATHS = ("cache_dir", "cuda_include_dir", "debug_dir")
-_BOOLS = ("disable_disk_cache", "dump_source", "dependent_launch")
+_PATHS = ("cache_dir", "cuda_include_dir", "debug_dir", "cache_key_file")
+_BOOLS = ("disable_disk_cache", "dump_source", "dependent_launch", "any_nvrtc")
+# The remote cache's durations: (parser, default); remote_timeout must be above 0.
+_SECONDS = {"remote_ttl": (_parse_seconds, _DEFAULT_REMOTE_TTL),
+            "remote_timeout": (_parse_positive_seconds, _DEFAULT_REMOTE_TIMEOUT),
+            "remote_wait": (_parse_seconds, _DEFAULT_REMOTE_WAIT),
+            "remote_retry": (_parse_seconds, _DEFAULT_REMOTE_RETRY)}  # fmt: skip
+# Text settings, None allowed where the parser gives None for nothing
+_TEXTS = {"remote_cache": _parse_url, "remote_prefix": _parse_prefix, "cache_key": _parse_key}
 
 
 def _checked(name: str, value: object) -> object:
@@ -287,10 +437,13 @@ def _checked(name: str, value: object) -> object:
     paths (``str`` or ``os.PathLike``, not empty, no NUL, or None) made absolute; booleans
     as ``bool`` or the variable's words; ``cache_size_limit`` bytes from
     :data:`MIN_SIZE_LIMIT` to :data:`MAX_SIZE_LIMIT` (or ``"512M"``); ``workers`` from 1 to
-    :data:`MAX_WORKERS` or None; ``lock_timeout`` finite seconds >= 0. Raises
-    :class:`SettingsTypeError` (a ``TypeError``) or :class:`SettingsError` (a ``ValueError``)
-    naming the field."""
-    label = f"configure({name}={value!r})"
+    :data:`MAX_WORKERS` or None; ``lock_timeout`` and the ``remote_*`` durations finite
+    seconds >= 0 (``remote_timeout`` > 0); ``remote_cache``, ``cache_key`` text or None,
+    ``remote_prefix`` text. Raises :class:`SettingsTypeError` (a ``TypeError``) or
+    :class:`SettingsError` (a ``ValueError``) naming the field (never showing a secret: the
+    key, a URL's password)."""
+    shown = shown_url(value) if name == "remote_cache" and isinstance(value, str) else value
+    label = f"configure({name}={'...' if name == 'cache_key' else repr(shown)})"
     if name == "readonly_cache":
         parts = [value] if isinstance(value, (str, os.PathLike)) else value
         if not isinstance(parts, (list, tuple)):
@@ -321,9 +474,18 @@ def _checked(name: str, value: object) -> object:
             return _path(name, path)
         except SettingsError as exc:  # "name='raw': reason" -> "configure(name='raw'): reason"
             raise SettingsError(f"{label}: {str(exc).split(': ', 1)[-1]}") from None
+    if name in _TEXTS:
+        if value is None and name != "remote_prefix":
+            return None
+        if not isinstance(value, str):
+            raise SettingsTypeError(f"{label}: expected text"
+                                    + (" or None" if name != "remote_prefix" else ""))  # fmt: skip
+        if name == "cache_key":  # (its messages never repeat the secret)
+            return _parse_key(label, value)
     if isinstance(value, str):  # the environment variable's spelling
         parse = {"cache_size_limit": _parse_size, "workers": _parse_int,
-                 "lock_timeout": _parse_seconds}.get(
+                 "lock_timeout": _parse_seconds, **_TEXTS,
+                 **{field: parse for field, (parse, _) in _SECONDS.items()}}.get(
             name, _parse_bool)  # fmt: skip
         try:
             return parse(name, value)
@@ -337,11 +499,13 @@ def _checked(name: str, value: object) -> object:
     if name == "workers" and value is None:
         return None
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if name == "lock_timeout":
-        if number and 0 <= float(value) < float("inf"):  # type: ignore[arg-type]
-            return float(value)  # type: ignore[arg-type]
+    if name == "lock_timeout" or name in _SECONDS:
+        low = ">" if name == "remote_timeout" else ">="
+        seconds = float(value) if number else -1.0  # type: ignore[arg-type]
+        if (seconds > 0 or (seconds == 0 and low == ">=")) and seconds < float("inf"):
+            return seconds
         raise (SettingsError if number else SettingsTypeError)(
-            f"{label}: expected a finite number of seconds >= 0"
+            f"{label}: expected a finite number of seconds {low} 0"
         )
     if name == "cache_size_limit":
         if not isinstance(value, int) or isinstance(value, bool):

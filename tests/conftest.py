@@ -36,6 +36,10 @@ def isolated_cache(tmp_path, monkeypatch):
         "NVRTC_ENGINE_CACHE_SIZE_LIMIT",
         "NVRTC_ENGINE_CUDA_INCLUDE_DIR",
         "NVRTC_ENGINE_DUMP_SOURCE",
+        "NVRTC_ENGINE_REMOTE_CACHE",
+        "NVRTC_ENGINE_CACHE_KEY",
+        "NVRTC_ENGINE_CACHE_KEY_FILE",
+        "NVRTC_ENGINE_ANY_NVRTC",
     ):
         monkeypatch.delenv(var, raising=False)
     config.reset()
