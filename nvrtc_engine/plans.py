@@ -21,7 +21,7 @@ on that key (and on float arguments, which the family checks on every call), so:
   warning).
 
 A plan also fixes what the generic path read from module-level launch settings when it was
-made (``activation.MAX_GRID``, ``norm_switches.FWD_ONE_PASS``...): code that changes those at
+made (``activation.MAX_GRID``...): code that changes those at
 run time (tuning scripts) must use new ``Kernel`` objects or clear ``kernel._launch_plans``.
 
 Both hot functions are generated as straight-line Python (no loops, no tuple unpacking, the

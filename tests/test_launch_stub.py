@@ -86,7 +86,7 @@ SCRIPT = textwrap.dedent(
     last = launches_of(lambda k=gen: k(xg, wg, wg, 1e-5, zg, mg, rg), 17)[1]
     assert gen.launch_grid(3000, 200) == last["grid"][0]
     st = ne.get_kernel("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096)
-    assert st.config.stages  # TUNED's staged layout on the stub's sm_90
+    assert st.config.staging  # TUNED's staged kernel on the stub's sm_90
     xs, zs, ws8 = T((16384, 4096)), T((16384, 4096), "uint8"), T((4096,))
     ms, rss = T((16384,), "float32"), T((16384,), "float32")
     last = launches_of(lambda k=st: k(xs, ws8, ws8, 1e-5, zs, ms, rss, scale=s, amax=a), 17)[1]
