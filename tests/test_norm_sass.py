@@ -270,15 +270,15 @@ def main() -> None:
     if reason:
         sys.exit(reason)
     now = record_all(args.jobs)
+    problems = compare(json.loads(DATA.read_text()), now) if args.check else []
+    if args.check:  # against the recording as it was before this run
+        print("\n".join(problems) or f"{len(now['keys'])} keys: no difference")
     if args.write or args.out:
         target = args.out or DATA
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(dump(now))
         print(f"{len(now['keys'])} keys recorded in {target}")
-    if args.check:
-        problems = compare(json.loads(DATA.read_text()), now)
-        print("\n".join(problems) or f"{len(now['keys'])} keys: no difference")
-        sys.exit(1 if problems else 0)
+    sys.exit(1 if problems else 0)
 
 
 if __name__ == "__main__":
