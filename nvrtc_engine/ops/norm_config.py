@@ -54,10 +54,9 @@ FINALIZE_BLOCK = 256
 # bf16; % of copy bandwidth from bench/results/norm_tuning.json).
 TARGET_BYTES = 64  # of a row tensor per thread: forward within 1-3% of the best (warps,
 # rows) at H = 4096-14336; backward 4 accesses ahead of 2 (LN 4096: 59.4% against 44.7%)
-MAX_ELEMENTS = MappingProxyType(
-    {"fwd": 64, "bwd": 32}
-)  # per thread and tensor; backward: 4 x 8 at 14336 over
-# a cluster of 2 measured below the general kernel
+# elements per thread and tensor (backward: 4 x 8 at 14336 over a cluster of 2 measured
+# below the general kernel)
+MAX_ELEMENTS = MappingProxyType({"fwd": 64, "bwd": 32})
 OVERHEAD_REGISTERS = 40  # besides the row values (ptxas -v, sm_90: LN backward w4j4 168,
 # estimated 168; RMS w8j2 80-94, estimated 104)
 ROW_THREADS = 128  # small rows packed into CTAs of about 128 threads (backward 256: slower)
