@@ -1,7 +1,9 @@
 """Shared benchmark helpers: timing with CUDA events, copy bandwidth, result files.
 
-Every script prints a table last and writes JSON under bench/results/ with the date, the
-host, and (for GPU benchmarks) the GPU name and driver.
+Every script prints a table last and writes JSON under bench/results/ (``BENCH_RESULTS``
+overrides the directory; the scripts under bench/tuning/ write to bench/tuning/results/,
+which git ignores) with the date, the host, the commit measured and, for GPU benchmarks, the
+GPU, torch and NVRTC versions; and a copy under ``$OUT`` where that is set.
 """
 
 from __future__ import annotations
@@ -18,7 +20,37 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+
+
+def commit() -> str:
+    """The commit measured: ``BENCH_COMMIT`` where set (a copy of the checkout without its git
+    directory, as on a GPU machine the tree was copied to), else ``git rev-parse --short HEAD``
+    with ``-dirty`` for uncommitted changes to tracked files, else ``unknown``."""
+    import subprocess
+
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=BENCH, capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()  # fmt: skip
+
+    try:
+        head, dirty = git("rev-parse", "--short", "HEAD"), git("status", "--porcelain", "-uno")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
+def results_dir() -> Path:
+    """Where :func:`write_results` writes: ``BENCH_RESULTS``, else bench/tuning/results/ for
+    a script run from bench/tuning/ (sweeps are scratch work), else bench/results/."""
+    if os.environ.get("BENCH_RESULTS"):
+        return Path(os.environ["BENCH_RESULTS"])
+    script = Path(sys.argv[0]).resolve()
+    return script.parent / "results" if script.parent.name == "tuning" else RESULTS
 
 
 def host_info() -> dict[str, Any]:
@@ -38,7 +70,8 @@ def host_info() -> dict[str, Any]:
         else os.cpu_count(),
         "cpu_model": cpu,
         "platform": platform.platform(),
-        # how the script was run, as make_report quotes it
+        "commit": commit(),
+        # how the script was run
         "command": " ".join([f"bench/{Path(sys.argv[0]).name}", *map(shlex.quote, sys.argv[1:])]),
     }
 
@@ -73,10 +106,12 @@ def result_name(text: str) -> str:
 
 
 def write_results(name: str, payload: dict[str, Any], out_dir: str | None = None) -> Path:
-    """Write ``payload`` (plus host info) to bench/results/<name>.json and $OUT if set."""
+    """Write ``payload`` (plus host info) to NAME.json in :func:`results_dir` and in ``$OUT``
+    (or ``out_dir``) where set; returns the first path."""
     payload = {"benchmark": name, **host_info(), **payload}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    directory = results_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
     text = json.dumps(payload, indent=2, sort_keys=False)
     path.write_text(text + "\n")
     extra = out_dir or os.environ.get("OUT")
@@ -217,10 +252,10 @@ def paired_pct_of_copy(kernel_ms: list[float], kernel_bytes: int, copy_ms: list[
 
 def memory_only() -> None:
     """Turn the disk cache off for the rest of this process, for builds that their key does
-    not describe. An edited source (bench/source_ab.py) keeps the key's symbols, so the disk
-    cache's key index would hand back the kernel stored under the key instead of building
-    it; a forced layout changes the symbols (the index refuses the stored kernel) but would
-    fill the cache with trial kernels. The scripts also set NVRTC_ENGINE_DISABLE_DISK_CACHE=1
+    not describe. An edited source (bench/tuning/source_ab.py) keeps the key's symbols and
+    so its digest: the disk cache would hand back the kernel stored under the key instead of
+    building it; a forced configuration changes the symbols (another digest) but would fill
+    the cache with trial kernels. The scripts also set NVRTC_ENGINE_DISABLE_DISK_CACHE=1
     at import, which only counts where nothing has read the settings yet (a test, or a
     caller that made a kernel first); this counts either way."""
     from nvrtc_engine import config
@@ -230,24 +265,23 @@ def memory_only() -> None:
 
 
 @contextlib.contextmanager
-def norm_layout(layout: Any) -> Iterator[None]:
-    """Inside the block every norm key compiles with ``layout`` (a norm ``LaunchConfig``, as
-    given: no TUNED entry, rule or module switch changes it), or with its own default where
-    ``layout`` is None. The benchmarks' way of building a candidate layout: compile it on a
-    fresh ``Engine``; the disk cache is turned off (:func:`memory_only`: the key does not see
-    the layout)."""
+def norm_configured(cfg: Any) -> Iterator[None]:
+    """Inside the block every norm key compiles with ``cfg`` (a norm ``ForwardConfig`` or
+    ``BackwardConfig``, as given: no TUNED entry or rule changes it), or with its own where
+    ``cfg`` is None. The benchmarks' way of building a candidate configuration: compile it on
+    a fresh ``Engine``; the disk cache is turned off (:func:`memory_only`)."""
     import nvrtc_engine.ops.norm as norm
 
-    if layout is None:
+    if cfg is None:
         yield
         return
     memory_only()
-    chosen = norm.launch_config
-    norm.launch_config = lambda key: layout
+    chosen = norm.norm_config
+    norm.norm_config = lambda key: cfg
     try:
         yield
     finally:
-        norm.launch_config = chosen
+        norm.norm_config = chosen
 
 
 def table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:

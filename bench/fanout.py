@@ -1,6 +1,6 @@
 """The build-time fan-out this project replaces, measured beside on-demand compilation.
 
-    python bench/fanout.py [--arch sm_90] [--ops gelu,dgelu] [--jobs 1]
+    python bench/fanout.py [--arch sm_90] [--ops gelu,dgelu]
 
 A build-time library must instantiate every variant of a family: here every registered op
 of ``--ops`` x input dtype x output dtype (with its scaling) x a TransformerEngine-style list

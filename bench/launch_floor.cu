@@ -1,11 +1,11 @@
 // The host cost of cuLaunchKernel itself, from C++: the floor under any Python launch path.
-// Build and run on the GPU host (bench/launch_floor.py does both):
+// Built and run on the GPU host by bench/launch_overhead.py, or by hand:
 //   nvcc -O2 -arch=sm_90 bench/launch_floor.cu -o launch_floor -lcuda && ./launch_floor
 // Prints one JSON object: microseconds per launch (best of 5 runs of N launches, the GPU not
 // waited on inside a run) for an empty kernel with 1 and with 7 parameters (the flat
 // activation kernel's count), on the legacy default stream and on a non-blocking stream, for
-// N = 5000 (as bench/launch_overhead.py's Python timings) and N = 200: a run longer than the
-// GPU's launch queue can end up timing the GPU's rate of retiring launches, not the host.
+// N = 5000 and N = 200: a run longer than the GPU's launch queue can end up timing the GPU's
+// rate of retiring launches, not the host.
 #include <cuda.h>
 #include <cuda_runtime.h>
 

@@ -1,423 +1,311 @@
-"""Host time per launch, piece by piece, for small kernels with torch tensors.
+"""Host time per call of a small kernel, against PyTorch's own ops on the same tensors, and
+where that time goes.
 
-    python bench/launch_overhead.py            # on a GPU host (torch, CUDA)
-    python bench/launch_overhead.py --cpu      # no GPU: stub libcuda + fake torch tensors
+    python bench/launch_overhead.py           # on a GPU host (torch, CUDA); about 20 s
+    python bench/launch_overhead.py --stub    # no GPU: stub libcuda (see below)
 
-Times (microseconds per call, best of --repeat x --calls calls, GPU not waited on): the
-whole Kernel.__call__ of a GELU bf16 kernel on a (1, 1024) tensor (the planned fast path, the
-generic path, with allocation), one small call of each family, each step of a launch (array
-adaptation, stream lookup, parameter packing, context check, the driver call through
-cuda.bindings, through ctypes and through the compiled launcher), the planned call with its
-plan launching through cuda.bindings instead of the compiled launcher, a plain
-torch.nn.functional.gelu, and a raw cuLaunchKernel with per-call argument tuples. Then
-(--paired ROUNDS) the main rows again in shuffled rounds of 200 calls, each with its median
-excess over the bare compiled launch of the same round: the host's speed drifts between
-minutes (the C++ floor read 3.1-4.6 us in runs of one day), so a row measured a minute after
-another does not compare with it. Writes bench/results/launch_overhead.json.
+The calls, on a bf16 tensor x of (8, 1024): the engine's GELU (tanh) kernel with its output
+given (``kernel(x, out)``) and allocating it (``kernel(x)``), ``torch.add(x, x, out=out)``
+and ``torch.nn.functional.gelu(x, approximate="tanh")``. Targets (docs/performance.md): the
+engine with ``out`` at most ``torch.add(out=)``, the engine allocating at most ``F.gelu``.
 
---cpu measures the Python side only: tests/host_cuda/libcuda_stub.c stands in for libcuda (so
-cuda.bindings and ctypes still convert every argument; the stub's cuLaunchKernel returns at
-once, where the real driver takes ~1.5-2 us) and tests/fake_torch.py for torch (its tensors'
-attributes are plain Python, roughly as cheap as torch's). Writes
-bench/results/launch_overhead-cpu.json. Runs against any version of nvrtc_engine on the
-path that has ``nvrtc_engine.launcher`` (the stub is built with it), so `PYTHONPATH=<old
-checkout> python bench/launch_overhead.py --cpu --name launch_overhead-cpu-baseline` gives
-the baseline column of docs/performance.md (the committed baseline, 7f43cc5 on 2026-11-29,
-predates the launcher: it was measured with that day's copy of this script).
+Timed beside them, the pieces of an engine call (``step:`` rows):
+
+- the two engine calls with ``cuLaunchKernelEx`` (cuda.bindings) replaced by a Python
+  function that returns success at once: the host time of everything but the driver call
+  (another kernel object of the same variant, prepared with the no-op);
+- ``cuLaunchKernelEx`` through cuda.bindings alone, with the arguments the prepared call
+  passes it: the driver call (cuda.bindings' conversions and libcuda);
+- the call key's read and lookup for ``(x, out)`` (``Kernel._fast2`` with a tag no call
+  has: a miss, which skips the key comparison a hit makes);
+- the context check (``cuCtxGetCurrent`` through cuda.bindings) and PyTorch's current stream
+  (``torch._C._cuda_getCurrentRawStream``);
+- allocating an output like x: ``torch.empty_like(x)``, the same with another dtype,
+  ``x.new_empty(sizes)`` and ``torch.empty(*sizes, dtype=, device=)`` (a prepared call takes
+  ``empty_like`` of an input of the output's shape and device, else ``empty``).
+
+On a GPU host with nvcc (on the PATH, or under $CUDA_HOME or /usr/local/cuda), ``floor:``
+rows: bench/launch_floor.cu's ``cuLaunchKernel`` called from C++ without Python, best of 5
+runs of 5000 and of 200 launches (what no Python launch path can go below).
+
+Each case is timed in --rounds rounds (default 7) of --calls calls (default 2000), every
+case once per round in a shuffled order, the GPU synchronized after each; the median per call
+over the rounds is reported (host time: the GPU is not waited on within a run).
+
+--stub (taken by itself when torch has no CUDA) measures the Python side only, as this
+thread's CPU time (other processes' load does not inflate it): tests/host_cuda/libcuda_stub.c
+stands in for libcuda (cuda.bindings still converts every argument; the driver's own work is
+missing), and with PyTorch installed its CPU tensors stand in for CUDA tensors (their
+``get_device`` and ``is_cuda`` made to say device 0; the allocation rows then time the CPU
+allocator), else tests/fake_torch.py (no allocation rows). No torch op rows.
+Writes bench/results/launch_overhead.json (launch_overhead-stub.json; and to $OUT).
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import common
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import common  # noqa: E402
+
+OUT = "engine gelu(x, out)"
+ALLOC = "engine gelu(x) (allocates)"
+ADD = "torch.add(x, x, out=out)"
+GELU = "torch.nn.functional.gelu(x)"
+TARGETS = ((OUT, ADD), (ALLOC, GELU))  # (engine row, the torch row it must not exceed)
+STREAM = 0x5000  # the stub's current stream
 
 
-def per_call_us(fn: Callable[[], Any], sync: Callable[[], Any], calls: int, repeat: int) -> float:
-    for _ in range(200):
-        fn()
-    sync()
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls * 1e6)
-        sync()
-    return best
+def stub_environment() -> tuple[Any, str, Any]:
+    """Stub libcuda, and torch whose CPU tensors say they are device 0's (fake torch when
+    PyTorch is not installed): ``(torch, what stands in for CUDA tensors, their device)``."""
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    import stub_driver
+
+    stub_driver.load()  # before cuda.bindings opens the driver
+    try:
+        import torch
+    except ImportError:
+        import fake_torch
+
+        torch = fake_torch.module(current_stream=STREAM)
+        sys.modules["torch"] = torch
+        return torch, "fake torch tensors (tests/fake_torch.py)", torch.device("cuda", 0)
+    torch.Tensor.get_device = int  # int() is 0: a C call, as get_device is
+    torch.Tensor.is_cuda = True
+    if not hasattr(torch._C, "_cuda_getCurrentRawStream"):  # a CPU build of PyTorch
+        torch._C._cuda_getCurrentRawStream = lambda device: STREAM
+    return torch, f"PyTorch {torch.__version__} CPU tensors taken as device 0's", "cpu"
 
 
-BARE = "step: cuLaunchKernel (compiled launcher, packed params)"
-PAIRED = (  # the rows timed again in paired rounds (--paired), against the bare launch
-    "Kernel.__call__(x, out)",
-    "Kernel.__call__(x, out), Python fast path (plans.fast_path, LaunchPlan.run)",
-    "Kernel.__call__(x, out), through cuda.bindings (NVRTC_ENGINE_LAUNCHER=bindings)",
-    "torch.nn.functional.gelu(x)",
-    "raw cuLaunchKernel, argument tuples",
-    BARE,
-)
-
-
-def paired_rows(
-    cases: dict[str, Callable[[], Any]], sync: Callable[[], Any], calls: int, rounds: int
-) -> list[dict[str, Any]]:
-    """The :data:`PAIRED` cases timed in ``rounds`` rounds, each case once per round in a
-    shuffled order (the host's speed drifts between minutes by more than the differences
-    sought): per case the median over rounds of its time per call and of its excess over the
-    bare launch (:data:`BARE`, the driver's cuLaunchKernel called from C with fixed
-    arguments) in the same round."""
-    import random
-    import statistics
-
-    names = [n for n in PAIRED if n in cases]
-    if BARE not in names:
-        return []
-    times: dict[str, list[float]] = {n: [] for n in names}
+def paired(
+    cases: dict[str, Callable[[], Any]], sync: Callable[[], Any], calls: int, rounds: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, list[float]]:  # fmt: skip
+    """Microseconds per call of each case in each round (the cases once per round, in a
+    shuffled order; ``sync`` after each timing; ``clock`` the timer)."""
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    names = list(cases)
     rng = random.Random(0)
     for _ in range(rounds):
         rng.shuffle(names)
         for name in names:
-            times[name].append(per_call_us(cases[name], sync, calls, 1))
-    rows = []
-    for name in PAIRED:
-        if name not in times:
-            continue
-        over = [t - b for t, b in zip(times[name], times[BARE], strict=True)]
-        rows.append({"case": f"paired: {name}", "us": statistics.median(times[name]),
-                     "over_bare_us": statistics.median(over), "rounds": rounds})  # fmt: skip
-        print(f"{rows[-1]['us']:8.2f}  ({rows[-1]['over_bare_us']:+.2f} over the bare launch)  "
-              f"{rows[-1]['case']}", file=sys.stderr)  # fmt: skip
-    return rows
+            fn = cases[name]
+            for _ in range(50):
+                fn()
+            sync()
+            start = clock()
+            for _ in range(calls):
+                fn()
+            elapsed = clock() - start
+            sync()
+            times[name].append(elapsed / calls * 1e6)
+    return times
 
 
-def version(package: Any) -> str:
-    """The package's version, and its git commit when it is a checkout."""
-    import subprocess
+class _Bindings:
+    """cuda.bindings.driver with another ``cuLaunchKernelEx`` (an instance attribute, so a
+    call of it is a plain function call)."""
 
-    text = str(getattr(package, "__version__", "?"))
+    def __init__(self, real: Any, launch_ex: Callable[..., Any]) -> None:
+        self._real = real
+        self.cuLaunchKernelEx = launch_ex
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def with_launch(
+    kernel: Any, launch_ex: Callable[..., Any], calls: list[Callable[[Any], Any]]
+) -> Any:
+    """Another kernel object of ``kernel``'s variant whose launches call ``launch_ex`` instead
+    of cuda.bindings' ``cuLaunchKernelEx``, each of ``calls`` (``call(kernel)``) made twice
+    with it (the checked path, then its prepared launch)."""
+    from nvrtc_engine import driver
+
+    real = driver._drv()
+    other = type(kernel)(kernel.key, kernel.artifact, kernel.origin)
+    driver._bindings = _Bindings(real, launch_ex)
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=Path(package.__file__).parent,
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return text
-    return f"{text} at {commit}"
-
-
-def cpu_environment() -> Any:
-    """Stub libcuda and fake torch (tests/): returns the fake torch module."""
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    import fake_torch
-    import stub_driver
-
-    stub_driver.load()  # before cuda.bindings opens the driver
-    torch = fake_torch.module(current_stream=0x5000)
-    sys.modules["torch"] = torch
-    return torch
-
-
-def family_cases(ne: Any, torch: Any, cuda: Any) -> dict[str, Callable[[], Any]]:
-    """One small call of each family (plus GELU with tensor-scaled FP8 output)."""
-    bf16, fp32, fp8 = torch.bfloat16, torch.float32, torch.float8_e4m3fn
-
-    def empty(*shape: int, dtype: Any) -> Any:
-        return torch.empty(shape, dtype=dtype, device=cuda)
-
-    def filled(*shape: int, dtype: Any, value: float | None = None) -> Any:
-        """Defined values (normal samples, or ``value``): uninitialized memory (NaN, huge
-        values) changes what the amax guard and atomics do on the GPU. tests/fake_torch.py
-        (--cpu) has only ``empty``, and no GPU reads the values there."""
-        if not hasattr(torch, "randn"):
-            return empty(*shape, dtype=dtype)
-        if value is None:
-            return torch.randn(*shape, device=cuda).to(dtype)
-        return torch.full(shape, value, dtype=dtype, device=cuda)
-
-    x = filled(1, 1024, dtype=bf16)
-    s, a, si = filled(1, dtype=fp32, value=1.0), filled(1, dtype=fp32, value=0.0), empty(
-        1, dtype=fp32)  # fmt: skip
-    gelu_fp8 = ne.get_kernel("gelu", dtype="fp8")
-    y8 = empty(1, 1024, dtype=fp8)
-    dgelu = ne.get_kernel("dgelu", dtype="bf16")
-    g, dx = empty(1, 1024, dtype=bf16), empty(1, 1024, dtype=bf16)
-    swiglu = ne.get_kernel("swiglu", dtype="bf16")
-    h, sw = empty(4, 2048, dtype=bf16), empty(4, 1024, dtype=bf16)
-    rms = ne.get_kernel("rmsnorm_fwd", in_dtype="bf16", hidden_size=1024)
-    xr, gamma = empty(4, 1024, dtype=bf16), empty(1024, dtype=bf16)
-    z, rs = empty(4, 1024, dtype=bf16), empty(4, dtype=fp32)
-    ct = ne.get_kernel("cast_transpose", dtype="fp8")
-    xc, q, qt = empty(128, 128, dtype=bf16), empty(128, 128, dtype=fp8), empty(128, 128, dtype=fp8)
-    return {
-        "gelu bf16->fp8, tensor scaling (x, out, scale, amax, scale_inv)":
-            lambda: gelu_fp8(x, y8, scale=s, amax=a, scale_inv=si),
-        "dgelu bf16 (grad, x, out)": lambda: dgelu(g, x, dx),
-        "swiglu bf16 (x, out), (4, 2048)": lambda: swiglu(h, sw),
-        "rmsnorm_fwd bf16 h1024 (x, gamma, out=, rsigma=), (4, 1024)":
-            lambda: rms(xr, gamma, out=z, rsigma=rs),
-        "cast_transpose bf16->fp8 (x, out=, out_t=, scale, amax), (128, 128)":
-            lambda: ct(xc, out=q, out_t=qt, scale=s, amax=a),
-    }  # fmt: skip
+        for call in calls * 2:
+            call(other)
+    finally:
+        driver._bindings = real
+    return other
 
 
 def launch_floor() -> list[dict[str, Any]]:
-    """cuLaunchKernel's own host time, from C++ (bench/launch_floor.cu, built with nvcc when
-    there is one): the floor under any Python launch path. No rows without nvcc."""
-    import json
-    import shutil
-    import subprocess
-    import tempfile
+    """Rows of bench/launch_floor.cu, built with nvcc for this GPU and run; none (and a note
+    on stderr) without nvcc or when building or running it fails."""
+    import torch
 
-    nvcc = shutil.which("nvcc")
+    homes = [h for h in (os.environ.get("CUDA_HOME"), "/usr/local/cuda") if h]
+    candidates = [shutil.which("nvcc"), *(str(Path(h, "bin", "nvcc")) for h in homes)]
+    nvcc = next((c for c in candidates if c and Path(c).exists()), None)
     if nvcc is None:
-        print("no nvcc: launch floor not measured", file=sys.stderr)
+        print("no nvcc: no floor rows", file=sys.stderr)
         return []
+    major, minor = torch.cuda.get_device_capability()
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp) / "launch_floor"
-        build = [nvcc, "-O2", "-arch=sm_90", str(HERE / "launch_floor.cu"), "-o", str(exe),
-                 "-lcuda"]  # fmt: skip
-        subprocess.run(build, check=True, timeout=300)
-        out = subprocess.run([str(exe)], check=True, capture_output=True, text=True, timeout=300)
-    floor = json.loads(out.stdout)
-    what = {
-        "one_param": "1 param",
-        "seven_params": "7 params",
-        "legacy_stream": "legacy stream",
-        "nonblocking_stream": "non-blocking stream",
-    }
-    names = {}
-    for key in floor:  # e.g. seven_params_legacy_stream_5000_us
-        params, _, rest = key.partition("_params_" if "_params_" in key else "_param_")
-        params = "seven_params" if params == "seven" else "one_param"
-        stream, count = rest.removesuffix("_us").rsplit("_", 1)
-        names[key] = (f"floor: cuLaunchKernel from C++, {what[params]}, {what[stream]}, "
-                      f"runs of {count}")  # fmt: skip
-    rows = [{"case": names[k], "us": float(v)} for k, v in floor.items() if k in names]
-    for row in rows:
-        print(f"{row['us']:8.2f}  {row['case']}", file=sys.stderr)
+        stubs = [f"-L{h}/lib64/stubs" for h in homes if Path(h, "lib64", "stubs").is_dir()]
+        build = [nvcc, "-O2", f"-arch=sm_{major}{minor}", str(HERE / "launch_floor.cu"), "-o",
+                 str(exe), *stubs, "-lcuda"]  # fmt: skip
+        try:
+            subprocess.run(build, check=True, capture_output=True, timeout=300)
+            done = subprocess.run([str(exe)], check=True, capture_output=True, text=True,
+                                  timeout=300)  # fmt: skip
+            floor = json.loads(done.stdout)
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            detail = getattr(exc, "stderr", None) or b""
+            detail = detail.decode(errors="replace") if isinstance(detail, bytes) else detail
+            print(f"launch_floor.cu: {exc} {detail.strip()[-500:]}: no floor rows", file=sys.stderr)
+            return []
+    rows = []
+    for name, us in floor.items():  # e.g. seven_params_nonblocking_stream_5000_us
+        match = re.fullmatch(r"(\w+?_params?)_(\w+)_stream_(\d+)_us", name)
+        if match is None:
+            continue
+        params, stream, count = match.groups()
+        rows.append({"case": f"floor: cuLaunchKernel from C++, {params.replace('_', ' ')}, "
+                             f"{stream} stream, best of 5 runs of {count}",
+                     "us": us, "min_us": us})  # fmt: skip
     return rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cpu", action="store_true", help="stub libcuda and fake torch")
-    parser.add_argument("--calls", type=int, default=5000, help="calls per timing")
-    parser.add_argument("--repeat", type=int, default=5, help="timings; the best is kept")
-    parser.add_argument(
-        "--paired", type=int, default=30, metavar="ROUNDS",
-        help="then time the main rows again in this many shuffled rounds of 200 calls each "
-        "(a run short enough for the GPU's launch queue) and report medians and the excess "
-        "over the bare compiled launch (0: skip)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--label",
-        help="what was measured, e.g. 'main at 7f43cc5' (default: the package version and, in "
-        "a git checkout, its commit)",
-    )
-    parser.add_argument(
-        "--name",
-        help="results file name (default launch_overhead, with --cpu "
-        "launch_overhead-cpu; the baseline for docs: launch_overhead-cpu-baseline)",
-    )
+    parser.add_argument("--stub", action="store_true", help="stub libcuda (no GPU)")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=2000, help="calls per timing")
+    parser.add_argument("--name", type=common.result_name, help="results file name")
     args = parser.parse_args()
 
-    if args.cpu:
-        torch = cpu_environment()
-        sync = lambda: None  # noqa: E731
-        cuda = torch.device("cuda", 0)
-    else:
-        import torch
-
-        sync = torch.cuda.synchronize
-        cuda = torch.device("cuda", torch.cuda.current_device())
-    from cuda.bindings import driver as cu
-
-    import nvrtc_engine as ne
-    from nvrtc_engine import driver, interop
-
-    x = torch.empty((1, 1024), dtype=torch.bfloat16, device=cuda)
-    out = torch.empty((1, 1024), dtype=torch.bfloat16, device=cuda)
-    kernel = ne.get_kernel("gelu", dtype="bf16")
-    for _ in range(2):  # the first call loads the module, the second plans the call
-        kernel(x, out)
-    dev = cuda.index
-    loaded = kernel.loaded(dev)
-    func = loaded.functions[0]
-    threads = kernel._threads  # the block size the kernel was compiled for
-    stream = torch._C._cuda_getCurrentRawStream(dev)
-    pack = driver.ParamPack("PPqPPPi")
-    params = pack.pack(x.data_ptr(), out.data_ptr(), 1024, 0, 0, 0, 1)
-    address = params if isinstance(params, int) else params.value  # c_void_p before the plans
-    xa = interop.as_array(x, "x")
-    libcuda = ctypes.CDLL("libcuda.so.1")
-    launch = libcuda.cuLaunchKernel
-    launch.restype = ctypes.c_int
-    launch.argtypes = (
-        [ctypes.c_void_p]
-        + [ctypes.c_uint] * 6
-        + [ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    )
-    func_int = int(func)
-    stream_obj = cu.CUstream(stream)
-    raw = ctypes.CDLL("libcuda.so.1").cuLaunchKernel  # no argtypes: pre-built ctypes args
-    raw.restype = ctypes.c_int
-    c_func, c_one, c_block, c_zero = (ctypes.c_void_p(func_int), ctypes.c_uint(1),
-                                      ctypes.c_uint(threads), ctypes.c_uint(0))  # fmt: skip
-    c_stream, c_params = ctypes.c_void_p(stream), ctypes.c_void_p(address)
-    vp, ll, i32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
-
-    def raw_tuples() -> None:
-        args = ((x.data_ptr(), out.data_ptr(), 1024, 0, 0, 0, 1), (vp, vp, ll, vp, vp, vp, i32))
-        cu.cuLaunchKernel(func, 1, 1, 1, threads, 1, 1, 0, stream, args, 0)
-
-    generic = ne.get_kernel("gelu", dtype="bf16", hidden_size=1024)  # another Kernel object
-    if hasattr(generic, "_fast"):  # launch plans: switch them off for this one
-        generic._fast = lambda *args, **kwargs: (None, None)
-
-    cases: dict[str, Callable[[], Any]] = {
-        "Kernel.__call__(x, out)": lambda: kernel(x, out),
-        "Kernel.__call__(x) (allocates)": lambda: kernel(x),
-        "Kernel.__call__(x, out), generic path (no launch plan)": lambda: generic(x, out),
-    }
-    compiled = None
-    try:
-        from nvrtc_engine import launcher
-    except ImportError:  # a version from before the compiled launcher
-        launcher = None
-    if launcher is not None:
-        compiled = launcher.get()
-        print(f"launcher: {launcher.status()}", file=sys.stderr)
-    if compiled is not None and "_fast" in vars(kernel):  # the compiled fast path (plans.py)
-        python_fast = type(kernel)(kernel.key, kernel.artifact, kernel.origin)
-        for _ in range(2):
-            python_fast(x, out)
-        del python_fast._fast  # back to the class's key reader; its plan keeps its Python run
-        cases["Kernel.__call__(x, out), Python fast path (plans.fast_path, LaunchPlan.run)"] = (
-            lambda: python_fast(x, out)
-        )
-    if compiled is not None:  # the same kernel, its plan made to launch through cuda.bindings
-        bound = type(kernel)(kernel.key, kernel.artifact, kernel.origin)
-        mode = ne.config.settings().launcher
-        ne.configure(launcher="bindings")
+    stub = args.stub
+    if not stub:
         try:
-            for _ in range(2):
-                bound(x, out)
-        finally:
-            ne.configure(launcher=mode)
-        compiled = launcher.get()  # resolved again: the extension built before
-        plan = next(iter(bound._launch_plans.values()))
-        assert "cu_launch(" in plan.source, "the bindings-planned case launches otherwise"
-        cases["Kernel.__call__(x, out), through cuda.bindings (NVRTC_ENGINE_LAUNCHER=bindings)"] = (
-            lambda: bound(x, out)
-        )
-    if not args.cpu:
+            import torch
+
+            stub = not torch.cuda.is_available()
+        except ImportError:
+            stub = True
+        if stub:
+            print("no CUDA torch: measuring against the stub libcuda", file=sys.stderr)
+    tensors = "CUDA tensors"
+    if stub:
+        torch, tensors, device = stub_environment()
+        sync: Callable[[], Any] = lambda: None  # noqa: E731
+    else:
+        sync = torch.cuda.synchronize
+        device = torch.device("cuda", torch.cuda.current_device())
+    import nvrtc_engine as ne
+    from nvrtc_engine import driver
+
+    x = torch.empty((8, 1024), dtype=torch.bfloat16, device=device)
+    out = torch.empty((8, 1024), dtype=torch.bfloat16, device=device)
+    if not stub:
+        x.normal_()
+    kernel = ne.get_kernel("gelu", dtype="bf16")
+    calls = [lambda k: k(x, out), lambda k: k(x)]
+    for call in calls * 2:  # loads the kernel, then prepares each call's launch
+        call(kernel)
+    bindings = driver._drv()
+    launch_ex, get_context = bindings.cuLaunchKernelEx, bindings.cuCtxGetCurrent
+    success = (bindings.CUresult.CUDA_SUCCESS,)
+    seen: list[tuple[Any, ...]] = []
+
+    def record(*launch: Any) -> tuple[Any]:
+        seen[:] = [launch]
+        return success
+
+    def no_launch(config: Any, function: Any, params: Any, extra: Any) -> tuple[Any]:
+        return success
+
+    # the arguments the engine's prepared call (x, out) gives cuLaunchKernelEx (``recorded``
+    # kept: its function and parameters stay valid), and the calls with a no-op instead
+    recorded = with_launch(kernel, record, calls[:1])
+    launch_args = seen[0]
+    idle = with_launch(kernel, no_launch, calls)
+    current_stream = torch._C._cuda_getCurrentRawStream
+    ordinal = x.get_device()
+    empty, empty_like, bf16 = torch.empty, torch.empty_like, torch.bfloat16
+    cases: dict[str, Callable[[], Any]] = {OUT: lambda: kernel(x, out), ALLOC: lambda: kernel(x)}
+    if not stub:
         import torch.nn.functional as F
 
-        cases["torch.nn.functional.gelu(x)"] = lambda: F.gelu(x, approximate="tanh")
-        if hasattr(F, "rms_norm"):
-            xr = torch.empty((4, 1024), dtype=torch.bfloat16, device=cuda)
-            w = torch.ones(1024, dtype=torch.bfloat16, device=cuda)
-            cases["torch.nn.functional.rms_norm (4, 1024)"] = lambda: F.rms_norm(xr, (1024,), w)
-    cases["raw cuLaunchKernel, argument tuples"] = raw_tuples
-    cases.update(family_cases(ne, torch, cuda))
-    cases.update({
-        "step: interop.as_array(x)": lambda: interop.as_array(x, "x"),
-        "step: stream_handle(None)": lambda: interop.stream_handle(None, xa),
-        "step: torch current raw stream": lambda: torch._C._cuda_getCurrentRawStream(dev),
-        "step: ParamPack.pack": lambda: pack.pack(x.data_ptr(), out.data_ptr(), 1024, 0, 0, 0, 1),
-        "step: driver.make_current": lambda: driver.make_current(loaded.device),
-        "step: cuCtxGetCurrent": cu.cuCtxGetCurrent,
-        "step: cuLaunchKernel (cuda.bindings, packed params)":
-            lambda: cu.cuLaunchKernel(func, 1, 1, 1, threads, 1, 1, 0, stream, address, 0),
-        "step: cuLaunchKernel (ctypes, packed params)":
-            lambda: launch(func_int, 1, 1, 1, threads, 1, 1, 0, stream, address, None),
-        "step: cuLaunchKernel (cuda.bindings, CUstream object)":
-            lambda: cu.cuLaunchKernel(func, 1, 1, 1, threads, 1, 1, 0, stream_obj, address, 0),
-        "step: cuLaunchKernel (ctypes, pre-built ctypes args)":
-            lambda: raw(c_func, c_one, c_one, c_one, c_block, c_one, c_one, c_zero, c_stream,
-                        c_params, None),
-        "step: x.data_ptr()": x.data_ptr,
-        "step: x.dtype": lambda: x.dtype,
-        "step: x.shape": lambda: x.shape,
-        "step: x.get_device()": x.get_device,
-        "step: x.is_contiguous()": x.is_contiguous,
-        "step: x.is_cuda": lambda: x.is_cuda,
-        "step: type(x) in TORCH_TYPES": lambda: type(x) in interop.TORCH_TYPES,
-        "step: one tensor's plan-key part (dtype, shape, device, contiguity)":
-            lambda: (x.dtype, x.shape, x.get_device(), x.is_contiguous()),
-        "step: a call of an empty Python function": lambda: None,
-        "step: kernel.loaded(dev)": lambda: kernel.loaded(dev),
-    })  # fmt: skip
-    if compiled is not None:
-        cases["step: cuLaunchKernel (compiled launcher, packed params)"] = lambda: compiled(
-            func_int, 1, threads, 0, stream, address, 0
+        cases[ADD] = lambda: torch.add(x, x, out=out)
+        cases[GELU] = lambda: F.gelu(x, approximate="tanh")
+    cases |= {
+        "step: engine gelu(x, out), cuLaunchKernelEx a no-op": lambda: idle(x, out),
+        "step: engine gelu(x), cuLaunchKernelEx a no-op": lambda: idle(x),
+        "step: cuLaunchKernelEx through cuda.bindings alone": (
+            lambda keep=recorded: launch_ex(*launch_args)  # (keep: recorded's buffers live)
+        ),
+        "step: call key read and lookup, (x, out) (a miss)": (
+            lambda: kernel._fast2(None, x, out, (), None)
+        ),
+        "step: context check, cuCtxGetCurrent through cuda.bindings": lambda: get_context()[1],
+        "step: torch._C._cuda_getCurrentRawStream": lambda: current_stream(ordinal),
+    }
+    if not tensors.startswith("fake"):
+        cases["step: torch.empty_like(x)"] = lambda: empty_like(x)
+        cases["step: torch.empty_like(x, dtype=torch.uint8)"] = lambda: empty_like(
+            x, dtype=torch.uint8
         )
-        context_int = int(loaded.device.context)
-        cases["step: compiled launcher with the context check"] = lambda: compiled(
-            func_int, 1, threads, 0, stream, address, context_int
+        cases["step: x.new_empty((8, 1024))"] = lambda: x.new_empty((8, 1024))
+        cases["step: torch.empty(8, 1024, dtype=, device=)"] = lambda: empty(
+            8, 1024, dtype=bf16, device=device
         )
-    if hasattr(driver.ParamPack, "preset"):  # the launch-plan pieces
-        preset = pack.preset((x.data_ptr(), out.data_ptr(), 1024, 0, 0, 0, 1))
-        xp, yp = x.data_ptr(), out.data_ptr()
-
-        def preset_write() -> None:
-            slots, _, _ = preset.buffers()
-            slots[0] = xp
-            slots[1] = yp
-
-        context = loaded.device.context
-        cases["step: context check (cuCtxGetCurrent, compare)"] = lambda: (
-            cu.cuCtxGetCurrent()[1] != context
-        )
-        cases["step: Preset.buffers + 2 pointer slots"] = preset_write
-        cases["step: driver.stream_object(handle)"] = lambda: driver.stream_object(stream)
-        key, plan = next(iter(kernel._launch_plans.items()))
-        tensors = (None, x, out, None, None, None)
-        cases["step: Kernel._fast (key, plan lookup, plan.run)"] = lambda: kernel._fast(
-            tensors, (), None
-        )
-        if "_fast" in vars(kernel):  # the compiled one; the Python one beside it
-            py_fast = type(kernel)._fast
-            cases["step: Kernel._fast in Python (plans.fast_path)"] = lambda: py_fast(
-                kernel, tensors, (), None
-            )
-        cases["step: plan key lookup (a new key tuple)"] = lambda: kernel._launch_plans.get(
-            tuple(list(key))
-        )
-        ptrs = [0, xp, yp, 0, 0, 0]
-        cases["step: LaunchPlan.run"] = lambda: plan.run(tensors, ptrs, (), None)
-
-    rows = []
-    for name, fn in cases.items():
-        rows.append({"case": name, "us": per_call_us(fn, sync, args.calls, args.repeat)})
-        print(f"{rows[-1]['us']:8.2f}  {name}", file=sys.stderr)
-    if args.paired:
-        rows += paired_rows(cases, sync, min(args.calls, 200), args.paired)
-    if not args.cpu:
+    # the stub's time is all this thread's: its CPU time, which other processes do not inflate
+    clock = time.thread_time if stub else time.perf_counter
+    times = paired(cases, sync, args.calls, args.rounds, clock)
+    # the median is the figure; the least round shows the cost without other processes' load
+    rows = [{"case": name, "us": statistics.median(times[name]), "min_us": min(times[name]),
+             "rounds_us": times[name]} for name in cases]  # fmt: skip
+    if not stub:
         rows += launch_floor()
-    import nvrtc_engine
-
-    info: dict[str, Any] = {"nvrtc_engine": str(Path(nvrtc_engine.__file__).parent),
-                            "version": args.label or version(nvrtc_engine)}  # fmt: skip
-    if launcher is not None:
-        info["launcher"] = launcher.status()
-    if args.cpu:
-        info.update(mode="cpu: stub libcuda, fake torch (Python-side time only)")
-        path = common.write_results(args.name or "launch_overhead-cpu", {**info, "rows": rows})
+    medians = {row["case"]: row["us"] for row in rows}
+    targets = [
+        {"engine": mine, "torch": theirs, "met": medians[mine] <= medians[theirs]}
+        for mine, theirs in TARGETS
+        if theirs in medians
+    ]
+    info: dict[str, Any] = {"rounds": args.rounds, "calls": args.calls, "kernel": str(kernel.key),
+                            "shape": [8, 1024], "targets": targets}  # fmt: skip
+    if stub:
+        info["mode"] = f"stub libcuda, {tensors} (Python-side time only)"
     else:
-        payload = {**common.gpu_info(), **info, "rows": rows}
-        path = common.write_results(args.name or "launch_overhead", payload)
-    print(common.table(rows, [("case", "host time per call", ""), ("us", "us", ".2f")]))
+        info.update(common.gpu_info())
+    path = common.write_results(
+        args.name or ("launch_overhead-stub" if stub else "launch_overhead"), {**info, "rows": rows}
+    )
+    print(
+        common.table(
+            rows,
+            [
+                ("case", "call", ""),
+                ("us", "us per call (median)", ".2f"),
+                ("min_us", "least round", ".2f"),
+            ],
+        )
+    )
+    for t in targets:
+        print(f"{t['engine']} <= {t['torch']}: {'met' if t['met'] else 'missed'}")
     print(f"wrote {path}")
     return 0
 

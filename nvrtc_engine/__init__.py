@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import _loaded  # noqa: F401  (first: the import time)
 from ._version import __version__
 from .api import cache_info, clear_cache, get_kernel, make_key
 from .config import configure
@@ -26,7 +25,6 @@ from .errors import (
     CompileError,
     CudaError,
     HeaderNotFoundError,
-    LauncherError,
     NoDeviceError,
     NvrtcEngineError,
     SettingsError,
@@ -58,7 +56,6 @@ __all__ = [
     "HeaderNotFoundError",
     "Kernel",
     "KernelKey",
-    "LauncherError",
     "MXFP8Output",
     "NoDeviceError",
     "NvrtcEngineError",

@@ -17,7 +17,7 @@ from .errors import (
     did_you_mean,
 )
 from .kernel import Kernel
-from .key import KernelKey
+from .key import DeviceArch, KernelKey, parse_arch
 
 __all__ = ["cache_info", "clear_cache", "get_kernel", "make_key"]
 
@@ -43,10 +43,12 @@ def _device_ordinal(device: Any) -> int | None:
         raise VariantError("device", device, allowed) from None
 
 
-def _device_arch(device: int | None) -> str:
+def _device_arch(device: int | None) -> DeviceArch:
+    """The arch of ``device`` (default: the current device), which may be newer than every
+    known arch. Raises :class:`~nvrtc_engine.NoDeviceError` naming the fix."""
     try:
         ordinal = driver.current_device() if device is None else device
-        return driver.get_device(ordinal).arch
+        return DeviceArch(driver.get_device(ordinal).arch)
     except NoDeviceError as exc:
         source = "no GPU" if device is None else f"no GPU {device}"
         raise NoDeviceError(
@@ -78,12 +80,16 @@ def make_key(
     bf16 in, fp8_e4m3 out, tensor scaling. With neither, bf16 in and out. ``scaling`` defaults
     to the op's default for the output dtype (``tensor`` for FP8 outputs of most ops, ``none``
     for high-precision outputs). ``arch`` defaults to the arch of
-    ``device`` (default: the current device).
+    ``device`` (default: the current device). A named ``arch`` must be one this library
+    knows (``sm_80`` to ``sm_121``, see :func:`~nvrtc_engine.key.parse_arch`): ``sm_900`` is
+    an error, not a kernel. Only a device newer than every known arch, with ``arch`` left
+    out, gets a key for its own arch, whose kernel is PTX for the newest arch NVRTC supports.
 
     ``device`` is a CUDA device ordinal (an int >= 0) or None; it is read only when ``arch``
     is omitted, but checked always.
 
-    Raises :class:`~nvrtc_engine.VariantError` for a bad field (``device`` included),
+    Raises :class:`~nvrtc_engine.VariantError` for a bad field (``device`` and an unknown
+    ``arch`` included),
     :class:`~nvrtc_engine.ArgumentTypeError` (a ``TypeError``) for ``dtype`` together with
     ``out_dtype``, :class:`~nvrtc_engine.NoDeviceError` when ``arch`` is omitted and there is
     no GPU.
@@ -151,7 +157,10 @@ def make_key(
             # (no op's checks depend on the arch, so any arch validates the other fields)
             build("sm_90")
             raise
-    return build(arch)
+        return build(arch)
+    key = build(arch)  # every field checked, the arch's form included
+    parse_arch(arch)  # a named arch must be a known one (a DeviceArch may be newer)
+    return key
 
 
 def _dtype_field(value: Any, field: str, allowed: tuple[str, ...], op: str) -> str:

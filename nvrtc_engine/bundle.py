@@ -7,6 +7,9 @@ A bundle is a zip file::
                          sha256 (of the entry file), file
     entries/<digest>     the cache entry exactly as stored (header + image, see cache.py)
 
+A bundle is also a read-only cache as it stands (``NVRTC_ENGINE_READONLY_CACHE``; see
+:mod:`nvrtc_engine.tiers`), zipped or unzipped.
+
 :func:`export_bundle` writes every valid entry built by this NVRTC for this installation
 (entries that fail verification, were built by another NVRTC, or whose digest this
 installation would not produce are left out and listed). :func:`import_bundle` checks the
@@ -17,7 +20,8 @@ entry (key, digest, NVRTC version, arch, kind, size, file name ``entries/<digest
 message names the field), an entry's digest is not the one this installation computes
 for its key (the bundle came from different templates, or was tampered with), or the
 manifest lists a key twice (an export never does: the manifest was edited or damaged, and
-the bundle's kernel count would be wrong).
+the bundle's kernel count would be wrong). A bundle of format 1 (releases whose digest
+hashed the rendered source) is refused, saying to export it again.
 
 Both functions take the bundle's path as ``str`` or ``os.PathLike``; anything else is an
 :class:`~nvrtc_engine.ArgumentTypeError` naming ``path``.
@@ -36,17 +40,17 @@ from pathlib import Path
 from typing import Any
 
 from ._version import __version__
-from .cache import SCHEMA, decode_entry, encode_entry, target_arch
+from .cache import SCHEMA, check_entry, digest, target_arch
 from .engine import default_engine
 from .errors import ArgumentTypeError, NvrtcEngineError
-from .kernel import Artifact
 from .key import KernelKey
 from .nvrtc import nvrtc_version
+from .tiers import BUNDLE_ENTRIES
 
 __all__ = ["FORMAT", "VERSION", "BundleError", "BundleReport", "export_bundle", "import_bundle"]
 
 FORMAT = "nvrtc-engine-bundle"
-VERSION = 1
+VERSION = 2
 MANIFEST = "manifest.json"
 
 
@@ -99,21 +103,18 @@ def _disk(path: str, what: str) -> Any:
     return disk
 
 
-def _expected(name: str) -> tuple[str, bool]:
-    """The digest this installation computes for the kernel named ``name``, and whether its
-    source includes CUDA headers."""
-    rendered, _options, _header_version, digest = default_engine().artifact_digest(
-        KernelKey.parse(name)
-    )
-    return digest, bool(rendered.cuda_headers)
+def _expected(name: str) -> str:
+    """The digest this installation computes for the kernel named ``name``."""
+    return digest(KernelKey.parse(name))
 
 
-def export_bundle(path: str | os.PathLike[str]) -> BundleReport:
+def export_bundle(path: str | os.PathLike[str], *, overwrite: bool = False) -> BundleReport:
     """Write every valid entry of the disk cache built by this NVRTC to bundle ``path``.
 
     The file appears atomically (written beside it, then renamed); its directory must
-    exist. Raises :class:`BundleError` when there is no disk cache, nothing to export, or
-    the file cannot be written (naming ``path`` and the reason), and
+    exist, and the file must not, unless ``overwrite`` (the command line's ``--force``).
+    Raises :class:`BundleError` when there is no disk cache, nothing to export, the file
+    exists (without ``overwrite``) or cannot be written (naming ``path`` and the reason), and
     :class:`~nvrtc_engine.ArgumentTypeError` for a ``path`` that is not a ``str`` or
     ``os.PathLike``.
     """
@@ -122,6 +123,9 @@ def export_bundle(path: str | os.PathLike[str]) -> BundleReport:
     disk = _disk(where, "export")
     if target.is_dir():
         raise BundleError(where, None, "is a directory; give the bundle's file name")
+    if target.exists() and not overwrite:
+        raise BundleError(where, None, "exists; pass overwrite=True (the command line's "
+                          "--force) to replace it")  # fmt: skip
     if not target.parent.is_dir():  # as cp or zip would: the directory is not created
         missing = "is not a directory" if target.parent.exists() else "does not exist"
         raise BundleError(where, None, f"cannot write: {target.parent} {missing}")
@@ -129,26 +133,29 @@ def export_bundle(path: str | os.PathLike[str]) -> BundleReport:
     records: list[dict[str, Any]] = []
     files: list[tuple[str, bytes]] = []
     skipped: list[str] = []
-    for digest, header, artifact in disk.entries():
-        if header is None or artifact is None:
-            skipped.append(f"{digest}: fails verification (run nvrtc-engine cache verify)")
+    for stored in disk.digests():
+        value = disk.get(stored)
+        checked = check_entry(value, stored) if value is not None else "removed meanwhile"
+        if isinstance(checked, str):
+            skipped.append(f"{stored}: fails verification (run nvrtc-engine cache verify)")
             continue
+        header, artifact = checked
         name = str(header["key"])
         if artifact.nvrtc_version != nv:
             skipped.append(f"{name}: built by NVRTC {artifact.nvrtc_version}, this is {nv}")
             continue
         try:
-            current = _expected(name)[0] == digest
+            current = _expected(name) == stored
         except Exception as exc:  # an op this installation lacks, headers missing
             skipped.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
         if not current:
             skipped.append(f"{name}: built from other templates (another nvrtc_engine version)")
             continue
-        value = encode_entry(name, artifact)
-        member = f"entries/{digest}"
+        assert value is not None
+        member = f"{BUNDLE_ENTRIES}{stored}"
         records.append({
-            "key": name, "digest": digest, "nvrtc_version": artifact.nvrtc_version,
+            "key": name, "digest": stored, "nvrtc_version": artifact.nvrtc_version,
             "arch": target_arch(artifact), "kind": artifact.kind, "size": len(value),
             "sha256": hashlib.sha256(value).hexdigest(), "file": member,
         })  # fmt: skip
@@ -194,6 +201,11 @@ def _read_manifest(zf: zipfile.ZipFile, where: str) -> dict[str, Any]:
         raise BundleError(where, None, f"damaged {MANIFEST}: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BundleError(where, None, "not an nvrtc_engine bundle (wrong format field)")
+    if manifest.get("version") == 1:
+        raise BundleError(
+            where, None, "a bundle of format 1, made by an earlier nvrtc_engine (its entries "
+            "are filed under digests of rendered sources); export it again with this release",
+        )  # fmt: skip
     if manifest.get("version") != VERSION or manifest.get("schema") != SCHEMA:
         raise BundleError(
             where,
@@ -245,10 +257,9 @@ def _agrees(where: str, name: str, field: str, said: object, actual: object, wha
         raise BundleError(where, name, f"manifest field {field!r} is {said!r}; {what} {actual!r}")
 
 
-def _verified(zf: zipfile.ZipFile, record: Any, nv: str, where: str) -> tuple[str, Artifact, bool]:
+def _verified(zf: zipfile.ZipFile, record: Any, nv: str, where: str) -> tuple[str, bytes, str]:
     """One manifest record, every field checked against its entry file and the entry against
-    this installation; returns the key's name, the artifact and whether its source includes
-    CUDA headers."""
+    this installation; returns the key's name, the entry and its digest."""
     record = _checked_record(record, where)
     name, digest = record["key"], record["digest"]
     if record["nvrtc_version"] != nv:
@@ -271,17 +282,17 @@ def _verified(zf: zipfile.ZipFile, record: Any, nv: str, where: str) -> tuple[st
             where, name, f"manifest field 'size' is {record['size']}; the entry file has "
             f"{len(value)} bytes",
         )  # fmt: skip
-    decoded = decode_entry(value)
-    if decoded is None:
-        raise BundleError(where, name, "the entry does not verify (magic, header or image hash)")
-    header, artifact = decoded
+    checked = check_entry(value, None)
+    if isinstance(checked, str):
+        raise BundleError(where, name, f"the entry does not verify ({checked})")
+    header, artifact = checked
     _agrees(where, name, "key", name, header.get("key"), "the entry's header says")
     _agrees(where, name, "digest", digest, artifact.digest, "the entry's header says")
     _agrees(where, name, "nvrtc_version", nv, artifact.nvrtc_version, "the entry's header says")
     _agrees(where, name, "kind", record["kind"], artifact.kind, "the entry is a")
     _agrees(where, name, "arch", record["arch"], target_arch(artifact), "the entry is for")
     try:
-        expected, cuda_headers = _expected(name)
+        expected = _expected(name)
     except Exception as exc:
         raise BundleError(where, name, f"this installation cannot build it: {exc}") from None
     if expected != digest:
@@ -291,7 +302,7 @@ def _verified(zf: zipfile.ZipFile, record: Any, nv: str, where: str) -> tuple[st
             "digest differs from the one this installation computes (the bundle was built "
             "from other templates or headers, or was altered)",
         )
-    return name, artifact, cuda_headers
+    return name, value, digest
 
 
 def import_bundle(path: str | os.PathLike[str]) -> BundleReport:
@@ -308,6 +319,10 @@ def import_bundle(path: str | os.PathLike[str]) -> BundleReport:
     nv = nvrtc_version()
     try:
         zf = zipfile.ZipFile(where)
+    except FileNotFoundError:
+        raise BundleError(where, None, "does not exist") from None
+    except IsADirectoryError:
+        raise BundleError(where, None, "is a directory, not a bundle file") from None
     except (OSError, zipfile.BadZipFile) as exc:
         raise BundleError(where, None, f"cannot open as a zip file: {exc}") from None
     with zf:
@@ -329,11 +344,8 @@ def import_bundle(path: str | os.PathLike[str]) -> BundleReport:
                 raise BundleError(where, found[0], f"listed twice in {MANIFEST}")
             listed.add(found[0])
             verified.append(found)
-    engine = default_engine()
-    already = sum(1 for _, artifact, _ in verified if artifact.digest in disk)
-    for name, artifact, cuda_headers in verified:
-        if not disk.put(name, artifact):
+    already = sum(1 for _, _, stored in verified if stored in disk)
+    for name, value, stored in verified:
+        if not disk.put(stored, value):
             raise BundleError(where, name, f"cannot write to the disk cache at {disk.directory}")
-        # the key index points at the new entry (its value file changed if it was there)
-        engine.remember(disk, KernelKey.parse(name), artifact, None, cuda_headers)
     return BundleReport(where, tuple(name for name, _, _ in verified), nv, already=already)

@@ -14,10 +14,12 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ._version import __version__
 from .config import MAX_WORKERS
+from .errors import counted
 
 __all__ = ["main"]
 
@@ -49,18 +51,21 @@ def _arch_options(archs: Sequence[str] | None) -> list[str] | None:
     return checked or None
 
 
-def _file_after_archs(file: str | None, archs: list[str] | None) -> tuple[str, list[str] | None]:
-    """The variant file and the ``--arch`` values: ``prewarm --arch sm_90 FILE`` puts FILE
-    among the archs (``--arch`` takes one or more values), so a last value that names an
-    existing file or ends in .toml/.json is taken as the file. Raises ``ValueError`` (exit
-    code 2, with the usage line) when there is no file."""
-    if file is None and archs:
-        last = archs[-1]
-        if os.path.isfile(last) or last.lower().endswith((".toml", ".json")):
-            return last, archs[:-1] or None
-    if file is None:
+def _files_after_archs(
+    files: list[str], archs: list[str] | None
+) -> tuple[list[str], list[str] | None]:
+    """The variant files and the ``--arch`` values: ``prewarm --arch sm_90 FILE...`` puts the
+    files among the archs (``--arch`` takes one or more values), so the last values that
+    name an existing file or end in .toml/.json are taken as files. Raises ``ValueError``
+    (exit code 2, with the usage line) when there is no file."""
+    archs = list(archs or ())
+    trailing: list[str] = []
+    while archs and (os.path.isfile(archs[-1]) or archs[-1].lower().endswith((".toml", ".json"))):
+        trailing.insert(0, archs.pop())
+    files = [*files, *trailing]
+    if not files:
         raise _UsageError("the variant file FILE is missing")
-    return file, archs
+    return files, archs or None
 
 
 def _cmd_prewarm(args: argparse.Namespace) -> int:
@@ -71,7 +76,7 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
     from .errors import NvrtcEngineError, SettingsError
     from .prewarm import prewarm
 
-    file, archs = _file_after_archs(args.file, args.arch)
+    files, archs = _files_after_archs(args.files, args.arch)
     arch = _arch_options(archs)
     try:
         disk = _open_disk()
@@ -82,22 +87,18 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
             f"{exc}; nothing was compiled: prewarm stores its kernels in the disk cache, and "
             "without one they would be lost when this command exits"
         ) from None
-    report = prewarm(file, arch=arch, workers=args.workers, progress=not args.no_progress)
+    variants = files[0] if len(files) == 1 else [Path(f) for f in files]
+    report = prewarm(variants, arch=arch, workers=args.workers, progress=not args.no_progress)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         print(report.summary())
     unstored = _not_stored(report.compiled, disk)
     if unstored:
-        why = (
-            "is read-only (the warning above says why)"
-            if disk.read_only
-            else f"did not keep them (its size limit, {disk.size_limit} bytes, "
-            "NVRTC_ENGINE_CACHE_SIZE_LIMIT, evicted them: raise it)"
-        )
         print(
-            f"{args.parser.prog}: error: the disk cache at {disk.directory} {why}: kernels "
-            f"compiled but not stored: {len(unstored)} of {len(report.compiled)}",
+            f"{args.parser.prog}: error: the disk cache at {disk.directory} did not keep them "
+            f"({disk.refused or 'removed meanwhile'}): kernels compiled but not stored: "
+            f"{len(unstored)} of {len(report.compiled)}",
             file=sys.stderr,
         )
         return 1
@@ -106,7 +107,7 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
 
 def _not_stored(keys: Sequence[Any], disk: Any) -> list[Any]:
     """The ``keys`` (compiled by a prewarm, so in this process's memory) whose kernels the
-    disk cache does not hold: it is read-only, or its size limit evicted them."""
+    disk cache does not hold: a write failed (a full disk), or its size limit evicted them."""
     from .engine import default_engine
 
     engine = default_engine()
@@ -116,20 +117,15 @@ def _not_stored(keys: Sequence[Any], disk: Any) -> list[Any]:
     ]  # fmt: skip
 
 
-def _open_disk(*, writes: str | None = None) -> Any:
+def _open_disk() -> Any:
     """The disk cache, else an :class:`NvrtcEngineError` (exit code 2) saying why there is
-    none; for the command ``writes`` names, a read-only cache is such an error too."""
+    none."""
     from .engine import default_engine
     from .errors import NvrtcEngineError
 
     disk = default_engine().disk()
     if disk is None:
         raise NvrtcEngineError(_no_disk_reason())
-    if writes is not None and disk.read_only:
-        raise NvrtcEngineError(
-            f"the disk cache at {disk.directory} is read-only (the warning above says why); "
-            f"{writes} needs to write to it"
-        )
     return disk
 
 
@@ -154,21 +150,18 @@ def _cache_info(args: argparse.Namespace) -> int:
 
     # no disk cache: an error, as for the other cache commands (this process's memory cache,
     # which cache_info() also counts, is empty on the command line: nothing else to report)
-    from .launcher import cached_path
-
     _open_disk()
     info = cache_info()
-    built = cached_path()
     if args.json:
-        print(json.dumps({**info.__dict__, "launcher": str(built) if built else None}, indent=2))
+        print(json.dumps(info.__dict__, indent=2))
     else:
-        read_only = " (read-only)" if info.read_only else ""
-        print(f"directory:  {info.directory}{read_only}")
+        print(f"directory:  {info.directory}")
         print(f"entries:    {info.entries}")
         print(f"bytes:      {info.bytes} ({_size(info.bytes)} on disk, its SQLite database "
               "included: an empty cache has one)")  # fmt: skip
         print(f"size limit: {info.size_limit} ({_size(info.size_limit)})")
-        print(f"launcher:   {built or 'not built yet (the first launch on a GPU builds it)'}")
+        for path in info.readonly:
+            print(f"read-only:  {path}")
     return 0
 
 
@@ -184,25 +177,26 @@ def _current_digest(name: str, memo: dict[str, str | None]) -> str | None:
     """The digest this installation would store key ``name`` under now (its templates,
     options, NVRTC and headers), or None where the name is no key of this version."""
     if name not in memo:
-        from .engine import default_engine
+        from .cache import digest
         from .key import KernelKey
 
         try:
-            memo[name] = default_engine().artifact_digest(KernelKey.parse(name))[3]
+            memo[name] = digest(KernelKey.parse(name))
         except Exception:  # an old or foreign key: nothing to compare with
             memo[name] = None
     return memo[name]
 
 
 def _cache_list(args: argparse.Namespace) -> int:
-    from .cache import target_arch
+    from .cache import entries, target_arch
 
     rows = []
     memo: dict[str, str | None] = {}
-    for digest, header, artifact in _open_disk().entries():
-        if header is None or artifact is None:
+    for digest, checked in entries(_open_disk()):
+        if isinstance(checked, str):
             rows.append({"key": "(damaged)", "digest": digest})
             continue
+        header, artifact = checked
         current = _current_digest(header["key"], memo)
         rows.append({
             "key": header["key"], "digest": digest, "arch": target_arch(artifact),
@@ -231,7 +225,8 @@ def _cache_list(args: argparse.Namespace) -> int:
         for line in format_table(header, cells, right=("size", "compile")):
             print(line)
     superseded = sum(r.get("current") is False for r in rows)
-    print(f"{len(rows)} entries" + (f", {superseded} superseded" if superseded else ""))
+    listed = counted(len(rows), "entry", "entries")
+    print(listed + (f", {superseded} superseded" if superseded else ""))
     return 0
 
 
@@ -252,28 +247,46 @@ def format_table(
 
 
 def _cache_verify(args: argparse.Namespace) -> int:
-    report = _open_disk(writes="cache verify").verify(fix=True)
-    for bad in report.bad:
-        print(f"removed {bad.key} ({bad.digest[:12]}): {bad.reason}")
-    for problem in report.problems:
+    """Check every entry as a load does and remove the bad ones, then have diskcache check
+    its index against its files (repaired)."""
+    from .cache import entries
+
+    disk = _open_disk()
+    checked = bad = 0
+    for digest, answer in entries(disk):
+        checked += 1
+        if isinstance(answer, str):
+            bad += 1
+            disk.delete(digest)
+            print(f"removed {digest[:12]}: {answer}")
+    for problem in disk.check(fix=True):
         print(f"repaired: {problem}")
-    bad = len(report.bad)
-    print(f"checked {report.checked} entries: {bad} bad" + (" (removed)" if bad else ""))
-    return 1 if report.bad else 0
+    print(f"checked {counted(checked, 'entry', 'entries')}: {bad} bad"
+          + (" (removed)" if bad else ""))  # fmt: skip
+    return 1 if bad else 0
 
 
 def _cache_clear(args: argparse.Namespace) -> int:
     """Clear the disk cache and say what went: the entries and the bytes they took, which is
     what the cache's size on disk dropped by (its SQLite database stays: about 32 kB even
     when empty, so it is not counted); no bytes for a cache that held no entry."""
+    from . import config
     from .api import cache_info, clear_cache
+    from .engine import default_engine
 
-    _open_disk(writes="cache clear")  # no disk cache: an error, as for the other commands
+    engine = default_engine()
+    if engine.disk() is None and engine.tiers()[3].startswith("no space"):
+        where = config.settings().resolved_cache_dir()  # a full disk: the store goes whole
+        clear_cache()
+        print(f"cleared the disk cache at {where}: its store, which could not be opened "
+              "(no space left on device), was removed")  # fmt: skip
+        return 0
+    _open_disk()  # no disk cache: an error, as for the other commands
     before = cache_info()
     clear_cache()
     freed = max(0, before.bytes - cache_info().bytes)  # (another process may store meanwhile)
     size = f" ({freed} bytes)" if before.entries else ""
-    print(f"cleared {before.entries} entries{size} from {before.directory}")
+    print(f"cleared {counted(before.entries, 'entry', 'entries')}{size} from {before.directory}")
     return 0
 
 
@@ -281,21 +294,22 @@ def _cache_export(args: argparse.Namespace) -> int:
     from .bundle import export_bundle
 
     _open_disk()  # no disk cache: an error with the reason, as for the other commands
-    report = export_bundle(args.bundle)
+    report = export_bundle(args.bundle, overwrite=args.force)
     for line in report.skipped:
         print(f"skipped {line}")
-    print(f"exported {len(report.keys)} kernels (NVRTC {report.nvrtc_version}) to {report.path}")
+    kernels = counted(len(report.keys), "kernel")
+    print(f"exported {kernels} (NVRTC {report.nvrtc_version}) to {report.path}")
     return 0
 
 
 def _cache_import(args: argparse.Namespace) -> int:
     from .bundle import import_bundle
 
-    _open_disk(writes="cache import")
+    _open_disk()
     report = import_bundle(args.bundle)
-    held = f"; {report.already} already in the cache" if report.already else ""
-    print(f"imported {len(report.keys)} kernels (NVRTC {report.nvrtc_version}{held}) "
-          f"from {report.path}")  # fmt: skip
+    new = len(report.keys) - report.already
+    print(f"imported {counted(len(report.keys), 'kernel')} (NVRTC {report.nvrtc_version}) from "
+          f"{report.path}: {new} new, {report.already} already in the cache")  # fmt: skip
     return 0
 
 
@@ -344,19 +358,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     pre = sub.add_parser(
         "prewarm",
-        help="compile (in parallel) and cache every variant of a variant file",
-        # FILE is required; argparse would show it as optional (nargs="?" lets it follow --arch)
-        usage="%(prog)s [-h] FILE [--arch ARCH [ARCH ...]] [--workers WORKERS] [--no-progress]"
-        " [--json]",
+        help="compile (in parallel) and cache every variant of one or more variant files",
+        # FILE is required; argparse would show it as optional (nargs="*" lets it follow --arch)
+        usage="%(prog)s [-h] FILE [FILE ...] [--arch ARCH [ARCH ...]] [--workers WORKERS]"
+        " [--no-progress] [--json]",
     )
-    pre.add_argument("file", nargs="?", metavar="FILE",
-                     help="TOML or JSON variant file (see docs/variants.md)")  # fmt: skip
+    pre.add_argument("files", nargs="*", metavar="FILE",
+                     help="TOML or JSON variant files (see docs/variants.md)")  # fmt: skip
     pre.add_argument(
         "--arch",
         nargs="+",
         action="extend",
         help="compile for these archs (e.g. sm_90 sm_100a), replacing the file's; "
-        "default: the file's, else this GPU's",
+        "default: the files', else this GPU's",
     )
     pre.add_argument(
         "--workers", type=_positive_int, help="worker processes (default: usable CPUs)"
@@ -368,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="inspect, verify, clear, export or import the cache")
     actions = cache.add_subparsers(dest="action", required=True)
     for name, func, text in (
-        ("info", _cache_info, "directory, entries, bytes, size limit, compiled launcher"),
+        ("info", _cache_info, "directory, entries, bytes, size limit"),
         ("list", _cache_list, "one line per entry: key, arch, size, compile time"),
         ("verify", _cache_verify, "check every entry; remove bad ones (exit 1 if any)"),
         ("clear", _cache_clear, "remove every entry"),
@@ -378,6 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
         action = actions.add_parser(name, help=text)
         if name in ("export", "import"):
             action.add_argument("bundle", help="bundle file (zip)")
+        if name == "export":
+            action.add_argument("--force", action="store_true",
+                                help="replace the bundle file if it exists")  # fmt: skip
         if name in ("info", "list"):
             action.add_argument("--json", action="store_true", help="machine-readable output")
         action.set_defaults(func=func, parser=action)

@@ -14,6 +14,10 @@ variable                            type      meaning
                                               ``2G``, plain bytes (default 512 MiB, at
                                               least :data:`MIN_SIZE_LIMIT`, 1 MiB, at most
                                               :data:`MAX_SIZE_LIMIT`, 2**62 bytes)
+``NVRTC_ENGINE_READONLY_CACHE``     paths     read-only caches, searched after the disk
+                                              cache: bundle files, or directories holding
+                                              a bundle's ``entries/``; separated by
+                                              ``os.pathsep`` (``:``)
 ``NVRTC_ENGINE_CUDA_INCLUDE_DIR``   path      CUDA headers (``cuda_fp8.h``...) to use,
                                               overriding discovery
 ``NVRTC_ENGINE_DUMP_SOURCE``        bool      ``1`` writes every rendered kernel source to
@@ -26,13 +30,6 @@ variable                            type      meaning
 ``NVRTC_ENGINE_LOCK_TIMEOUT``       seconds   longest wait for another process compiling
                                               the same kernel before compiling anyway
                                               (default 60)
-``NVRTC_ENGINE_LAUNCHER``           choice    how kernels are launched: ``auto`` (the
-                                              default: the compiled launcher when a C
-                                              compiler and the Python headers are there,
-                                              else cuda.bindings), ``compiled`` (the
-                                              compiled launcher or an error), ``bindings``
-                                              (always cuda.bindings); see
-                                              :mod:`nvrtc_engine.launcher`
 ``NVRTC_ENGINE_DEPENDENT_LAUNCH``   bool      ``0`` launches every kernel as an ordinary
                                               launch; by default (``1``) kernels whose
                                               template waits for its grid dependency (the
@@ -74,7 +71,6 @@ MAX_WORKERS = 1024
 _DEFAULT_LOCK_TIMEOUT = 60.0
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
-LAUNCHERS = ("auto", "compiled", "bindings")
 _SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -85,12 +81,12 @@ class Settings:
     cache_dir: Path | None = None
     disable_disk_cache: bool = False
     cache_size_limit: int = _DEFAULT_SIZE_LIMIT
+    readonly_cache: tuple[Path, ...] = ()
     cuda_include_dir: Path | None = None
     dump_source: bool = False
     debug_dir: Path | None = None
     workers: int | None = None
     lock_timeout: float = _DEFAULT_LOCK_TIMEOUT
-    launcher: str = "auto"
     dependent_launch: bool = True
 
     def resolved_cache_dir(self) -> Path:
@@ -216,13 +212,6 @@ def _parse_seconds(name: str, raw: str) -> float:
     return value
 
 
-def _parse_launcher(name: str, raw: str) -> str:
-    value = raw.strip().lower()
-    if value not in LAUNCHERS:
-        raise SettingsError(f"{name}={raw!r}: expected one of {', '.join(LAUNCHERS)}")
-    return value
-
-
 def _path(name: str, raw: str | None) -> Path | None:
     """``~`` expanded and made absolute (a relative path would follow the working directory);
     ``None`` for an empty or missing value. A NUL character, which no file system takes and
@@ -232,6 +221,12 @@ def _path(name: str, raw: str | None) -> Path | None:
     if "\0" in raw:
         raise SettingsError(f"{name}={raw!r}: a path cannot contain a NUL character")
     return Path(raw).expanduser().absolute()
+
+
+def _paths(name: str, raw: str | None) -> tuple[Path, ...]:
+    """``raw`` split at ``os.pathsep``, each part as :func:`_path` makes it (empty ones
+    skipped)."""
+    return tuple(p for part in (raw or "").split(os.pathsep) if (p := _path(name, part)))
 
 
 def from_environment(env: dict[str, str] | None = None) -> Settings:
@@ -250,6 +245,7 @@ def from_environment(env: dict[str, str] | None = None) -> Settings:
             "NVRTC_ENGINE_CACHE_SIZE_LIMIT",
             e.get("NVRTC_ENGINE_CACHE_SIZE_LIMIT", str(_DEFAULT_SIZE_LIMIT)),
         ),
+        readonly_cache=_paths("NVRTC_ENGINE_READONLY_CACHE", e.get("NVRTC_ENGINE_READONLY_CACHE")),
         cuda_include_dir=_path(
             "NVRTC_ENGINE_CUDA_INCLUDE_DIR", e.get("NVRTC_ENGINE_CUDA_INCLUDE_DIR")
         ),
@@ -260,7 +256,6 @@ def from_environment(env: dict[str, str] | None = None) -> Settings:
             "NVRTC_ENGINE_LOCK_TIMEOUT",
             e.get("NVRTC_ENGINE_LOCK_TIMEOUT", str(_DEFAULT_LOCK_TIMEOUT)),
         ),
-        launcher=_parse_launcher("NVRTC_ENGINE_LAUNCHER", e.get("NVRTC_ENGINE_LAUNCHER", "auto")),
         dependent_launch=_parse_bool(
             "NVRTC_ENGINE_DEPENDENT_LAUNCH", e.get("NVRTC_ENGINE_DEPENDENT_LAUNCH", "1")
         ),
@@ -292,10 +287,26 @@ def _checked(name: str, value: object) -> object:
     paths (``str`` or ``os.PathLike``, not empty, no NUL, or None) made absolute; booleans
     as ``bool`` or the variable's words; ``cache_size_limit`` bytes from
     :data:`MIN_SIZE_LIMIT` to :data:`MAX_SIZE_LIMIT` (or ``"512M"``); ``workers`` from 1 to
-    :data:`MAX_WORKERS` or None; ``lock_timeout`` finite seconds >= 0;
-    ``launcher`` one of :data:`LAUNCHERS`. Raises :class:`SettingsTypeError` (a
-    ``TypeError``) or :class:`SettingsError` (a ``ValueError``) naming the field."""
+    :data:`MAX_WORKERS` or None; ``lock_timeout`` finite seconds >= 0. Raises
+    :class:`SettingsTypeError` (a ``TypeError``) or :class:`SettingsError` (a ``ValueError``)
+    naming the field."""
     label = f"configure({name}={value!r})"
+    if name == "readonly_cache":
+        parts = [value] if isinstance(value, (str, os.PathLike)) else value
+        if not isinstance(parts, (list, tuple)):
+            raise SettingsTypeError(f"{label}: expected paths (a str, os.PathLike or a list)")
+        checked: list[Path] = []
+        for part in parts:
+            text = os.fspath(part) if isinstance(part, (str, os.PathLike)) else None
+            if not isinstance(text, str):
+                raise SettingsTypeError(f"{label}: expected paths (a str, os.PathLike or a list)")
+            if not text:
+                raise SettingsError(f"{label}: an empty path; pass () for none")
+            try:
+                checked += _paths(name, text) if isinstance(part, str) else [_path(name, text)]
+            except SettingsError as exc:
+                raise SettingsError(f"{label}: {str(exc).split(': ', 1)[-1]}") from None
+        return tuple(checked)
     if name in _PATHS:
         if value is None:
             return None
@@ -312,7 +323,7 @@ def _checked(name: str, value: object) -> object:
             raise SettingsError(f"{label}: {str(exc).split(': ', 1)[-1]}") from None
     if isinstance(value, str):  # the environment variable's spelling
         parse = {"cache_size_limit": _parse_size, "workers": _parse_int,
-                 "lock_timeout": _parse_seconds, "launcher": _parse_launcher}.get(
+                 "lock_timeout": _parse_seconds}.get(
             name, _parse_bool)  # fmt: skip
         try:
             return parse(name, value)
@@ -323,8 +334,6 @@ def _checked(name: str, value: object) -> object:
             return value
         raise SettingsTypeError(f"{label}: expected True or False (or the variable's words: "
                                 "'1'/'0', 'true'/'false', 'yes'/'no', 'on'/'off')")  # fmt: skip
-    if name == "launcher":
-        raise SettingsTypeError(f"{label}: expected one of {', '.join(map(repr, LAUNCHERS))}")
     if name == "workers" and value is None:
         return None
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -359,8 +368,7 @@ def configure(**overrides: object) -> Settings:
     ``workers="4"`` are accepted; ``cache_size_limit=0``, limits below 1 MiB or above
     :data:`MAX_SIZE_LIMIT` and ``workers`` above :data:`MAX_WORKERS` are not; nor is an
     empty path, where ``None`` selects the default, or one with a NUL character). Takes
-    effect for caches opened afterwards (see :func:`nvrtc_engine.clear_cache`); a new
-    ``launcher`` takes effect at the next launch (launch plans made before keep theirs);
+    effect for caches opened afterwards (see :func:`nvrtc_engine.clear_cache`);
     ``dependent_launch`` for kernels made afterwards (a kernel decides once;
     ``clear_cache(disk=False)`` drops those in memory). Raises
     :class:`~nvrtc_engine.errors.SettingsTypeError` (a ``TypeError``) for an unknown field
@@ -377,17 +385,7 @@ def configure(**overrides: object) -> Settings:
         base = _current if _current is not None else from_environment()
         _current = dataclasses.replace(base, **checked)  # type: ignore[arg-type]
         current = _current
-    _launcher_changed(base, current)
     return current
-
-
-def _launcher_changed(before: Settings | None, after: Settings) -> None:
-    """A changed ``launcher`` setting takes effect at the next launch (launch plans made
-    before keep theirs)."""
-    if before is None or before.launcher != after.launcher:
-        from . import launcher  # (imported here: launcher imports this module)
-
-        launcher.reset()
 
 
 def _reinit_after_fork() -> None:
@@ -403,7 +401,5 @@ def reset() -> Settings:
     """Forget overrides and re-read the environment."""
     global _current
     with _lock:
-        before = _current
         _current = current = from_environment()
-    _launcher_changed(before, current)
     return current

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from . import driver
 from .api import cache_info, get_kernel, make_key
 from .kernel import runs_on
-from .key import KernelKey
+from .key import DeviceArch, KernelKey
 from .reference import activation, check_close, sample_input
 
 __all__ = ["DemoRow", "demo_keys", "run_demo"]
@@ -109,7 +109,7 @@ def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 
     gpu = driver.device_count() > 0
     ordinal = driver.current_device() if gpu else -1
     if arch is None:
-        arch = driver.get_device(ordinal).arch if gpu else "sm_90"
+        arch = DeviceArch(driver.get_device(ordinal).arch) if gpu else "sm_90"
     keys = demo_keys(arch)  # a bad arch is an error before anything is printed
     print(f"nvrtc_engine demo: GELU variants for Llama-3-8B sizes, arch {keys[0].arch}", file=out)
     if not gpu:
@@ -154,10 +154,6 @@ def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 
         print(line, file=out)
     print("ms: get_kernel's wall time (a compile, or a read of the disk cache; the first call "
           "of a process also loads NVRTC and opens the cache)", file=out)  # fmt: skip
-    if can_run:
-        from . import launcher
-
-        print(f"launches: {launcher.status()}", file=out)
     info = cache_info()
     if info.directory:
         print(f"cache: {info.directory} ({info.entries} entries, {info.bytes} bytes on disk with "

@@ -1,4 +1,5 @@
-"""The CUDA driver layer: devices, primary contexts, modules and launches.
+"""The CUDA driver layer: devices, primary contexts and modules (launches:
+:mod:`nvrtc_engine.launch`).
 
 Through ``cuda.bindings.driver``. Nothing happens at import: the driver is initialized on the
 first call that needs it, once per process (a forked child initializes its own). Each device
@@ -11,28 +12,21 @@ from __future__ import annotations
 import contextlib
 import numbers
 import os
-import struct
 import threading
 from dataclasses import dataclass
 from typing import Any
 
-from . import launcher
 from .errors import ArgumentError, ArgumentTypeError, CudaError, NoDeviceError
 
 __all__ = [
     "Device",
     "DeviceBuffer",
-    "ParamPack",
-    "Preset",
     "current_device",
     "device_count",
     "get_device",
-    "launch",
-    "launch_failed",
     "load_function",
     "make_current",
     "pointer_device",
-    "stream_object",
     "synchronize",
     "time_launches",
 ]
@@ -239,177 +233,6 @@ def pointer_device(ptr: int) -> int:
     if int(err) != 0:
         raise ValueError(f"0x{ptr:x} is not a CUDA device pointer")
     return int(value)
-
-
-class ParamPack:
-    """The parameter list of one kernel: packs values into a per-thread buffer.
-
-    ``kinds`` has one letter per kernel parameter: ``P`` pointer, ``q`` int64, ``i`` int32,
-    ``f`` float32. Each parameter gets an 8-byte slot (an int32 or float32 in its first four
-    bytes). :meth:`pack` writes every value with one ``struct.pack_into`` and returns the
-    address of the ``void*[]`` that ``cuLaunchKernel`` takes (an int, as :func:`launch` takes
-    it); :meth:`preset` packs the values once for a launch plan, whose calls rewrite only the
-    slots that change. Buffers are thread-local, so concurrent launches of one kernel from
-    several threads do not race; the driver copies the values at launch, so a buffer is free
-    again as soon as ``cuLaunchKernel`` returns.
-    """
-
-    _SLOT = {"P": "Q", "q": "q", "i": "i4x", "f": "f4x"}
-
-    def __init__(self, kinds: str) -> None:
-        self.kinds = kinds
-        self._struct = struct.Struct("<" + "".join(self._SLOT[k] for k in kinds))
-        self._local = threading.local()
-
-    def pack(self, *values: Any) -> int:
-        """Write ``values`` (one per parameter) and return the ``void*[]`` address."""
-        try:
-            data, address = self._local.slots
-        except AttributeError:
-            data, _, _, address = _param_buffers(self._struct.size, bytes(self._struct.size))
-            self._local.slots = (data, address)
-        self._struct.pack_into(data, 0, *values)
-        return address
-
-    def preset(self, values: tuple[Any, ...] | list[Any]) -> Preset:
-        """``values`` packed once (see :class:`Preset`)."""
-        return Preset(self._struct.pack(*values))
-
-
-class Preset:
-    """A packed parameter list for repeated launches that change only some slots.
-
-    :meth:`buffers` gives this thread's copy as ``(slots, floats, address)``: ``slots`` a
-    ``uint64`` view of the 8-byte slots (``slots[i] = pointer``), ``floats`` a ``float32``
-    view (slot ``i``'s value is ``floats[2 * i]``) and ``address`` the ``void*[]`` for
-    ``cuLaunchKernel``. Each thread's copy starts from the packed image; a launch writes the
-    slots that change and launches before another launch of the same thread reuses it.
-    """
-
-    __slots__ = ("_image", "local")
-
-    def __init__(self, image: bytes) -> None:
-        self._image = image
-        self.local = threading.local()  # .views: this thread's (slots, floats, address)
-
-    @property
-    def image(self) -> bytes:
-        """The packed parameters (8 bytes per slot), as :meth:`ParamPack.preset` packed them."""
-        return self._image
-
-    def buffers(self) -> tuple[memoryview, memoryview, int]:
-        try:
-            return self.local.views
-        except AttributeError:
-            _, slots, floats, address = _param_buffers(len(self._image), self._image)
-            self.local.views = (slots, floats, address)
-            return self.local.views
-
-
-def _param_buffers(size: int, image: bytes) -> tuple[Any, memoryview, memoryview, int]:
-    """One ctypes buffer holding the slots (initialized to ``image``) followed by the
-    ``void*[]`` pointing at each slot; returns it, its uint64 and float32 views (which keep it
-    alive) and the address of the ``void*[]``."""
-    import ctypes
-
-    count = max(1, size // 8)
-    data = (ctypes.c_uint64 * (2 * count))()
-    ctypes.memmove(data, image, size)
-    base = ctypes.addressof(data)
-    for i in range(count):
-        data[count + i] = base + 8 * i
-    raw = memoryview(data).cast("B")
-    return data, raw.cast("Q"), raw.cast("f"), base + 8 * count
-
-
-_streams: dict[int, Any] = {}
-
-
-def stream_object(handle: int) -> Any:
-    """The ``CUstream`` for an int handle, made once per handle (cuda.bindings converts an int
-    argument into a new ``CUstream`` on every call, which costs more than the lookup)."""
-    stream = _streams.get(handle)
-    if stream is None:
-        if len(_streams) >= 1024:  # streams come and go; handles are only ever re-wrapped
-            _streams.clear()
-        stream = _streams[handle] = _drv().CUstream(handle)
-    return stream
-
-
-def launch(
-    function: Any, grid: int, block: int, stream: int, params: Any, shmem: int = 0,
-    dependent: bool = False,
-) -> None:  # fmt: skip
-    """``cuLaunchKernel`` with a 1-D grid and block, through the compiled launcher when this
-    process has one (:mod:`nvrtc_engine.launcher`), else through cuda.bindings.
-
-    ``function`` is a ``CUfunction``; ``params`` the ``void*[]`` address that
-    :meth:`ParamPack.pack` returns (an int; a ``ctypes.c_void_p`` is accepted); ``stream``
-    an int handle. ``dependent``: ``cuLaunchKernelEx`` with programmatic stream
-    serialization instead (:func:`dependent_config`; only for a kernel that waits for its
-    grid dependency). Raises :class:`~nvrtc_engine.CudaError` when the launch is refused.
-    """
-    if type(params) is not int:
-        params = params.value
-    compiled = launcher.get()
-    if compiled is not None:
-        code = compiled(int(function), grid, block, shmem, stream, params, 0, int(dependent))
-        if code:
-            launch_failed(code)
-        return
-    if dependent:
-        config = _configs.get((grid, block, shmem, stream))
-        if config is None:
-            if len(_configs) >= 1024:  # as _streams: shapes and streams come and go
-                _configs.clear()
-            config = _configs[grid, block, shmem, stream] = dependent_config(
-                grid, block, shmem, stream_object(stream)
-            )
-        (err,) = _drv().cuLaunchKernelEx(config, function, params, 0)
-        if err:
-            check((err,), "cuLaunchKernelEx")
-        return
-    (err,) = _drv().cuLaunchKernel(
-        function, grid, 1, 1, block, 1, 1, shmem, stream_object(stream), params, 0
-    )
-    if err:
-        check((err,), "cuLaunchKernel")
-
-
-# dependent_config's CUlaunchConfig per (grid, block, shared memory, stream handle), made
-# once: building one through cuda.bindings costs about 4 us of host time
-_configs: dict[tuple[int, int, int, int], Any] = {}
-
-
-def dependent_config(grid: int, block: int, shmem: int, stream: Any) -> Any:
-    """A ``CUlaunchConfig`` (cuda.bindings) for a 1-D launch on ``stream`` (a ``CUstream``)
-    with the attribute CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION set: the kernel
-    may start before the previous kernel of the stream completes and waits for it itself
-    (``griddepcontrol.wait``, templates/include/nve_memory.cuh)."""
-    drv = _drv()
-    attr = drv.CUlaunchAttribute()
-    attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    attr.value.programmaticStreamSerializationAllowed = 1
-    config = drv.CUlaunchConfig()
-    config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
-    config.blockDimX, config.blockDimY, config.blockDimZ = block, 1, 1
-    config.sharedMemBytes = shmem
-    config.hStream = stream
-    config.attrs = [attr]
-    config.numAttrs = 1
-    return config
-
-
-def launch_failed(code: int) -> None:
-    """Raise the :class:`~nvrtc_engine.CudaError` for a failed compiled launch: ``code`` is
-    what the compiled launcher returned (a ``CUresult``; negative: the context query or
-    switch before the launch failed, nothing was launched)."""
-    call = "cuLaunchKernel" if code > 0 else "cuCtxGetCurrent/cuCtxSetCurrent"
-    try:
-        err: Any = _drv().CUresult(abs(code))
-    except ValueError:
-        err = abs(code)
-    check((err,), call)
 
 
 def synchronize(dev: Device) -> None:

@@ -1,19 +1,11 @@
-"""The engine: key -> kernel through the memory cache, the disk cache and NVRTC.
+"""The engine: key -> kernel through the memory cache, the cache's tiers and NVRTC.
 
-Memory cache: one :class:`~nvrtc_engine.kernel.Kernel` per key. Concurrent callers of one
-key wait for a single build (single-flight); the lock guards only dictionary updates, never a
-render, a compile, disk I/O or a wait for another process, so builds of different keys run
-in parallel. Across processes, a per-digest file lock around "look on disk again, compile,
-store" (:meth:`DiskCache.lock`) makes each kernel compile once.
-
-Disk lookups go through the key index first (:mod:`nvrtc_engine.index`): a key already
-built in this environment is read from its entry file and verified without rendering, loading
-NVRTC or opening diskcache. An index miss takes the full path (render, digest, disk, compile)
-and records the key's digest in the index afterwards.
-
-Fork: a child inherits the memory cache (its kernels load lazily, per process), gets fresh
-locks, and opens its own connection to the disk cache (SQLite connections must not cross a
-fork; the parent's is closed before forking and reopens by itself on next use).
+Memory: one :class:`~nvrtc_engine.kernel.Kernel` per key, one build of a key at a time (the
+engine's lock guards dictionaries only). A miss takes :meth:`Engine.build_artifact`'s steps:
+the key's digest (nothing rendered); each tier in order, the disk cache then the read-only
+caches (every entry verified; a read-only hit is copied to the disk cache); else the digest's
+file lock, the disk cache again, render, compile, store. A fork()ed child keeps the memory
+cache (its kernels load again, lazily) and reopens files.
 """
 
 from __future__ import annotations
@@ -23,38 +15,29 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from . import config, index, nvrtc
-from .cache import ENTRIES_DIR, DiskCache, compute_digest, decode_entry, target_arch, warn_unusable
-from .index import KeyIndex, environment_fingerprint
+from . import cache, config, nvrtc
+from .cache import check_entry, compile_options, encode_entry
+from .errors import CacheWarning, warn_once
 from .kernel import Artifact, Kernel
-from .key import KernelKey, arch_number
-from .nvrtc import CompileOptions, compile_source, compile_target, find_cuda_include_dir
-from .nvrtc import nvrtc_version as _nvrtc_version
+from .key import KernelKey
+from .nvrtc import compile_source, compile_target
 from .render import render
+from .tiers import STORE_DIR, DiskTier, ReadOnlyTier, open_readonly, remove_store
 
 __all__ = ["CacheInfo", "Engine", "default_engine"]
 
 
 @dataclass(frozen=True)
 class CacheInfo:
-    """Counters and sizes of the kernel caches (this process's counters).
-
-    Attributes:
-        hits: ``get_kernel`` calls answered from memory.
-        disk_hits: kernels read (and verified) from the disk cache.
-        misses: kernels found in neither cache.
-        compiles: NVRTC compilations this process ran.
-        memory_entries: kernels held in memory.
-        entries: entries in the disk cache (0 when it is disabled).
-        bytes: bytes the disk cache uses on disk.
-        directory: the disk cache directory, or ``None`` when memory-only. Asking creates
-            no directory: one that holds no cache yet reports 0 entries and 0 bytes.
-        size_limit: the disk cache's size cap in bytes (memory-only: the configured cap).
-        read_only: the disk cache directory could be read but not written: its kernels are
-            read, new ones are kept in memory only.
-    """
+    """Counters (this process's) and sizes of the kernel caches: ``hits`` (answered from
+    memory), ``disk_hits`` (read and verified from the disk cache or a read-only cache),
+    ``misses``, ``compiles`` (NVRTC runs), ``memory_entries``; the disk cache's ``entries``,
+    ``bytes`` on disk, ``directory`` (None without a usable one; asking creates none: one
+    holding no cache yet reports 0 and 0) and ``size_limit`` (bytes; else the configured one);
+    ``readonly``: the read-only caches configured (``NVRTC_ENGINE_READONLY_CACHE``)."""
 
     hits: int
     disk_hits: int
@@ -65,19 +48,10 @@ class CacheInfo:
     bytes: int
     directory: str | None
     size_limit: int = 0
-    read_only: bool = False
+    readonly: tuple[str, ...] = ()
 
 
-class _Flight:
-    __slots__ = ("done", "error", "result")
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.result: Kernel | None = None
-        self.error: BaseException | None = None
-
-
-_UNOPENED: Any = object()
+_Opened = tuple[config.Settings, DiskTier | None, tuple[ReadOnlyTier, ...], str]
 _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
@@ -88,443 +62,191 @@ class Engine:
         self._lock = threading.Lock()
         self._memory: dict[KernelKey, Kernel] = {}
         self._calls: dict[Any, Kernel] = {}  # get_kernel argument tuples -> kernel
-        self._inflight: dict[KernelKey, _Flight] = {}
-        self._disk: DiskCache | None = _UNOPENED
-        self._disk_settings: config.Settings | None = None  # the settings it was opened with
-        self._index: tuple[Any, KeyIndex | None] = (None, None)  # (settings, index)
+        self._inflight: dict[KernelKey, threading.Lock] = {}
+        self._opened: _Opened | None = None
         self.hits = self.disk_hits = self.misses = self.compiles = 0
         _engines.add(self)
 
-    def _before_fork(self) -> None:
-        disk = self._disk
-        if disk is not _UNOPENED and disk is not None:
-            disk.close()  # this thread's SQLite connection; reopens by itself on next use
+    def tiers(self) -> _Opened:
+        """``(settings, disk cache or None, read-only caches, why no disk cache)``, opened on
+        first use and after a :func:`~nvrtc_engine.configure` (the old ones keep their entries)."""
+        s, opened = config.settings(), self._opened
+        if opened is None or opened[0] is not s:  # (threads racing here open them twice)
+            disk, why = (None, "") if s.disable_disk_cache else DiskTier.open(
+                _cache_dir(s), s.cache_size_limit)  # fmt: skip
+            self._opened, opened = (s, disk, open_readonly(s.readonly_cache), why), self._opened
+            _close(opened)
+        return self._opened
 
-    def _after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()
-        self._inflight = {}  # builds in the parent's other threads never finish here
-        self._disk = _UNOPENED
-        for kernel in self._memory.values():  # modules are per process: load again here
-            kernel._loaded = {}
-            kernel._lock = threading.Lock()
-
-    # -- caches ---------------------------------------------------------------------------
-
-    def _forget_stale_disk(self) -> None:
-        """Close the disk cache if the settings changed since it was opened
-        (:func:`~nvrtc_engine.configure`): the next use opens the configured one, and the
-        old directory keeps its entries."""
-        if self._disk is _UNOPENED or self._disk_settings is config.settings():
-            return
-        with self._lock:
-            if self._disk is not _UNOPENED and self._disk_settings is not config.settings():
-                if self._disk is not None:
-                    self._disk.close()
-                self._disk = _UNOPENED
-
-    def disk(self) -> DiskCache | None:
-        """The disk cache of the current settings, opened on first use; ``None`` when disabled
-        or unusable."""
-        self._forget_stale_disk()
-        disk = self._disk
-        if disk is _UNOPENED:
-            s = config.settings()
-            opened = None
-            if not s.disable_disk_cache:
-                try:
-                    directory = s.resolved_cache_dir()
-                except Exception as exc:  # no home directory, platformdirs failure
-                    warn_unusable("(default cache directory)", f"{type(exc).__name__}: {exc}")
-                else:
-                    opened = DiskCache.open(directory, s.cache_size_limit)
-            with self._lock:
-                if self._disk is _UNOPENED:
-                    self._disk = opened
-                    self._disk_settings = s
-                elif opened is not None:
-                    opened.close()
-                disk = self._disk
-        return disk
-
-    def key_index(self) -> KeyIndex | None:
-        """The key index of the disk cache directory, without opening the disk cache;
-        ``None`` when the disk cache is disabled or known to be unusable."""
-        self._forget_stale_disk()
-        disk = self._disk
-        if disk is None:
-            return None
-        if disk is not _UNOPENED:
-            return disk.index
-        s = config.settings()
-        known_for, found = self._index
-        if known_for is not s:
-            found = None
-            if not s.disable_disk_cache:
-                try:
-                    found = KeyIndex(s.resolved_cache_dir(), ENTRIES_DIR)
-                except Exception:  # no home directory: disk() will say so
-                    found = None
-            self._index = (s, found)
-        return found
-
-    def _disk_exists(self) -> bool:
-        """Whether the configured cache directory holds a cache (opening nothing)."""
-        found = self.key_index()
-        return found is not None and (
-            found.directory.is_dir() or (found.directory.parent / ENTRIES_DIR).is_dir()
-        )
+    def disk(self) -> DiskTier | None:  # None when disabled or unusable (tiers()[3]: why)
+        return self.tiers()[1]
 
     def info(self) -> CacheInfo:
-        """Counters and sizes; opens the disk cache only where its directory holds one:
-        asking creates no directory (a missing one reports 0 entries and 0 bytes)."""
-        counters = {
-            "hits": self.hits, "disk_hits": self.disk_hits, "misses": self.misses,
-            "compiles": self.compiles, "memory_entries": len(self._memory),
-        }  # fmt: skip
-        missing = self._missing_cache_dir()
-        if missing is not None:
-            return CacheInfo(
-                **counters, entries=0, bytes=0, directory=missing,
-                size_limit=config.settings().cache_size_limit,
-            )  # fmt: skip
-        disk = self.disk()
-        return CacheInfo(
-            **counters,
-            entries=len(disk) if disk is not None else 0,
-            bytes=disk.volume() if disk is not None else 0,
-            directory=str(disk.directory) if disk is not None else None,
-            size_limit=disk.size_limit if disk is not None else config.settings().cache_size_limit,
-            read_only=disk is not None and disk.read_only,
-        )
-
-    def _missing_cache_dir(self) -> str | None:
-        """The configured disk cache directory when the disk cache is not open yet and that
-        directory holds no cache (``entries/`` is missing: opening would create it) but could
-        be created, else ``None``: open, disabled, or unusable (no home directory, a file in
-        the way, an ancestor not writable), where :meth:`disk` warns once and creates
-        nothing."""
-        self._forget_stale_disk()
-        s = config.settings()
-        if self._disk is not _UNOPENED or s.disable_disk_cache:
-            return None
-        try:
-            directory = s.resolved_cache_dir()
-        except Exception:  # no home directory
-            return None
-        if (directory / ENTRIES_DIR).is_dir():
-            return None
-        existing = directory
-        while not existing.exists() and existing.parent != existing:
-            existing = existing.parent
-        if existing.is_dir() and os.access(existing, os.W_OK | os.X_OK):
-            return str(directory)
-        return None
+        """Counters and sizes; opens the disk cache only where its directory holds one."""
+        s, opened = config.settings(), self._opened
+        fresh = None if opened and opened[0] is s else _not_created(s)
+        disk = None if fresh or s.disable_disk_cache else self.disk()
+        sizes = (0, 0, fresh, s.cache_size_limit) if disk is None else (
+            len(disk), disk.volume(), str(disk.directory), disk.size_limit)  # fmt: skip
+        return CacheInfo(self.hits, self.disk_hits, self.misses, self.compiles, len(self._memory),
+                         *sizes, tuple(map(str, s.readonly_cache)))  # fmt: skip
 
     def clear(self, *, memory: bool = True, disk: bool = True) -> None:
-        """Drop cached kernels (memory, disk or both), reset counters, re-read settings.
-        ``disk`` clears the directory of the current settings (not one opened before a
-        :func:`~nvrtc_engine.configure`)."""
-        self._forget_stale_disk()
-        with self._lock:
-            if memory:
+        """Drop cached kernels, ``memory`` resetting the counters, ``disk`` the settings' directory
+        (a store a full disk keeps from opening goes whole; the settings are read again)."""
+        if memory:
+            with self._lock:
                 self._memory.clear()
                 self._calls.clear()
                 self.hits = self.disk_hits = self.misses = self.compiles = 0
-            opened = self._disk
-        if disk and opened is _UNOPENED and self._disk_exists():
-            opened = self.disk()  # kernels may have come through the index alone
-        if disk and opened is not _UNOPENED and opened is not None:
-            opened.clear()
+        s = config.settings()
+        directory = _cache_dir(s)
+        held = directory is not None and os.path.isdir(directory / STORE_DIR)
+        if disk and (held or (self._opened is not None and self._opened[0] is s)):
+            _s, tier, _readonly, why = self.tiers()
+            if tier is not None:
+                tier.clear()
+            elif why.startswith("no space") and directory:
+                remove_store(directory)
         if disk:
-            index.reset()
-        if disk:
-            with self._lock:
-                if self._disk is not _UNOPENED and self._disk is not None:
-                    self._disk.close()
-                self._disk = _UNOPENED
+            _close(self._opened)
+            self._opened = None
 
-    # -- lookups --------------------------------------------------------------------------
-
-    def lookup_call(self, call: Any) -> Kernel | None:
-        """The kernel a previous ``get_kernel`` with these exact arguments returned."""
+    def lookup_call(self, call: Any) -> Kernel | None:  # get_kernel's, for the same arguments
         kernel = self._calls.get(call)
-        if kernel is not None:
-            self.hits += 1
+        self.hits += kernel is not None
         return kernel
 
     def remember_call(self, call: Any, kernel: Kernel) -> None:
         self._calls[call] = kernel
 
     def get(self, key: KernelKey) -> Kernel:
-        """The kernel for ``key``: from memory, else disk, else compiled (single-flight)."""
+        """The kernel for ``key``: from memory, else a tier, else compiled (single-flight)."""
         kernel = self._memory.get(key)
         if kernel is not None:
             self.hits += 1
             return kernel
         with self._lock:
-            kernel = self._memory.get(key)
-            if kernel is not None:
-                self.hits += 1
-                return kernel
-            flight = self._inflight.get(key)
-            owner = flight is None
-            if owner:
-                flight = self._inflight[key] = _Flight()
-        assert flight is not None
-        if not owner:
-            flight.done.wait()
-            if flight.error is not None:
-                raise flight.error
-            assert flight.result is not None
-            return flight.result
-        try:
-            kernel = self._build(key)
-            with self._lock:  # prewarm may have adopted one meanwhile: hand out one object
-                kernel = self._memory.setdefault(key, kernel)
-            flight.result = kernel
-            return kernel
-        except BaseException as exc:
-            flight.error = exc
-            raise
-        finally:
-            with self._lock:
-                del self._inflight[key]
-            flight.done.set()
-
-    def artifact_digest(self, key: KernelKey) -> tuple[Any, CompileOptions, str | None, str]:
-        """Render ``key`` and compute its options, header version and cache digest."""
-        rendered = render(key)
-        target, _kind = compile_target(key.arch)
-        options = CompileOptions(arch=target)
-        header_version = find_cuda_include_dir().version if rendered.cuda_headers else None
-        digest = compute_digest(
-            rendered.source, rendered.headers, options.flags(), _nvrtc_version(), header_version
-        )
-        return rendered, options, header_version, digest
-
-    def _build(self, key: KernelKey) -> Kernel:
-        artifact, origin = self.build_artifact(key)
-        return key.spec.kernel_class()(key, artifact, origin)
+            flight = self._inflight.setdefault(key, threading.Lock())
+        with flight:  # one build of a key at a time: those waiting find its kernel in memory
+            kernel = self._memory.get(key) or self.adopt(key, *self.build_artifact(key))
+        self._inflight.pop(key, None)
+        return kernel
 
     def build_artifact(self, key: KernelKey) -> tuple[Artifact, str]:
-        """The artifact for ``key`` from disk, else compiled and stored; no memory cache.
-
-        Returns ``(artifact, origin)`` with origin ``"disk"`` or ``"compiled"``. Holds the
-        key's cross-process lock (never this engine's lock) around "look on disk again,
-        compile, store", so processes sharing a cache directory compile each key once.
-        Touches no GPU: prewarm's worker processes call this.
-        """
-        artifact = self._from_index(key)
+        """The artifact for ``key`` from a tier, else compiled and stored; no memory cache.
+        Returns ``(artifact, origin)``, origin ``"disk"`` or ``"compiled"``. Holds the key's
+        cross-process lock (never this engine's) around "look in the disk cache again,
+        compile, store", so processes sharing a directory compile each key once. Touches no
+        GPU (prewarm's workers call this). Raises what rendering and NVRTC raise."""
+        digest = cache.digest(key)
+        _s, disk, readonly, _why = self.tiers()
+        artifact = self._load(key, digest, disk, readonly)
         if artifact is not None:
-            self.disk_hits += 1
             return artifact, "disk"
-        rendered, options, _header_version, digest = self.artifact_digest(key)
-        disk = self.disk()
-        found = disk.get_located(digest) if disk is not None else None
-        if found is None and (disk is None or disk.read_only):  # nowhere to store it
-            return self._compile(key, rendered, options, digest), "compiled"
-        assert disk is not None
-        if found is None:
-            with disk.lock(digest, config.settings().lock_timeout):
-                found = disk.get_located(digest)  # another process may have stored it
-                if found is None:
-                    artifact = self._compile(key, rendered, options, digest)
-                    if disk.put(str(key), artifact):
-                        self.remember(disk, key, artifact, None, rendered.cuda_headers)
-                    return artifact, "compiled"
-        _header, artifact, file = found
-        self.remember(disk, key, artifact, file, rendered.cuda_headers)
-        self.disk_hits += 1
-        return artifact, "disk"
+        if disk is None or not disk.writable:
+            return self._compile(key, digest, None), "compiled"
+        with disk.lock(digest, config.settings().lock_timeout):
+            found = self._load(key, digest, disk, ())  # another process may have stored it
+            return (found, "disk") if found else (self._compile(key, digest, disk), "compiled")
 
-    # -- the key index ----------------------------------------------------------------------
+    def _load(
+        self, key: KernelKey, digest: str, disk: DiskTier | None, readonly: tuple[ReadOnlyTier, ...]
+    ) -> Artifact | None:
+        """The first entry for ``digest`` that verifies; a read-only one is copied to disk."""
+        version = nvrtc.nvrtc_identity()
+        for tier in (disk, *readonly) if disk is not None else readonly:
+            value = tier.get(digest)
+            checked = check_entry(value, digest, key, version) if value is not None else None
+            if isinstance(checked, tuple):
+                if tier is not disk and disk is not None:
+                    disk.put(digest, value)  # type: ignore[arg-type]
+                self.disk_hits += 1
+                return checked[1]
+            if checked is not None and tier is disk:
+                disk.delete(digest)
+            elif checked is not None:
+                warn_once("bad read-only entry", tier.location, f"nvrtc_engine: the read-only "
+                          f"cache {tier.location} holds a bad entry for {key} ({digest[:12]}: "
+                          f"{checked}); it is skipped", CacheWarning)  # fmt: skip
+        return None
 
-    def _from_index(self, key: KernelKey) -> Artifact | None:
-        """``key``'s artifact through the key index (verified), or ``None`` (index miss)."""
-        found_index = self.key_index()
-        if found_index is None:
-            return None
-        fingerprint = environment_fingerprint()
-        if fingerprint is None:
-            return None
-        name = str(key)
-        record = found_index.lookup(name, fingerprint)
-        if record is None:
-            return None
-        if nvrtc.loaded():  # this process's NVRTC must be the one the record names
-            lib = nvrtc.library_record()
-            if lib is None or lib["path"] != record.nvrtc_path:
-                return None
-            if _nvrtc_version() != record.nvrtc_version:
-                return None
-        if record.file is not None and not record.stale:
-            value = found_index.read(record)
-            decoded = decode_entry(value, record.digest) if value is not None else None
-            if decoded is None:
-                return None
-            header, artifact = decoded
-            return artifact if _artifact_is_for(key, header, artifact, record) else None
-        # no entry file recorded, or the last counted use is old: read through diskcache,
-        # which verifies, counts the use for eviction, and says where the entry is now
-        disk = self.disk()
-        if disk is None:
-            return None
-        found = disk.get_located(record.digest)
-        if found is None:
-            return None
-        header, artifact, file = found
-        if not _artifact_is_for(key, header, artifact, record):
-            return None
-        if not disk.read_only:
-            found_index.touch(name, record, self._entry_file(disk, key, artifact, file))
+    def _compile(self, key: KernelKey, digest: str, disk: DiskTier | None) -> Artifact:
+        self.misses += 1
+        expected, start = nvrtc.nvrtc_identity(), time.perf_counter()
+        rendered = render(key)
+        options = compile_options(compile_target(key.arch)[0])
+        result = compile_source(rendered.name, rendered.source, rendered.headers, options,
+                                cuda_headers=rendered.cuda_headers, key=str(key))  # fmt: skip
+        self.compiles += 1
+        version = nvrtc.nvrtc_version()
+        if version != expected:  # the wheel found is not the NVRTC loaded: not stored
+            warn_once("nvrtc", expected, f"nvrtc_engine: NVRTC {version} is loaded, not the "
+                      f"NVRTC {expected} wheel: kernels are not cached", CacheWarning)  # fmt: skip
+            disk = None
+        artifact = Artifact(result.image, result.kind, rendered.symbols, digest, version,
+                            options.flags(), (time.perf_counter() - start) * 1e3)  # fmt: skip
+        if disk is not None:
+            disk.put(digest, encode_entry(str(key), artifact))
         return artifact
 
-    def _entry_file(
-        self, disk: DiskCache, key: KernelKey, artifact: Artifact, file: str | None
-    ) -> str | None:
-        """The entry's value file; an entry kept inside SQLite (stored before values all went
-        to files) is stored again, into a file."""
-        if file is None and disk.put(str(key), artifact):
-            found = disk.get_located(artifact.digest)
-            file = found[2] if found is not None else None
-        return file
-
-    def remember(
-        self,
-        disk: DiskCache,
-        key: KernelKey,
-        artifact: Artifact,
-        file: str | None,
-        cuda_headers: bool,
-    ) -> None:
-        """Record ``key`` -> ``artifact.digest`` in the key index, after the full path found
-        or built it. Records nothing unless every input of the digest can be re-checked, and
-        nothing in a read-only cache."""
-        fingerprint = environment_fingerprint()
-        if fingerprint is None or disk.read_only:
-            return
-        lib = nvrtc.library_record()  # NVRTC is loaded: the digest needed its version
-        if lib is None or artifact.nvrtc_version != nvrtc.nvrtc_version():
-            return
-        headers = None
-        if cuda_headers:
-            include = find_cuda_include_dir()
-            if not index.headers_indexable(include):
-                return
-            headers = include.record
-        if file is None:
-            found = disk.get_located(artifact.digest)
-            if found is None:
-                return
-            file = self._entry_file(disk, key, artifact, found[2])
-        disk.index.write(
-            str(key), fingerprint, artifact.digest, file, lib, artifact.nvrtc_version, headers
-        )
-
-    def _compile(
-        self, key: KernelKey, rendered: Any, options: CompileOptions, digest: str
-    ) -> Artifact:
-        self.misses += 1
-        start = time.perf_counter()
-        result = compile_source(
-            rendered.name, rendered.source, rendered.headers, options,
-            cuda_headers=rendered.cuda_headers, key=str(key),
-        )  # fmt: skip
-        self.compiles += 1
-        return Artifact(
-            image=result.image,
-            kind=result.kind,
-            symbols=rendered.symbols,
-            digest=digest,
-            nvrtc_version=_nvrtc_version(),
-            options=options.flags(),
-            compile_ms=(time.perf_counter() - start) * 1e3,
-        )
-
     def cached(self, key: KernelKey) -> Kernel | None:
-        """The kernel for ``key`` if memory or disk has it (disk: verified, then kept in
-        memory); ``None`` otherwise. Never compiles."""
+        """The kernel for ``key`` if memory or a tier has it (then kept in memory), or None."""
         kernel = self._memory.get(key)
-        if kernel is not None:
-            self.hits += 1
-            return kernel
-        artifact = self._from_index(key)
-        if artifact is None:
-            disk = self.disk()
-            if disk is None:
-                return None
-            rendered, _options, _header_version, digest = self.artifact_digest(key)
-            found = disk.get_located(digest)
-            if found is None:
-                return None
-            _header, artifact, file = found
-            self.remember(disk, key, artifact, file, rendered.cuda_headers)
-        self.disk_hits += 1
-        return self.adopt(key, artifact, "disk")
+        if kernel is None and (artifact := self._load(key, cache.digest(key), *self.tiers()[1:3])):
+            return self.adopt(key, artifact, "disk")
+        self.hits += kernel is not None
+        return kernel
 
     def adopt(self, key: KernelKey, artifact: Artifact, origin: str) -> Kernel:
-        """Keep ``artifact`` (built elsewhere, e.g. by a worker process) as ``key``'s kernel
-        in memory; returns the kernel memory holds (an earlier one wins)."""
+        """Keep ``artifact`` (from anywhere) as ``key``'s kernel; the one memory holds wins."""
         kernel = key.spec.kernel_class()(key, artifact, origin)
         with self._lock:
             return self._memory.setdefault(key, kernel)
 
-    def in_memory(self, key: KernelKey) -> bool:
-        """Whether the memory cache holds ``key`` (counts nothing)."""
-        return key in self._memory
+
+def _cache_dir(s: config.Settings) -> Path | None:  # None: no home directory for the default
+    try:
+        return s.resolved_cache_dir()
+    except OSError:
+        return None
 
 
-def _artifact_is_for(
-    key: KernelKey, header: dict[str, Any], artifact: Artifact, record: Any
-) -> bool:
-    """Whether an entry reached through the index is ``key``'s: its own header names the key,
-    the key's symbols, the NVRTC version the record names, and the options this installation
-    compiles the key with (a cubin for the key's arch, or PTX for an older one)."""
-    if header.get("key") != str(key) or artifact.nvrtc_version != record.nvrtc_version:
-        return False
-    if artifact.digest != record.digest or artifact.symbols != key.spec.symbols(key):
-        return False
-    target = target_arch(artifact)
-    if artifact.kind == "cubin":
-        if target != key.arch:
-            return False
-    elif artifact.kind == "ptx":
-        number = target[len("compute_") :]
-        if not (target.startswith("compute_") and number.isdigit()):
-            return False
-        if int(number) >= arch_number(key.arch):
-            return False
-    else:
-        return False
-    return artifact.options == CompileOptions(arch=target).flags()
+def _not_created(s: config.Settings) -> str | None:
+    """The cache directory where it has no store yet and may get one (creating nothing)."""
+    directory = existing = _cache_dir(s)
+    if s.disable_disk_cache or directory is None or os.path.isdir(directory / STORE_DIR):
+        return None
+    while not os.path.exists(existing) and existing.parent != existing:
+        existing = existing.parent
+    ok = os.path.isdir(existing) and os.access(existing, os.W_OK | os.X_OK)
+    return str(directory) if ok else None
 
 
-_default: Engine | None = None
-_default_lock = threading.Lock()
+def _close(opened: _Opened | None) -> None:
+    for tier in (opened[1], *opened[2]) if opened else ():
+        if tier is not None:
+            tier.close()
+
+
+_default = Engine()  # (opens nothing until its first lookup)
 
 
 def default_engine() -> Engine:
     """The process-wide engine behind :func:`~nvrtc_engine.get_kernel`."""
-    global _default
-    engine = _default
-    if engine is None:
-        with _default_lock:
-            if _default is None:
-                _default = Engine()
-            engine = _default
-    return engine
+    return _default
 
 
 def _before_fork() -> None:
     for engine in list(_engines):
-        engine._before_fork()
+        _close(engine._opened)  # SQLite connections must not cross a fork; reopened on use
 
 
 def _after_fork_in_child() -> None:
-    global _default_lock
-    _default_lock = threading.Lock()
     for engine in list(_engines):
-        engine._after_fork_in_child()
+        engine._lock, engine._inflight = threading.Lock(), {}  # the parent's builds end there
+        for kernel in engine._memory.values():  # modules are per process: load again here
+            kernel._loaded, kernel._lock = {}, threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):

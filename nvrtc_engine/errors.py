@@ -12,8 +12,6 @@ failures). All of them survive pickling, so they cross process pools intact::
     ├── HeaderNotFoundError     (RuntimeError) CUDA headers needed but not found
     ├── CompileError            (RuntimeError) NVRTC rejected a rendered kernel
     ├── CudaError               (RuntimeError) a CUDA driver call failed
-    ├── LauncherError           (RuntimeError) NVRTC_ENGINE_LAUNCHER=compiled and the compiled
-    │                                          launcher cannot be built
     ├── SettingsError           (ValueError)   a malformed NVRTC_ENGINE_* variable or configure()
     │   │                                      value
     │   └── SettingsTypeError   (TypeError)    a configure() value of the wrong type, or an
@@ -28,8 +26,6 @@ failures). All of them survive pickling, so they cross process pools intact::
                                                here on first use)
 
     CacheWarning                (UserWarning)  the disk cache degraded to memory-only
-    RuntimeWarning                             the compiled launcher cannot be built (a C
-                                               compiler is there): cuda.bindings launches
 """
 
 from __future__ import annotations
@@ -52,7 +48,6 @@ __all__ = [
     "CompileError",
     "CudaError",
     "HeaderNotFoundError",
-    "LauncherError",
     "NoDeviceError",
     "NvrtcEngineError",
     "SettingsError",
@@ -89,6 +84,12 @@ def did_you_mean(
 
     close = difflib.get_close_matches(value, list(choices), n=n)
     return f"did you mean {' or '.join(map(label, close))}?" if close else ""
+
+
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """``n`` with its noun for messages: ``counted(1, "variant")`` is ``"1 variant"``,
+    ``counted(2, "entry", "entries")`` is ``"2 entries"`` (default plural: noun + s)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 class VariantError(NvrtcEngineError, ValueError):
@@ -197,13 +198,6 @@ class CudaError(NvrtcEngineError, RuntimeError):
         self.call = call
         self.code = code
         self.name = name
-
-
-class LauncherError(NvrtcEngineError, RuntimeError):
-    """The compiled launcher (:mod:`nvrtc_engine.launcher`) cannot be built or bound: no C
-    compiler, no Python headers, a compiler error (its output is in the message), or a driver
-    without the functions it calls. Raised only with ``NVRTC_ENGINE_LAUNCHER=compiled``;
-    otherwise launches go through cuda.bindings."""
 
 
 class SettingsError(NvrtcEngineError, ValueError):

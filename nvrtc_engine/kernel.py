@@ -2,12 +2,13 @@
 
 :class:`Kernel` is what :func:`~nvrtc_engine.get_kernel` returns. Each kernel family
 subclasses it with a ``__call__`` that binds arrays to parameters; this module holds what
-they share: lazy per-device loading, device checks, launch plans and the launch itself.
+they share: lazy per-device loading, device checks, and the launch.
 
-Launch plans (:mod:`nvrtc_engine.plans`): a family's ``__call__`` first offers its array
-arguments to :meth:`Kernel._fast`; a call with torch tensors whose plan key was seen before
-launches through its plan, any other takes the family's generic path, which checks every
-argument and hands its launches to :meth:`Kernel._submit`.
+A family's ``__call__`` first reads the call's key from its tensors (:meth:`Kernel._fast1`,
+``_fast2``, ``_fast3`` by hand, :meth:`Kernel._fastn` for any number): a call whose key was
+seen before launches through the key's prepared launch (:mod:`nvrtc_engine.launch`); any
+other takes the family's checked path, which checks every argument, raises the errors, and
+hands its launches to :meth:`Kernel._submit`, which also prepares them for the key.
 """
 
 from __future__ import annotations
@@ -20,19 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 from . import driver
 from .errors import ArgumentError, NoDeviceError
-from .interop import Array, allocate_like, as_array, stream_handle
+from .interop import TORCH_TYPES, Array, allocate_like, as_array, stream_handle
 from .key import arch_number
-from .plans import NO_PLAN, LaunchPlan, LaunchSpec, compiled_fast, fast_path
+from .launch import MAX_PREPARED, call_key, launch, prepare
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from .dtypes import DType
     from .key import KernelKey
+    from .launch import LaunchSpec
 
 __all__ = ["Artifact", "Kernel", "Loaded"]
-
-MAX_PLANS = 256  # plans kept per kernel (per distinct plan key); the oldest go first
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,7 @@ class Kernel:
         self.origin = origin
         self._loaded: dict[int, Loaded] = {}
         self._lock = threading.Lock()
-        self._launch_plans: dict[Any, LaunchPlan] = {}  # by plan key
-        self._last_plan = NO_PLAN  # the plan of the last planned call, checked first
+        self._prepared: dict[Any, Any] = {}  # call key -> prepared run (nvrtc_engine.launch)
         self._dependent = self._dependent_launch()  # decided once, when the kernel is made
 
     def __repr__(self) -> str:
@@ -204,60 +203,108 @@ class Kernel:
         except ValueError:  # an arch that names no compute capability
             return False
 
-    # Launching: plans (the fast path) and the generic launch --------------------------------
+    # Launching: prepared launches, and the checked path's launches ----------------------------
+    # _fast1/_fast2/_fast3 read the call key (nvrtc_engine.launch.call_key) of one, two or
+    # three given tensors by hand, _fastn of any number: the families' __call__ picks one by
+    # the arguments given. Each returns what the prepared launch allocated (a list, empty when
+    # nothing), or None when the call has no prepared launch (then the checked path runs).
 
-    def _fast(
-        self, tensors: Sequence[Any], floats: Sequence[float], stream: Any, extra: Any = None
-    ) -> tuple[Any, Any]:
-        """Launch through the call's plan if it has one: see :func:`plans.fast_path`, which
-        makes this method for a number of array arguments (families set ``_fast =
-        fast_path(n)``; this one finds it on each call)."""
-        return fast_path(len(tensors))(self, tensors, floats, stream, extra)
+    def _fast1(self, tag: Any, a: Any, floats: Sequence[float], stream: Any) -> list[Any] | None:
+        """Launch a call of one given tensor ``a`` (``tag``: its CallArgs mask, see
+        :func:`~launch.call_key`) through its key's prepared launch, if there is one."""
+        if type(a) in TORCH_TYPES:
+            pa = a.data_ptr()
+            run = self._prepared.get((tag, a.dtype, a.shape, a.get_device(), a.is_contiguous(),
+                                      pa & 15))  # fmt: skip
+            if run is not None:
+                return run((a,), (pa,), floats, stream)
+        return None
+
+    def _fast2(self, tag: Any, a: Any, b: Any, floats: Sequence[float],
+               stream: Any) -> list[Any] | None:  # fmt: skip
+        """:meth:`_fast1` for two given tensors, in CallArgs order."""
+        if type(a) in TORCH_TYPES and type(b) in TORCH_TYPES:
+            pa, pb = a.data_ptr(), b.data_ptr()
+            run = self._prepared.get((
+                tag, a.dtype, a.shape, a.get_device(), a.is_contiguous(), pa & 15,
+                b.dtype, b.shape, b.get_device(), b.is_contiguous(), pb & 15,
+            ))  # fmt: skip
+            if run is not None:
+                return run((a, b), (pa, pb), floats, stream)
+        return None
+
+    def _fast3(self, tag: Any, a: Any, b: Any, c: Any, floats: Sequence[float],
+               stream: Any) -> list[Any] | None:  # fmt: skip
+        """:meth:`_fast1` for three given tensors, in CallArgs order."""
+        if type(a) in TORCH_TYPES and type(b) in TORCH_TYPES and type(c) in TORCH_TYPES:
+            pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+            run = self._prepared.get((
+                tag, a.dtype, a.shape, a.get_device(), a.is_contiguous(), pa & 15,
+                b.dtype, b.shape, b.get_device(), b.is_contiguous(), pb & 15,
+                c.dtype, c.shape, c.get_device(), c.is_contiguous(), pc & 15,
+            ))  # fmt: skip
+            if run is not None:
+                return run((a, b, c), (pa, pb, pc), floats, stream)
+        return None
+
+    def _fastn(self, given: Sequence[Any], floats: Sequence[float], stream: Any,
+               extra: Any = None) -> list[Any] | None:  # fmt: skip
+        """:meth:`_fast1` for any array arguments ``given`` (CallArgs order, None where
+        omitted; the tag is their mask, with ``extra``: anything else, hashable, the checked
+        path's outcome depends on)."""
+        got = call_key(given, extra)
+        if got is not None:
+            key, tensors, ptrs = got
+            run = self._prepared.get(key)
+            if run is not None:
+                return run(tensors, ptrs, floats, stream)
+        return None
 
     def _submit(
-        self, key: Any, given: Sequence[Any], tensors: Sequence[Any], ptrs: Sequence[int],
+        self, given: Sequence[Any], tensors: Sequence[Any], ptrs: Sequence[int],
         floats: Sequence[float], stream: Any, like: Array, launches: Sequence[LaunchSpec],
+        extra: Any = None, prepared: bool = True,
     ) -> None:  # fmt: skip
-        """Launch what a family's generic path computed, in order, on one stream.
+        """Launch what a family's checked path computed, in order, on one stream.
 
-        ``launches``: ``(function index, grid, block, ParamPack, values, refs)`` each;
-        ``refs`` are ``(slot, ref)`` pairs naming the slots that hold an array argument's
-        address (:class:`~plans.Ptr`) or a per-call float (:class:`~plans.Float`).
-        ``given`` are the array arguments as passed, ``tensors`` as used (outputs
-        allocated), ``ptrs`` their addresses (0 for None). With a plan key from
-        :meth:`_fast` the launches become that key's :class:`~plans.LaunchPlan` and run
-        through it; otherwise they are packed and launched here (launches sharing a
-        ParamPack must share its values: all are packed first).
-        """
-        if key is not None and launches:
-            loaded = self.loaded(like.device)
-            plan = LaunchPlan.build(self, loaded, given, tensors, ptrs, floats, launches)
-            if plan is not None:
-                plans = self._launch_plans
-                if len(plans) >= MAX_PLANS:  # evict the oldest (another thread may be too)
+        ``launches``: ``(function index, grid, block, signature, values bound by name)``
+        each (:mod:`nvrtc_engine.signature`). ``given`` are the array arguments as passed,
+        ``tensors`` as used (outputs allocated), ``ptrs`` their addresses (0 for None), in
+        the family's :class:`~signature.CallArgs` order; ``floats`` its float arguments.
+        When ``prepared`` and the call has a key (:func:`~launch.call_key` of ``given`` and
+        ``extra``), the launches also become the key's prepared launch (:func:`~launch.prepare`)
+        for later calls."""
+        loaded = self.loaded(like.device)
+        got = call_key(given, extra) if prepared and launches else None
+        if got is not None:
+            run = prepare(self, loaded, given, tensors, ptrs, len(floats), launches)
+            if run is not None:
+                table = self._prepared
+                if len(table) >= MAX_PREPARED:  # evict the oldest (another thread may be too)
                     with contextlib.suppress(KeyError, RuntimeError, StopIteration):
-                        del plans[next(iter(plans))]
-                plan.key = key
-                plans[key] = plan
-                if plan.native is not None and "_fast" not in self.__dict__:
-                    fast = compiled_fast(self)  # from now on, this kernel's key reader
-                    if fast is not None:
-                        self._fast = fast  # type: ignore[method-assign]
-                plan.run(tensors, list(ptrs), floats, stream, allocate=False)
-                return
-        calls = [(i, g, b, p.pack(*v)) for i, g, b, p, v, _ in launches]
-        self._launch(like, stream, calls)
+                        del table[next(iter(table))]
+                table[got[0]] = run
+        handle = stream_handle(stream, like)
+        driver.make_current(loaded.device)
+        shared, dependent = self._shared, self._dependent
+        for index, grid, block, sig, bound in launches:
+            params = sig.pack(bound, ptrs, floats)
+            launch(loaded.functions[index], grid, block, shared[index] if shared else 0,
+                   dependent, handle, params)  # fmt: skip
 
-    def _launch(self, like: Array, stream: Any, calls: list[tuple[int, int, int, int]]) -> None:
+    def _launch_packed(
+        self, like: Array, stream: Any, calls: list[tuple[int, int, int, int]]
+    ) -> None:
         """Launch ``(function index, grid, block, params)`` in order on one stream
-        (``params``: a :meth:`driver.ParamPack.pack` address)."""
+        (``params``: a ``void*[]`` address, for a kernel whose parameter is a by-value
+        struct the family packs itself)."""
         handle = stream_handle(stream, like)
         loaded = self.loaded(like.device)
         driver.make_current(loaded.device)
         shared, dependent = self._shared, self._dependent
         for index, grid, block, params in calls:
-            driver.launch(loaded.functions[index], grid, block, handle, params,
-                          shared[index] if shared else 0, dependent)  # fmt: skip
+            launch(loaded.functions[index], grid, block, shared[index] if shared else 0,
+                   dependent, handle, params)  # fmt: skip
 
     # Shared argument checks, used by the families' __call__ -----------------------------
 

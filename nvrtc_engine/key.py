@@ -20,14 +20,23 @@ from .errors import VariantError, VariantTypeError, did_you_mean
 if TYPE_CHECKING:
     from .ops.base import OpSpec
 
-__all__ = ["LAYOUTS", "MAX_HIDDEN_SIZE", "SCALINGS", "KernelKey", "arch_number", "parse_arch"]
+__all__ = [
+    "KNOWN_ARCH_NUMBERS",
+    "LAYOUTS",
+    "MAX_HIDDEN_SIZE",
+    "SCALINGS",
+    "DeviceArch",
+    "KernelKey",
+    "arch_number",
+    "parse_arch",
+]
 
 SCALINGS: tuple[str, ...] = ("none", "tensor", "mxfp8", "nvfp4")
 LAYOUTS: tuple[str, ...] = ("rowwise", "columnwise", "both")
 MAX_HIDDEN_SIZE = 1 << 20
-# Compute capabilities NVRTC 13 targets (Ampere and newer). A device newer than all of these
-# still gets a key (its kernel is PTX for the newest arch NVRTC supports, see nvrtc.py); a
-# number between them that names no GPU (sm_95) is refused before anything is rendered.
+# Compute capabilities NVRTC 13 targets (Ampere and newer): the archs a caller may name. Only
+# a device newer than all of these gets a key for a newer arch (a DeviceArch; its kernel is
+# PTX for the newest arch NVRTC supports, see nvrtc.py).
 KNOWN_ARCH_NUMBERS: tuple[int, ...] = (80, 86, 87, 88, 89, 90, 100, 103, 107, 110, 120, 121)
 # Arch-specific targets: 'a' (this exact arch) from sm_90 on, 'f' (its family) from sm_100 on.
 SUFFIX_FROM = {"a": 90, "f": 100}
@@ -49,30 +58,44 @@ def _name_pattern() -> re.Pattern[str]:
     )
 
 
-def parse_arch(value: Any) -> str:
+class DeviceArch(str):
+    """An arch read from a GPU (``sm_90``, ``sm_130``): the one kind of arch that may be newer
+    than every arch of :data:`KNOWN_ARCH_NUMBERS` (a device this library and NVRTC do not
+    know yet; its kernel is PTX for the newest arch NVRTC supports). An arch a caller names
+    is a plain string and must be a known one."""
+
+    __slots__ = ()
+
+
+def parse_arch(value: Any, *, newer: bool | None = None) -> str:
     """Canonical arch name (``sm_90``, ``sm_90a``, ``sm_100a``...) from a string or an int
     (90; numpy's ints too).
 
-    Accepts the compute capabilities of :data:`KNOWN_ARCH_NUMBERS` and any newer one (a
-    future device), with an ``a`` suffix from sm_90 on and an ``f`` suffix from sm_100 on.
+    Accepts the compute capabilities of :data:`KNOWN_ARCH_NUMBERS`, with an ``a`` suffix from
+    sm_90 on and an ``f`` suffix from sm_100 on; a newer one only with ``newer=True``, which
+    is the default for a :class:`DeviceArch` (the arch of a GPU newer than every known arch).
 
     Returns:
         The arch in canonical form: ``"SM90A"`` -> ``"sm_90a"``, ``90`` -> ``"sm_90"``.
 
     Raises:
         VariantError: ``field="arch"``, for a malformed name (``sm_5``, ``compute_90``, ``""``),
-            an arch older than sm_80, one between the known archs (``sm_95``) or a suffix the
-            arch cannot take (``sm_89a``). Its message says which, and what to pass.
+            an arch older than sm_80, one between the known archs (``sm_95``), one newer than
+            all of them (``sm_900``, ``sm_130``) unless ``newer``, or a suffix the arch cannot
+            take (``sm_89a``). Its message says which and lists the known archs.
             :class:`~nvrtc_engine.VariantTypeError` (also a ``TypeError``) for a value that
             is neither a string nor an int (``9.0``, ``True``).
     """
+    if newer is None:
+        newer = isinstance(value, DeviceArch)
     integer = isinstance(value, numbers.Integral) and not isinstance(value, bool)  # numpy's too
     text = f"sm_{int(value)}" if integer else value
     if isinstance(text, str) and text.strip().isdigit():  # "90" from a command line
         text = f"sm_{text.strip()}"
     m = _ARCH_RE.match(text.strip().lower()) if isinstance(text, str) else None
     number = int(m.group(1)) if m else 0
-    if m is None or (number not in KNOWN_ARCH_NUMBERS and number < KNOWN_ARCH_NUMBERS[-1]):
+    future = newer and number > KNOWN_ARCH_NUMBERS[-1]
+    if m is None or (number not in KNOWN_ARCH_NUMBERS and not future):
         raise _arch_error(value, None if m is None else number)
     suffix = m.group(2)
     if suffix and number < SUFFIX_FROM[suffix]:
@@ -86,10 +109,10 @@ def parse_arch(value: Any) -> str:
 
 
 def _arch_error(value: Any, number: int | None) -> VariantError:
-    """The :class:`VariantError` for an arch that is not a known compute capability nor a
-    newer one: ``number`` is ``None`` for a malformed name. Returns it (the caller raises)."""
+    """The :class:`VariantError` for an arch that is not a known compute capability:
+    ``number`` is ``None`` for a malformed name. Returns it (the caller raises)."""
     known = [f"sm_{n}" for n in KNOWN_ARCH_NUMBERS]
-    tail = f"known archs: {', '.join(known)} (a newer one is compiled as PTX)"
+    tail = f"known archs: {', '.join(known)}"
     if number is None:
         hint = "not an arch name such as sm_90"
         detail = ("is not an arch name: expected sm_<major><minor> such as sm_90 (optionally "
@@ -99,6 +122,11 @@ def _arch_error(value: Any, number: int | None) -> VariantError:
         detail = (
             f"is older than Ampere: the oldest arch supported is sm_{KNOWN_ARCH_NUMBERS[0]}; {tail}"
         )
+    elif number > KNOWN_ARCH_NUMBERS[-1]:
+        hint = f"newer than every known arch (sm_{KNOWN_ARCH_NUMBERS[-1]})"
+        detail = (f"is newer than every arch this library knows (a typo?); {tail}. A GPU "
+                  "newer than these gets PTX when the arch is left out (taken from the "
+                  "device)")  # fmt: skip
     else:
         below = max(n for n in KNOWN_ARCH_NUMBERS if n < number)
         above = min(n for n in KNOWN_ARCH_NUMBERS if n > number)
@@ -142,7 +170,11 @@ class KernelKey:
         layout: ``rowwise``, ``columnwise`` or ``both``, in any case (stored lower-case).
         hidden_size: the size of the last dimension compiled into the kernel, or ``None`` for
             the general kernel that takes it at run time.
-        arch: compile target, ``sm_90``, ``sm_90a``, ``sm_100a``...
+        arch: compile target, ``sm_90``, ``sm_90a``, ``sm_100a``...: a known arch, or the
+            arch of a GPU newer than every known one (its kernel is PTX). A key holds what
+            it is given; the functions that take an arch from a caller
+            (:func:`~nvrtc_engine.make_key`, ``get_kernel``, ``prewarm``, the command line)
+            accept known archs only (see :func:`parse_arch`).
         flags: op flags that change code, as sorted ``(name, value)`` pairs; each value a
             bool. Only the flags set are kept (``(name, True)``): a flag given ``False`` is
             the op's default, so the key equals (and is named, hashed and cached as) the
@@ -178,7 +210,7 @@ class KernelKey:
             if not 1 <= hs <= MAX_HIDDEN_SIZE:
                 raise VariantError("hidden_size", hs, allowed)
             set_(self, "hidden_size", int(hs))
-        set_(self, "arch", parse_arch(self.arch))
+        set_(self, "arch", parse_arch(self.arch, newer=True))
         flags = dict(self.flags)
         for name, value in flags.items():
             if name not in spec.flags:
@@ -208,14 +240,18 @@ class KernelKey:
         return dict(self.flags).get(name, False)
 
     def __str__(self) -> str:
-        spec = self.spec
-        hidden = "hany" if self.hidden_size is None else f"h{self.hidden_size}"
-        parts = [
-            self.op, self.input.short, self.output.short, self.scaling, self.layout, hidden,
-            self.arch.replace("_", ""),
-        ]  # fmt: skip
-        parts += [spec.flags[name] for name, value in self.flags if value]
-        return "_".join(parts)
+        name: str | None = self.__dict__.get("_name")  # made once: the caches ask often
+        if name is None:
+            spec = self.spec
+            hidden = "hany" if self.hidden_size is None else f"h{self.hidden_size}"
+            parts = [
+                self.op, self.input.short, self.output.short, self.scaling, self.layout, hidden,
+                self.arch.replace("_", ""),
+            ]  # fmt: skip
+            parts += [spec.flags[flag] for flag, value in self.flags if value]
+            name = "_".join(parts)
+            object.__setattr__(self, "_name", name)
+        return name
 
     @classmethod
     def parse(cls, name: str) -> KernelKey:

@@ -3,6 +3,8 @@
 Always a cubin for the exact arch (``-arch=sm_90``, ``-arch=sm_90a``); PTX only when the
 arch is newer than the newest one this NVRTC supports, for that newest arch (the driver
 compiles it at load; PTX from an NVRTC newer than the driver would not load, a cubin does).
+Keys get such an arch only from a GPU newer than every known arch (``key.DeviceArch``): an
+arch a caller names must be a known one, which NVRTC 13 compiles as a cubin.
 Needs no GPU. The project's helpers are in-memory headers; CUDA toolkit headers (only
 ``cuda_fp8.h`` on archs without FP8 conversion instructions) are searched for in order:
 ``NVRTC_ENGINE_CUDA_INCLUDE_DIR``, the ``nvidia-cuda-runtime`` wheel (through
@@ -14,7 +16,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,8 +34,7 @@ __all__ = [
     "compile_source",
     "compile_target",
     "find_cuda_include_dir",
-    "library_record",
-    "loaded",
+    "nvrtc_identity",
     "nvrtc_version",
     "supported_archs",
 ]
@@ -57,78 +57,46 @@ def _check(result: Any, call: str) -> Any:
     return result[1] if len(result) == 2 else result[1:]
 
 
-# Environment variables that steer where cuda.pathfinder finds libnvrtc (besides
-# site-packages, which the key index's fingerprint covers) and the CUDA headers.
-LIBRARY_ENV = ("LD_LIBRARY_PATH", "CONDA_PREFIX", "CUDA_HOME", "CUDA_PATH")
-HEADER_ENV = ("CONDA_PREFIX", "CUDA_HOME", "CUDA_PATH")
+@functools.cache
+def nvrtc_version() -> str:
+    """The NVRTC library version as ``"major.minor"`` (e.g. ``"13.0"``); loads NVRTC once."""
+    major, minor = _check(_nvrtc().nvrtcVersion(), "nvrtcVersion")
+    return f"{major}.{minor}"
 
 
-def file_stat(path: str | os.PathLike[str]) -> list[int] | None:
-    """``[size, mtime_ns]`` of a file, or ``None`` when it cannot be stat'ed."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns]
-
-
-def environment_values(names: Sequence[str]) -> dict[str, str | None]:
-    return {name: os.environ.get(name) for name in names}
-
-
-class _Library:
-    __slots__ = ("record", "version")
-
-    def __init__(self, version: str, record: dict[str, Any] | None) -> None:
-        self.version = version
-        self.record = record
-
-
-def _library_record() -> dict[str, Any] | None:
-    """Which libnvrtc this process loaded (path, size, mtime_ns) and what steered the search,
-    taken right after loading it; ``None`` when that cannot be told."""
-    if "cuda.pathfinder" not in sys.modules:  # cuda.bindings did not go through pathfinder
-        return None
-    try:
-        from cuda import pathfinder
-
-        loaded = pathfinder.load_nvidia_dynamic_lib("nvrtc")
-        path = os.path.realpath(loaded.abs_path)
-    except Exception:
-        return None
-    stat = file_stat(path)
-    if stat is None:
-        return None
-    found_via = str(getattr(loaded, "found_via", ""))
-    return {
-        "path": path,
-        "stat": stat,
-        "found_via": found_via,
-        "env": environment_values(LIBRARY_ENV),
-        "ld_so_cache": None if found_via == "site-packages" else file_stat("/etc/ld.so.cache"),
-    }
+# Where the NVRTC wheels keep libnvrtc, below a site-packages directory (cuda.pathfinder's
+# first search step, which cuda.bindings loads through): CUDA 13's, then CUDA 12's.
+_WHEEL_DIRS = ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib")
+_BUILTINS = re.compile(r"libnvrtc-builtins\.so\.(\d+\.\d+)")
 
 
 @functools.cache
-def _library() -> _Library:
-    major, minor = _check(_nvrtc().nvrtcVersion(), "nvrtcVersion")
-    return _Library(f"{major}.{minor}", _library_record())
+def _wheel_version() -> str | None:
+    """The NVRTC version of the wheel cuda.pathfinder finds first, without loading it: NVRTC
+    loads its builtins library by ``major.minor`` (``libnvrtc-builtins.so.13.5``), and the
+    wheel ships it beside libnvrtc. None where no wheel, or several versions, are found."""
+    import site
+
+    found: set[str] = set()
+    user = [site.getusersitepackages()] if site.ENABLE_USER_SITE else []
+    for base in [*site.getsitepackages(), *user]:
+        for sub in _WHEEL_DIRS:
+            try:
+                names = os.listdir(os.path.join(base, sub))
+            except OSError:
+                continue
+            if any(n.startswith("libnvrtc.so.") for n in names):
+                found.update(m[1] for n in names if (m := _BUILTINS.fullmatch(n)))
+    return found.pop() if len(found) == 1 else None
 
 
-def nvrtc_version() -> str:
-    """The NVRTC library version as ``"major.minor"`` (e.g. ``"13.0"``); loads NVRTC once."""
-    return _library().version
-
-
-def loaded() -> bool:
-    """Whether this process has loaded NVRTC (through :func:`nvrtc_version`); loads nothing."""
-    return _library.cache_info().currsize > 0
-
-
-def library_record() -> dict[str, Any] | None:
-    """The loaded libnvrtc's file and search environment (see :mod:`nvrtc_engine.index`);
-    loads NVRTC. ``None`` when the file cannot be told."""
-    return _library().record
+def nvrtc_identity() -> str:
+    """The version of the NVRTC this process compiles with, as :func:`nvrtc_version` gives it,
+    cheaply: the loaded library's once NVRTC is loaded, before that the NVRTC wheel's
+    (:func:`_wheel_version`; Linux), else loaded to ask (a CUDA toolkit's libnvrtc)."""
+    if nvrtc_version.cache_info().currsize:
+        return nvrtc_version()
+    return _wheel_version() or nvrtc_version()
 
 
 @functools.cache
@@ -142,7 +110,9 @@ def compile_target(arch: str, supported: Sequence[int] | None = None) -> tuple[s
 
     Returns ``("sm_90a", "cubin")`` when NVRTC supports the arch, and
     ``("compute_120", "ptx")`` (the newest supported arch) when the arch is newer than all
-    it supports. An older unsupported arch raises :class:`~nvrtc_engine.VariantError`.
+    it supports (a key's arch is only that where it came from such a GPU, see
+    :func:`~nvrtc_engine.make_key`). An older unsupported arch raises
+    :class:`~nvrtc_engine.VariantError`.
     """
     archs = tuple(supported) if supported is not None else supported_archs()
     number = arch_number(arch)
@@ -210,15 +180,12 @@ class CompileResult:
 class CudaIncludeDir:
     """A directory of CUDA toolkit headers and their version (``CUDART_VERSION``, "13.0").
 
-    ``origin`` says which search step found it; ``record`` is what the key index re-checks
-    (the version file's path and ``[size, mtime_ns]`` when the version was read, and the
-    settings and environment variables that steered the search).
+    ``origin`` says which search step found it.
     """
 
     path: Path
     version: str
     origin: str = ""
-    record: dict[str, Any] | None = field(default=None, compare=False)
 
 
 def _header_version(directory: Path) -> str | None:
@@ -263,21 +230,10 @@ def find_cuda_include_dir() -> CudaIncludeDir:
     """
     searched: list[str] = []
     versions: list[str] = []
-    override = config.settings().cuda_include_dir
-    env = {
-        "NVRTC_ENGINE_CUDA_INCLUDE_DIR": str(override) if override is not None else None,
-        **environment_values(HEADER_ENV),
-    }
     for origin, directory in _candidate_dirs():
         searched.append(f"{directory} ({origin})")
         if (directory / "cuda_fp8.h").is_file():
-            version_file = directory / "cuda_runtime_api.h"
-            stat = file_stat(version_file)
-            version = _header_version(directory) or "unknown"
-            if stat != file_stat(version_file):  # changed while being read: record nothing
-                return CudaIncludeDir(directory, version, origin)
-            record = {"path": str(version_file), "stat": stat, "env": env}
-            return CudaIncludeDir(directory, version, origin, record)
+            return CudaIncludeDir(directory, _header_version(directory) or "unknown", origin)
         v = _header_version(directory)
         if v:
             versions.append(f"{v} at {directory}")

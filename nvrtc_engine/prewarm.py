@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from . import config, nvrtc
 from .cpus import available_cpus
 from .engine import default_engine
-from .errors import ArgumentError, ArgumentTypeError, CacheWarning, CompileError
+from .errors import ArgumentError, ArgumentTypeError, CacheWarning, CompileError, counted
 from .kernel import Artifact
 from .key import KernelKey
 
@@ -92,9 +92,10 @@ class PrewarmReport:
             if self.median_compile_ms is not None
             else ""
         )
-        where = f"{self.workers} worker processes" if self.workers else "in this process"
+        workers = counted(self.workers, "worker process", "worker processes")
+        where = workers if self.workers else "in this process"
         lines = [
-            f"prewarm: {self.total} variants: {len(self.compiled)} compiled, "
+            f"prewarm: {counted(self.total, 'variant')}: {len(self.compiled)} compiled, "
             f"{len(self.cached)} already cached, {len(self.failed)} failed in "
             f"{self.wall_s:.2f} s ({where}{median})"
         ]
@@ -256,9 +257,11 @@ def prewarm(
     Args:
         variants: a TOML/JSON variant file (path: ``str`` or ``os.PathLike``), or a list
             (any iterable) of :class:`~nvrtc_engine.KernelKey`, entry dicts (list-valued
-            fields expand to their cross product; an empty list is an error) and canonical
-            kernel names; see ``docs/variants.md``. A single variant goes in a list:
-            ``prewarm([{"op": "gelu", ...}])``.
+            fields expand to their cross product; an empty list is an error), canonical
+            kernel names and variant files (``os.PathLike`` paths such as
+            ``pathlib.Path``; a ``str`` in a list is a kernel name): several files are
+            ``prewarm([Path("a.toml"), Path("b.toml")])``. See ``docs/variants.md``. A single
+            variant goes in a list: ``prewarm([{"op": "gelu", ...}])``.
         arch: compile for this arch (or each of these archs), replacing the variants' own.
             Default: each variant's arch, else the current GPU's (read without initializing
             CUDA here, so fork()ed children can still use CUDA).

@@ -18,7 +18,7 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -111,7 +111,7 @@ def read_entries(path: str | os.PathLike[str]) -> list[dict[str, Any] | str]:
     """
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark is no content
     except OSError as exc:
         raise VariantListError(source, None, f"cannot read: {exc}") from None
     except UnicodeDecodeError as exc:
@@ -272,6 +272,22 @@ def _unique(keys: Iterable[KernelKey]) -> list[KernelKey]:
     return list(dict.fromkeys(keys))
 
 
+def _items(variants: Any) -> Iterator[tuple[str, int, Any]]:
+    """``(source, index, entry)`` for each variant of a file path or a list, the entries of
+    the variant files a list holds (``os.PathLike`` items) in their place."""
+    if isinstance(variants, (str, os.PathLike)):
+        source = os.fspath(variants)
+        for i, entry in enumerate(read_entries(variants)):
+            yield str(source), i, entry
+        return
+    _check_variants_type(variants)
+    for i, item in enumerate(variants):
+        if isinstance(item, os.PathLike):
+            yield from _items(item)
+        else:
+            yield "<list>", i, item
+
+
 def resolve_variants(
     variants: Any,
     *,
@@ -281,8 +297,10 @@ def resolve_variants(
     """Distinct keys, in order, for a variant file path or a list of keys/dicts/names.
 
     ``variants``: a path (``str`` or ``os.PathLike``) to a TOML/JSON variant file, or an
-    iterable of :class:`~nvrtc_engine.KernelKey`, entry dicts (lists expand) and canonical
-    kernel names (``"gelu_bf16_e4m3_tensor_rowwise_h4096_sm90"``). ``arch``: one arch or a
+    iterable of :class:`~nvrtc_engine.KernelKey`, entry dicts (lists expand), canonical
+    kernel names (``"gelu_bf16_e4m3_tensor_rowwise_h4096_sm90"``) and paths of variant files
+    (``os.PathLike`` such as ``pathlib.Path``: a ``str`` in a list is a kernel name), whose
+    variants take the path's place. ``arch``: one arch or a
     list; when given, every variant is made for each of these archs, replacing the arch
     the variant names. Otherwise an entry without an arch gets ``default_arch()`` (called
     once, when first needed), or without that the current GPU's arch.
@@ -295,16 +313,9 @@ def resolve_variants(
     variant in a list).
     """
     archs = _as_arch_list(arch)
-    if isinstance(variants, (str, os.PathLike)):
-        source = str(variants)
-        entries: list[Any] = read_entries(variants)
-    else:
-        _check_variants_type(variants)
-        source = "<list>"
-        entries = list(variants)
     fallback: list[str] = []
     keys: list[KernelKey] = []
-    for i, item in enumerate(entries):
+    for source, i, item in _items(variants):
         if isinstance(item, Mapping):
             if archs is not None:
                 for a in archs:
@@ -318,11 +329,16 @@ def resolve_variants(
             continue
         try:
             key = KernelKey.parse(item) if isinstance(item, str) else item
+            if isinstance(item, str):
+                parse_arch(key.arch)  # a named arch must be a known one, as make_key's
             if not isinstance(key, KernelKey):
                 raise TypeError(f"expected a KernelKey, a dict or a kernel name, got {item!r}")
             keys += [key] if archs is None else [replace(key, arch=a) for a in archs]
         except (ValueError, TypeError) as exc:
-            raise VariantListError(source, i, str(exc)) from exc
+            hint = ""
+            if isinstance(item, str) and item.lower().endswith((".toml", ".json")):
+                hint = f" (a str in a list is a kernel name: pass pathlib.Path({item!r}))"
+            raise VariantListError(source, i, f"{exc}{hint}") from exc
     return _unique(keys)
 
 

@@ -36,7 +36,6 @@ def isolated_cache(tmp_path, monkeypatch):
         "NVRTC_ENGINE_CACHE_SIZE_LIMIT",
         "NVRTC_ENGINE_CUDA_INCLUDE_DIR",
         "NVRTC_ENGINE_DUMP_SOURCE",
-        "NVRTC_ENGINE_LAUNCHER",
     ):
         monkeypatch.delenv(var, raising=False)
     config.reset()
@@ -52,7 +51,7 @@ def isolated_cache(tmp_path, monkeypatch):
 def read_only_diskcache(monkeypatch):
     """A function that makes ``diskcache`` refuse to open a cache as it does in a read-only
     directory (root, who runs some CI, ignores permissions) and has the default engine open
-    its directory again, so that it reads it read-only."""
+    its directory again (which it then finds unusable)."""
 
     def apply() -> None:
         import sqlite3

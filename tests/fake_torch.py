@@ -2,10 +2,11 @@
 
 It has what the engine reads from PyTorch: dtypes, CUDA tensors that only describe memory
 (``data_ptr``, ``dtype``, ``shape``, ``stride``, ``is_contiguous``, ``get_device``,
-``is_cuda``, ``device``, ``view``), ``torch.empty`` (a bump allocator of fake 512-byte
-aligned addresses), ``torch.nn.Parameter`` and the current-stream getters. Nothing is ever
-dereferenced. Install it with :func:`install` (tests: ``monkeypatch.setitem(sys.modules,
-"torch", fake_torch.module())``), never where real torch tests run in the same process.
+``is_cuda``, ``device``, ``view``), ``torch.empty`` and ``torch.empty_like`` (a bump
+allocator of fake 512-byte aligned addresses), ``torch.nn.Parameter`` and the current-stream
+getters. Nothing is ever dereferenced. Install it with :func:`install` (tests:
+``monkeypatch.setitem(sys.modules, "torch", fake_torch.module())``), never where real torch
+tests run in the same process.
 """
 
 from __future__ import annotations
@@ -167,11 +168,16 @@ def module(current_stream: int = 0) -> types.ModuleType:
         Stream=Stream,
     )
 
-    def empty(shape: Any, *, dtype: dtype, device: Any = None) -> Tensor:
+    def empty(*size: Any, dtype: dtype, device: Any = None) -> Tensor:
+        if not size:  # as torch's: a 0-d tensor is empty(())
+            raise TypeError('empty() missing 1 required positional arguments: "size"')
         index = device.index if isinstance(device, type(torch.device("cuda", 0))) else 0
-        if isinstance(shape, int):
-            shape = (shape,)
+        shape = size[0] if len(size) == 1 and not isinstance(size[0], int) else size
         return Tensor(shape, dtype, device=index or 0)
 
+    def empty_like(t: Tensor, *, dtype: dtype | None = None) -> Tensor:
+        return Tensor(t.shape, t.dtype if dtype is None else dtype, device=t.get_device())
+
     torch.empty = empty
+    torch.empty_like = empty_like
     return torch

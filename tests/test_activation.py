@@ -104,6 +104,7 @@ def test_variants_cover_every_input_and_output_per_kind_and_arch():
         }
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("op", OPS)
 def test_every_variant_compiles(op, arch, memory_only):
@@ -116,6 +117,7 @@ def test_every_variant_compiles(op, arch, memory_only):
     _compile_all(keys)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 def test_hidden_size_specialized_variants_compile(arch, memory_only):
     """Compile-time hidden sizes (the split point H of gated ops): one op per kind and
@@ -241,7 +243,7 @@ def test_config_names_the_structure_and_launch_configuration(kernels, monkeypatc
         "flat", "rows", "rows", "tile"]  # fmt: skip
     assert repr(kernels["gelu"].config) == (
         "ActivationConfig(structure='flat', launch=LaunchConfig(threads=128, unroll=1, "
-        "chunk_bytes=16, owner=False, fp8_words=True, split_scales=False))"
+        "owner=False))"
     )
     assert repr(kernels["mx_both"].config).startswith(
         "ActivationConfig(structure='tile', launch=TileConfig(threads=128, chunks_per_row=16, "
@@ -252,7 +254,7 @@ def test_config_names_the_structure_and_launch_configuration(kernels, monkeypatc
         kernels["gelu"].config.structure = "rows"  # type: ignore[misc]
     # what a launch uses: the block size, and a configuration other than the default
     swiglu = kernels["swiglu"]
-    ((_, _, block, _, _, _),) = _launches(swiglu, monkeypatch, arr((8, 128)), arr((8, 64)))
+    ((_, _, block, _),) = _launches(swiglu, monkeypatch, arr((8, 128)), arr((8, 64)))
     assert block == swiglu.config.threads
     assert _lane_mode(kernels["mx_row"], monkeypatch).config.launch == LaunchConfig(128, 4)
 
@@ -305,6 +307,8 @@ def test_clamped_swiglu_parameters(kernels):
         kernels["clamped"](x, y, limit=-1.0)
     with pytest.raises(ArgumentError, match="alpha: must be finite"):
         kernels["clamped"](x, y, limit=7.0, alpha=float("nan"))
+    with pytest.raises(ArgumentError, match="limit: must be finite as fp32"):
+        kernels["clamped"](x, y, limit=1e39)  # fp32's inf: refused, prepared call or not
     with pytest.raises(ArgumentTypeError, match="linear_offset: must be a real number"):
         kernels["clamped"](x, y, limit=7.0, linear_offset="1")
     with pytest.raises(ArgumentError, match="limit: is required"):
@@ -398,34 +402,24 @@ def test_each_key_gets_its_kernel_structure():
         assert structure(op, dtype="fp8", scaling="mxfp8", layout="both") == "tile"
         assert structure(op, dtype="fp8", scaling="mxfp8", layout="columnwise") == "tile"
     cfg = row_config(make_key("swiglu", dtype="bf16", arch="sm_90"))
-    assert cfg.chunk_bytes == 16 and cfg.threads % 32 == 0
-
-
-def test_flat_kernels_take_the_module_cache_hints_and_amax_guard(monkeypatch):
-    """The flat kernel renders the module-wide CODEGEN switches: by default no streaming
-    hints and the guarded amax atomic, for cast and the other functions alike."""
-    from nvrtc_engine.ops.base import CODEGEN
-
-    cast_key = make_key("cast", dtype="fp8", arch="sm_90")
-    gelu_key = make_key("gelu", dtype="fp8", arch="sm_90")
-
-    def defines(key):
-        src = render(key).source
-        return "#define NVE_STREAMING 1" in src, "#define NVE_AMAX_UNGUARDED 1" in src
-
-    assert defines(cast_key) == defines(gelu_key) == (False, False)
-    monkeypatch.setitem(CODEGEN, "streaming", True)
-    monkeypatch.setitem(CODEGEN, "amax_guard", False)
-    assert defines(cast_key) == defines(gelu_key) == (True, True)
+    assert cfg.vec(2) == 8 and cfg.threads % 32 == 0  # 16-byte chunks
 
 
 def _launches(kernel, monkeypatch, *args, **kwargs):
-    """The launches a call would submit (no driver: _submit is replaced)."""
+    """The launches a call would submit, ``(function index, grid, block, parameter values by
+    name)`` each (no driver: _submit is replaced)."""
     seen = []
-    monkeypatch.setattr(kernel, "_fast", lambda *a: (None, None))
-    monkeypatch.setattr(kernel, "_submit", lambda *a: seen.extend(a[-1]))
+    monkeypatch.setattr(kernel, "_prepared", {})  # (none: _submit prepares them)
+    record = lambda *a, **k: seen.extend((i, g, b, v) for i, g, b, _, v in a[6])  # noqa: E731
+    monkeypatch.setattr(kernel, "_submit", record)
     kernel(*args, **kwargs)
     return seen
+
+
+def _steps(values):
+    """The row-flat kernel's steps and magic pair, ``(ur, uq, sr, sq)`` and ``(m, s)``."""
+    return (tuple(values[n] for n in ("ur", "uq", "sr", "sq")),
+            (values["div_magic_arg"], values["div_shift_arg"]))  # fmt: skip
 
 
 def test_row_flat_grid_and_aligned_flag(kernels, monkeypatch):
@@ -433,22 +427,24 @@ def test_row_flat_grid_and_aligned_flag(kernels, monkeypatch):
     cfg = row_config(swiglu.key)
     rows = 1000
     y = arr((rows, 64), ptr=0x7F0000100000)
-    ((_, grid, block, _, values, _),) = _launches(swiglu, monkeypatch, arr((rows, 128)), y)
-    assert block == cfg.threads and values[6:8] == (rows, 64) and values[16] == 1
+    ((_, grid, block, values),) = _launches(swiglu, monkeypatch, arr((rows, 128)), y)
+    assert block == cfg.threads and (values["rows"], values["cols_arg"]) == (rows, 64)
+    assert values["aligned"] == 1
     assert grid == -(-(rows * 64 // 8) // (cfg.threads * cfg.unroll))
     # the per-shape steps and the magic pair for the division by 8 chunks per row
     stride = grid * cfg.threads * cfg.unroll
-    assert values[17:21] == (*divmod(cfg.threads, 8), *divmod(stride, 8))
-    assert values[21:] == (*magic(8), 0)
+    assert _steps(values) == ((*divmod(cfg.threads, 8), *divmod(stride, 8)), magic(8))
+    assert values["compact"] == 0
     # an unaligned pointer: the element path, one position per thread
     x = arr((rows, 128), ptr=0x7F0000000002)
-    ((_, grid, _, _, values, _),) = _launches(swiglu, monkeypatch, x, y)
-    assert values[16] == 0 and grid == -(-(rows * 64) // cfg.threads)
+    ((_, grid, _, values),) = _launches(swiglu, monkeypatch, x, y)
+    assert values["aligned"] == 0 and grid == -(-(rows * 64) // cfg.threads)
     # H not a multiple of 8 elements: the element path
     dswiglu = kernels["dswiglu"]
-    ((_, grid, _, _, values, _),) = _launches(dswiglu, monkeypatch, arr((3, 60)),
-                                              arr((3, 120)), arr((3, 120)))  # fmt: skip
-    assert values[16] == 0 and values[6:8] == (3, 60) and grid == 1
+    ((_, grid, _, values),) = _launches(dswiglu, monkeypatch, arr((3, 60)),
+                                        arr((3, 120)), arr((3, 120)))  # fmt: skip
+    assert values["aligned"] == 0 and (values["rows"], values["cols_arg"]) == (3, 60)
+    assert grid == 1
 
 
 def _lane_mode(kernel, monkeypatch):
@@ -472,12 +468,12 @@ def test_row_flat_grid_is_capped_for_huge_tensors(kernels, monkeypatch):
     cfg = activation_ops.row_config(kernel.key)
     chunks = rows * cols // 8
     assert chunks > 2**32
-    ((_, grid, _, _, values, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
+    ((_, grid, _, values),) = _launches(kernel, monkeypatch, arr((rows, cols)))
     assert grid == chunks // (cfg.threads * cfg.unroll)
-    assert values[6:8] == (rows, cols) and values[16] == 1
-    assert values[21] == 0  # dividends past 2^31: no magic pair, the 64-bit division
+    assert (values["rows"], values["cols_arg"], values["aligned"]) == (rows, cols, 1)
+    assert values["div_magic_arg"] == 0  # dividends past 2^31: no magic pair, 64-bit division
     monkeypatch.setattr(activation_ops, "MAX_GRID", 1000)
-    ((_, grid, _, _, _, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
+    ((_, grid, _, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
     assert grid == 1000
 
 
@@ -595,11 +591,11 @@ def test_plain_mxfp8_rowwise_compact_flag_and_owner_grid(kernels, monkeypatch):
     rows, cols = 64, 4096  # scale row stride 128 = cols / 32: compact
     bound = type("B", (_FakeBound,), {"rowwise_scale_stride": 128})
     monkeypatch.setattr(activation_ops, "bind_mxfp8_output", lambda *a: bound())
-    ((_, grid, _, _, values, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
-    assert values[-1] == (0 if kernel.key.spec.gated else 1)
+    ((_, grid, _, values),) = _launches(kernel, monkeypatch, arr((rows, cols)))
+    assert values["compact"] == (0 if kernel.key.spec.gated else 1)
     bound.rowwise_scale_stride = 132  # padded: the row is computed
-    ((_, grid, _, _, values, _),) = _launches(kernel, monkeypatch, arr((rows, cols)))
-    assert values[-1] == 0 and values[21:23] == magic(cols // 8)
+    ((_, grid, _, values),) = _launches(kernel, monkeypatch, arr((rows, cols)))
+    assert values["compact"] == 0 and _steps(values)[1] == magic(cols // 8)
     # owner mode: one thread per 32-value block and unroll step; the magic pair divides by
     # the blocks per row
     from nvrtc_engine.engine import Engine
@@ -607,108 +603,42 @@ def test_plain_mxfp8_rowwise_compact_flag_and_owner_grid(kernels, monkeypatch):
     monkeypatch.setattr(activation_ops, "row_config",
                         lambda key: LaunchConfig(128, 2, owner=True))  # fmt: skip
     owner = Engine().get(kernel.key)
-    ((_, grid, block, _, values, _),) = _launches(owner, monkeypatch, arr((rows, cols)))
+    ((_, grid, block, values),) = _launches(owner, monkeypatch, arr((rows, cols)))
     assert block == 128 and grid == -(-(rows * cols // 32) // 256)
-    assert values[17:21] == (*divmod(128, cols // 32), *divmod(grid * 256, cols // 32))
-    assert values[21:] == (*magic(cols // 32), 0)
+    blocks = cols // 32
+    steps = (*divmod(128, blocks), *divmod(grid * 256, blocks))
+    assert _steps(values) == (steps, magic(blocks)) and values["compact"] == 0
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_tile_kernel_compiles_with_either_column_scale_mode(arch, monkeypatch):
-    from dataclasses import replace
-
-    import nvrtc_engine.ops.activation as activation_ops
-    from nvrtc_engine import config as ne_config
-    from nvrtc_engine.engine import Engine
-
-    # memory only: the disk cache holds these keys with the default configuration
-    monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
-                                                       disable_disk_cache=True))  # fmt: skip
-    for col_owner in (True, False):
-        cfg = activation_ops.TileConfig(128, 16, 4, col_owner=col_owner)
-        monkeypatch.setattr(activation_ops, "tile_config", lambda key, cfg=cfg: cfg)
-        for op in ("gelu", "dswiglu"):
-            key = make_key(op, dtype="fp8", scaling="mxfp8", layout="both", arch=arch)
-            src = render(key).source
-            assert ("col_mult[p][c] =" in src) == col_owner
-            kernel = Engine().get(key)
-            assert kernel.artifact.image[:4] == b"\x7fELF"
-
-
-def test_tile_grid_with_several_tiles_per_block(kernels, monkeypatch):
-    """tiles_per_block > 1: ceil(tiles / tiles_per_block) blocks (which loop, prefetching)."""
+def test_tile_grid_is_one_block_per_tile(kernels, monkeypatch):
+    """The tiled kernel (MXFP8 columnwise and both) launches one block per tile of
+    ``tile_rows() x tile_cols(vec)`` positions, edge tiles included."""
     import nvrtc_engine.ops.activation as activation_ops
     from nvrtc_engine.engine import Engine
 
-    cfg = activation_ops.TileConfig(64, 8, 4, tiles_per_block=3)
+    cfg = activation_ops.TileConfig(64, 8, 4)  # 32 x 64 tiles for bf16
     monkeypatch.setattr(activation_ops, "tile_config", lambda key: cfg)
-    key = kernels["mx_both"].key  # dswiglu bf16 -> MXFP8 both
-    assert "Software pipelining" in render(key).source
-    kernel = Engine().get(key)
+    kernel = Engine().get(kernels["mx_both"].key)  # dswiglu bf16 -> MXFP8 both
     monkeypatch.setattr(activation_ops, "bind_mxfp8_output", lambda *a: _FakeBound())
     rows, cols = 320, 992  # 10 x 16 tiles of 32 x 64 (the last one partial)
-    ((_, grid, block, _, _, _),) = _launches(kernel, monkeypatch, arr((rows, cols)),
-                                             arr((rows, 2 * cols)))  # fmt: skip
-    assert block == 64 and grid == -(-(10 * -(-cols // 64)) // 3)
+    ((_, grid, block, _),) = _launches(kernel, monkeypatch, arr((rows, cols)),
+                                       arr((rows, 2 * cols)))  # fmt: skip
+    assert block == 64 and grid == 10 * 16
 
 
-# -- SASS-driven switches: FP8 words, split row scales, clamped tile loads ---------------
-
-
-@pytest.mark.parametrize("arch", ARCHS)
-def test_instruction_saving_switches_compile(arch, monkeypatch):
-    """``fp8_words`` (flat, row-flat and tiled kernels), ``split_scales`` (row-flat MXFP8
-    rowwise) and ``clamp_loads`` (tiled MXFP8) render what they say and compile, on and
-    off, for every arch (sm_80: software FP8 conversion)."""
-    from dataclasses import replace
-
-    import nvrtc_engine.ops.activation as activation_ops
-    from nvrtc_engine import config as ne_config
-    from nvrtc_engine.engine import Engine
-
-    monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
-                                                       disable_disk_cache=True))  # fmt: skip
-    cases = []
-    for words, split in [(True, True), (False, False), (False, True)]:
-        cfg = LaunchConfig(128, 4, fp8_words=words, split_scales=split)
-        for op in ("gelu", "dswiglu"):
-            cases.append(("row_config", cfg, op, "mxfp8", "rowwise", words, split, False))
-        cases.append(("launch_config", cfg, "gelu", "tensor", "rowwise", words, False, False))
-    for words, clamp, split in [(True, True, True), (False, True, False), (True, False, True)]:
-        cfg = activation_ops.TileConfig(64, 8, 4, clamp_loads=clamp, fp8_words=words,
-                                        split_scales=split,
-                                        tiles_per_block=2 if words else 1)  # fmt: skip
-        for op in ("geglu", "dgelu"):
-            cases.append(("tile_config", cfg, op, "mxfp8", "both", words, split, clamp))
-        # columnwise: no rowwise scales to split
-        cases.append(("tile_config", cfg, "gelu", "mxfp8", "columnwise", words, False, clamp))
-    for fn, cfg, op, scaling, layout, words, split, clamp in cases:
-        monkeypatch.setattr(activation_ops, fn, lambda key, cfg=cfg: cfg)
-        key = make_key(op, dtype="fp8", scaling=scaling, layout=layout, arch=arch)
-        src = render(key).source
-        assert ("nve::convert_fp8_words<Out, N>" in src) == words, (fn, op, words)
-        assert ("Split scales:" in src or "split scales (TileConfig" in src) == split, (fn, op)
-        assert ("Clamped loads" in src) == clamp, (fn, op, clamp)
-        assert Engine().get(key).artifact.image[:4] == b"\x7fELF"
-
-
-def test_split_scales_need_whole_block_groups(monkeypatch):
-    """split_scales: unroll (tiled kernel: iters) must be a multiple of a block's lanes (4
-    for 16-bit input, 8 for fp32); owner mode and non-MXFP8 keys ignore it."""
-    import nvrtc_engine.ops.activation as activation_ops
-
-    monkeypatch.setattr(activation_ops, "row_config",
-                        lambda key: LaunchConfig(128, 4, split_scales=True))  # fmt: skip
-    with pytest.raises(ValueError, match="split_scales"):
-        render(make_key("gelu", in_dtype="fp32", out_dtype="fp8_e4m3", scaling="mxfp8",
-                        arch="sm_90"))  # fmt: skip
-    assert "Split scales:" not in render(make_key("swiglu", dtype="fp8", scaling="tensor",
-                                                  arch="sm_90")).source  # fmt: skip
-    tile = activation_ops.TileConfig(128, 16, 2, split_scales=True)  # iters 2 < 4 lanes
-    monkeypatch.setattr(activation_ops, "tile_config", lambda key: tile)
-    with pytest.raises(ValueError, match="split_scales"):
-        render(make_key("gelu", dtype="fp8", scaling="mxfp8", layout="both", arch="sm_90"))
-    owner = LaunchConfig(128, 2, owner=True, split_scales=True)
-    monkeypatch.setattr(activation_ops, "row_config", lambda key: owner)
-    assert "Split scales:" not in render(make_key("gelu", dtype="fp8", scaling="mxfp8",
-                                                  arch="sm_90")).source  # fmt: skip
+def test_fp8_outputs_are_stored_as_words_and_tile_loads_are_clamped():
+    """Every kernel structure stores FP8 outputs as 32-bit words from the paired
+    conversions (``nve::convert_fp8_words``), others element by element; the tiled kernel
+    loads without bounds checks (rows % 32 == 0 for MXFP8 columnwise and both)."""
+    cases = [("gelu", "tensor", "rowwise"), ("swiglu", "tensor", "rowwise"),
+             ("dgelu", "mxfp8", "rowwise"), ("geglu", "mxfp8", "both"),
+             ("dswiglu", "mxfp8", "columnwise")]  # fmt: skip
+    for op, scaling, layout in cases:
+        for out in ("fp8_e4m3", "bf16"):
+            if out == "bf16" and scaling != "tensor":
+                continue
+            key = make_key(op, in_dtype="bf16", out_dtype=out, layout=layout, arch="sm_90",
+                           scaling=scaling if out != "bf16" else "none")  # fmt: skip
+            src = render(key).source
+            assert ("nve::convert_fp8_words<Out, N>" in src) == (out != "bf16"), key
+            assert ("Clamped loads" in src) == (key.spec.structure(key) == "tile"), key

@@ -10,9 +10,9 @@ import zipfile
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import config, make_key
+from nvrtc_engine import config, make_key, nvrtc
 from nvrtc_engine.bundle import BundleError, export_bundle, import_bundle
-from nvrtc_engine.cache import encode_entry
+from nvrtc_engine.cache import digest, encode_entry
 from nvrtc_engine.engine import Engine, default_engine
 from nvrtc_engine.kernel import Artifact
 from nvrtc_engine.nvrtc import nvrtc_version
@@ -203,18 +203,39 @@ def test_not_a_bundle(tmp_path):
         import_bundle(empty)
 
 
-def test_export_leaves_out_damaged_and_foreign_entries(tmp_path, monkeypatch):
-    import nvrtc_engine.engine as engine_mod
+def test_a_missing_bundle_is_reported_as_missing(tmp_path):
+    """Not as "cannot open as a zip file: [Errno 2]": the file does not exist."""
+    missing = tmp_path / "nope.zip"
+    with pytest.raises(BundleError) as info:
+        import_bundle(missing)
+    assert str(info.value) == f"{missing}: does not exist"
+    with pytest.raises(BundleError, match=r"is a directory, not a bundle file$"):
+        import_bundle(tmp_path)
 
+
+def test_export_refuses_an_existing_file_unless_told_to_replace_it(tmp_path):
+    ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    target = tmp_path / "b.zip"
+    target.write_bytes(b"someone else's file")
+    with pytest.raises(BundleError) as info:
+        export_bundle(target)
+    assert str(info.value) == (f"{target}: exists; pass overwrite=True (the command line's "
+                               "--force) to replace it")  # fmt: skip
+    assert target.read_bytes() == b"someone else's file"
+    report = export_bundle(target, overwrite=True)
+    assert report.keys and zipfile.is_zipfile(target)
+
+
+def test_export_leaves_out_damaged_and_foreign_entries(tmp_path, monkeypatch):
     good = make_key("gelu", dtype="bf16", arch="sm_90")
     ne.get_kernel(good)
     damaged = make_key("gelu", dtype="fp16", arch="sm_90")
     ne.get_kernel(damaged)
     disk = default_engine().disk()
-    digest = default_engine().artifact_digest(damaged)[3]
-    disk._store.set(digest, disk.raw(digest)[:-5])
+    disk.put(digest(damaged), disk.get(digest(damaged))[:-5])
     with monkeypatch.context() as m:  # an entry from another NVRTC sharing the directory
-        m.setattr(engine_mod, "_nvrtc_version", lambda: "99.0")
+        m.setattr(nvrtc, "nvrtc_identity", lambda: "99.0")
+        m.setattr(nvrtc, "nvrtc_version", lambda: "99.0")
         Engine().get(make_key("gelu", dtype="fp32", arch="sm_90"))
     report = export_bundle(tmp_path / "b.zip")
     assert report.keys == (str(good),)
@@ -311,3 +332,23 @@ def test_an_entry_listed_twice_in_the_manifest_is_refused(bundle, tmp_path):
         import_bundle(bundle)
     assert info.value.entry == key
     assert ne.cache_info().entries == 0  # all or nothing
+
+
+def test_a_bundle_of_the_previous_format_is_refused_saying_what_to_do(bundle, tmp_path):
+    def previous(manifest, files):
+        manifest["version"], manifest["schema"] = 1, 1
+
+    _rewrite(bundle, previous)
+    _use_empty_cache(tmp_path)
+    with pytest.raises(BundleError, match="format 1, made by an earlier nvrtc_engine.*export it "
+                       "again with this release") as info:  # fmt: skip
+        import_bundle(bundle)
+    assert info.value.entry is None and ne.cache_info().entries == 0
+
+
+def test_an_import_is_filed_under_the_digest_this_installation_computes(bundle, tmp_path):
+    _use_empty_cache(tmp_path)
+    report = import_bundle(bundle)
+    disk = default_engine().disk()
+    assert sorted(disk.digests()) == sorted(digest(k) for k in KEYS)
+    assert report.already == 0 and import_bundle(bundle).already == len(KEYS)

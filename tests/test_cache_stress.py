@@ -1,6 +1,6 @@
 """The disk cache under stress: processes racing on cold keys, writers killed mid-store,
-damaged and unreadable entries, read-only and missing directories, the size cap, stale
-locks, and what the digest does and does not depend on."""
+damaged and unreadable entries, unusable directories, the size cap, stale locks, and what
+entries are never shared across."""
 
 from __future__ import annotations
 
@@ -19,26 +19,14 @@ import time
 from pathlib import Path
 
 import pytest
+from test_cache import IS_ROOT, ROOT, _env, _last_json, as_nobody
 
 import nvrtc_engine as ne
-from nvrtc_engine import CacheWarning, config, make_key
-from nvrtc_engine.cache import MAGIC, DiskCache, decode_entry
+from nvrtc_engine import CacheWarning, config, make_key, nvrtc
+from nvrtc_engine.cache import MAGIC, check_entry, digest, encode_entry, entries
 from nvrtc_engine.engine import Engine, default_engine
 from nvrtc_engine.kernel import Artifact
-
-ROOT = Path(__file__).resolve().parent.parent
-IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-
-
-def _env(cache_dir, **extra):
-    env = {**os.environ, "NVRTC_ENGINE_CACHE_DIR": str(cache_dir), **extra}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    return env
-
-
-def _last_json(text):
-    return json.loads(text.strip().splitlines()[-1])
-
+from nvrtc_engine.tiers import DiskTier
 
 # -- many processes, one cold cache ---------------------------------------------------------
 
@@ -68,14 +56,12 @@ _RACER = textwrap.dedent("""
 """)
 
 
-def test_eight_processes_racing_on_twenty_cold_keys_compile_each_once(isolated_cache, tmp_path):
-    go = tmp_path / "go"
-    procs = []
-    for i in range(8):  # six get_kernel loops and two prewarms (with two workers each)
-        args = ["prewarm" if i % 4 == 3 else "get", str(i), str(go), json.dumps(RACE_KEYS)]
-        procs.append(subprocess.Popen([sys.executable, "-c", _RACER, *args],
-                                      env=_env(isolated_cache), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))  # fmt: skip
+def _race(cache_dir, go, runs):
+    """Start one racer per ``(mode, keys)`` of ``runs``, let them go together; their compiles."""
+    procs = [subprocess.Popen([sys.executable, "-c", _RACER, mode, str(i), str(go),
+                               json.dumps(keys)], env=_env(cache_dir), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for i, (mode, keys) in enumerate(runs)]  # fmt: skip
     time.sleep(0.5)
     go.touch()
     results = []
@@ -83,11 +69,25 @@ def test_eight_processes_racing_on_twenty_cold_keys_compile_each_once(isolated_c
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         results.append(_last_json(out)["compiles"])
+    return results
+
+
+@pytest.mark.matrix
+def test_eight_processes_racing_on_twenty_cold_keys_compile_each_once(isolated_cache, tmp_path):
+    # six get_kernel loops and two prewarms (with two workers each)
+    runs = [("prewarm" if i % 4 == 3 else "get", RACE_KEYS) for i in range(8)]
+    results = _race(isolated_cache, tmp_path / "go", runs)
     assert sum(results) == len(RACE_KEYS), results
-    disk = DiskCache.open(isolated_cache, 1 << 30)
+    disk = DiskTier(isolated_cache, 1 << 30)
     assert len(disk) == len(RACE_KEYS)
-    assert disk.verify(fix=False).bad == ()
-    assert sorted(h["key"] for _, h, _ in disk.entries()) == sorted(RACE_KEYS)
+    found = [answer for _, answer in entries(disk)]
+    assert sorted(header["key"] for header, _ in found) == sorted(RACE_KEYS)
+
+
+def test_two_processes_racing_on_one_cold_key_compile_it_once(isolated_cache, tmp_path):
+    """The default tier's share of the race above: get_kernel in two processes at once."""
+    results = _race(isolated_cache, tmp_path / "go", [("get", RACE_KEYS[:1])] * 2)
+    assert sorted(results) == [0, 1]
 
 
 # -- writers killed at random moments -------------------------------------------------------
@@ -108,13 +108,14 @@ _WRITER = textwrap.dedent("""
     import itertools, sys
     from pathlib import Path
     sys.path.insert(0, sys.argv[2])
-    from test_cache_stress import _artifact_for
-    from nvrtc_engine.cache import DiskCache
-    disk = DiskCache.open(Path(sys.argv[1]), 1 << 30)
+    from test_cache_stress import _artifact_for, _digest
+    from nvrtc_engine.cache import encode_entry
+    from nvrtc_engine.tiers import DiskTier
+    disk = DiskTier(Path(sys.argv[1]), 1 << 30)
     print("ready", flush=True)
     for n in itertools.count():
         i = n % 24
-        disk.put(f"k{i}", _artifact_for(i))
+        disk.put(_digest(i), encode_entry(f"k{i}", _artifact_for(i)))
 """)
 
 
@@ -142,21 +143,19 @@ def test_writer_killed_during_stores_never_leaves_an_entry_that_loads_wrong(tmp_
         time.sleep(rng.uniform(0.0, 0.08))
         p.send_signal(signal.SIGKILL)
         p.communicate(timeout=60)  # also closes the pipes
-    disk = DiskCache.open(directory, 1 << 30)
-    assert disk is not None
+    disk = DiskTier(directory, 1 << 30)
     found = 0
-    for digest in list(disk.digests()):
-        artifact = disk.get(digest)
-        if artifact is not None:
-            i = int(digest, 16)
-            assert artifact.image == _image(i) and artifact.symbols == (f"k{i}",)
-            found += 1
+    for stored, answer in entries(disk):
+        header, artifact = answer  # every entry there verifies ...
+        i = int(stored, 16)  # ... and is the one stored under its digest
+        assert artifact.image == _image(i) and header["key"] == f"k{i}"
+        found += 1
     assert found > 0
-    report = disk.verify(fix=True)  # value files orphaned by killed writers are removed
-    assert report.bad == ()
-    assert all(p.startswith(("unknown file", "empty directory")) for p in report.problems)
-    assert disk.verify(fix=False).problems == ()
-    assert disk.put("k99", _artifact_for(99)) and disk.get(_digest(99)).image == _image(99)
+    problems = disk.check(fix=True)  # value files orphaned by killed writers are removed
+    assert all(p.startswith(("unknown file", "empty directory")) for p in problems), problems
+    assert disk.check(fix=False) == []
+    assert disk.put(_digest(99), encode_entry("k99", _artifact_for(99)))
+    assert check_entry(disk.get(_digest(99)), _digest(99))[1].image == _image(99)
 
 
 # -- damaged, unreadable and foreign entries --------------------------------------------------
@@ -173,8 +172,6 @@ def test_unreadable_value_file_is_a_miss_that_recompiles(monkeypatch):
     simulated so that it also runs as root (which reads any file)."""
     import diskcache.core
 
-    import nvrtc_engine.index as index_mod
-
     k = make_key("gelu", dtype="fp16", arch="sm_90")
     first = _engine_with_file_values().get(k)
     real_open = open
@@ -185,7 +182,6 @@ def test_unreadable_value_file_is_a_miss_that_recompiles(monkeypatch):
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(diskcache.core, "open", deny, raising=False)
-    monkeypatch.setattr(index_mod, "open", deny, raising=False)  # the key index reads it too
     engine = Engine()
     again = engine.get(k)
     assert again.origin == "compiled" and engine.compiles == 1
@@ -206,7 +202,6 @@ def test_database_error_on_read_is_a_miss(monkeypatch):
         raise sqlite3.DatabaseError("database disk image is malformed")
 
     monkeypatch.setattr(store, "get", broken)
-    engine.disk().index.clear()  # else the key index reads the entry without SQLite
     assert engine.get(k).origin == "compiled"
 
 
@@ -220,33 +215,22 @@ def test_chmod_000_entry_is_a_miss(isolated_cache):
     assert engine.get(k).origin == "compiled" and engine.compiles == 1
 
 
-def _runs_as_nobody() -> bool:
-    try:
-        done = subprocess.run([sys.executable, "-c", "pass"], preexec_fn=_become_nobody,
-                              capture_output=True, timeout=60)  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
-
-
-def _become_nobody():
-    os.setgid(65534)
-    os.setuid(65534)
-
-
-_FOREIGN = textwrap.dedent("""
-    import json, nvrtc_engine as ne
-    k = ne.get_kernel("gelu", dtype="fp8", arch="sm_90")
-    print(json.dumps({"origin": k.origin, "compiles": ne.cache_info().compiles}))
-""")
+def _two_engines_as_nobody(cache):
+    """(In the child) two fresh engines of user nobody ask for one kernel."""
+    os.environ["NVRTC_ENGINE_CACHE_DIR"] = str(cache)
+    config.reset()
+    runs = []
+    for _ in range(2):
+        engine = Engine()
+        runs.append([engine.get(make_key("gelu", dtype="fp8", arch="sm_90")).origin,
+                     engine.compiles])  # fmt: skip
+    return runs
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="needs root to run a process as another user")
 def test_entry_owned_by_another_user_is_a_miss_for_this_one():
     """A shared cache directory where root wrote an entry file readable only by root:
     user nobody recompiles and stores its own entry, which root then reads."""
-    if not _runs_as_nobody():
-        pytest.skip("this Python cannot run as user nobody here (interpreter not readable)")
     shared = Path(tempfile.mkdtemp(prefix="nvrtc-engine-shared-"))
     try:
         shared.chmod(0o777)
@@ -257,17 +241,14 @@ def test_entry_owned_by_another_user_is_a_miss_for_this_one():
         ne.clear_cache(disk=False)
         for path in [cache, *cache.rglob("*")]:
             path.chmod(0o777 if path.is_dir() else 0o666)
-        for value in cache.rglob("*.val"):
+        values = list(cache.rglob("*.val"))
+        assert values
+        for value in values:
             value.chmod(0o600)  # root's own, unreadable to others
-        env = _env(cache, HOME=str(shared), NVRTC_ENGINE_DEBUG_DIR=str(shared / "debug"))
-        runs = []
-        for _ in range(2):
-            done = subprocess.run([sys.executable, "-c", _FOREIGN], env=env, check=True,
-                                  preexec_fn=_become_nobody, capture_output=True, text=True,
-                                  timeout=300)  # fmt: skip
-            runs.append(_last_json(done.stdout))
-        assert runs[0] == {"origin": "compiled", "compiles": 1}
-        assert runs[1] == {"origin": "disk", "compiles": 0}
+        code, runs = as_nobody(lambda: _two_engines_as_nobody(cache))
+        assert code == 0, runs
+        assert runs == [["compiled", 1], ["disk", 0]]
+        config.configure(cache_dir=cache)
         assert Engine().get(make_key("gelu", dtype="fp8", arch="sm_90")).origin == "disk"
     finally:
         shutil.rmtree(shared, ignore_errors=True)
@@ -313,20 +294,6 @@ def test_home_unusable_is_memory_only(tmp_path, monkeypatch):
     _two_kernels_with_one_warning("memory only")
 
 
-def test_read_only_database_is_memory_only(monkeypatch):
-    """A read-only mount or directory as SQLite reports it (simulated: root writes anyway)."""
-    import sqlite3
-
-    import diskcache
-
-    def read_only(*args, **kwargs):
-        raise sqlite3.OperationalError("attempt to write a readonly database")
-
-    monkeypatch.setattr(diskcache, "Cache", read_only)
-    ne.clear_cache()
-    _two_kernels_with_one_warning("readonly database")
-
-
 def test_writes_failing_later_keep_kernels_in_memory_with_one_warning(monkeypatch):
     engine = default_engine()
     store = engine.disk()._store
@@ -335,7 +302,7 @@ def test_writes_failing_later_keep_kernels_in_memory_with_one_warning(monkeypatc
         raise OSError(errno.EROFS, "Read-only file system")
 
     monkeypatch.setattr(store, "set", full)
-    with pytest.warns(CacheWarning, match="write failed") as record:
+    with pytest.warns(CacheWarning, match="cannot be written .*Read-only file system") as record:
         ne.get_kernel("gelu", dtype="bf16", arch="sm_89")
         ne.get_kernel("gelu", dtype="fp16", arch="sm_89")
     assert len(record) == 1 and ne.cache_info().compiles == 2
@@ -344,18 +311,27 @@ def test_writes_failing_later_keep_kernels_in_memory_with_one_warning(monkeypatc
 # -- size cap ---------------------------------------------------------------------------------
 
 
+def _put(disk, i):
+    return disk.put(_digest(i), encode_entry(f"k{i}", _artifact_for(i)))
+
+
 def test_size_cap_evicts_least_recently_used(tmp_path):
+    """Least recently used first, a use counted once a day: an entry read on a new day is
+    stored again (diskcache evicts the least recently stored)."""
     limit = 400_000
-    disk = DiskCache.open(tmp_path / "capped", limit)
+    disk = DiskTier(tmp_path / "capped", limit)
     assert disk.size_limit == limit
     store = disk._store
-    for i in range(1, 31):  # 3 KB entries (inline in SQLite)
-        assert disk.put(f"k{i}", _artifact_for(3 * i + 1))
-    time.sleep(0.01)
+    real = time.time
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(time, "time", lambda: real() - 86400)  # stored yesterday
+        for i in range(1, 31):  # 3 KB entries (inline in SQLite)
+            assert _put(disk, 3 * i + 1)
     assert disk.get(_digest(4)) is not None  # k1, stored first, is now the most recently used
+    assert disk.get(_digest(4)) is not None  # (today's second use is not counted again)
     count = len(disk)
     for i in range(31, 1000):  # until the cap makes the first eviction
-        disk.put(f"k{i}", _artifact_for(3 * i + 1))
+        _put(disk, 3 * i + 1)
         if len(disk) <= count:
             break
         count = len(disk)
@@ -378,12 +354,12 @@ def test_size_limit_setting_reaches_the_cache(monkeypatch):
 _HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from nvrtc_engine.cache import DiskCache
-    disk = DiskCache.open(Path(sys.argv[1]), 1 << 30)
-    lock = disk.lock(sys.argv[2], 10)
-    assert lock.held
-    print("locked", flush=True)
-    time.sleep(120)
+    from nvrtc_engine.tiers import DiskTier
+    disk = DiskTier(Path(sys.argv[1]), 1 << 30)
+    with disk.lock(sys.argv[2], 10) as held:
+        assert held
+        print("locked", flush=True)
+        time.sleep(120)
 """)
 
 
@@ -398,8 +374,7 @@ def test_lock_of_a_killed_holder_is_free_at_once(isolated_cache, monkeypatch):
     monkeypatch.setenv("NVRTC_ENGINE_LOCK_TIMEOUT", "600")
     config.reset()
     k = make_key("gelu", dtype="fp8", arch="sm_89")
-    digest = default_engine().artifact_digest(k)[3]
-    holder = _hold_lock(isolated_cache, digest)
+    holder = _hold_lock(isolated_cache, digest(k))
     holder.kill()
     holder.communicate(timeout=60)
     # no CacheWarning (warnings are errors here): the lock was taken, not waited out
@@ -410,7 +385,7 @@ def test_live_holder_past_the_timeout_is_passed_over(isolated_cache, monkeypatch
     monkeypatch.setenv("NVRTC_ENGINE_LOCK_TIMEOUT", "0.3")
     config.reset()
     k = make_key("gelu", dtype="fp8", arch="sm_100a")
-    holder = _hold_lock(isolated_cache, default_engine().artifact_digest(k)[3])
+    holder = _hold_lock(isolated_cache, digest(k))
     try:
         with pytest.warns(CacheWarning, match="waited 0.3 s"):
             kernel = ne.get_kernel(k)
@@ -432,15 +407,20 @@ def test_lock_files_are_bounded_stripes(isolated_cache):
 
 
 def test_other_nvrtc_version_never_reads_this_entry(monkeypatch):
-    import nvrtc_engine.engine as engine_mod
-
+    """An NVRTC upgrade is a miss (another digest), never a wrong kernel: and an entry that
+    names another NVRTC under this process's digest is a bad entry."""
     k = make_key("gelu", dtype="bf16", arch="sm_90")
-    Engine().get(k)
-    monkeypatch.setattr(engine_mod, "_nvrtc_version", lambda: "99.9")
+    old = Engine().get(k).artifact
+    monkeypatch.setattr(nvrtc, "nvrtc_identity", lambda: "99.9")
+    monkeypatch.setattr(nvrtc, "nvrtc_version", lambda: "99.9")
     other = Engine()
     kernel = other.get(k)
     assert kernel.origin == "compiled" and kernel.artifact.nvrtc_version == "99.9"
     assert other.disk_hits == 0 and ne.cache_info().entries == 2
+    forged = Artifact(**{**old.__dict__, "digest": digest(k)})  # an old entry under the new digest
+    default_engine().disk().put(digest(k), encode_entry(str(k), forged))
+    third = Engine()
+    assert third.get(k).artifact.nvrtc_version == "99.9" and third.compiles == 1
 
 
 def test_other_schema_never_reads_this_entry(monkeypatch):
@@ -448,11 +428,11 @@ def test_other_schema_never_reads_this_entry(monkeypatch):
 
     k = make_key("gelu", dtype="bf16", arch="sm_90")
     Engine().get(k)
-    old_digest = default_engine().artifact_digest(k)[3]
+    old_digest = digest(k)
     monkeypatch.setattr(cache_mod, "SCHEMA", cache_mod.SCHEMA + 1)
-    assert default_engine().artifact_digest(k)[3] != old_digest
-    value = Engine().disk().raw(old_digest)
-    assert decode_entry(value, old_digest) is None  # a schema-1 entry is not read as schema 2
+    assert digest(k) != old_digest
+    value = Engine().disk().get(old_digest)
+    assert "schema" in check_entry(value, old_digest)  # not read as the next schema
     assert Engine().get(k).origin == "compiled"
 
 
@@ -491,49 +471,47 @@ def test_reinstalling_the_same_version_elsewhere_keeps_the_entries(isolated_cach
     assert runs[1]["file"].startswith(str(tmp_path / "site-b"))
     assert runs[0]["origin"] == "compiled" and runs[1]["origin"] == "disk"
     assert runs[0]["digest"] == runs[1]["digest"]
-    assert (
-        default_engine().artifact_digest(make_key("gelu", dtype="fp8", arch="sm_90"))[3]
-        == (runs[0]["digest"])
-    )
+    assert digest(make_key("gelu", dtype="fp8", arch="sm_90")) == runs[0]["digest"]
 
 
 def test_entry_header_and_hash_survive_round_trip_through_the_store(tmp_path):
-    disk = DiskCache.open(tmp_path / "c", 1 << 30)
+    disk = DiskTier(tmp_path / "c", 1 << 30)
     art = _artifact_for(3)
-    assert disk.put("k3", art)
-    value = disk.raw(art.digest)
-    header, again = decode_entry(value, art.digest)
+    assert disk.put(art.digest, encode_entry("k3", art))
+    value = disk.get(art.digest)
+    header, again = check_entry(value, art.digest)
     assert again == art and header["key"] == "k3"
     assert value.startswith(MAGIC) and value.endswith(art.image)
-    assert disk.get(art.digest) == art
 
 
-def test_verify_names_each_bad_entry_and_why(tmp_path):
-    import nvrtc_engine.cache as cache_mod
+def test_verify_names_each_bad_entry_and_why(tmp_path, capsys, monkeypatch):
+    from nvrtc_engine.cli import main
 
-    disk = DiskCache.open(tmp_path / "c", 1 << 30)
+    monkeypatch.setenv("NVRTC_ENGINE_CACHE_DIR", str(tmp_path / "c"))
+    config.reset()
+    ne.clear_cache(disk=False)
+    disk = default_engine().disk()
     values = {}
     for i in range(1, 7):
-        art = _artifact_for(3 * i + 1)
-        disk.put(f"k{i}", art)
-        values[i] = disk.raw(art.digest)
+        _put(disk, 3 * i + 1)
+        values[i] = disk.get(_digest(3 * i + 1))
     damaged = {
         2: values[2][:-7],
         3: values[3][:-7] + b"\x00" * 7,
         4: b"garbage",
-        5: values[5].replace(b'"schema": 1', b'"schema": 9'),
-        6: cache_mod.MAGIC + b"\x02\x00\x00\x00{}",
+        5: values[5].replace(b'"schema": 2', b'"schema": 9'),
+        6: MAGIC + b"\x02\x00\x00\x00{}",
     }
     for i, value in damaged.items():
-        disk._store.set(_digest(3 * i + 1), value)
-    report = disk.verify(fix=True)
-    assert report.checked == 6
-    why = {b.digest: (b.key, b.reason) for b in report.bad}
-    assert why == {
-        _digest(7): ("k2", "truncated image (2993 of 3000 bytes)"),
-        _digest(10): ("k3", "image SHA-256 mismatch (corrupted)"),
-        _digest(13): ("?", "not an nvrtc_engine entry (garbage or another format)"),
-        _digest(16): ("k5", "schema 9, this version reads 1"),
-        _digest(19): ("?", "schema None, this version reads 1"),
-    }
+        disk.put(_digest(3 * i + 1), value)
+    assert main(["cache", "verify"]) == 1
+    out = capsys.readouterr().out
+    assert sorted(line for line in out.splitlines() if line.startswith("removed")) == [
+        f"removed {_digest(10)[:12]}: image SHA-256 mismatch (corrupted)",
+        f"removed {_digest(13)[:12]}: not an nvrtc_engine entry (garbage or another format)",
+        f"removed {_digest(16)[:12]}: schema 9, this version reads 2",
+        f"removed {_digest(19)[:12]}: schema None, this version reads 2",
+        f"removed {_digest(7)[:12]}: truncated image (2993 of 3000 bytes)",
+    ]
+    assert "checked 6 entries: 5 bad (removed)" in out
     assert list(disk.digests()) == [_digest(4)]

@@ -12,8 +12,8 @@ CUDA thread is slow); skipped without a host C++20 compiler.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import hashlib
+import itertools
 import shutil
 import subprocess
 from pathlib import Path
@@ -24,11 +24,11 @@ from cast_edges import edge_input, nvfp4_non_finite_input, nvfp4_reference_with_
 from fakes import FakeCupyArray
 
 import nvrtc_engine as ne
-from nvrtc_engine import config, reference
-from nvrtc_engine.engine import Engine
-from nvrtc_engine.ops import cast_common, quantize
+from nvrtc_engine import reference
+from nvrtc_engine.ops import activation, cast, cast_common, quantize
 from nvrtc_engine.ops.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 from nvrtc_engine.render import render, templates_dir
+from nvrtc_engine.signature import Signature
 
 HOST = Path(__file__).resolve().parent / "host_cuda"
 CXX = shutil.which("g++")
@@ -42,34 +42,30 @@ STORAGE = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
 _ARG = "(*({t}*)p[{j}])"
 
 
-def _call(name: str, types: list[str]) -> str:
-    return f"{name}(" + ", ".join(_ARG.format(t=t, j=j) for j, t in enumerate(types)) + ")"
+def _call(name: str, sig: Signature) -> str:
+    """A call of kernel ``name`` with each parameter of ``sig`` read from ``p``."""
+    args = (_ARG.format(t=param.c_type(), j=j) for j, param in enumerate(sig.params))
+    return f"{name}(" + ", ".join(args) + ")"
 
 
 def _wrappers(kernel: ne.Kernel) -> str:
     spec = kernel.key.spec
-    tile = ["const IS*", "const IS*", "OS*", "OS*", "float*", "const float*", "float*",
-            "float*", "long long", "long long", "int"]  # fmt: skip
-    quant = ["const IS*", "unsigned char*", "unsigned char*", "unsigned char*",
-             "unsigned char*", "const float*", "float*"] + ["long long"] * 7 + ["int"]  # fmt: skip
     symbols = kernel.artifact.symbols
     if kernel.key.op == "quantize" and symbols[-1].endswith("_tile"):
-        # the MXFP8 fast path: the activation tile kernel (namespace nve_mx_tile)
-        act_tile = ["const IS*", "const IS*", "OS*", "OS*", "unsigned char*", "unsigned char*",
-                    "long long", "long long", "long long", "long long", "const float*",
-                    "float*", "float*", "float", "float", "float", "int"]  # fmt: skip
-        calls = [_call(symbols[0], quant), _call(f"nve_mx_tile::{symbols[1]}", act_tile)]
+        # the MXFP8 fast path: the activation tile kernel (namespace nve_mx_tile; its
+        # In::storage and Out::storage are the quantize section's IS and OS)
+        calls = [_call(symbols[0], quantize.QUANTIZE),
+                 _call(f"nve_mx_tile::{symbols[1]}", activation.TILE)]  # fmt: skip
     elif kernel.key.op == "quantize":
-        calls = [_call(symbols[0], quant)]
+        calls = [_call(symbols[0], quantize.QUANTIZE)]
         if len(symbols) > 1:
-            calls += [_call(symbols[1], ["const IS*", "long long", "float*", "int"]),
-                      _call(symbols[2], ["const float*", "int", "float*"])]  # fmt: skip
+            calls += [_call(symbols[1], quantize.AMAX), _call(symbols[2], quantize.AMAX_FINAL)]
     elif getattr(spec, "multi", False):
         calls = [f"{symbols[0]}(*(const Table*)p[0])"]
     else:
-        calls = [_call(symbols[0], tile)]
+        calls = [_call(symbols[0], cast.TILE)]
         if len(symbols) > 1:
-            calls.append(_call(symbols[1], ["const float*", "long long", "long long", "IS*"]))
+            calls.append(_call(symbols[1], cast.DBIAS))
     return "".join(
         f'\nextern "C" void nve_launch_{i}(unsigned grid, unsigned block, void** p) '
         f"{{ nve_run_grid(grid, block, [&] {{ {call}; }}); }}\n"
@@ -99,22 +95,28 @@ def host_library(kernel: ne.Kernel, tmp: Path) -> ctypes.CDLL:
 @pytest.fixture
 def emulate(monkeypatch, tmp_path_factory):
     """``emulate(kernel)``: route the kernel's launches to its host build."""
+    from nvrtc_engine import kernel as kernel_module
+
     tmp = tmp_path_factory.getbasetemp() / "host_kernels"
     tmp.mkdir(exist_ok=True)
-    loaded = type("L", (), {"device": type("D", (), {"sm_count": 4})()})()
-    monkeypatch.setattr(cast_common.CastKernelBase, "loaded", lambda self, device: loaded)
+    device = type("D", (), {"sm_count": 4})()
     libs: dict[int, ctypes.CDLL] = {}
     launched: list[int] = []  # function indices, in launch order
 
-    def launch(self, like, stream, calls):
-        lib = libs[id(self)]
-        for index, grid, block, params in calls:
-            launched.append(index)
-            fn = getattr(lib, f"nve_launch_{index}")
-            fn.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p]
-            fn(grid, block, params)
+    def loaded(self, ordinal):  # a kernel's "functions": its host build and each index
+        functions = tuple((libs[id(self)], index) for index in range(3))
+        return type("L", (), {"device": device, "functions": functions})()
 
-    monkeypatch.setattr(cast_common.CastKernelBase, "_launch", launch)
+    def launch(function, grid, block, shmem, dependent, stream, params):
+        lib, index = function
+        launched.append(index)
+        fn = getattr(lib, f"nve_launch_{index}")
+        fn.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p]
+        fn(grid, block, params)
+
+    monkeypatch.setattr(cast_common.CastKernelBase, "loaded", loaded)
+    monkeypatch.setattr(kernel_module.driver, "make_current", lambda dev: None)
+    monkeypatch.setattr(kernel_module, "launch", launch)
 
     def prepare(kernel):
         libs[id(kernel)] = host_library(kernel, tmp)
@@ -149,9 +151,18 @@ def as_dtype(buf: np.ndarray, dtype_name: str) -> np.ndarray:
 
 
 SHAPES = [(31, 33), (96, 320), (64, 256)]
+# the emulator's sweeps: the rest of each product runs in the matrix tier (pytest -m matrix)
+MATRIX = pytest.mark.matrix
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp8_e4m3", "fp32"])
+def sweep(*values):
+    """Parameters for ``parametrize``: the first runs in the default tier, the others in the
+    matrix tier."""
+    return [values[0], *(pytest.param(*v if isinstance(v, tuple) else (v,), marks=MATRIX)
+                         for v in values[1:])]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", sweep("fp8_e4m3", "bf16", "fp32"))
 def test_transpose(emulate, dtype):
     kernel = emulate(ne.get_kernel("transpose", in_dtype=dtype, out_dtype=dtype, arch="sm_90"))
     d = ne.DTYPES[dtype]
@@ -168,13 +179,13 @@ def test_transpose(emulate, dtype):
     ("op", "in_dtype", "out_dtype"),
     [
         ("cast_transpose", "bf16", "fp8_e4m3"),
-        ("cast_transpose", "fp32", "bf16"),
-        ("cast_transpose_dbias", "bf16", "fp8_e4m3"),
         ("cast_transpose_dbias", "fp16", "fp32"),
         ("cast_transpose_dbias_dgelu", "bf16", "fp8_e5m2"),
-        ("cast_transpose_dbias_dsilu", "fp32", "bf16"),
         ("dswiglu_cast_transpose", "bf16", "fp8_e4m3"),
-        ("dgeglu_cast_transpose", "fp32", "fp16"),
+        pytest.param("cast_transpose", "fp32", "bf16", marks=MATRIX),
+        pytest.param("cast_transpose_dbias", "bf16", "fp8_e4m3", marks=MATRIX),
+        pytest.param("cast_transpose_dbias_dsilu", "fp32", "bf16", marks=MATRIX),
+        pytest.param("dgeglu_cast_transpose", "fp32", "fp16", marks=MATRIX),
     ],
 )
 def test_cast_transpose_family(emulate, op, in_dtype, out_dtype):
@@ -230,73 +241,6 @@ def _check_tile_host(kernel, rng, m, k, inputs=None):
     return inputs, (out.tobytes(), out_t.tobytes(), amax, dbias.tobytes())
 
 
-# TileConfig candidates (off by default) against the same block shape without them.
-TILE_CANDIDATES = [
-    (128, 4, 1, dict(sum_scatter=True)),
-    (128, 4, 1, dict(prefetch=True)),
-    (512, 4, 0, dict(sum_scatter=True, prefetch=True)),
-    (256, 2, 1, dict(sum_scatter=True)),
-    (128, 4, 1, dict(gather4=True)),  # 2 phase-2 slots per thread
-    (512, 4, 0, dict(sum_scatter=True, prefetch=True, gather4=True)),  # half a slot
-    (256, 4, 0, dict(sum_scatter=True, prefetch=True, gather4=True)),
-    (128, 4, 1, dict(strip=4, prefetch=True)),  # two shared buffers
-    (256, 4, 1, dict(strip=2, prefetch_next=True)),
-    (128, 8, 0, dict(strip=3, gather4=True)),  # one shared buffer: a barrier between tiles
-]
-
-
-@pytest.mark.parametrize(
-    ("op", "in_dtype", "out_dtype"),
-    [
-        ("cast_transpose", "bf16", "fp8_e4m3"),
-        ("cast_transpose_dbias", "bf16", "fp8_e4m3"),
-        ("cast_transpose_dbias_dgelu", "bf16", "fp8_e5m2"),
-        ("cast_transpose_dbias_dsilu", "fp32", "bf16"),
-        ("dswiglu_cast_transpose", "bf16", "fp8_e4m3"),
-    ],
-)
-@pytest.mark.parametrize("cand", TILE_CANDIDATES, ids=lambda c: f"{c[0]}x{c[1]}g{c[2]}"
-                         + "".join(f"-{n}" for n in c[3]))  # fmt: skip
-def test_tile_candidates(emulate, monkeypatch, op, in_dtype, out_dtype, cand):
-    """``TileConfig.sum_scatter`` / ``prefetch`` / ``gather4`` / ``strip`` / ``prefetch_next``
-    (compiled in memory; only strip's symbols carry it), emulated on full tiles (the 16-byte
-    path) and edge tiles: against
-    the reference; q, qt and amax the same bytes as without the switches (same block
-    shape); without ``sum_scatter`` and ``strip`` dbias too; with them dbias the same bytes on
-    a second run (a fixed order). Ops without dbias: every byte the same."""
-    from nvrtc_engine.ops import cast
-
-    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
-    config.reset()
-    threads, blocks, group, switches = cand
-    if switches.get("gather4") and ne.DTYPES[out_dtype].itemsize != 1:
-        pytest.skip("gather4 is for 1-byte outputs")
-    key = ne.make_key(op, in_dtype=in_dtype, out_dtype=out_dtype, arch="sm_90")
-    # the default's tile with every switch off (the 16-bit -> FP8 dbias defaults take strip)
-    base = dataclasses.replace(cast.tile_config(key), threads=threads, min_blocks=blocks,
-                               load_group=group, strip=0, prefetch_next=False)  # fmt: skip
-    cfg = dataclasses.replace(base, **switches)
-    rows = base.tile_rows
-    kernels = {}
-    for c in (base, cfg):
-        monkeypatch.setattr(cast, "tile_config", lambda key, c=c: c)
-        kernels[c] = emulate(Engine().get(key))
-        assert kernels[c].config == c
-    rng = np.random.default_rng(12)
-    # full tiles; a full tile and edges; with strip, strips of several tiles that end in an
-    # edge tile, and a strip cut short by the bottom edge
-    shapes = [(2 * rows, 256), (rows + 3, 130)]
-    if cfg.strip:
-        shapes.append((4 * rows + 5, 200))
-    for m, k in shapes:
-        inputs, want = _check_tile_host(kernels[base], rng, m, k)
-        _, got = _check_tile_host(kernels[cfg], rng, m, k, inputs)
-        _, again = _check_tile_host(kernels[cfg], rng, m, k, inputs)
-        assert got == again, (m, k)
-        same = 3 if (cfg.sum_scatter or cfg.strip) and "dbias" in op else 4
-        assert got[:same] == want[:same], (m, k)
-
-
 def test_multi_cast_transpose_two_launches(emulate):
     kernel = emulate(ne.get_kernel("multi_cast_transpose", dtype="fp8", arch="sm_90"))
     rng = np.random.default_rng(3)
@@ -325,8 +269,8 @@ def test_multi_cast_transpose_two_launches(emulate):
 
 @pytest.mark.parametrize(
     ("in_dtype", "out_dtype", "layout"),
-    [("bf16", "fp8_e4m3", "both"), ("fp32", "fp8_e5m2", "columnwise"),
-     ("fp16", "fp8_e4m3", "rowwise")],
+    sweep(("bf16", "fp8_e4m3", "both"), ("fp32", "fp8_e5m2", "columnwise"),
+          ("fp16", "fp8_e4m3", "rowwise")),
 )  # fmt: skip
 def test_mxfp8(emulate, in_dtype, out_dtype, layout):
     kernel = emulate(ne.get_kernel("quantize", in_dtype=in_dtype, out_dtype=out_dtype,
@@ -362,9 +306,12 @@ def _check_mxfp8_host(kernel, x, buf, in_dtype, out_dtype, layout):
 FAST_SHAPES = [(128, 128), (256, 384), (128, 4096)]
 
 
-@pytest.mark.parametrize("layout", ["both", "columnwise"])
-@pytest.mark.parametrize(("in_dtype", "out_dtype"), [("bf16", "fp8_e4m3"), ("fp32", "fp8_e5m2"),
-                                                     ("fp16", "fp8_e4m3")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("in_dtype", "out_dtype", "layout"),
+    sweep(*((i, o, lay) for (i, o), lay in itertools.product(
+        [("bf16", "fp8_e4m3"), ("fp32", "fp8_e5m2"), ("fp16", "fp8_e4m3")],
+        ["both", "columnwise"]))),
+)  # fmt: skip
 def test_mxfp8_fast_path(emulate, monkeypatch, in_dtype, out_dtype, layout):
     """The fast path gives the reference's bytes (edge values: zeros, subnormals, maxima,
     inf and NaN for bf16) and the quantize kernel's; shapes it cannot take fall back."""
@@ -394,7 +341,7 @@ def test_mxfp8_fast_path(emulate, monkeypatch, in_dtype, out_dtype, layout):
         assert emulate.launched == [0], (m, k)
 
 
-@pytest.mark.parametrize("layout", ["both", "columnwise"])
+@pytest.mark.parametrize("layout", sweep("both", "columnwise"))
 def test_mxfp8_fast_path_nan_inf(emulate, monkeypatch, layout):
     """NaN and inf inputs: the fast path's bytes are the quantize kernel's (both drop NaN
     from block maxima with fmaxf; an inf maximum gives scale 0xfe; the data keeps NaN)."""
@@ -442,28 +389,11 @@ def test_mxfp8_fast_path_unaligned_falls_back(emulate):
         assert (data[1:].reshape(m, k) == want.view(np.uint8)).all()
 
 
-# A few of quantize.QUANTIZE_CANDIDATES (the GPU test checks them all), and the smallest
-# warp mapping.
-MX_CONFIGS = [
-    quantize.QuantizeConfig(),
-    quantize.QuantizeConfig("warp", 1, 1, 4),
-    quantize.QuantizeConfig("warp", 2, 4, 3),
-    quantize.QuantizeConfig("warp", 4, 2, 2),
-    quantize.QuantizeConfig("warp", 1, 8, 2),
-]
-
-
-@pytest.mark.parametrize("cfg", MX_CONFIGS, ids=lambda c: f"{c.mapping}{c.warp_rows}x{c.warp_cols}")
-@pytest.mark.parametrize("layout", ["rowwise", "columnwise", "both"])
-def test_mxfp8_thread_mappings(emulate, monkeypatch, cfg, layout):
-    """Every mapping bench/cast_tuning.py sweeps gives the reference's bytes, on edge values
-    and partial tiles (a monkeypatched configuration: memory-only engine)."""
-    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
-    config.reset()
-    monkeypatch.setattr(quantize, "quantize_config", lambda key: cfg)
-    kernel = emulate(Engine().get(ne.make_key("quantize", dtype="fp8", layout=layout,
-                                              arch="sm_90")))  # fmt: skip
-    assert kernel.config == cfg
+@pytest.mark.parametrize("layout", sweep("both", "rowwise", "columnwise"))
+def test_mxfp8_edge_values(emulate, layout):
+    """The quantize kernel gives the reference's bytes on edge values (zeros, subnormals,
+    maxima, inf and NaN) and partial tiles (shapes the fast path does not take)."""
+    kernel = emulate(ne.get_kernel("quantize", dtype="fp8", layout=layout, arch="sm_90"))
     rng = np.random.default_rng(6)
     for m, k in [(31, 33), (96, 320), (64, 512), (40, 128)]:
         x = edge_input((m, k), rng)
@@ -512,7 +442,7 @@ def test_nvfp4_non_finite(emulate, layout):
 
 @pytest.mark.parametrize(
     ("in_dtype", "layout", "compute_amax"),
-    [("bf16", "both", True), ("fp32", "columnwise", True), ("fp16", "rowwise", False)],
+    sweep(("bf16", "both", True), ("fp32", "columnwise", True), ("fp16", "rowwise", False)),
 )
 def test_nvfp4(emulate, in_dtype, layout, compute_amax):
     kernel = emulate(ne.get_kernel("quantize", in_dtype=in_dtype, out_dtype="fp4_e2m1",

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from nvrtc_engine import cli, driver, launcher
+from nvrtc_engine import cli, driver
 from nvrtc_engine.cli import _one_line_warning, main
+from nvrtc_engine.nvrtc import nvrtc_version
 
 
 def test_demo_compiles_then_hits_the_cache(capsys, isolated_cache):
@@ -46,22 +47,10 @@ def test_cache_info_and_clear(capsys):
     assert "cleared 4 entries" in capsys.readouterr().out
     main(["cache", "info"])
     out = capsys.readouterr().out
-    assert "entries:    0" in out and "launcher:   not built yet" in out
+    assert "entries:    0" in out and "launcher" not in out
     assert "on disk, its SQLite database included" in out  # (an empty cache is not 0 bytes)
     assert cli._size(32768) == "32.8 kB" and cli._size(5) == "5 B"
     assert cli._size(1 << 30) == "1.07 GB" and cli._size(2_500_000) == "2.5 MB"
-
-
-@pytest.mark.skipif(launcher.compiler() is None or not launcher._python_includes(),
-                    reason="no C compiler or no Python headers")  # fmt: skip
-def test_cache_info_shows_the_compiled_launcher(capsys):
-    main(["cache", "info", "--json"])
-    assert json.loads(capsys.readouterr().out)["launcher"] is None
-    built = launcher._built_module().__file__
-    main(["cache", "info"])
-    assert f"launcher:   {built}" in capsys.readouterr().out
-    main(["cache", "info", "--json"])
-    assert json.loads(capsys.readouterr().out)["launcher"] == built
 
 
 def test_cache_commands_without_a_disk_cache_say_why(capsys, monkeypatch, isolated_cache):
@@ -229,7 +218,9 @@ def test_prewarm_bad_arch_option_names_the_option_not_the_file(capsys, tmp_path)
     good = tmp_path / "v.toml"
     good.write_text(VARIANTS)
     for archs, says in ((["sm_95"], "names no GPU ("),
-                        (["sm_90", "sm_80a"], "cannot take the 'a' suffix: ")):  # fmt: skip
+                        (["sm_90", "sm_80a"], "cannot take the 'a' suffix: "),
+                        (["sm_900"], "is newer than every arch this library knows (a typo?); "
+                                     "known archs: sm_80, ")):  # fmt: skip
         assert main(["prewarm", str(good), "--arch", *archs, "--no-progress"]) == 2
         captured = capsys.readouterr()
         assert f"nvrtc-engine prewarm: error: argument --arch: {archs[-1]} {says}" in captured.err
@@ -250,12 +241,28 @@ def _assert_columns_line_up(lines, left=(), right=()):
             assert row[end - 1] != " " and row[end : end + 2] in ("  ", ""), (name, row)
 
 
-def test_cache_list_columns_hold_for_long_arch_names_and_ptx(capsys, tmp_path):
+def _newer_gpu(monkeypatch, arch="sm_130"):
+    """A stand-in GPU newer than every known arch (the arch read in this process)."""
+    from nvrtc_engine import api
+    from nvrtc_engine.key import DeviceArch
+
+    prewarm_module = sys.modules["nvrtc_engine.prewarm"]  # (ne.prewarm is the function)
+    monkeypatch.setattr(api, "_device_arch", lambda device: DeviceArch(arch))
+    monkeypatch.setattr(prewarm_module, "_default_arch", prewarm_module._current_device_arch)
+    monkeypatch.setattr(driver, "device_count", lambda: 1)
+    monkeypatch.setattr(driver, "current_device", lambda: 0)
+    monkeypatch.setattr(driver, "get_device", lambda ordinal: type("D", (), {"arch": arch})())
+
+
+def test_cache_list_columns_hold_for_long_arch_names_and_ptx(capsys, tmp_path, monkeypatch):
     variants = tmp_path / "v.toml"
     variants.write_text(VARIANTS)
-    # sm_130 is newer than this NVRTC knows: PTX, whose arch prints as compute_1xx
-    archs = ["sm_90", "sm_100a", "sm_120f", "sm_130"]
+    archs = ["sm_90", "sm_100a", "sm_120f"]
     assert main(["prewarm", str(variants), "--arch", *archs, "--no-progress"]) == 0
+    # a GPU newer than this NVRTC knows: PTX, whose arch prints as compute_1xx
+    _newer_gpu(monkeypatch)
+    variants.write_text(VARIANTS.replace('arch = "sm_90"', ""))
+    assert main(["prewarm", str(variants), "--no-progress"]) == 0
     capsys.readouterr()
     assert main(["cache", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -270,24 +277,16 @@ def test_cache_list_columns_hold_for_long_arch_names_and_ptx(capsys, tmp_path):
 
 
 def test_cache_list_marks_superseded_entries(capsys, monkeypatch, isolated_cache):
-    """An entry of a key whose source has changed since (here: a patched render, past the
-    key index) stays on disk beside the new one until evicted; ``cache list`` marks which
-    one get_kernel uses now (current yes) and counts the superseded."""
-    import dataclasses
-
+    """An entry of a key whose code has changed since (here: another code fingerprint, as
+    another version of the templates has) stays on disk beside the new one until evicted;
+    ``cache list`` marks which one get_kernel uses now (current yes) and counts the
+    superseded."""
     import nvrtc_engine as ne
-    import nvrtc_engine.engine as engine
+    from nvrtc_engine import cache
 
     old = ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
-    real = engine.render
-
-    def changed(key):
-        r = real(key)
-        return dataclasses.replace(r, source=r.source + "\n// a template change\n")
-
     with monkeypatch.context() as mp:
-        mp.setattr(engine, "render", changed)
-        mp.setattr(engine.Engine, "_from_index", lambda self, key: None)
+        mp.setattr(cache, "code_fingerprint", lambda: "0" * 64)
         ne.clear_cache(disk=False)
         new = ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
     ne.clear_cache(disk=False)
@@ -303,8 +302,9 @@ def test_cache_list_marks_superseded_entries(capsys, monkeypatch, isolated_cache
     assert marks == {old.artifact.digest[:12]: "yes", new.artifact.digest[:12]: "no"}
 
 
-def test_demo_sizes_are_images_with_their_kind(capsys):
-    assert main(["demo", "--arch", "sm_130", "--no-run"]) == 0
+def test_demo_sizes_are_images_with_their_kind(capsys, monkeypatch):
+    _newer_gpu(monkeypatch)
+    assert main(["demo", "--no-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     table = [line for line in lines if line.startswith(("variant", "gelu_"))]
     assert table[0].split() == ["variant", "source", "ms", "kind", "image", "bytes"]
@@ -333,21 +333,30 @@ def test_cache_list_verify_export_import(capsys, tmp_path, isolated_cache):
 
     disk = default_engine().disk()
     digest = next(iter(disk.digests()))
-    disk._store.set(digest, b"garbage")
+    disk.put(digest, b"garbage")
     assert main(["cache", "verify"]) == 1
-    assert f"removed ? ({digest[:12]}): not an nvrtc_engine entry" in capsys.readouterr().out
+    assert f"removed {digest[:12]}: not an nvrtc_engine entry" in capsys.readouterr().out
     assert main(["cache", "verify"]) == 0
     capsys.readouterr()
     assert main(["cache", "import", str(bundle)]) == 0
     out = capsys.readouterr().out
-    assert "imported 2 kernels" in out and "; 1 already in the cache)" in out  # (1 removed)
+    assert out == (f"imported 2 kernels (NVRTC {nvrtc_version()}) from {bundle}: 1 new, 1 "
+                   "already in the cache\n")  # (1 removed above)  # fmt: skip
     assert main(["cache", "import", str(bundle)]) == 0
-    assert "; 2 already in the cache)" in capsys.readouterr().out
+    assert ": 0 new, 2 already in the cache\n" in capsys.readouterr().out
     assert main(["cache", "info", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["entries"] == 2
+    # an existing file is not overwritten without --force
+    assert main(["cache", "export", str(bundle)]) == 2
+    assert f"error: {bundle}: exists; pass overwrite=True (the command line's --force)" in (
+        capsys.readouterr().err)  # fmt: skip
+    assert main(["cache", "export", str(bundle), "--force"]) == 0
+    assert "exported 2 kernels" in capsys.readouterr().out
     bundle.write_bytes(bundle.read_bytes()[:200])
     assert main(["cache", "import", str(bundle)]) == 2
     assert "cannot open as a zip" in capsys.readouterr().err
+    assert main(["cache", "import", str(tmp_path / "missing.zip")]) == 2
+    assert f"error: {tmp_path / 'missing.zip'}: does not exist\n" in capsys.readouterr().err
 
 
 def _variant_file(tmp_path):
@@ -447,31 +456,65 @@ def test_prewarm_file_after_the_archs(tmp_path, capsys, isolated_cache):
     assert "argument --arch: sm_95 names no GPU" in capsys.readouterr().err
     assert main(["prewarm", "--arch", "sm_90"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: nvrtc-engine prewarm [-h] FILE [--arch ARCH [ARCH ...]]")
+    assert err.startswith("usage: nvrtc-engine prewarm [-h] FILE [FILE ...] [--arch ARCH "
+                          "[ARCH ...]]")  # fmt: skip
     assert err.splitlines()[-1] == "nvrtc-engine prewarm: error: the variant file FILE is missing"
 
 
-def test_cache_commands_on_a_read_only_cache(capsys, isolated_cache, tmp_path, read_only_diskcache):
-    """list, info and export read a read-only cache; verify, clear and import, which write,
-    exit 2 saying so."""
+def test_prewarm_takes_several_variant_files(tmp_path, capsys, isolated_cache):
+    """``nvrtc-engine prewarm docs/examples/*.toml``: every file's variants, before or after
+    --arch; a bad entry names its file; a count of one is "1 variant"."""
+    a, b = tmp_path / "a.toml", tmp_path / "b.json"
+    a.write_text(VARIANTS)
+    b.write_text('[{"op": "silu", "dtype": "bf16", "arch": "sm_90"}]')
+    for argv in ([str(a), str(b)], ["--arch", "sm_90", str(a), str(b)],
+                 [str(a), "--arch", "sm_90", str(b)]):  # fmt: skip
+        assert main(["prewarm", *argv, "--json", "--no-progress"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["compiled"] + report["cached"] == [
+            "gelu_bf16_bf16_none_rowwise_hany_sm90", "gelu_bf16_e4m3_tensor_rowwise_hany_sm90",
+            "silu_bf16_bf16_none_rowwise_hany_sm90"]  # fmt: skip
+    assert main(["prewarm", str(b), "--no-progress"]) == 0
+    assert capsys.readouterr().out.startswith("prewarm: 1 variant: 0 compiled, 1 already cached")
+    b.write_text('[{"op": "silu", "dtype": "bf16", "arch": "sm_900"}]')
+    assert main(["prewarm", str(a), str(b), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{b}, entry 0: " in err and "newer than every arch this library knows" in err
+
+
+def test_cache_commands_where_diskcache_cannot_open_the_directory(
+    capsys, isolated_cache, tmp_path, monkeypatch, read_only_diskcache
+):
+    """A read-only cache directory (diskcache opens a cache for writing): every cache
+    command exits 2 saying so; its kernels, exported as a bundle, are served read-only."""
     import warnings
 
+    import nvrtc_engine as ne
+
     main(["demo", "--arch", "sm_90", "--no-run"])
-    assert main(["cache", "export", str(tmp_path / "k.zip")]) == 0
+    bundle = tmp_path / "k.zip"
+    assert main(["cache", "export", str(bundle)]) == 0
+    names = [line.split()[0] for line in _listed(capsys)]
+    monkeypatch.setenv("NVRTC_ENGINE_READONLY_CACHE", str(bundle))
     read_only_diskcache()
     capsys.readouterr()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the engine's one CacheWarning (tested elsewhere)
-        assert main(["cache", "list"]) == 0
-        assert "4 entries" in capsys.readouterr().out
-        assert main(["cache", "info"]) == 0
-        assert f"directory:  {isolated_cache} (read-only)" in capsys.readouterr().out
-        assert main(["cache", "export", str(tmp_path / "again.zip")]) == 0
-        for command in (["verify"], ["clear"], ["import", str(tmp_path / "k.zip")]):
+        for command in (["list"], ["info"], ["verify"], ["clear"], ["export", "x.zip"],
+                        ["import", str(bundle)]):  # fmt: skip
             assert main(["cache", *command]) == 2, command
             err = capsys.readouterr().err
-            assert f"the disk cache at {isolated_cache} is read-only" in err, command
-            assert f"cache {command[0]} needs to write to it" in err, command
+            assert f"the disk cache at {isolated_cache} is unusable" in err, command
+        kernels = [ne.get_kernel(ne.KernelKey.parse(name)) for name in names]
+    assert {k.origin for k in kernels} == {"disk"} and ne.cache_info().compiles == 0
+    assert ne.cache_info().readonly == (str(bundle),)
+
+
+def _listed(capsys):
+    """The entry lines of ``cache list``."""
+    capsys.readouterr()
+    assert main(["cache", "list"]) == 0
+    return capsys.readouterr().out.splitlines()[1:-1]
 
 
 @pytest.mark.parametrize("why", ["unusable", "disabled"])
@@ -502,42 +545,59 @@ def test_prewarm_without_a_disk_cache_exits_2_and_compiles_nothing(
     assert ne.cache_info().compiles == 0 and ne.cache_info().memory_entries == 0
 
 
-def test_prewarm_into_a_read_only_cache_fails_for_what_it_cannot_store(
-    capsys, isolated_cache, tmp_path, read_only_diskcache
-):
+def test_prewarm_onto_a_full_disk_names_it_and_clear_frees_it(capsys, isolated_cache, tmp_path):
+    """Kernels compiled but not stored for want of space: exit 1 naming ENOSPC (not the size
+    limit); and `cache clear` frees a full cache, even one the disk keeps from opening."""
+    import errno
+    import sqlite3
     import warnings
 
-    one = tmp_path / "one.toml"
-    one.write_text(VARIANTS.replace('["bf16", "fp8_e4m3"]', '"bf16"'))
+    import diskcache
+
+    import nvrtc_engine as ne
+    from nvrtc_engine import config
+
     both = tmp_path / "both.toml"
     both.write_text(VARIANTS)
-    assert main(["prewarm", str(one), "--no-progress"]) == 0
-    read_only_diskcache()
+    main(["demo", "--arch", "sm_90", "--no-run"])
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def cannot_open(self, *args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
     capsys.readouterr()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the engine's one CacheWarning (tested elsewhere)
-        assert main(["prewarm", str(one), "--no-progress"]) == 0  # all there: warm
-        assert "1 already cached" in capsys.readouterr().out
+    with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
+        warnings.simplefilter("ignore")  # put's CacheWarning (tested elsewhere)
+        mp.setattr(diskcache.Cache, "set", full)
         assert main(["prewarm", str(both), "--workers", "1", "--no-progress"]) == 1
-    captured = capsys.readouterr()
-    assert "1 compiled, 1 already cached, 0 failed" in captured.out
-    assert f"the disk cache at {isolated_cache} is read-only" in captured.err
-    assert "kernels compiled but not stored: 1 of 1" in captured.err
+        captured = capsys.readouterr()
+        assert "2 compiled, 0 already cached, 0 failed" in captured.out
+        assert ("did not keep them (no space left on device (ENOSPC); OSError: [Errno 28] No "
+                "space left on device)") in captured.err  # fmt: skip
+        assert "kernels compiled but not stored: 2 of 2" in captured.err
+        mp.setattr(diskcache.Cache, "__init__", cannot_open)
+        config.reset()
+        ne.clear_cache(disk=False)
+        assert main(["cache", "clear"]) == 0
+    assert "its store, which could not be opened (no space left" in capsys.readouterr().out
+    assert not (isolated_cache / "entries").exists()
 
 
 def test_prewarm_fails_for_kernels_the_size_limit_evicted(capsys, isolated_cache, tmp_path):
     """A writable cache that does not keep what the prewarm compiled (its size limit evicted
-    the entries) is the same failure as a read-only one: exit 1, saying how many and why."""
+    the entries): exit 1, saying how many and why."""
     import warnings
 
-    from nvrtc_engine import cache
+    import diskcache
 
     both = tmp_path / "both.toml"
     both.write_text(VARIANTS)
     with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
         warnings.simplefilter("ignore")  # put's CacheWarning for an entry evicted at once
         # every store evicted at once: what a limit far too small for the kernels does
-        mp.setattr(cache.DiskCache, "__contains__", lambda self, digest: False)
+        mp.setattr(diskcache.Cache, "__contains__", lambda self, digest: False)
         assert main(["prewarm", str(both), "--workers", "1", "--no-progress"]) == 1
     captured = capsys.readouterr()
     assert "2 compiled, 0 already cached, 0 failed" in captured.out
@@ -560,10 +620,13 @@ def test_cache_clear_reports_the_entries_bytes_not_the_database(capsys, isolated
     assert main(["cache", "clear"]) == 0
     out = capsys.readouterr().out
     assert out == f"cleared 0 entries from {isolated_cache}\n"
+    import nvrtc_engine as ne
+
+    empty = ne.cache_info().bytes
     main(["demo", "--arch", "sm_90", "--no-run"])
     capsys.readouterr()
-    files = sum(p.stat().st_size for p in (isolated_cache / "entries").rglob("*.val"))
-    assert files > 0
+    held = ne.cache_info().bytes - empty
+    assert held > 0
     assert main(["cache", "clear"]) == 0
     out = capsys.readouterr().out
-    assert out == f"cleared 4 entries ({files} bytes) from {isolated_cache}\n"
+    assert out == f"cleared 4 entries ({held} bytes) from {isolated_cache}\n"

@@ -54,8 +54,6 @@ def test_configure_values_raise_settings_errors():
         config.configure(workers=0)
     with pytest.raises(ne.SettingsError, match="lock_timeout"):
         config.configure(lock_timeout=-1)
-    with pytest.raises(ne.SettingsError, match="launcher"):
-        config.configure(launcher="sometimes")
     config.reset()
 
 
@@ -180,7 +178,6 @@ def test_an_infinite_size_limit_is_a_settings_error(raw):
         ("disable_disk_cache", 1),
         ("cache_dir", 3),
         ("debug_dir", b"/tmp"),
-        ("launcher", 1),
         ("lock_timeout", [1]),
     ],
 )
@@ -221,9 +218,9 @@ def test_configure_refuses_a_size_limit_above_the_maximum(value):
 
 
 def test_a_size_limit_at_the_maximum_opens_a_disk_cache(tmp_path):
-    from nvrtc_engine.cache import DiskCache
+    from nvrtc_engine.tiers import DiskTier
 
-    disk = DiskCache.open(tmp_path / "c", config.MAX_SIZE_LIMIT)
+    disk, _why = DiskTier.open(tmp_path / "c", config.MAX_SIZE_LIMIT)
     assert disk is not None and disk.size_limit == config.MAX_SIZE_LIMIT
     disk.close()
 

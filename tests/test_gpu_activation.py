@@ -376,15 +376,10 @@ def test_plain_mxfp8_rowwise_compact_and_padded_scales_agree(op, owner, rng, mon
 
 @pytest.mark.parametrize("layout", ["both", "columnwise"])
 @pytest.mark.parametrize("op", ["gelu", "swiglu", "dswiglu"])
-def test_tile_modes_agree_bit_for_bit(op, layout, rng, monkeypatch):
-    """MXFP8 columnwise and both: columnwise scales computed by one thread per column
-    (``col_owner``) or by every thread for its own columns, one tile per block or several
-    with the next tile's loads in flight (``tiles_per_block``, which also leaves blocks
-    with fewer tiles than others), loads clamped instead of guarded (``clamp_loads``), FP8
-    stored as words or as bytes (``fp8_words``) and the rowwise E8M0 work split over a
-    block's lanes (``split_scales``) give the same bytes, checked against
-    the reference, for several tile shapes, partial column tiles (H = 160) and a grid
-    capped at 3 blocks."""
+def test_tile_shapes_agree_bit_for_bit(op, layout, rng, monkeypatch):
+    """MXFP8 columnwise and both: several tile shapes (threads x chunks per row x chunks
+    per thread) give the same bytes, checked against the reference, with partial column
+    tiles (H = 160) and a grid capped at 3 blocks (the blocks loop over the tiles)."""
     from dataclasses import replace
 
     from nvrtc_engine import config as ne_config
@@ -393,37 +388,27 @@ def test_tile_modes_agree_bit_for_bit(op, layout, rng, monkeypatch):
     monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
                                                        disable_disk_cache=True))  # fmt: skip
     key = ne.make_key(op, dtype="fp8", scaling="mxfp8", layout=layout)
+    results = []
     for shape in [(64, 8, 4), (128, 16, 4), (256, 32, 4)]:
-        results = []
-        modes = [(True, 1, False, True, False), (False, 1, False, True, False),
-                 (True, 3, False, True, False), (False, 2, False, True, False)]  # fmt: skip
-        if shape == (64, 8, 4):  # the default shape: the instruction-saving switches too
-            modes += [(True, 1, True, True, False), (True, 3, True, True, True),
-                      (False, 1, True, False, True), (True, 1, False, False, True),
-                      (True, 1, True, True, True)]  # fmt: skip
-        for col_owner, tiles_per_block, clamp_loads, fp8_words, split in modes:
-            cfg = activation_ops.TileConfig(*shape, col_owner=col_owner,
-                                            tiles_per_block=tiles_per_block,
-                                            clamp_loads=clamp_loads, fp8_words=fp8_words,
-                                            split_scales=split)  # fmt: skip
-            monkeypatch.setattr(activation_ops, "tile_config", lambda key, cfg=cfg: cfg)
-            for cap in (activation_ops.MAX_GRID, 3):
-                monkeypatch.setattr(activation_ops, "MAX_GRID", cap)
-                kernel = Engine().get(key)  # a new kernel: reads MAX_GRID afresh
-                x, grad = make_inputs(op, "bf16", (160,), 160, np.random.default_rng(7))
-                res = check_mxfp8(kernel, x, grad)
-                results.append([t.view(torch.uint8).cpu() for t in res if t is not None])
-        for got in results[1:]:
-            for a, b in zip(results[0], got, strict=True):
-                assert torch.equal(a, b), shape
+        cfg = activation_ops.TileConfig(*shape)
+        monkeypatch.setattr(activation_ops, "tile_config", lambda key, cfg=cfg: cfg)
+        for cap in (activation_ops.MAX_GRID, 3):
+            monkeypatch.setattr(activation_ops, "MAX_GRID", cap)
+            kernel = Engine().get(key)  # a new kernel: reads MAX_GRID afresh
+            x, grad = make_inputs(op, "bf16", (160,), 160, np.random.default_rng(7))
+            res = check_mxfp8(kernel, x, grad)
+            results.append([t.view(torch.uint8).cpu() for t in res if t is not None])
+    for got in results[1:]:
+        for a, b in zip(results[0], got, strict=True):
+            assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("op", ["gelu", "dgelu", "swiglu", "dswiglu"])
-def test_row_scale_modes_agree_bit_for_bit(op, monkeypatch):
-    """MXFP8 rowwise (row-flat kernel): E8M0 scales computed by every lane or split over a
-    block's lanes (``split_scales``), FP8 stored as words or bytes (``fp8_words``), give the
-    same bytes, checked against the reference, with compact and padded scale rows (H of 4
-    and of 33 blocks), several rows per block and a grid capped at 3 blocks."""
+def test_row_flat_modes_agree_bit_for_bit(op, monkeypatch):
+    """MXFP8 rowwise (row-flat kernel): lane mode at several block shapes and, for plain
+    ops, owner mode give the same bytes, checked against the reference, with compact and
+    padded scale rows (H of 4 and of 33 blocks), several rows per block and a grid capped
+    at 3 blocks."""
     from dataclasses import replace
 
     from nvrtc_engine import config as ne_config
@@ -433,9 +418,9 @@ def test_row_scale_modes_agree_bit_for_bit(op, monkeypatch):
                                                        disable_disk_cache=True))  # fmt: skip
     key = ne.make_key(op, dtype="fp8", scaling="mxfp8")
     lc = activation_ops.LaunchConfig
-    configs = [lc(128, 4), lc(128, 4, fp8_words=False), lc(128, 4, split_scales=True),
-               lc(256, 8, split_scales=True, fp8_words=False),
-               lc(64, 4, split_scales=True)]  # fmt: skip
+    configs = [lc(128, 4), lc(256, 8), lc(64, 4)]
+    if op in ("gelu", "dgelu"):
+        configs.append(lc(128, 2, owner=True))
     cases = [(lead, cols, padded) for lead, cols in [((7,), 128), ((129,), 1056), ((3,), 32)]
              for padded in (False, True)]  # fmt: skip
     results: dict = {case: [] for case in cases}
@@ -457,28 +442,6 @@ def test_row_scale_modes_agree_bit_for_bit(op, monkeypatch):
         for other in got[1:]:
             for a, b in zip(got[0], other, strict=True):
                 assert torch.equal(a, b), case
-
-
-def test_flat_fp8_words_and_bytes_agree(monkeypatch):
-    """Flat kernel, FP8 with tensor scaling: FP8 stored as words or as bytes (``fp8_words``)
-    gives the same bytes (a tail that is not a multiple of the vector width included)."""
-    from dataclasses import replace
-
-    from nvrtc_engine import config as ne_config
-    from nvrtc_engine.engine import Engine
-
-    monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
-                                                       disable_disk_cache=True))  # fmt: skip
-    key = ne.make_key("gelu", dtype="fp8", scaling="tensor")
-    got = []
-    for words in (True, False):
-        cfg = activation_ops.LaunchConfig(512, 4, fp8_words=words)
-        monkeypatch.setattr(activation_ops, "launch_config", lambda key, cfg=cfg: cfg)
-        kernel = Engine().get(key)
-        rng2 = np.random.default_rng(5)  # the same inputs and scale for both
-        x, grad = make_inputs("gelu", "bf16", (3,), 4099, rng2)
-        got.append(check_unscaled_or_tensor(kernel, x, grad, rng2).view(torch.uint8).cpu())
-    assert torch.equal(got[0], got[1])
 
 
 def test_mxfp8_allocated_scales_are_padded_with_zeros_on_a_side_stream(rng):

@@ -270,35 +270,32 @@ def test_every_load_group_gives_the_same_bytes(monkeypatch, op):
             for_shapes([(300, 1024)], lambda shape, k=kernel: _run_cast_transpose(k, rng, shape))
 
 
-# TileConfig candidates (off by default; bench/cast_tuning.py --candidates times them):
-# (threads, blocks per SM, load_group, switches), the tile shape tile_config's. Two, to keep
-# the float64 references of 4096 x 4096 within a minute; the host emulation
-# (tests/test_cast_emulated.py) covers more block shapes bit for bit.
-TILE_CANDIDATES = [
-    (256, 4, 0, {"sum_scatter": True, "prefetch": True, "gather4": True}),
+# TileConfigs other than the defaults: (threads, blocks per SM, load_group, switches), the
+# tile shape tile_config's; every switch on other block shapes, strip over 2 and 4 tiles.
+TILE_CONFIGS = [
+    (256, 4, 0, {"prefetch": True, "gather4": True}),
     (128, 8, 1, {"prefetch": True, "gather4": True}),
-    # TileConfig.strip (+ prefetch_next): column sums over several tiles per block
     (128, 4, 1, {"prefetch": True, "strip": 4}),
-    (256, 4, 1, {"prefetch": True, "strip": 4, "prefetch_next": True}),
+    (256, 4, 1, {"prefetch": True, "strip": 2}),
 ]
 
 
-def _candidate_id(cand):
+def _config_id(cand):
     threads, blocks, group, switches = cand
     return f"{threads}x{blocks}g{group}" + "".join(
         f"-{name}" + ("" if value is True else str(value)) for name, value in switches.items()
     )
 
 
-@pytest.mark.parametrize("cand", TILE_CANDIDATES, ids=_candidate_id)
+@pytest.mark.parametrize("cand", TILE_CONFIGS, ids=_config_id)
 @pytest.mark.parametrize(
     "op", ["cast_transpose", "cast_transpose_dbias", "cast_transpose_dbias_dgelu"]
 )
-def test_tile_candidates(monkeypatch, op, cand):
-    """A candidate (compiled in memory; the key does not see it) against the reference on
-    1x1, 31x33 and 4096x4096; on 8192x28672 against the default kernel: q, qt and amax the
-    same bytes, dbias within both summation orders' fp32 error bound (and against float64
-    for cast_transpose_dbias), and two runs of the candidate the same bytes."""
+def test_tile_configs_agree_with_the_default(monkeypatch, op, cand):
+    """A configuration (compiled in memory; the key does not see it) against the reference
+    on 1x1, 31x33 and 4096x4096; on 8192x28672 against the default kernel: q, qt and amax
+    the same bytes, dbias within both summation orders' fp32 error bound (and against
+    float64 for cast_transpose_dbias), and two runs of it the same bytes."""
     import dataclasses
 
     from nvrtc_engine.ops import cast
@@ -308,15 +305,15 @@ def test_tile_candidates(monkeypatch, op, cand):
     key = ne.make_key(op, dtype="fp8")
     default = Engine().get(key)
     threads, blocks, group, switches = cand
-    # from the default's tile shape with every switch off (the default takes strip for
-    # dbias), then the candidate's
-    base = dataclasses.replace(cast.tile_config(key), strip=0, prefetch_next=False)
+    # from the default's tile shape without strip (the default takes it for dbias), then
+    # the configuration's
+    base = dataclasses.replace(cast.tile_config(key), strip=0)
     cfg = dataclasses.replace(base, threads=threads, min_blocks=blocks, load_group=group,
                               **switches)  # fmt: skip
     monkeypatch.setattr(cast, "tile_config", lambda key: cfg)
     kernel = Engine().get(key)
     assert kernel.config == cfg and default.config != cfg
-    rng = rng_for("tile candidates", op, _candidate_id(cand))
+    rng = rng_for("tile configs", op, _config_id(cand))
     # 1000 x 1000: strips of 4 tiles cut short by the bottom edge, ending in edge tiles
     for_shapes(
         [(1, 1), (31, 33), (1000, 1000), (4096, 4096)],
@@ -506,25 +503,6 @@ def _check_mxfp8(kernel, rng, shape, edges=False):
         assert (to_host(data, out_dtype).view(np.uint8) == want.view(np.uint8)).all(), direction
 
 
-@pytest.mark.parametrize("layout", ["rowwise", "both"])
-def test_mxfp8_every_tuning_candidate(monkeypatch, layout):
-    """Each configuration bench/cast_tuning.py may pick, compiled in memory (the key does not
-    see it), on awkward shapes and edge values, bytes equal to the reference."""
-    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
-    config.reset()
-    rng = rng_for("mxfp8 candidates", layout)
-    monkeypatch.setattr(quantize, "MX_FAST_PATH", False)  # the candidates, not the fast path
-    for cfg in quantize.QUANTIZE_CANDIDATES:
-        monkeypatch.setattr(quantize, "quantize_config", lambda key, cfg=cfg: cfg)
-        kernel = Engine().get(ne.make_key("quantize", dtype="fp8", layout=layout))
-        assert kernel.config == cfg
-        try:
-            for_shapes([*SMALL, (200, 1000), (256, 1024)],
-                       lambda shape, k=kernel: _check_mxfp8(k, rng, shape, edges=True))  # fmt: skip
-        except AssertionError as exc:
-            raise AssertionError(f"{cfg}: {exc}") from exc
-
-
 def _quantize_both_paths(monkeypatch, kernel, x):
     """The kernel's outputs for ``x`` with the MXFP8 fast path on and off (each output's
     bytes), and which path each took (the tile function's launch spied on)."""
@@ -577,24 +555,6 @@ def test_mxfp8_fast_path_is_the_quantize_kernel(monkeypatch, in_dtype, out_dtype
             assert torch.equal(got[True][name], got[False][name]), (m, k, name)
     for shape in [(128, 128), (256, 384), (31, 33), (96, 320)]:  # against the reference
         for_shapes([shape], lambda sh: _check_mxfp8(kernel, rng, sh))
-
-
-def test_mxfp8_fast_path_rowwise(monkeypatch):
-    """The rowwise candidate (MX_FAST_ROWWISE, rendered into the key: memory-only engine)
-    gives the quantize kernel's bytes and the reference's."""
-    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
-    config.reset()
-    monkeypatch.setattr(quantize, "MX_FAST_ROWWISE", True)
-    kernel = Engine().get(ne.make_key("quantize", dtype="fp8", layout="rowwise"))
-    assert kernel.artifact.symbols[-1].endswith("_tile")
-    rng = rng_for("mxfp8 fast rowwise")
-    for m, k in [(128, 128), (4096, 4096), (31, 33)]:
-        x = to_torch(sample((m, k), "bf16", rng, small_block=32), "bf16")
-        got, took = _quantize_both_paths(monkeypatch, kernel, x)
-        assert took[True] == (m % 128 == 0 and k % 128 == 0)
-        for name in got[True]:
-            assert torch.equal(got[True][name], got[False][name]), (m, k, name)
-    for_shapes([(256, 384), (96, 320)], lambda sh: _check_mxfp8(kernel, rng, sh, edges=True))
 
 
 def test_mxfp8_both_8192x28672():

@@ -1,9 +1,9 @@
-"""Launch plans on a real GPU: planned calls give the generic path's results bit for bit, in
-every family; many calls with alternating shapes, dtypes, alignment and allocation stay
-right; planned launches follow torch's current stream, survive context switches and
+"""Prepared launches on a real GPU: prepared calls give the checked path's results bit for
+bit, in every family; many calls with alternating shapes, dtypes, alignment and allocation
+stay right; prepared launches follow torch's current stream, survive context switches and
 threads, and are captured in CUDA graphs.
 
-The generic path is forced with ``kernel._fast = lambda *a, **k: (None, None)``.
+The checked path is forced by a table of prepared launches that keeps none (``generic``).
 """
 
 from __future__ import annotations
@@ -20,15 +20,22 @@ from nvrtc_engine import reference
 pytestmark = pytest.mark.gpu
 
 
+class _KeepsNone(dict):
+    """A table of prepared launches that keeps none: every call takes the checked path."""
+
+    def __setitem__(self, key, value):
+        pass
+
+
 def generic(kernel):
-    """The same kernel object, made to take the generic path on every call."""
-    kernel._fast = lambda *args, **kwargs: (None, None)
+    """The same kernel object, made to take the checked path on every call."""
+    kernel._prepared = _KeepsNone()
     return kernel
 
 
-def planned(kernel):
-    """The kernel with launch plans again."""
-    kernel.__dict__.pop("_fast", None)
+def prepared(kernel):
+    """The kernel with prepared launches again."""
+    kernel._prepared = {}
     return kernel
 
 
@@ -74,7 +81,7 @@ def test_alternating_shapes_alignment_and_allocation():
         got = kernel(x, y)
         assert got is y if out else got.shape == x.shape
         check_gelu(x, got)
-    assert len(kernel._launch_plans) <= len(cases)
+    assert len(kernel._prepared) <= len(cases)
 
 
 @pytest.mark.parametrize(
@@ -82,7 +89,7 @@ def test_alternating_shapes_alignment_and_allocation():
     ["gelu_fp8", "dgelu", "swiglu", "clamped_swiglu", "rmsnorm", "layernorm_fp8", "layernorm_bwd",
      "rmsnorm_bwd_add", "transpose", "cast_transpose_dbias", "quantize_mxfp8", "quantize_nvfp4"],
 )  # fmt: skip
-def test_planned_calls_match_the_generic_path_bit_for_bit(case):
+def test_prepared_calls_match_the_checked_path_bit_for_bit(case):
     x = randn(256, 1024)
     h = randn(256, 2048)
     s, a = torch.full((1,), 2.0, device="cuda"), torch.zeros(1, device="cuda")
@@ -116,14 +123,14 @@ def test_planned_calls_match_the_generic_path_bit_for_bit(case):
     }  # fmt: skip
     kernel, call = calls[case]()
     want = tensors_of(call(generic(kernel)))
-    planned(kernel)
-    for _ in range(3):  # plans, then runs the plan twice
+    prepared(kernel)
+    for _ in range(3):  # prepares, then runs the prepared launch twice
         got = tensors_of(call(kernel))
         torch.cuda.synchronize()
         assert len(got) == len(want)
         for g, e in zip(got, want, strict=True):
             assert same_bits(g, e)
-    assert kernel._launch_plans
+    assert kernel._prepared
 
 
 def test_in_place_and_aliasing():
@@ -137,7 +144,7 @@ def test_in_place_and_aliasing():
     x, dz, w = randn(64, 1024), randn(64, 1024), randn(1024)
     rs = torch.ones(64, device="cuda")
     want = generic(add)(dz, x, rs, w, randn(64, 1024).fill_(1.0))
-    planned(add)
+    prepared(add)
     for _ in range(3):
         residual = torch.ones(64, 1024, dtype=torch.bfloat16, device="cuda")
         got = add(dz, x, rs, w, residual, residual)  # dx is add: in place
@@ -145,11 +152,11 @@ def test_in_place_and_aliasing():
         assert got.dx is residual and same_bits(got.dx, want.dx)
 
 
-def test_planned_launches_follow_the_current_stream():
+def test_prepared_launches_follow_the_current_stream():
     kernel = ne.get_kernel("gelu", dtype="bf16")
     x = randn(512, 4096)
     kernel(x)
-    kernel(x)  # planned from here on
+    kernel(x)  # prepared from here on
     side = torch.cuda.Stream()  # does not wait for the legacy default stream
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -163,7 +170,7 @@ def test_planned_launches_follow_the_current_stream():
     assert same_bits(y, z) and same_bits(y, w)
 
 
-def test_planned_launches_after_a_context_switch_and_in_threads():
+def test_prepared_launches_after_a_context_switch_and_in_threads():
     from cuda.bindings import driver as cu
 
     kernel = ne.get_kernel("gelu", dtype="bf16")
@@ -193,20 +200,20 @@ def test_planned_launches_after_a_context_switch_and_in_threads():
             check_gelu(t, y)
 
 
-def test_planned_launches_in_a_cuda_graph():
+def test_prepared_launches_in_a_cuda_graph():
     kernel = ne.get_kernel("gelu", dtype="fp8")
     x = randn(256, 1024)
     s = torch.full((1,), 2.0, device="cuda")
     amax = torch.zeros(1, device="cuda")
     out = torch.empty(256, 1024, dtype=torch.float8_e4m3fn, device="cuda")
-    for _ in range(2):  # load, plan
+    for _ in range(2):  # load, prepare
         kernel(x, out, scale=s, amax=amax)
         kernel(x, scale=s, amax=amax)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        kernel(x, out, scale=s, amax=amax)  # planned, given output
-        allocated = kernel(x, scale=s, amax=amax)  # planned, output from the graph's pool
+        kernel(x, out, scale=s, amax=amax)  # prepared, given output
+        allocated = kernel(x, scale=s, amax=amax)  # prepared, output from the graph's pool
     out.view(torch.uint8).fill_(0xFF)
     amax.zero_()
     x.copy_(randn(256, 1024))
@@ -219,7 +226,7 @@ def test_planned_launches_in_a_cuda_graph():
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
-def test_plans_per_device():
+def test_prepared_launches_per_device():
     kernel = ne.get_kernel("gelu", dtype="bf16")
     xs = [randn(16, 1024).to(f"cuda:{d}") for d in range(2)]
     with torch.cuda.device(0):
@@ -230,16 +237,16 @@ def test_plans_per_device():
         torch.cuda.synchronize(d)
         ref = reference.activation("gelu", to_host(x, "bf16"), "bf16")
         reference.check_close(to_host(y, "bf16"), ref.y, "bf16", ref.tolerance)
-    assert len(kernel._launch_plans) == 2
+    assert len(kernel._prepared) == 2
 
 
-def test_float_arguments_change_per_planned_call():
+def test_float_arguments_change_per_prepared_call():
     kernel = ne.get_kernel("rmsnorm_fwd", in_dtype="bf16", hidden_size=1024)
     x, w = randn(64, 1024), randn(1024)
     for eps in (1e-5, 1e-5, 0.5, 2.0, 1e-5):
         got = kernel(x, w, eps)
         want = generic(kernel)(x, w, eps)
-        planned(kernel)
+        prepared(kernel)
         torch.cuda.synchronize()
         assert same_bits(got.z, want.z) and same_bits(got.rsigma, want.rsigma)
 

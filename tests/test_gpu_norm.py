@@ -560,7 +560,7 @@ def test_forward_shifted_outlier_first_element():
     "massive activation" in the first channel) over N(0, 1) bf16 rows. The kernel stays within
     the one-pass bounds of the reference, which are wider than the two-pass ones there (so more
     elements are at ties: up to 20%); beside the same configuration with two-pass statistics,
-    at most 5% of the z bytes differ (2.2% in bench/norm_shift_error.py's emulation at 256).
+    at most 5% of the z bytes differ (2.2% in tests/norm_shift_emulation.py's emulation at 256).
     Not always by one step: rsigma's relative error (3e-3 there) is an absolute error of
     xhat * gamma, several steps where z is small against it."""
     import dataclasses

@@ -106,7 +106,9 @@ def test_arch_forms():
     assert key(arch="sm_100a").arch == "sm_100a"
     assert key(arch="sm_100f").arch == "sm_100f"
     assert key(arch="sm_107").arch == "sm_107"
-    assert key(arch="sm_130").arch == "sm_130"  # newer than every known arch: a PTX kernel
+    # a key holds the arch of a GPU newer than every known arch (its kernel is PTX);
+    # make_key refuses such an arch when a caller names it (test_a_named_arch_must_be_known)
+    assert key(arch="sm_130").arch == "sm_130"
 
 
 @pytest.mark.parametrize(
@@ -135,12 +137,11 @@ KNOWN = "sm_80, sm_86, sm_87, sm_88, sm_89, sm_90, sm_100, sm_103, sm_107, sm_11
     "arch, message",
     [
         ("sm_5", "arch='sm_5' is not an arch name: expected sm_<major><minor> such as sm_90 "
-                 f"(optionally sm_90a, sm_100f); known archs: {KNOWN} (a newer one is compiled "
-                 "as PTX)"),
+                 f"(optionally sm_90a, sm_100f); known archs: {KNOWN}"),
         ("compute_90", "arch='compute_90' is not an arch name: expected sm_<major><minor>"),
         ("", "arch='' is not an arch name: expected sm_<major><minor>"),
         ("sm_50", "arch='sm_50' is older than Ampere: the oldest arch supported is sm_80; "
-                  f"known archs: {KNOWN} "),
+                  f"known archs: {KNOWN}"),
         ("sm_95", "arch='sm_95' names no GPU (it lies between sm_90 and sm_100); known archs: "),
         ("sm_89a", "arch='sm_89a' cannot take the 'a' suffix: arch-specific 'a' targets exist "
                    "from sm_90 on; pass sm_89, or one of sm_90a, sm_100a, "),
@@ -470,6 +471,48 @@ def test_misspelled_scaling_and_layout_name_the_closest_one():
     assert info.value.field == "scaling"
     with pytest.raises(VariantError, match=r"\(did you mean columnwise\?\)"):
         make_key("gelu", dtype="fp8", layout="colwise", arch="sm_90")
+
+
+@pytest.mark.parametrize("arch", ["sm_900", "sm_130", "sm_999", 130, "sm_130a"])
+def test_a_named_arch_must_be_known(arch, tmp_path):
+    """An arch a caller names that is newer than every known arch (``sm_900``, a typo of
+    sm_90) is a VariantError listing the known archs, from make_key, get_kernel, prewarm's
+    ``arch=`` and a kernel name in a variant list; nothing is compiled."""
+    from nvrtc_engine.prewarm import prewarm
+
+    calls = [
+        lambda: make_key("gelu", dtype="fp8", arch=arch),
+        lambda: ne.get_kernel("gelu", dtype="fp8", arch=arch),
+        lambda: prewarm([{"op": "gelu", "dtype": "bf16"}], arch=arch, progress=False),
+    ]
+    for call in calls:
+        with pytest.raises(VariantError, match="newer than every arch this library knows") as err:
+            call()
+        assert err.value.field == "arch" and KNOWN in str(err.value)
+    name = f"gelu_bf16_bf16_none_rowwise_hany_sm{str(arch).removeprefix('sm_')}"
+    with pytest.raises(ne.VariantListError, match="newer than every arch"):
+        prewarm([name], progress=False)
+    assert ne.cache_info().compiles == 0
+
+
+def test_only_a_device_newer_than_every_known_arch_gets_ptx(monkeypatch):
+    """With arch left out, a GPU newer than every known arch (here sm_130) gets a key for
+    its own arch and a PTX kernel for the newest arch NVRTC supports; the same arch named
+    by the caller is refused."""
+    from nvrtc_engine import api, nvrtc
+    from nvrtc_engine.key import DeviceArch
+
+    monkeypatch.setattr(api, "_device_arch", lambda device: DeviceArch("sm_130"))
+    key = make_key("gelu", dtype="bf16")
+    assert key.arch == "sm_130" and type(key.arch) is str  # the key holds a plain str
+    assert KernelKey.parse(str(key)) == key  # its name reads back (cache listings, bundles)
+    kernel = ne.get_kernel("gelu", dtype="bf16")
+    newest = max(nvrtc.supported_archs())
+    assert kernel.artifact.kind == "ptx" and kernel.artifact.options[0] == f"-arch=compute_{newest}"
+    with pytest.raises(VariantError, match="newer than every arch"):
+        make_key("gelu", dtype="bf16", arch="sm_130")
+    # a known arch named by the caller is always a cubin
+    assert ne.get_kernel("gelu", dtype="bf16", arch="sm_121").artifact.kind == "cubin"
 
 
 def test_get_kernel_reports_a_bad_field_before_asking_for_a_device(monkeypatch):

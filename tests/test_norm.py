@@ -20,6 +20,7 @@ import re
 import numpy as np
 import pytest
 from fakes import FakeCaiArray, FakeCupyArray
+from norm_shift_emulation import shifted_forward_fp32
 
 import nvrtc_engine as ne
 from nvrtc_engine import ArgumentError, ArgumentTypeError, KernelKey, VariantError, driver, make_key
@@ -94,6 +95,7 @@ def compile_and_check(key):
     return kernel
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(
     "variant",
     list(variants(ALL_ARCH_HIDDEN, ARCHS)),
@@ -109,6 +111,7 @@ def test_every_norm_variant_compiles(variant):
     assert len(kernel.artifact.symbols) == expected
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("op", FWD + BWD)
 def test_flags_compile(op, arch):
@@ -637,26 +640,14 @@ def test_reference_forward_bounds_scale_with_the_mean_offset():
     assert r.z_tol.max() < 0.2
 
 
-def _bench_module(name):
-    """The script bench/NAME.py as a module."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parent.parent / "bench" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"{name}_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("hidden, first", [(65536, 256.0), (4096, -2000.0), (1001, 30.0),
                                            (4096, None)])  # fmt: skip
 def test_reference_shifted_bounds_cover_the_one_pass_statistics(hidden, first):
-    """``layernorm_fwd(..., shift=K)`` bounds the fp32 one-pass statistics about K (switch
-    ``z``, emulated by bench/norm_shift_error.py): bf16 rows of N(0, 1) whose first element
-    is an outlier (256 = sqrt(65536) standard deviations: half the bound's cancellation; a "massive
-    activation" of -2000), where the fp32 computation is far outside the two-pass bounds and
-    inside the shifted ones; and fp32 rows with a 1e4 mean offset."""
+    """``layernorm_fwd(..., shift=K)`` bounds the fp32 one-pass statistics about K
+    (``stats="shifted"``, emulated by tests/norm_shift_emulation.py): bf16 rows of N(0, 1)
+    whose first element is an outlier (256 = sqrt(65536) standard deviations: half the bound's
+    cancellation; a "massive activation" of -2000), where the fp32 computation is far outside
+    the two-pass bounds and inside the shifted ones; and fp32 rows with a 1e4 mean offset."""
     rng = np.random.default_rng(hidden)
     if first is None:
         x = (1e4 + rng.standard_normal((8, hidden))).astype(np.float32)
@@ -666,8 +657,7 @@ def test_reference_shifted_bounds_cover_the_one_pass_statistics(hidden, first):
         x = x.astype(ne.DTYPES["bf16"].numpy()).astype(np.float32)
     gamma = (rng.standard_normal(hidden) * 0.5 + 1).astype(np.float32)
     beta = (rng.standard_normal(hidden) * 0.5).astype(np.float32)
-    emulated = _bench_module("norm_shift_error").shifted_forward_fp32
-    k, mu, rs, z = emulated(x, gamma, beta, 1e-5)
+    k, mu, rs, z = shifted_forward_fp32(x, gamma, beta, 1e-5)
     shifted = ref.layernorm_fwd(x, gamma, beta, 1e-5, shift=k)
     assert np.all(np.abs(mu - shifted.mu) <= shifted.mu_tol)
     assert np.all(np.abs(rs - shifted.rsigma) <= shifted.rsigma_tol)
@@ -884,7 +874,7 @@ DEPENDENT_CASES = [  # (op, fields, staged: its main kernel is the persistent st
 ]
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", [pytest.param("sm_80", marks=pytest.mark.matrix), "sm_90"])
 @pytest.mark.parametrize(("op", "fields", "staged"), DEPENDENT_CASES,
                          ids=lambda v: v if isinstance(v, str) else None)  # fmt: skip
 def test_kernels_wait_for_their_grid_dependency(op, fields, staged, arch):
@@ -927,16 +917,6 @@ def test_kernels_wait_for_their_grid_dependency(op, fields, staged, arch):
         assert trigger == (expected and n == 0), n
 
 
-def test_norm_vs_cast_reads_its_shapes():
-    """bench/norm_vs_cast.py --shapes: N x H pairs of positive integers, anything else a
-    ValueError that names the item."""
-    bench = _bench_module("norm_vs_cast")
-    assert bench.parse_shapes("16384x4096, 2x8") == [(16384, 4096), (2, 8)]
-    for bad in ("16384", "16384x", "0x4096", "ax4", "4x-1"):
-        with pytest.raises(ValueError, match="not NxH"):
-            bench.parse_shapes(bad)
-
-
 def test_one_config_patch_reaches_source_symbols_and_kernel(monkeypatch):
     """One patch of ``norm.norm_config`` (how a script would try a configuration) reaches the
     rendered source, the symbols and the kernel's host side (``Kernel.config``: its grids)
@@ -959,6 +939,91 @@ def test_one_config_patch_reaches_source_symbols_and_kernel(monkeypatch):
     assert key.spec.config(key) == default
 
 
+def _bench_module(name):
+    """The script bench/tuning/NAME.py as a module."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "bench" / "tuning" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_source_ab_variants_change_the_configuration_or_the_trigger(monkeypatch, capsys):
+    """bench/tuning/source_ab.py: ``FIELD=VALUE`` and ``staging.FIELD=VALUE`` replace one
+    field of the key's configuration, ``rules`` takes the rules' in place of a TUNED entry,
+    ``trigger``/``notrigger`` flip the kernel's NVE_TRIGGER; a built variant compiles under
+    its configuration's label; anything that does not apply is a usage error before a GPU is
+    needed."""
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")  # restored after the test
+    ab = _bench_module("source_ab")
+    fp8 = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=8192,
+                   arch="sm_90")  # fmt: skip
+    tuned = norm.norm_config(fp8)
+    assert tuned.stats == "per_warp" and ab.configured(fp8, []) == tuned
+    assert ab.configured(fp8, ["stats=two_pass"]) == dataclasses.replace(tuned, stats="two_pass")
+    aligned = ab.configured(fp8, ["staging.align=128", "words=false"])
+    assert aligned.staging.align == 128 and not aligned.words
+    rules = ab.configured(fp8, ["rules"])
+    assert rules == norm_config._register_layout(fp8) and rules != tuned
+    for parts, match in ((["warps=x"], "warps"), (["staging=none"], "needs staging"),
+                         (["rules", "staging.align=16"], "not a staged kernel"),
+                         (["nosuch=1"], "nosuch")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            ab.configured(fp8, parts)
+    assert ab.parse_variant("base") == [] and ab.parse_variant("rules+notrigger") == [
+        "rules", "notrigger"]  # fmt: skip
+    for bad, match in (("base+trigger", "give it alone"), ("bogus", "unknown change")):
+        with pytest.raises(ValueError, match=match):
+            ab.parse_variant(bad)
+    plain = make_key("layernorm_fwd", in_dtype="bf16", hidden_size=4096, arch="sm_90")
+    r = render(plain)  # a register forward of one row group per CTA: it triggers
+    assert "#define NVE_TRIGGER 1" in r.source
+    assert "#define NVE_TRIGGER 0" in ab.edited(r, ["notrigger"]).source
+    with pytest.raises(ValueError, match="has no"):
+        ab.edited(r, ["trigger"])
+    ab.check_variants([("layernorm", 8192)], ["fp8"], [[], ["stats=two_pass"], ["notrigger"]])
+    with pytest.raises(ValueError, match="layernorm:4096 --out bf16"):
+        ab.check_variants([("layernorm", 4096)], ["bf16"], [["staging.align=128"]])
+    kernel = ab.build(fp8, ["stats=two_pass"])
+    assert kernel.config.stats == "two_pass"
+    assert kernel.artifact.symbols == (f"{fp8}_{kernel.config.label}",)
+    assert norm.norm_config(fp8) == tuned  # (the patch ends with the build)
+    for argv, message in ((["--variants", "base,stream"], "unknown change"),
+                          (["--rounds", "0"], "at least 1"), (["--name", "../x"], "not a path"),
+                          (["--cases", "rmsnorm:4096", "--variants", "staging.align=128"],
+                           "not a staged kernel")):  # fmt: skip
+        monkeypatch.setattr("sys.argv", ["source_ab.py", *argv])
+        with pytest.raises(SystemExit) as exc:
+            ab.main()
+        assert exc.value.code == 2
+        assert message in capsys.readouterr().err
+
+
+def test_sass_script_builds_variant_kernels(monkeypatch):
+    """bench/tuning/sass.py's ``variant=`` (the diff itself needs cuobjdump, not here): the
+    variant and the kernel as chosen share symbols and configuration and differ in the image;
+    ``instructions`` keeps only the instruction text of a disassembly."""
+    monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
+    sass = _bench_module("sass")
+    fields = dict(in_dtype="bf16", hidden_size=4096, arch="sm_90")
+    plain = sass.built("layernorm_fwd", fields, "base")
+    flipped = sass.built("layernorm_fwd", fields, "notrigger")
+    assert plain.config == flipped.config and plain.artifact.symbols == flipped.artifact.symbols
+    assert plain.artifact.image != flipped.artifact.image
+    with pytest.raises(SystemExit, match="unknown change"):
+        sass.built("layernorm_fwd", fields, "nosuch")
+    text = (  # fmt: skip
+        "        Function : k\n"
+        "        /*0000*/     LDC R1, c[0x0][0x28] ;   /* 0x00000a00ff017b82 */\n"
+        "                                              /* 0x000fe40000000800 */\n"
+        "        /*0010*/     UIADD3 UR5, UR5, 0x20, URZ ; /* 0x0000002005057890 */\n"
+    )
+    assert sass.instructions(text) == ["LDC R1, c[0x0][0x28] ;", "UIADD3 UR5, UR5, 0x20, URZ ;"]
+
+
 def test_no_module_level_switch_changes_generated_code():
     """The configuration comes from the key alone: no norm module keeps a mutable setting
     (the tuning switches and their module are gone; TUNED is read-only); render_context passes
@@ -975,7 +1040,7 @@ def test_no_module_level_switch_changes_generated_code():
                    arch="sm_90")  # fmt: skip
     ctx = key.spec.render_context(key)
     assert ctx["cfg"] == norm.norm_config(key)
-    assert len(ctx) - len(super(type(key.spec), key.spec).render_context(key)) <= 12
+    assert len(ctx) - len(super(type(key.spec), key.spec).render_context(key)) <= 13
     for name in norm.__all__:
         assert hasattr(norm, name), name
     assert norm_config.norm_spec(key) is key.spec

@@ -26,6 +26,7 @@ PAIRS = list(
 )
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize(("in_dtype", "out_dtype"), PAIRS)
 @pytest.mark.parametrize("hidden_size", [None, 4096])

@@ -72,6 +72,34 @@ def test_list_of_keys_dicts_and_names_deduplicated():
     assert keys == [key, make_key("gelu", dtype="bf16", arch="sm_90")]
 
 
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_a_byte_order_mark_is_no_content(tmp_path, suffix):
+    """A file saved with a UTF-8 byte-order mark (some Windows editors) reads as without."""
+    text = TOML if suffix == ".toml" else json.dumps([{"op": "gelu", "arch": "sm_90"}])
+    plain, marked = tmp_path / f"plain{suffix}", tmp_path / f"marked{suffix}"
+    plain.write_text(text, encoding="utf-8")
+    marked.write_text(text, encoding="utf-8-sig")
+    assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert load_variants(marked) == load_variants(plain) != []
+
+
+def test_a_list_may_hold_variant_files(tmp_path):
+    """Paths (os.PathLike) in a list are variant files, read in their place; a str in a
+    list stays a kernel name. Errors name the file and its entry."""
+    a, b = tmp_path / "a.toml", tmp_path / "b.json"
+    a.write_text(TOML)
+    b.write_text(json.dumps([{"op": "silu", "dtype": "bf16", "arch": "sm_90"}]))
+    key = make_key("gelu", dtype="fp8", arch="sm_80")
+    keys = resolve_variants([key, a, str(key), b])
+    assert keys == [key, *load_variants(a), *load_variants(b)]
+    b.write_text(json.dumps([{"op": "silu", "dtype": "bf61", "arch": "sm_90"}]))
+    with pytest.raises(VariantListError, match=f"^{b}, entry 0: "):
+        resolve_variants([a, b])
+    with pytest.raises(VariantListError, match=r"a str in a list is a kernel name: pass "
+                       r"pathlib.Path\("):  # fmt: skip
+        resolve_variants([str(a)])
+
+
 def test_arch_argument_replaces_the_variants_arch(tmp_path):
     path = tmp_path / "v.toml"
     path.write_text(TOML)

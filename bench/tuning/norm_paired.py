@@ -1,7 +1,7 @@
 """The norm kernels of this checkout against those of another copy of the package, paired in
-one run on one GPU: per row of the norm table (bench/norm_bandwidth.py's shapes and cases),
-the time of each in the same rounds and the ratio new/old. Target: no row slower by more
-than 2% (median same-round ratio at most 1.02).
+one run on one GPU: per row of the norm table (the shapes and cases of bench/bandwidth.py
+--family norm), the time of each in the same rounds and the ratio new/old. Target: no row
+slower by more than 2% (median same-round ratio at most 1.02).
 
     python bench/tuning/norm_paired.py --baseline DIR [--norms layernorm,rmsnorm]
         [--shapes 16384x1024,...] [--rounds 20] [--repeat 20] [--out FILE]
@@ -15,7 +15,7 @@ the other, in alternating order. Cases: bf16 x, N x H in {16384 x 1024, 4096, 81
 specialized kernels (hidden_size=H). Each timed call touches its own buffers, cycling over
 enough copies that a cycle moves at least 256 MB (nothing served from L2). GB/s counts x
 read and z written (and gamma, beta) forward, x and dz read and dx written backward.
-Writes bench/results/norm_paired.json (``--out``; and under $OUT when set).
+Writes bench/tuning/results/norm_paired.json (``--out``; and under $OUT when set).
 
 ``--dry-run`` needs no GPU: each worker compiles every case's kernel (for ``--arch``) and
 reports its symbol, so the two copies and the case list are checked before a GPU is spent.
@@ -287,7 +287,7 @@ def main() -> int:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=20, help="calls timed per round")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "norm_paired.json")
+    parser.add_argument("--out", type=Path, default=HERE.parent / "results" / "norm_paired.json")
     parser.add_argument("--dry-run", action="store_true", help="compile only, no GPU")
     parser.add_argument("--arch", default="sm_90", help="the dry run's arch")
     parser.add_argument("--stub", action="store_true", help="the stub driver: no GPU")

@@ -32,7 +32,7 @@ from ..errors import ArgumentError, ArgumentTypeError, VariantError
 from ..interop import Array, stream_handle
 from ..kernel import Kernel
 from ..key import LAYOUTS
-from ..plans import Float, Ptr, fast_path
+from ..signature import CallArgs, Signature, f32, i32, i64, ptr
 from .base import OpSpec
 from .blockscale import MXFP8_BLOCK
 from .mxfp8 import MXFP8Output, bind_mxfp8_output, zero_fresh_scales
@@ -44,7 +44,11 @@ __all__ = [
     "ACTIVATION_SPECS",
     "CLAMPED_SWIGLU_ALPHA",
     "CLAMPED_SWIGLU_LINEAR_OFFSET",
+    "FLAT",
+    "FLAT_GRAD",
     "KINDS",
+    "ROWS",
+    "TILE",
     "ActivationConfig",
     "ActivationGradKernel",
     "ActivationKernel",
@@ -61,13 +65,30 @@ __all__ = [
 ]
 
 MAX_GRID = 2**31 - 1  # CUDA's limit on gridDim.x; the kernels loop over what is left
-# Parameter slots that take the array arguments (grad, x, out, scale, amax, scale_inv) or
-# clamped SwiGLU's floats (limit, alpha, linear_offset), for launch plans (Kernel._submit).
-_GRAD, _X, _OUT, _SCALE, _AMAX, _SCALE_INV = (Ptr(i) for i in range(6))
-_FLAT_REFS = ((0, _X), (1, _OUT), (3, _SCALE), (4, _AMAX), (5, _SCALE_INV))
-_FLAT_GRAD_REFS = (*_FLAT_REFS, (7, _GRAD))
-_TILE_REFS = ((0, _X), (1, _GRAD), (2, _OUT), (10, _SCALE), (11, _AMAX), (12, _SCALE_INV))
-_CLAMP_REFS = ((13, Float(0)), (14, Float(1)), (15, Float(2)))
+# The kernels' parameters (templates/activation.cu.j2: flat and row-flat kernels;
+# templates/mxfp8_tile.j2: the tiled kernel, also quantize's MXFP8 fast path).
+FLAT = Signature(
+    ptr("x", "In::storage", const=True), ptr("y", "Out::storage"), i64("n"),
+    ptr("scale_ptr", "float", const=True), ptr("amax_ptr", "float"), ptr("scale_inv_ptr", "float"),
+    i32("aligned"),
+)  # fmt: skip
+FLAT_GRAD = FLAT.extend(ptr("grad", "In::storage", const=True))
+TILE = Signature(
+    ptr("x", "In::storage", const=True), ptr("grad", "In::storage", const=True),
+    ptr("y", "Out::storage"), ptr("y_col", "Out::storage"), ptr("s_row", "unsigned char"),
+    ptr("s_col", "unsigned char"), i64("rows"), i64("cols_arg"), i64("s_row_stride"),
+    i64("s_col_stride"), ptr("scale_ptr", "float", const=True), ptr("amax_ptr", "float"),
+    ptr("scale_inv_ptr", "float"), f32("limit"), f32("alpha"), f32("linear_offset"),
+    i32("aligned"),
+)  # fmt: skip
+ROWS = TILE.extend(i64("ur"), i64("uq"), i64("sr"), i64("sq"), i64("div_magic_arg"),
+                   i32("div_shift_arg"), i32("compact"))  # fmt: skip
+# A call's arguments, in the order every activation kernel hands them to the launch, and the
+# call key tags of the calls without scaling arguments (Kernel._fast1...)
+_ARGS = CallArgs(("grad", "x", "out", "scale", "amax", "scale_inv"),
+                 ("limit", "alpha", "linear_offset"))  # fmt: skip
+_X, _X_OUT = _ARGS.mask("x"), _ARGS.mask("x", "out")
+_GRAD_X, _GRAD_X_OUT = _ARGS.mask("grad", "x"), _ARGS.mask("grad", "x", "out")
 KINDS: tuple[str, ...] = ("act", "dact", "gated", "dgated")
 CLAMPED_SWIGLU_ALPHA = 1.702
 CLAMPED_SWIGLU_LINEAR_OFFSET = 1.0
@@ -80,42 +101,30 @@ class LaunchConfig:
     :func:`launch_config` gives the flat kernel's (plain ops, ``none``/``tensor``),
     :func:`row_config` the row-flat kernel's (gated ops, MXFP8 rowwise).
 
-    The flat kernel's, measured on the H200 (bench/activation_tuning.py, 16384 x 8192 bf16, see
-    docs/performance.md): a single pass beat a grid capped at 4-16 blocks per SM and looped
-    over, for every block size (the capped loop reached 75% of copy bandwidth even for the
-    identity function, one pass 88-90%). Without amax, small blocks with one chunk each
-    are best (128 x 1: 91.5% of copy for GELU bf16->bf16). With tensor scaling every
-    block ends with an atomicMax on the one amax word, so blocks must be few: 512 threads x
-    4 chunks (75.8%, against 45% for 128 x 1) in that sweep. bench/flat_ab.py (2026-12-01,
-    paired rounds, at 16384 x 8192 / 8192 x 28672; bench/results/flat_ab*.json) measured the
-    identity (``cast``) 1.020x / 1.014x faster with 512 x 2, streaming hints and the unguarded
-    atomic, and the other functions 1.000-1.037x faster with 128 x 2 x 32 bytes and streaming
-    hints; but bench/cast_bandwidth.py and bench/activation_bandwidth.py then measured those at
-    92-93% of copy, against 96-101% for 512 x 4 in their earlier runs, in two runs each, while
-    one-off scripts of the same hour agreed with flat_ab (bench/results/logs/first-use- and
-    fresh-output-2026-12-01.txt). Unexplained, so 512 x 4 stays.
+    A chunk is 16 input bytes (one access). FP8 outputs are stored as 32-bit words built from
+    the paired conversions (``nve::convert_fp8_words``), not a byte array the compiler repacks
+    byte by byte: the same bytes, fewer instructions (sm_90 SASS, docs/activations.md).
+
+    The flat kernel's, measured on the H200 (16384 x 8192 bf16, docs/performance.md): a single
+    pass beat a grid capped at 4-16 blocks per SM and looped over, for every block size (the
+    capped loop reached 75% of copy bandwidth even for the identity function, one pass
+    88-90%). Without amax, small blocks with one chunk each are best (128 x 1: 91.5% of copy
+    for GELU bf16->bf16). With tensor scaling every block ends with an atomicMax on the one
+    amax word, so blocks must be few: 512 threads x 4 chunks (75.8%, against 45% for 128 x
+    1). 32-byte chunks, streaming cache hints and an unguarded amax atomic measured no better
+    in the bandwidth benchmarks (92-93% of copy against 96-101% for 512 x 4) and were removed.
     """
 
     threads: int
     unroll: int
-    chunk_bytes: int = 16  # input bytes per chunk: 16 (one access) or 32 (two)
     # Row-flat kernel, plain ops with MXFP8 rowwise output only: each thread owns whole
     # 32-value blocks (``unroll`` of them: 64 contiguous bf16 bytes in, 32 FP8 bytes out, one
     # E8M0 scale, no shuffles) instead of one 16-byte chunk per lane.
     owner: bool = False
-    # FP8 outputs stored as 32-bit words built from the paired conversions
-    # (nve::convert_fp8_words) instead of a byte array the compiler repacks byte by byte: the
-    # same bytes, fewer instructions (sm_90 SASS, gelu MXFP8 rowwise: see docs/activations.md).
-    fp8_words: bool = True
-    # Row-flat kernel, MXFP8 rowwise, lane mode with ``unroll`` a multiple of the lanes of a
-    # 32-value block (4 for 16-bit input): each of a block's lanes computes the E8M0 scale of
-    # one of the block groups the lanes hold together (and stores its byte), and the
-    # multipliers are broadcast by shuffles, instead of every lane computing every scale.
-    split_scales: bool = False
 
     def vec(self, itemsize: int) -> int:
-        """Elements per chunk."""
-        return self.chunk_bytes // itemsize
+        """Elements per 16-byte chunk."""
+        return 16 // itemsize
 
 
 def launch_config(key: KernelKey) -> LaunchConfig:
@@ -139,8 +148,7 @@ def magic(d: int) -> tuple[int, int]:
 def row_config(key: KernelKey) -> LaunchConfig:
     """The row-flat kernel's configuration for ``key`` (gated and dgated ops without MXFP8,
     MXFP8 rowwise outputs): threads per block and 16-byte input chunks in flight per thread
-    (``chunk_bytes`` is always 16: an MXFP8 block of 32 values is whole chunks). The grid
-    covers the chunks in one pass.
+    (an MXFP8 block of 32 values is whole chunks). The grid covers the chunks in one pass.
 
     Measured on the H200 (bench/activation_row_tuning.py, bench/results/
     activation_row_tuning.json: bf16 input, 16384 x 8192 outputs, gated inputs 2 x 8192,
@@ -175,36 +183,23 @@ class TileConfig:
     input (the tile is ``iters * threads / chunks_per_row`` rows high: exactly 32, one
     columnwise block). The grid covers the tiles in one pass.
 
-    Measured on the H200 (bench/activation_tile_tuning.py, bf16 16384 x 8192 outputs,
-    bench/results/activation_tile_tuning.json): MXFP8 both, best for every op 128 threads
-    with 16 chunks per row and 4 each and ``clamp_loads`` (swiglu 96.3% of copy bandwidth,
-    geglu 96.1%, dswiglu 93.5%, gelu 84.5% with H run-time; with bounds-checked loads
-    93.1% / 90.7% / 80.3% / 82.1% at best, and before ``col_owner`` and FP8 words 74.6% /
-    72.1% / 54.1% / 55.6%). Gated and MXFP8 rowwise outputs ran this kernel too before the
-    row-flat one (:func:`row_config`) took them over.
+    Every load of a tile comes before its math, one tile per block. Loads are clamped, not
+    bounds-checked: rows % 32 == 0 here (MXFP8 columnwise and both), so only a chunk past the
+    last column can be outside the tensor; it loads column 0 instead, whose values reach no
+    stored byte. Columnwise scales: one thread per tile column computes the E8M0 byte and
+    its multiplier (shared memory) for the threads of that column. FP8 outputs are stored as
+    32-bit words (see :class:`LaunchConfig`).
+
+    Measured on the H200 (bf16 16384 x 8192 outputs, MXFP8 both): 128 threads with 16 chunks
+    per row and 4 each is best for every op (swiglu 96.3% of copy bandwidth, geglu 96.1%,
+    dswiglu 93.5%, gelu 84.5% with H at run time; with bounds-checked loads 93.1% / 90.7% /
+    80.3% / 82.1% at best). Several tiles per block (software pipelining) and rowwise scales
+    split over a block's lanes measured no faster and were removed.
     """
 
     threads: int
     chunks_per_row: int
     iters: int
-    # Columnwise scales: one thread per tile column computes the E8M0 byte and multiplier
-    # (shared memory, one more barrier) instead of every thread of the column doing it for
-    # its kVec columns (kRpi-fold redundant E8M0 work, 8-byte scale stores).
-    col_owner: bool = True
-    # Tiles per block: 1, one pass of the grid over the tiles, every load of a tile before
-    # its math; more, a grid of ceil(tiles / tiles_per_block) blocks that loop, each tile's
-    # loads issued while the previous tile's outputs are reduced and stored.
-    tiles_per_block: int = 1
-    # FP8 outputs stored as 32-bit words (see :class:`LaunchConfig`); the same bytes.
-    fp8_words: bool = True
-    # Loads without bounds checks or zero fill: rows % 32 == 0 here (MXFP8 columnwise and
-    # both), so only a chunk past the last column can be outside the tensor; it loads column
-    # 0 instead, whose values reach no stored byte (32-column blocks and columns past the
-    # last are not stored). Drops the per-element predicated moves and selects.
-    clamp_loads: bool = False
-    # MXFP8 both, ``iters`` a multiple of the lanes of a 32-value block (4 for 16-bit
-    # input): the rowwise E8M0 work split over a block's lanes, as LaunchConfig.split_scales.
-    split_scales: bool = False
 
     def tile_rows(self) -> int:
         return self.iters * self.threads // self.chunks_per_row
@@ -216,7 +211,7 @@ class TileConfig:
 def tile_config(key: KernelKey) -> TileConfig:
     """The tiled kernel's configuration for ``key`` (see :class:`TileConfig`)."""
     del key  # one shape for every key (measured: see TileConfig)
-    return TileConfig(threads=128, chunks_per_row=16, iters=4, clamp_loads=True)
+    return TileConfig(threads=128, chunks_per_row=16, iters=4)
 
 
 @dataclass(frozen=True)
@@ -228,10 +223,8 @@ class ActivationConfig:
     :func:`launch_config` (flat) or :func:`row_config` (rows), or the :class:`TileConfig` of
     :func:`tile_config` (tile).
 
-    ``launch`` is the object those functions returned, switches included that the key does
-    not use (rendering drops them): ``fp8_words`` acts on FP8 outputs only, ``owner`` on the
-    row-flat kernel only, ``split_scales`` on MXFP8 rowwise lane mode (rows) and MXFP8
-    ``both`` (tile) only.
+    ``launch`` is the object those functions returned; ``owner`` acts on the row-flat
+    kernel only.
     """
 
     structure: str
@@ -247,15 +240,8 @@ def tile_render_context(key: KernelKey, cfg: TileConfig) -> dict[str, Any]:
     """What ``templates/mxfp8_tile.j2`` (the MXFP8 tiled kernel) needs from ``cfg`` beside
     the op's values: for the activation family's ``tile`` structure and for ``quantize``'s
     MXFP8 fast path (:mod:`.quantize`, the identity activation)."""
-    vec = 16 // key.input.itemsize
-    split = cfg.split_scales and key.layout == "both"
-    if split and cfg.iters % (32 // vec):
-        raise ValueError(f"split_scales needs iters a multiple of {32 // vec} (the "
-                         f"lanes of a 32-value block), not {cfg}")  # fmt: skip
     return dict(threads=cfg.threads, chunks_per_row=cfg.chunks_per_row, iters=cfg.iters,
-                col_owner=cfg.col_owner, prefetch=cfg.tiles_per_block > 1, split_scales=split,
-                clamp_loads=cfg.clamp_loads,
-                fp8_words=cfg.fp8_words and key.output.itemsize == 1)  # fmt: skip
+                fp8_words=key.output.itemsize == 1)  # fmt: skip
 
 
 def fp32_literal(value: float) -> str:
@@ -316,7 +302,7 @@ class ActivationSpec(OpSpec):
         ctx = super().render_context(key)
         structure = self.structure(key)
         flat = structure == "flat"
-        vec = launch_config(key).vec(key.input.itemsize) if flat else 16 // key.input.itemsize
+        vec = 16 // key.input.itemsize
         mx = key.scaling == "mxfp8"
         ctx.update(
             kind=self.kind,
@@ -330,21 +316,17 @@ class ActivationSpec(OpSpec):
             max_norm_rcp=fp32_literal(1.0 / key.output.max_finite) if mx else "",
         )
         if structure == "tile":
-            ctx.update(structure="tile", **tile_render_context(key, tile_config(key)))
+            ctx.update(structure="tile", tile_params=TILE.c_params(),
+                       **tile_render_context(key, tile_config(key)))  # fmt: skip
         else:
             cfg2 = launch_config(key) if flat else row_config(key)
-            if not flat and cfg2.chunk_bytes != 16:
-                raise ValueError(f"the row-flat kernel moves 16-byte chunks, not {cfg2}")
             owner = structure == "rows" and cfg2.owner
             if owner and (self.gated or not mx):
                 raise ValueError(f"owner mode is for plain ops with MXFP8 output, not {key}")
-            split = cfg2.split_scales and mx and structure == "rows" and not owner
-            if split and cfg2.unroll % (32 // vec):
-                raise ValueError(f"split_scales needs unroll a multiple of {32 // vec} (the "
-                                 f"lanes of a 32-value block), not {cfg2}")  # fmt: skip
+            sig = (FLAT_GRAD if self.backward else FLAT) if flat else ROWS
             ctx.update(structure=structure, threads=cfg2.threads, unroll=cfg2.unroll,
-                       owner=owner, split_scales=split,
-                       fp8_words=cfg2.fp8_words and key.output.itemsize == 1)  # fmt: skip
+                       owner=owner, params=sig.c_params(),
+                       fp8_words=key.output.itemsize == 1)  # fmt: skip
         return ctx
 
     def kernel_class(self) -> type[Kernel]:
@@ -359,12 +341,6 @@ class _Launcher(Kernel):
     structure='flat', launch=LaunchConfig(threads=128, unroll=1, ...))``."""
 
     _config: ActivationConfig
-
-    _fast = fast_path(6)  # grad, x, out, scale, amax, scale_inv
-    _flat_params = driver.ParamPack("PPqPPPi")
-    _flat_grad_params = driver.ParamPack("PPqPPPiP")
-    _tile_params = driver.ParamPack("PPPPPPqqqqPPPfffi")
-    _rows_params = driver.ParamPack("PPPPPPqqqqPPPfffiqqqqqii")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -384,7 +360,6 @@ class _Launcher(Kernel):
             self._threads = cfg.threads
             self._tile_rows = cfg.tile_rows()
             self._tile_cols = cfg.tile_cols(self._vec)
-            self._tiles_per_block = cfg.tiles_per_block
             self._config = ActivationConfig(self._structure, cfg)
         else:
             flat = launch_config(key) if self._structure == "flat" else row_config(key)
@@ -458,8 +433,7 @@ class _Launcher(Kernel):
         not ``aligned``) or the tiles (``tile``), at most :data:`MAX_GRID` (the kernels loop
         over what is left)."""
         if self._structure == "tile":
-            tiles = -(-rows // self._tile_rows) * -(-cols // self._tile_cols)
-            blocks = -(-tiles // self._tiles_per_block)
+            blocks = -(-rows // self._tile_rows) * -(-cols // self._tile_cols)
         elif aligned:  # rows: cols % vec == 0 here
             blocks = -(-(rows * cols) // self._per_block)
         else:
@@ -467,15 +441,17 @@ class _Launcher(Kernel):
         return max(1, min(blocks, MAX_GRID))
 
     def _row_steps(self, rows: int, cols: int, grid: int, aligned: bool,
-                   s_row_stride: int) -> tuple[int, ...]:  # fmt: skip
-        """The row-flat kernel's per-shape values (all fixed by the plan key): the steps
+                   s_row_stride: int) -> dict[str, int]:  # fmt: skip
+        """The row-flat kernel's per-shape values (all fixed by the call key), by parameter
+        name: the steps
         ``(ur, uq)`` of ``threads`` chunks and ``(sr, sq)`` of one grid iteration as (rows,
         chunk columns), the magic pair for its one division per thread (by the chunks per
         row, in owner mode by the 32-value blocks per row; 0 when a dividend could reach
         2^31), and whether the MXFP8 scales are compact (row stride ``cols / 32``: block k
         has scale k)."""
         if not aligned:  # the per-position path divides by itself
-            return 0, 0, 0, 0, 0, 0, 0
+            return dict.fromkeys(("ur", "uq", "sr", "sq", "div_magic_arg", "div_shift_arg",
+                                  "compact"), 0)  # fmt: skip
         per = 32 if self._owner else self._vec
         cpr = cols // per
         units = rows * cpr
@@ -484,20 +460,42 @@ class _Launcher(Kernel):
         sr, sq = divmod(stride, cpr)
         m, s = magic(cpr) if units + stride < 2**31 else (0, 0)
         compact = int(self._mx and not self._gated and s_row_stride == cols // MXFP8_BLOCK)
-        return ur, uq, sr, sq, m, s, compact
+        return dict(ur=ur, uq=uq, sr=sr, sq=sq, div_magic_arg=m, div_shift_arg=s,
+                    compact=compact)  # fmt: skip
+
+    def _call(self, grad: Any, x: Any, out: Any, scale: Any, amax: Any, scale_inv: Any,
+              floats: tuple[float, ...], stream: Any) -> Any:  # fmt: skip
+        """A call of any activation kernel class (``grad`` None for a forward op;
+        ``floats``: clamped SwiGLU's ``(limit, alpha, linear_offset)``, else empty): through
+        its call key's prepared launch if it has one (read by hand for the calls without
+        scaling arguments), else the checked path (:meth:`_run`)."""
+        if scale is None and amax is None and scale_inv is None:
+            if grad is None:
+                if out is None:
+                    done = self._fast1(_X, x, floats, stream)
+                else:
+                    done = self._fast2(_X_OUT, x, out, floats, stream)
+            elif out is None:
+                done = self._fast2(_GRAD_X, grad, x, floats, stream)
+            else:
+                done = self._fast3(_GRAD_X_OUT, grad, x, out, floats, stream)
+        else:
+            done = self._fastn((grad, x, out, scale, amax, scale_inv), floats, stream)
+        if done is None:
+            return self._run(grad, x, out, scale, amax, scale_inv, stream, floats)
+        return out if out is not None else done[0]  # launched through its prepared launch
 
     def _run(self, grad: Any, x: Any, out: Any, scale: Any, amax: Any, scale_inv: Any,
-             stream: Any, floats: tuple[float, ...], key: Any) -> Any:  # fmt: skip
-        """The generic path: check every argument, then launch (``floats``: clamped SwiGLU's
-        ``(limit, alpha, linear_offset)``, else empty; ``key``: the plan key from
-        :meth:`_fast`)."""
+             stream: Any, floats: tuple[float, ...]) -> Any:  # fmt: skip
+        """The checked path of :meth:`_call`: check every argument, then launch."""
         given = (grad, x, out, scale, amax, scale_inv)
+        prepared = True
         xa = self._input(x, "x", self._in)
         rows, cols, out_shape = self._shapes(xa)
         g_ptr = self._grad(grad, xa, cols).ptr if self._backward else 0
         bound = None
         if self._mx:
-            key = None  # the scale tensors it allocates are zeroed first: no plan
+            prepared = False  # the scale tensors it allocates are zeroed first
             bound = bind_mxfp8_output(out, xa, out_shape, self._out, self.key.layout,
                                       self._output)  # fmt: skip
             out = bound.result
@@ -515,30 +513,33 @@ class _Launcher(Kernel):
         scale_ptr, amax_ptr, scale_inv_ptr = self._tensor_scaling(scale, amax, scale_inv, xa)
         if rows == 0 or cols == 0:
             return out
-        limit, alpha, linear_offset = floats or (0.0, 0.0, 0.0)
+        a = _ARGS
+        # MXFP8 outputs: their own addresses (these calls are not prepared)
+        y, y_col = (y_ptr, y_col_ptr) if bound else (a.out, 0)
+        scaling = dict(scale_ptr=a.scale, amax_ptr=a.amax, scale_inv_ptr=a.scale_inv)
         if self._structure != "flat":
             aligned = ((xa.ptr | g_ptr | y_ptr | y_col_ptr) & 15) == 0 and cols % self._vec == 0
             grid = self._grid(rows, cols, aligned)
             s_row = (bound.rowwise_scale, bound.rowwise_scale_stride) if bound else (0, 0)
             s_col = (bound.columnwise_scale, bound.columnwise_scale_stride) if bound else (0, 0)
-            pack, refs = self._tile_params, _TILE_REFS + (_CLAMP_REFS if floats else ())
-            values = (
-                xa.ptr, g_ptr, y_ptr, y_col_ptr, s_row[0], s_col[0], rows, cols, s_row[1],
-                s_col[1], scale_ptr, amax_ptr, scale_inv_ptr, limit, alpha, linear_offset,
-                int(aligned),
+            clamp = (a.limit, a.alpha, a.linear_offset) if floats else (0.0, 0.0, 0.0)
+            values = dict(
+                x=a.x, grad=a.grad, y=y, y_col=y_col, s_row=s_row[0], s_col=s_col[0], rows=rows,
+                cols_arg=cols, s_row_stride=s_row[1], s_col_stride=s_col[1], **scaling,
+                limit=clamp[0], alpha=clamp[1], linear_offset=clamp[2], aligned=int(aligned),
             )  # fmt: skip
+            sig = TILE
             if self._structure == "rows":
-                pack = self._rows_params
-                values = (*values, *self._row_steps(rows, cols, grid, aligned, s_row[1]))
+                sig = ROWS
+                values.update(self._row_steps(rows, cols, grid, aligned, s_row[1]))
         else:
             n = xa.numel
             aligned = ((xa.ptr | g_ptr | y_ptr) & 15) == 0
             grid = self._grid(n, 1, aligned)
-            pack, refs = self._flat_params, _FLAT_REFS
-            values = (xa.ptr, y_ptr, n, scale_ptr, amax_ptr, scale_inv_ptr, int(aligned))
+            sig = FLAT_GRAD if self._backward else FLAT
+            values = dict(x=a.x, y=y, n=n, **scaling, aligned=int(aligned))
             if self._backward:
-                pack, refs = self._flat_grad_params, _FLAT_GRAD_REFS
-                values = (*values, g_ptr)
+                values["grad"] = a.grad
         if bound is not None and bound.fresh:  # zeroed on the launch stream, before the kernel
             handle = stream_handle(stream, xa)
             driver.make_current(self.loaded(xa.device).device)
@@ -546,21 +547,37 @@ class _Launcher(Kernel):
             stream = handle
         tensors = (grad, x, out, scale, amax, scale_inv)
         ptrs = (g_ptr, xa.ptr, y_ptr, scale_ptr, amax_ptr, scale_inv_ptr)
-        self._submit(key, given, tensors, ptrs, floats, stream, xa,
-                     [(0, grid, self._threads, pack, values, refs)])  # fmt: skip
+        launches = [(0, grid, self._threads, sig, sig.bind(**values))]
+        self._submit(given, tensors, ptrs, floats, stream, xa, launches, prepared=prepared)
         return out
 
 
+_FP32_OVERFLOW = 3.4028235677973366e38  # the least magnitude that rounds to inf in fp32
+
+
 def _clamp_params(limit: Any, alpha: Any, linear_offset: Any) -> tuple[float, float, float]:
+    """Clamped SwiGLU's float arguments, checked on every call: real numbers (no bool) that
+    stay finite as fp32 (the kernels take them as fp32), ``limit`` > 0. Raises
+    :class:`~nvrtc_engine.ArgumentTypeError` / :class:`~nvrtc_engine.ArgumentError`
+    naming the argument."""
+    if (type(limit) is float and type(alpha) is float and type(linear_offset) is float
+            and 0.0 < limit < _FP32_OVERFLOW and abs(alpha) < _FP32_OVERFLOW
+            and abs(linear_offset) < _FP32_OVERFLOW):  # fmt: skip
+        return limit, alpha, linear_offset  # the common case, at once
     if limit is None:
         raise ArgumentError("limit", "is required for clamped SwiGLU (a float > 0, e.g. 7.0)")
     values = []
     for name, v in (("limit", limit), ("alpha", alpha), ("linear_offset", linear_offset)):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ArgumentTypeError(name, f"must be a real number, got {type(v).__name__}")
-        if not math.isfinite(v):
-            raise ArgumentError(name, f"must be finite, got {v}")
-        values.append(float(v))
+        try:
+            value = float(v)
+        except OverflowError:  # an int beyond any float
+            value = math.inf
+        if not abs(value) < _FP32_OVERFLOW:
+            raise ArgumentError(name, f"must be finite as fp32 (magnitude below 3.4028235e+38; "
+                                f"kernels take it as fp32), got {v}")  # fmt: skip
+        values.append(value)
     if values[0] <= 0:
         raise ArgumentError("limit", f"must be > 0, got {limit}")
     return values[0], values[1], values[2]
@@ -615,10 +632,7 @@ class ActivationKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        done, key = self._fast((None, x, out, scale, amax, scale_inv), (), stream)
-        if done is not None:  # launched through the call's plan
-            return done[2]
-        return self._run(None, x, out, scale, amax, scale_inv, stream, (), key)
+        return self._call(None, x, out, scale, amax, scale_inv, (), stream)
 
 
 class ActivationGradKernel(_Launcher):
@@ -654,10 +668,7 @@ class ActivationGradKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
-        done, key = self._fast((grad, x, out, scale, amax, scale_inv), (), stream)
-        if done is not None:  # launched through the call's plan
-            return done[2]
-        return self._run(grad, x, out, scale, amax, scale_inv, stream, (), key)
+        return self._call(grad, x, out, scale, amax, scale_inv, (), stream)
 
 
 class ClampedSwiGLUKernel(_Launcher):
@@ -688,10 +699,7 @@ class ClampedSwiGLUKernel(_Launcher):
         stream: Any = None,
     ) -> Any:
         floats = _clamp_params(limit, alpha, linear_offset)
-        done, key = self._fast((None, x, out, scale, amax, scale_inv), floats, stream)
-        if done is not None:  # launched through the call's plan
-            return done[2]
-        return self._run(None, x, out, scale, amax, scale_inv, stream, floats, key)
+        return self._call(None, x, out, scale, amax, scale_inv, floats, stream)
 
 
 class ClampedSwiGLUGradKernel(_Launcher):
@@ -721,10 +729,7 @@ class ClampedSwiGLUGradKernel(_Launcher):
         stream: Any = None,
     ) -> Any:
         floats = _clamp_params(limit, alpha, linear_offset)
-        done, key = self._fast((grad, x, out, scale, amax, scale_inv), floats, stream)
-        if done is not None:  # launched through the call's plan
-            return done[2]
-        return self._run(grad, x, out, scale, amax, scale_inv, stream, floats, key)
+        return self._call(grad, x, out, scale, amax, scale_inv, floats, stream)
 
 
 _PLAIN = (

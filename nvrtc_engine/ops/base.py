@@ -26,12 +26,6 @@ TYPE_TAGS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "fp8_e4m3": "e4m3", "
              "fp4_e2m1": "e2m1"}  # fmt: skip
 # First arch with the cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 instruction (Ada).
 HW_FP8_ARCH = 89
-# Code-generation switches shared by every family (templates/include/nve_memory.cuh and
-# nve_reduce.cuh); bench/*_tuning.py flip them, with the disk cache disabled (neither the key
-# nor the key index's fingerprint sees them), to measure what each is worth.
-#   streaming: cache hints on 16-byte loads and stores of data touched once.
-#   amax_guard: read the amax word before the atomic and skip it when it holds as much.
-CODEGEN: dict[str, bool] = {"streaming": False, "amax_guard": True}
 
 
 class OpSpec:
@@ -87,11 +81,17 @@ class OpSpec:
         """The ``extern "C"`` kernels the variant's source defines; the first is the main one."""
         return (str(key),)
 
-    def render_context(self, key: KernelKey) -> dict[str, Any]:
-        """Template values common to every family; subclasses add their own."""
-        soft_fp8 = arch_number(key.arch) < HW_FP8_ARCH and (
+    def cuda_headers(self, key: KernelKey) -> bool:
+        """Whether the variant's source includes CUDA toolkit headers: ``cuda_fp8.h`` for FP8
+        conversions in software, on archs without the instructions (the cache digest then
+        takes in the headers' version). Also the templates' ``soft_fp8``."""
+        return arch_number(key.arch) < HW_FP8_ARCH and (
             DTYPES[key.out_dtype].is_fp8 or DTYPES[key.in_dtype].is_fp8
         )
+
+    def render_context(self, key: KernelKey) -> dict[str, Any]:
+        """Template values common to every family; subclasses add their own."""
+        soft_fp8 = self.cuda_headers(key)
         return {
             "name": self.symbols(key)[0],
             "op": key.op,
@@ -104,9 +104,6 @@ class OpSpec:
             "hidden_size": key.hidden_size,
             "arch": key.arch,
             "soft_fp8": soft_fp8,
-            "cuda_headers": soft_fp8,
-            "streaming": CODEGEN["streaming"],
-            "amax_guard": CODEGEN["amax_guard"],
         }
 
     def kernel_class(self) -> type[Kernel]:

@@ -31,10 +31,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import driver
 from ..dtypes import DTYPES
 from ..errors import ArgumentError, ArgumentTypeError, VariantError
-from ..plans import Ptr, fast_path
+from ..signature import CallArgs, Signature, i32, i64, ptr
 from .activation import ActivationSpec
 from .base import FP8, HIGH_PRECISION, OpSpec
 from .cast_common import INT32_MAX, CastKernelBase, aligned16, ceil_div, validate_sets
@@ -47,10 +46,12 @@ if TYPE_CHECKING:
 __all__ = [
     "CAST_SPECS",
     "DACT_OPS",
+    "DBIAS",
     "GATED_OPS",
     "MAX_TENSORS",
     "CastTransposeKernel",
     "MultiCastTransposeKernel",
+    "TILE",
     "TileConfig",
     "TileSpec",
     "TransposeKernel",
@@ -98,28 +99,21 @@ class TileConfig:
     ``gather4`` (89.6% / 89.6% of copy, against 88.6% / 89.1% for 512 threads without; 512
     threads with ``gather4`` collapse to 47%), the dbias kernels with ``prefetch`` (dbias
     70.7% / 69.2% against 69.5% / 68.1%, dbias_dgelu 61.9% / 62.0% against 59.7% / 61.0%);
-    ``sum_scatter`` measured 2-3x slower and stays off. The strip sweep of the same day
+    dbias column sums by warp reduce-scatter measured 2-3x slower and were removed. The
+    strip sweep of the same day
     (bench/results/cast_candidates-strip-8192x28672.json, 8192 x 28672) moved the 16-bit ->
     FP8 dbias kernels (not the gated ops, not multi_cast_transpose) to 256 threads with
     ``strip``: cast_transpose_dbias 4 blocks per SM, ``strip`` 2 (84.4% of copy, against
     69.2% for the earlier shape, 128 threads, without ``strip`` or ``prefetch``; the sweep
     did not time that shape with ``prefetch``, the default then), cast_transpose_dbias_d<act>
     2 blocks per SM, ``strip`` 4 (dbias_dgelu 76.8%, against 59.1% for 256 x 2 without
-    either); ``prefetch_next`` lost (54-63%).
+    either); prefetching the block's next tile as well lost (54-63%) and was removed.
 
     ``load_group`` (0: all): a thread's ``tile_rows / (threads / (tile_cols / chunk))``
     chunks are loaded and processed in groups of this many, two stages (the loads of the
     next group are issued before the current group is computed), so about twice this many
     chunks are live instead of all of them. Results are the same bytes for every value: each
     thread adds its rows to the column sums in the same order.
-
-    ``sum_scatter`` (candidate, off; dbias ops only): the dbias column sums by
-    reduce-scatter. The lanes of a warp that share a chunk's columns split the chunk's
-    values between them with shuffles right after each chunk is computed, so a thread keeps
-    ``chunk / lanes`` running fp32 sums (4 for bf16 -> FP8, instead of 16) and the
-    butterfly after phase 1 goes away (12 shuffles per chunk instead of 32 per thread).
-    Deterministic (a fixed order), but a different summation order from the default: dbias
-    may differ from it in the last bits, within the same error bound (``dbias_depth``).
 
     ``prefetch`` (on for 16-bit -> FP8 dbias kernels): each thread first asks L2 for its
     chunks after the first (``prefetch.global.L2``, no registers), so that loads which
@@ -131,7 +125,7 @@ class TileConfig:
     permutes, instead of one shared-memory load per byte. Same results.
 
     ``strip`` (0: off; on for the 16-bit -> FP8 dbias kernels, above; not
-    ``multi_cast_transpose``, not the gated ops' default, not with ``sum_scatter``): a
+    ``multi_cast_transpose``, not the gated ops' default): a
     block takes ``strip`` consecutive tiles down one column strip (fewer at the bottom
     edge) instead of one tile. The column sums run on in registers over the block's tiles
     and are reduced (butterfly, warp partials, workspace row) once per block, not once per
@@ -140,11 +134,6 @@ class TileConfig:
     48 KB of static shared memory, so consecutive tiles need one barrier, not two. q, qt
     and amax the same bytes as without; dbias is deterministic but adds the rows in another
     order (within ``dbias_depth``'s bound). The symbols carry ``_st<strip>``.
-
-    ``prefetch_next`` (candidate, off; needs ``strip``): after a tile's phase 1 each thread
-    asks L2 (``prefetch.global.L2``) for its chunks of the block's next tile, so that the
-    next tile's first loads, which no earlier prefetch covers, hit L2 while phase 2 runs.
-    Same results as ``strip`` alone; the symbols carry ``_st<strip>n``.
     """
 
     threads: int
@@ -153,26 +142,18 @@ class TileConfig:
     chunk: int
     min_blocks: int
     load_group: int = 0
-    sum_scatter: bool = False
     prefetch: bool = False
     gather4: bool = False
     strip: int = 0
-    prefetch_next: bool = False
 
     def __post_init__(self) -> None:
         if self.strip < 0:
             raise ValueError(f"TileConfig.strip must be >= 0, got {self.strip}")
-        if self.prefetch_next and not self.strip:
-            raise ValueError("TileConfig.prefetch_next needs strip >= 1")
-        if self.strip and self.sum_scatter:
-            raise ValueError("TileConfig.strip does not combine with sum_scatter")
 
     @property
     def tag(self) -> str:
-        """Symbol suffix of the strip switches (empty when they are off)."""
-        if not self.strip:
-            return ""
-        return f"_st{self.strip}" + ("n" if self.prefetch_next else "")
+        """Symbol suffix of ``strip`` (empty when it is off)."""
+        return f"_st{self.strip}" if self.strip else ""
 
     def tile_blocks(self, tiles_m: int, tiles_c: int) -> int:
         """Blocks of a launch over ``tiles_m x tiles_c`` tiles (``strip`` tiles a block)."""
@@ -254,9 +235,9 @@ class TileSpec(OpSpec):
             act=self.act, gated=self.gated, multi=self.multi, max_tensors=MAX_TENSORS,
             tensor_scaling=key.scaling == "tensor", threads=cfg.threads,
             tile_rows=cfg.tile_rows, tile_cols=cfg.tile_cols, chunk=cfg.chunk,
-            min_blocks=cfg.min_blocks, load_group=cfg.load_group, sum_scatter=cfg.sum_scatter,
-            prefetch=cfg.prefetch, gather4=cfg.gather4, strip=cfg.strip,
-            prefetch_next=cfg.prefetch_next, mx=False, fp4=False, hw_fp4=False,
+            min_blocks=cfg.min_blocks, load_group=cfg.load_group, prefetch=cfg.prefetch,
+            gather4=cfg.gather4, strip=cfg.strip, mx=False, fp4=False, hw_fp4=False,
+            params=TILE.c_params(), dbias_params=DBIAS.c_params(),
         )  # fmt: skip
         return ctx
 
@@ -285,23 +266,32 @@ class TransposeSpec(TileSpec):
                 "transpose keeps the dtype (pass in_dtype= and out_dtype= alike)",
             )
 
+    def cuda_headers(self, key: KernelKey) -> bool:
+        return False  # bytes are moved, never converted
+
     def render_context(self, key: KernelKey) -> dict[str, Any]:
         ctx = super().render_context(key)
-        ctx.update(raw=True, has_q=False, soft_fp8=False, cuda_headers=False)
+        ctx.update(raw=True, has_q=False)
         return ctx
 
     def kernel_class(self) -> type[Kernel]:
         return TransposeKernel
 
 
-_TILE_PARAMS = "PPPPPPPPqqi"  # x, act, q, qt, partial, scale, amax, scale_inv, M, K, vec
-# Parameter slots that take the array arguments, for launch plans (Kernel._submit):
-# transpose (x, out); cast_transpose (x, act_input, out, out_t, dbias, workspace, scale, amax,
-# scale_inv), its tile kernel and its dbias kernel.
-_TRANSPOSE_REFS = ((0, Ptr(0)), (3, Ptr(1)))
-_TILE_REFS = ((0, Ptr(0)), (1, Ptr(1)), (2, Ptr(2)), (3, Ptr(3)), (4, Ptr(5)), (5, Ptr(6)),
-              (6, Ptr(7)), (7, Ptr(8)))  # fmt: skip
-_DBIAS_REFS = ((0, Ptr(5)), (3, Ptr(4)))
+# The tiled kernels' parameters (templates/cast.cu.j2, tile section; transpose too) and the
+# dbias kernels' (the column sums of the workspace's rows); the arguments of a call.
+TILE = Signature(
+    ptr("x", "IS", const=True, restrict=False), ptr("act", "IS", const=True, restrict=False),
+    ptr("q", "OS", restrict=False), ptr("qt", "OS", restrict=False),
+    ptr("partial", "float", restrict=False), ptr("scale_ptr", "float", const=True, restrict=False),
+    ptr("amax_ptr", "float", restrict=False), ptr("scale_inv_ptr", "float", restrict=False),
+    i64("M"), i64("K"), i32("vec"),
+)  # fmt: skip
+DBIAS = Signature(ptr("partial", "float", const=True), i64("rows"), i64("K"), ptr("dbias", "IS"))
+_TRANSPOSE_ARGS = CallArgs(("x", "out"))
+_ARGS = CallArgs(("x", "act_input", "out", "out_t", "dbias", "workspace", "scale", "amax",
+                  "scale_inv"))  # fmt: skip
+_X, _X_OUT = _TRANSPOSE_ARGS.mask("x"), _TRANSPOSE_ARGS.mask("x", "out")  # call key tags
 
 
 class TransposeKernel(CastKernelBase):
@@ -317,19 +307,19 @@ class TransposeKernel(CastKernelBase):
     :class:`~nvrtc_engine.ArgumentTypeError` before launching when an argument is wrong.
     """
 
-    _fast = fast_path(2)  # x, out
-    _params = driver.ParamPack(_TILE_PARAMS)
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._config = tile_config(self.key)
         self._dtype = self.key.input
 
     def __call__(self, x: Any, out: Any = None, *, stream: Any = None) -> Any:
+        if out is None:
+            done = self._fast1(_X, x, (), stream)
+            if done is not None:  # launched through its prepared launch
+                return done[0]
+        elif self._fast2(_X_OUT, x, out, (), stream) is not None:
+            return out
         given = (x, out)
-        done, key = self._fast(given, (), stream)
-        if done is not None:
-            return done[1]
         xa = self._input(x, "x", self._dtype)
         m, k = self._matrix(xa, "x")
         out, oa = self._output(out, "out", xa, (k, m), self._dtype)
@@ -340,9 +330,11 @@ class TransposeKernel(CastKernelBase):
         cfg = self._config
         grid = cfg.tile_blocks(ceil_div(m, cfg.tile_rows), ceil_div(k, cfg.tile_cols))
         _check_grid(grid, "x")
-        values = (xa.ptr, 0, 0, oa.ptr, 0, 0, 0, 0, m, k, int(vec))
-        launch = (0, grid, cfg.threads, self._params, values, _TRANSPOSE_REFS)
-        self._submit(key, given, (x, out), (xa.ptr, oa.ptr), (), stream, xa, [launch])
+        a = _TRANSPOSE_ARGS
+        values = TILE.bind(x=a.x, act=0, q=0, qt=a.out, partial=0, scale_ptr=0, amax_ptr=0,
+                           scale_inv_ptr=0, M=m, K=k, vec=int(vec))  # fmt: skip
+        launch = (0, grid, cfg.threads, TILE, values)
+        self._submit(given, (x, out), (xa.ptr, oa.ptr), (), stream, xa, [launch])
         return out
 
 
@@ -378,10 +370,6 @@ class CastTransposeKernel(CastKernelBase):
     before launching when an argument is wrong.
     """
 
-    _fast = fast_path(9)  # x, act_input, out, out_t, dbias, workspace, scale, amax, scale_inv
-    _params = driver.ParamPack(_TILE_PARAMS)
-    _dbias_params = driver.ParamPack("PqqP")
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         spec = self.key.spec
@@ -413,9 +401,14 @@ class CastTransposeKernel(CastKernelBase):
         scale_inv: Any = None, stream: Any = None,
     ) -> tuple[Any, ...]:  # fmt: skip
         given = (x, act_input, out, out_t, dbias, workspace, scale, amax, scale_inv)
-        done, plan_key = self._fast(given, (), stream)
-        if done is not None:
-            return (done[2], done[3], done[4]) if self._dbias else (done[2], done[3])
+        done = self._fastn(given, (), stream)
+        if done is not None:  # launched through its prepared launch, which allocated these
+            made = iter(done)
+            out = next(made) if out is None else out
+            out_t = next(made) if out_t is None else out_t
+            if not self._dbias:
+                return out, out_t
+            return out, out_t, next(made) if dbias is None else dbias
         key = self.key
         xa = self._input(x, "x", self._in)
         m, k = self._matrix(xa, "x")
@@ -449,22 +442,25 @@ class CastTransposeKernel(CastKernelBase):
         if k == 0:
             return result
         launches = []
+        a = _ARGS
         if m > 0:
             isz, osz = self._in.itemsize, self._out.itemsize
             vec = aligned16(xa.ptr, act_ptr, oa.ptr, ta.ptr, k * isz, k * osz, m * osz)
             cfg = self._config
             grid = cfg.tile_blocks(ceil_div(m, cfg.tile_rows), ceil_div(k, cfg.tile_cols))
             _check_grid(grid, "x")
-            values = (xa.ptr, act_ptr, oa.ptr, ta.ptr, partial_ptr, scale_ptr, amax_ptr,
-                      scale_inv_ptr, m, k, int(vec))  # fmt: skip
-            launches.append((0, grid, cfg.threads, self._params, values, _TILE_REFS))
+            values = TILE.bind(x=a.x, act=a.act_input, q=a.out, qt=a.out_t, partial=a.workspace,
+                               scale_ptr=a.scale, amax_ptr=a.amax, scale_inv_ptr=a.scale_inv,
+                               M=m, K=k, vec=int(vec))  # fmt: skip
+            launches.append((0, grid, cfg.threads, TILE, values))
         if self._dbias:
-            values = (partial_ptr, self.workspace_rows(m), k, dbias_ptr)
-            launches.append((1, ceil_div(k, 32), 256, self._dbias_params, values, _DBIAS_REFS))
+            values = DBIAS.bind(partial=a.workspace, rows=self.workspace_rows(m), K=k,
+                                dbias=a.dbias)  # fmt: skip
+            launches.append((1, ceil_div(k, 32), 256, DBIAS, values))
         tensors = (x, act_input, out, out_t, dbias, workspace, scale, amax, scale_inv)
         ptrs = (xa.ptr, act_ptr, oa.ptr, ta.ptr, dbias_ptr, partial_ptr, scale_ptr, amax_ptr,
                 scale_inv_ptr)  # fmt: skip
-        self._submit(plan_key, given, tensors, ptrs, (), stream, xa, launches)
+        self._submit(given, tensors, ptrs, (), stream, xa, launches)
         return result
 
 
@@ -581,7 +577,8 @@ class MultiCastTransposeKernel(CastKernelBase):
                 start += tiles
             struct.pack_into("<ii", data, _ENTRY.size * MAX_TENSORS, len(group), 0)
             calls.append((0, start, cfg.threads, address))
-            self._launch(first, stream, calls)  # the table buffer is reused by the next group
+            # (one group at a time: the table buffer is reused by the next group)
+            self._launch_packed(first, stream, calls)
             calls.clear()
         return results
 

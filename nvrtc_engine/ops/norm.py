@@ -53,6 +53,8 @@ from .norm_config import (
     vector_width,
 )
 from .norm_kernels import (
+    BWD,
+    FWD,
     LayerNormBwdKernel,
     LayerNormFwdKernel,
     LayerNormGrads,
@@ -95,7 +97,7 @@ def _triggers(cfg: NormConfig) -> bool:
     """Whether a kernel under ``cfg`` lets the next grid launch once all of its CTAs have
     started (``griddepcontrol.launch_dependents`` after the wait; the next grid's CTAs then
     take the slots this one frees and wait there for it). Same-round medians of 20 paired
-    rounds (bench/source_ab.py): a staged kernel, whose persistent grid fills every slot,
+    rounds (bench/tuning/source_ab.py): a staged kernel, whose persistent grid fills every slot,
     1.003-1.007x (source_ab-staged-*-trigger.json), not where ``ctas_per_sm`` caps the grid
     (RMSNorm bf16 65536: 86.6% of copy with it, 91.7% without); a register forward of one row
     group per CTA 1.006-1.012x at 4096 and 8192 (source_ab-trigger.json); not with held
@@ -188,6 +190,7 @@ class NormSpec(OpSpec):
             iters=iters(key, cfg) if cfg.warps else 0,
             trigger=_triggers(cfg),
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
+            params=(BWD if self.backward else FWD).c_params(),
         )
         return ctx
 

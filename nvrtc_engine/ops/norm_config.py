@@ -50,8 +50,8 @@ TILE_BLOCK = 256  # general backward: 8 warps on a tile of 32 accesses
 TILE_CTAS_PER_SM = 4  # general backward: row chunks sized for this many CTAs per SM (a guess)
 FINALIZE_BLOCK = 256
 
-# The rules' thresholds, each with the measurement that set it (bench/norm_tuning.py, H200,
-# bf16; % of copy bandwidth from bench/results/norm_tuning.json).
+# The rules' thresholds, each with the measurement that set it (H200, bf16; % of copy
+# bandwidth; the sweeps' files are in git history, docs/design.md says where).
 TARGET_BYTES = 64  # of a row tensor per thread: forward within 1-3% of the best (warps,
 # rows) at H = 4096-14336; backward 4 accesses ahead of 2 (LN 4096: 59.4% against 44.7%)
 # elements per thread and tensor (backward: 4 x 8 at 14336 over a cluster of 2 measured
@@ -64,7 +64,7 @@ SLOT_SUM_BYTES = 32768  # the packed rows' column sums (fp32, per accumulator) a
 BWD_CTAS_PER_SM = 8  # backward persistent grid: 2, 4 and 8 within 0.5% of each other
 # Clusters split a row over CTAs on sm_90 ... sm_10x (portable clusters of 8), forward only:
 # the general backward measured ahead of every cluster layout (H = 14336: LN/RMS 44.7/54.1%
-# against 42.3/49.0%; 65536: 50.7/55.0% against 21.8/25.5%; bench/norm_bandwidth.py).
+# against 42.3/49.0%; 65536: 50.7/55.0% against 21.8/25.5%; norm_bandwidth.json).
 CLUSTERS = (1, 2, 4, 8)
 
 WEIGHTS = ("global", "held", "shared", "shared_fp32")
@@ -374,8 +374,8 @@ def norm_config(key: KernelKey) -> NormConfig:
 F, B, S = ForwardConfig, BackwardConfig, Staging
 # Measured winners on sm_90 with 16-bit x and gamma (H200, bf16; other keys take the rules):
 # (op, H, scaling) -> (config, why). Figures: % of copy bandwidth at N = 16384 (2048 at
-# H = 65536) against the entry or rule it replaced, from the bench/results file named (paired
-# rounds: the same-round median speed-up).
+# H = 65536) against the entry or rule it replaced, from the results file named (at 77a0600;
+# paired rounds: the same-round median speed-up; bench/tuning/source_ab.py reruns a field).
 _Table = dict[tuple[str, int, str], tuple[NormConfig, str]]
 
 

@@ -10,14 +10,14 @@ import math
 import numbers
 import sys
 from dataclasses import dataclass
-from typing import Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from .. import driver
 from ..dtypes import DTYPES, DType
 from ..errors import ArgumentError, ArgumentTypeError, CudaError
 from ..interop import TORCH_TYPES, Array, allocate_like
 from ..kernel import Kernel, Loaded
-from ..plans import Float, Ptr, fast_path
+from ..signature import CallArgs, Signature, f32, i32, i64, ptr
 from .blockscale import mxfp8_scale_shape
 from .norm_config import (
     BWD_CTAS_PER_SM,
@@ -34,7 +34,12 @@ from .norm_config import (
     vector_width,
 )
 
+if TYPE_CHECKING:
+    from ..launch import LaunchSpec
+
 __all__ = [
+    "BWD",
+    "FWD",
     "LayerNormBwdKernel",
     "LayerNormFwdKernel",
     "LayerNormGrads",
@@ -48,15 +53,31 @@ __all__ = [
 
 _FP32 = DTYPES["fp32"]
 _BYTES = DTYPES["fp8_e4m3"]  # uint8 storage: E8M0 scale bytes are accepted like FP8 data
-# Parameter slots that take the array arguments or eps, for launch plans (Kernel._submit).
-# Forward (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv): scale_inv is slot 8
-# with tensor scaling, slot 9 (the block scales) with MXFP8.
-_FWD_REFS = (*((i, Ptr(i)) for i in range(8)), (12, Float(0)))
-_FWD_TENSOR_REFS = (*_FWD_REFS, (8, Ptr(8)))
-_FWD_MXFP8_REFS = (*_FWD_REFS, (9, Ptr(8)))
-# Backward (dz, x, mu, rsigma, gamma, add, dx, dgamma, dbeta, workspace); slot 8, the row
-# sums inside the workspace, is added per call (its offset depends on the shapes).
-_BWD_REFS = (*((i, Ptr(i)) for i in range(7)), (7, Ptr(9)), (9, Ptr(7)), (10, Ptr(8)))
+# The forward kernels' parameters (templates/norm_fwd.j2, norm_loop.j2) and the arguments of
+# a forward call they are bound to.
+FWD = Signature(
+    ptr("x", "In::storage", const=True), ptr("gamma", "Wt::storage", const=True),
+    ptr("beta", "Wt::storage", const=True), ptr("z", "Out::storage"), ptr("mu_out", "float"),
+    ptr("rs_out", "float"), ptr("scale_ptr", "float", const=True), ptr("amax_ptr", "float"),
+    ptr("scale_inv_ptr", "float"), ptr("mx_scale", "unsigned char"), i64("rows"), i32("hidden"),
+    f32("eps"), i32("vec"), i32("tpr"), i32("mx_stride"), i64("mx_rows"),
+)  # fmt: skip
+_FWD_ARGS = CallArgs(("x", "gamma", "beta", "out", "mu", "rsigma", "scale", "amax", "scale_inv"),
+                     ("eps",))  # fmt: skip
+# call key tags of forward calls that give no outputs or scaling buffers (Kernel._fast2, 3)
+_X_GAMMA, _X_GAMMA_BETA = _FWD_ARGS.mask("x", "gamma"), _FWD_ARGS.mask("x", "gamma", "beta")
+# Every backward function's parameters (templates/norm_bwd.j2, norm_loop.j2, the finalize
+# kernel in norm.cu.j2): dx may be add (in place), so neither is __restrict__.
+BWD = Signature(
+    ptr("dz", "In::storage", const=True), ptr("x", "In::storage", const=True),
+    ptr("mu", "float", const=True), ptr("rsigma", "float", const=True),
+    ptr("gamma", "Wt::storage", const=True), ptr("add", "In::storage", const=True, restrict=False),
+    ptr("dx", "In::storage", restrict=False), ptr("ws_part", "float"), ptr("ws_stats", "float"),
+    ptr("dgamma", "Wt::storage"), ptr("dbeta", "Wt::storage"), i64("rows"), i32("hidden"),
+    i32("vec"), i32("tpr"), i32("parts"), i64("chunk_rows"), i32("ntiles"),
+)  # fmt: skip
+_BWD_ARGS = CallArgs(("dz", "x", "mu", "rsigma", "gamma", "add", "dx", "dgamma", "dbeta",
+                      "workspace"))  # fmt: skip
 
 
 class LayerNormOutput(NamedTuple):
@@ -165,6 +186,7 @@ class _NormKernel(Kernel):
         self._in = key.input
         self._out = key.output
         self._w = DTYPES[gamma_dtype(key)]
+        self._mx = key.scaling == "mxfp8"
         self._devices: dict[int, _Device] = {}
 
     def _device(self, loaded: Loaded) -> _Device:
@@ -194,9 +216,9 @@ class _NormKernel(Kernel):
         its finalize kernel); ``clusters``, the main function's clusters of
         ``config.cluster`` CTAs resident at once (``cuOccupancyMaxActiveClusters``), 0 for
         a kernel without a cluster or where the driver does not say. A persistent grid
-        takes at most that many clusters (fewer where the configuration caps its CTAs per SM,
-        ``config.staging.ctas_per_sm``), and how clusters fit a GPU's GPCs can differ between GPUs
-        of one model, so bench/norm_bandwidth.py records it beside each timing.
+        takes at most that many clusters (fewer where the configuration caps its CTAs per
+        SM, ``config.staging.ctas_per_sm``), and how clusters fit a GPU's GPCs can differ
+        between GPUs of one model, so bench/bandwidth.py records it beside each timing.
 
         Raises :class:`~nvrtc_engine.NoDeviceError` without a driver or device,
         ``ValueError`` for an ordinal that does not exist, and
@@ -209,7 +231,7 @@ class _NormKernel(Kernel):
     def _waits_for_grid(self) -> bool:
         """Every norm kernel (forward, backward and finalize) starts with
         ``nve::grid_dependency_wait()``: on sm_90+ they are launched as programmatic
-        dependent launches (``NVRTC_ENGINE_DEPENDENT_LAUNCH``; bench/pdl_probe.py measured
+        dependent launches (``NVRTC_ENGINE_DEPENDENT_LAUNCH``; bench/tuning/pdl_probe.py measured
         1.4-1.8 us saved per kernel boundary on an H200)."""
         return True
 
@@ -320,9 +342,6 @@ def _eps(value: Any, rms: bool = False) -> float:
 
 
 class _NormFwdKernel(_NormKernel):
-    _fast = fast_path(9)  # x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv
-    _params = driver.ParamPack("PPPPPPPPPPqifiiiq")
-
     def _function_threads(self) -> tuple[int, ...]:
         return (self.config.threads,)
 
@@ -367,14 +386,40 @@ class _NormFwdKernel(_NormKernel):
         self, x: Any, gamma: Any, beta: Any, eps: Any, out: Any, mu: Any, rsigma: Any,
         scale: Any, amax: Any, scale_inv: Any, stream: Any,
     ) -> tuple[Any, Any, Any, Any]:  # fmt: skip
-        given = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
+        """A forward call: ``(z, mu, rsigma, scale_inv)``, through the call key's prepared
+        launch if it has one, else the checked path (``beta``, ``mu``: None for RMSNorm)."""
         # eps, a scalar, is checked first: a bad one is reported without a device, as clamped
         # SwiGLU's limit is (the float test is the common case's shortcut)
         ok = type(eps) is float and 0.0 <= eps < FP32_OVERFLOW
-        eps_value = eps if ok else _eps(eps, self.spec.rms)
-        done, plan_key = self._fast(given, (eps_value,), stream)
-        if done is not None:
-            return done[3], done[4], done[5], done[8]
+        floats = (eps if ok else _eps(eps, self.spec.rms),)
+        if (out is None and mu is None and rsigma is None and scale is None and amax is None
+                and scale_inv is None):  # fmt: skip
+            if beta is None:
+                done = self._fast2(_X_GAMMA, x, gamma, floats, stream)
+            else:
+                done = self._fast3(_X_GAMMA_BETA, x, gamma, beta, floats, stream)
+        else:
+            given = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
+            done = self._fastn(given, floats, stream)
+        if done is None:
+            return self._checked_forward(x, gamma, beta, floats, out, mu, rsigma, scale, amax,
+                                         scale_inv, stream)  # fmt: skip
+        made = iter(done)  # launched through its prepared launch, which allocated these
+        z = next(made) if out is None else out
+        if mu is None and not self.spec.rms:
+            mu = next(made)
+        if rsigma is None:
+            rsigma = next(made)
+        if scale_inv is None and self._mx:
+            scale_inv = next(made)
+        return z, mu, rsigma, scale_inv
+
+    def _checked_forward(
+        self, x: Any, gamma: Any, beta: Any, floats: tuple[float], out: Any, mu: Any,
+        rsigma: Any, scale: Any, amax: Any, scale_inv: Any, stream: Any,
+    ) -> tuple[Any, Any, Any, Any]:  # fmt: skip
+        """The checked path of :meth:`_forward` (``floats``: the checked ``(eps,)``)."""
+        given = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
         key = self.key
         xa = self._input(x, "x", self._in)
         rows, hidden = self._rows(xa, "x")
@@ -409,17 +454,20 @@ class _NormFwdKernel(_NormKernel):
         ])  # fmt: skip
         tpr = loop_threads_per_row(hidden) if not cfg.warps else 0
         grid = self._grid(dev, rows, hidden)
-        values = (
-            xa.ptr, ga.ptr, ba.ptr if ba is not None else 0, oa.ptr,
-            mua.ptr if mua is not None else 0, rsa.ptr, scale_ptr, amax_ptr, scale_inv_ptr,
-            mx_ptr, rows, hidden, eps_value, int(aligned), tpr, mx_stride, mx_rows,
-        )  # fmt: skip
         mx = key.scaling == "mxfp8"
+        a = _FWD_ARGS  # scale_inv: the block scales with MXFP8, else tensor scaling's 1/scale
+        values = FWD.bind(
+            x=a.x, gamma=a.gamma, beta=a.beta, z=a.out, mu_out=a.mu, rs_out=a.rsigma,
+            scale_ptr=a.scale, amax_ptr=a.amax, scale_inv_ptr=0 if mx else a.scale_inv,
+            mx_scale=a.scale_inv if mx else 0, rows=rows, hidden=hidden, eps=a.eps,
+            vec=int(aligned), tpr=tpr, mx_stride=mx_stride, mx_rows=mx_rows,
+        )  # fmt: skip
         tensors = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
-        ptrs = (*values[:8], mx_ptr if mx else scale_inv_ptr)
-        refs = _FWD_MXFP8_REFS if mx else _FWD_TENSOR_REFS
-        self._submit(plan_key, given, tensors, ptrs, (eps_value,), stream, xa,
-                     [(0, grid, cfg.threads, self._params, values, refs)])  # fmt: skip
+        ptrs = (xa.ptr, ga.ptr, ba.ptr if ba is not None else 0, oa.ptr,
+                mua.ptr if mua is not None else 0, rsa.ptr, scale_ptr, amax_ptr,
+                mx_ptr if mx else scale_inv_ptr)  # fmt: skip
+        launches: list[LaunchSpec] = [(0, grid, cfg.threads, FWD, values)]
+        self._submit(given, tensors, ptrs, floats, stream, xa, launches)
         return out, mu, rsigma, scale_inv
 
 
@@ -499,9 +547,6 @@ class _BwdPlan:
 
 
 class _NormBwdKernel(_NormKernel):
-    _fast = fast_path(10)  # dz, x, mu, rsigma, gamma, add, dx, dgamma, dbeta, workspace
-    _params = driver.ParamPack("PPPPPPPPPPPqiiiiqi")
-
     def _function_threads(self) -> tuple[int, ...]:
         if self.config.warps:
             return (self.config.threads, FINALIZE_BLOCK)
@@ -553,13 +598,18 @@ class _NormBwdKernel(_NormKernel):
     ) -> tuple[Any, Any, Any]:  # fmt: skip
         given = (dz, x, mu, rsigma, gamma, add, dx, dgamma, dbeta, workspace)
         if dx is not None and type(dx) in TORCH_TYPES and {type(x), type(dz)} <= TORCH_TYPES:
-            start = dx.data_ptr()  # (checked here: a call that a plan takes skips the rest)
+            start = dx.data_ptr()  # (checked here: a prepared call skips the rest)
             for other in (x, dz):
                 if _overlap(start, dx.nbytes, other.data_ptr(), other.nbytes):
                     _alias_error(other, x)
-        done, key = self._fast(given, (), stream)
-        if done is not None:
-            return done[6], done[7], done[8]
+        done = self._fastn(given, (), stream)
+        if done is not None:  # launched through its prepared launch, which allocated these
+            made = iter(done)
+            dx = next(made) if dx is None else dx
+            dgamma = next(made) if dgamma is None else dgamma
+            if dbeta is None and not self.spec.rms:
+                dbeta = next(made)
+            return dx, dgamma, dbeta
         spec = self.spec
         xa = self._input(x, "x", self._in)
         rows, hidden = self._rows(xa, "x")
@@ -601,14 +651,15 @@ class _NormBwdKernel(_NormKernel):
             (adda, vec * in_size), (ga, vec * w_size),
         ])  # fmt: skip
         ntiles = -(-(hidden // (vec if aligned else 1)) // 32)  # general kernel: 32 accesses each
-        values = (
-            dza.ptr, xa.ptr, mua.ptr if mua is not None else 0, rsa.ptr, ga.ptr,
-            adda.ptr if adda is not None else 0, dxa.ptr, wa.ptr, wa.ptr + 4 * plan.stats_offset,
-            dga.ptr, dba.ptr if dba is not None else 0, rows, hidden, int(aligned), plan.tpr,
-            plan.parts, plan.chunk_rows, ntiles,
+        a = _BWD_ARGS
+        values = BWD.bind(
+            dz=a.dz, x=a.x, mu=a.mu, rsigma=a.rsigma, gamma=a.gamma, add=a.add, dx=a.dx,
+            ws_part=a.workspace, ws_stats=a.workspace + 4 * plan.stats_offset, dgamma=a.dgamma,
+            dbeta=a.dbeta, rows=rows, hidden=hidden, vec=int(aligned), tpr=plan.tpr,
+            parts=plan.parts, chunk_rows=plan.chunk_rows, ntiles=ntiles,
         )  # fmt: skip
-        p = (self._params, values, (*_BWD_REFS, (8, Ptr(9, 4 * plan.stats_offset))))
-        launches = []
+        p = (BWD, values)
+        launches: list[LaunchSpec] = []
         if rows > 0 and cfg.warps:
             launches.append((0, plan.parts * cfg.cluster, cfg.threads, *p))
         elif rows > 0:
@@ -617,8 +668,10 @@ class _NormBwdKernel(_NormKernel):
         finalize_grid = spec.accumulators * -(-hidden // 32)
         launches.append((-1, finalize_grid, FINALIZE_BLOCK, *p))
         tensors = (dz, x, mu, rsigma, gamma, add, dx, dgamma, dbeta, workspace)
-        ptrs = (*values[:7], dga.ptr, values[10], wa.ptr)
-        self._submit(key, given, tensors, ptrs, (), stream, xa, launches)
+        ptrs = (dza.ptr, xa.ptr, mua.ptr if mua is not None else 0, rsa.ptr, ga.ptr,
+                adda.ptr if adda is not None else 0, dxa.ptr, dga.ptr,
+                dba.ptr if dba is not None else 0, wa.ptr)  # fmt: skip
+        self._submit(given, tensors, ptrs, (), stream, xa, launches)
         return dx, dgamma, dbeta
 
 

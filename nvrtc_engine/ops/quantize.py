@@ -20,12 +20,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import driver
 from ..dtypes import DTYPES
 from ..errors import ArgumentError, VariantError
 from ..key import LAYOUTS, arch_number
-from ..plans import Ptr, fast_path
-from .activation import MAX_GRID, TileConfig, fp32_literal, tile_config, tile_render_context
+from ..signature import CallArgs, Signature, i32, i64, ptr
+from .activation import (
+    MAX_GRID,
+    TILE,
+    TileConfig,
+    fp32_literal,
+    tile_config,
+    tile_render_context,
+)
 from .base import FP8, HIGH_PRECISION, HW_FP8_ARCH, OpSpec
 from .blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 from .cast_common import CastKernelBase, aligned16, ceil_div, validate_sets
@@ -33,13 +39,14 @@ from .cast_common import CastKernelBase, aligned16, ceil_div, validate_sets
 if TYPE_CHECKING:
     from ..kernel import Kernel
     from ..key import KernelKey
-    from ..plans import LaunchSpec
+    from ..launch import LaunchSpec
 
 __all__ = [
+    "AMAX",
+    "AMAX_FINAL",
     "HW_FP4_ARCHS",
     "MX_FAST_PATH",
-    "MX_FAST_ROWWISE",
-    "QUANTIZE_CANDIDATES",
+    "QUANTIZE",
     "QUANTIZE_SPEC",
     "QuantizeConfig",
     "QuantizeKernel",
@@ -53,99 +60,66 @@ __all__ = [
 # Archs whose arch-specific targets (sm_100a, sm_120f, ...) have cvt.rn.satfinite.e2m1x2.f32
 # (checked with NVRTC 13.5; the plain sm_100 / sm_120 targets and sm_90 do not).
 HW_FP4_ARCHS: tuple[int, ...] = (100, 101, 103, 107, 110, 120, 121)
-TILE_ROWS, TILE_COLS, THREADS = 64, 128, 256  # the tile mapping's block
+TILE_ROWS, TILE_COLS, THREADS = 64, 128, 256  # a block's tile and threads
 AMAX_THREADS, AMAX_UNROLL, AMAX_MAX_BLOCKS = 256, 4, 1024
 PAD_MAX_BLOCKS = 64
-# Parameter slots that take the array arguments (x, rowwise_data, rowwise_scale_inv,
-# columnwise_data, columnwise_scale_inv, amax, scale_inv, workspace), for launch plans
-# (Kernel._submit): the quantize kernel, the amax kernel and its final reduction.
-_REFS = tuple((i, Ptr(i)) for i in range(7))
-_AMAX_REFS = ((0, Ptr(0)), (2, Ptr(7)))
-_FINAL_REFS = ((0, Ptr(7)), (2, Ptr(5)))
-# The MXFP8 fast path's kernel (the activation tile kernel's parameters: x, grad, y, y_col,
-# s_row, s_col, ...): x, rowwise data, columnwise data, rowwise scales, columnwise scales.
-_TILE_REFS = ((0, Ptr(0)), (2, Ptr(1)), (3, Ptr(3)), (4, Ptr(2)), (5, Ptr(4)))
+# The kernels' parameters (templates/cast.cu.j2, quantize section): the quantize kernel, the
+# NVFP4 amax kernel and its final reduction (the MXFP8 fast path's is activation.TILE); the
+# arguments of a call.
+QUANTIZE = Signature(
+    ptr("x", "IS", const=True), ptr("data_r", "unsigned char"), ptr("scale_r", "unsigned char"),
+    ptr("data_c", "unsigned char"), ptr("scale_c", "unsigned char"),
+    ptr("amax_ptr", "float", const=True), ptr("scale_inv_ptr", "float"), i64("M"), i64("K"),
+    i64("pcol_r"), i64("prow_r"), i64("pcol_c"), i64("prow_c"), i64("tiles"), i32("vec"),
+)  # fmt: skip
+AMAX = Signature(ptr("x", "IS", const=True), i64("n"), ptr("partial", "float"), i32("aligned"))
+AMAX_FINAL = Signature(ptr("partial", "float", const=True), i32("count"), ptr("amax", "float"))
+_ARGS = CallArgs(("x", "rowwise_data", "rowwise_scale_inv", "columnwise_data",
+                  "columnwise_scale_inv", "amax", "scale_inv", "workspace"))  # fmt: skip
 
-# MXFP8 fast path (docs/cast.md): keys with a ``_tile`` function (MXFP8 columnwise and both;
-# rowwise too with MX_FAST_ROWWISE) run the activation family's tiled kernel with the
-# identity activation (templates/mxfp8_tile.j2) for calls with M % 128 == 0, K % 128 == 0
-# and 16-byte aligned data; other calls, and every call with MX_FAST_PATH = False, the
-# quantize kernel. Same bytes either way (tests/test_cast_emulated.py, tests/test_gpu_cast.py).
-# Read per call (launch plans key on it); MX_FAST_ROWWISE is read when a key is rendered
-# (so it changes the source: tuning scripts set it with the disk cache off).
+# MXFP8 fast path (docs/cast.md): keys with a ``_tile`` function (MXFP8 columnwise and both)
+# run the activation family's tiled kernel with the identity activation
+# (templates/mxfp8_tile.j2) for calls with M % 128 == 0, K % 128 == 0 and 16-byte aligned
+# data; other calls, and every call with MX_FAST_PATH = False, the quantize kernel. Same
+# bytes either way (tests/test_cast_emulated.py, tests/test_gpu_cast.py). Read per call
+# (call keys include it); it changes no generated code.
 MX_FAST_PATH = True
-MX_FAST_ROWWISE = False
 MX_FAST_ALIGN = 128  # M and K multiples of this: the scale tensors have no padding
 
 
 @dataclass(frozen=True)
 class QuantizeConfig:
     """How the quantize kernel maps threads to a tile (``templates/cast.cu.j2``, quantize
-    section).
+    section): 256 threads per 64 x 128 tile, each thread 16 columns of two rows (both loaded
+    first); columnwise blocks go through the tile kept in shared memory.
+    ``__launch_bounds__(256, 4)``: 64 registers or fewer (ptxas, sm_90).
 
-    - ``mapping="tile"``: 256 threads per 64 x 128 tile, each thread 16 columns of two rows;
-      columnwise blocks go through the tile kept in shared memory (every NVFP4 kernel).
-    - ``mapping="warp"`` (MXFP8 only): a warp per 32 x 64 piece, each lane 8 columns of 8
-      rows; column maxima from registers and warp shuffles, no shared memory.
-      ``warp_rows x warp_cols`` warps per block (a ``32 warp_rows x 64 warp_cols`` tile),
-      ``min_blocks`` blocks per SM the registers are capped for.
-
-    Default: the tile mapping everywhere. Measured on the H200 (bench/cast_tuning.py, bf16
-    16384 x 8192, bench/results/cast_tuning.json): MXFP8 both 71.0% of copy bandwidth with
-    the tile mapping against 41.7-44.8% for every warp mapping swept; MXFP8 rowwise 89.7%
-    against 45.7-46.6%. The warp mapping takes 128 registers at sm_90 without spilling;
-    capped at 80 (3 blocks per SM) ptxas spills about 300 bytes per thread
-    (tests/test_cast.py checks the defaults' stack frames).
-
-    Why the warp mapping measured slow (SASS at sm_90): its loads sat in one ``if (full)``
-    branch per row, and the compiler unpacked each row's 16-byte load into 16-bit registers
-    inside that branch, so every row waited a full memory latency before the next row's
-    load issued (8 serialized loads per thread). The branch is now outside the row loop
-    (the 8 loads issue back to back) and the data stays packed in 32-bit words
-    (``packed`` in the template); not yet measured, so the tile mapping stays the default.
+    Measured on the H200 (bf16 16384 x 8192): MXFP8 both 71.0% of copy bandwidth, rowwise
+    89.7%; a warp-per-32x64-piece mapping without shared memory measured 41.7-46.6% and was
+    removed.
     """
-
-    mapping: str = "tile"
-    warp_rows: int = 2
-    warp_cols: int = 4
-    min_blocks: int = 4
 
     @property
     def threads(self) -> int:
-        return THREADS if self.mapping == "tile" else 32 * self.warp_rows * self.warp_cols
+        return THREADS
 
     @property
     def tile(self) -> tuple[int, int]:
         """(rows, columns) of a block's tile."""
-        if self.mapping == "tile":
-            return TILE_ROWS, TILE_COLS
-        return 32 * self.warp_rows, 64 * self.warp_cols
-
-
-# The configurations bench/cast_tuning.py sweeps for MXFP8 (and tests/test_gpu_cast.py checks
-# on the device): the tile mapping, and warp mappings of 128-512 threads with register caps
-# (65536 / (threads * min_blocks)) of 128 (no spills at sm_90), about 80-85 and 64 (these
-# spill: measured to see whether the occupancy pays for it).
-QUANTIZE_CANDIDATES: tuple[QuantizeConfig, ...] = (
-    QuantizeConfig(),
-    *(QuantizeConfig("warp", wr, wc, mb)
-      for wr, wc, mb in [(1, 4, 4), (1, 4, 6), (2, 2, 4), (2, 2, 6), (2, 4, 2), (2, 4, 3),
-                         (2, 4, 4), (4, 2, 2), (4, 2, 3), (1, 8, 2), (1, 8, 3), (4, 4, 1),
-                         (2, 8, 1)]),
-)  # fmt: skip
+        return TILE_ROWS, TILE_COLS
 
 
 def quantize_config(key: KernelKey) -> QuantizeConfig:
     """The quantize kernel's thread mapping for ``key`` (see :class:`QuantizeConfig`)."""
-    del key  # one mapping for every key (measured: see QuantizeConfig)
+    del key  # one mapping for every key
     return QuantizeConfig()
 
 
 def mx_tile_config(key: KernelKey) -> TileConfig | None:
     """The MXFP8 fast path's tiled-kernel configuration for ``key`` (the activation family's
-    :func:`~nvrtc_engine.ops.activation.tile_config`), or None: no fast path (NVFP4, and
-    MXFP8 rowwise unless :data:`MX_FAST_ROWWISE`, a compiled-in K not a multiple of 128)."""
-    if key.scaling != "mxfp8" or (key.layout == "rowwise" and not MX_FAST_ROWWISE):
+    :func:`~nvrtc_engine.ops.activation.tile_config`), or None: no fast path (NVFP4, MXFP8
+    rowwise, whose quantize kernel measured as fast, a compiled-in K not a multiple of 128)."""
+    if key.scaling != "mxfp8" or key.layout == "rowwise":
         return None
     if key.hidden_size is not None and key.hidden_size % MX_FAST_ALIGN:
         return None  # no call could take it
@@ -188,20 +162,20 @@ class QuantizeSpec(OpSpec):
             return (main, f"{main}_amax", f"{main}_amax_final")
         return (main, f"{main}_tile") if mx_tile_config(key) is not None else (main,)
 
+    def cuda_headers(self, key: KernelKey) -> bool:
+        return arch_number(key.arch) < HW_FP8_ARCH  # E4M3 / E5M2 conversions, block scales too
+
     def render_context(self, key: KernelKey) -> dict[str, Any]:
         ctx = super().render_context(key)
         fp4 = key.scaling == "nvfp4"
-        soft = arch_number(key.arch) < HW_FP8_ARCH  # E4M3 / E5M2 conversions
-        cfg = quantize_config(key)
         ctx.update(
-            mx_warp=cfg.mapping == "warp" and not fp4, warp_rows=cfg.warp_rows,
-            warp_cols=cfg.warp_cols, min_blocks=cfg.min_blocks,
+            params=QUANTIZE.c_params(), amax_params=AMAX.c_params(),
+            amax_final_params=AMAX_FINAL.c_params(), tile_params=TILE.c_params(),
         )  # fmt: skip
         ctx.update(
             section="quantize", mx=not fp4, fp4=fp4, dact=None,
             rowwise=key.layout in ("rowwise", "both"), colwise=key.layout in ("columnwise", "both"),
             hw_fp4=fp4 and hardware_fp4(key.arch), max_norm=f"{key.output.max_finite:.1f}",
-            soft_fp8=soft, cuda_headers=soft,
         )  # fmt: skip
         tile = mx_tile_config(key)
         ctx.update(mx_tile=tile is not None)
@@ -269,12 +243,6 @@ class QuantizeKernel(CastKernelBase):
     launching when an argument is wrong.
     """
 
-    _fast = fast_path(8)  # x, rowwise data/scales, columnwise data/scales, amax, scale_inv, ws
-    _params = driver.ParamPack("PPPPPPPqqqqqqqi")
-    _amax_params = driver.ParamPack("PqPi")
-    _final_params = driver.ParamPack("PiP")
-    _tile_params = driver.ParamPack("PPPPPPqqqqPPPfffi")  # the activation tile kernel's
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         key = self.key
@@ -301,9 +269,17 @@ class QuantizeKernel(CastKernelBase):
         args = (x, rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv, amax,
                 scale_inv, workspace)  # fmt: skip
         extra = bool(compute_amax) if self._tile is None else (bool(compute_amax), MX_FAST_PATH)
-        done, plan_key = self._fast(args, (), stream, extra)
-        if done is not None:
-            return QuantizeResult(done[1], done[2], done[3], done[4], done[5], done[6])
+        done = self._fastn(args, (), stream, extra)
+        if done is not None:  # launched through its prepared launch, which allocated these
+            made, row, col = iter(done), self._rowwise, self._colwise
+            return QuantizeResult(
+                next(made) if rowwise_data is None and row else rowwise_data,
+                next(made) if rowwise_scale_inv is None and row else rowwise_scale_inv,
+                next(made) if columnwise_data is None and col else columnwise_data,
+                next(made) if columnwise_scale_inv is None and col else columnwise_scale_inv,
+                next(made) if amax is None and self._fp4 else amax,
+                scale_inv,
+            )
         key = self.key
         xa = self._input(x, "x", self._in)
         m, k = self._matrix(xa, "x")
@@ -349,7 +325,7 @@ class QuantizeKernel(CastKernelBase):
                 scale_inv_ptr = self._scalar_buffer(scale_inv, "scale_inv", xa)
                 res.scale_inv = scale_inv
             if compute_amax:
-                workspace, ws_ptr, calls = self._amax_calls(xa, m * k, workspace, amax_ptr)
+                workspace, ws_ptr, calls = self._amax_calls(xa, m * k, workspace)
                 launches += calls
             elif workspace is not None:
                 raise ArgumentError("workspace", "is only used with compute_amax=True")
@@ -366,18 +342,21 @@ class QuantizeKernel(CastKernelBase):
             launches.append(self._tile_launch(xa.ptr, ptrs, pads, m, k))
         elif tiles + pad_blocks:
             vec = self._vec(xa.ptr, ptrs, m, k)
-            values = (
-                xa.ptr, *ptrs["rowwise"], *ptrs["columnwise"], amax_ptr, scale_inv_ptr, m, k,
-                pads["rowwise"][1], pads["rowwise"][0], pads["columnwise"][1],
-                pads["columnwise"][0], tiles, int(vec),
+            a = _ARGS
+            values = QUANTIZE.bind(
+                x=a.x, data_r=a.rowwise_data, scale_r=a.rowwise_scale_inv,
+                data_c=a.columnwise_data, scale_c=a.columnwise_scale_inv, amax_ptr=a.amax,
+                scale_inv_ptr=a.scale_inv, M=m, K=k, pcol_r=pads["rowwise"][1],
+                prow_r=pads["rowwise"][0], pcol_c=pads["columnwise"][1],
+                prow_c=pads["columnwise"][0], tiles=tiles, vec=int(vec),
             )  # fmt: skip
-            launches.append((0, tiles + pad_blocks, threads, self._params, values, _REFS))
+            launches.append((0, tiles + pad_blocks, threads, QUANTIZE, values))
         if launches:
             tensors = (x, res.rowwise_data, res.rowwise_scale_inv, res.columnwise_data,
                        res.columnwise_scale_inv, res.amax, res.scale_inv, workspace)  # fmt: skip
             addresses = (xa.ptr, *ptrs["rowwise"], *ptrs["columnwise"], amax_ptr, scale_inv_ptr,
                          ws_ptr)  # fmt: skip
-            self._submit(plan_key, args, tensors, addresses, (), stream, xa, launches)
+            self._submit(args, tensors, addresses, (), stream, xa, launches, extra)
         return res
 
     def _tile_fits(self, x_ptr: int, ptrs: dict[str, list[int]],
@@ -397,16 +376,20 @@ class QuantizeKernel(CastKernelBase):
     def _tile_launch(self, x_ptr: int, ptrs: dict[str, list[int]],
                      pads: dict[str, tuple[int, int]], m: int, k: int) -> LaunchSpec:  # fmt: skip
         """The fast path's launch: function 1 (``<key>_tile``), the activation tile kernel's
-        grid (one pass over the 32-row tiles, ``tiles_per_block`` tiles per block)."""
+        grid (one pass over the 32-row tiles, one tile per block)."""
         cfg = self._tile
         assert cfg is not None
         tile_cols = cfg.tile_cols(16 // self._in.itemsize)
         tiles = ceil_div(m, cfg.tile_rows()) * ceil_div(k, tile_cols)
-        grid = max(1, min(ceil_div(tiles, cfg.tiles_per_block), MAX_GRID))
-        (yr, sr), (yc, sc) = ptrs["rowwise"], ptrs["columnwise"]
-        values = (x_ptr, 0, yr, yc, sr, sc, m, k, pads["rowwise"][1], pads["columnwise"][1],
-                  0, 0, 0, 0.0, 0.0, 0.0, 1)  # fmt: skip
-        return (1, grid, cfg.threads, self._tile_params, values, _TILE_REFS)
+        grid = max(1, min(tiles, MAX_GRID))
+        a = _ARGS
+        values = TILE.bind(
+            x=a.x, grad=0, y=a.rowwise_data, y_col=a.columnwise_data, s_row=a.rowwise_scale_inv,
+            s_col=a.columnwise_scale_inv, rows=m, cols_arg=k, s_row_stride=pads["rowwise"][1],
+            s_col_stride=pads["columnwise"][1], scale_ptr=0, amax_ptr=0, scale_inv_ptr=0,
+            limit=0.0, alpha=0.0, linear_offset=0.0, aligned=1,
+        )  # fmt: skip
+        return (1, grid, cfg.threads, TILE, values)
 
     def _vec(self, x_ptr: int, ptrs: dict[str, list[int]], m: int, k: int) -> bool:
         """16-byte accesses: aligned pointers and rows (NVFP4 data rows of K/2 bytes take
@@ -414,9 +397,7 @@ class QuantizeKernel(CastKernelBase):
         ok = aligned16(x_ptr, ptrs["rowwise"][0], ptrs["columnwise"][0], k * self._in.itemsize)
         return ok and k % 16 == 0 and not (self._fp4 and self._colwise and m % 32)
 
-    def _amax_calls(
-        self, xa: Any, n: int, workspace: Any, amax_ptr: int
-    ) -> tuple[Any, int, list[LaunchSpec]]:
+    def _amax_calls(self, xa: Any, n: int, workspace: Any) -> tuple[Any, int, list[LaunchSpec]]:
         """The workspace (allocated when None), its address and the two amax launches."""
         if workspace is not None:
             wa = self._input(workspace, "workspace", DTYPES["fp32"])
@@ -430,10 +411,12 @@ class QuantizeKernel(CastKernelBase):
         if workspace is None:
             workspace, wa = self._output(None, "workspace", xa, (blocks,), DTYPES["fp32"])
         aligned = aligned16(xa.ptr)
-        calls = [
-            (1, blocks, AMAX_THREADS, self._amax_params, (xa.ptr, n, wa.ptr, int(aligned)),
-             _AMAX_REFS),
-            (2, 1, 1024, self._final_params, (wa.ptr, blocks, amax_ptr), _FINAL_REFS),
+        a = _ARGS
+        calls: list[LaunchSpec] = [
+            (1, blocks, AMAX_THREADS, AMAX,
+             AMAX.bind(x=a.x, n=n, partial=a.workspace, aligned=int(aligned))),
+            (2, 1, 1024, AMAX_FINAL, AMAX_FINAL.bind(partial=a.workspace, count=blocks,
+                                                     amax=a.amax)),
         ]  # fmt: skip
         return workspace, wa.ptr, calls
 

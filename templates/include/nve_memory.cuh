@@ -1,9 +1,4 @@
 // nvrtc_engine device helpers: aligned vectors for wide (up to 16-byte) loads and stores.
-//
-// With NVE_STREAMING defined, accesses of whole 16-byte (or 8-byte) words use the streaming
-// cache hints of data touched once: loads through the non-coherent path without allocating
-// in L1 (ld.global.nc.L1::no_allocate), stores evict-first (st.global.cs). Only for data
-// that no thread of the same kernel writes (loads) or reads back (stores).
 #pragma once
 
 namespace nve {
@@ -14,36 +9,9 @@ struct alignas(N * sizeof(S) >= 16 ? 16 : N * sizeof(S)) vec {
   S v[N];
 };
 
-#ifdef NVE_STREAMING
-// The vector as 32-bit words, for the hinted instructions.
-template <typename S, int N>
-union words {
-  vec<S, N> v;
-  unsigned int w[sizeof(vec<S, N>) / 4];
-};
-#endif
-
 template <typename S, int N>
 __device__ __forceinline__ void load_vec(const S* __restrict__ p, long long chunk, S (&out)[N]) {
-  vec<S, N> t;
-#ifdef NVE_STREAMING
-  if constexpr (sizeof(vec<S, N>) % 16 == 0) {
-    words<S, N> u;
-    const unsigned int* q = reinterpret_cast<const unsigned int*>(
-        reinterpret_cast<const vec<S, N>*>(p) + chunk);
-#pragma unroll
-    for (int k = 0; k < static_cast<int>(sizeof(u.w) / 4); k += 4) {
-      asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-          : "=r"(u.w[k]), "=r"(u.w[k + 1]), "=r"(u.w[k + 2]), "=r"(u.w[k + 3])
-          : "l"(q + k));
-    }
-    t = u.v;
-  } else {
-    t = reinterpret_cast<const vec<S, N>*>(p)[chunk];
-  }
-#else
-  t = reinterpret_cast<const vec<S, N>*>(p)[chunk];
-#endif
+  const vec<S, N> t = reinterpret_cast<const vec<S, N>*>(p)[chunk];
 #pragma unroll
   for (int i = 0; i < N; ++i) out[i] = t.v[i];
 }
@@ -53,25 +21,6 @@ __device__ __forceinline__ void store_vec(S* __restrict__ p, long long chunk, co
   vec<S, N> t;
 #pragma unroll
   for (int i = 0; i < N; ++i) t.v[i] = in[i];
-#ifdef NVE_STREAMING
-  if constexpr (sizeof(vec<S, N>) % 8 == 0) {
-    words<S, N> u;
-    u.v = t;
-    unsigned int* q = reinterpret_cast<unsigned int*>(reinterpret_cast<vec<S, N>*>(p) + chunk);
-    if constexpr (sizeof(u.w) % 16 == 0) {
-#pragma unroll
-      for (int k = 0; k < static_cast<int>(sizeof(u.w) / 4); k += 4) {
-        asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(q + k), "r"(u.w[k]),
-                     "r"(u.w[k + 1]), "r"(u.w[k + 2]), "r"(u.w[k + 3])
-                     : "memory");
-      }
-    } else {
-      asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(q), "r"(u.w[0]), "r"(u.w[1])
-                   : "memory");
-    }
-    return;
-  }
-#endif
   reinterpret_cast<vec<S, N>*>(p)[chunk] = t;
 }
 

@@ -27,9 +27,7 @@ __device__ __forceinline__ float block_max(float v) {
 // already holds changes nothing: reading it first skips most atomics when many blocks end
 // at once (all but the blocks that raise the running maximum).
 __device__ __forceinline__ void atomic_max_nonneg(float* addr, float v) {
-#ifndef NVE_AMAX_UNGUARDED
   if (__float_as_int(v) <= *reinterpret_cast<volatile int*>(addr)) return;
-#endif
   atomicMax(reinterpret_cast<int*>(addr), __float_as_int(v));
 }
 

@@ -8,6 +8,9 @@
  * (copied at launch, as the driver does): as many as stub_count_params set for the function,
  * else stub_param_count. cuLaunchKernelEx does the same and records whether the launch was a
  * programmatic dependent launch.
+ * stub_log keeps the same for the last STUB_LOG launches (stub_launches counts them all; launch
+ * n is stub_log[n % STUB_LOG]), and for a function given stub_blob_param the bytes of its one
+ * by-value parameter (a struct, up to STUB_BLOB bytes).
  * stub_launch_error / stub_ctx_set_error, when set, make cuLaunchKernel / cuCtxSetCurrent fail
  * with that CUresult.
  * Everything else cuda.bindings asks for through cuGetProcAddress is reported missing.
@@ -26,6 +29,8 @@ typedef uintptr_t handle_t;
 
 #define STUB_CONTEXT ((handle_t)0xC0DE0000)
 #define STUB_MAX_PARAMS 64
+#define STUB_LOG 16
+#define STUB_BLOB 4096
 
 /* What the last launch was given (read from Python through ctypes). */
 uint64_t stub_launches = 0;
@@ -39,9 +44,30 @@ int stub_last_dependent = 0; /* the last launch: cuLaunchKernelEx with programma
 int stub_launch_error = 0;  /* when non-zero, what cuLaunchKernel returns (launching nothing) */
 int stub_ctx_set_error = 0; /* when non-zero, what cuCtxSetCurrent returns */
 
+/* One launch as the log keeps it. */
+typedef struct {
+    handle_t function, stream;
+    uint64_t grid[3], block[3], shmem;
+    int dependent, count, blob_bytes;
+    uint64_t params[STUB_MAX_PARAMS];
+    unsigned char blob[STUB_BLOB];
+} stub_record_t;
+stub_record_t stub_log[STUB_LOG];
+int stub_record_size = sizeof(stub_record_t); /* for the reader's layout check */
+
 static __thread handle_t current_ctx = 0;
 static handle_t counted_function[256];
 static int counted_params[256], counted = 0;
+static handle_t blob_function[16];
+static int blob_bytes[16], blobs = 0;
+
+/* Launches of function f pass one by-value struct of n bytes: the log keeps its bytes. */
+void stub_blob_param(handle_t f, int n) {
+    if (n > STUB_BLOB) n = STUB_BLOB;
+    for (int i = 0; i < blobs; i++)
+        if (blob_function[i] == f) { blob_bytes[i] = n; return; }
+    if (blobs < 16) { blob_function[blobs] = f; blob_bytes[blobs++] = n; }
+}
 
 /* How many parameter slots launches of function f have (the driver knows; the stub not). */
 void stub_count_params(handle_t f, int n) {
@@ -111,8 +137,37 @@ typedef struct {
     unsigned num_attrs;
 } stub_config_t;
 
-CUresult cuLaunchKernel(handle_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                        unsigned bz, unsigned shmem, handle_t stream, void **params, void **extra);
+static CUresult record(handle_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                       unsigned by, unsigned bz, unsigned shmem, handle_t stream, void **params,
+                       int dependent) {
+    if (current_ctx != STUB_CONTEXT) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+    if (stub_launch_error) return stub_launch_error;
+    stub_record_t *r = &stub_log[stub_launches % STUB_LOG];
+    stub_launches++;
+    stub_last_dependent = r->dependent = dependent;
+    stub_last_function = r->function = f;
+    stub_last_grid[0] = r->grid[0] = gx; stub_last_grid[1] = r->grid[1] = gy;
+    stub_last_grid[2] = r->grid[2] = gz;
+    stub_last_block[0] = r->block[0] = bx; stub_last_block[1] = r->block[1] = by;
+    stub_last_block[2] = r->block[2] = bz;
+    stub_last_shmem = r->shmem = shmem;
+    stub_last_stream = r->stream = stream;
+    int n = stub_param_count;
+    for (int i = 0; i < counted; i++)
+        if (counted_function[i] == f) n = counted_params[i];
+    stub_last_count = r->count = n < STUB_MAX_PARAMS ? n : STUB_MAX_PARAMS;
+    for (int i = 0; i < stub_last_count; i++) {
+        memcpy(&stub_params[i], params[i], 8);
+        r->params[i] = stub_params[i];
+    }
+    r->blob_bytes = 0;
+    for (int i = 0; i < blobs; i++)
+        if (blob_function[i] == f) {
+            r->blob_bytes = blob_bytes[i];
+            memcpy(r->blob, params[0], (size_t)blob_bytes[i]);
+        }
+    return 0;
+}
 
 /* As cuLaunchKernel, also recording in stub_last_dependent whether the attribute
  * CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6) was set to non-zero. */
@@ -120,30 +175,13 @@ CUresult cuLaunchKernelEx(const stub_config_t *c, handle_t f, void **params, voi
     int dependent = 0;
     for (unsigned i = 0; i < c->num_attrs; i++)
         if (c->attrs[i].id == 6 && c->attrs[i].value.value) dependent = 1;
-    CUresult err = cuLaunchKernel(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shmem,
-                                  c->stream, params, extra);
-    if (err == 0) stub_last_dependent = dependent;
-    return err;
+    return record(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shmem, c->stream, params,
+                  dependent);
 }
 
 CUresult cuLaunchKernel(handle_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned shmem, handle_t stream, void **params, void **extra) {
-    if (current_ctx != STUB_CONTEXT) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
-    if (stub_launch_error) return stub_launch_error;
-    stub_last_dependent = 0;
-    stub_launches++;
-    stub_last_function = f;
-    stub_last_grid[0] = gx; stub_last_grid[1] = gy; stub_last_grid[2] = gz;
-    stub_last_block[0] = bx; stub_last_block[1] = by; stub_last_block[2] = bz;
-    stub_last_shmem = shmem;
-    stub_last_stream = stream;
-    int n = stub_param_count;
-    for (int i = 0; i < counted; i++)
-        if (counted_function[i] == f) n = counted_params[i];
-    stub_last_count = n < STUB_MAX_PARAMS ? n : STUB_MAX_PARAMS;
-    for (int i = 0; i < stub_last_count; i++)
-        memcpy(&stub_params[i], params[i], 8);
-    return 0;
+    return record(f, gx, gy, gz, bx, by, bz, shmem, stream, params, 0);
 }
 
 /* NVRTC opens the driver too and asks for its private export tables: there are none. */

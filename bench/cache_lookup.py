@@ -1,0 +1,153 @@
+"""Warm cache lookups: a new process gets 100 prewarmed kernels from the disk cache.
+
+    python bench/cache_lookup.py [--runs 7] [--tag NAME]
+
+The 100 variants are the example model lists' (docs/examples/*.toml: a Llama-3-8B-style FP8
+MLP block and a GPT-style GELU block: norms, gated activations, cast/transpose), topped up
+with GELU variants (dtype pairs x hidden sizes x sm_90/sm_100a). One process prewarms them
+into an empty cache directory; then each run is a new process that imports nvrtc_engine
+(timed: ``import_ms``) and calls ``get_kernel(key)`` for the 100 keys (timed together:
+``lookup_ms``), counting NVRTC compiles (``cache_info().compiles``) and renders (calls of
+``nvrtc_engine.render.render``, patched to count), and noting which heavy modules the lookups
+imported. The first run fills Python's bytecode cache and is not counted. Needs no GPU.
+
+Targets (2-core machine): lookup_ms <= 30, import_ms <= 60, 0 compiles, 0 renders.
+Writes bench/results/cache_lookup.json (or cache_lookup-<tag>.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+
+ROOT = Path(__file__).resolve().parent.parent
+COUNT = 100
+TARGETS = {"lookup_ms": 30.0, "import_ms": 60.0, "compiles": 0, "renders": 0}
+
+_WARM = r"""
+import json, sys, time
+names = json.load(open(sys.argv[1]))
+t0 = time.perf_counter()
+import nvrtc_engine as ne
+t1 = time.perf_counter()
+from nvrtc_engine import render
+renders = []
+def counted(real):
+    def render_counted(key):
+        renders.append(str(key))
+        return real(key)
+    return render_counted
+render.render = counted(render.render)
+import nvrtc_engine.engine as engine_mod
+if hasattr(engine_mod, "render"):  # a module that imported the function itself
+    engine_mod.render = counted(engine_mod.render)
+keys = [ne.KernelKey.parse(n) for n in names]
+before = set(sys.modules)
+c2, t2 = time.process_time(), time.perf_counter()
+for key in keys:
+    ne.get_kernel(key)
+t3, c3 = time.perf_counter(), time.process_time()
+loaded = sorted(m for m in ("jinja2", "cuda.bindings.nvrtc", "cuda.pathfinder", "diskcache",
+                            "sqlite3") if m in sys.modules and m not in before)
+info = ne.cache_info()
+print(json.dumps({"import_ms": (t1 - t0) * 1e3, "lookup_ms": (t3 - t2) * 1e3,
+                  "lookup_cpu_ms": (c3 - c2) * 1e3,
+                  "compiles": info.compiles, "renders": len(renders),
+                  "disk_hits": info.disk_hits, "imported_by_lookups": loaded}))
+"""
+
+_PREWARM = r"""
+import json, sys
+from nvrtc_engine.prewarm import prewarm
+report = prewarm(json.load(open(sys.argv[1])), workers=2, progress=False)
+assert report.ok, report.summary()
+print(len(report.compiled) + len(report.cached))
+"""
+
+
+def pick_variants() -> list[str]:
+    """The benchmark's 100 kernel names: the example lists' variants, then GELU ones."""
+    from nvrtc_engine import make_key
+    from nvrtc_engine.variants import resolve_variants
+
+    names: dict[str, None] = {}
+    for path in sorted((ROOT / "docs" / "examples").glob("*.toml")):
+        keys = resolve_variants(path, default_arch=lambda: "sm_90")
+        names.update((str(key), None) for key in keys)
+    pairs = [(i, o) for i in ("bf16", "fp16", "fp32")
+             for o in ("fp8_e4m3", "bf16", "fp16", "fp32", "fp8_e5m2")]  # fmt: skip
+    hidden = (4096, 14336, 16384, 11008, None)
+    for arch, size, (i, o) in itertools.product(("sm_90", "sm_100a"), hidden, pairs):
+        if len(names) >= COUNT:
+            break
+        names[str(make_key("gelu", in_dtype=i, out_dtype=o, hidden_size=size, arch=arch))] = None
+    return list(names)[:COUNT]
+
+
+def _run(script: str, arg: Path, env: dict[str, str]) -> str:
+    done = subprocess.run([sys.executable, "-c", script, str(arg)], env=env, capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"a benchmark process failed:\n{done.stderr}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=7, help="warm processes (median)")
+    parser.add_argument("--tag", default=None, help="results file suffix")
+    args = parser.parse_args()
+    names = pick_variants()
+    work = Path(tempfile.mkdtemp(prefix="nvrtc-engine-cache-lookup-"))
+    names_file = work / "names.json"
+    names_file.write_text(json.dumps(names))
+    pythonpath = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "NVRTC_ENGINE_CACHE_DIR": str(work / "cache"), "PYTHONPATH": pythonpath}
+    for name in ("NVRTC_ENGINE_DISABLE_DISK_CACHE", "NVRTC_ENGINE_READONLY_CACHE",
+                 "PYTHONDONTWRITEBYTECODE"):  # fmt: skip
+        env.pop(name, None)
+    print(f"prewarming {len(names)} variants into {work / 'cache'} ...")
+    _run(_PREWARM, names_file, env)
+    _run(_WARM, names_file, env)  # fills the bytecode cache; not counted
+    runs = [json.loads(_run(_WARM, names_file, env)) for _ in range(args.runs)]
+    summary = {
+        field: statistics.median(r[field] for r in runs)
+        for field in ("import_ms", "lookup_ms", "lookup_cpu_ms", "compiles", "renders")
+    }
+    summary["lookup_ms_range"] = [min(r["lookup_ms"] for r in runs),
+                                  max(r["lookup_ms"] for r in runs)]  # fmt: skip
+    met = {f: summary[f] <= limit for f, limit in TARGETS.items()}
+    payload = {
+        "load_average": list(os.getloadavg()),
+        "variants": names,
+        "summary": summary,
+        "targets": TARGETS,
+        "met": met,
+        "runs": runs,
+    }
+    path = common.write_results(f"cache_lookup-{args.tag}" if args.tag else "cache_lookup",
+                                payload)  # fmt: skip
+    rows = [{"what": f, "value": summary[f], "target": TARGETS[f], "ok": "yes" if met[f] else "NO"}
+            for f in TARGETS]  # fmt: skip
+    print(common.table(rows, [("what", "", ""), ("value", "median", ".1f"),
+                              ("target", "at most", "g"), ("ok", "met", "")]))  # fmt: skip
+    low, high = summary["lookup_ms_range"]
+    print(f"lookups: CPU time {summary['lookup_cpu_ms']:.1f} ms; wall {low:.1f}-{high:.1f} ms "
+          f"over {len(runs)} runs; load average {payload['load_average'][0]:.2f}; imported by "
+          f"the lookups: {runs[-1]['imported_by_lookups']}\nwrote {path}")  # fmt: skip
+    return 0 if all(met.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
