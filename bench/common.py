@@ -252,10 +252,10 @@ def paired_pct_of_copy(kernel_ms: list[float], kernel_bytes: int, copy_ms: list[
 
 def memory_only() -> None:
     """Turn the disk cache off for the rest of this process, for builds that their key does
-    not describe. An edited source (bench/source_ab.py) keeps the key's symbols, so the disk
-    cache's key index would hand back the kernel stored under the key instead of building
-    it; a forced layout changes the symbols (the index refuses the stored kernel) but would
-    fill the cache with trial kernels. The scripts also set NVRTC_ENGINE_DISABLE_DISK_CACHE=1
+    not describe. An edited source (bench/tuning/source_ab.py) keeps the key's symbols and
+    so its digest: the disk cache would hand back the kernel stored under the key instead of
+    building it; a forced configuration changes the symbols (another digest) but would fill
+    the cache with trial kernels. The scripts also set NVRTC_ENGINE_DISABLE_DISK_CACHE=1
     at import, which only counts where nothing has read the settings yet (a test, or a
     caller that made a kernel first); this counts either way."""
     from nvrtc_engine import config
@@ -265,24 +265,23 @@ def memory_only() -> None:
 
 
 @contextlib.contextmanager
-def norm_layout(layout: Any) -> Iterator[None]:
-    """Inside the block every norm key compiles with ``layout`` (a norm ``LaunchConfig``, as
-    given: no TUNED entry, rule or module switch changes it), or with its own default where
-    ``layout`` is None. The benchmarks' way of building a candidate layout: compile it on a
-    fresh ``Engine``; the disk cache is turned off (:func:`memory_only`: the key does not see
-    the layout)."""
+def norm_configured(cfg: Any) -> Iterator[None]:
+    """Inside the block every norm key compiles with ``cfg`` (a norm ``ForwardConfig`` or
+    ``BackwardConfig``, as given: no TUNED entry or rule changes it), or with its own where
+    ``cfg`` is None. The benchmarks' way of building a candidate configuration: compile it on
+    a fresh ``Engine``; the disk cache is turned off (:func:`memory_only`)."""
     import nvrtc_engine.ops.norm as norm
 
-    if layout is None:
+    if cfg is None:
         yield
         return
     memory_only()
-    chosen = norm.launch_config
-    norm.launch_config = lambda key: layout
+    chosen = norm.norm_config
+    norm.norm_config = lambda key: cfg
     try:
         yield
     finally:
-        norm.launch_config = chosen
+        norm.norm_config = chosen
 
 
 def table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:

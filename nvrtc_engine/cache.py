@@ -85,10 +85,6 @@ def digest(key: KernelKey, nvrtc_version: str | None = None) -> str:
     version = nvrtc_version or nvrtc.nvrtc_identity()
     fields = [f"schema {SCHEMA}", str(key), " ".join(spec.symbols(key)), code_fingerprint(),
               version, headers, *compile_options(key.arch).flags()]  # fmt: skip
-    if spec.family == "norm":  # its module switches, until issue 44 deletes them
-        from .ops.norm_switches import changed
-
-        fields.append(changed())
     return hashlib.sha256("\n".join(fields).encode()).hexdigest()
 
 

@@ -102,7 +102,8 @@ class Kernel:
         self._dependent = self._dependent_launch()  # decided once, when the kernel is made
 
     def __repr__(self) -> str:
-        tag = getattr(getattr(self, "_config", None), "tag", None)  # as the symbol carries it
+        config = getattr(self, "_config", None)  # its label (tag) as the symbol carries it
+        tag = getattr(config, "label", None) or getattr(config, "tag", None)
         return (f"<Kernel {self.key}{f' [{tag}]' if tag else ''} {self.artifact.kind} "
                 f"{len(self.artifact.image)} B ({self.origin})>")  # fmt: skip
 
@@ -115,8 +116,9 @@ class Kernel:
     def config(self) -> Any:
         """The launch configuration this kernel was rendered and is launched with, chosen
         from its key when the kernel was made (read-only; each family sets ``_config``): an
-        activation kernel's ``ActivationConfig``, a norm kernel's ``norm.LaunchConfig``, a
-        cast kernel's ``TileConfig``, ``quantize``'s ``QuantizeConfig``."""
+        activation kernel's ``ActivationConfig``, a norm kernel's ``norm.ForwardConfig`` or
+        ``norm.BackwardConfig``, a cast kernel's ``TileConfig``, ``quantize``'s
+        ``QuantizeConfig``."""
         return self._config
 
     def loaded(self, device: int = 0) -> Loaded:

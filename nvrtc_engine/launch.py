@@ -27,8 +27,8 @@ unless given one and launches: the family's ``__call__`` reads the key
 (``Kernel._fast1``...), the run launches, and nothing else runs in Python between them.
 
 What a family reads from module-level launch settings (``activation.MAX_GRID``,
-``norm_switches.FWD_ONE_PASS``...) is fixed in a prepared launch: code that changes them at run
-time (tuning scripts) must use new ``Kernel`` objects or clear ``kernel._prepared``.
+``norm_config.MAX_GRID``...) is fixed in a prepared launch: code that changes them at run time
+(tuning scripts) must use new ``Kernel`` objects or clear ``kernel._prepared``.
 """
 
 from __future__ import annotations

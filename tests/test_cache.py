@@ -88,17 +88,15 @@ def test_the_digest_is_the_same_for_the_same_kernel_spelled_otherwise():
     assert len({digest(k) for k in same}) == 1 and len(digest(GELU)) == 64
 
 
-def test_a_changed_norm_switch_is_another_digest(monkeypatch):
-    """The norm family's module switches (until issue 44 removes them) enter the digest of a
-    norm kernel when they differ from the module's values, and change nothing else."""
-    from nvrtc_engine.ops import norm_switches
+def test_a_norm_configuration_reaches_the_digest_through_the_symbols(monkeypatch):
+    """A norm kernel's configuration (a script patching ``norm.norm_config``) is another
+    digest: its label ends the symbols, which the digest hashes; other families' are the same."""
+    from nvrtc_engine.ops import norm
 
     key = make_key("rmsnorm_fwd", dtype="bf16", hidden_size=4096, arch="sm_90")
     before, gelu = digest(key), digest(GELU)
-    monkeypatch.setattr(norm_switches, "LOOP_BLOCK", 512)  # changes no symbol, only code
+    monkeypatch.setattr(norm, "norm_config", lambda k: norm.ForwardConfig(4, rows=2))
     assert digest(key) != before and digest(GELU) == gelu
-    monkeypatch.setattr(norm_switches, "LOOP_BLOCK", 1024)
-    assert digest(key) == before
 
 
 _DIGEST = textwrap.dedent("""

@@ -1,6 +1,6 @@
 """SASS of an nvrtc_engine kernel, compiled here (no GPU needed), with an opcode histogram.
 
-    python bench/tuning/sass.py OP [field=value ...] [norm_tag=TAG] [edits=NAME[+NAME...] [--diff]]
+    python bench/tuning/sass.py OP [field=value ...] [variant=CHANGE[+CHANGE...] [--diff]]
                          [--all]
 
 e.g. ``python bench/tuning/sass.py gelu dtype=fp8 scaling=mxfp8 layout=rowwise hidden_size=8192``
@@ -9,15 +9,12 @@ count of each opcode per function of the cubin (arch sm_90 unless ``arch=`` says
 ``--all`` adds the whole disassembly. Fields are get_kernel's. Needs ``cuobjdump``: the one
 named by $CUOBJDUMP, else on PATH (a CUDA toolkit), else the one Triton's wheel carries
 (``triton/backends/nvidia/bin``). Used to count the instructions per element of a kernel
-before spending GPU time (docs/activations.md, "Kernels"). ``norm_tag=`` compiles a norm
-kernel with that launch configuration (a ``LaunchConfig`` tag, e.g. ``w4r1v8j8c8hogqiyzt3``)
-whatever its key's default, on a memory-only engine (the key does not see the tag).
-``edits=`` compiles the kernel from its rendered source with bench/source_ab.py's edits
-(``+``-joined; with ``norm_tag=`` the layout as given, as source_ab's ``@TAG``), and
-``--diff`` then prints the instructions that differ from the same kernel without them (the
-addresses and encodings left out): e.g. ``python bench/tuning/sass.py layernorm_fwd in_dtype=bf16
-out_dtype=fp8 hidden_size=4096 norm_tag=w4r1v8j4c1hogqit3 edits=red4 --diff`` (round 25: only
-the stages' base offset differs). The edits are listed and explained in bench/source_ab.py.
+before spending GPU time (docs/activations.md, "Kernels"). ``variant=`` compiles a norm
+forward under bench/tuning/source_ab.py's changes (another configuration field, the rules'
+configuration, the trigger added or taken out) on a memory-only engine, and ``--diff`` then
+prints the instructions that differ from the kernel as chosen (the addresses and encodings
+left out): e.g. ``python bench/tuning/sass.py layernorm_fwd in_dtype=bf16 out_dtype=fp8
+hidden_size=4096 variant=staging.align=16 --diff``.
 """
 
 from __future__ import annotations
@@ -58,53 +55,16 @@ def parse_fields(args: list[str]) -> dict[str, object]:
     return fields
 
 
-def tagged_norm(op: str, fields: dict[str, object], tag: str) -> object:
-    """``op``'s norm kernel for ``fields`` compiled with the layout ``tag``, in memory only.
-
-    The tag goes where a TUNED entry would (unlike common.norm_layout, which forces a layout
-    as given), so the module's switches apply to it as they would to a TUNED winner; a tag
-    they change is refused, naming the letters dropped."""
-    import nvrtc_engine as ne
-    import nvrtc_engine.ops.norm as norm
-    import nvrtc_engine.ops.norm_layout as norm_layout
-    from nvrtc_engine.engine import Engine
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/
-    import common
-
-    common.memory_only()  # the key does not see the tag
-    try:
-        cfg = norm.parse_tag(tag)
-    except ValueError as e:
-        sys.exit(str(e))
-    saved = norm_layout._tuned
-    norm_layout._tuned = lambda key: cfg
-    norm.launch_config.cache_clear()
-    try:
-        kernel = Engine().get(ne.make_key(op, **fields))  # type: ignore[arg-type]
-    finally:
-        norm_layout._tuned = saved
-        norm.launch_config.cache_clear()
-    if kernel.config != cfg:
-        dropped = sorted(set(tag) - set(kernel.config.tag))
-        sys.exit(f"{tag} does not apply to this key: it compiles as {kernel.config.tag} (without "
-                 f"{', '.join(dropped) or 'some of its letters'}: see LaunchConfig.tag for where "
-                 "each switch applies)")  # fmt: skip
-    return kernel
-
-
-def edited_norm(op: str, fields: dict[str, object], tag: object, edits: list[str]) -> object:
-    """``op``'s kernel for ``fields`` compiled from its rendered source with source_ab.py's
-    ``edits`` (none: the same build without them), with the layout ``tag`` as given where one
-    is named; exits with the message where an edit does not apply."""
+def built(op: str, fields: dict[str, object], variant: str) -> object:
+    """``op``'s kernel for ``fields`` under source_ab.py's ``variant`` (``base``: the kernel
+    as chosen, built the same way); exits with the message where it does not apply."""
     import nvrtc_engine as ne
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import source_ab
 
     try:
-        source_ab.check_edits(edits)
-        return source_ab.build(ne.make_key(op, **fields), ([f"@{tag}"] if tag else []) + edits)
+        return source_ab.build(ne.make_key(op, **fields), source_ab.parse_variant(variant))
     except ValueError as e:
         sys.exit(str(e))
 
@@ -138,19 +98,12 @@ def main() -> int:
 
     tool = cuobjdump()
     fields = parse_fields(args[1:])
-    tag = fields.pop("norm_tag", None)
-    edits = [e for e in str(fields.pop("edits", "") or "").split("+") if e]
-    if "--diff" in sys.argv and not edits:
-        sys.exit("--diff compares against the kernel without its edits: name them with edits=")
-    if edits:
-        kernel = edited_norm(args[0], fields, tag, edits)
-    elif tag is None:
-        kernel = ne.get_kernel(args[0], **fields)
-    else:
-        kernel = tagged_norm(args[0], fields, str(tag))
+    variant = str(fields.pop("variant", "") or "")
+    if "--diff" in sys.argv and not variant:
+        sys.exit("--diff compares against the kernel as chosen: name the changes with variant=")
+    kernel = built(args[0], fields, variant) if variant else ne.get_kernel(args[0], **fields)
     sass, res = disassemble(tool, kernel.artifact.image)
-    print(kernel.name + (f" with {'+'.join(edits)} (source_ab.py's edits of its source)"
-                         if edits else ""))  # fmt: skip
+    print(kernel.name + (f" with {variant} (source_ab.py's changes)" if variant else ""))
     print(res.strip())
     func = None
     counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
@@ -168,13 +121,13 @@ def main() -> int:
     if "--all" in sys.argv:
         print(sass)
     if "--diff" in sys.argv:
-        plain = disassemble(tool, edited_norm(args[0], fields, tag, []).artifact.image)[0]
-        diff = list(difflib.unified_diff(instructions(plain), instructions(sass), "without edits",
-                                         "+".join(edits), n=0, lineterm=""))  # fmt: skip
+        plain = disassemble(tool, built(args[0], fields, "base").artifact.image)[0]
+        diff = list(difflib.unified_diff(instructions(plain), instructions(sass), "as chosen",
+                                         variant, n=0, lineterm=""))  # fmt: skip
         gone = sum(1 for line in diff if line.startswith("-") and not line.startswith("---"))
         new = sum(1 for line in diff if line.startswith("+") and not line.startswith("+++"))
         print(
-            f"== diff against the kernel without {'+'.join(edits)}: "
+            "== diff against the kernel as chosen: "
             + (f"{gone} instructions out, {new} in" if diff else "the same instructions")
         )
         print("\n".join(diff))

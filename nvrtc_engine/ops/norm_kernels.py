@@ -1,8 +1,7 @@
 """The norm family's kernels on the host: argument checks, grids and launches of the
 LayerNorm/RMSNorm forwards and backwards (:class:`LayerNormFwdKernel` to
-:class:`RMSNormBwdAddKernel`) and the results they return. The layout each was compiled for
-is its ``config`` (``NormSpec.layout``, that is :func:`.norm_layout.launch_config`); the
-grid settings come from :mod:`.norm_switches`.
+:class:`RMSNormBwdAddKernel`) and the results they return. The configuration each was
+compiled for is its ``config`` (``NormSpec.config``, that is :func:`.norm_config.norm_config`).
 """
 
 from __future__ import annotations
@@ -19,15 +18,20 @@ from ..errors import ArgumentError, ArgumentTypeError, CudaError
 from ..interop import TORCH_TYPES, Array, allocate_like
 from ..kernel import Kernel, Loaded
 from ..signature import CallArgs, Signature, f32, i32, i64, ptr
-from . import norm_switches as sw
 from .blockscale import mxfp8_scale_shape
-from .norm_layout import (
-    LaunchConfig,
+from .norm_config import (
+    BWD_CTAS_PER_SM,
+    FINALIZE_BLOCK,
+    LOOP_BLOCK,
+    MAX_GRID,
+    TILE_BLOCK,
+    TILE_CTAS_PER_SM,
+    NormConfig,
     gamma_dtype,
     loop_threads_per_row,
     norm_spec,
-    staged_counts,
-    staged_smem_bytes,
+    shared_bytes,
+    vector_width,
 )
 
 if TYPE_CHECKING:
@@ -152,16 +156,11 @@ def _active_clusters(function: Any, threads: int, shmem: int, cluster: int) -> i
 def _persistent(dev: _Device, cluster: int, per_sm: int, groups: int) -> int:
     """Clusters (CTAs where ``cluster`` is 1) of a persistent grid over ``groups`` row groups
     with at most ``per_sm`` CTAs per SM: never more clusters than are resident at once
-    (``dev.clusters``, where the driver says) nor than row groups, at least one; with
-    :data:`PERSISTENT_BALANCED`, the fewest that keep the most row groups one cluster
-    takes."""
+    (``dev.clusters``, where the driver says) nor than row groups, at least one."""
     n = dev.sm_count * per_sm // cluster
     if dev.clusters:  # whole clusters per GPC: at most what is resident at once
         n = min(n, dev.clusters)
-    n = max(1, min(n, groups))
-    if sw.PERSISTENT_BALANCED:
-        n = -(-groups // -(-groups // n))
-    return n
+    return max(1, min(n, groups))
 
 
 def _aligned(arrays: list[tuple[Array | None, int]]) -> bool:
@@ -171,17 +170,19 @@ def _aligned(arrays: list[tuple[Array | None, int]]) -> bool:
 
 class _NormKernel(Kernel):
     """What the norm kernels share: configuration, per-device grids, argument checks. Their
-    ``config`` (``Kernel.config``) is the :class:`LaunchConfig` their image was compiled for,
-    ``NormSpec.layout(key)`` when the kernel was made; ``config.tag`` ends its symbols."""
+    ``config`` (``Kernel.config``) is the :class:`~.norm_config.ForwardConfig` or
+    :class:`~.norm_config.BackwardConfig` their image was compiled for, ``NormSpec.config(key)``
+    when the kernel was made; ``config.label`` ends its symbols."""
 
-    _config: LaunchConfig
+    _config: NormConfig
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         key = self.key
         spec = norm_spec(key)
         self.spec = spec
-        self._config = spec.layout(key)
+        self._config = spec.config(key)
+        self._vec_width = vector_width(key, self._config)
         self._in = key.input
         self._out = key.output
         self._w = DTYPES[gamma_dtype(key)]
@@ -197,7 +198,7 @@ class _NormKernel(Kernel):
                 loaded.functions, self._function_threads(), shared, strict=True))  # fmt: skip
             cfg = self.config
             clusters = 0
-            if cfg.mode == "regs" and cfg.cluster > 1:
+            if cfg.cluster > 1:
                 clusters = _active_clusters(loaded.functions[0], cfg.threads, shared[0],
                                             cfg.cluster)  # fmt: skip
             got = _Device(loaded.device.sm_count, occ, clusters)
@@ -215,9 +216,9 @@ class _NormKernel(Kernel):
         its finalize kernel); ``clusters``, the main function's clusters of
         ``config.cluster`` CTAs resident at once (``cuOccupancyMaxActiveClusters``), 0 for
         a kernel without a cluster or where the driver does not say. A persistent grid
-        takes at most that many clusters (fewer where the layout caps its CTAs per SM,
-        ``config.ctas_per_sm``), and how clusters fit a GPU's GPCs can differ between GPUs
-        of one model, so bench/norm_bandwidth.py records it beside each timing.
+        takes at most that many clusters (fewer where the configuration caps its CTAs per
+        SM, ``config.staging.ctas_per_sm``), and how clusters fit a GPU's GPCs can differ
+        between GPUs of one model, so bench/bandwidth.py records it beside each timing.
 
         Raises :class:`~nvrtc_engine.NoDeviceError` without a driver or device,
         ``ValueError`` for an ordinal that does not exist, and
@@ -230,15 +231,14 @@ class _NormKernel(Kernel):
     def _waits_for_grid(self) -> bool:
         """Every norm kernel (forward, backward and finalize) starts with
         ``nve::grid_dependency_wait()``: on sm_90+ they are launched as programmatic
-        dependent launches (``NVRTC_ENGINE_DEPENDENT_LAUNCH``; bench/pdl_probe.py measured
+        dependent launches (``NVRTC_ENGINE_DEPENDENT_LAUNCH``; bench/tuning/pdl_probe.py measured
         1.4-1.8 us saved per kernel boundary on an H200)."""
         return True
 
     def _shared_bytes(self) -> tuple[int, ...]:
-        """A staged layout's dynamic shared memory (:func:`staged_smem_bytes`) for the main
-        kernel, none for the others (the backward's finalize); () for other layouts."""
-        size = staged_smem_bytes(self.config, self._in.itemsize, self._w.itemsize,
-                                 **staged_counts(self.spec, self.config))  # fmt: skip
+        """A staged kernel's dynamic shared memory (:func:`.norm_config.shared_bytes`) for the
+        main kernel, none for the others (the backward's finalize); () for other kernels."""
+        size = shared_bytes(self.key, self.config)
         return (size,) + (0,) * (len(self._function_threads()) - 1) if size else ()
 
     def _rows(self, xa: Array, name: str) -> tuple[int, int]:
@@ -294,8 +294,8 @@ class _NormKernel(Kernel):
 
     def _vec(self, hidden: int) -> int:
         """Elements per access: the compiled width, or the loop kernel's (H a multiple)."""
-        v = self.config.vec
-        return v if self.config.mode == "regs" or hidden % v == 0 else 1
+        v = self._vec_width
+        return v if self.config.warps or hidden % v == 0 else 1
 
 
 # eps is passed as fp32: from this value up it rounds to inf (fp32's largest finite value,
@@ -350,14 +350,13 @@ class _NormFwdKernel(_NormKernel):
         ``device``: the arithmetic the call itself uses, from the device's SM count, the
         kernel's occupancy there and its resident clusters (so it loads the kernel there).
 
-        - The general kernel (``config.mode == "loop"``): one CTA per
+        - The general kernel (``config.warps == 0``): one CTA per
           ``LOOP_BLOCK // loop_threads_per_row(H)`` rows.
-        - One-pass register layouts: one CTA (cluster) per row group of ``config.rows`` rows;
-          those that hold their weights (``h``) or copy the next row ahead (``p``) give a CTA
-          up to ``config.groups`` row groups (:data:`FWD_GROUPS_PER_CTA` where 0), and never
-          launch fewer CTAs than the persistent grid.
-        - The staged forward: a persistent grid, at most the clusters resident at once (fewer
-          under the layout's ``b`` cap), at most one per row group.
+        - The register kernel: one CTA (cluster) per row group of ``config.rows`` rows, or up
+          to ``config.row_groups`` row groups per CTA, never fewer CTAs than the persistent
+          grid.
+        - The staged kernel: a persistent grid, at most the clusters resident at once (fewer
+          under ``config.staging.ctas_per_sm``), at most one per row group.
 
         Every grid is also capped at ``MAX_GRID`` CTAs, and it is a multiple of
         ``config.cluster``. ``hidden_size`` defaults to the key's and is required for the
@@ -371,20 +370,17 @@ class _NormFwdKernel(_NormKernel):
     def _grid(self, dev: _Device, rows: int, hidden: int) -> int:
         """:meth:`launch_grid` on ``dev`` for ``rows`` rows of ``hidden`` elements."""
         cfg = self.config
-        if cfg.mode != "regs":
-            groups = -(-rows // (sw.LOOP_BLOCK // loop_threads_per_row(hidden)))
-            return min(groups, sw.MAX_GRID if sw.FWD_ONE_PASS else dev.sm_count * dev.occupancy[0])
+        if not cfg.warps:
+            return min(-(-rows // (LOOP_BLOCK // loop_threads_per_row(hidden))), MAX_GRID)
         groups = -(-rows // cfg.rows)
-        # the staged forward's grid is persistent, at most cfg.ctas_per_sm CTAs per SM
-        per_sm = min(dev.occupancy[0], cfg.ctas_per_sm or dev.occupancy[0])
+        staging = cfg.staging
+        # the staged kernel's grid is persistent, at most ctas_per_sm CTAs per SM
+        per_sm = min(dev.occupancy[0], (staging and staging.ctas_per_sm) or dev.occupancy[0])
         persistent = _persistent(dev, cfg.cluster, per_sm, groups)
-        clusters = groups if sw.FWD_ONE_PASS and not cfg.stages else persistent
-        # several row groups per CTA: weights loaded once (hold), or the next group's x
-        # copied while the current one is worked on (next_row)
-        if sw.FWD_ONE_PASS and not cfg.stages and (cfg.hold or cfg.next_row):
-            per_cta = cfg.groups or sw.FWD_GROUPS_PER_CTA
-            clusters = max(min(groups, persistent), -(-groups // per_cta))
-        return min(groups, clusters, sw.MAX_GRID // cfg.cluster) * cfg.cluster
+        clusters = persistent if staging else groups
+        if cfg.row_groups > 1:  # several row groups per CTA: held weights, the next row's copy
+            clusters = max(min(groups, persistent), -(-groups // cfg.row_groups))
+        return min(groups, clusters, MAX_GRID // cfg.cluster) * cfg.cluster
 
     def _forward(
         self, x: Any, gamma: Any, beta: Any, eps: Any, out: Any, mu: Any, rsigma: Any,
@@ -456,7 +452,7 @@ class _NormFwdKernel(_NormKernel):
             (xa, vec * self._in.itemsize), (oa, vec * self._out.itemsize),
             (ga, vec * self._w.itemsize), (ba, vec * self._w.itemsize),
         ])  # fmt: skip
-        tpr = 0 if cfg.mode == "regs" else loop_threads_per_row(hidden)
+        tpr = loop_threads_per_row(hidden) if not cfg.warps else 0
         grid = self._grid(dev, rows, hidden)
         mx = key.scaling == "mxfp8"
         a = _FWD_ARGS  # scale_inv: the block scales with MXFP8, else tensor scaling's 1/scale
@@ -534,10 +530,11 @@ class RMSNormFwdKernel(_NormFwdKernel):
 class _BwdPlan:
     """Grids and workspace of one backward call (a function of rows, hidden and device).
 
-    ``parts``: partial rows of column sums (CTAs or clusters in ``regs`` mode, row chunks of
-    ``chunk_rows`` rows in ``loop`` mode); ``stats_grid``/``tpr``: the row-sum kernel
-    (``loop``); the workspace holds ``part_elements`` fp32 partial sums, then from
-    ``stats_offset`` the row sums (``loop``), ``workspace`` elements in all.
+    ``parts``: partial rows of column sums (CTAs or clusters of the register and staged
+    kernels, row chunks of ``chunk_rows`` rows of the general kernel); ``stats_grid``/``tpr``:
+    the general kernel's row-sum kernel; the workspace holds ``part_elements`` fp32 partial
+    sums, then from ``stats_offset`` the general kernel's row sums, ``workspace`` elements in
+    all.
     """
 
     stats_grid: int
@@ -551,25 +548,26 @@ class _BwdPlan:
 
 class _NormBwdKernel(_NormKernel):
     def _function_threads(self) -> tuple[int, ...]:
-        if self.config.mode == "regs":
-            return (self.config.threads, sw.FINALIZE_BLOCK)
-        return (sw.TILE_BLOCK, sw.LOOP_BLOCK, sw.FINALIZE_BLOCK)
+        if self.config.warps:
+            return (self.config.threads, FINALIZE_BLOCK)
+        return (TILE_BLOCK, LOOP_BLOCK, FINALIZE_BLOCK)
 
     def _plan(self, dev: _Device, rows: int, hidden: int) -> _BwdPlan:
         cfg = self.config
         nacc = self.spec.accumulators
         stats_grid = tpr = chunk_rows = parts = stats = 0
-        if rows > 0 and cfg.mode == "regs":
+        if rows > 0 and cfg.warps:
             groups = -(-rows // cfg.rows)
-            per_sm = min(dev.occupancy[0], cfg.ctas_per_sm or sw.BWD_CTAS_PER_SM)
+            cap = cfg.staging.ctas_per_sm if cfg.staging else 0
+            per_sm = min(dev.occupancy[0], cap or BWD_CTAS_PER_SM)
             parts = _persistent(dev, cfg.cluster, per_sm, groups)
         elif rows > 0:
             tpr = loop_threads_per_row(hidden)
-            stats_grid = min(-(-rows // (sw.LOOP_BLOCK // tpr)), dev.sm_count * dev.occupancy[1])
+            stats_grid = min(-(-rows // (LOOP_BLOCK // tpr)), dev.sm_count * dev.occupancy[1])
             # chunks of rows sized for the widest tiles, so the workspace does not depend
             # on the pointers' alignment; ntiles is set per launch
-            widest = -(-hidden // (32 * cfg.vec))
-            want = max(1, -(-dev.sm_count * sw.TILE_CTAS_PER_SM // widest))
+            widest = -(-hidden // (32 * self._vec_width))
+            want = max(1, -(-dev.sm_count * TILE_CTAS_PER_SM // widest))
             chunk_rows = -(-rows // min(rows, want))
             parts = -(-rows // chunk_rows)
             stats = 2 * rows
@@ -652,7 +650,7 @@ class _NormBwdKernel(_NormKernel):
             (xa, vec * in_size), (dza, vec * in_size), (dxa, vec * in_size),
             (adda, vec * in_size), (ga, vec * w_size),
         ])  # fmt: skip
-        ntiles = -(-(hidden // (vec if aligned else 1)) // 32)  # loop mode: 32 accesses each
+        ntiles = -(-(hidden // (vec if aligned else 1)) // 32)  # general kernel: 32 accesses each
         a = _BWD_ARGS
         values = BWD.bind(
             dz=a.dz, x=a.x, mu=a.mu, rsigma=a.rsigma, gamma=a.gamma, add=a.add, dx=a.dx,
@@ -662,13 +660,13 @@ class _NormBwdKernel(_NormKernel):
         )  # fmt: skip
         p = (BWD, values)
         launches: list[LaunchSpec] = []
-        if rows > 0 and cfg.mode == "regs":
+        if rows > 0 and cfg.warps:
             launches.append((0, plan.parts * cfg.cluster, cfg.threads, *p))
         elif rows > 0:
-            launches.append((1, plan.stats_grid, sw.LOOP_BLOCK, *p))
-            launches.append((0, plan.parts * ntiles, sw.TILE_BLOCK, *p))
+            launches.append((1, plan.stats_grid, LOOP_BLOCK, *p))
+            launches.append((0, plan.parts * ntiles, TILE_BLOCK, *p))
         finalize_grid = spec.accumulators * -(-hidden // 32)
-        launches.append((-1, finalize_grid, sw.FINALIZE_BLOCK, *p))
+        launches.append((-1, finalize_grid, FINALIZE_BLOCK, *p))
         tensors = (dz, x, mu, rsigma, gamma, add, dx, dgamma, dbeta, workspace)
         ptrs = (dza.ptr, xa.ptr, mua.ptr if mua is not None else 0, rsa.ptr, ga.ptr,
                 adda.ptr if adda is not None else 0, dxa.ptr, dga.ptr,

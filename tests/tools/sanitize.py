@@ -70,12 +70,12 @@ def activation_cases(t: Callable, tensor: Callable) -> dict[str, Case]:
                 kw.update(tensor() if key.scaling == "tensor" else {})
                 chosen = activation.MAX_GRID
                 activation.MAX_GRID = grid or chosen  # 3: every block loops over several
-                kernel._launch_plans.clear()  # a plan keeps the grid it was made with
+                kernel._prepared.clear()  # a prepared launch keeps the grid it was made with
                 try:
                     kernel(*args, **kw)
                 finally:
                     activation.MAX_GRID = chosen
-                    kernel._launch_plans.clear()
+                    kernel._prepared.clear()
 
             out[f"{key}_{rows}x{cols}_grid{grid or 'all'}"] = run
     return out
