@@ -610,7 +610,11 @@ def test_get_kernels_memo_without_arch_tells_types_apart_too(monkeypatch):
         ne.get_kernel("gelu", dtype="bf16", hidden_size=4096.0)
 
 
-@pytest.mark.parametrize("bad", [{}, [], object(), b"bf16", ("bf16",)], ids=repr)
+@pytest.mark.parametrize(
+    "bad",
+    [{}, [], object(), b"bf16", ("bf16",)],
+    ids=lambda v: type(v).__name__ if type(v) is object else repr(v),
+)
 @pytest.mark.parametrize("argument", ["dtype", "in_dtype", "out_dtype"])
 def test_a_dtype_that_is_no_name_nor_dtype_object_is_a_variant_type_error(argument, bad):
     """A dict, list, bytes or plain object as a dtype is a value of the wrong type, as a

@@ -101,7 +101,7 @@ def test_longest_compiles_start_first_when_threads_are_fewer_than_kernels(monkey
     ordered = prewarm_mod._longest_first(keys)
     sizes = [len(render(k).source) for k in ordered]
     assert sorted(ordered, key=str) == sorted(keys, key=str) and sizes == sorted(sizes)[::-1]
-    assert ordered[0].op == "quantize" and ordered[-1].op == "gelu"
+    assert ordered != keys  # the input order is not already the answer
     queued: list[list] = []
     order = prewarm_mod._longest_first
     monkeypatch.setattr(prewarm_mod, "_longest_first", lambda k: queued.append(order(k)) or
