@@ -312,7 +312,7 @@ def test_tile_configs_agree_with_the_default(monkeypatch, op, cand):
                               **switches)  # fmt: skip
     monkeypatch.setattr(cast, "tile_config", lambda key: cfg)
     kernel = Engine().get(key)
-    assert kernel.config == cfg and default.config != cfg
+    assert kernel.config == cfg  # (a candidate may be the default itself)
     rng = rng_for("tile configs", op, _config_id(cand))
     # 1000 x 1000: strips of 4 tiles cut short by the bottom edge, ending in edge tiles
     for_shapes(

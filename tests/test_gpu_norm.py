@@ -110,7 +110,8 @@ def run_forward(
     else:
         res = kernel(x, gamma, beta, eps, out, mu, rsigma, **kwargs)
         assert res.z is out and res.mu is mu and res.rsigma is rsigma
-        shift = np.asarray(x_host, np.float64)[:, 0] if kernel.config.shifted else None
+        shifted = getattr(kernel.config, "stats", None) == "shifted"
+        shift = np.asarray(x_host, np.float64)[:, 0] if shifted else None
         ref = reference.layernorm_fwd(x_host, gamma_host, beta_host, eps, zero_centered_gamma=zcg,
                                       shift=shift)  # fmt: skip
     torch.cuda.synchronize()
