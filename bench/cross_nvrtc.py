@@ -92,7 +92,10 @@ def check(bundle: Path) -> int:
 
     if driver.device_count() == 0:
         raise SystemExit("--check needs a GPU")
-    result: dict = {"bundle": str(bundle), "nvrtc_here": nvrtc_version(),
+    import common  # (bench/common.py: where, when and on which GPU)
+
+    result: dict = {"benchmark": "cross_nvrtc", **common.host_info(), **common.gpu_info(),
+                    "bundle": str(bundle), "nvrtc_here": nvrtc_version(),
                     "code": code_fingerprint()[:16]}  # fmt: skip
     _fresh_cache()
     try:

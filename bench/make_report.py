@@ -225,9 +225,42 @@ def fleet() -> list[str]:  # (bench/fleet.py writes its table's cells)
     return [f"{run_line(d, 'fleet')} {d['caption']}", table(d["head"], d["rows"])] if d else []
 
 
+def torch_block() -> list[str]:
+    d = load("torch_block")
+    if not d:
+        return []
+    g = d["groups"]
+    impls = ["torch eager", "torch.compile", "engine", "engine compiled"]
+    rows = [[name, *(f"{g[name]['ms'][i]:.3f} ({g[name]['ratio_to_compile'][i]:.3f}x)"
+                     if i in g[name]["ms"] else "-" for i in impls)]
+            for name in ("step", "norm_act", "fp8")]  # fmt: skip
+    host = ", ".join(f"{k} {v:.1f} us" for k, v in g["host"]["us"].items())
+    met = ", ".join(f"{t['group']} {t['case']} {t['ratio']:.3f}x (at most {t['at_most']}x): "
+                    f"{'met' if t['met'] else 'missed'}" for t in d["targets"])  # fmt: skip
+    return [f"{run_line(d, 'torch_block')} Tokens {d['tokens']}, hidden {d['hidden']}, "
+            f"intermediate {d['inter']}, {d['dtype']}; ms per call (x torch.compile).",
+            table(["part", *impls], rows), f"Host time per eager call: {host}.",
+            f"Targets: {met}."]  # fmt: skip
+
+
+def cross_nvrtc() -> list[str]:
+    d = load("cross_nvrtc")
+    if not d:
+        return []
+    phases = "; ".join(f"{p['phase']}: {sum(p['origins'].values())} loaded, {p['compiles']} "
+                       f"compiles" for p in d["phases"])  # fmt: skip
+    return [
+        f"{run_line(d, 'cross_nvrtc')} A bundle of {d['imported']} kernels built by NVRTC "
+        f"{d['nvrtc_bundle']} on the 2-CPU machine, used under NVRTC {d['nvrtc_here']} "
+        f"with `--any-nvrtc`: {phases}; demo checks "
+        f"{'passed' if d['demo_rc'] == 0 else 'failed'}."
+    ]
+
+
 BLOCKS: dict[str, Callable[[], list[str]]] = {"activation": activation, "norm": norm,
     "cast": cast, "launch": launch, "compile": compile_latency, "prewarm": prewarm,
-    "fanout": fanout, "fleet": fleet}  # fmt: skip
+    "fanout": fanout, "fleet": fleet,
+    "torch": torch_block, "cross_nvrtc": cross_nvrtc}  # fmt: skip
 
 
 def render(page: str) -> str:
