@@ -65,19 +65,23 @@ class NativeLaunchHook(BuildHookInterface):
             return
         if os.environ.get("NVRTC_ENGINE_BUILD_NATIVE", "1").strip().lower() in _OFF:
             return
-        if version == "editable":
-            out = SOURCE.with_name(NAME)
-            out.unlink(missing_ok=True)  # never an old build beside a newer source
+        if version == "editable":  # built beside the source under another name, then renamed
+            out = SOURCE.with_name(f".{NAME}.{os.getpid()}.tmp")
         else:
             self._tmp = tempfile.TemporaryDirectory()
             out = Path(self._tmp.name, NAME)
         why = compile_extension(out)
         if why is not None:
+            out.unlink(missing_ok=True)
+            # (one left beside the source by an earlier build of another version of it is not
+            # loaded: native_launch.py compares their digests)
             message = (f"nvrtc_engine: the compiled launcher was not built ({why}); the "
                        "package launches through its pure-Python path")  # fmt: skip
             warnings.warn(message, stacklevel=1)
             return
-        if version != "editable":
+        if version == "editable":
+            os.replace(out, SOURCE.with_name(NAME))
+        else:
             build_data["force_include"][str(out)] = f"nvrtc_engine/{NAME}"
             build_data["pure_python"] = False
             platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
