@@ -8,16 +8,22 @@ The calls, on a bf16 tensor x of (8, 1024): the engine's GELU (tanh) kernel with
 given (``kernel(x, out)``) and allocating it (``kernel(x)``), ``torch.add(x, x, out=out)``
 and ``torch.nn.functional.gelu(x, approximate="tanh")``. Targets (docs/performance.md): the
 engine with ``out`` at most ``torch.add(out=)``, the engine allocating at most ``F.gelu``.
+The engine rows time the launcher the package uses (``launcher`` in the results: the wheel's
+compiled launcher where it loads, nvrtc_engine/native_launch.py, else the pure-Python path);
+with the compiled one, the same two calls through the pure-Python path are timed beside them
+(``pure-Python launch`` rows).
 
 Timed beside them, the pieces of an engine call (``step:`` rows):
 
-- the two engine calls with ``cuLaunchKernelEx`` (cuda.bindings) replaced by a Python
-  function that returns success at once: the host time of everything but the driver call
-  (another kernel object of the same variant, prepared with the no-op);
+- the two engine calls through the pure-Python path with ``cuLaunchKernelEx``
+  (cuda.bindings) replaced by a Python function that returns success at once: the host time
+  of everything but the driver call (another kernel object of the same variant, prepared
+  with the no-op);
 - ``cuLaunchKernelEx`` through cuda.bindings alone, with the arguments the prepared call
   passes it: the driver call (cuda.bindings' conversions and libcuda);
 - the call key's read and lookup for ``(x, out)`` (``Kernel._fast2`` with a tag no call
-  has: a miss, which skips the key comparison a hit makes);
+  has: a miss, which skips the key comparison a hit makes), by the launcher used and, with
+  the compiled one, by the pure-Python path;
 - the context check (``cuCtxGetCurrent`` through cuda.bindings) and PyTorch's current stream
   (``torch._C._cuda_getCurrentRawStream``);
 - allocating an output like x: ``torch.empty_like(x)``, the same with another dtype,
@@ -130,16 +136,29 @@ class _Bindings:
         return getattr(self._real, name)
 
 
+def pure(kernel: Any) -> Any:
+    """Another kernel object of ``kernel``'s variant that launches through the pure-Python
+    path (NVRTC_ENGINE_NATIVE_LAUNCH off while it is made)."""
+    import nvrtc_engine as ne
+
+    native = ne.config.settings().native_launch
+    ne.configure(native_launch=False)
+    try:
+        return type(kernel)(kernel.key, kernel.artifact, kernel.origin)
+    finally:
+        ne.configure(native_launch=native)
+
+
 def with_launch(
     kernel: Any, launch_ex: Callable[..., Any], calls: list[Callable[[Any], Any]]
 ) -> Any:
-    """Another kernel object of ``kernel``'s variant whose launches call ``launch_ex`` instead
-    of cuda.bindings' ``cuLaunchKernelEx``, each of ``calls`` (``call(kernel)``) made twice
-    with it (the checked path, then its prepared launch)."""
+    """Another kernel object of ``kernel``'s variant, on the pure-Python path, whose launches
+    call ``launch_ex`` instead of cuda.bindings' ``cuLaunchKernelEx``, each of ``calls``
+    (``call(kernel)``) made twice with it (the checked path, then its prepared launch)."""
     from nvrtc_engine import driver
 
     real = driver._drv()
-    other = type(kernel)(kernel.key, kernel.artifact, kernel.origin)
+    other = pure(kernel)
     driver._bindings = _Bindings(real, launch_ex)
     try:
         for call in calls * 2:
@@ -245,18 +264,29 @@ def main() -> int:
     ordinal = x.get_device()
     empty, empty_like, bf16 = torch.empty, torch.empty_like, torch.bfloat16
     cases: dict[str, Callable[[], Any]] = {OUT: lambda: kernel(x, out), ALLOC: lambda: kernel(x)}
+    launcher = "compiled" if kernel._native else "pure-Python"
+    if kernel._native:  # the pure-Python path beside it
+        slow = pure(kernel)
+        for call in calls * 2:
+            call(slow)
+        cases[f"{OUT}, pure-Python launch"] = lambda: slow(x, out)
+        cases[f"{ALLOC}, pure-Python launch"] = lambda: slow(x)
+        miss = "step: call key read and lookup, (x, out) (a miss), pure-Python launch"
+        cases[miss] = lambda: slow._fast2(None, x, out, (), None)
     if not stub:
         import torch.nn.functional as F
 
         cases[ADD] = lambda: torch.add(x, x, out=out)
         cases[GELU] = lambda: F.gelu(x, approximate="tanh")
     cases |= {
-        "step: engine gelu(x, out), cuLaunchKernelEx a no-op": lambda: idle(x, out),
-        "step: engine gelu(x), cuLaunchKernelEx a no-op": lambda: idle(x),
+        "step: engine gelu(x, out), pure-Python launch, cuLaunchKernelEx a no-op": (
+            lambda: idle(x, out)
+        ),
+        "step: engine gelu(x), pure-Python launch, cuLaunchKernelEx a no-op": lambda: idle(x),
         "step: cuLaunchKernelEx through cuda.bindings alone": (
             lambda keep=recorded: launch_ex(*launch_args)  # (keep: recorded's buffers live)
         ),
-        "step: call key read and lookup, (x, out) (a miss)": (
+        f"step: call key read and lookup, (x, out) (a miss), {launcher} launch": (
             lambda: kernel._fast2(None, x, out, (), None)
         ),
         "step: context check, cuCtxGetCurrent through cuda.bindings": lambda: get_context()[1],
@@ -286,7 +316,8 @@ def main() -> int:
         if theirs in medians
     ]
     info: dict[str, Any] = {"rounds": args.rounds, "calls": args.calls, "kernel": str(kernel.key),
-                            "shape": [8, 1024], "targets": targets}  # fmt: skip
+                            "shape": [8, 1024], "launcher": launcher,
+                            "targets": targets}  # fmt: skip
     if stub:
         info["mode"] = f"stub libcuda, {tensors} (Python-side time only)"
     else:
@@ -304,6 +335,7 @@ def main() -> int:
             ],
         )
     )
+    print(f"launcher: {launcher}")
     for t in targets:
         print(f"{t['engine']} <= {t['torch']}: {'met' if t['met'] else 'missed'}")
     print(f"wrote {path}")

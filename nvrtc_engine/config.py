@@ -36,6 +36,10 @@ variable                            type      meaning
                                               norms) are launched on sm_90+ with programmatic
                                               stream serialization, which hides the launch
                                               latency behind the previous kernel
+``NVRTC_ENGINE_NATIVE_LAUNCH``      bool      ``0`` launches through the pure-Python path
+                                              even where the wheel's compiled launcher
+                                              loads (default ``1``: use it where it does;
+                                              see ``nvrtc_engine.native_launch``)
 ``NVRTC_ENGINE_REMOTE_CACHE``       URL       a Redis server shared by a fleet, tried after
                                               the read-only caches (``redis://host:port/db``,
                                               ``rediss://``, ``unix://``; needs the ``redis``
@@ -121,6 +125,7 @@ class Settings:
     workers: int | None = None
     lock_timeout: float = _DEFAULT_LOCK_TIMEOUT
     dependent_launch: bool = True
+    native_launch: bool = True
     remote_cache: str | None = None
     remote_prefix: str = "nvrtc_engine"
     remote_ttl: float = _DEFAULT_REMOTE_TTL
@@ -389,6 +394,9 @@ def from_environment(env: dict[str, str] | None = None) -> Settings:
         dependent_launch=_parse_bool(
             "NVRTC_ENGINE_DEPENDENT_LAUNCH", e.get("NVRTC_ENGINE_DEPENDENT_LAUNCH", "1")
         ),
+        native_launch=_parse_bool(
+            "NVRTC_ENGINE_NATIVE_LAUNCH", e.get("NVRTC_ENGINE_NATIVE_LAUNCH", "1")
+        ),
         remote_cache=_parse_url(
             "NVRTC_ENGINE_REMOTE_CACHE", e.get("NVRTC_ENGINE_REMOTE_CACHE", "")
         ),
@@ -422,7 +430,7 @@ def settings() -> Settings:
 
 
 _PATHS = ("cache_dir", "cuda_include_dir", "debug_dir", "cache_key_file")
-_BOOLS = ("disable_disk_cache", "dump_source", "dependent_launch", "any_nvrtc")
+_BOOLS = ("disable_disk_cache", "dump_source", "dependent_launch", "native_launch", "any_nvrtc")
 # The remote cache's durations: (parser, default); remote_timeout must be above 0.
 _SECONDS = {"remote_ttl": (_parse_seconds, _DEFAULT_REMOTE_TTL),
             "remote_timeout": (_parse_positive_seconds, _DEFAULT_REMOTE_TIMEOUT),
@@ -533,8 +541,8 @@ def configure(**overrides: object) -> Settings:
     :data:`MAX_SIZE_LIMIT` and ``workers`` above :data:`MAX_WORKERS` are not; nor is an
     empty path, where ``None`` selects the default, or one with a NUL character). Takes
     effect for caches opened afterwards (see :func:`nvrtc_engine.clear_cache`);
-    ``dependent_launch`` for kernels made afterwards (a kernel decides once;
-    ``clear_cache(disk=False)`` drops those in memory). Raises
+    ``dependent_launch`` and ``native_launch`` for kernels made afterwards (a kernel decides
+    once; ``clear_cache(disk=False)`` drops those in memory). Raises
     :class:`~nvrtc_engine.errors.SettingsTypeError` (a ``TypeError``) for an unknown field
     or a value of the wrong type, :class:`SettingsError` (a ``ValueError``) for a value out
     of range; the settings are then unchanged.

@@ -26,6 +26,11 @@ the current context (PyTorch or CuPy may switch it at any time), takes torch's c
 unless given one and launches: the family's ``__call__`` reads the key
 (``Kernel._fast1``...), the run launches, and nothing else runs in Python between them.
 
+**The compiled launcher** (:mod:`nvrtc_engine.native_launch`, built into the wheel): where
+it loads, a kernel's key reads (``Kernel._fast1``...) and prepared launches (:func:`prepare`
+returns its C ``Plan``) run in C with the same keys, parameter bytes and errors; the
+pure-Python ``run`` below is the path without it (``NVRTC_ENGINE_NATIVE_LAUNCH=0``).
+
 What a family reads from module-level launch settings (``activation.MAX_GRID``,
 ``norm_config.MAX_GRID``...) is fixed in a prepared launch: code that changes them at run time
 (tuning scripts) must use new ``Kernel`` objects or clear ``kernel._prepared``.
@@ -38,7 +43,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from . import driver
+from . import driver, native_launch
 from .interop import TORCH_TYPES, explicit_stream, torch_stream_getter
 
 if TYPE_CHECKING:
@@ -167,6 +172,12 @@ def prepare(
         if got is None:
             return None
         prepared.append(got)
+    shared, dependent = kernel._shared, kernel._dependent
+    shapes = [(loaded.functions[index], grid, block, shared[index] if shared else 0, dependent)
+              for index, grid, block, _, _ in launches]  # fmt: skip
+    if kernel._native:  # the compiled launcher's plan (nvrtc_engine.native_launch)
+        return native_launch.plan(len(present), allocs, row, prepared, shapes, nfloats,
+                                  loaded.device)  # fmt: skip
     offsets: dict[tuple[int, int], int] = {}  # (CallArgs index, offset) -> slot
     for _, refs, _ in prepared:
         for _, index, offset in refs:
@@ -176,10 +187,7 @@ def prepare(
     at = float_at + (nfloats + 1) // 2
     image = b""
     targets: list[int] = []  # byte offset in the buffer of each void*[] entry's value
-    shapes = []  # per launch: function, grid, block, shmem, dependent, slot of its void*[]
-    shared, dependent = kernel._shared, kernel._dependent
-    for (index, grid, block, _, _), (constants, refs, floats) in zip(launches, prepared,
-                                                                     strict=True):  # fmt: skip
+    for constants, refs, floats in prepared:
         count = len(constants) // 8
         where = [8 * (at + s) for s in range(count)]
         for slot, i, offset in refs:
@@ -189,8 +197,6 @@ def prepare(
         image += constants
         targets += where
         at += count
-        shapes.append((loaded.functions[index], grid, block, shared[index] if shared else 0,
-                       dependent))  # fmt: skip
     args_at = at  # the void*[] of all launches, one after another
     total = args_at + len(targets)
     constants_at = args_at - len(image) // 8

@@ -13,6 +13,7 @@ switched back.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -26,12 +27,22 @@ HERE = Path(__file__).resolve().parent
 
 SCRIPT = textwrap.dedent(
     """
-    import sys, threading
+    import json, sys, threading
     import launch_record as lr
     stub, torch, T, ne = lr.stub, lr.torch, lr.T, lr.ne
+    from nvrtc_engine import native_launch
     from nvrtc_engine.render import render
 
+    native = ne.config.settings().native_launch
+    assert native_launch.loaded() or not native, native_launch.unavailable
     recorded = lr.record_all()
+    # the launcher asked for ran every prepared launch: the C Launcher's key reads and Plans,
+    # or the pure-Python ones
+    for name, (launches, kernels, again) in recorded.items():
+        for kernel in kernels:
+            assert kernel._native == native, name
+            for run in kernel._prepared.values():
+                assert (type(run).__name__ == "Plan") == native, name
     # the parameter lists the templates render are the signatures' (no list written twice)
     for name, (launches, kernels, _) in recorded.items():
         for kernel in kernels:
@@ -169,20 +180,81 @@ SCRIPT = textwrap.dedent(
     thread.join()
     assert len(errors) == 1 and errors[0].code == 201 and "cuCtxSetCurrent" in errors[0].call
     gelu(x, y)
+
+    # bad input after the good calls' launches were prepared: each is refused before anything
+    # is launched, with the checked path's error (compared between the two launchers)
+    y16, y_short = T("y16", (4, 96), "float16"), T("y_short", (4, 95))
+    strided = lr.fake_torch.Tensor((4, 96), lr.D["bfloat16"], strides=(1, 4))
+    elsewhere = lr.fake_torch.Tensor((4, 96), lr.D["bfloat16"], device=1)
+    g8 = ne.get_kernel("gelu", dtype="fp8")
+    y8, s8 = T("y8b", (4, 96), "uint8"), T("s8", (1,), "float32")
+    gelu(x)
+    bad = {
+        "dtype": lambda: gelu(x, y16), "shape": lambda: gelu(x, y_short),
+        "non-contiguous x": lambda: gelu(strided, y),
+        "non-contiguous out": lambda: gelu(x, strided), "device": lambda: gelu(x, elsewhere),
+        "misaligned": lambda: gelu(T("xo", (4, 96), offset=1)),
+        "no tensor": lambda: gelu([1.0]), "stream": lambda: gelu(x, y, stream="s"),
+        "missing amax": lambda: g8(x, y8, scale=s8), "missing scale": lambda: g8(x, y8),
+        "scale on bf16": lambda: gelu(x, y, scale=s8),
+    }
+    errors = {}
+    for what, call in bad.items():
+        before = stub.launches
+        try:
+            call()
+        except Exception as exc:
+            errors[what] = [type(exc).__name__, str(exc)]
+        else:
+            errors[what] = None
+        assert stub.launches == before, what
+    if native:  # a Plan is also called as the pure path's run
+        run = gelu._prepared[(lr.ne.ops.activation._X_OUT, x.dtype, x.shape, 0, True, 0,
+                              y.dtype, y.shape, 0, True, 0)]
+        assert run((x, y), (x.data_ptr(), y.data_ptr()), (), 0x46) == []
+        assert stub.last()["stream"] == 0x46 and stub.last()["params"][:2] == (x.data_ptr(),
+                                                                                y.data_ptr())
+    launches = {name: launches for name, (launches, _, _) in recorded.items()}
     print("OK", stub.launches)
+    print(json.dumps({"launches": launches, "errors": errors}))
     """
 )
 
 
 @pytest.mark.skipif(stub_driver.compiler() is None, reason="no C compiler for the stub libcuda")
 def test_real_bindings_against_the_stub_driver(tmp_path):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(HERE), str(HERE.parent), *filter(None, [env.get("PYTHONPATH")])]
-    )
-    env["NVRTC_ENGINE_CACHE_DIR"] = str(tmp_path / "cache")
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-5000:]
-    assert done.stdout.startswith("OK"), done.stdout
+    """The script above, once through the compiled launcher and once through the pure-Python
+    path (both at once, each in a process of its own): the same launches, parameter bytes and
+    errors."""
+    runs = {}
+    for native in ("1", "0"):
+        env = dict(os.environ, NVRTC_ENGINE_NATIVE_LAUNCH=native)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(HERE), str(HERE.parent), *filter(None, [env.get("PYTHONPATH")])]
+        )
+        env["NVRTC_ENGINE_CACHE_DIR"] = str(tmp_path / "cache")  # (shared: compiled once)
+        runs[native] = subprocess.Popen(
+            [sys.executable, "-c", SCRIPT], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    results = {}
+    for native, process in runs.items():
+        out, err = process.communicate(timeout=600)
+        shown = f"NVRTC_ENGINE_NATIVE_LAUNCH={native}\n{out[-5000:]}{err[-5000:]}"
+        assert process.returncode == 0, shown
+        assert out.startswith("OK"), out
+        results[native] = json.loads(out.splitlines()[-1])
+    compiled, pure = results["1"], results["0"]
+    assert compiled["launches"] == pure["launches"]
+    assert compiled["errors"] == pure["errors"]
+    assert all(compiled["errors"].values()), compiled["errors"]  # every bad call refused
+
+
+def test_the_compiled_launcher_is_built():
+    """Wherever there is a C compiler, the install built the compiled launcher (the wheel's
+    build and `pip install -e .` do; NVRTC_ENGINE_BUILD_NATIVE=0 builds without it)."""
+    if stub_driver.compiler() is None or os.environ.get("NVRTC_ENGINE_BUILD_NATIVE") == "0":
+        pytest.skip("no C compiler, or built without the compiled launcher on purpose")
+    from nvrtc_engine import native_launch
+
+    assert native_launch.loaded(), f"{native_launch.unavailable}: run pip install -e ."

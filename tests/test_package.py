@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import stub_driver
 
 import nvrtc_engine as ne
 
@@ -38,9 +39,9 @@ def test_import_starts_nothing_heavy():
     assert out.stdout.strip() == "[]"
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory):
-    out = tmp_path_factory.mktemp("wheel")
+def build_wheel(out: Path, **env: str) -> Path:
+    """The wheel `pip wheel` builds from this checkout into ``out`` (``env``: more
+    environment variables)."""
     subprocess.run(
         [
             sys.executable,
@@ -57,9 +58,21 @@ def wheel(tmp_path_factory):
         check=True,
         capture_output=True,
         timeout=600,
+        env={**os.environ, **env},
     )
     (path,) = out.glob("nvrtc_engine-*.whl")
     return path
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+def test_a_build_without_a_c_compiler_is_a_pure_wheel(tmp_path):
+    path = build_wheel(tmp_path, CC="false")  # (a compiler that always fails)
+    assert path.name.endswith("-py3-none-any.whl"), path.name
+    assert not [n for n in zipfile.ZipFile(path).namelist() if n.endswith(".so")]
 
 
 def test_wheel_carries_templates_and_no_kernels(wheel):
@@ -67,8 +80,17 @@ def test_wheel_carries_templates_and_no_kernels(wheel):
     assert "nvrtc_engine/templates/activation.cu.j2" in names
     assert "nvrtc_engine/templates/include/nve_types.cuh" in names
     assert "nvrtc_engine/py.typed" in names
-    assert not [n for n in names if n.endswith((".cubin", ".ptx", ".fatbin", ".o", ".so"))]
+    assert not [n for n in names if n.endswith((".cubin", ".ptx", ".fatbin", ".o", ".c"))]
     assert not [n for n in names if n.startswith(("tests/", "bench/"))]
+    assert "nvrtc_engine/_build_hook.py" not in names
+    # the one compiled piece: the launcher, built with the limited API (one wheel for every
+    # CPython from 3.10 on); a pure wheel where the build had no C compiler
+    libraries = [n for n in names if n.endswith(".so")]
+    if stub_driver.compiler() is None:
+        assert not libraries and wheel.name.endswith("-py3-none-any.whl"), wheel.name
+    else:
+        assert libraries == ["nvrtc_engine/_native_launch.abi3.so"], libraries
+        assert "-cp310-abi3-linux_" in wheel.name, wheel.name
 
 
 def test_installed_wheel_works_from_any_directory(wheel, tmp_path):
@@ -92,8 +114,9 @@ def test_installed_wheel_works_from_any_directory(wheel, tmp_path):
     code = (
         "import nvrtc_engine, pathlib; "
         "from nvrtc_engine.render import templates_dir; "
+        "from nvrtc_engine import native_launch; "
         "k = nvrtc_engine.get_kernel('gelu', dtype='fp8', arch='sm_90'); "
-        "print(templates_dir(), len(k.artifact.image))"
+        "print(templates_dir(), len(k.artifact.image), native_launch.loaded())"
     )
     env = {
         **os.environ,
@@ -109,8 +132,9 @@ def test_installed_wheel_works_from_any_directory(wheel, tmp_path):
         check=True,
         timeout=600,
     )
-    tdir, size = out.stdout.split()
+    tdir, size, native = out.stdout.split()
     assert Path(tdir).is_relative_to(target) and int(size) > 1000
+    assert native == str(stub_driver.compiler() is not None)  # the wheel's launcher loads
 
 
 def test_every_error_is_exported_from_the_package_and_errors():
