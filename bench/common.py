@@ -105,11 +105,13 @@ def result_name(text: str) -> str:
     return name
 
 
-def write_results(name: str, payload: dict[str, Any], out_dir: str | None = None) -> Path:
-    """Write ``payload`` (plus host info) to NAME.json in :func:`results_dir` and in ``$OUT``
-    (or ``out_dir``) where set; returns the first path."""
+def write_results(
+    name: str, payload: dict[str, Any], out_dir: str | None = None, directory: Path | None = None
+) -> Path:
+    """Write ``payload`` (plus host info) to NAME.json in ``directory`` (default
+    :func:`results_dir`) and in ``$OUT`` (or ``out_dir``) where set; returns the first path."""
     payload = {"benchmark": name, **host_info(), **payload}
-    directory = results_dir()
+    directory = directory or results_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.json"
     text = json.dumps(payload, indent=2, sort_keys=False)

@@ -148,13 +148,6 @@ def launch() -> list[str]:
                 f"{'x'.join(map(str, d['shape']))} bf16. Targets: {met or '-'}.",
                 table(["call", f"us per call, median of {d['rounds']} rounds of {d['calls']}",
                        "least round, us"], rows)]  # fmt: skip
-    if (c := load("launch_candidates")) is not None:
-        rows = [[r["case"], f"{r['us']:.3f}", f"{r['min_us']:.3f}"] for r in c["rows"]]
-        core = f", cuda.core {c['cuda_core']}" if c.get("cuda_core") else ""
-        out += [f"The driver call alone (`bench/launch_candidates.py`): kernel {c['kernel']}, "
-                f"grid {c['grid']}, block {c['block']}{core}. {run_line(c, 'launch_candidates')}",
-                table(["launch", f"us per launch, median of {c['rounds']} rounds of "
-                       f"{c['calls']}", "least round, us"], rows)]  # fmt: skip
     return out
 
 
@@ -226,34 +219,29 @@ def fleet() -> list[str]:  # (bench/fleet.py writes its table's cells)
 
 
 def torch_block() -> list[str]:
-    d = load("torch_block")
-    if not d:
+    if (d := load("torch_block")) is None:
         return []
-    g = d["groups"]
-    impls = ["torch eager", "torch.compile", "engine", "engine compiled"]
-    rows = [[name, *(f"{g[name]['ms'][i]:.3f} ({g[name]['ratio_to_compile'][i]:.3f}x)"
-                     if i in g[name]["ms"] else "-" for i in impls)]
-            for name in ("step", "norm_act", "fp8")]  # fmt: skip
+    g, impls = d["groups"], ["torch eager", "torch.compile", "engine", "engine compiled"]
+    rows = [[n, *(f"{g[n]['ms'][i]:.3f} ({g[n]['ratio_to_compile'][i]:.3f}x)" if i in g[n]["ms"]
+                  else "-" for i in impls)] for n in ("step", "norm_act", "fp8")]  # fmt: skip
     host = ", ".join(f"{k} {v:.1f} us" for k, v in g["host"]["us"].items())
     met = ", ".join(f"{t['group']} {t['case']} {t['ratio']:.3f}x (at most {t['at_most']}x): "
-                    f"{'met' if t['met'] else 'missed'}" for t in d["targets"])  # fmt: skip
-    return [f"{run_line(d, 'torch_block')} Tokens {d['tokens']}, hidden {d['hidden']}, "
-            f"intermediate {d['inter']}, {d['dtype']}; ms per call (x torch.compile).",
-            table(["part", *impls], rows), f"Host time per eager call: {host}.",
-            f"Targets: {met}."]  # fmt: skip
+                    f"{('missed', 'met')[t['met']]}" for t in d["targets"])  # fmt: skip
+    return [f"{run_line(d, 'torch_block')} Tokens {d['tokens']}, hidden {d['hidden']}, inter"
+            f"mediate {d['inter']}, {d['dtype']}; ms (x torch.compile).", table(["part", *impls],
+            rows), f"Host time per eager call: {host}.", f"Targets: {met}."]  # fmt: skip
 
 
 def cross_nvrtc() -> list[str]:
-    d = load("cross_nvrtc")
-    if not d:
+    if (d := load("cross_nvrtc")) is None:
         return []
-    phases = "; ".join(f"{p['phase']}: {sum(p['origins'].values())} loaded, {p['compiles']} "
-                       f"compiles" for p in d["phases"])  # fmt: skip
+    got = "; ".join(f"{p['phase']}: {sum(p['origins'].values())} loaded, {p['compiles']} compiles"
+                    for p in d["phases"])  # fmt: skip
     return [
-        f"{run_line(d, 'cross_nvrtc')} A bundle of {d['imported']} kernels built by NVRTC "
-        f"{d['nvrtc_bundle']} on the 2-CPU machine, used under NVRTC {d['nvrtc_here']} "
-        f"with `--any-nvrtc`: {phases}; demo checks "
-        f"{'passed' if d['demo_rc'] == 0 else 'failed'}."
+        f"{run_line(d, 'cross_nvrtc')} {d['imported']} kernels built by NVRTC "
+        f"{d['nvrtc_bundle']} on the 2-CPU machine, under NVRTC {d['nvrtc_here']} with "
+        "`--any-nvrtc`: "
+        f"{got}; demo checks {('failed', 'passed')[d['demo_rc'] == 0]}."
     ]
 
 

@@ -10,7 +10,7 @@
 #   activation python3 bench/bandwidth.py --family activation                            6 min
 #   norm       python3 bench/bandwidth.py --family norm                                  7 min
 #   cast       python3 bench/bandwidth.py --family cast --paired 15                      3 min
-#   launch     python3 bench/launch_overhead.py; python3 bench/launch_candidates.py      1 min
+#   launch     python3 bench/launch_overhead.py                                          1 min
 #   compile    python3 bench/compile_latency.py --tag h200-host                          1 min
 #   prewarm    python3 bench/prewarm.py --tag 16cpu --repeat 5 (cold: fresh process+cache)  1 min
 #   fanout     python3 bench/fanout.py                                                   3 min
@@ -71,7 +71,7 @@ run_step() {
     memcheck | racecheck) sanitize "$1" ;;
     activation | norm) python3 bench/bandwidth.py --family "$1" ;;
     cast) python3 bench/bandwidth.py --family cast --paired 15 ;;
-    launch) python3 bench/launch_overhead.py && python3 bench/launch_candidates.py ;;
+    launch) python3 bench/launch_overhead.py ;;
     compile) python3 bench/compile_latency.py --tag h200-host ;;
     prewarm) python3 bench/prewarm.py --tag 16cpu --repeat 5 ;;
     fanout) python3 bench/fanout.py ;;

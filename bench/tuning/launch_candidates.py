@@ -30,7 +30,8 @@ shuffled order, then synchronized; the median per launch over the rounds is repo
 --stub the driver returns at once, so the figures are each candidate's Python-side cost
 alone (timed as this thread's CPU time, which other processes' load does not inflate), and
 every candidate's last launch is checked against what it should have given the driver.
-Writes bench/results/launch_candidates.json (launch_candidates-stub.json; and to $OUT).
+Writes bench/tuning/launch_candidates.json (launch_candidates-stub.json; and to $OUT): the
+measurement behind the choice of cuLaunchKernelEx through cuda.bindings (docs/design.md).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # bench/
 sys.path.insert(0, str(HERE))
 
 import common  # noqa: E402
@@ -342,7 +343,7 @@ def main() -> int:
     if stub is None:
         info.update(common.gpu_info())
     name = args.name or ("launch_candidates-stub" if stub else "launch_candidates")
-    path = common.write_results(name, {**info, "rows": rows})
+    path = common.write_results(name, {**info, "rows": rows}, directory=HERE / "tuning")
     print(
         common.table(
             rows,
