@@ -13,16 +13,10 @@ switched back.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import stub_driver
-
-HERE = Path(__file__).resolve().parent
 
 SCRIPT = textwrap.dedent(
     """
@@ -117,7 +111,8 @@ SCRIPT = textwrap.dedent(
     ne.configure(dependent_launch=True)
 
     # explicit streams, torch's current stream, another thread (no current context there),
-    # another context made current on this thread
+    # another context made current on this thread: the device's context is made current for
+    # the launch and the thread's own (or none) current again after it
     gelu = ne.get_kernel("gelu", dtype="bf16")
     lr.record(lambda: gelu(x, y), gelu)  # (the stub keeps its parameters from here on)
     for _ in range(2):
@@ -134,16 +129,18 @@ SCRIPT = textwrap.dedent(
     thread = threading.Thread(target=lambda: gelu(x, y))
     thread.start()
     thread.join()
-    assert stub.context_sets == sets + 1 and stub.last()["params"][0] == x.data_ptr()
+    assert stub.context_sets == sets + 2 and stub.last()["params"][0] == x.data_ptr()
     from cuda.bindings import driver as cu
     cu.cuCtxSetCurrent(cu.CUcontext(0xBAD0000))  # another context (the stub's launch refuses it)
     sets = stub.context_sets
     gelu(x, y)
-    assert stub.context_sets == sets + 1 and stub.last()["params"][1] == y.data_ptr()
+    assert stub.context_sets == sets + 2 and stub.last()["params"][1] == y.data_ptr()
+    assert int(cu.cuCtxGetCurrent()[1]) == 0xBAD0000
     y2 = gelu(x)
     assert stub.last()["params"][1] == y2.data_ptr()
     y3 = gelu(x)
     assert stub.last()["params"][1] == y3.data_ptr() != y2.data_ptr()
+    cu.cuCtxSetCurrent(cu.CUcontext(0))  # (no device has that context: get_kernel would ask)
 
     # a refused launch and a refused context switch are CudaErrors, prepared or not
     for call in (lambda: gelu(x, y), lambda: ne.get_kernel("gelu", dtype="fp16")(
@@ -169,20 +166,12 @@ SCRIPT = textwrap.dedent(
     thread.join()
     assert len(errors) == 1 and errors[0].code == 201 and "cuCtxSetCurrent" in errors[0].call
     gelu(x, y)
-    print("OK", stub.launches)
+    print(stub.launches, "launches")
+    print("OK")
     """
 )
 
 
 @pytest.mark.skipif(stub_driver.compiler() is None, reason="no C compiler for the stub libcuda")
-def test_real_bindings_against_the_stub_driver(tmp_path):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(HERE), str(HERE.parent), *filter(None, [env.get("PYTHONPATH")])]
-    )
-    env["NVRTC_ENGINE_CACHE_DIR"] = str(tmp_path / "cache")
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-5000:]
-    assert done.stdout.startswith("OK"), done.stdout
+def test_real_bindings_against_the_stub_driver(stub_kernel_cache):
+    stub_driver.run(SCRIPT, stub_kernel_cache)
