@@ -14,9 +14,12 @@ import numbers
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ArgumentError, ArgumentTypeError, CudaError, NoDeviceError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = [
     "Device",
@@ -26,6 +29,7 @@ __all__ = [
     "get_device",
     "load_function",
     "make_current",
+    "on_device",
     "pointer_device",
     "synchronize",
     "time_launches",
@@ -201,23 +205,43 @@ def current_device() -> int:
     return 0
 
 
-def make_current(dev: Device) -> None:
-    """Make ``dev``'s primary context current on this thread if it is not already.
+def make_current(dev: Device) -> Any:
+    """Make ``dev``'s primary context current on this thread if it is not already; returns
+    the context to make current again afterwards (the thread's previous one, a null
+    ``CUcontext`` where none was), or None where ``dev``'s already was. Use
+    :func:`on_device`, which does both.
 
     One ``cuCtxGetCurrent`` per call (PyTorch, CuPy or the caller may have switched the
     thread's context since the last launch, so the answer is never cached).
     """
     drv = _drv()
-    if drv.cuCtxGetCurrent()[1] != dev.context:
-        check(drv.cuCtxSetCurrent(dev.context), "cuCtxSetCurrent")
+    previous = drv.cuCtxGetCurrent()[1]
+    if previous == dev.context:
+        return None
+    check(drv.cuCtxSetCurrent(dev.context), "cuCtxSetCurrent")
+    return previous
+
+
+@contextlib.contextmanager
+def on_device(dev: Device) -> Iterator[None]:
+    """``dev``'s primary context current on this thread inside the block, the thread's
+    previous context (or none) current again after it, as PyTorch's device guard does: work
+    on another device's memory leaves the caller's current device (``torch.cuda.current_device()``,
+    CuPy's, :func:`current_device`, which all follow the current context) as it was."""
+    previous = make_current(dev)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            check(_drv().cuCtxSetCurrent(previous), "cuCtxSetCurrent")
 
 
 def load_function(dev: Device, image: bytes, symbol: str) -> tuple[Any, Any]:
     """Load a cubin/PTX image into ``dev``'s primary context; return (module, function)."""
     drv = _drv()
-    make_current(dev)
-    module = check(drv.cuModuleLoadData(image), "cuModuleLoadData")
-    function = check(drv.cuModuleGetFunction(module, symbol.encode()), "cuModuleGetFunction")
+    with on_device(dev):
+        module = check(drv.cuModuleLoadData(image), "cuModuleLoadData")
+        function = check(drv.cuModuleGetFunction(module, symbol.encode()), "cuModuleGetFunction")
     return module, function
 
 
@@ -237,8 +261,8 @@ def pointer_device(ptr: int) -> int:
 
 def synchronize(dev: Device) -> None:
     """Wait for all work on ``dev``."""
-    make_current(dev)
-    check(_drv().cuCtxSynchronize(), "cuCtxSynchronize")
+    with on_device(dev):
+        check(_drv().cuCtxSynchronize(), "cuCtxSynchronize")
 
 
 class DeviceBuffer:
@@ -277,8 +301,8 @@ class DeviceBuffer:
         for s in self.shape:
             count *= s
         self.nbytes = max(1, count * self.dtype.itemsize)
-        make_current(self.device)
-        self.ptr = int(check(_drv().cuMemAlloc(self.nbytes), "cuMemAlloc"))
+        with on_device(self.device):
+            self.ptr = int(check(_drv().cuMemAlloc(self.nbytes), "cuMemAlloc"))
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
@@ -293,28 +317,28 @@ class DeviceBuffer:
         host = np.ascontiguousarray(array)
         if host.nbytes != self.nbytes:
             raise ValueError(f"host array has {host.nbytes} bytes, buffer {self.nbytes}")
-        make_current(self.device)
-        check(_drv().cuMemcpyHtoD(self.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+        with on_device(self.device):
+            check(_drv().cuMemcpyHtoD(self.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
 
     def to_host(self) -> Any:
         """The buffer's contents as a numpy array of its dtype (ml_dtypes for bf16/FP8)."""
         import numpy as np
 
         out = np.empty(self.shape, dtype=self.dtype.numpy())
-        make_current(self.device)
-        check(_drv().cuCtxSynchronize(), "cuCtxSynchronize")
-        check(_drv().cuMemcpyDtoH(out.ctypes.data, self.ptr, self.nbytes), "cuMemcpyDtoH")
+        with on_device(self.device):
+            check(_drv().cuCtxSynchronize(), "cuCtxSynchronize")
+            check(_drv().cuMemcpyDtoH(out.ctypes.data, self.ptr, self.nbytes), "cuMemcpyDtoH")
         return out
 
     def fill_bytes(self, value: int) -> None:
         """Set every byte to ``value`` (to poison outputs before a launch)."""
-        make_current(self.device)
-        check(_drv().cuMemsetD8(self.ptr, value, self.nbytes), "cuMemsetD8")
+        with on_device(self.device):
+            check(_drv().cuMemsetD8(self.ptr, value, self.nbytes), "cuMemsetD8")
 
     def free(self) -> None:
         if self.ptr:
-            make_current(self.device)
-            check(_drv().cuMemFree(self.ptr), "cuMemFree")
+            with on_device(self.device):
+                check(_drv().cuMemFree(self.ptr), "cuMemFree")
             self.ptr = 0
 
     def __del__(self) -> None:
@@ -327,8 +351,12 @@ def time_launches(dev: Device, fn: Any, repeat: int, warmup: int = 3) -> list[fl
 
     Returns per-run milliseconds from CUDA events, after ``warmup`` untimed runs.
     """
+    with on_device(dev):
+        return _time_launches(fn, repeat, warmup)
+
+
+def _time_launches(fn: Any, repeat: int, warmup: int) -> list[float]:
     drv = _drv()
-    make_current(dev)
     for _ in range(warmup):
         fn()
     start = check(drv.cuEventCreate(0), "cuEventCreate")

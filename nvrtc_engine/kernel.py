@@ -286,12 +286,12 @@ class Kernel:
                         del table[next(iter(table))]
                 table[got[0]] = run
         handle = stream_handle(stream, like)
-        driver.make_current(loaded.device)
         shared, dependent = self._shared, self._dependent
-        for index, grid, block, sig, bound in launches:
-            params = sig.pack(bound, ptrs, floats)
-            launch(loaded.functions[index], grid, block, shared[index] if shared else 0,
-                   dependent, handle, params)  # fmt: skip
+        with driver.on_device(loaded.device):
+            for index, grid, block, sig, bound in launches:
+                params = sig.pack(bound, ptrs, floats)
+                launch(loaded.functions[index], grid, block, shared[index] if shared else 0,
+                       dependent, handle, params)  # fmt: skip
 
     def _launch_packed(
         self, like: Array, stream: Any, calls: list[tuple[int, int, int, int]]
@@ -301,11 +301,11 @@ class Kernel:
         struct the family packs itself)."""
         handle = stream_handle(stream, like)
         loaded = self.loaded(like.device)
-        driver.make_current(loaded.device)
         shared, dependent = self._shared, self._dependent
-        for index, grid, block, params in calls:
-            launch(loaded.functions[index], grid, block, shared[index] if shared else 0,
-                   dependent, handle, params)  # fmt: skip
+        with driver.on_device(loaded.device):
+            for index, grid, block, params in calls:
+                launch(loaded.functions[index], grid, block, shared[index] if shared else 0,
+                       dependent, handle, params)  # fmt: skip
 
     # Shared argument checks, used by the families' __call__ -----------------------------
 

@@ -21,10 +21,12 @@ A run keeps, per thread, one buffer holding the call's values and each launch's 
 parameters and ``void*[]``: the ``void*[]`` entries point at the value each parameter takes,
 wherever it lies, so a call writes its addresses in one slice assignment (then its allocated
 outputs' addresses, addresses plus offsets and floats) and never touches the constants. A run
-allocates what the caller left out (one ``torch.empty_like`` or ``torch.empty`` each), checks
-the current context (PyTorch or CuPy may switch it at any time), takes torch's current stream
-unless given one and launches: the family's ``__call__`` reads the key
-(``Kernel._fast1``...), the run launches, and nothing else runs in Python between them.
+allocates what the caller left out (one ``torch.empty_like`` or ``torch.empty`` each), takes
+torch's current stream unless given one, checks the current context (PyTorch or CuPy may
+switch it at any time) and launches in the device's context, the thread's previous one
+current again afterwards (:func:`~nvrtc_engine.driver.on_device`): the family's ``__call__``
+reads the key (``Kernel._fast1``...), the run launches, and nothing else runs in Python
+between them.
 
 **The compiled launcher** (:mod:`nvrtc_engine.native_launch`, built into the wheel): where
 it loads, a kernel's key reads (``Kernel._fast1``...) and prepared launches (:func:`prepare`
@@ -241,10 +243,11 @@ def _runner(
 ) -> Callable[..., list[Any] | None]:  # fmt: skip
     """The prepared launch's ``run`` (see :func:`prepare`)."""
     drv = driver._drv()
-    get_context, launch_ex = drv.cuCtxGetCurrent, drv.cuLaunchKernelEx
+    get_context, set_context = drv.cuCtxGetCurrent, drv.cuCtxSetCurrent
+    launch_ex = drv.cuLaunchKernelEx
     context, ordinal = device.context, device.ordinal
     current_stream = torch_stream_getter()
-    make_current, check = driver.make_current, driver.check
+    check = driver.check
     local = threading.local()
     torch = sys.modules["torch"]
     empty, empty_like = torch.empty, torch.empty_like
@@ -292,16 +295,22 @@ def _runner(
                 slots[slot] = p + offset if p else 0
         if nfloats:
             float_view[:] = floats
-        if get_context()[1] != context:
-            make_current(device)
         handle = current_stream(ordinal) if stream is None else explicit_stream(stream)
         launches = calls.get(handle)
         if launches is None:
             launches = configure(calls, handle, ctypes.addressof(slots))
-        for config, function, params in launches:
-            (err,) = launch_ex(config, function, params, 0)
-            if err:
-                check((err,), "cuLaunchKernelEx")
+        previous = get_context()[1]
+        switch = previous != context  # another device's context, or none (driver.on_device)
+        if switch:
+            check(set_context(context), "cuCtxSetCurrent")
+        try:
+            for config, function, params in launches:
+                (err,) = launch_ex(config, function, params, 0)
+                if err:
+                    check((err,), "cuLaunchKernelEx")
+        finally:
+            if switch:
+                check(set_context(previous), "cuCtxSetCurrent")
         return made
 
     return run

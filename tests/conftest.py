@@ -25,6 +25,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session")
+def stub_kernel_cache(tmp_path_factory):
+    """One disk cache for the subprocesses that launch against the stub libcuda
+    (tests/stub_driver.py): the kernels they share compile once per session."""
+    return tmp_path_factory.mktemp("stub-kernels")
+
+
 @pytest.fixture(autouse=True)
 def isolated_cache(tmp_path, monkeypatch):
     """Each test gets its own empty cache directory and a fresh engine."""

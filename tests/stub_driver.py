@@ -2,10 +2,12 @@
 (cuda.bindings included) without a GPU.
 
 Load it before anything opens the CUDA driver, and only in a process of its own (a
-subprocess): once loaded, the process sees one fake sm_90 device, so GPU tests there would not
-be skipped. :func:`load` builds it with the system's C compiler (``$CC``, else ``cc``, ``gcc``
-or ``clang``: test tooling only, the package itself never compiles C) into a cache directory
-and returns a :class:`Stub` reading what the driver's launch functions were given.
+subprocess): once loaded, the process sees fake devices (one sm_90 device unless
+:func:`load` is given others), so GPU tests there would not be skipped. :func:`load` builds it
+with the system's C compiler (``$CC``, else ``cc``, ``gcc`` or ``clang``: test tooling only,
+the package itself never compiles C) into a cache directory and returns a :class:`Stub`
+reading what the driver's launch functions were given; :func:`run` runs a test script in such
+a subprocess.
 """
 
 from __future__ import annotations
@@ -16,13 +18,22 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
 
-SOURCE = Path(__file__).resolve().parent / "host_cuda" / "libcuda_stub.c"
-CONTEXT = 0xC0DE0000
+TESTS = Path(__file__).resolve().parent
+SOURCE = TESTS / "host_cuda" / "libcuda_stub.c"
+CONTEXT = 0xC0DE0000  # device 0's primary context; device d's is CONTEXT + d * 0x100
 MAX_PARAMS, LOG, BLOB = 64, 16, 4096  # the stub's STUB_MAX_PARAMS, STUB_LOG, STUB_BLOB
+MAX_DEVICES = 8  # the stub's STUB_MAX_DEVICES
+DEVICES_VARIABLE = "STUB_CUDA_DEVICES"  # read by the stub when it is loaded
+
+
+def context(device: int) -> int:
+    """The handle of fake ``device``'s primary context."""
+    return CONTEXT + device * 0x100
 
 
 def compiler() -> list[str] | None:
@@ -98,6 +109,24 @@ class Stub:
     def context_sets(self) -> int:
         return self._u64("stub_ctx_set_calls")
 
+    @property
+    def device_count(self) -> int:
+        return ctypes.c_int.in_dll(self.lib, "stub_device_count").value
+
+    def module_loads(self, device: int) -> int:
+        """Modules loaded into ``device``'s primary context so far."""
+        return (ctypes.c_uint64 * MAX_DEVICES).in_dll(self.lib, "stub_module_loads")[device]
+
+    def device_launches(self, device: int) -> int:
+        """Launches on ``device`` (in its primary context) so far."""
+        return (ctypes.c_uint64 * MAX_DEVICES).in_dll(self.lib, "stub_device_launches")[device]
+
+    def place(self, low: int, high: int, device: int) -> None:
+        """Have ``cuPointerGetAttribute`` put addresses ``low`` to ``high - 1`` on ``device``
+        (at most 16 ranges; any other address is on device 0)."""
+        self.lib.stub_pointer_device(ctypes.c_uint64(low), ctypes.c_uint64(high),
+                                     ctypes.c_int(device))  # fmt: skip
+
     def fail(self, launch: int = 0, ctx_set: int = 0) -> None:
         """Make cuLaunchKernel / cuCtxSetCurrent return these CUresults (0: succeed)."""
         ctypes.c_int.in_dll(self.lib, "stub_launch_error").value = launch
@@ -138,6 +167,52 @@ class Stub:
         return [self._entry(self._log[n % LOG]) for n in range(count, now)]
 
 
-def load(directory: str | os.PathLike[str] | None = None) -> Stub:
-    """Build and load the stub as this process's libcuda.so.1."""
+def devices_spec(devices: list[tuple[str, int]]) -> str:
+    """The stub's ``STUB_CUDA_DEVICES`` value for ``devices``: ``(arch, SM count)`` each,
+    e.g. ``[("sm_90", 132), ("sm_80", 108)]``. Raises ValueError for more than
+    :data:`MAX_DEVICES`, an arch that is no ``sm_XY`` or an SM count below 1."""
+    if not 1 <= len(devices) <= MAX_DEVICES:
+        raise ValueError(f"1 to {MAX_DEVICES} devices, got {len(devices)}")
+    entries = []
+    for arch, sms in devices:
+        digits = arch.removeprefix("sm_")
+        if not (arch.startswith("sm_") and digits.isdigit() and len(digits) in (2, 3)):
+            raise ValueError(f"an arch such as sm_90, got {arch!r}")
+        if sms < 1:
+            raise ValueError(f"an SM count >= 1, got {sms}")
+        entries.append(f"{digits}:{sms}")
+    return ",".join(entries)
+
+
+def load(
+    directory: str | os.PathLike[str] | None = None,
+    devices: list[tuple[str, int]] | None = None,
+) -> Stub:
+    """Build and load the stub as this process's libcuda.so.1.
+
+    ``devices``: the fake devices, ``(arch, SM count)`` each (:func:`devices_spec`); by
+    default what ``$STUB_CUDA_DEVICES`` says, else one sm_90 device of 132 SMs."""
+    if devices is not None:
+        os.environ[DEVICES_VARIABLE] = devices_spec(devices)  # the stub reads it when loaded
     return Stub(ctypes.CDLL(str(build(directory)), mode=ctypes.RTLD_GLOBAL))
+
+
+def run(
+    script: str, cache: str | os.PathLike[str], devices: list[tuple[str, int]] | None = None
+) -> str:
+    """Run Python ``script`` in a subprocess of its own, tests/ and the repository on its path,
+    ``cache`` its NVRTC_ENGINE_CACHE_DIR and, with ``devices``, those fake devices for the stub
+    it loads (:func:`devices_spec`); returns its output. Raises AssertionError with the
+    output's tail when it fails or does not print ``OK`` last."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(TESTS), str(TESTS.parent), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    env["NVRTC_ENGINE_CACHE_DIR"] = str(cache)
+    if devices is not None:
+        env[DEVICES_VARIABLE] = devices_spec(devices)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-5000:]
+    assert done.stdout.split()[-1:] == ["OK"], done.stdout[-2000:]
+    return done.stdout

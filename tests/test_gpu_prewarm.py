@@ -1,6 +1,6 @@
-"""Prewarm on a real GPU: prewarmed kernels launch with no further compile, fork()ed children
-launch them after a prewarm that left CUDA untouched in the parent, and one kernel runs on
-two GPUs (module loaded per device)."""
+"""Prewarm on a real GPU: prewarmed kernels launch with no further compile, and fork()ed
+children launch them after a prewarm that left CUDA untouched in the parent (two GPUs:
+tests/test_gpu_multi.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import pytest
 
 import nvrtc_engine as ne
 from nvrtc_engine import reference
-from nvrtc_engine.kernel import runs_on
 from nvrtc_engine.prewarm import prewarm
 
 pytestmark = pytest.mark.gpu
@@ -95,25 +94,3 @@ def test_fork_after_prewarm_children_launch(tmp_path):
     assert result["parent_cuda"] is False
     assert result["arch"] == _arch(torch.cuda.current_device())
     assert [r[1] for r in result["results"]] == [0, 0]  # no compiles: the parent's kernels
-
-
-def test_one_kernel_on_two_gpus():
-    count = torch.cuda.device_count()
-    if count < 2:
-        pytest.skip(f"needs 2 GPUs, {count} visible")
-    rng = np.random.default_rng()
-    per_device = [ne.get_kernel("gelu", dtype="fp8", hidden_size=4096, device=d) for d in (0, 1)]
-    assert [k.key.arch for k in per_device] == [_arch(0), _arch(1)]
-    for d, kernel in enumerate(per_device):  # each device gets its own arch's cubin
-        with torch.cuda.device(d):
-            run_and_check(kernel, reference.sample_input((64, 4096), "bf16", rng), "fp8_e4m3",
-                          scale=2.0)  # fmt: skip
-    if not runs_on(_arch(0), _arch(1)):
-        pytest.skip(f"devices 0 and 1 are {_arch(0)} and {_arch(1)}: no common cubin")
-    kernel = per_device[0]
-    for d in (0, 1):
-        with torch.cuda.device(d):
-            x_host = reference.sample_input((128, 4096), "bf16", rng)
-            run_and_check(kernel, x_host, "fp8_e4m3", scale=1.5)
-    assert set(kernel._loaded) == {0, 1}
-    assert kernel.loaded(0).module is not kernel.loaded(1).module

@@ -18,12 +18,9 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import stub_driver
-
-HERE = Path(__file__).resolve().parent
 
 SCRIPT = textwrap.dedent(
     """
@@ -128,7 +125,8 @@ SCRIPT = textwrap.dedent(
     ne.configure(dependent_launch=True)
 
     # explicit streams, torch's current stream, another thread (no current context there),
-    # another context made current on this thread
+    # another context made current on this thread: the device's context is made current for
+    # the launch and the thread's own (or none) current again after it
     gelu = ne.get_kernel("gelu", dtype="bf16")
     lr.record(lambda: gelu(x, y), gelu)  # (the stub keeps its parameters from here on)
     for _ in range(2):
@@ -145,16 +143,18 @@ SCRIPT = textwrap.dedent(
     thread = threading.Thread(target=lambda: gelu(x, y))
     thread.start()
     thread.join()
-    assert stub.context_sets == sets + 1 and stub.last()["params"][0] == x.data_ptr()
+    assert stub.context_sets == sets + 2 and stub.last()["params"][0] == x.data_ptr()
     from cuda.bindings import driver as cu
     cu.cuCtxSetCurrent(cu.CUcontext(0xBAD0000))  # another context (the stub's launch refuses it)
     sets = stub.context_sets
     gelu(x, y)
-    assert stub.context_sets == sets + 1 and stub.last()["params"][1] == y.data_ptr()
+    assert stub.context_sets == sets + 2 and stub.last()["params"][1] == y.data_ptr()
+    assert int(cu.cuCtxGetCurrent()[1]) == 0xBAD0000
     y2 = gelu(x)
     assert stub.last()["params"][1] == y2.data_ptr()
     y3 = gelu(x)
     assert stub.last()["params"][1] == y3.data_ptr() != y2.data_ptr()
+    cu.cuCtxSetCurrent(cu.CUcontext(0))  # (no device has that context: get_kernel would ask)
 
     # a refused launch and a refused context switch are CudaErrors, prepared or not
     for call in (lambda: gelu(x, y), lambda: ne.get_kernel("gelu", dtype="fp16")(
@@ -222,7 +222,7 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.skipif(stub_driver.compiler() is None, reason="no C compiler for the stub libcuda")
-def test_real_bindings_against_the_stub_driver(tmp_path):
+def test_real_bindings_against_the_stub_driver(stub_kernel_cache):
     """The script above, once through the compiled launcher and once through the pure-Python
     path (both at once, each in a process of its own): the same launches, parameter bytes and
     errors."""
@@ -232,7 +232,7 @@ def test_real_bindings_against_the_stub_driver(tmp_path):
         env["PYTHONPATH"] = os.pathsep.join(
             [str(HERE), str(HERE.parent), *filter(None, [env.get("PYTHONPATH")])]
         )
-        env["NVRTC_ENGINE_CACHE_DIR"] = str(tmp_path / "cache")  # (shared: compiled once)
+        env["NVRTC_ENGINE_CACHE_DIR"] = str(stub_kernel_cache)  # (shared: compiled once)
         runs[native] = subprocess.Popen(
             [sys.executable, "-c", SCRIPT], env=env, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,

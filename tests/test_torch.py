@@ -508,6 +508,34 @@ def test_fp8_tensor_scaling(standins):
     assert am.item() == x.abs().max().item()
 
 
+def test_a_kernel_fetched_for_one_device_never_gets_another_devices_tensors(standins, monkeypatch):
+    """The layer keeps a kernel per device: the same modules and calls on device 0's tensors,
+    then on device 1's (every CPU tensor saying it is on that device), fetch every kernel again
+    for device 1 (none kept on a module), and each stand-in checks that the tensors it is given
+    are on its device; a second round fetches nothing."""
+    device = [0]
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda self: device[0])
+    modules = [net.LayerNorm(64), net.RMSNorm(64), net.AddRMSNorm(64), net.SwiGLU(), net.GELU()]
+    rms_fp8 = net.RMSNorm(64, out_dtype=E4M3)
+    ln, rms, add, swiglu, gelu = modules
+    params = [p for m in modules for p in m.parameters()]
+    counts = []
+    for device[0] in (0, 1, 0, 1):
+        x, h, r = (torch.randn(4, n, requires_grad=True) for n in (64, 128, 64))
+        outs = [ln(x), rms(x), *add(x, r), swiglu(h), gelu(x), net.transpose(x)]
+        torch.autograd.grad(sum(o.sum() for o in outs), [x, h, r, *params])
+        with torch.no_grad():
+            scale, amax = torch.full((1,), 2.0), torch.zeros(1)
+            rms_fp8(x)
+            net.layer_norm_fp8(x, ln.weight, ln.bias, 1e-5, scale, amax, E5M2)
+            net.activation_fp8(h, "swiglu", scale, amax, E4M3)
+            net.cast_transpose_fp8(x, scale, amax)
+        counts.append(len(standins))
+    fetched = {d: sorted((k[:4] + k[5:] for k in standins if k[4] == d), key=str) for d in (0, 1)}
+    assert {k[4] for k in standins} == {0, 1} and counts[1:] == [2 * counts[0]] * 3
+    assert fetched[0] == fetched[1] and len(fetched[0]) == counts[0] >= 12, fetched
+
+
 def test_every_operator_passes_opcheck(standins):
     x, g = torch.randn(6, 64, requires_grad=True), torch.randn(6, 32)
     w, st = torch.randn(64, requires_grad=True), torch.rand(6) + 0.5

@@ -57,6 +57,7 @@ class StandIn:
         flags: tuple[tuple[str, bool], ...],
     ) -> None:
         self.op, self.in_dtype, self.out_dtype, self.hidden = op, in_dtype, out_dtype, hidden
+        self.device = device
         self.flags = dict(flags)
         self.calls = 0
 
@@ -75,6 +76,9 @@ class StandIn:
 
     def __call__(self, *args: Any, **kw: Any) -> Any:
         self.calls += 1
+        # a kernel is loaded on one device: the layer must give it that device's tensors only
+        devices = {a.get_device() for a in (*args, *kw.values()) if isinstance(a, torch.Tensor)}
+        assert devices == {self.device}, (self.op, self.device, devices)
         scaling = {k: kw.pop(k, None) for k in ("scale", "amax", "scale_inv")}
         kw.pop("stream", None)
         if self.op in ref.ACTIVATION_OPS or self.op == "cast":

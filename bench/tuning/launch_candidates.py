@@ -251,10 +251,12 @@ def main() -> int:
     if not args.stub:
         x.normal_()
         w.fill_(1.0)
-    for _ in range(2):  # loads the kernel, makes the context current
+    for _ in range(2):  # loads the kernel, prepares the call
         kernel(x, w, 1e-5, z, r)
     sync()
     loaded = kernel.loaded(device)
+    # the device's context current for the candidates' own launches (PyTorch's is, on a GPU)
+    ne.driver.make_current(loaded.device)
     function = loaded.functions[0]
     grid, block = kernel.launch_grid(4), kernel.config.threads
     shmem = kernel._shared[0] if kernel._shared else 0

@@ -542,8 +542,8 @@ class _Launcher(Kernel):
                 values["grad"] = a.grad
         if bound is not None and bound.fresh:  # zeroed on the launch stream, before the kernel
             handle = stream_handle(stream, xa)
-            driver.make_current(self.loaded(xa.device).device)
-            zero_fresh_scales(bound, handle)
+            with driver.on_device(self.loaded(xa.device).device):
+                zero_fresh_scales(bound, handle)
             stream = handle
         tensors = (grad, x, out, scale, amax, scale_inv)
         ptrs = (g_ptr, xa.ptr, y_ptr, scale_ptr, amax_ptr, scale_inv_ptr)

@@ -192,15 +192,15 @@ class _NormKernel(Kernel):
     def _device(self, loaded: Loaded) -> _Device:
         got = self._devices.get(loaded.device.ordinal)
         if got is None:
-            driver.make_current(loaded.device)
             shared = self._shared or (0,) * len(loaded.functions)
-            occ = tuple(_occupancy(f, t, b) for f, t, b in zip(
-                loaded.functions, self._function_threads(), shared, strict=True))  # fmt: skip
             cfg = self.config
             clusters = 0
-            if cfg.cluster > 1:
-                clusters = _active_clusters(loaded.functions[0], cfg.threads, shared[0],
-                                            cfg.cluster)  # fmt: skip
+            with driver.on_device(loaded.device):
+                occ = tuple(_occupancy(f, t, b) for f, t, b in zip(
+                    loaded.functions, self._function_threads(), shared, strict=True))  # fmt: skip
+                if cfg.cluster > 1:
+                    clusters = _active_clusters(loaded.functions[0], cfg.threads, shared[0],
+                                                cfg.cluster)  # fmt: skip
             got = _Device(loaded.device.sm_count, occ, clusters)
             self._devices[loaded.device.ordinal] = got
         return got

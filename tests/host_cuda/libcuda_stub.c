@@ -1,10 +1,21 @@
 /* A stand-in libcuda.so.1 for CPU tests and the CPU mode of bench/launch_overhead.py.
  *
  * Implements the driver calls nvrtc_engine makes on a launch (device queries, primary
- * context, module loading, cuCtxGetCurrent/SetCurrent, cuLaunchKernel, ...) on one fake
- * sm_90 device, so that cuda.bindings and ctypes run their real argument conversions with
- * no GPU. cuLaunchKernel does nothing but record what it was given: the count of launches,
- * the last function, grid, block, shared memory and stream, and its 8-byte parameter slots
+ * context, module loading, cuCtxGetCurrent/SetCurrent, cuLaunchKernel, ...) on fake devices,
+ * so that cuda.bindings and ctypes run their real argument conversions with no GPU.
+ * By default one sm_90 device of 132 SMs; STUB_CUDA_DEVICES, read when the library is
+ * loaded, lists others: compute capabilities with an optional SM count, comma-separated
+ * ("90,90" two sm_90 devices, "90:132,80:108" an sm_90 and an sm_80 of 108 SMs; at most
+ * STUB_MAX_DEVICES). Device d's primary context is STUB_CONTEXT + d * 0x100; the current
+ * context is per thread, as the driver's. A module belongs to the context current when it was
+ * loaded, and launching one of its functions in another context fails with
+ * CUDA_ERROR_INVALID_HANDLE (400), as on a GPU; launching with no device's context current
+ * fails with CUDA_ERROR_INVALID_CONTEXT (201). stub_module_loads[d] and stub_device_launches[d]
+ * count module loads and launches per device (atomically: threads may launch at once).
+ * cuPointerGetAttribute places a pointer on device 0 unless stub_pointer_device gave its range
+ * another device.
+ * cuLaunchKernel does nothing but record what it was given: the count of launches, the last
+ * function, grid, block, shared memory and stream, and its 8-byte parameter slots
  * (copied at launch, as the driver does): as many as stub_count_params set for the function,
  * else stub_param_count. cuLaunchKernelEx does the same and records whether the launch was a
  * programmatic dependent launch.
@@ -22,6 +33,7 @@
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef int CUresult;
@@ -31,6 +43,9 @@ typedef uintptr_t handle_t;
 #define STUB_MAX_PARAMS 64
 #define STUB_LOG 16
 #define STUB_BLOB 4096
+#define STUB_MAX_DEVICES 8
+#define STUB_MAX_MODULES 16384
+#define STUB_FIRST_MODULE ((handle_t)0x10000)
 
 /* What the last launch was given (read from Python through ctypes). */
 uint64_t stub_launches = 0;
@@ -55,6 +70,65 @@ typedef struct {
 stub_record_t stub_log[STUB_LOG];
 int stub_record_size = sizeof(stub_record_t); /* for the reader's layout check */
 
+uint64_t stub_module_loads[STUB_MAX_DEVICES];
+uint64_t stub_device_launches[STUB_MAX_DEVICES];
+int stub_device_count = 1;
+
+static int device_major[STUB_MAX_DEVICES] = {9}, device_minor[STUB_MAX_DEVICES] = {0};
+static int device_sms[STUB_MAX_DEVICES] = {132};
+
+/* STUB_CUDA_DEVICES (see the top of the file), read once when the library is loaded. */
+__attribute__((constructor)) static void read_devices(void) {
+    const char *spec = getenv("STUB_CUDA_DEVICES");
+    if (!spec || !*spec) return;
+    int n = 0;
+    for (const char *at = spec;; at++) {
+        char *end;
+        long cc = strtol(at, &end, 10), sms = 132;
+        if (end != at && *end == ':') {
+            const char *from = end + 1;
+            sms = strtol(from, &end, 10);
+            if (end == from) sms = 0;
+        }
+        if (end == at || cc < 10 || cc > 999 || sms < 1 || n == STUB_MAX_DEVICES ||
+            (*end != ',' && *end != 0)) {
+            fprintf(stderr, "libcuda stub: bad STUB_CUDA_DEVICES %s (e.g. 90,90 or 90:132,80:108,"
+                            " at most %d)\n", spec, STUB_MAX_DEVICES);
+            abort();
+        }
+        device_major[n] = (int)(cc / 10);
+        device_minor[n] = (int)(cc % 10);
+        device_sms[n++] = (int)sms;
+        at = end;
+        if (!*at) break;
+    }
+    stub_device_count = n;
+}
+
+static handle_t context_of(int device) { return STUB_CONTEXT + (handle_t)device * 0x100; }
+
+/* The ordinal of the device whose primary context is ctx; -1 for any other handle. */
+static int device_of(handle_t ctx) {
+    if (ctx < STUB_CONTEXT || (ctx - STUB_CONTEXT) % 0x100) return -1;
+    handle_t d = (ctx - STUB_CONTEXT) / 0x100;
+    return d < (handle_t)stub_device_count ? (int)d : -1;
+}
+
+static handle_t module_context[STUB_MAX_MODULES];
+static uint64_t modules_loaded = 0;
+
+/* Pointer ranges [low, high) on devices other than 0 (stub_pointer_device). */
+static uint64_t range_low[16], range_high[16];
+static int range_device[16], ranges = 0;
+
+void stub_pointer_device(uint64_t low, uint64_t high, int device) {
+    if (ranges < 16) {
+        range_low[ranges] = low;
+        range_high[ranges] = high;
+        range_device[ranges++] = device;
+    }
+}
+
 static __thread handle_t current_ctx = 0;
 static handle_t counted_function[256];
 static int counted_params[256], counted = 0;
@@ -75,37 +149,59 @@ void stub_count_params(handle_t f, int n) {
         if (counted_function[i] == f) { counted_params[i] = n; return; }
     if (counted < 256) { counted_function[counted] = f; counted_params[counted++] = n; }
 }
-static handle_t next_module = 0x10000;
-
 CUresult cuInit(unsigned flags) { return 0; }
 CUresult cuDriverGetVersion(int *version) { *version = 13000; return 0; }
-CUresult cuDeviceGetCount(int *count) { *count = 1; return 0; }
-CUresult cuDeviceGet(int *device, int ordinal) { *device = ordinal; return ordinal == 0 ? 0 : 101; }
+CUresult cuDeviceGetCount(int *count) { *count = stub_device_count; return 0; }
+CUresult cuDeviceGet(int *device, int ordinal) {
+    *device = ordinal;
+    return ordinal >= 0 && ordinal < stub_device_count ? 0 : 101; /* CUDA_ERROR_INVALID_DEVICE */
+}
 CUresult cuDeviceGetAttribute(int *value, int attribute, int device) {
+    if (device < 0 || device >= stub_device_count) return 101;
     switch (attribute) {
-    case 75: *value = 9; break;   /* COMPUTE_CAPABILITY_MAJOR */
-    case 76: *value = 0; break;   /* COMPUTE_CAPABILITY_MINOR */
-    case 16: *value = 132; break; /* MULTIPROCESSOR_COUNT */
+    case 75: *value = device_major[device]; break; /* COMPUTE_CAPABILITY_MAJOR */
+    case 76: *value = device_minor[device]; break; /* COMPUTE_CAPABILITY_MINOR */
+    case 16: *value = device_sms[device]; break;   /* MULTIPROCESSOR_COUNT */
     default: *value = 0;
     }
     return 0;
 }
 CUresult cuDeviceGetName(char *name, int length, int device) {
-    snprintf(name, (size_t)length, "Stub sm_90 device");
+    if (device < 0 || device >= stub_device_count) return 101;
+    snprintf(name, (size_t)length, "Stub sm_%d%d device", device_major[device],
+             device_minor[device]);
     return 0;
 }
-CUresult cuDevicePrimaryCtxRetain(handle_t *ctx, int device) { *ctx = STUB_CONTEXT; return 0; }
+CUresult cuDevicePrimaryCtxRetain(handle_t *ctx, int device) {
+    if (device < 0 || device >= stub_device_count) return 101;
+    *ctx = context_of(device);
+    return 0;
+}
 CUresult cuDevicePrimaryCtxRelease(int device) { return 0; }
 CUresult cuCtxGetCurrent(handle_t *ctx) { *ctx = current_ctx; return 0; }
 CUresult cuCtxSetCurrent(handle_t ctx) {
     if (stub_ctx_set_error) return stub_ctx_set_error;
-    stub_ctx_set_calls++;
+    __atomic_fetch_add(&stub_ctx_set_calls, 1, __ATOMIC_RELAXED);
     current_ctx = ctx;
     return 0;
 }
-CUresult cuCtxGetDevice(int *device) { *device = 0; return current_ctx ? 0 : 201; }
-CUresult cuCtxSynchronize(void) { return 0; }
-CUresult cuModuleLoadData(handle_t *module, const void *image) { *module = next_module++; return 0; }
+CUresult cuCtxGetDevice(int *device) {
+    int d = device_of(current_ctx);
+    if (d < 0) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+    *device = d;
+    return 0;
+}
+CUresult cuCtxSynchronize(void) { return device_of(current_ctx) < 0 ? 201 : 0; }
+CUresult cuModuleLoadData(handle_t *module, const void *image) {
+    int d = device_of(current_ctx);
+    if (d < 0) return 201;
+    uint64_t n = __atomic_fetch_add(&modules_loaded, 1, __ATOMIC_RELAXED);
+    if (n >= STUB_MAX_MODULES) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    module_context[n] = current_ctx;
+    __atomic_fetch_add(&stub_module_loads[d], 1, __ATOMIC_RELAXED);
+    *module = STUB_FIRST_MODULE + n;
+    return 0;
+}
 CUresult cuModuleGetFunction(handle_t *function, handle_t module, const char *name) {
     *function = module * 0x100 + (handle_t)(strlen(name) & 0xFF);
     return 0;
@@ -118,9 +214,13 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, handle_t f, in
 CUresult cuFuncSetAttribute(handle_t f, int attribute, int value) { return 0; }
 CUresult cuPointerGetAttribute(void *data, int attribute, uint64_t ptr) {
     *(int *)data = 0;
+    for (int i = 0; i < ranges; i++)
+        if (range_low[i] <= ptr && ptr < range_high[i]) *(int *)data = range_device[i];
     return ptr ? 0 : 1;
 }
-CUresult cuMemsetD8Async(uint64_t ptr, unsigned char value, size_t n, handle_t stream) { return 0; }
+CUresult cuMemsetD8Async(uint64_t ptr, unsigned char value, size_t n, handle_t stream) {
+    return device_of(current_ctx) < 0 ? 201 : 0; /* a stream of the current context's */
+}
 CUresult cuGetErrorString(CUresult error, const char **text) { *text = "stub error"; return 0; }
 CUresult cuGetErrorName(CUresult error, const char **text) { *text = "STUB_ERROR"; return 0; }
 
@@ -140,10 +240,17 @@ typedef struct {
 static CUresult record(handle_t f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                        unsigned by, unsigned bz, unsigned shmem, handle_t stream, void **params,
                        int dependent) {
-    if (current_ctx != STUB_CONTEXT) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+    int d = device_of(current_ctx);
+    if (d < 0) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+    handle_t m = (f >> 8) - STUB_FIRST_MODULE; /* cuModuleGetFunction's handles */
+    uint64_t loaded = __atomic_load_n(&modules_loaded, __ATOMIC_RELAXED);
+    if ((f >> 8) < STUB_FIRST_MODULE || m >= loaded || m >= STUB_MAX_MODULES ||
+        module_context[m] != current_ctx)
+        return 400; /* CUDA_ERROR_INVALID_HANDLE: a function of another context's module */
     if (stub_launch_error) return stub_launch_error;
-    stub_record_t *r = &stub_log[stub_launches % STUB_LOG];
-    stub_launches++;
+    __atomic_fetch_add(&stub_device_launches[d], 1, __ATOMIC_RELAXED);
+    uint64_t at = __atomic_fetch_add(&stub_launches, 1, __ATOMIC_RELAXED);
+    stub_record_t *r = &stub_log[at % STUB_LOG];
     stub_last_dependent = r->dependent = dependent;
     stub_last_function = r->function = f;
     stub_last_grid[0] = r->grid[0] = gx; stub_last_grid[1] = r->grid[1] = gy;
