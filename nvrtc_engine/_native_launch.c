@@ -44,15 +44,16 @@ typedef struct {
 
 typedef int (*launch_ex_t)(const launch_config_t *, void *, void **, void **);
 typedef int (*ctx_get_t)(void **);
+typedef int (*ctx_set_t)(void *);
 
 /* set once by setup() */
 static launch_ex_t launch_ex = NULL;
 static ctx_get_t ctx_get = NULL;
-static PyObject *make_current = NULL;    /* driver.make_current(device) */
+static ctx_set_t ctx_set = NULL;
 static PyObject *check = NULL;           /* driver.check((err,), call): raises CudaError */
 static PyObject *explicit_stream = NULL; /* interop.explicit_stream(stream) -> int */
 static PyObject *s_data_ptr, *s_dtype, *s_shape, *s_get_device, *s_is_contiguous,
-    *s_prepared, *s_get, *s_launch_name;
+    *s_prepared, *s_get, *s_launch_name, *s_set_name;
 
 /* ---------------------------------------------------------------------------------- Plan */
 
@@ -282,14 +283,14 @@ static int stream_of(Plan *p, PyObject *stream, void **out) {
     return 0;
 }
 
-static PyObject *fail_with(int err) {
+static PyObject *fail_with(int err, PyObject *call) {
     PyObject *result = Py_BuildValue("(i)", err);
     if (!result) return NULL;
-    PyObject *r = PyObject_CallFunctionObjArgs(check, result, s_launch_name, NULL);
+    PyObject *r = PyObject_CallFunctionObjArgs(check, result, call, NULL);
     Py_DECREF(result);
     Py_XDECREF(r);
     if (!PyErr_Occurred())
-        PyErr_Format(PyExc_RuntimeError, "cuLaunchKernelEx failed (%d)", err);
+        PyErr_Format(PyExc_RuntimeError, "%U failed (%d)", call, err);
     return NULL;
 }
 
@@ -341,15 +342,21 @@ static PyObject *plan_run(Plan *p, PyObject *const *t, const uint64_t *given, Py
         }
         rows[p->ngiven + i] = address;
     }
-    void *current = NULL;
-    if (ctx_get(&current) || current != p->context) {
-        PyObject *r = PyObject_CallFunctionObjArgs(make_current, p->device, NULL);
-        if (!r) goto fail;
-        Py_DECREF(r);
-    }
     void *handle;
     if (stream_of(p, stream, &handle)) goto fail;
-    for (int i = 0; i < p->nlaunches; i++) {
+    /* the device's context for the launch, the thread's previous one (or none) after it,
+       as driver.on_device does */
+    void *previous = NULL;
+    int switched = ctx_get(&previous) || previous != p->context;
+    if (switched) {
+        int err = ctx_set(p->context);
+        if (err) {
+            fail_with(err, s_set_name);
+            goto fail;
+        }
+    }
+    int err = 0;
+    for (int i = 0; i < p->nlaunches && !err; i++) {
         const launch_t *l = &p->launches[i];
         uint64_t slots[MAX_PARAMS];
         void *params[MAX_PARAMS];
@@ -368,11 +375,16 @@ static PyObject *plan_run(Plan *p, PyObject *const *t, const uint64_t *given, Py
         attr.value.value = 1;
         launch_config_t config = {l->grid, 1, 1, l->block, 1, 1, l->shared, handle,
                                   l->dependent ? &attr : NULL, l->dependent ? 1u : 0u};
-        int err = launch_ex(&config, l->function, params, NULL);
-        if (err) {
-            fail_with(err);
-            goto fail;
-        }
+        err = launch_ex(&config, l->function, params, NULL);
+    }
+    int restored = switched ? ctx_set(previous) : 0;
+    if (err) {
+        fail_with(err, s_launch_name);
+        goto fail;
+    }
+    if (restored) {
+        fail_with(restored, s_set_name);
+        goto fail;
     }
     return made;
 fail:
@@ -611,21 +623,21 @@ static PyType_Spec launcher_spec = {"nvrtc_engine._native_launch.Launcher", size
 
 /* -------------------------------------------------------------------------------- module */
 
-/* setup(launch_ex, ctx_get, make_current, check, explicit_stream): the driver's
- * cuLaunchKernelEx and cuCtxGetCurrent (addresses) and the Python functions the rare paths
- * call. */
+/* setup(launch_ex, ctx_get, ctx_set, check, explicit_stream): the driver's
+ * cuLaunchKernelEx, cuCtxGetCurrent and cuCtxSetCurrent (addresses) and the Python functions
+ * the rare paths call. */
 static PyObject *setup(PyObject *module, PyObject *args) {
-    unsigned long long launch, get;
-    PyObject *make, *chk, *explicit;
+    unsigned long long launch, get, set;
+    PyObject *chk, *explicit;
     (void)module;
-    if (!PyArg_ParseTuple(args, "KKOOO", &launch, &get, &make, &chk, &explicit)) return NULL;
-    if (!launch || !get) {
+    if (!PyArg_ParseTuple(args, "KKKOO", &launch, &get, &set, &chk, &explicit)) return NULL;
+    if (!launch || !get || !set) {
         PyErr_SetString(PyExc_ValueError, "setup: a driver function's address is 0");
         return NULL;
     }
     launch_ex = (launch_ex_t)(uintptr_t)launch;
     ctx_get = (ctx_get_t)(uintptr_t)get;
-    Py_INCREF(make); Py_XDECREF(make_current); make_current = make;
+    ctx_set = (ctx_set_t)(uintptr_t)set;
     Py_INCREF(chk); Py_XDECREF(check); check = chk;
     Py_INCREF(explicit); Py_XDECREF(explicit_stream); explicit_stream = explicit;
     Py_RETURN_NONE;
@@ -633,7 +645,7 @@ static PyObject *setup(PyObject *module, PyObject *args) {
 
 static PyMethodDef module_methods[] = {
     {"setup", setup, METH_VARARGS,
-     "setup(launch_ex, ctx_get, make_current, check, explicit_stream)"},
+     "setup(launch_ex, ctx_get, ctx_set, check, explicit_stream)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -654,10 +666,11 @@ PyMODINIT_FUNC PyInit__native_launch(void) {
     s_prepared = PyUnicode_InternFromString("_prepared");
     s_get = PyUnicode_InternFromString("get");
     s_launch_name = PyUnicode_InternFromString("cuLaunchKernelEx");
+    s_set_name = PyUnicode_InternFromString("cuCtxSetCurrent");
     PlanType = (PyTypeObject *)PyType_FromSpec(&plan_spec);
     LauncherType = (PyTypeObject *)PyType_FromSpec(&launcher_spec);
     if (!s_data_ptr || !s_dtype || !s_shape || !s_get_device || !s_is_contiguous ||
-        !s_prepared || !s_get || !s_launch_name || !PlanType || !LauncherType)
+        !s_prepared || !s_get || !s_launch_name || !s_set_name || !PlanType || !LauncherType)
         goto fail;
     Py_INCREF(PlanType);
     Py_INCREF(LauncherType);

@@ -79,14 +79,14 @@ def _setup() -> None:
         drv = driver._drv()
         flags = drv.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
         addresses = []
-        for name in ("cuLaunchKernelEx", "cuCtxGetCurrent"):
+        for name in ("cuLaunchKernelEx", "cuCtxGetCurrent", "cuCtxSetCurrent"):
             got = driver.check(drv.cuGetProcAddress(name.encode(), 12000, flags),
                                "cuGetProcAddress")  # fmt: skip
             address = int(got[0] if isinstance(got, tuple) else got)
             if not address:
                 raise CudaError("cuGetProcAddress", 500, "CUDA_ERROR_NOT_FOUND", name)
             addresses.append(address)
-        _ext.setup(*addresses, driver.make_current, driver.check, explicit_stream)
+        _ext.setup(*addresses, driver.check, explicit_stream)
         _set_up = True
 
 

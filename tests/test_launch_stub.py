@@ -18,9 +18,12 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import stub_driver
+
+HERE = Path(__file__).resolve().parent
 
 SCRIPT = textwrap.dedent(
     """
