@@ -23,10 +23,8 @@ by the length of the rendered source), so that no long compile starts last.
 from __future__ import annotations
 
 import numbers
-import os
 import sys
 import time
-import types
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -177,42 +175,11 @@ def _build_in_threads(
     pool.shutdown(wait=True)  # no thread outlives the call (a fork() may follow)
 
 
-def _current_device_arch() -> str:
+def _default_arch() -> str:
+    """The current GPU's arch (this initializes CUDA here, as NVRTC's compile does anyway)."""
     from .api import _device_arch
 
     return _device_arch(None)
-
-
-def _default_arch() -> str:
-    """The current GPU's arch, without initializing CUDA in this process if it is not yet:
-    a process that initialized CUDA cannot use it in fork()ed children. Asks a spawned
-    process, which inherits nothing and does not run the calling script again."""
-    from . import driver
-
-    torch = sys.modules.get("torch")
-    if getattr(driver, "_init_pid", None) == os.getpid() or (
-        torch is not None and torch.cuda.is_initialized()
-    ):
-        return _current_device_arch()
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        # hide __main__ from spawn while the worker starts: else it imports the caller's
-        # script again, which may initialize CUDA, load a model, or call prewarm
-        main = sys.modules.get("__main__")
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        try:
-            future = pool.submit(_current_device_arch)
-        finally:
-            if main is not None:
-                sys.modules["__main__"] = main
-            else:
-                del sys.modules["__main__"]
-        return future.result()
-    finally:
-        pool.shutdown(wait=True)
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:
@@ -242,8 +209,7 @@ def prewarm(
             ``prewarm([Path("a.toml"), Path("b.toml")])``. See ``docs/variants.md``. A single
             variant goes in a list: ``prewarm([{"op": "gelu", ...}])``.
         arch: compile for this arch (or each of these archs), replacing the variants' own.
-            Default: each variant's arch, else the current GPU's (read without initializing
-            CUDA here, so fork()ed children can still use CUDA).
+            Default: each variant's arch, else the current GPU's.
         workers: compile threads, an int >= 1 (numpy's too; default:
             :func:`default_workers`).
         progress: show a progress bar (only when stderr is a terminal).

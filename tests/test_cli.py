@@ -246,9 +246,7 @@ def _newer_gpu(monkeypatch, arch="sm_130"):
     from nvrtc_engine import api
     from nvrtc_engine.key import DeviceArch
 
-    prewarm_module = sys.modules["nvrtc_engine.prewarm"]  # (ne.prewarm is the function)
     monkeypatch.setattr(api, "_device_arch", lambda device: DeviceArch(arch))
-    monkeypatch.setattr(prewarm_module, "_default_arch", prewarm_module._current_device_arch)
     monkeypatch.setattr(driver, "device_count", lambda: 1)
     monkeypatch.setattr(driver, "current_device", lambda: 0)
     monkeypatch.setattr(driver, "get_device", lambda ordinal: type("D", (), {"arch": arch})())
@@ -433,8 +431,6 @@ def test_prewarm_without_a_gpu_hints_at_the_arch_option(capsys, tmp_path, monkey
         raise ne.NoDeviceError("no usable CUDA driver or device")
 
     monkeypatch.setattr(driver, "current_device", no_device)
-    # read the arch in this process, where the stand-in for a machine without a GPU holds
-    monkeypatch.setattr(prewarm_module, "_default_arch", prewarm_module._current_device_arch)
     variants = tmp_path / "v.toml"
     variants.write_text(VARIANTS.replace('arch = "sm_90"', ""))
     assert main(["prewarm", str(variants)]) == 2

@@ -319,31 +319,6 @@ def test_progress_bar_only_on_a_terminal(monkeypatch):
     assert bar.n == 2 and bar.closed and bar.kwargs["total"] == 2
 
 
-_NO_GPU_CHILD = textwrap.dedent("""
-    import json, sys
-    import nvrtc_engine as ne
-    from nvrtc_engine import driver
-    from nvrtc_engine.prewarm import prewarm
-    try:
-        prewarm([{"op": "gelu", "dtype": "bf16"}], progress=False)
-        print(json.dumps({"error": None}))
-    except ne.NoDeviceError as exc:
-        print(json.dumps({"error": str(exc), "cuda_here": driver._init_pid is not None}))
-""")
-
-
-def test_arch_from_the_gpu_is_read_without_initializing_cuda_here(isolated_cache):
-    """Without a GPU: a clear error; and CUDA was never initialized in the calling process."""
-    from nvrtc_engine import driver
-
-    if driver.device_count() > 0:
-        pytest.skip("a GPU is present; tests/test_gpu_prewarm.py covers this case")
-    done = subprocess.run([sys.executable, "-c", _NO_GPU_CHILD], capture_output=True, text=True,
-                          timeout=300, check=True)  # fmt: skip
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert "pass arch=" in result["error"] and result["cuda_here"] is False
-
-
 def _child_get(args):
     name, new = args
     engine = default_engine()
