@@ -845,10 +845,10 @@ def test_capped_grid_leaves_the_code_but_the_trigger(monkeypatch):
     source = render(key).source
     monkeypatch.setattr(norm, "norm_config", lambda k: capped)
     got = render(key).source
-    assert "#define NVE_TRIGGER 1" in source and "#define NVE_TRIGGER 0" in got
+    assert "bool trigger = true;" in source and "bool trigger = false;" in got
     assert got == source.replace(plain.label, capped.label).replace(
         repr(plain), repr(capped)
-    ).replace("#define NVE_TRIGGER 1", "#define NVE_TRIGGER 0")
+    ).replace("bool trigger = true;", "bool trigger = false;")
 
 
 def test_kernel_repr_names_the_configuration():
@@ -954,7 +954,7 @@ def _bench_module(name):
 def test_source_ab_variants_change_the_configuration_or_the_trigger(monkeypatch, capsys):
     """bench/tuning/source_ab.py: ``FIELD=VALUE`` and ``staging.FIELD=VALUE`` replace one
     field of the key's configuration, ``rules`` takes the rules' in place of a TUNED entry,
-    ``trigger``/``notrigger`` flip the kernel's NVE_TRIGGER; a built variant compiles under
+    ``trigger``/``notrigger`` flip the kernel's cfg::trigger; a built variant compiles under
     its configuration's label; anything that does not apply is a usage error before a GPU is
     needed."""
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")  # restored after the test
@@ -980,8 +980,8 @@ def test_source_ab_variants_change_the_configuration_or_the_trigger(monkeypatch,
             ab.parse_variant(bad)
     plain = make_key("layernorm_fwd", in_dtype="bf16", hidden_size=4096, arch="sm_90")
     r = render(plain)  # a register forward of one row group per CTA: it triggers
-    assert "#define NVE_TRIGGER 1" in r.source
-    assert "#define NVE_TRIGGER 0" in ab.edited(r, ["notrigger"]).source
+    assert "bool trigger = true;" in r.source
+    assert "bool trigger = false;" in ab.edited(r, ["notrigger"]).source
     with pytest.raises(ValueError, match="has no"):
         ab.edited(r, ["trigger"])
     ab.check_variants([("layernorm", 8192)], ["fp8"], [[], ["stats=two_pass"], ["notrigger"]])

@@ -52,8 +52,8 @@ from families.norm import EPS, Cycle, kernel_forward, torch_fns, torch_forward
 
 # name: (text in the rendered source, replacement); see norm_regs.j2
 EDITS = {
-    "trigger": ("#define NVE_TRIGGER 0", "#define NVE_TRIGGER 1"),
-    "notrigger": ("#define NVE_TRIGGER 1", "#define NVE_TRIGGER 0"),
+    "trigger": ("bool trigger = false;", "bool trigger = true;"),
+    "notrigger": ("bool trigger = true;", "bool trigger = false;"),
 }
 
 
