@@ -6,8 +6,8 @@ memory, grids for a few row counts on two made-up devices) equal tests/data/norm
 The keys: every op x input dtype x output mode x hidden size (None, 768, 1000, 1001, 1024,
 2048, 4096, 5120, 8192, 14336, 65536; fewer on sm_80/sm_89) x arch (sm_80, sm_89, sm_90,
 sm_100a), every tuned entry with bf16 and fp16 x and both FP8 outputs, and the flags. Marked
-``matrix`` (about 1,100 compiles); skipped without NVRTC 13.5 or cuobjdump (``pip install
-nvidia-cuda-cuobjdump`` puts one in the environment; $CUOBJDUMP names another).
+``matrix`` (about 1,300 compiles); skipped without NVRTC 13.5, cuobjdump or nvdisasm (``pip
+install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm``; $CUOBJDUMP and $NVDISASM name others).
 
 Regenerate (after a deliberate change of generated code, and say why in the commit):
 ``python tests/test_norm_sass.py --write [--jobs N]``; ``--check`` compares without pytest.
@@ -97,19 +97,28 @@ def _key(fields: dict[str, Any]) -> Any:
     return make_key(f.pop("op"), **f)
 
 
-def cuobjdump() -> str | None:
-    """A cuobjdump: $CUOBJDUMP, the nvidia-cuda-cuobjdump wheel's, or one on PATH."""
-    if os.environ.get("CUOBJDUMP"):
-        return os.environ["CUOBJDUMP"]
+def _tool(name: str) -> str | None:
+    """``name`` ($NAME in capitals, the nvidia-cuda-NAME wheel's, or one on PATH)."""
+    if os.environ.get(name.upper()):
+        return os.environ[name.upper()]
     try:
         import nvidia
 
         for base in nvidia.__path__:
-            for found in Path(base).glob("*/bin/cuobjdump"):
+            for found in Path(base).glob(f"*/bin/{name}"):
                 return str(found)
     except ImportError:
         pass
-    return shutil.which("cuobjdump")
+    return shutil.which(name)
+
+
+def cuobjdump() -> str | None:
+    """A cuobjdump whose ``-sass`` works: it runs the nvdisasm found beside it or on PATH."""
+    tool, disasm = _tool("cuobjdump"), _tool("nvdisasm")
+    if tool is None or disasm is None:
+        return None
+    os.environ["PATH"] = os.pathsep.join([str(Path(disasm).parent), os.environ.get("PATH", "")])
+    return tool
 
 
 def nvrtc_version() -> tuple[int, int]:
@@ -238,7 +247,10 @@ def compare(recorded: dict[str, Any], now: dict[str, Any]) -> list[str]:
 
 def _skip_reason() -> str | None:
     if cuobjdump() is None:
-        return "no cuobjdump (pip install nvidia-cuda-cuobjdump, or set CUOBJDUMP)"
+        return (
+            "no cuobjdump and nvdisasm (pip install nvidia-cuda-cuobjdump "
+            "nvidia-cuda-nvdisasm, or set CUOBJDUMP and NVDISASM)"
+        )
     try:
         if nvrtc_version() != NVRTC:
             return f"the recording is of NVRTC {NVRTC}, this is {nvrtc_version()}"
