@@ -8,7 +8,7 @@ with GELU variants (dtype pairs x hidden sizes x sm_90/sm_100a). One process pre
 into an empty cache directory; then each run is a new process that imports nvrtc_engine
 (timed: ``import_ms``) and calls ``get_kernel(key)`` for the 100 keys (timed together:
 ``lookup_ms``), counting NVRTC compiles (``cache_info().compiles``) and renders (calls of
-``nvrtc_engine.render.render``, patched to count), and noting which heavy modules the lookups
+``nvrtc_engine.core.render.render``, patched to count), and noting which heavy modules the lookups
 imported. The first run fills Python's bytecode cache and is not counted. Needs no GPU.
 
 Targets (2-core machine): lookup_ms <= 30, import_ms <= 60, 0 compiles, 0 renders.
@@ -41,7 +41,7 @@ names = json.load(open(sys.argv[1]))
 t0 = time.perf_counter()
 import nvrtc_engine as ne
 t1 = time.perf_counter()
-from nvrtc_engine import render
+from nvrtc_engine.core import render
 renders = []
 def counted(real):
     def render_counted(key):
@@ -49,7 +49,7 @@ def counted(real):
         return real(key)
     return render_counted
 render.render = counted(render.render)
-import nvrtc_engine.engine as engine_mod
+import nvrtc_engine.core.engine as engine_mod
 if hasattr(engine_mod, "render"):  # a module that imported the function itself
     engine_mod.render = counted(engine_mod.render)
 keys = [ne.KernelKey.parse(n) for n in names]
@@ -69,7 +69,7 @@ print(json.dumps({"import_ms": (t1 - t0) * 1e3, "lookup_ms": (t3 - t2) * 1e3,
 
 _PREWARM = r"""
 import json, sys
-from nvrtc_engine.prewarm import prewarm
+from nvrtc_engine.tools.prewarm import prewarm
 report = prewarm(json.load(open(sys.argv[1])), workers=2, progress=False)
 assert report.ok, report.summary()
 print(len(report.compiled) + len(report.cached))
@@ -79,7 +79,7 @@ print(len(report.compiled) + len(report.cached))
 def pick_variants() -> list[str]:
     """The benchmark's 100 kernel names: the example lists' variants, then GELU ones."""
     from nvrtc_engine import make_key
-    from nvrtc_engine.variants import resolve_variants
+    from nvrtc_engine.tools.variants import resolve_variants
 
     names: dict[str, None] = {}
     for path in sorted((ROOT / "docs" / "examples").glob("*.toml")):

@@ -136,7 +136,7 @@ def with_launch(
     """Another kernel object of ``kernel``'s variant whose launches call ``launch_ex`` instead
     of cuda.bindings' ``cuLaunchKernelEx``, each of ``calls`` (``call(kernel)``) made twice
     with it (the checked path, then its prepared launch)."""
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     real = driver._drv()
     other = type(kernel)(kernel.key, kernel.artifact, kernel.origin)
@@ -214,7 +214,7 @@ def main() -> int:
         sync = torch.cuda.synchronize
         device = torch.device("cuda", torch.cuda.current_device())
     import nvrtc_engine as ne
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     x = torch.empty((8, 1024), dtype=torch.bfloat16, device=device)
     out = torch.empty((8, 1024), dtype=torch.bfloat16, device=device)

@@ -1,14 +1,48 @@
-"""Independent numpy references: float64 math, rounded to the output dtype with ml_dtypes.
+"""Independent numpy references of every family, in one namespace: float64 math, rounded to
+the output dtype with ml_dtypes.
 
 Used by the tests, the demo and the benchmarks; nothing here shares code with the kernels.
-One module per family: :mod:`.activation` (the activation functions), :mod:`.activation_ops`
-(every op of the activation family), :mod:`.norm`, :mod:`.cast` (including NVFP4); helpers in
-:mod:`.common`, MXFP8 block scaling in :mod:`.mx`.
+Each family keeps its own beside its kernels: :mod:`.families.activation.reference`,
+:mod:`.families.norm.reference`, :mod:`.families.cast.reference` (NVFP4 included); shared
+pieces in :mod:`.families.shared` (``act_reference``: the activation functions;
+``mx_reference``: MXFP8 block scaling; ``reference``: sampling, rounding, checks). This module
+imports every family's reference (and NumPy): the package does not import it.
 """
 
 from __future__ import annotations
 
-from .activation import (
+from .families.activation.reference import (
+    ACTIVATION_OPS,
+    GATED_ACTIVATIONS,
+    OpValues,
+    clamped_swiglu,
+    dclamped_swiglu,
+    op_kind,
+    op_values,
+)
+from .families.cast.reference import (
+    E2M1_VALUES,
+    CastTransposeResult,
+    NVFP4Result,
+    cast_transpose,
+    dbias_tolerance,
+    e2m1_decode,
+    e2m1_encode,
+    nvfp4_encode_scale,
+    nvfp4_quantize,
+    pack_e2m1,
+    unpack_e2m1,
+)
+from .families.norm.reference import (
+    NormBackward,
+    NormForward,
+    layernorm_bwd,
+    layernorm_fwd,
+    rmsnorm_bwd,
+    rmsnorm_fwd,
+    summation_depth,
+)
+from .families.shared.act_reference import (
     ACTIVATIONS,
     Activation,
     ActivationResult,
@@ -26,50 +60,19 @@ from .activation import (
     silu,
     srelu,
 )
-from .activation_ops import (
-    ACTIVATION_OPS,
-    GATED_ACTIVATIONS,
-    OpValues,
-    clamped_swiglu,
-    dclamped_swiglu,
-    op_kind,
-    op_values,
-)
-from .cast import (
-    E2M1_VALUES,
-    CastTransposeResult,
-    NVFP4Result,
-    cast_transpose,
-    dbias_tolerance,
-    e2m1_decode,
-    e2m1_encode,
-    nvfp4_encode_scale,
-    nvfp4_quantize,
-    pack_e2m1,
-    unpack_e2m1,
-)
-from .common import (
-    FP32_EPS,
-    check_close,
-    round_to,
-    sample_input,
-    to_float64,
-)
-from .mx import (
+from .families.shared.mx_reference import (
     MXFP8_BLOCK,
     check_mxfp8,
     e8m0_multiplier,
     e8m0_scale,
     mxfp8_quantize,
 )
-from .norm import (
-    NormBackward,
-    NormForward,
-    layernorm_bwd,
-    layernorm_fwd,
-    rmsnorm_bwd,
-    rmsnorm_fwd,
-    summation_depth,
+from .families.shared.reference import (
+    FP32_EPS,
+    check_close,
+    round_to,
+    sample_input,
+    to_float64,
 )
 
 __all__ = [

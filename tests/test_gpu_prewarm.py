@@ -16,8 +16,8 @@ import pytest
 
 import nvrtc_engine as ne
 from nvrtc_engine import reference
-from nvrtc_engine.kernel import runs_on
-from nvrtc_engine.prewarm import prewarm
+from nvrtc_engine.core.kernel import runs_on
+from nvrtc_engine.tools.prewarm import prewarm
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -28,7 +28,7 @@ TESTS = Path(__file__).resolve().parent
 
 
 def _arch(device: int) -> str:
-    return ne.driver.get_device(device).arch
+    return ne.core.driver.get_device(device).arch
 
 
 def _scale(key):
@@ -58,8 +58,8 @@ _FORK_AFTER_PREWARM = textwrap.dedent("""
     import json, multiprocessing, sys
     sys.path.insert(0, sys.argv[1])
     import nvrtc_engine as ne
-    from nvrtc_engine import driver
-    from nvrtc_engine.prewarm import prewarm
+    from nvrtc_engine.core import driver
+    from nvrtc_engine.tools.prewarm import prewarm
 
     report = prewarm([{"op": "gelu", "in_dtype": "bf16", "out_dtype": ["bf16", "fp8_e4m3"]}],
                      progress=False)

@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent(
     import sys, threading
     import launch_record as lr
     stub, torch, T, ne = lr.stub, lr.torch, lr.T, lr.ne
-    from nvrtc_engine.render import render
+    from nvrtc_engine.core.render import render
 
     recorded = lr.record_all()
     # the parameter lists the templates render are the signatures' (no list written twice)

@@ -91,7 +91,7 @@ def test_installed_wheel_works_from_any_directory(wheel, tmp_path):
     )
     code = (
         "import nvrtc_engine, pathlib; "
-        "from nvrtc_engine.render import templates_dir; "
+        "from nvrtc_engine.core.render import templates_dir; "
         "k = nvrtc_engine.get_kernel('gelu', dtype='fp8', arch='sm_90'); "
         "print(templates_dir(), len(k.artifact.image))"
     )
@@ -115,9 +115,10 @@ def test_installed_wheel_works_from_any_directory(wheel, tmp_path):
 
 def test_every_error_is_exported_from_the_package_and_errors():
     """Every exception class the package raises on purpose (VariantListError and
-    BundleError included) is in nvrtc_engine's and nvrtc_engine.errors' __all__ and is the
+    BundleError included) is in nvrtc_engine's and nvrtc_engine.core.errors' __all__ and is the
     one the raising module defines; BundleError is exported lazily (see the next test)."""
-    from nvrtc_engine import bundle, errors, variants
+    from nvrtc_engine.core import errors
+    from nvrtc_engine.tools import bundle, variants
 
     for name in ("VariantListError", "BundleError"):
         assert name in ne.__all__ and name in errors.__all__
@@ -133,15 +134,13 @@ def test_every_error_is_exported_from_the_package_and_errors():
         ne.NoSuchError  # noqa: B018
 
 
-def test_the_lazy_error_exports_import_nothing_more():
-    """VariantListError costs no import; BundleError imports nvrtc_engine.bundle (and its
-    zipfile) only when asked for."""
+def test_the_error_exports_import_nothing_more():
+    """Every error class lives in nvrtc_engine.core.errors: naming VariantListError or
+    BundleError imports neither the variant lists nor the bundles (and their zipfile)."""
     code = (
-        "import sys, nvrtc_engine as ne; from nvrtc_engine.errors import VariantListError; "
-        "v = ne.VariantListError; print(sorted(m for m in ('nvrtc_engine.bundle', "
-        "'nvrtc_engine.variants', 'zipfile') if m in sys.modules)); "
-        "from nvrtc_engine.errors import BundleError; "
-        "print('nvrtc_engine.bundle' in sys.modules, BundleError.__module__)"
+        "import sys, nvrtc_engine as ne; v = ne.VariantListError, ne.BundleError; "
+        "print(sorted(m for m in ('nvrtc_engine.tools.bundle', 'nvrtc_engine.tools.variants', "
+        "'zipfile') if m in sys.modules), ne.BundleError.__module__)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split("\n")[:2] == ["[]", "True nvrtc_engine.bundle"]
+    assert out.stdout.split("\n")[0] == "[] nvrtc_engine.core.errors"

@@ -2,7 +2,7 @@
 
 The **digest** is computed from a kernel's inputs, never from its rendered source (a lookup
 renders nothing): SHA-256 over :data:`SCHEMA`, the canonical key, its kernel symbols,
-:func:`code_fingerprint`, the NVRTC version (:func:`~nvrtc_engine.nvrtc.nvrtc_identity`), the
+:func:`code_fingerprint`, the NVRTC version (:func:`~nvrtc_engine.core.nvrtc.nvrtc_identity`), the
 CUDA header version for kernels that include CUDA headers, and the NVRTC options; no path.
 An **entry** is one bytes value, ``MAGIC | u32 header length | JSON header | image``; the
 header records the key, digest, symbols, NVRTC version, options, kind, compile time, the
@@ -12,7 +12,7 @@ written to a shared tier or a bundle. An entry built by another NVRTC version an
 request (``any_nvrtc``) is filed locally under this NVRTC's digest (:func:`refile_entry`),
 its header saying so (``adopted_for``) and whether it was loaded on a GPU here (``checked``).
 :func:`check_entry` is the one check of every load from every tier. A **tier** (:class:`Tier`)
-stores entries by digest, bytes in and bytes out (:mod:`nvrtc_engine.tiers`).
+stores entries by digest, bytes in and bytes out (:mod:`nvrtc_engine.core.tiers`).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ __all__ = ["MAGIC", "SCHEMA", "SIGNED", "Tier", "check_entry", "code_fingerprint
 SCHEMA = 2
 MAGIC = b"NVRTCENGINE\x01"
 _LEN = struct.Struct("<I")
-# The package's Python that decides what the templates render, with every file of ops/.
-_CODE = ("dtypes.py", "key.py", "nvrtc.py", "render.py")
+# The core's Python that decides what the templates render (with every file of families/).
+_CODE = ("dtypes.py", "key.py", "nvrtc.py", "render.py", "signature.py", "spec.py")
 Checked = tuple[dict[str, Any], Artifact]
 # The header fields an entry's HMAC covers: what it is (key, symbols, kind), what built it
 # (NVRTC version, options, so arch), where it is filed (schema, digest) and its image (size,
@@ -54,18 +54,31 @@ _HMAC = "hmac-sha256:"
 @functools.cache
 def code_fingerprint() -> str:
     """SHA-256 (hex) of what in the package shapes generated code: the templates and device
-    headers, ``ops/*.py``, the modules in :data:`_CODE` and the jinja2 that renders (its
-    ``__init__.py`` names its version); contents only, read once per process."""
+    headers, every file of ``families/``, the core modules in :data:`_CODE` and the jinja2
+    that renders (its ``__init__.py`` names its version); contents only, read once per
+    process."""
     import importlib.util
 
-    package = os.path.dirname(os.path.abspath(__file__))
-    ops = sorted(f"ops/{n}" for n in os.listdir(os.path.join(package, "ops")) if n.endswith(".py"))
-    files = [(name, os.path.join(package, name)) for name in [*_CODE, *ops]]
+    core = os.path.dirname(os.path.abspath(__file__))
+    families = os.path.join(os.path.dirname(core), "families")
+    files = [(name, os.path.join(core, name)) for name in _CODE]
+    files += [(f"families/{name}", os.path.join(families, name))
+              for name in render.folder_files(families)]  # fmt: skip
     jinja2 = importlib.util.find_spec("jinja2")
     h = hashlib.sha256(render.templates_digest().encode())
     for name, path in [*files, ("jinja2", jinja2.origin if jinja2 else None)]:
         with open(path or os.devnull, "rb") as f:
             h.update(f"\0{name}\0".encode() + f.read())
+    return h.hexdigest()
+
+
+@functools.cache
+def folder_fingerprint(folder: str) -> str:
+    """SHA-256 (hex) over the names and bytes of the files under ``folder`` (a family outside
+    the package, :attr:`~nvrtc_engine.core.spec.OpSpec.templates`), read once per process."""
+    h = hashlib.sha256()
+    for name, data in render.folder_files(folder).items():
+        h.update(f"{name}\0{len(data)}\0".encode() + data)
     return h.hexdigest()
 
 
@@ -83,8 +96,11 @@ def digest(key: KernelKey, nvrtc_version: str | None = None) -> str:
     spec = key.spec
     headers = nvrtc.find_cuda_include_dir().version if spec.cuda_headers(key) else ""
     version = nvrtc_version or nvrtc.nvrtc_identity()
-    fields = [f"schema {SCHEMA}", str(key), " ".join(spec.symbols(key)), code_fingerprint(),
-              version, headers, *compile_options(key.arch).flags()]  # fmt: skip
+    code = code_fingerprint()
+    if spec.templates is not None:  # a family outside the package: its own files too
+        code += " " + folder_fingerprint(spec.templates)
+    fields = [f"schema {SCHEMA}", str(key), " ".join(spec.symbols(key)), code, version,
+              headers, *compile_options(key.arch).flags()]  # fmt: skip
     return hashlib.sha256("\n".join(fields).encode()).hexdigest()
 
 

@@ -535,7 +535,7 @@ def configure(**overrides: object) -> Settings:
     effect for caches opened afterwards (see :func:`nvrtc_engine.clear_cache`);
     ``dependent_launch`` for kernels made afterwards (a kernel decides once;
     ``clear_cache(disk=False)`` drops those in memory). Raises
-    :class:`~nvrtc_engine.errors.SettingsTypeError` (a ``TypeError``) for an unknown field
+    :class:`~nvrtc_engine.core.errors.SettingsTypeError` (a ``TypeError``) for an unknown field
     or a value of the wrong type, :class:`SettingsError` (a ``ValueError``) for a value out
     of range; the settings are then unchanged.
     """

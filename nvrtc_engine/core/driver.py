@@ -1,5 +1,5 @@
 """The CUDA driver layer: devices, primary contexts and modules (launches:
-:mod:`nvrtc_engine.launch`).
+:mod:`nvrtc_engine.core.launch`).
 
 Through ``cuda.bindings.driver``. Nothing happens at import: the driver is initialized on the
 first call that needs it, once per process (a forked child initializes its own). Each device

@@ -1,6 +1,6 @@
 """The engine: key -> kernel through the memory cache, the cache's tiers and NVRTC.
 
-Memory: one :class:`~nvrtc_engine.kernel.Kernel` per key, one build of a key at a time (the
+Memory: one :class:`~nvrtc_engine.core.kernel.Kernel` per key, one build of a key at a time (the
 engine's lock guards dictionaries only). A miss takes :meth:`Engine.build_artifact`'s steps:
 the key's digest (nothing rendered); each tier in order, the disk cache, the read-only caches
 and the remote cache (every entry verified, with its signature where it comes from a shared
@@ -64,7 +64,7 @@ class CacheInfo:
 
 @dataclass(frozen=True)
 class Tiers:
-    """The caches of one :class:`~nvrtc_engine.config.Settings`, opened: the disk cache (None
+    """The caches of one :class:`~nvrtc_engine.core.config.Settings`, opened: the disk cache (None
     when disabled or unusable; ``why``), the read-only caches, the remote cache (None when not
     configured or unusable) and the ``secret`` shared tiers' entries are signed with."""
 

@@ -22,8 +22,7 @@ failures). All of them survive pickling, so they cross process pools intact::
     ├── VariantListError        (ValueError)   a variant file or list that cannot be read or
     │                                          expanded (names the file and entry)
     └── BundleError             (ValueError)   a bundle that cannot be written or is refused on
-                                               import (defined in nvrtc_engine.bundle, exported
-                                               here on first use)
+                                               import (nvrtc_engine.tools.bundle)
 
     CacheWarning                (UserWarning)  the disk cache degraded to memory-only
 """
@@ -35,10 +34,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .bundle import BundleError
+from typing import Any
 
 __all__ = [
     "ArgumentError",
@@ -97,7 +93,7 @@ class VariantError(NvrtcEngineError, ValueError):
 
     The message is ``field=value`` followed by ``detail``: by default ``is not allowed
     (hint); allowed: ...``; a caller with a clearer sentence passes its own ``detail``
-    (:func:`nvrtc_engine.key.parse_arch` does, for a bad arch).
+    (:func:`nvrtc_engine.core.key.parse_arch` does, for a bad arch).
 
     Attributes: ``field`` (the key field at fault), ``value`` (what was given, as text),
     ``allowed`` (the allowed values, as text), ``hint`` (why, or a suggestion; may be
@@ -237,9 +233,24 @@ class ArgumentTypeError(NvrtcEngineError, TypeError):
         self.argument = argument
 
 
+class BundleError(NvrtcEngineError, ValueError):
+    """A bundle that cannot be written or is refused on import.
+
+    Attributes: ``path`` (the bundle), ``entry`` (the key of the entry at fault, or ``None``
+    for the bundle as a whole) and ``reason``.
+    """
+
+    def __init__(self, path: str, entry: str | None, reason: str) -> None:
+        where = f"{path}: entry {entry}" if entry else path
+        super().__init__(f"{where}: {reason}")
+        self.path = path
+        self.entry = entry
+        self.reason = reason
+
+
 class VariantListError(NvrtcEngineError, ValueError):
     """A variant list (file or entries) that cannot be read or expanded
-    (:mod:`nvrtc_engine.variants`, :func:`nvrtc_engine.prewarm`).
+    (:mod:`nvrtc_engine.tools.variants`, :func:`nvrtc_engine.prewarm`).
 
     Attributes: ``source`` (the file, or ``"<list>"``), ``entry`` (the 0-based entry index,
     or ``None`` for the file as a whole) and ``reason``.
@@ -272,7 +283,7 @@ if hasattr(os, "register_at_fork"):
 
 # The package's own frames: its modules' code objects carry paths under this directory, in
 # the form the import system gave them (absolute, or relative to a relative sys.path entry).
-_PACKAGE_DIR = os.path.dirname(__file__) + os.sep
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(__file__)) + os.sep  # (nvrtc_engine/, not core/)
 
 
 def warn(message: str, category: type[Warning]) -> None:
@@ -296,13 +307,3 @@ def warn_once(kind: str, subject: str, message: str, category: type[Warning]) ->
             return
         _warned_once.add((kind, subject))
     warn(message, category)
-
-
-def __getattr__(name: str) -> Any:
-    """``BundleError``, from :mod:`nvrtc_engine.bundle` on first use: that module (zip files,
-    the disk cache) is not imported with the package."""
-    if name == "BundleError":
-        from .bundle import BundleError
-
-        return BundleError
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

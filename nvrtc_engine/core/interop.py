@@ -46,7 +46,7 @@ _DLPACK_DTYPES: dict[tuple[int, int], tuple[str, ...]] = {
 }  # fmt: skip
 _TORCH_DTYPES: dict[Any, tuple[str, ...]] = {}
 # Exactly torch.Tensor and torch.nn.Parameter once PyTorch has been seen (filled by the first
-# tensor argument): the classes whose calls may be prepared (nvrtc_engine.launch; subclasses,
+# tensor argument): the classes whose calls may be prepared (nvrtc_engine.core.launch; subclasses,
 # e.g. wrapper tensors, take the checked path).
 TORCH_TYPES: set[type] = set()
 

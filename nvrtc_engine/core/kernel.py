@@ -6,7 +6,7 @@ they share: lazy per-device loading, device checks, and the launch.
 
 A family's ``__call__`` first reads the call's key from its tensors (:meth:`Kernel._fast1`,
 ``_fast2``, ``_fast3`` by hand, :meth:`Kernel._fastn` for any number): a call whose key was
-seen before launches through the key's prepared launch (:mod:`nvrtc_engine.launch`); any
+seen before launches through the key's prepared launch (:mod:`nvrtc_engine.core.launch`); any
 other takes the family's checked path, which checks every argument, raises the errors, and
 hands its launches to :meth:`Kernel._submit`, which also prepares them for the key.
 """
@@ -98,7 +98,7 @@ class Kernel:
         self.origin = origin
         self._loaded: dict[int, Loaded] = {}
         self._lock = threading.Lock()
-        self._prepared: dict[Any, Any] = {}  # call key -> prepared run (nvrtc_engine.launch)
+        self._prepared: dict[Any, Any] = {}  # call key -> prepared run (nvrtc_engine.core.launch)
         self._dependent = self._dependent_launch()  # decided once, when the kernel is made
 
     def __repr__(self) -> str:
@@ -204,7 +204,7 @@ class Kernel:
             return False
 
     # Launching: prepared launches, and the checked path's launches ----------------------------
-    # _fast1/_fast2/_fast3 read the call key (nvrtc_engine.launch.call_key) of one, two or
+    # _fast1/_fast2/_fast3 read the call key (nvrtc_engine.core.launch.call_key) of one, two or
     # three given tensors by hand, _fastn of any number: the families' __call__ picks one by
     # the arguments given. Each returns what the prepared launch allocated (a list, empty when
     # nothing), or None when the call has no prepared launch (then the checked path runs).
@@ -268,7 +268,7 @@ class Kernel:
         """Launch what a family's checked path computed, in order, on one stream.
 
         ``launches``: ``(function index, grid, block, signature, values bound by name)``
-        each (:mod:`nvrtc_engine.signature`). ``given`` are the array arguments as passed,
+        each (:mod:`nvrtc_engine.core.signature`). ``given`` are the array arguments as passed,
         ``tensors`` as used (outputs allocated), ``ptrs`` their addresses (0 for None), in
         the family's :class:`~signature.CallArgs` order; ``floats`` its float arguments.
         When ``prepared`` and the call has a key (:func:`~launch.call_key` of ``given`` and

@@ -4,6 +4,10 @@ A :class:`KernelKey` is frozen, hashable and validated against closed sets when 
 so no caller string ever reaches template text. ``str(key)`` is the canonical name, e.g.
 ``gelu_bf16_e4m3_tensor_rowwise_h4096_sm90``; it is also the stem of the kernel's
 ``extern "C"`` symbol, and :meth:`KernelKey.parse` reads it back.
+
+The key is a plain record and imports no family: what an op allows (its dtypes, scalings,
+flags) comes from the op's spec, which the registry (:mod:`nvrtc_engine.core.registry`)
+hands to this module once, when it is imported (:func:`use_registry`).
 """
 
 from __future__ import annotations
@@ -11,14 +15,15 @@ from __future__ import annotations
 import functools
 import numbers
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .dtypes import DTYPES, DType, dtype_name
 from .errors import VariantError, VariantTypeError, did_you_mean
 
 if TYPE_CHECKING:
-    from .ops.base import OpSpec
+    from .spec import OpSpec
 
 __all__ = [
     "KNOWN_ARCH_NUMBERS",
@@ -26,9 +31,12 @@ __all__ = [
     "MAX_HIDDEN_SIZE",
     "SCALINGS",
     "DeviceArch",
+    "IntFlag",
     "KernelKey",
+    "KeySpec",
     "arch_number",
     "parse_arch",
+    "use_registry",
 ]
 
 SCALINGS: tuple[str, ...] = ("none", "tensor", "mxfp8", "nvfp4")
@@ -56,6 +64,73 @@ def _name_pattern() -> re.Pattern[str]:
         r"(?P<f>(?:_[a-z0-9]+)*)",
         re.ASCII,
     )
+
+
+@dataclass(frozen=True)
+class IntFlag:
+    """An op flag that takes an int: ``short`` plus the value in kernel names (``v8`` for
+    ``short="v"``, value 8), one of ``choices``; the ``default`` is left out of the key (as
+    a bool flag's ``False`` is). A spec maps a bool flag's name to its short form (a str),
+    an int flag's name to one of these."""
+
+    short: str
+    choices: tuple[int, ...]
+    default: int
+
+
+class KeySpec(Protocol):
+    """What a key needs of its op's spec (:class:`~nvrtc_engine.core.spec.OpSpec`): the
+    canonical op name, the flags (name -> short form or :class:`IntFlag`) and the check of
+    the remaining fields against the op's sets."""
+
+    name: str
+    flags: Mapping[str, str | IntFlag]
+
+    def validate(self, key: KernelKey) -> None: ...
+
+
+class _Registry:
+    """The spec lookup the registry installs (:func:`use_registry`)."""
+
+    spec: Callable[[str], KeySpec] | None = None
+    ops: Callable[[], tuple[str, ...]] | None = None
+
+
+def use_registry(spec: Callable[[str], KeySpec], ops: Callable[[], tuple[str, ...]]) -> None:
+    """Install the op registry: ``spec(op)`` returns the spec of an op named in any case (or
+    raises :class:`VariantError`), ``ops()`` the names of every op. Called once, by
+    :mod:`nvrtc_engine.core.registry` when it is imported (``nvrtc_engine.core`` imports it)."""
+    _Registry.spec, _Registry.ops = spec, ops
+
+
+def _spec(op: str) -> KeySpec:
+    if _Registry.spec is None:  # (nvrtc_engine.core imports the registry: never reached)
+        raise RuntimeError("no op registry installed: import nvrtc_engine")
+    return _Registry.spec(op)
+
+
+def _ops() -> tuple[str, ...]:
+    if _Registry.ops is None:
+        raise RuntimeError("no op registry installed: import nvrtc_engine")
+    return _Registry.ops()
+
+
+def _flag_value(name: str, value: Any, kind: str | IntFlag) -> bool | int:
+    """``value`` checked against a flag's kind: a bool, or an int of the flag's choices."""
+    if isinstance(kind, str):
+        if not isinstance(value, bool):
+            raise VariantTypeError(name, value, [False, True], "not a bool")
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise VariantTypeError(name, value, kind.choices, "not an int")
+    if int(value) not in kind.choices:
+        raise VariantError(name, value, kind.choices)
+    return int(value)
+
+
+def _flag_part(value: bool | int, kind: str | IntFlag) -> str:
+    """A set flag's part of the kernel name: ``zcg``, ``v8``."""
+    return kind if isinstance(kind, str) else f"{kind.short}{value}"
 
 
 class DeviceArch(str):
@@ -176,9 +251,10 @@ class KernelKey:
             (:func:`~nvrtc_engine.make_key`, ``get_kernel``, ``prewarm``, the command line)
             accept known archs only (see :func:`parse_arch`).
         flags: op flags that change code, as sorted ``(name, value)`` pairs; each value a
-            bool. Only the flags set are kept (``(name, True)``): a flag given ``False`` is
-            the op's default, so the key equals (and is named, hashed and cached as) the
-            same key without it.
+            bool, or an int for a flag the spec declares as an :class:`IntFlag`. Only flags
+            that differ from their default are kept: a bool flag given ``False`` (an int flag
+            given its default) is the op's default, so the key equals (and is named, hashed
+            and cached as) the same key without it.
 
     Raises :class:`~nvrtc_engine.VariantError` naming the field and its allowed values.
     """
@@ -190,12 +266,10 @@ class KernelKey:
     layout: str
     hidden_size: int | None
     arch: str
-    flags: tuple[tuple[str, bool], ...] = field(default=())
+    flags: tuple[tuple[str, bool | int], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        from .ops import get_spec
-
-        spec = get_spec(self.op)
+        spec = _spec(self.op)
         set_ = object.__setattr__
         set_(self, "op", spec.name)  # "GELU" -> "gelu": the key, symbol and cache use this
         set_(self, "in_dtype", dtype_name(self.in_dtype, "in_dtype"))
@@ -211,21 +285,21 @@ class KernelKey:
                 raise VariantError("hidden_size", hs, allowed)
             set_(self, "hidden_size", int(hs))
         set_(self, "arch", parse_arch(self.arch, newer=True))
-        flags = dict(self.flags)
-        for name, value in flags.items():
+        kept = []
+        for name, value in dict(self.flags).items():
             if name not in spec.flags:
                 raise VariantError("flags", name, sorted(spec.flags) or ["(none for this op)"])
-            if not isinstance(value, bool):
-                raise VariantTypeError(name, value, [False, True], "not a bool")
-        set_(self, "flags", tuple(sorted((name, True) for name, on in flags.items() if on)))
+            kind = spec.flags[name]
+            value = _flag_value(name, value, kind)
+            if value != (False if isinstance(kind, str) else kind.default):
+                kept.append((name, value))
+        set_(self, "flags", tuple(sorted(kept)))
         spec.validate(self)
 
     @property
     def spec(self) -> OpSpec:
-        """The op's spec (validation, template, launch binding)."""
-        from .ops import get_spec
-
-        return get_spec(self.op)
+        """The op's spec (validation, template, launch binding), from the registry."""
+        return _spec(self.op)  # type: ignore[return-value]
 
     @property
     def input(self) -> DType:
@@ -235,20 +309,21 @@ class KernelKey:
     def output(self) -> DType:
         return DTYPES[self.out_dtype]
 
-    def flag(self, name: str) -> bool:
-        """The value of op flag ``name`` (False when not set)."""
-        return dict(self.flags).get(name, False)
+    def flag(self, name: str) -> bool | int:
+        """The value of op flag ``name`` (its default when not set: False for a bool flag)."""
+        kind = _spec(self.op).flags.get(name, "")
+        return dict(self.flags).get(name, False if isinstance(kind, str) else kind.default)
 
     def __str__(self) -> str:
         name: str | None = self.__dict__.get("_name")  # made once: the caches ask often
         if name is None:
-            spec = self.spec
+            spec = _spec(self.op)
             hidden = "hany" if self.hidden_size is None else f"h{self.hidden_size}"
             parts = [
                 self.op, self.input.short, self.output.short, self.scaling, self.layout, hidden,
                 self.arch.replace("_", ""),
             ]  # fmt: skip
-            parts += [spec.flags[flag] for flag, value in self.flags if value]
+            parts += [_flag_part(value, spec.flags[flag]) for flag, value in self.flags]
             name = "_".join(parts)
             object.__setattr__(self, "_name", name)
         return name
@@ -269,8 +344,6 @@ class KernelKey:
             VariantTypeError: ``field="name"`` (also a ``TypeError``) if ``name`` is not a
                 ``str`` (``None``, ``3``, ``bytes``).
         """
-        from .ops import get_spec, registered_ops
-
         if not isinstance(name, str):
             hint = "decode it first" if isinstance(name, (bytes, bytearray)) else "not a str"
             raise VariantTypeError(
@@ -279,15 +352,10 @@ class KernelKey:
                 f"such as {_EXAMPLE_NAME!r}",
             )  # fmt: skip
         m = _name_pattern().fullmatch(name)
-        if m is None or m.group("op") not in registered_ops():
+        if m is None or m.group("op") not in _ops():
             raise VariantError("name", name, f"a canonical kernel name such as {_EXAMPLE_NAME}")
-        spec = get_spec(m.group("op"))
-        by_short = {short: flag for flag, short in spec.flags.items()}
-        flags = []
-        for short in filter(None, m.group("f").split("_")):
-            if short not in by_short:
-                raise VariantError("flags", short, sorted(by_short) or ["(none for this op)"])
-            flags.append((by_short[short], True))
+        spec = _spec(m.group("op"))
+        flags = [_parse_flag(part, spec) for part in filter(None, m.group("f").split("_"))]
         h = m.group("h")
         key = cls(
             op=m.group("op"), in_dtype=_SHORT_TO_DTYPE[m.group("i")],
@@ -310,3 +378,17 @@ class KernelKey:
             "scaling": self.scaling, "layout": self.layout, "hidden_size": self.hidden_size,
             "arch": self.arch, "flags": dict(self.flags),
         }  # fmt: skip
+
+
+def _parse_flag(part: str, spec: KeySpec) -> tuple[str, bool | int]:
+    """A flag's ``(name, value)`` from its part of a kernel name (``zcg``, ``v8``); the
+    caller checks that the name it makes is canonical (no ``v08``)."""
+    for name, kind in spec.flags.items():
+        if isinstance(kind, str) and part == kind:
+            return name, True
+        if isinstance(kind, IntFlag) and part.startswith(kind.short):
+            digits = part[len(kind.short) :]
+            if digits.isdigit() and digits.isascii():
+                return name, int(digits)
+    shorts = sorted(k if isinstance(k, str) else f"{k.short}<int>" for k in spec.flags.values())
+    raise VariantError("flags", part, shorts or ["(none for this op)"])

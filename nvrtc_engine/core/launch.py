@@ -51,7 +51,7 @@ __all__ = ["MAX_PREPARED", "LaunchSpec", "call_key", "launch", "launch_config", 
 MAX_PREPARED = 256  # prepared launches kept per kernel (per call key); the oldest go first
 
 # A launch as a family describes it: (function index, grid, block, signature, values bound by
-# name: numbers, Ref and FloatRef; see nvrtc_engine.signature)
+# name: numbers, Ref and FloatRef; see nvrtc_engine.core.signature)
 LaunchSpec = tuple[int, int, int, "Signature", dict[str, Any]]
 
 _configs: dict[tuple[int, int, int, int, bool], Any] = {}

@@ -1,12 +1,13 @@
 """Rendering: a :class:`~nvrtc_engine.KernelKey` to CUDA source, with Jinja2.
 
 Templates live in ``templates/`` (``<family>.cu.j2``) and the project's device helpers in
-``templates/include/*.cuh``; the helpers go to NVRTC as in-memory headers. In an installed
+``templates/include/*.cuh``; the helpers go to NVRTC as in-memory headers. A family outside
+the package may keep its templates in its own folder (``OpSpec.templates``). In an installed
 wheel the templates sit inside the package (``nvrtc_engine/templates``); in a source checkout
 they are found beside the package.
 
 Every template file is read once per process (:func:`template_files`) and rendering only ever
-sees those bytes: the cache's code fingerprint (:func:`nvrtc_engine.cache.code_fingerprint`)
+sees those bytes: the cache's code fingerprint (:func:`nvrtc_engine.core.cache.code_fingerprint`)
 hashes the same snapshot, so a digest always belongs to the templates a kernel is rendered
 from. A template edited while a process runs is seen by the next process.
 """
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import jinja2
 
     from .key import KernelKey
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RenderedSource",
     "environment",
+    "folder_files",
     "helper_headers",
     "render",
     "template_files",
@@ -56,7 +60,7 @@ class RenderedSource:
 @functools.cache
 def templates_dir() -> Path:
     """The directory holding ``*.cu.j2`` templates (inside the wheel, or the source tree)."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent  # nvrtc_engine/
     for candidate in (here / "templates", here.parent / "templates"):
         if (candidate / "include").is_dir():
             return candidate
@@ -67,10 +71,9 @@ def templates_dir() -> Path:
 
 
 @functools.cache
-def template_files() -> dict[str, bytes]:
-    """Every file under :func:`templates_dir` (``"gelu.cu.j2"``, ``"include/nve_act.cuh"``:
-    relative POSIX names, sorted) with its bytes, read once per process."""
-    root = str(templates_dir())
+def folder_files(root: str) -> dict[str, bytes]:
+    """Every file under ``root`` (relative POSIX names such as ``"include/nve_act.cuh"``,
+    sorted) with its bytes, read once per process; ``__pycache__`` left out."""
     names = []
     for folder, subfolders, files in os.walk(root):  # (os.walk: a third of rglob's cost)
         subfolders[:] = [d for d in subfolders if d != "__pycache__"]
@@ -81,6 +84,12 @@ def template_files() -> dict[str, bytes]:
         with open(os.path.join(root, name), "rb") as f:
             out[name] = f.read()
     return out
+
+
+def template_files() -> dict[str, bytes]:
+    """Every file under :func:`templates_dir` (``"gelu.cu.j2"``, ``"include/nve_act.cuh"``)
+    with its bytes, read once per process (:func:`folder_files`)."""
+    return folder_files(str(templates_dir()))
 
 
 @functools.cache
@@ -103,21 +112,28 @@ def helper_headers() -> tuple[tuple[str, str], ...]:
     )
 
 
-def _load_template(name: str) -> tuple[str, str, Any] | None:
-    data = template_files().get(name)
-    if data is None:
+def _loader(folder: str | None) -> Callable[[str], tuple[str, str, Any] | None]:
+    roots = [str(templates_dir())] if folder is None else [folder, str(templates_dir())]
+
+    def load(name: str) -> tuple[str, str, Any] | None:
+        for root in roots:
+            data = folder_files(root).get(name)
+            if data is not None:
+                return data.decode("utf-8"), os.path.join(root, name), lambda: True
         return None
-    return data.decode("utf-8"), str(templates_dir() / name), lambda: True
+
+    return load
 
 
 @functools.cache
-def environment() -> jinja2.Environment:
+def environment(folder: str | None = None) -> jinja2.Environment:
     """The Jinja2 environment: strict about undefined names, no autoescaping; templates come
-    from :func:`template_files` (never re-read while the process runs)."""
+    from :func:`template_files`, or first from ``folder`` (a family's own templates, see
+    :attr:`~nvrtc_engine.core.spec.OpSpec.templates`), never re-read while the process runs."""
     import jinja2
 
     return jinja2.Environment(
-        loader=jinja2.FunctionLoader(_load_template),
+        loader=jinja2.FunctionLoader(_loader(folder)),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -133,7 +149,7 @@ def render(key: KernelKey) -> RenderedSource:
     """
     spec = key.spec
     context: dict[str, Any] = spec.render_context(key)
-    template = environment().get_template(f"{spec.family}.cu.j2")
+    template = environment(spec.templates).get_template(f"{spec.family}.cu.j2")
     source = template.render(**context)
     return RenderedSource(
         name=f"{key}.cu",

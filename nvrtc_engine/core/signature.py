@@ -13,7 +13,7 @@ offset in bytes), or :class:`FloatRef`, one of its float arguments. A family nam
 and float arguments once, in the order its ``__call__`` passes them (:class:`CallArgs`), and
 refers to them by name (``A.out``, ``A.workspace + 16``, ``A.eps``). Packing resolves the
 references with the call's values (:meth:`Signature.pack`); a prepared launch
-(:mod:`nvrtc_engine.launch`) packs the constants once and points the referenced parameters
+(:mod:`nvrtc_engine.core.launch`) packs the constants once and points the referenced parameters
 at the values each call writes (:meth:`Signature.prepare`), so both give the same bytes.
 
 Layout: every parameter takes an 8-byte slot (an int32 or float32 in its first four bytes,
@@ -144,7 +144,7 @@ class CallArgs:
 
     def mask(self, *names: str) -> int:
         """The bit mask of the array arguments ``names`` (bit i: argument i is given): a
-        call key's tag (:func:`nvrtc_engine.launch.call_key`). Raises ``KeyError`` for a
+        call key's tag (:func:`nvrtc_engine.core.launch.call_key`). Raises ``KeyError`` for a
         name that is no array argument."""
         index = {n: i for i, n in enumerate(self.arrays)}
         return sum(1 << index[n] for n in set(names))

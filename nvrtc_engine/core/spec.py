@@ -1,21 +1,22 @@
 """What every op spec provides: closed sets for its key fields, render context, kernel class.
 
-One :class:`OpSpec` instance per op, registered in :mod:`nvrtc_engine.ops`. A spec never
+One :class:`OpSpec` instance per op, in its family's ``SPECS`` (a family is listed in
+:mod:`nvrtc_engine.core.registry`). A spec never
 touches the GPU; it turns a validated key into template values and says which
-:class:`~nvrtc_engine.kernel.Kernel` subclass launches it.
+:class:`~nvrtc_engine.core.kernel.Kernel` subclass launches it.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..dtypes import DTYPES
-from ..errors import VariantError
-from ..key import arch_number
+from .dtypes import DTYPES
+from .errors import VariantError
+from .key import IntFlag, arch_number
 
 if TYPE_CHECKING:
-    from ..kernel import Kernel
-    from ..key import KernelKey
+    from .kernel import Kernel
+    from .key import KernelKey
 
 __all__ = ["HIGH_PRECISION", "OpSpec"]
 
@@ -34,19 +35,25 @@ class OpSpec:
     Attributes:
         name: the op name used in keys and ``get_kernel``.
         family: template stem (``templates/<family>.cu.j2``).
+        templates: ``None`` for the package's families; for a family outside the package, the
+            folder holding its code and its ``<family>.cu.j2`` (which may include the
+            package's templates and helper headers). Read once per process; its files are
+            part of its kernels' cache digest.
         in_dtypes / out_dtypes / scalings / layouts: the op's closed sets.
-        flags: op flags that change code, mapped to their short form in kernel names.
+        flags: op flags that change code, mapped to their short form in kernel names (a
+            bool flag) or to an :class:`~nvrtc_engine.core.key.IntFlag` (an int flag).
         doc: one line for listings.
     """
 
     name: str = ""
     family: str = ""
+    templates: str | None = None
     doc: str = ""
     in_dtypes: tuple[str, ...] = HIGH_PRECISION
     out_dtypes: tuple[str, ...] = HIGH_PRECISION + FP8
     scalings: tuple[str, ...] = ("none", "tensor")
     layouts: tuple[str, ...] = ("rowwise",)
-    flags: ClassVar[dict[str, str]] = {}
+    flags: ClassVar[dict[str, str | IntFlag]] = {}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} ({self.family})>"

@@ -1,4 +1,4 @@
-"""The cache's stores (:class:`~nvrtc_engine.cache.Tier`): disk, read-only and remote caches.
+"""The cache's stores (:class:`~nvrtc_engine.core.cache.Tier`): disk, read-only and remote caches.
 
 :class:`DiskTier`: ``diskcache.Cache`` (public API only) in ``<cache dir>/entries``, capped in
 size, least recently used first with a use counted once a day (an entry read on a new day is

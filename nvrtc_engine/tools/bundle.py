@@ -8,7 +8,7 @@ A bundle is a zip file::
     entries/<digest>     the cache entry exactly as stored (header + image, see cache.py)
 
 A bundle is also a read-only cache as it stands (``NVRTC_ENGINE_READONLY_CACHE``; see
-:mod:`nvrtc_engine.tiers`), zipped or unzipped.
+:mod:`nvrtc_engine.core.tiers`), zipped or unzipped.
 
 :func:`export_bundle` writes every valid entry built by this NVRTC for this installation
 (entries that fail verification, were built by another NVRTC, or whose digest this
@@ -24,7 +24,7 @@ the bundle's kernel count would be wrong). A bundle of format 1 (releases whose 
 hashed the rendered source) is refused, saying to export it again.
 
 Where a signing key is configured (``NVRTC_ENGINE_CACHE_KEY``), :func:`export_bundle` signs
-every entry it writes (:func:`~nvrtc_engine.cache.sign_entry`) and :func:`import_bundle`
+every entry it writes (:func:`~nvrtc_engine.core.cache.sign_entry`) and :func:`import_bundle`
 refuses a bundle holding an entry that is unsigned or signed with another key. With
 ``any_nvrtc`` (``cache import --any-nvrtc``), a bundle of another NVRTC version is imported:
 its digests are checked as a process with that NVRTC computes them, each entry is loaded once
@@ -47,35 +47,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._version import __version__
-from .cache import SCHEMA, check_entry, digest, refile_entry, sign_entry, target_arch
-from .engine import default_engine, try_load
-from .errors import ArgumentTypeError, CudaError, NvrtcEngineError
-from .kernel import Artifact
-from .key import KernelKey
-from .nvrtc import nvrtc_version
-from .tiers import BUNDLE_ENTRIES
+from .._version import __version__
+from ..core.cache import SCHEMA, check_entry, digest, refile_entry, sign_entry, target_arch
+from ..core.engine import default_engine, try_load
+from ..core.errors import ArgumentTypeError, BundleError, CudaError
+from ..core.kernel import Artifact
+from ..core.key import KernelKey
+from ..core.nvrtc import nvrtc_version
+from ..core.tiers import BUNDLE_ENTRIES
 
 __all__ = ["FORMAT", "VERSION", "BundleError", "BundleReport", "export_bundle", "import_bundle"]
 
 FORMAT = "nvrtc-engine-bundle"
 VERSION = 2
 MANIFEST = "manifest.json"
-
-
-class BundleError(NvrtcEngineError, ValueError):
-    """A bundle that cannot be written or is refused on import.
-
-    Attributes: ``path`` (the bundle), ``entry`` (the key of the entry at fault, or ``None``
-    for the bundle as a whole) and ``reason``.
-    """
-
-    def __init__(self, path: str, entry: str | None, reason: str) -> None:
-        where = f"{path}: entry {entry}" if entry else path
-        super().__init__(f"{where}: {reason}")
-        self.path = path
-        self.entry = entry
-        self.reason = reason
 
 
 @dataclass(frozen=True)

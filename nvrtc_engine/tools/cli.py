@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._version import __version__
-from .config import MAX_WORKERS
-from .errors import counted
+from .._version import __version__
+from ..core.config import MAX_WORKERS
+from ..core.errors import counted
 
 __all__ = ["main"]
 
@@ -39,8 +39,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _arch_options(archs: Sequence[str] | None) -> list[str] | None:
     """The ``--arch`` values, checked here: a bad one is an error that names ``--arch``, not
     the variant file's first entry. Raises ``ValueError`` (exit code 2, with the usage line)."""
-    from .errors import VariantError
-    from .key import parse_arch
+    from ..core.errors import VariantError
+    from ..core.key import parse_arch
 
     checked = []
     for arch in archs or ():
@@ -73,7 +73,7 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
     the command. So no disk cache is an error before anything is compiled (exit code 2), and
     kernels compiled but not stored (a read-only cache, or one whose size limit evicted them)
     a failure (exit code 1)."""
-    from .errors import NvrtcEngineError, SettingsError
+    from ..core.errors import NvrtcEngineError, SettingsError
     from .prewarm import prewarm
 
     files, archs = _files_after_archs(args.files, args.arch)
@@ -120,9 +120,9 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
 
 def _open_remote() -> Any:
     """The remote cache, else an :class:`NvrtcEngineError` (exit code 2) saying why none."""
-    from . import config
-    from .engine import default_engine
-    from .errors import NvrtcEngineError
+    from ..core import config
+    from ..core.engine import default_engine
+    from ..core.errors import NvrtcEngineError
 
     remote = default_engine().tiers().remote
     if remote is None:
@@ -136,7 +136,7 @@ def _open_remote() -> Any:
 
 def _publish(report: Any) -> list[Any]:
     """Write every kernel the prewarm made ready to the remote cache; the keys not written."""
-    from .engine import default_engine
+    from ..core.engine import default_engine
 
     return default_engine().publish([*report.compiled, *report.cached])
 
@@ -144,7 +144,7 @@ def _publish(report: Any) -> list[Any]:
 def _not_stored(keys: Sequence[Any], disk: Any) -> list[Any]:
     """The ``keys`` (compiled by a prewarm, so in this process's memory) whose kernels the
     disk cache does not hold: a write failed (a full disk), or its size limit evicted them."""
-    from .engine import default_engine
+    from ..core.engine import default_engine
 
     engine = default_engine()
     return [
@@ -156,8 +156,8 @@ def _not_stored(keys: Sequence[Any], disk: Any) -> list[Any]:
 def _open_disk() -> Any:
     """The disk cache, else an :class:`NvrtcEngineError` (exit code 2) saying why there is
     none."""
-    from .engine import default_engine
-    from .errors import NvrtcEngineError
+    from ..core.engine import default_engine
+    from ..core.errors import NvrtcEngineError
 
     disk = default_engine().disk()
     if disk is None:
@@ -167,7 +167,7 @@ def _open_disk() -> Any:
 
 def _no_disk_reason() -> str:
     """Why there is no disk cache: disabled by a setting, or its directory is unusable."""
-    from . import config
+    from ..core import config
 
     current = config.settings()
     if current.disable_disk_cache:
@@ -182,8 +182,8 @@ def _no_disk_reason() -> str:
 
 
 def _cache_info(args: argparse.Namespace) -> int:
-    from .api import cache_info
-    from .engine import default_engine
+    from ..api import cache_info
+    from ..core.engine import default_engine
 
     # no disk cache: an error, as for the other cache commands (this process's memory cache,
     # which cache_info() also counts, is empty on the command line: nothing else to report)
@@ -230,8 +230,8 @@ def _current_digest(name: str, memo: dict[str, str | None]) -> str | None:
     """The digest this installation would store key ``name`` under now (its templates,
     options, NVRTC and headers), or None where the name is no key of this version."""
     if name not in memo:
-        from .cache import digest
-        from .key import KernelKey
+        from ..core.cache import digest
+        from ..core.key import KernelKey
 
         try:
             memo[name] = digest(KernelKey.parse(name))
@@ -241,7 +241,7 @@ def _current_digest(name: str, memo: dict[str, str | None]) -> str | None:
 
 
 def _cache_list(args: argparse.Namespace) -> int:
-    from .cache import entries, target_arch
+    from ..core.cache import entries, target_arch
 
     rows = []
     memo: dict[str, str | None] = {}
@@ -280,6 +280,8 @@ def _cache_list(args: argparse.Namespace) -> int:
             else (r["key"], "", "", "", "", "", r["digest"][:12], "")
             for r in rows
         ]  # fmt: skip
+        from .table import format_table
+
         for line in format_table(header, cells, right=("size", "compile")):
             print(line)
     superseded = sum(r.get("current") is False for r in rows)
@@ -288,26 +290,10 @@ def _cache_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_table(
-    header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[str] = ()
-) -> list[str]:
-    """Lines of a plain-text table: each column as wide as its widest cell (header
-    included), two spaces apart; the columns named in ``right`` right-aligned."""
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
-    lines = []
-    for row in (header, *rows):
-        cells = [
-            str(c).rjust(w) if name in right else str(c).ljust(w)
-            for name, c, w in zip(header, row, widths, strict=True)
-        ]
-        lines.append("  ".join(cells).rstrip())
-    return lines
-
-
 def _cache_verify(args: argparse.Namespace) -> int:
     """Check every entry as a load does and remove the bad ones, then have diskcache check
     its index against its files (repaired)."""
-    from .cache import entries
+    from ..core.cache import entries
 
     disk = _open_disk()
     checked = bad = 0
@@ -328,9 +314,9 @@ def _cache_clear(args: argparse.Namespace) -> int:
     """Clear the disk cache and say what went: the entries and the bytes they took, which is
     what the cache's size on disk dropped by (its SQLite database stays: about 32 kB even
     when empty, so it is not counted); no bytes for a cache that held no entry."""
-    from . import config
-    from .api import cache_info, clear_cache
-    from .engine import default_engine
+    from ..api import cache_info, clear_cache
+    from ..core import config
+    from ..core.engine import default_engine
 
     engine = default_engine()
     if engine.disk() is None and engine.tiers().why.startswith("no space"):
@@ -478,7 +464,7 @@ def _one_line_warning(message: Warning | str, category: type[Warning], *_: objec
 
 def _cli_syntax(message: str) -> str:
     """An error message with the library's Python-syntax hints put in command-line syntax."""
-    from .api import NO_GPU_HINT
+    from ..api import NO_GPU_HINT
 
     cli_hint = "pass --arch sm_90 (or another arch) to compile without a GPU"
     return message.replace(NO_GPU_HINT, cli_hint)
@@ -489,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``argv`` (the program itself, which exits next) the objects left are frozen
     (``gc.freeze``): the interpreter's last garbage collection would walk them all, about a
     tenth of a warm ``prewarm``'s time."""
-    from .errors import NvrtcEngineError
+    from ..core.errors import NvrtcEngineError
 
     args = build_parser().parse_args(argv)
     formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning

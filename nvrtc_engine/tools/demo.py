@@ -12,11 +12,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from . import driver
-from .api import cache_info, get_kernel, make_key
-from .kernel import runs_on
-from .key import DeviceArch, KernelKey
-from .reference import activation, check_close, sample_input
+from ..api import cache_info, get_kernel, make_key
+from ..core import driver
+from ..core.kernel import runs_on
+from ..core.key import DeviceArch, KernelKey
+from ..reference import activation, check_close, sample_input
 
 __all__ = ["DemoRow", "demo_keys", "run_demo"]
 
@@ -139,7 +139,7 @@ def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 
         for i, row in enumerate(rows):
             print(f"  {row.key} ...", file=out, flush=True)
             _run_one(row, tokens, ordinal, seed + i)
-    from .cli import format_table
+    from .table import format_table
 
     header = ["variant", "source", "ms", "kind", "image bytes"]
     if can_run:

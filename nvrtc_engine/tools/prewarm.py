@@ -6,7 +6,7 @@
 
 Kernels already in memory or in a cache tier are loaded here (verified) and kept in memory.
 The others compile on a pool of *threads* of this process, each building a kernel as
-:func:`~nvrtc_engine.get_kernel` does (:meth:`~nvrtc_engine.engine.Engine.get`: tiers, the
+:func:`~nvrtc_engine.get_kernel` does (:meth:`~nvrtc_engine.core.engine.Engine.get`: tiers, the
 per-digest file lock, render, NVRTC, store), so every kernel ends in this process's memory
 cache. NVRTC compiles without Python's GIL and its compiles run in parallel across threads;
 the threads share one interpreter, one NVRTC initialization and one set of parsed templates,
@@ -14,7 +14,7 @@ each of which a worker process paid for again (``bench/prewarm.py`` measures bot
 are in docs/performance.md). Compiling touches no GPU.
 
 The number of threads defaults to the number of kernels to compile, capped by the CPUs this
-process may use (:func:`~nvrtc_engine.cpus.available_cpus`: affinity mask and cgroup quota);
+process may use (:func:`~nvrtc_engine.core.cpus.available_cpus`: affinity mask and cgroup quota);
 ``NVRTC_ENGINE_WORKERS`` or ``workers=`` override it. With one, the compiles run in the
 calling thread. With more kernels than threads, the longest compiles start first (estimated
 by the length of the rendered source), so that no long compile starts last.
@@ -31,15 +31,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import config
-from .cpus import available_cpus
-from .engine import default_engine
-from .errors import ArgumentError, ArgumentTypeError, CompileError, counted
-from .key import KernelKey
+from ..core import config
+from ..core.cpus import available_cpus
+from ..core.engine import default_engine
+from ..core.errors import ArgumentError, ArgumentTypeError, CompileError, counted
+from ..core.key import KernelKey
 
 if TYPE_CHECKING:
-    from .engine import Engine
-    from .kernel import Kernel
+    from ..core.engine import Engine
+    from ..core.kernel import Kernel
 
 __all__ = ["PrewarmFailure", "PrewarmReport", "default_workers", "prewarm"]
 
@@ -143,7 +143,7 @@ def _build(engine: Engine, key: KernelKey) -> _Outcome:
 
 
 def _render_size(key: KernelKey) -> int:
-    from .render import render
+    from ..core.render import render
 
     try:
         return len(render(key).source)
@@ -178,7 +178,7 @@ def _build_in_threads(
 
 
 def _current_device_arch() -> str:
-    from .api import _device_arch
+    from ..api import _device_arch
 
     return _device_arch(None)
 
@@ -187,7 +187,7 @@ def _default_arch() -> str:
     """The current GPU's arch, without initializing CUDA in this process if it is not yet:
     a process that initialized CUDA cannot use it in fork()ed children. Asks a spawned
     process, which inherits nothing and does not run the calling script again."""
-    from . import driver
+    from ..core import driver
 
     torch = sys.modules.get("torch")
     if getattr(driver, "_init_pid", None) == os.getpid() or (
@@ -255,13 +255,13 @@ def prewarm(
     do (an empty report); a variant *file* with no variants is an error, as a file that says
     nothing is most likely a mistake (docs/variants.md).
 
-    Raises :class:`~nvrtc_engine.variants.VariantListError` /
+    Raises :class:`~nvrtc_engine.tools.variants.VariantListError` /
     :class:`~nvrtc_engine.VariantError` for a bad variant list or ``arch`` (before compiling
     anything; :class:`~nvrtc_engine.VariantTypeError` for an arch of the wrong type, as
     ``get_kernel``), :class:`~nvrtc_engine.ArgumentTypeError` for ``variants`` that are
     neither a path nor a list (``None``, bytes, a single dict) and for ``workers`` that is not
     an int (a ``TypeError``), :class:`~nvrtc_engine.ArgumentError` for ``workers`` outside 1
-    to :data:`~nvrtc_engine.config.MAX_WORKERS` (1024, as the command line's; a
+    to :data:`~nvrtc_engine.core.config.MAX_WORKERS` (1024, as the command line's; a
     ``ValueError``), :class:`~nvrtc_engine.NoDeviceError` when an arch is needed from a GPU
     and there is none.
     """

@@ -23,14 +23,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .errors import (
+from ..core.errors import (
     ArgumentTypeError,
     NvrtcEngineError,
     VariantError,
     VariantListError,
     did_you_mean,
 )
-from .key import KernelKey, parse_arch
+from ..core.key import KernelKey, parse_arch
 
 __all__ = [
     "ENTRY_FIELDS",
@@ -183,7 +183,7 @@ def expand_entry(
     chained), the flag given both ways with two values, or the field given an empty list
     (which would stand for no variant at all: most likely a mistake).
     """
-    from .api import make_key
+    from ..api import make_key
 
     fields = dict(entry)
     flags = fields.pop("flags", {})

@@ -1,6 +1,6 @@
 """Float64 references for every op of the activation family, with fp32 error bounds.
 
-Kinds (as in :mod:`nvrtc_engine.ops.activation`): plain ``act(x)``; backward ``grad *
+Kinds (as in :mod:`nvrtc_engine.families.activation.spec`): plain ``act(x)``; backward ``grad *
 act'(x)``; gated ``act(a) * b`` for ``x = [a | b]`` split in the middle of the last
 dimension (activation half first, as TransformerEngine); gated backward ``[grad * act'(a) *
 b | grad * act(a)]``. GLU's activation is the sigmoid. Clamped SwiGLU (GPT-OSS,
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .activation import ACTIVATIONS, sigmoid
-from .common import FP32_EPS
+from ..shared.act_reference import ACTIVATIONS, sigmoid
+from ..shared.reference import FP32_EPS
 
 __all__ = [
     "ACTIVATION_OPS",

@@ -23,25 +23,33 @@ its structure and configuration. Math: ``templates/include/nve_act.cuh``; refere
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import driver
-from ..errors import ArgumentError, ArgumentTypeError, VariantError
-from ..interop import Array, stream_handle
-from ..kernel import Kernel
-from ..key import LAYOUTS
-from ..signature import CallArgs, Signature, f32, i32, i64, ptr
-from .base import OpSpec
-from .blockscale import MXFP8_BLOCK
-from .mxfp8 import MXFP8Output, bind_mxfp8_output, zero_fresh_scales
+from ...core import driver
+from ...core.errors import ArgumentError, ArgumentTypeError, VariantError
+from ...core.interop import Array, stream_handle
+from ...core.kernel import Kernel
+from ...core.key import LAYOUTS
+from ...core.signature import CallArgs, Signature, i32, i64, ptr
+from ...core.spec import OpSpec
+from ..shared.blockscale import MXFP8_BLOCK, BlockScaledOutput
+from ..shared.mxfp8 import MXFP8Output, bind_mxfp8_output, zero_fresh_scales
+from ..shared.tiles import (
+    MAX_GRID,
+    TILE,
+    TileConfig,
+    fp32_literal,
+    tile_config,
+    tile_render_context,
+)
 
 if TYPE_CHECKING:
-    from ..key import KernelKey
+    from ...core.key import KernelKey
 
 __all__ = [
     "ACTIVATION_SPECS",
+    "CAST_SPEC",
     "CLAMPED_SWIGLU_ALPHA",
     "CLAMPED_SWIGLU_LINEAR_OFFSET",
     "FLAT",
@@ -64,23 +72,14 @@ __all__ = [
     "tile_config",
 ]
 
-MAX_GRID = 2**31 - 1  # CUDA's limit on gridDim.x; the kernels loop over what is left
-# The kernels' parameters (templates/activation.cu.j2: flat and row-flat kernels;
-# templates/mxfp8_tile.j2: the tiled kernel, also quantize's MXFP8 fast path).
+# The flat and row-flat kernels' parameters (templates/activation.cu.j2); the tiled kernel's
+# are shared (..shared.tiles.TILE).
 FLAT = Signature(
     ptr("x", "In::storage", const=True), ptr("y", "Out::storage"), i64("n"),
     ptr("scale_ptr", "float", const=True), ptr("amax_ptr", "float"), ptr("scale_inv_ptr", "float"),
     i32("aligned"),
 )  # fmt: skip
 FLAT_GRAD = FLAT.extend(ptr("grad", "In::storage", const=True))
-TILE = Signature(
-    ptr("x", "In::storage", const=True), ptr("grad", "In::storage", const=True),
-    ptr("y", "Out::storage"), ptr("y_col", "Out::storage"), ptr("s_row", "unsigned char"),
-    ptr("s_col", "unsigned char"), i64("rows"), i64("cols_arg"), i64("s_row_stride"),
-    i64("s_col_stride"), ptr("scale_ptr", "float", const=True), ptr("amax_ptr", "float"),
-    ptr("scale_inv_ptr", "float"), f32("limit"), f32("alpha"), f32("linear_offset"),
-    i32("aligned"),
-)  # fmt: skip
 ROWS = TILE.extend(i64("ur"), i64("uq"), i64("sr"), i64("sq"), i64("div_magic_arg"),
                    i32("div_shift_arg"), i32("compact"))  # fmt: skip
 # A call's arguments, in the order every activation kernel hands them to the launch, and the
@@ -103,9 +102,11 @@ class LaunchConfig:
 
     A chunk is 16 input bytes (one access). FP8 outputs are stored as 32-bit words built from
     the paired conversions (``nve::convert_fp8_words``), not a byte array the compiler repacks
-    byte by byte: the same bytes, fewer instructions (sm_90 SASS, docs/activations.md).
+    byte by byte: the same bytes, fewer instructions (count them in the sm_90 SASS with
+    ``bench/tuning/sass.py gelu dtype=fp8``).
 
-    The flat kernel's, measured on the H200 (16384 x 8192 bf16, docs/performance.md): a single
+    The flat kernel's, measured on the H200 (16384 x 8192 bf16; today's figures in
+    docs/performance.md, ``bench/bandwidth.py activation``): a single
     pass beat a grid capped at 4-16 blocks per SM and looped over, for every block size (the
     capped loop reached 75% of copy bandwidth even for the identity function, one pass
     88-90%). Without amax, small blocks with one chunk each are best (128 x 1: 91.5% of copy
@@ -150,20 +151,17 @@ def row_config(key: KernelKey) -> LaunchConfig:
     MXFP8 rowwise outputs): threads per block and 16-byte input chunks in flight per thread
     (an MXFP8 block of 32 values is whole chunks). The grid covers the chunks in one pass.
 
-    Measured on the H200 (bench/activation_row_tuning.py, bench/results/
-    activation_row_tuning.json: bf16 input, 16384 x 8192 outputs, gated inputs 2 x 8192,
-    % of copy bandwidth, with the magic-number division and FP8 words):
+    Chosen by sweeps on the H200 (bf16 input, 16384 x 8192 outputs, gated inputs 2 x 8192,
+    % of copy bandwidth; the figures of the chosen shapes today: ``bench/bandwidth.py
+    activation``, bench/results/activation_bandwidth.json):
 
-    - no scaling: 256 threads x 1 chunk: swiglu 102.7%, geglu 103.1%, dswiglu 102.3%;
-    - tensor scaling: 128 x 4 (swiglu 102.1%, geglu 101.8%, dswiglu 104.0%; 1024 x 1
-      gave swiglu 70.5% in the first sweep: every block's amax atomic costs);
-    - MXFP8 rowwise, gated ops: 128 x 2 (2026-12-01, three rounds, H compiled in: glu
-      100.2%, swiglu 100.0%, reglu 99.1% against 99.4%, 99.3%, 98.6% for 128 x 4;
-      bench/results/activation_row_tuning-mxfp8.json); their gradients 128 x 4 (dswiglu
-      101.5%);
-    - MXFP8 rowwise, plain ops with 16-bit input: ``owner`` mode, 128 x 2 (gelu 96.5%,
-      dgelu 100.6%; lane mode 128 x 4 gave 95.3% / 99.2%, and 60.0% for gelu before the
-      flat addressing and compact scale index). Other input dtypes keep lane mode.
+    - no scaling: 256 threads x 1 chunk (swiglu 102.7%, geglu 103.1%, dswiglu 102.3%);
+    - tensor scaling: 128 x 4 (swiglu 102.1%; 1024 x 1 gave 70.5%: every block's amax
+      atomic costs);
+    - MXFP8 rowwise, gated ops: 128 x 2 (swiglu 100.0% against 99.3% for 128 x 4); their
+      gradients 128 x 4 (dswiglu 101.5%);
+    - MXFP8 rowwise, plain ops with 16-bit input: ``owner`` mode, 128 x 2 (gelu 96.5%, dgelu
+      100.6%, against 95.3% / 99.2% in lane mode). Other input dtypes keep lane mode.
     """
     if key.scaling == "none":
         return LaunchConfig(threads=256, unroll=1)
@@ -173,45 +171,6 @@ def row_config(key: KernelKey) -> LaunchConfig:
     if key.scaling == "mxfp8" and kind == "gated":
         return LaunchConfig(threads=128, unroll=2)
     return LaunchConfig(threads=128, unroll=4)
-
-
-@dataclass(frozen=True)
-class TileConfig:
-    """Tiled kernel (MXFP8 ``columnwise`` and ``both`` outputs): ``threads`` per block,
-    ``chunks_per_row`` 16-byte input chunks along a tile row (the tile is
-    ``chunks_per_row * 16 / itemsize`` positions wide) and ``iters`` chunks per thread and
-    input (the tile is ``iters * threads / chunks_per_row`` rows high: exactly 32, one
-    columnwise block). The grid covers the tiles in one pass.
-
-    Every load of a tile comes before its math, one tile per block. Loads are clamped, not
-    bounds-checked: rows % 32 == 0 here (MXFP8 columnwise and both), so only a chunk past the
-    last column can be outside the tensor; it loads column 0 instead, whose values reach no
-    stored byte. Columnwise scales: one thread per tile column computes the E8M0 byte and
-    its multiplier (shared memory) for the threads of that column. FP8 outputs are stored as
-    32-bit words (see :class:`LaunchConfig`).
-
-    Measured on the H200 (bf16 16384 x 8192 outputs, MXFP8 both): 128 threads with 16 chunks
-    per row and 4 each is best for every op (swiglu 96.3% of copy bandwidth, geglu 96.1%,
-    dswiglu 93.5%, gelu 84.5% with H at run time; with bounds-checked loads 93.1% / 90.7% /
-    80.3% / 82.1% at best). Several tiles per block (software pipelining) and rowwise scales
-    split over a block's lanes measured no faster and were removed.
-    """
-
-    threads: int
-    chunks_per_row: int
-    iters: int
-
-    def tile_rows(self) -> int:
-        return self.iters * self.threads // self.chunks_per_row
-
-    def tile_cols(self, vec: int) -> int:
-        return self.chunks_per_row * vec
-
-
-def tile_config(key: KernelKey) -> TileConfig:
-    """The tiled kernel's configuration for ``key`` (see :class:`TileConfig`)."""
-    del key  # one shape for every key (measured: see TileConfig)
-    return TileConfig(threads=128, chunks_per_row=16, iters=4)
 
 
 @dataclass(frozen=True)
@@ -234,20 +193,6 @@ class ActivationConfig:
     def threads(self) -> int:
         """Threads per block (CTA)."""
         return self.launch.threads
-
-
-def tile_render_context(key: KernelKey, cfg: TileConfig) -> dict[str, Any]:
-    """What ``templates/mxfp8_tile.j2`` (the MXFP8 tiled kernel) needs from ``cfg`` beside
-    the op's values: for the activation family's ``tile`` structure and for ``quantize``'s
-    MXFP8 fast path (:mod:`.quantize`, the identity activation)."""
-    return dict(threads=cfg.threads, chunks_per_row=cfg.chunks_per_row, iters=cfg.iters,
-                fp8_words=key.output.itemsize == 1)  # fmt: skip
-
-
-def fp32_literal(value: float) -> str:
-    """A C++ hex float literal holding fp32(value) exactly."""
-    (f32,) = struct.unpack("<f", struct.pack("<f", value))
-    return f"{f32.hex()}f"
 
 
 class ActivationSpec(OpSpec):
@@ -500,13 +445,13 @@ class _Launcher(Kernel):
                                       self._output)  # fmt: skip
             out = bound.result
             y_ptr, y_col_ptr = bound.rowwise, bound.columnwise
-            for name, ptr in (("x", xa.ptr), ("grad", g_ptr), ("out.rowwise", y_ptr),
-                              ("out.columnwise", y_col_ptr)):  # fmt: skip
+            for name, ptr in (("x", xa.ptr), ("grad", g_ptr), ("out.rowwise_data", y_ptr),
+                              ("out.columnwise_data", y_col_ptr)):  # fmt: skip
                 if ptr & 15:
                     raise ArgumentError(name, "must be 16-byte aligned for MXFP8 output (the "
                                         "kernel moves 16-byte vectors)")  # fmt: skip
         else:
-            if isinstance(out, MXFP8Output):
+            if isinstance(out, BlockScaledOutput):
                 raise ArgumentTypeError("out", f"{self.key} is not MXFP8; pass an array")
             out, oa = self._output(out, "out", xa, out_shape, self._out)
             y_ptr, y_col_ptr = oa.ptr, 0
@@ -594,18 +539,19 @@ class ActivationKernel(_Launcher):
             input ``a`` in the first half of the last dimension, the linear input ``b`` in
             the second.
         out: plain ops: ``x``'s shape; gated ops: ``(..., hidden_size)``. An array of
-            ``out_dtype`` (FP8 may be uint8 storage), or for MXFP8 an :class:`MXFP8Output`
-            whose None fields are allocated; when omitted everything is allocated with
-            ``x``'s library (torch or CuPy).
+            ``out_dtype`` (FP8 may be uint8 storage), or for MXFP8 a
+            :class:`~nvrtc_engine.BlockScaledOutput` whose None fields are allocated; when
+            omitted everything is allocated with ``x``'s library (torch or CuPy).
         scale: tensor scaling only: fp32 device array, element 0 is the scale.
         amax: tensor scaling only: fp32 device array; element 0 is max-reduced (atomically)
             with the max of ``|y|`` before scaling. Zero it before the first launch.
         scale_inv: tensor scaling only, optional: fp32 device array; element 0 gets ``1/scale``.
-        stream: where to launch (see :mod:`nvrtc_engine.interop`).
+        stream: where to launch (see :mod:`nvrtc_engine.core.interop`).
 
-    Returns ``out``: the array, or for MXFP8 an :class:`MXFP8Output` (data in the output's
-    shape and E8M0 scales in TransformerEngine's padded compact layout, see
-    :mod:`nvrtc_engine.ops.blockscale`).
+    Returns ``out``: the array, or for MXFP8 a :class:`~nvrtc_engine.BlockScaledOutput`
+    (``rowwise_data``/``columnwise_data`` in the output's shape, E8M0 ``rowwise_scale_inv``/
+    ``columnwise_scale_inv`` in TransformerEngine's padded compact layout, see
+    :mod:`nvrtc_engine.families.shared.blockscale`).
 
     Raises :class:`~nvrtc_engine.ArgumentError` / :class:`~nvrtc_engine.ArgumentTypeError`
     before launching when an argument is wrong: no dimension, an odd last dimension (gated),
@@ -646,10 +592,11 @@ class ActivationGradKernel(_Launcher):
             for plain ops, ``(..., hidden_size)`` for gated ops.
         x: the forward input, as for :class:`ActivationKernel`.
         out: ``x``'s shape (gated: ``(..., 2 * hidden_size)``, ``d/da`` first), an array of
-            ``out_dtype`` or for MXFP8 an :class:`MXFP8Output`; allocated when omitted.
+            ``out_dtype`` or for MXFP8 a :class:`~nvrtc_engine.BlockScaledOutput`; allocated
+            when omitted.
         scale, amax, scale_inv, stream: as for :class:`ActivationKernel` (amax of ``dx``).
 
-    Returns ``out`` (an :class:`MXFP8Output` for MXFP8). Raises as
+    Returns ``out`` (an :class:`~..shared.blockscale.BlockScaledOutput` for MXFP8). Raises as
     :class:`ActivationKernel` does, and when ``grad``'s shape, dtype or device is wrong.
     MXFP8 output of a gated op needs H to be a multiple of 32 (so no block straddles the
     two halves).
@@ -755,4 +702,8 @@ ACTIVATION_SPECS: tuple[ActivationSpec, ...] = (
     *(ActivationSpec("d" + n, "dact", n, f"gradient of {n}: grad * {n}'(x)") for n, _ in _PLAIN),
     *(ActivationSpec(n, "gated", a, d) for n, a, d in _GATED),
     *(ActivationSpec("d" + n, "dgated", a, f"gradient of {n}") for n, a, _ in _GATED),
+)
+# The plain cast is the identity activation (one template, one launch path)
+CAST_SPEC = ActivationSpec(
+    "cast", "act", "identity", "cast to fp32/fp16/bf16, or FP8 with tensor scaling"
 )

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import driver
-from ..errors import ArgumentError, VariantError
-from ..interop import Array, allocate_bytes, as_array
-from ..kernel import Kernel
+from ...core import driver
+from ...core.errors import ArgumentError, VariantError
+from ...core.interop import Array, allocate_bytes, as_array
+from ...core.kernel import Kernel
 
 if TYPE_CHECKING:
-    from ..key import KernelKey
-    from .base import OpSpec
+    from ...core.key import KernelKey
+    from ...core.spec import OpSpec
 
 __all__ = [
     "BYTE_DTYPES",
@@ -60,9 +60,9 @@ def aligned16(*ptrs: int) -> bool:
 
 class CastKernelBase(Kernel):
     """Shared argument handling of the cast / transpose / quantize kernels. Their ``config``
-    (``Kernel.config``) is the ``TileConfig`` of :func:`nvrtc_engine.ops.cast.tile_config`
+    (``Kernel.config``) is the ``TileConfig`` of :func:`nvrtc_engine.families.cast.spec.tile_config`
     (transpose, the cast-transpose kernels) or the ``QuantizeConfig`` of
-    :func:`nvrtc_engine.ops.quantize.quantize_config` (``quantize``)."""
+    :func:`nvrtc_engine.families.cast.quantize.quantize_config` (``quantize``)."""
 
     def _matrix(self, a: Array, name: str) -> tuple[int, int]:
         """``(rows, cols)`` of a 2-D array; checks the key's ``hidden_size`` against cols."""

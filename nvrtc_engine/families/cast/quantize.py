@@ -20,11 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..dtypes import DTYPES
-from ..errors import ArgumentError, VariantError
-from ..key import LAYOUTS, arch_number
-from ..signature import CallArgs, Signature, i32, i64, ptr
-from .activation import (
+from ...core.dtypes import DTYPES
+from ...core.errors import ArgumentError, VariantError
+from ...core.key import LAYOUTS, arch_number
+from ...core.signature import CallArgs, Signature, i32, i64, ptr
+from ...core.spec import FP8, HIGH_PRECISION, HW_FP8_ARCH, OpSpec
+from ..shared.blockscale import BlockScaledOutput, mxfp8_scale_shape, nvfp4_scale_shape
+from ..shared.tiles import (
     MAX_GRID,
     TILE,
     TileConfig,
@@ -32,14 +34,12 @@ from .activation import (
     tile_config,
     tile_render_context,
 )
-from .base import FP8, HIGH_PRECISION, HW_FP8_ARCH, OpSpec
-from .blockscale import mxfp8_scale_shape, nvfp4_scale_shape
-from .cast_common import CastKernelBase, aligned16, ceil_div, validate_sets
+from .common import CastKernelBase, aligned16, ceil_div, validate_sets
 
 if TYPE_CHECKING:
-    from ..kernel import Kernel
-    from ..key import KernelKey
-    from ..launch import LaunchSpec
+    from ...core.kernel import Kernel
+    from ...core.key import KernelKey
+    from ...core.launch import LaunchSpec
 
 __all__ = [
     "AMAX",
@@ -117,7 +117,7 @@ def quantize_config(key: KernelKey) -> QuantizeConfig:
 
 def mx_tile_config(key: KernelKey) -> TileConfig | None:
     """The MXFP8 fast path's tiled-kernel configuration for ``key`` (the activation family's
-    :func:`~nvrtc_engine.ops.activation.tile_config`), or None: no fast path (NVFP4, MXFP8
+    :func:`~nvrtc_engine.families.activation.spec.tile_config`), or None: no fast path (NVFP4, MXFP8
     rowwise, whose quantize kernel measured as fast, a compiled-in K not a multiple of 128)."""
     if key.scaling != "mxfp8" or key.layout == "rowwise":
         return None
@@ -191,26 +191,7 @@ class QuantizeSpec(OpSpec):
         return QuantizeKernel
 
 
-@dataclass
-class QuantizeResult:
-    """What :class:`QuantizeKernel` wrote (None for a direction not asked for).
-
-    Attributes:
-        rowwise_data: MXFP8 ``(M, K)`` of ``out_dtype``; NVFP4 ``(M, ceil(K/2))`` uint8.
-        rowwise_scale_inv: uint8 block scales (E8M0 / E4M3), padded layout.
-        columnwise_data: MXFP8 ``(M, K)``; NVFP4 ``(K, ceil(M/2))`` uint8 (transposed).
-        columnwise_scale_inv: uint8 block scales, padded layout.
-        amax: NVFP4: fp32 ``(1,)``, the tensor's ``max |x|``; MXFP8: None.
-        scale_inv: NVFP4: fp32 ``(1,)`` ``1 / S_enc`` (the tensor-level decode scale) if
-            asked for, else None.
-    """
-
-    rowwise_data: Any = None
-    rowwise_scale_inv: Any = None
-    columnwise_data: Any = None
-    columnwise_scale_inv: Any = None
-    amax: Any = None
-    scale_inv: Any = None
+QuantizeResult = BlockScaledOutput  # the name quantize's result had; one type
 
 
 class QuantizeKernel(CastKernelBase):
@@ -218,16 +199,17 @@ class QuantizeKernel(CastKernelBase):
 
     Call: ``kernel(x, *, rowwise_data=None, rowwise_scale_inv=None, columnwise_data=None,
     columnwise_scale_inv=None, amax=None, scale_inv=None, compute_amax=True, workspace=None,
-    stream=None) -> QuantizeResult``.
+    stream=None) -> BlockScaledOutput``.
 
     Args:
         x: ``(M, K)`` of ``in_dtype``, C-contiguous; any ``M, K >= 1`` (a partial last block
             uses the elements it has).
         rowwise_data / columnwise_data: outputs for the key's layout (see
-            :class:`QuantizeResult` for shapes); allocated with ``x``'s library when omitted.
+            :class:`~nvrtc_engine.BlockScaledOutput` for shapes); allocated with ``x``'s
+            library when omitted.
         rowwise_scale_inv / columnwise_scale_inv: uint8, exactly the padded shapes of
-            :func:`~nvrtc_engine.ops.blockscale.mxfp8_scale_shape` /
-            :func:`~nvrtc_engine.ops.blockscale.nvfp4_scale_shape`; padding is zeroed.
+            :func:`~nvrtc_engine.families.shared.blockscale.mxfp8_scale_shape` /
+            :func:`~nvrtc_engine.families.shared.blockscale.nvfp4_scale_shape`; padding is zeroed.
         amax: NVFP4 only: fp32 device array, element 0. With ``compute_amax`` (default) it
             is overwritten with ``max |x|`` first (allocated when omitted); with
             ``compute_amax=False`` it must hold the tensor's amax already.
@@ -265,14 +247,14 @@ class QuantizeKernel(CastKernelBase):
         columnwise_data: Any = None, columnwise_scale_inv: Any = None, amax: Any = None,
         scale_inv: Any = None, compute_amax: bool = True, workspace: Any = None,
         stream: Any = None,
-    ) -> QuantizeResult:  # fmt: skip
+    ) -> BlockScaledOutput:  # fmt: skip
         args = (x, rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv, amax,
                 scale_inv, workspace)  # fmt: skip
         extra = bool(compute_amax) if self._tile is None else (bool(compute_amax), MX_FAST_PATH)
         done = self._fastn(args, (), stream, extra)
         if done is not None:  # launched through its prepared launch, which allocated these
             made, row, col = iter(done), self._rowwise, self._colwise
-            return QuantizeResult(
+            return BlockScaledOutput(
                 next(made) if rowwise_data is None and row else rowwise_data,
                 next(made) if rowwise_scale_inv is None and row else rowwise_scale_inv,
                 next(made) if columnwise_data is None and col else columnwise_data,
@@ -283,7 +265,7 @@ class QuantizeKernel(CastKernelBase):
         key = self.key
         xa = self._input(x, "x", self._in)
         m, k = self._matrix(xa, "x")
-        res = QuantizeResult()
+        res = BlockScaledOutput()
         ptrs = {"rowwise": [0, 0], "columnwise": [0, 0]}
         pads: dict[str, tuple[int, int]] = {"rowwise": (0, 0), "columnwise": (0, 0)}
         pad_items = 0

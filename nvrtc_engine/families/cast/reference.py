@@ -16,7 +16,7 @@ ml_dtypes or an explicit nearest-value search.
   fp32(block_amax * fp32(S_enc * fp32(1/6))))``, ``mult = min(1 / fp32(float(scale) *
   S_dec), FLT_MAX)`` and data ``e2m1(fp32(x * mult))``.
 
-MXFP8 is :func:`nvrtc_engine.reference.mx.mxfp8_quantize`.
+MXFP8 is :func:`nvrtc_engine.families.shared.mx_reference.mxfp8_quantize`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .activation import ACTIVATIONS
-from .common import FP32_EPS, round_to
+from ..shared.act_reference import ACTIVATIONS
+from ..shared.reference import FP32_EPS, round_to
 
 __all__ = [
     "E2M1_VALUES",

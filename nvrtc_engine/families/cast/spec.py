@@ -19,7 +19,7 @@ Ops (names as in TransformerEngine's C API, without the ``nvte_`` prefix):
   per launch.
 - ``quantize``: MXFP8 and NVFP4 block scaling, see :mod:`.quantize`.
 
-Template: ``templates/cast.cu.j2``. References: :mod:`nvrtc_engine.reference.cast`.
+Template: ``templates/cast.cu.j2``. References: :mod:`nvrtc_engine.families.cast.reference`.
 Layouts and semantics: ``docs/cast.md``.
 """
 
@@ -31,17 +31,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..dtypes import DTYPES
-from ..errors import ArgumentError, ArgumentTypeError, VariantError
-from ..signature import CallArgs, Signature, i32, i64, ptr
-from .activation import ActivationSpec
-from .base import FP8, HIGH_PRECISION, OpSpec
-from .cast_common import INT32_MAX, CastKernelBase, aligned16, ceil_div, validate_sets
-from .quantize import QUANTIZE_SPEC
+from ...core.dtypes import DTYPES
+from ...core.errors import ArgumentError, ArgumentTypeError, VariantError
+from ...core.signature import CallArgs, Signature, i32, i64, ptr
+from ...core.spec import FP8, HIGH_PRECISION, OpSpec
+from .common import INT32_MAX, CastKernelBase, aligned16, ceil_div, validate_sets
 
 if TYPE_CHECKING:
-    from ..kernel import Kernel
-    from ..key import KernelKey
+    from ...core.kernel import Kernel
+    from ...core.key import KernelKey
 
 __all__ = [
     "CAST_SPECS",
@@ -85,29 +83,19 @@ class TileConfig:
     ``chunk`` consecutive elements of a row per step (16 bytes of the narrower of input and
     output, so both sides use 16-byte accesses) and writes 16 bytes of a transposed row.
 
-    Measured on the H200 (bench/cast_tuning.py, bf16 16384 x 8192 to fp8, every shape the
-    template accepts; docs/performance.md): tiles of 128 rows x 128 columns win for FP8
-    output (half the blocks of 64-row tiles, so half the amax updates and twice the bytes in
-    flight per block). cast_transpose: 512 threads, 4 blocks per SM (86.8% of copy bandwidth,
-    against 81.7% for the earlier 256 x 64-row guess). With dbias, chunks loaded one at a time
-    (``load_group`` 1): 128 threads and 4 blocks per SM (67.2%, against 57.4% for all loads
-    first at 2 per SM); with dbias and dact (and the gated ops, which also read act_input),
-    256 threads and 2 blocks per SM (cast_transpose_dbias_dgelu 59.5%, against 42.6%).
-    16-bit and fp32 outputs keep 64 and 32 rows (shared memory: at most 32 KB per block).
-    From 16-bit input to FP8 (the candidates' sweep of 2026-12-01, bf16, 8192 x 28672 and
-    16384 x 8192, bench/results/cast_candidates-*.json): cast_transpose at 256 threads with
-    ``gather4`` (89.6% / 89.6% of copy, against 88.6% / 89.1% for 512 threads without; 512
-    threads with ``gather4`` collapse to 47%), the dbias kernels with ``prefetch`` (dbias
-    70.7% / 69.2% against 69.5% / 68.1%, dbias_dgelu 61.9% / 62.0% against 59.7% / 61.0%);
-    dbias column sums by warp reduce-scatter measured 2-3x slower and were removed. The
-    strip sweep of the same day
-    (bench/results/cast_candidates-strip-8192x28672.json, 8192 x 28672) moved the 16-bit ->
-    FP8 dbias kernels (not the gated ops, not multi_cast_transpose) to 256 threads with
-    ``strip``: cast_transpose_dbias 4 blocks per SM, ``strip`` 2 (84.4% of copy, against
-    69.2% for the earlier shape, 128 threads, without ``strip`` or ``prefetch``; the sweep
-    did not time that shape with ``prefetch``, the default then), cast_transpose_dbias_d<act>
-    2 blocks per SM, ``strip`` 4 (dbias_dgelu 76.8%, against 59.1% for 256 x 2 without
-    either); prefetching the block's next tile as well lost (54-63%) and was removed.
+    Chosen by sweeps on the H200 (bf16 16384 x 8192 and 8192 x 28672 to fp8, % of copy
+    bandwidth; the chosen shapes' figures today: ``bench/bandwidth.py cast``,
+    bench/results/cast_bandwidth.json). 128-row x 128-column tiles for FP8 output from 16-bit
+    or FP8 input (half the blocks of 64-row tiles: half the amax updates, twice the bytes in
+    flight per block); 16-bit outputs 64 rows, fp32 ones 32 (shared memory: at most 32 KB
+    per block). Without column sums, 4 blocks per SM: 16-bit -> FP8 256 threads with
+    ``gather4`` (89.6%, against 86.8% for 512 threads without), other 128-row tiles 512
+    threads, the rest 256. With column sums (dbias, gated ops), chunks loaded one at a time
+    (``load_group`` 1): 128 threads and 4 blocks per SM (67.2%, against 57.4% with all
+    loads first), 256 threads and 2 blocks per SM where act_input is also read (dbias_dgelu
+    59.5%, against 42.6%); from 16-bit input to FP8 with ``prefetch``, and the dbias kernels
+    (not the gated ops, not ``multi_cast_transpose``) with 256 threads and ``strip`` 2, or 4
+    with an activation (cast_transpose_dbias 84.4%, dbias_dgelu 76.8%).
 
     ``load_group`` (0: all): a thread's ``tile_rows / (threads / (tile_cols / chunk))``
     chunks are loaded and processed in groups of this many, two stages (the loads of the
@@ -167,9 +155,8 @@ def tile_config(key: KernelKey) -> TileConfig:
     sums = isinstance(spec, TileSpec) and (spec.dbias or spec.gated)
     reads_act = isinstance(spec, TileSpec) and (spec.dact is not None or spec.gated)
     rows = 128 if osz == 1 and isz <= 2 else 64 if max(isz, osz) <= 2 else 32
-    measured = isz == 2 and osz == 1  # the 16-bit -> FP8 case the 2026-12-01 sweep measured
-    if sums:  # measured (bf16 -> fp8, 128-row tiles): see the class docstring
-        # the 16-bit -> FP8 dbias kernels take strip (the strip sweep of 2026-12-01)
+    measured = isz == 2 and osz == 1  # the 16-bit -> FP8 case the sweeps measured
+    if sums:  # see the class docstring
         strip = measured and spec.dbias and not spec.gated and not spec.multi
         return TileConfig(
             threads=256 if reads_act or strip else 128,
@@ -300,7 +287,7 @@ class TransposeKernel(CastKernelBase):
     Args:
         x: CUDA array ``(M, K)`` of ``in_dtype`` (FP8 may be uint8 storage), C-contiguous.
         out: ``(K, M)`` of the same dtype; allocated with ``x``'s library when omitted.
-        stream: where to launch (see :mod:`nvrtc_engine.interop`).
+        stream: where to launch (see :mod:`nvrtc_engine.core.interop`).
 
     Any ``M, K >= 1``; tiles that do not fill a tile, or unaligned rows, take a
     bounds-checked path. Raises :class:`~nvrtc_engine.ArgumentError` /
@@ -354,12 +341,13 @@ class CastTransposeKernel(CastKernelBase):
             omitted.
         dbias: dbias ops only: ``(K,)`` of ``in_dtype``, the column sums; allocated when
             omitted.
-        workspace: dbias ops only: fp32 ``(ceil(M / tile_rows), K)`` for per-tile column sums
-            (see :attr:`workspace_rows`); allocated when omitted.
+        workspace: dbias ops only: fp32 ``(kernel.workspace_rows(M), K)``, one row of column
+            sums per block (``ceil(ceil(M / tile_rows) / strip)``, ``strip`` 1 when off; see
+            :meth:`workspace_rows`); allocated when omitted.
         scale / amax / scale_inv: tensor scaling only: fp32 device arrays (element 0): the
             scale multiplied in, the amax max-reduced (atomically, zero it first) with
             ``max |value|`` before scaling, and ``1/scale`` (optional).
-        stream: where to launch (see :mod:`nvrtc_engine.interop`).
+        stream: where to launch (see :mod:`nvrtc_engine.core.interop`).
 
     Returns ``(out, out_t)``, or ``(out, out_t, dbias)`` for the dbias ops.
 
@@ -614,7 +602,6 @@ def _check_grid(grid: int, name: str) -> None:
 
 
 CAST_SPECS: tuple[OpSpec, ...] = (
-    ActivationSpec("cast", "act", "identity", "cast to fp32/fp16/bf16, or FP8 with tensor scaling"),
     TransposeSpec("transpose", "transpose of any dtype (FP8 as raw bytes)"),
     TileSpec("cast_transpose", "cast and transpose in one pass, shared FP8 scale/amax"),
     TileSpec("cast_transpose_dbias", "cast_transpose plus column sums (dbias)", dbias=True),
@@ -632,5 +619,4 @@ CAST_SPECS: tuple[OpSpec, ...] = (
         for op, act in GATED_OPS.items()
     ),
     TileSpec("multi_cast_transpose", "cast_transpose of a list of tensors", multi=True),
-    QUANTIZE_SPEC,
 )

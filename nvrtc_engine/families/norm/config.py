@@ -17,12 +17,12 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, cast
 
-from ..dtypes import DTYPES
-from ..errors import ArgumentError, ArgumentTypeError
-from ..key import KernelKey, arch_number
+from ...core.dtypes import DTYPES
+from ...core.errors import ArgumentError, ArgumentTypeError
+from ...core.key import KernelKey, arch_number
 
 if TYPE_CHECKING:
-    from .norm import NormSpec
+    from .spec import NormSpec
 
 __all__ = [
     "TUNED",
@@ -243,7 +243,7 @@ def _check(cfg: NormConfig) -> None:
 
 
 def norm_spec(key: KernelKey) -> NormSpec:
-    """``key.spec`` as a :class:`~nvrtc_engine.ops.norm.NormSpec`; ArgumentTypeError (a
+    """``key.spec`` as a :class:`~nvrtc_engine.families.norm.spec.NormSpec`; ArgumentTypeError (a
     ``TypeError``) for anything but a norm key."""
     if not isinstance(key, KernelKey):
         raise ArgumentTypeError("key", f"a norm KernelKey is needed (a kernel's is kernel.key), "

@@ -9,17 +9,18 @@ from __future__ import annotations
 import math
 import numbers
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
-from .. import driver
-from ..dtypes import DTYPES, DType
-from ..errors import ArgumentError, ArgumentTypeError, CudaError
-from ..interop import TORCH_TYPES, Array, allocate_like
-from ..kernel import Kernel, Loaded
-from ..signature import CallArgs, Signature, f32, i32, i64, ptr
-from .blockscale import mxfp8_scale_shape
-from .norm_config import (
+from ...core import driver
+from ...core.dtypes import DTYPES, DType
+from ...core.errors import ArgumentError, ArgumentTypeError, CudaError
+from ...core.interop import TORCH_TYPES, Array, allocate_like
+from ...core.kernel import Kernel, Loaded
+from ...core.signature import CallArgs, Signature, f32, i32, i64, ptr
+from ..shared.blockscale import BlockScaledOutput, mxfp8_scale_shape
+from .config import (
     BWD_CTAS_PER_SM,
     FINALIZE_BLOCK,
     LOOP_BLOCK,
@@ -35,7 +36,7 @@ from .norm_config import (
 )
 
 if TYPE_CHECKING:
-    from ..launch import LaunchSpec
+    from ...core.launch import LaunchSpec
 
 __all__ = [
     "BWD",
@@ -80,22 +81,43 @@ _BWD_ARGS = CallArgs(("dz", "x", "mu", "rsigma", "gamma", "add", "dx", "dgamma",
                       "workspace"))  # fmt: skip
 
 
-class LayerNormOutput(NamedTuple):
-    """``layernorm_fwd`` results: ``z``, ``mu``, ``rsigma``, and ``scale_inv`` (the tensor-
-    scaling buffer that was passed, the MXFP8 scale tensor, or None)."""
-
+class _LayerNormFields(NamedTuple):
     z: Any
     mu: Any
     rsigma: Any
     scale_inv: Any
 
 
-class RMSNormOutput(NamedTuple):
-    """``rmsnorm_fwd`` results: ``z``, ``rsigma``, ``scale_inv`` (see :class:`LayerNormOutput`)."""
-
+class _RMSNormFields(NamedTuple):
     z: Any
     rsigma: Any
     scale_inv: Any
+
+
+def _scale_inv(out: tuple[Any, ...]) -> Any:
+    """The last field, with a ``DeprecationWarning`` where ``z`` is block-scaled (MXFP8)."""
+    if isinstance(out[0], BlockScaledOutput):
+        warnings.warn("the scale_inv of an MXFP8 norm output is deprecated: use "
+                      "z.rowwise_scale_inv (z is a BlockScaledOutput); scale_inv goes in the "
+                      "next release", DeprecationWarning, stacklevel=3)  # fmt: skip
+    return out[-1]
+
+
+class LayerNormOutput(_LayerNormFields):
+    """``layernorm_fwd`` results: ``z``, ``mu``, ``rsigma``, and ``scale_inv`` (the tensor-
+    scaling buffer that was passed, or None). With MXFP8 output ``z`` is a
+    :class:`~..shared.blockscale.BlockScaledOutput` (``rowwise_data``, ``rowwise_scale_inv``)
+    and ``scale_inv``, the same scale tensor, is deprecated."""
+
+    __slots__ = ()
+    scale_inv = property(_scale_inv)  # type: ignore[assignment]
+
+
+class RMSNormOutput(_RMSNormFields):
+    """``rmsnorm_fwd`` results: ``z``, ``rsigma``, ``scale_inv`` (see :class:`LayerNormOutput`)."""
+
+    __slots__ = ()
+    scale_inv = property(_scale_inv)  # type: ignore[assignment]
 
 
 class LayerNormGrads(NamedTuple):
@@ -483,14 +505,16 @@ class LayerNormFwdKernel(_NormFwdKernel):
         gamma, beta: ``(hidden_size,)``, x's dtype (fp32 with the ``fp32_gamma`` flag).
         eps: added to the variance, a float >= 0.
         out: z, x's shape, ``out_dtype`` (FP8 may be uint8 storage); allocated if omitted.
+            MXFP8: an array (the data) or a :class:`~..shared.blockscale.BlockScaledOutput`
+            (``rowwise_data``, ``rowwise_scale_inv``: then no ``scale_inv``).
         mu, rsigma: fp32 ``x.shape[:-1]``; allocated if omitted.
         scale, amax, scale_inv: tensor scaling: fp32 device arrays; element 0 of ``scale`` is
             the scale, element 0 of ``amax`` is max-reduced (atomically) with ``max|z|``
             before scaling (zero it first), ``1/scale`` goes to ``scale_inv`` (optional).
             MXFP8: ``scale_inv`` is the uint8 E8M0 scale tensor of shape
             ``mxfp8_scale_shape(N, hidden_size, "rowwise")`` (allocated if omitted; every byte,
-            padding included, is written).
-        stream: where to launch (see :mod:`nvrtc_engine.interop`).
+            padding included, is written); the result's ``z`` is a ``BlockScaledOutput``.
+        stream: where to launch (see :mod:`nvrtc_engine.core.interop`).
 
     Math: mean and biased variance in fp32, two passes over the row; ``rsigma =
     1/sqrt(var + eps)``, as in TransformerEngine. Raises
@@ -503,8 +527,12 @@ class LayerNormFwdKernel(_NormFwdKernel):
         rsigma: Any = None, *, scale: Any = None, amax: Any = None, scale_inv: Any = None,
         stream: Any = None,
     ) -> LayerNormOutput:  # fmt: skip
+        if self._mx and isinstance(out, BlockScaledOutput):
+            out, scale_inv = _mx_buffers(out, scale_inv)
         z, mu, rsigma, scale_inv = self._forward(x, gamma, beta, eps, out, mu, rsigma, scale,
                                                  amax, scale_inv, stream)  # fmt: skip
+        if self._mx:
+            return LayerNormOutput(BlockScaledOutput(z, scale_inv), mu, rsigma, scale_inv)
         return LayerNormOutput(z, mu, rsigma, scale_inv)
 
 
@@ -521,9 +549,25 @@ class RMSNormFwdKernel(_NormFwdKernel):
         self, x: Any, gamma: Any, eps: Any = 1e-5, out: Any = None, rsigma: Any = None, *,
         scale: Any = None, amax: Any = None, scale_inv: Any = None, stream: Any = None,
     ) -> RMSNormOutput:  # fmt: skip
+        if self._mx and isinstance(out, BlockScaledOutput):
+            out, scale_inv = _mx_buffers(out, scale_inv)
         z, _, rsigma, scale_inv = self._forward(x, gamma, None, eps, out, None, rsigma, scale,
                                                 amax, scale_inv, stream)  # fmt: skip
+        if self._mx:
+            return RMSNormOutput(BlockScaledOutput(z, scale_inv), rsigma, scale_inv)
         return RMSNormOutput(z, rsigma, scale_inv)
+
+
+def _mx_buffers(out: BlockScaledOutput, scale_inv: Any) -> tuple[Any, Any]:
+    """``(out, scale_inv)`` arrays from a block-scaled ``out`` (rowwise only: the norms write
+    rowwise MXFP8)."""
+    if scale_inv is not None:
+        raise ArgumentTypeError("scale_inv", "is given twice: also as out.rowwise_scale_inv; "
+                                "pass one")  # fmt: skip
+    if out.columnwise_data is not None or out.columnwise_scale_inv is not None:
+        raise ArgumentError("out.columnwise_data", "is given, but the norms write only rowwise "
+                            "MXFP8")  # fmt: skip
+    return out.rowwise_data, out.rowwise_scale_inv
 
 
 @dataclass(frozen=True)

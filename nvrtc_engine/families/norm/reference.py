@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import FP32_EPS
+from ..shared.reference import FP32_EPS
 
 __all__ = [
     "NormBackward",

@@ -1,10 +1,10 @@
 """Normalization family: LayerNorm and RMSNorm, forward and backward.
 
 Template: ``templates/norm.cu.j2`` (and the ``norm_*.j2`` it includes); float64 references
-and error bounds: :mod:`nvrtc_engine.reference.norm`; usage: ``docs/norms.md``. This module
-holds the ops (:class:`NormSpec`) and re-exports the public names of the two beside it:
-:mod:`.norm_config` (the configurations, the rules and the measured table ``TUNED``) and
-:mod:`.norm_kernels` (the host side of the kernels and their results).
+and error bounds: :mod:`.reference`; usage: ``docs/norms.md``. This module holds the ops
+(:class:`NormSpec`) and re-exports the public names of the two beside it: :mod:`.config`
+(the configurations, the rules and the measured table ``TUNED``) and :mod:`.kernels` (the
+host side of the kernels and their results).
 
 Ops (x is ``(..., hidden_size)``, rows ``N`` = the product of the leading dimensions):
 
@@ -36,10 +36,10 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import VariantError
-from ..kernel import Kernel
-from .base import FP8, HIGH_PRECISION, TYPE_TAGS, OpSpec
-from .norm_config import (
+from ...core.errors import VariantError
+from ...core.kernel import Kernel
+from ...core.spec import FP8, HIGH_PRECISION, TYPE_TAGS, OpSpec
+from .config import (
     TUNED,
     BackwardConfig,
     ForwardConfig,
@@ -52,7 +52,7 @@ from .norm_config import (
     norm_config,
     vector_width,
 )
-from .norm_kernels import (
+from .kernels import (
     BWD,
     FWD,
     LayerNormBwdKernel,
@@ -67,7 +67,7 @@ from .norm_kernels import (
 )
 
 if TYPE_CHECKING:
-    from ..key import KernelKey
+    from ...core.key import KernelKey
 
 __all__ = [
     "NORM_SPECS",
@@ -96,13 +96,12 @@ __all__ = [
 def _triggers(cfg: NormConfig) -> bool:
     """Whether a kernel under ``cfg`` lets the next grid launch once all of its CTAs have
     started (``griddepcontrol.launch_dependents`` after the wait; the next grid's CTAs then
-    take the slots this one frees and wait there for it). Same-round medians of 20 paired
-    rounds (bench/tuning/source_ab.py): a staged kernel, whose persistent grid fills every slot,
-    1.003-1.007x (source_ab-staged-*-trigger.json), not where ``ctas_per_sm`` caps the grid
-    (RMSNorm bf16 65536: 86.6% of copy with it, 91.7% without); a register forward of one row
-    group per CTA 1.006-1.012x at 4096 and 8192 (source_ab-trigger.json); not with held
-    weights (without it 1.003-1.021x, source_ab-fp8-trigger.json) or several row groups per
-    CTA; the general kernels and the register backward not measured."""
+    take the slots this one frees and wait there for it). Paired A/B on the H200
+    (``bench/tuning/source_ab.py`` reruns it): faster for a staged kernel whose persistent
+    grid fills every slot (1.003-1.007x) and a register forward of one row group per CTA
+    (1.006-1.012x); slower where ``ctas_per_sm`` caps the grid (RMSNorm bf16 65536: 91.7% of
+    copy without, 86.6% with) and with held weights (1.003-1.021x without); the general
+    kernels and the register backward keep the plain wait (not measured)."""
     if not cfg.warps or (cfg.staging and cfg.staging.ctas_per_sm):
         return False
     if isinstance(cfg, ForwardConfig) and cfg.weights == "held":

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .common import FP32_EPS, round_to
+from .reference import FP32_EPS, round_to
 
 __all__ = [
     "ACTIVATIONS",

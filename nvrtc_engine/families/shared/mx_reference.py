@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import DTYPES
-from .common import check_close, round_to
+from ...core.dtypes import DTYPES
+from .reference import check_close, round_to
 
 __all__ = ["MXFP8_BLOCK", "check_mxfp8", "e8m0_multiplier", "e8m0_scale", "mxfp8_quantize"]
 

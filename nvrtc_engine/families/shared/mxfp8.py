@@ -1,4 +1,4 @@
-"""MXFP8 outputs of a kernel: the :class:`MXFP8Output` return type, and binding it.
+"""MXFP8 outputs of a kernel: binding a :class:`~.blockscale.BlockScaledOutput` to a launch.
 
 A kernel with ``scaling="mxfp8"`` writes FP8 data in the output's shape and E8M0 scale bytes
 in TransformerEngine's compact layout (:mod:`.blockscale`), for the directions of its
@@ -11,51 +11,31 @@ padding holds zeros; kernels write only the unpadded region of a scale tensor.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from .. import driver
-from ..errors import ArgumentError, ArgumentTypeError
-from ..interop import Array, allocate_bytes, as_array
-from .blockscale import mxfp8_scale_shape
+from ...core import driver
+from ...core.errors import ArgumentError, ArgumentTypeError
+from ...core.interop import Array, allocate_bytes, as_array
+from .blockscale import BlockScaledOutput, mxfp8_scale_shape
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..dtypes import DType
+    from ...core.dtypes import DType
 
 __all__ = ["BoundMXFP8", "MXFP8Output", "bind_mxfp8_output", "zero_fresh_scales"]
 
 
-class MXFP8Output(NamedTuple):
-    """MXFP8 data and E8M0 scales, as a kernel returns them; directions not computed are None.
-
-    For an output of shape ``(..., cols)`` with ``rows`` = the product of the leading dims:
-
-    Attributes:
-        rowwise: FP8 data scaled per 32-element block along each row, the output's shape
-            (torch ``float8_e4m3fn``/``float8_e5m2``, or ``uint8`` storage).
-        rowwise_scale: ``uint8`` E8M0 scales ``(roundup(rows, 128), roundup(cols / 32, 4))``;
-            entry ``[r, k]`` scales ``rowwise[r, 32k:32k+32]`` (leading dims flattened).
-        columnwise: FP8 data scaled per 32-element block down each column, the output's shape.
-        columnwise_scale: ``uint8`` E8M0 scales ``(roundup(rows / 32, 4), roundup(cols, 128))``;
-            entry ``[k, c]`` scales ``columnwise[32k:32k+32, c]``.
-
-    An E8M0 byte ``e`` stands for ``2^(e - 127)``: data times that is the value.
-    """
-
-    rowwise: Any = None
-    rowwise_scale: Any = None
-    columnwise: Any = None
-    columnwise_scale: Any = None
+MXFP8Output = BlockScaledOutput  # the name MXFP8 activations' outputs had; one type
 
 
 @dataclass(frozen=True)
 class BoundMXFP8:
-    """What a launch needs from an :class:`MXFP8Output`: device pointers (0 for a direction
-    not written), scale row strides in bytes, and the scale tensors allocated here
+    """What a launch needs from a :class:`BlockScaledOutput`: device pointers (0 for a
+    direction not written), scale row strides in bytes, and the scale tensors allocated here
     (``(pointer, bytes)``, to zero on the launch stream with :func:`zero_fresh_scales`)."""
 
-    result: MXFP8Output
+    result: BlockScaledOutput
     rowwise: int
     rowwise_scale: int
     rowwise_scale_stride: int
@@ -82,7 +62,7 @@ def _scale_buffer(
     padded = mxfp8_scale_shape(rows, cols, direction)
     if obj is None:
         obj = allocate_bytes(
-            like, padded, name, "the MXFP8 scales (pass an MXFP8Output with every buffer)"
+            like, padded, name, "the MXFP8 scales (pass a BlockScaledOutput with every buffer)"
         )
         return obj, as_array(obj, name).ptr, padded[1], True
     a = as_array(obj, name)
@@ -114,26 +94,28 @@ def bind_mxfp8_output(
 ) -> BoundMXFP8:
     """Check or allocate the MXFP8 buffers of an output of ``shape`` and ``dtype``.
 
-    ``out`` is None or an :class:`MXFP8Output` (any 4-tuple in its field order); its None
-    fields of the layout's directions are allocated. ``output`` checks or allocates one data
-    array (``Kernel._output``). Raises :class:`~nvrtc_engine.ArgumentError` naming the
-    buffer (``out.rowwise_scale``, ...) when one has the wrong shape, dtype or device, or
-    when ``out`` holds a buffer of a direction the layout does not write.
+    ``out`` is None or a :class:`BlockScaledOutput` (or any 4-tuple in the order of its
+    first four fields); its None fields of the layout's directions are allocated. ``output``
+    checks or allocates one data array (``Kernel._output``). Raises
+    :class:`~nvrtc_engine.ArgumentError` naming the buffer (``out.rowwise_scale_inv``, ...)
+    when one has the wrong shape, dtype or device, or when ``out`` holds a buffer of a
+    direction the layout does not write.
     """
     if out is None:
-        given = MXFP8Output()
+        given = BlockScaledOutput()
+    elif isinstance(out, BlockScaledOutput):
+        given = out
     elif isinstance(out, tuple) and len(out) == 4:
-        given = MXFP8Output(*out)
+        given = BlockScaledOutput(*out)
     else:
-        raise ArgumentTypeError(
-            "out", f"for MXFP8 output, expected None or an MXFP8Output, got {type(out).__name__}"
-        )
+        raise ArgumentTypeError("out", "for MXFP8 output, expected None or a BlockScaledOutput, "
+                                f"got {type(out).__name__}")  # fmt: skip
     directions = _DIRECTIONS[layout]
     for direction in ("rowwise", "columnwise"):
-        buffers = (getattr(given, direction), getattr(given, direction + "_scale"))
+        buffers = (getattr(given, direction + "_data"), getattr(given, direction + "_scale_inv"))
         if direction not in directions and any(b is not None for b in buffers):
             raise ArgumentError(
-                f"out.{direction}",
+                f"out.{direction}_data",
                 f"is given, but this kernel's layout is {layout!r}; it writes only "
                 f"{' and '.join(directions)}",
             )
@@ -145,18 +127,21 @@ def bind_mxfp8_output(
     ptrs = {"rowwise": (0, 0, 0), "columnwise": (0, 0, 0)}
     fresh = []
     for direction in directions:
-        data, da = output(getattr(given, direction), f"out.{direction}", like, shape, dtype)
-        name = f"out.{direction}_scale"
+        data, da = output(getattr(given, direction + "_data"), f"out.{direction}_data", like,
+                          shape, dtype)  # fmt: skip
+        name = f"out.{direction}_scale_inv"
         scale, sptr, stride, new = _scale_buffer(
-            getattr(given, direction + "_scale"), name, like, rows, cols, direction
+            getattr(given, direction + "_scale_inv"), name, like, rows, cols, direction
         )
         if new:
             h, w = mxfp8_scale_shape(rows, cols, direction)
             fresh.append((sptr, h * w))
-        fields[direction] = data
-        fields[direction + "_scale"] = scale
+        fields[direction + "_data"] = data
+        fields[direction + "_scale_inv"] = scale
         ptrs[direction] = (da.ptr, sptr, stride)
-    return BoundMXFP8(MXFP8Output(**fields), *ptrs["rowwise"], *ptrs["columnwise"], tuple(fresh))
+    return BoundMXFP8(
+        BlockScaledOutput(**fields), *ptrs["rowwise"], *ptrs["columnwise"], tuple(fresh)
+    )
 
 
 def zero_fresh_scales(bound: BoundMXFP8, stream: int) -> None:

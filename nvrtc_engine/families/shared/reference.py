@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import DTYPES, dtype
+from ...core.dtypes import DTYPES, dtype
 
 __all__ = ["FP32_EPS", "check_close", "round_to", "sample_input", "to_float64"]
 
