@@ -106,6 +106,16 @@ SCRIPT = textwrap.dedent(
     assert pointers("rmsnorm_bwd_add in place")["add"] == pointers("rmsnorm_bwd_add in place")["dx"]
     assert not any(launch["dependent"] for launch in recorded["gelu flat"][0])
 
+    # an MXFP8 norm forward's z is a BlockScaledOutput, returned, or given as out: one launch
+    rmx = recorded["rmsnorm_fwd mxfp8"][1][0]
+    xq, wq, rq = T("xq3", (64, 128)), T("wq3", (128,)), T("rq3", (64,), "float32")
+    zq, sq = T("zq3", (64, 128), "uint8"), T("sq3", (128, 4), "uint8")
+    runs = [lr.record(lambda: rmx(xq, wq, 1e-5, zq, rq, scale_inv=sq), rmx),
+            lr.record(lambda: rmx(xq, wq, 1e-5, ne.BlockScaledOutput(zq, sq), rq), rmx)]
+    assert runs[0] == runs[1]
+    res = rmx(xq, wq, 1e-5, ne.BlockScaledOutput(zq, sq), rq)
+    assert res.z.rowwise_data is zq and res.z.rowwise_scale_inv is sq and res[-1] is sq
+
     # NVRTC_ENGINE_DEPENDENT_LAUNCH off: kernels made afterwards launch ordinarily
     x, y = T("x2", (4, 96)), T("y2", (4, 96))
     ne.configure(dependent_launch=False)

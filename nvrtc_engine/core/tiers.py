@@ -16,7 +16,6 @@ import errno
 import json
 import os
 import re
-import shutil
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -59,6 +58,8 @@ def _warn_unusable(directory: Path | str, why: str, *, opening: bool = True) -> 
 
 def remove_store(directory: Path) -> None:
     """Remove the store in ``directory`` whole (one that cannot be opened or cleared)."""
+    import shutil  # (rare: imported here, not with the package)
+
     shutil.rmtree(directory / STORE_DIR, ignore_errors=True)
 
 
