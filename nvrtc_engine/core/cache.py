@@ -54,21 +54,22 @@ _HMAC = "hmac-sha256:"
 @functools.cache
 def code_fingerprint() -> str:
     """SHA-256 (hex) of what in the package shapes generated code: the templates and device
-    headers, every file of ``families/``, the core modules in :data:`_CODE` and the jinja2
-    that renders (its ``__init__.py`` names its version); contents only, read once per
-    process."""
+    headers, the core modules in :data:`_CODE`, every file of ``families/`` but the float64
+    references and the jinja2 that renders (its ``__init__.py`` names its version); contents
+    only, read once per process."""
     import importlib.util
 
     core = os.path.dirname(os.path.abspath(__file__))
-    families = os.path.join(os.path.dirname(core), "families")
-    files = [(name, os.path.join(core, name)) for name in _CODE]
-    files += [(f"families/{name}", os.path.join(families, name))
-              for name in render.folder_files(families)]  # fmt: skip
-    jinja2 = importlib.util.find_spec("jinja2")
     h = hashlib.sha256(render.templates_digest().encode())
-    for name, path in [*files, ("jinja2", jinja2.origin if jinja2 else None)]:
-        with open(path or os.devnull, "rb") as f:
+    for name in _CODE:
+        with open(os.path.join(core, name), "rb") as f:
             h.update(f"\0{name}\0".encode() + f.read())
+    for name, data in render.folder_files(os.path.join(os.path.dirname(core), "families")).items():
+        if not name.endswith("reference.py"):  # (the float64 references render nothing)
+            h.update(f"\0families/{name}\0".encode() + data)
+    jinja2 = importlib.util.find_spec("jinja2")
+    with open(jinja2.origin if jinja2 and jinja2.origin else os.devnull, "rb") as f:
+        h.update(b"\0jinja2\0" + f.read())
     return h.hexdigest()
 
 

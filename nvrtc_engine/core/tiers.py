@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -58,8 +59,6 @@ def _warn_unusable(directory: Path | str, why: str, *, opening: bool = True) -> 
 
 def remove_store(directory: Path) -> None:
     """Remove the store in ``directory`` whole (one that cannot be opened or cleared)."""
-    import shutil  # (rare: imported here, not with the package)
-
     shutil.rmtree(directory / STORE_DIR, ignore_errors=True)
 
 
