@@ -73,7 +73,9 @@ def make_key(
     """Build and validate a :class:`KernelKey` with ``get_kernel``'s defaults; compiles nothing.
 
     ``op`` is matched in any case (``"GELU"`` is ``"gelu"``); the key holds the lower-case
-    name, so both spellings give the same key, kernel and cache entry.
+    name, so both spellings give the same key, kernel and cache entry. ``flags`` are the op's
+    flags by name (``zero_centered_gamma=True``; an int for an int flag), or as
+    ``flags={name: value}``.
 
     ``dtype`` names the output dtype. The input dtype defaults to ``dtype`` when that is a
     high-precision type, else (FP8, FP4) to ``bf16``; so ``make_key("gelu", dtype="fp8")`` is
@@ -121,7 +123,8 @@ def make_key(
     if isinstance(flags.get("flags"), dict):  # flags={"zero_centered_gamma": True}, as in files
         table = flags.pop("flags")
         for name in table.keys() & flags.keys():
-            if table[name] is not flags[name]:  # (True and 1 differ: one is no flag value)
+            given = (type(table[name]), table[name]), (type(flags[name]), flags[name])
+            if given[0] != given[1]:  # (True and 1 differ: one is no bool flag's value)
                 raise ArgumentTypeError(
                     name, f"given as {name}={flags[name]!r} and as flags={{{name!r}: "
                     f"{table[name]!r}}}: give it once",
