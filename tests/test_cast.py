@@ -595,9 +595,7 @@ def test_nvfp4_matches_a_naive_block_loop():
                 assert r.scales[i, j0 // 16] == byte.view(np.uint8)[0]
                 dec = np.float32(byte.astype(np.float32)[0])
                 with np.errstate(divide="ignore"):
-                    mult = np.float32(
-                        min(np.float32(1.0) / np.float32(dec * s_dec), FLT_MAX)
-                    )
+                    mult = np.float32(min(np.float32(1.0) / np.float32(dec * s_dec), FLT_MAX))
                 want = (block * mult).astype(np.float32).astype(ml_dtypes.float4_e2m1fn)
                 assert (r.codes[i, j0 : j0 + 16] == want.view(np.uint8)).all()
         back = (

@@ -364,6 +364,11 @@ def _eps(value: Any, rms: bool = False) -> float:
 
 
 class _NormFwdKernel(_NormKernel):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # a call's (z, mu, rsigma, scale_inv), z block-scaled with MXFP8 output: chosen once
+        self._result = self._mx_forward if self._mx else self._forward
+
     def _function_threads(self) -> tuple[int, ...]:
         return (self.config.threads,)
 
@@ -403,6 +408,18 @@ class _NormFwdKernel(_NormKernel):
         if cfg.row_groups > 1:  # several row groups per CTA: held weights, the next row's copy
             clusters = max(min(groups, persistent), -(-groups // cfg.row_groups))
         return min(groups, clusters, MAX_GRID // cfg.cluster) * cfg.cluster
+
+    def _mx_forward(
+        self, x: Any, gamma: Any, beta: Any, eps: Any, out: Any, mu: Any, rsigma: Any,
+        scale: Any, amax: Any, scale_inv: Any, stream: Any,
+    ) -> tuple[Any, Any, Any, Any]:  # fmt: skip
+        """:meth:`_forward` of an MXFP8 kernel: ``z`` a :class:`BlockScaledOutput` (``out``
+        may be one)."""
+        if isinstance(out, BlockScaledOutput):
+            out, scale_inv = _mx_buffers(out, scale_inv)
+        z, mu, rsigma, scales = self._forward(x, gamma, beta, eps, out, mu, rsigma, scale, amax,
+                                              scale_inv, stream)  # fmt: skip
+        return BlockScaledOutput(z, scales), mu, rsigma, scales
 
     def _forward(
         self, x: Any, gamma: Any, beta: Any, eps: Any, out: Any, mu: Any, rsigma: Any,
@@ -527,13 +544,8 @@ class LayerNormFwdKernel(_NormFwdKernel):
         rsigma: Any = None, *, scale: Any = None, amax: Any = None, scale_inv: Any = None,
         stream: Any = None,
     ) -> LayerNormOutput:  # fmt: skip
-        if self._mx and isinstance(out, BlockScaledOutput):
-            out, scale_inv = _mx_buffers(out, scale_inv)
-        z, mu, rsigma, scale_inv = self._forward(x, gamma, beta, eps, out, mu, rsigma, scale,
-                                                 amax, scale_inv, stream)  # fmt: skip
-        if self._mx:
-            return LayerNormOutput(BlockScaledOutput(z, scale_inv), mu, rsigma, scale_inv)
-        return LayerNormOutput(z, mu, rsigma, scale_inv)
+        return LayerNormOutput(*self._result(x, gamma, beta, eps, out, mu, rsigma, scale, amax,
+                                             scale_inv, stream))  # fmt: skip
 
 
 class RMSNormFwdKernel(_NormFwdKernel):
@@ -549,12 +561,8 @@ class RMSNormFwdKernel(_NormFwdKernel):
         self, x: Any, gamma: Any, eps: Any = 1e-5, out: Any = None, rsigma: Any = None, *,
         scale: Any = None, amax: Any = None, scale_inv: Any = None, stream: Any = None,
     ) -> RMSNormOutput:  # fmt: skip
-        if self._mx and isinstance(out, BlockScaledOutput):
-            out, scale_inv = _mx_buffers(out, scale_inv)
-        z, _, rsigma, scale_inv = self._forward(x, gamma, None, eps, out, None, rsigma, scale,
-                                                amax, scale_inv, stream)  # fmt: skip
-        if self._mx:
-            return RMSNormOutput(BlockScaledOutput(z, scale_inv), rsigma, scale_inv)
+        z, _, rsigma, scale_inv = self._result(x, gamma, None, eps, out, None, rsigma, scale,
+                                               amax, scale_inv, stream)  # fmt: skip
         return RMSNormOutput(z, rsigma, scale_inv)
 
 
