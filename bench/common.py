@@ -80,7 +80,7 @@ def gpu_info() -> dict[str, Any]:
     import torch
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    from nvrtc_engine import nvrtc
+    from nvrtc_engine.core import nvrtc
 
     return {
         "gpu": props.name,
@@ -260,7 +260,7 @@ def memory_only() -> None:
     the cache with trial kernels. The scripts also set NVRTC_ENGINE_DISABLE_DISK_CACHE=1
     at import, which only counts where nothing has read the settings yet (a test, or a
     caller that made a kernel first); this counts either way."""
-    from nvrtc_engine import config
+    from nvrtc_engine.core import config
 
     if not config.settings().disable_disk_cache:
         config.configure(disable_disk_cache=True)
@@ -272,7 +272,7 @@ def norm_configured(cfg: Any) -> Iterator[None]:
     ``BackwardConfig``, as given: no TUNED entry or rule changes it), or with its own where
     ``cfg`` is None. The benchmarks' way of building a candidate configuration: compile it on
     a fresh ``Engine``; the disk cache is turned off (:func:`memory_only`)."""
-    import nvrtc_engine.ops.norm as norm
+    import nvrtc_engine.families.norm.spec as norm
 
     if cfg is None:
         yield

@@ -80,8 +80,8 @@ def _phases(arch: str) -> dict[str, dict[str, float]]:
     from collections import defaultdict
 
     import nvrtc_engine as ne
-    from nvrtc_engine.nvrtc import CompileOptions, compile_source
-    from nvrtc_engine.render import render
+    from nvrtc_engine.core.nvrtc import CompileOptions, compile_source
+    from nvrtc_engine.core.render import render
 
     empty = 'extern "C" __global__ void empty_kernel(float* y) {}\n'
     out: dict[str, dict[str, float]] = {}
@@ -146,10 +146,10 @@ def main() -> int:
     key_us = min(timeit.repeat(lambda: ne.get_kernel(key), number=calls, repeat=5)) / calls * 1e6
     # 5. where the time of a cold compile goes
     phases = _phases(args.arch)
-    tag = args.tag or ("h200-host" if ne.driver.device_count() else "dev-2core")
+    tag = args.tag or ("h200-host" if ne.core.driver.device_count() else "dev-2core")
     result = {
         "arch": args.arch,
-        "nvrtc": ne.nvrtc.nvrtc_version(),
+        "nvrtc": ne.core.nvrtc.nvrtc_version(),
         "first_compile_wall_ms": first_wall,
         "first_compile_nvrtc_ms": first.artifact.compile_ms,
         "cold_compile_nvrtc_ms": nvrtc_ms,

@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import nvrtc_engine as ne  # noqa: E402
-from nvrtc_engine import config  # noqa: E402
-from nvrtc_engine.bundle import export_bundle, import_bundle  # noqa: E402
-from nvrtc_engine.cache import code_fingerprint  # noqa: E402
-from nvrtc_engine.demo import demo_keys, run_demo  # noqa: E402
-from nvrtc_engine.nvrtc import nvrtc_version  # noqa: E402
-from nvrtc_engine.variants import load_variants  # noqa: E402
+from nvrtc_engine.core import config  # noqa: E402
+from nvrtc_engine.core.cache import code_fingerprint  # noqa: E402
+from nvrtc_engine.core.nvrtc import nvrtc_version  # noqa: E402
+from nvrtc_engine.tools.bundle import export_bundle, import_bundle  # noqa: E402
+from nvrtc_engine.tools.demo import demo_keys, run_demo  # noqa: E402
+from nvrtc_engine.tools.variants import load_variants  # noqa: E402
 
 ARCH = "sm_90"
 MODEL = ROOT / "docs" / "examples" / "llama3_8b_fp8_mlp.toml"
@@ -52,7 +52,7 @@ def _fresh_cache(**settings: object) -> None:
 
 
 def make(bundle: Path) -> int:
-    from nvrtc_engine.prewarm import prewarm
+    from nvrtc_engine.tools.prewarm import prewarm
 
     _fresh_cache()
     report = prewarm(keys(), progress=False)
@@ -88,7 +88,7 @@ def _load_all(phase: str) -> dict:
 
 
 def check(bundle: Path) -> int:
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     if driver.device_count() == 0:
         raise SystemExit("--check needs a GPU")

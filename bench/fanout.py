@@ -116,8 +116,8 @@ def main() -> int:
     args = parser.parse_args()
     os.environ["NVRTC_ENGINE_DISABLE_DISK_CACHE"] = "1"
     import nvrtc_engine as ne
-    from nvrtc_engine.nvrtc import CompileOptions, compile_source, find_cuda_include_dir
-    from nvrtc_engine.render import render, templates_dir
+    from nvrtc_engine.core.nvrtc import CompileOptions, compile_source, find_cuda_include_dir
+    from nvrtc_engine.core.render import render, templates_dir
 
     ops = [op for op in args.ops.split(",") if op in ne.registered_ops()]
     keys = fanout_keys(ops, args.arch)
@@ -174,7 +174,7 @@ def main() -> int:
     result = {
         "arch": args.arch, "ops": ops, "variants": len(keys), "hidden_sizes": TE_HIDDEN_SIZES,
         "nvcc_version": nvcc_version, "nvcc_wall_s": nvcc_s, "nvcc_cubin_bytes": nvcc_bytes,
-        "nvrtc_version": ne.nvrtc.nvrtc_version(), "nvrtc_total_s": nvrtc_s,
+        "nvrtc_version": ne.core.nvrtc.nvrtc_version(), "nvrtc_total_s": nvrtc_s,
         "nvrtc_cubin_bytes": nvrtc_bytes, "model": [str(k) for k in model],
         "model_nvrtc_s": model_s, "model_cubin_bytes": model_bytes,
         "model_pct_of_nvcc": 100.0 * model_s / nvcc_s, "wheel": wheel.name,

@@ -36,7 +36,7 @@ LIST = ROOT / "docs" / "examples" / "llama3_8b_fp8_mlp.toml"
 _NODE = r"""
 import json, os, sys, time, warnings
 import nvrtc_engine
-from nvrtc_engine.prewarm import prewarm
+from nvrtc_engine.tools.prewarm import prewarm
 open(sys.argv[3], "w").close()  # ready
 while not os.path.exists(sys.argv[4]):
     time.sleep(0.002)
@@ -131,9 +131,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs of each setting")
     parser.add_argument("--list", type=Path, default=LIST, help="variant file (the Llama MLP)")
     args = parser.parse_args()
-    from nvrtc_engine.cpus import available_cpus
-    from nvrtc_engine.nvrtc import nvrtc_version
-    from nvrtc_engine.variants import load_variants
+    from nvrtc_engine.core.cpus import available_cpus
+    from nvrtc_engine.core.nvrtc import nvrtc_version
+    from nvrtc_engine.tools.variants import load_variants
 
     variants = [str(k) for k in load_variants(args.list)]
     tmp = Path(tempfile.mkdtemp(prefix="nvrtc-engine-fleet-"))

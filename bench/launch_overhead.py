@@ -9,7 +9,7 @@ given (``kernel(x, out)``) and allocating it (``kernel(x)``), ``torch.add(x, x, 
 and ``torch.nn.functional.gelu(x, approximate="tanh")``. Targets (docs/performance.md): the
 engine with ``out`` at most ``torch.add(out=)``, the engine allocating at most ``F.gelu``.
 The engine rows time the launcher the package uses (``launcher`` in the results: the wheel's
-compiled launcher where it loads, nvrtc_engine/native_launch.py, else the pure-Python path);
+compiled launcher where it loads, nvrtc_engine/core/native_launch.py, else the pure-Python path);
 with the compiled one, the same two calls through the pure-Python path are timed beside them
 (``pure-Python launch`` rows).
 
@@ -145,7 +145,7 @@ def pure(kernel: Any) -> Any:
     path (NVRTC_ENGINE_NATIVE_LAUNCH off while it is made)."""
     import nvrtc_engine as ne
 
-    native = ne.config.settings().native_launch
+    native = ne.core.config.settings().native_launch
     ne.configure(native_launch=False)
     try:
         return type(kernel)(kernel.key, kernel.artifact, kernel.origin)
@@ -159,7 +159,7 @@ def with_launch(
     """Another kernel object of ``kernel``'s variant, on the pure-Python path, whose launches
     call ``launch_ex`` instead of cuda.bindings' ``cuLaunchKernelEx``, each of ``calls``
     (``call(kernel)``) made twice with it (the checked path, then its prepared launch)."""
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     real = driver._drv()
     other = pure(kernel)
@@ -237,7 +237,7 @@ def main() -> int:
         sync = torch.cuda.synchronize
         device = torch.device("cuda", torch.cuda.current_device())
     import nvrtc_engine as ne
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     x = torch.empty((8, 1024), dtype=torch.bfloat16, device=device)
     out = torch.empty((8, 1024), dtype=torch.bfloat16, device=device)

@@ -9,7 +9,7 @@ variants' single compiles; and warm.
 2. Threads: the same process builds the whole list on 1 thread and on N threads (N: the CPUs
    it may use, at most one per variant): wall and process CPU time, so CPU/wall says whether
    NVRTC compiles in parallel in threads on this host.
-3. Cold: ``python -m nvrtc_engine.cli prewarm FILE --json --no-progress`` in a fresh process
+3. Cold: ``python -m nvrtc_engine.tools.cli prewarm FILE --json --no-progress`` in a fresh process
    with an empty cache directory, --repeat times: the prewarm call's wall (its report's
    ``wall_s``) and the whole command's (interpreter start included). Every process and thread
    of the run is traced (bench/prewarm_trace/sitecustomize.py): process start (to ``import
@@ -59,8 +59,8 @@ WORK = ("render", "compile")  # a thread that did these is a worker
 _SINGLE = r"""
 import json, os, resource, sys, time
 from concurrent.futures import ThreadPoolExecutor
-from nvrtc_engine.engine import Engine
-from nvrtc_engine.variants import load_variants
+from nvrtc_engine.core.engine import Engine
+from nvrtc_engine.tools.variants import load_variants
 keys, repeat, threads = load_variants(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 engine = Engine()
 build = lambda key: engine.build_artifact(key)[0].compile_ms
@@ -151,7 +151,7 @@ def command(listing: Path, code: Path, pyc: Path, cache: Path, trace: Path | Non
     if trace is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(TRACER), env["PYTHONPATH"]])
         env["NVRTC_ENGINE_BENCH_TRACE"] = str(trace)
-    args = [sys.executable, "-m", "nvrtc_engine.cli", "prewarm", str(listing), "--json",
+    args = [sys.executable, "-m", "nvrtc_engine.tools.cli", "prewarm", str(listing), "--json",
             "--no-progress"]  # fmt: skip
     env["NVRTC_ENGINE_BENCH_T0"] = repr(time.time())
     start = time.perf_counter()
@@ -225,7 +225,7 @@ def main() -> int:
     parser.add_argument("--code", type=Path, default=ROOT, help="the package's checkout")
     args = parser.parse_args()
     listing, code = args.list.resolve(), args.code.resolve()
-    from nvrtc_engine.cpus import available_cpus
+    from nvrtc_engine.core.cpus import available_cpus
 
     cpus = available_cpus()
     tmp = Path(tempfile.mkdtemp(prefix="nvrtc-engine-prewarm-bench-"))
@@ -252,7 +252,7 @@ def main() -> int:
         "list": str(listing.relative_to(ROOT)) if listing.is_relative_to(ROOT) else str(listing),
         "variants": variants, "available_cpus": cpus, "load_average": os.getloadavg(),
         "code": "this checkout" if code == ROOT else str(code),
-        "nvrtc": subprocess.run([sys.executable, "-c", "from nvrtc_engine.nvrtc import "
+        "nvrtc": subprocess.run([sys.executable, "-c", "from nvrtc_engine.core.nvrtc import "
                                  "nvrtc_version; print(nvrtc_version())"], cwd=code,
                                 env=child_env(code, pyc, None), capture_output=True, text=True,
                                 check=True).stdout.strip(),

@@ -5,22 +5,23 @@
     >>> y = k(x, scale=scale, amax=amax, scale_inv=scale_inv)
 
 Importing the package starts neither CUDA nor NVRTC; both start on first use. See
-:mod:`nvrtc_engine.errors` for the exception tree.
+:mod:`nvrtc_engine.core.errors` for the exception tree.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._version import __version__
 from .api import cache_info, clear_cache, get_kernel, make_key
-from .config import configure
-from .driver import DeviceBuffer
-from .dtypes import DTYPES, DType
-from .engine import CacheInfo
-from .errors import (
+from .core.config import configure
+from .core.driver import DeviceBuffer
+from .core.dtypes import DTYPES, DType
+from .core.engine import CacheInfo
+from .core.errors import (
     ArgumentError,
     ArgumentTypeError,
+    BundleError,
     CacheWarning,
     CompileError,
     CudaError,
@@ -33,18 +34,14 @@ from .errors import (
     VariantListError,
     VariantTypeError,
 )
-from .kernel import Kernel
-from .key import KernelKey
-from .ops import registered_ops
-from .ops.mxfp8 import MXFP8Output
-from .prewarm import PrewarmReport, prewarm  # the function shadows the submodule's name
-
-if TYPE_CHECKING:
-    from .bundle import BundleError
+from .core.kernel import Kernel
+from .core.key import KernelKey
+from .core.registry import registered_ops
 
 __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
+    "BlockScaledOutput",
     "BundleError",
     "CacheInfo",
     "CacheWarning",
@@ -77,10 +74,21 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """``BundleError`` on first use (:mod:`nvrtc_engine.bundle`, with its zip and disk cache
-    modules, is not imported with the package)."""
-    if name == "BundleError":
-        from .bundle import BundleError
+    """The names whose modules are imported on first use, not with the package:
+    ``BlockScaledOutput`` (also ``MXFP8Output``, its name before one type served every
+    family; no family code is imported with the package), ``prewarm`` and ``PrewarmReport``
+    (:mod:`nvrtc_engine.tools.prewarm`)."""
+    if name in ("BlockScaledOutput", "MXFP8Output"):
+        from .families.shared.blockscale import BlockScaledOutput as value
+    elif name in ("prewarm", "PrewarmReport"):
+        from .tools import prewarm as module
 
-        return BundleError
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(module, name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # (asked once)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,5 +1,5 @@
-"""Hatchling build hook: compiles nvrtc_engine/_native_launch.c (the compiled launcher, see
-nvrtc_engine/native_launch.py) when a wheel is built or the project is installed editable.
+"""Hatchling build hook: compiles nvrtc_engine/core/_native_launch.c (the compiled launcher, see
+nvrtc_engine/core/native_launch.py) when a wheel is built or the project is installed editable.
 
 Only the build runs a C compiler, never the package: ``$CC``, else the compiler Python was
 built with, else ``cc``. The extension uses Python's limited API (3.10 on), so a wheel built
@@ -26,7 +26,7 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-SOURCE = Path(__file__).resolve().parent / "_native_launch.c"
+SOURCE = Path(__file__).resolve().parent / "core" / "_native_launch.c"
 NAME = "_native_launch.abi3.so"
 LIMITED_API = "cp310"  # the source's Py_LIMITED_API (0x030A0000)
 _OFF = ("0", "false", "no", "off")
@@ -82,7 +82,7 @@ class NativeLaunchHook(BuildHookInterface):
         if version == "editable":
             os.replace(out, SOURCE.with_name(NAME))
         else:
-            build_data["force_include"][str(out)] = f"nvrtc_engine/{NAME}"
+            build_data["force_include"][str(out)] = f"nvrtc_engine/core/{NAME}"
             build_data["pure_python"] = False
             platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
             build_data["tag"] = f"{LIMITED_API}-abi3-{platform}"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import driver
-from .dtypes import DTYPES, dtype_name
-from .engine import CacheInfo, default_engine
-from .errors import (
+from .core import driver
+from .core.dtypes import DTYPES, dtype_name
+from .core.engine import CacheInfo, default_engine
+from .core.errors import (
     ArgumentError,
     ArgumentTypeError,
     NoDeviceError,
@@ -16,8 +16,8 @@ from .errors import (
     VariantTypeError,
     did_you_mean,
 )
-from .kernel import Kernel
-from .key import DeviceArch, KernelKey, parse_arch
+from .core.kernel import Kernel
+from .core.key import DeviceArch, KernelKey, parse_arch
 
 __all__ = ["cache_info", "clear_cache", "get_kernel", "make_key"]
 
@@ -68,12 +68,14 @@ def make_key(
     hidden_size: int | None = None,
     arch: str | int | None = None,
     device: int | None = None,
-    **flags: bool,
+    **flags: bool | int,
 ) -> KernelKey:
     """Build and validate a :class:`KernelKey` with ``get_kernel``'s defaults; compiles nothing.
 
     ``op`` is matched in any case (``"GELU"`` is ``"gelu"``); the key holds the lower-case
-    name, so both spellings give the same key, kernel and cache entry.
+    name, so both spellings give the same key, kernel and cache entry. ``flags`` are the op's
+    flags by name (``zero_centered_gamma=True``; an int for an int flag), or as
+    ``flags={name: value}``.
 
     ``dtype`` names the output dtype. The input dtype defaults to ``dtype`` when that is a
     high-precision type, else (FP8, FP4) to ``bf16``; so ``make_key("gelu", dtype="fp8")`` is
@@ -81,7 +83,7 @@ def make_key(
     to the op's default for the output dtype (``tensor`` for FP8 outputs of most ops, ``none``
     for high-precision outputs). ``arch`` defaults to the arch of
     ``device`` (default: the current device). A named ``arch`` must be one this library
-    knows (``sm_80`` to ``sm_121``, see :func:`~nvrtc_engine.key.parse_arch`): ``sm_900`` is
+    knows (``sm_80`` to ``sm_121``, see :func:`~nvrtc_engine.core.key.parse_arch`): ``sm_900`` is
     an error, not a kernel. Only a device newer than every known arch, with ``arch`` left
     out, gets a key for its own arch, whose kernel is PTX for the newest arch NVRTC supports.
 
@@ -97,7 +99,7 @@ def make_key(
     if dtype is not None and out_dtype is not None:
         raise ArgumentTypeError("out_dtype", "give dtype (the output dtype) or out_dtype, not both")
     device = _device_ordinal(device)
-    from .ops import get_spec
+    from .core.registry import get_spec
 
     spec = get_spec(op)
     # the caller's argument and spelling behind each dtype field, for the errors
@@ -121,7 +123,8 @@ def make_key(
     if isinstance(flags.get("flags"), dict):  # flags={"zero_centered_gamma": True}, as in files
         table = flags.pop("flags")
         for name in table.keys() & flags.keys():
-            if table[name] is not flags[name]:  # (True and 1 differ: one is no flag value)
+            given = (type(table[name]), table[name]), (type(flags[name]), flags[name])
+            if given[0] != given[1]:  # (True and 1 differ: one is no bool flag's value)
                 raise ArgumentTypeError(
                     name, f"given as {name}={flags[name]!r} and as flags={{{name!r}: "
                     f"{table[name]!r}}}: give it once",

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import config
+from nvrtc_engine.core import config
 
 
 def _gpu_count() -> int:
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     return driver.device_count()
 

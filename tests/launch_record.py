@@ -31,8 +31,8 @@ torch = fake_torch.module(current_stream=0x5000)
 sys.modules["torch"] = torch
 
 import nvrtc_engine as ne  # noqa: E402
-from nvrtc_engine.ops.blockscale import mxfp8_scale_shape, nvfp4_scale_shape  # noqa: E402
-from nvrtc_engine.render import render  # noqa: E402
+from nvrtc_engine.core.render import render  # noqa: E402
+from nvrtc_engine.families.shared.blockscale import mxfp8_scale_shape, nvfp4_scale_shape  # noqa: E402
 
 D = fake_torch.DTYPES
 NAMED: list[tuple[int, int, str]] = []  # (start, end, name)
@@ -206,13 +206,13 @@ def cases() -> dict[str, tuple]:
     c["dclamped_swiglu rows"] = (lambda: dcs(o, h, dh, limit=7.0), dcs)
     xm = T("xm", (64, 128))
     gm = k("gelu", dtype="fp8", scaling="mxfp8")
-    out_mx = ne.ops.activation.MXFP8Output(
+    out_mx = ne.families.activation.spec.MXFP8Output(
         T("mx_row", (64, 128), "uint8"),
         T("mx_row_s", mxfp8_scale_shape(64, 128, "rowwise"), "uint8"),
     )
     c["gelu mxfp8 rowwise rows"] = (lambda: gm(xm, out_mx), gm)
     gb = k("gelu", dtype="fp8", scaling="mxfp8", layout="both")
-    out_b = ne.ops.activation.MXFP8Output(
+    out_b = ne.families.activation.spec.MXFP8Output(
         T("mxb_row", (64, 128), "uint8"),
         T("mxb_row_s", mxfp8_scale_shape(64, 128, "rowwise"), "uint8"),
         T("mxb_col", (64, 128), "uint8"),
@@ -221,7 +221,7 @@ def cases() -> dict[str, tuple]:
     c["gelu mxfp8 both tile"] = (lambda: gb(xm, out_b), gb)
     swb = k("swiglu", dtype="fp8", scaling="mxfp8", layout="both")
     hb = T("hb", (64, 256))
-    out_swb = ne.ops.activation.MXFP8Output(
+    out_swb = ne.families.activation.spec.MXFP8Output(
         T("swb_row", (64, 128), "uint8"),
         T("swb_row_s", mxfp8_scale_shape(64, 128, "rowwise"), "uint8"),
         T("swb_col", (64, 128), "uint8"),

@@ -16,10 +16,11 @@ from nvrtc_engine import (
     KernelKey,
     NoDeviceError,
     VariantError,
-    config,
     make_key,
 )
-from nvrtc_engine.ops.activation import (
+from nvrtc_engine.core import config
+from nvrtc_engine.core.render import render
+from nvrtc_engine.families.activation.spec import (
     ACTIVATION_SPECS,
     ActivationConfig,
     ActivationGradKernel,
@@ -34,8 +35,7 @@ from nvrtc_engine.ops.activation import (
     row_config,
     tile_config,
 )
-from nvrtc_engine.ops.blockscale import mxfp8_scale_shape
-from nvrtc_engine.render import render
+from nvrtc_engine.families.shared.blockscale import mxfp8_scale_shape
 
 ARCHS = ["sm_80", "sm_89", "sm_90", "sm_100a"]
 IN = ["fp32", "fp16", "bf16"]
@@ -43,7 +43,7 @@ IN = ["fp32", "fp16", "bf16"]
 OUTPUTS = [
     *((o, "none", "rowwise") for o in ("fp32", "fp16", "bf16")),
     *((o, "tensor", "rowwise") for o in ("fp8_e4m3", "fp8_e5m2")),
-    *((o, "mxfp8", lay) for o in ("fp8_e4m3", "fp8_e5m2") for lay in ne.key.LAYOUTS),
+    *((o, "mxfp8", lay) for o in ("fp8_e4m3", "fp8_e5m2") for lay in ne.core.key.LAYOUTS),
 ]
 OPS = [spec.name for spec in ACTIVATION_SPECS]
 KIND = {spec.name: spec.kind for spec in ACTIVATION_SPECS}
@@ -320,9 +320,9 @@ def mx_out(shape, layout, **overrides):
     fields = {}
     for i, direction in enumerate(("rowwise", "columnwise")):
         if layout in (direction, "both"):
-            fields[direction] = arr(shape, "|u1", ptr=0x100000 * (i + 1))
+            fields[direction + "_data"] = arr(shape, "|u1", ptr=0x100000 * (i + 1))
             s = mxfp8_scale_shape(rows, cols, direction)
-            fields[direction + "_scale"] = arr(s, "|u1", ptr=0x800000 * (i + 1))
+            fields[direction + "_scale_inv"] = arr(s, "|u1", ptr=0x800000 * (i + 1))
     fields.update(overrides)
     return MXFP8Output(**fields)
 
@@ -341,29 +341,30 @@ def test_mxfp8_dimensions_must_be_multiples_of_32(kernels):
 def test_mxfp8_output_buffers(kernels):
     k = kernels["mx_both"]
     g, x = arr((64, 32)), arr((64, 64))
-    with pytest.raises(ArgumentTypeError, match="out: for MXFP8 output, expected None or an"):
+    with pytest.raises(ArgumentTypeError, match="expected None or a BlockScaledOutput"):
         k(g, x, arr((64, 64), "|u1"))
-    with pytest.raises(ArgumentError, match=r"out.rowwise_scale: has shape \(64, 3\); expected "
+    with pytest.raises(ArgumentError, match=r"out.rowwise_scale_inv: has shape \(64, 3\); expected "
                        r"\(128, 4\) .* or \(64, 2\)"):  # fmt: skip
-        k(g, x, mx_out((64, 64), "both", rowwise_scale=arr((64, 3), "|u1")))
-    with pytest.raises(ArgumentError,
-                       match=r"out.columnwise_scale: has dtype <u2 \(uint16\); E8M0"):  # fmt: skip
-        k(g, x, mx_out((64, 64), "both", columnwise_scale=arr((4, 128))))
-    with pytest.raises(ArgumentError, match="out.columnwise: has shape"):
-        k(g, x, mx_out((64, 64), "both", columnwise=arr((64, 32), "|u1")))
-    with pytest.raises(ArgumentError, match="out.rowwise: has dtype <u2"):
-        k(g, x, mx_out((64, 64), "both", rowwise=arr((64, 64))))
-    with pytest.raises(ArgumentError, match="out.columnwise: is given, but .* layout is 'rowwise'"):
+        k(g, x, mx_out((64, 64), "both", rowwise_scale_inv=arr((64, 3), "|u1")))
+    with pytest.raises(ArgumentError, match=r"out.columnwise_scale_inv: has dtype <u2 \(uint16"):
+        k(g, x, mx_out((64, 64), "both", columnwise_scale_inv=arr((4, 128))))
+    with pytest.raises(ArgumentError, match="out.columnwise_data: has shape"):
+        k(g, x, mx_out((64, 64), "both", columnwise_data=arr((64, 32), "|u1")))
+    with pytest.raises(ArgumentError, match="out.rowwise_data: has dtype <u2"):
+        k(g, x, mx_out((64, 64), "both", rowwise_data=arr((64, 64))))
+    with pytest.raises(
+        ArgumentError, match="out.columnwise_data: is given, but .* layout is 'rowwise'"
+    ):
         kernels["mx_row"](arr((8, 64)), mx_out((8, 64), "both"))
-    with pytest.raises(ArgumentError, match="out.rowwise_scale: is on device 2"):
-        k(g, x, mx_out((64, 64), "both", rowwise_scale=arr((128, 4), "|u1", device=2)))
+    with pytest.raises(ArgumentError, match="out.rowwise_scale_inv: is on device 2"):
+        k(g, x, mx_out((64, 64), "both", rowwise_scale_inv=arr((128, 4), "|u1", device=2)))
     with pytest.raises(ArgumentError, match="x: must be 16-byte aligned for MXFP8"):
         k(g, arr((64, 64), ptr=0x7F0000000002), mx_out((64, 64), "both"))
     with pytest.raises(ArgumentError, match="scale: .*MXFP8 scales are computed per block"):
         k(g, x, mx_out((64, 64), "both"), scale=scalars()["scale"])
     # every check passes with compact (unpadded) scale tensors: the call reaches the device
-    compact = mx_out((64, 64), "both", rowwise_scale=arr((64, 2), "|u1"),
-                     columnwise_scale=arr((2, 64), "|u1"))  # fmt: skip
+    compact = mx_out((64, 64), "both", rowwise_scale_inv=arr((64, 2), "|u1"),
+                     columnwise_scale_inv=arr((2, 64), "|u1"))  # fmt: skip
     with pytest.raises(NoDeviceError):
         k(g, x, compact, stream=0)
 
@@ -374,13 +375,13 @@ def test_non_mxfp8_kernel_refuses_mxfp8_output(kernels):
 
 
 def test_mxfp8_allocation_needs_a_library(kernels, monkeypatch):
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     monkeypatch.setattr(driver, "pointer_device", lambda ptr: 0)
-    with pytest.raises(ArgumentTypeError, match="out.rowwise: is required"):
+    with pytest.raises(ArgumentTypeError, match="out.rowwise_data: is required"):
         kernels["mx_row"](FakeCaiArray((8, 64), "<u2"))
-    out = MXFP8Output(rowwise=FakeCaiArray((8, 64), "|u1"))
-    with pytest.raises(ArgumentTypeError, match="out.rowwise_scale: is required"):
+    out = MXFP8Output(rowwise_data=FakeCaiArray((8, 64), "|u1"))
+    with pytest.raises(ArgumentTypeError, match="out.rowwise_scale_inv: is required"):
         kernels["mx_row"](FakeCaiArray((8, 64), "<u2"), out)
 
 
@@ -450,8 +451,8 @@ def test_row_flat_grid_and_aligned_flag(kernels, monkeypatch):
 def _lane_mode(kernel, monkeypatch):
     """``kernel``'s key built in lane mode (128 x 4, a chunk per lane), whatever the default
     mode of plain-op MXFP8 rowwise keys is."""
-    import nvrtc_engine.ops.activation as activation_ops
-    from nvrtc_engine.engine import Engine
+    import nvrtc_engine.families.activation.spec as activation_ops
+    from nvrtc_engine.core.engine import Engine
 
     monkeypatch.setattr(activation_ops, "row_config", lambda key: LaunchConfig(128, 4))
     return Engine().get(kernel.key)
@@ -460,7 +461,7 @@ def _lane_mode(kernel, monkeypatch):
 def test_row_flat_grid_is_capped_for_huge_tensors(kernels, monkeypatch):
     """A tensor of more than 2^32 chunks: one pass, or at most MAX_GRID blocks that loop
     (the kernel splits chunk indices with 64-bit division past 2^32)."""
-    import nvrtc_engine.ops.activation as activation_ops
+    import nvrtc_engine.families.activation.spec as activation_ops
 
     kernel = _lane_mode(kernels["mx_row"], monkeypatch)
     rows, cols = 2**22, 2**14  # 2^36 positions, 2^33 chunks
@@ -574,7 +575,7 @@ def test_fast_e8m0_matches_the_reference_bit_for_bit():
 
 
 def test_owner_mode_is_for_plain_mxfp8_ops_only(monkeypatch):
-    import nvrtc_engine.ops.activation as activation_ops
+    import nvrtc_engine.families.activation.spec as activation_ops
 
     monkeypatch.setattr(activation_ops, "row_config",
                         lambda key: LaunchConfig(128, 2, owner=True))  # fmt: skip
@@ -585,7 +586,7 @@ def test_owner_mode_is_for_plain_mxfp8_ops_only(monkeypatch):
 
 
 def test_plain_mxfp8_rowwise_compact_flag_and_owner_grid(kernels, monkeypatch):
-    import nvrtc_engine.ops.activation as activation_ops
+    import nvrtc_engine.families.activation.spec as activation_ops
 
     kernel = _lane_mode(kernels["mx_row"], monkeypatch)
     rows, cols = 64, 4096  # scale row stride 128 = cols / 32: compact
@@ -598,7 +599,7 @@ def test_plain_mxfp8_rowwise_compact_flag_and_owner_grid(kernels, monkeypatch):
     assert values["compact"] == 0 and _steps(values)[1] == magic(cols // 8)
     # owner mode: one thread per 32-value block and unroll step; the magic pair divides by
     # the blocks per row
-    from nvrtc_engine.engine import Engine
+    from nvrtc_engine.core.engine import Engine
 
     monkeypatch.setattr(activation_ops, "row_config",
                         lambda key: LaunchConfig(128, 2, owner=True))  # fmt: skip
@@ -613,8 +614,8 @@ def test_plain_mxfp8_rowwise_compact_flag_and_owner_grid(kernels, monkeypatch):
 def test_tile_grid_is_one_block_per_tile(kernels, monkeypatch):
     """The tiled kernel (MXFP8 columnwise and both) launches one block per tile of
     ``tile_rows() x tile_cols(vec)`` positions, edge tiles included."""
-    import nvrtc_engine.ops.activation as activation_ops
-    from nvrtc_engine.engine import Engine
+    import nvrtc_engine.families.activation.spec as activation_ops
+    from nvrtc_engine.core.engine import Engine
 
     cfg = activation_ops.TileConfig(64, 8, 4)  # 32 x 64 tiles for bf16
     monkeypatch.setattr(activation_ops, "tile_config", lambda key: cfg)

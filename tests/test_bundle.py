@@ -10,13 +10,14 @@ import zipfile
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import config, make_key, nvrtc
-from nvrtc_engine.bundle import BundleError, export_bundle, import_bundle
-from nvrtc_engine.cache import digest, encode_entry
-from nvrtc_engine.engine import Engine, default_engine
-from nvrtc_engine.kernel import Artifact
-from nvrtc_engine.nvrtc import nvrtc_version
-from nvrtc_engine.prewarm import prewarm
+from nvrtc_engine import make_key
+from nvrtc_engine.core import config, nvrtc
+from nvrtc_engine.core.cache import digest, encode_entry
+from nvrtc_engine.core.engine import Engine, default_engine
+from nvrtc_engine.core.kernel import Artifact
+from nvrtc_engine.core.nvrtc import nvrtc_version
+from nvrtc_engine.tools.bundle import BundleError, export_bundle, import_bundle
+from nvrtc_engine.tools.prewarm import prewarm
 
 KEYS = [make_key("gelu", dtype=d, arch=a) for d in ("fp8", "bf16") for a in ("sm_90", "sm_100a")]
 
@@ -286,7 +287,7 @@ def test_bundle_file_mode_follows_the_umask(tmp_path):
     import os
     import stat
 
-    from nvrtc_engine.bundle import export_bundle
+    from nvrtc_engine.tools.bundle import export_bundle
 
     ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
     old = os.umask(0o022)

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import CacheWarning, cache, config, make_key, nvrtc
-from nvrtc_engine.cache import SCHEMA, check_entry, digest, encode_entry
-from nvrtc_engine.engine import Engine, default_engine
-from nvrtc_engine.kernel import Artifact
-from nvrtc_engine.tiers import DiskTier, ReadOnlyTier
+from nvrtc_engine import CacheWarning, make_key
+from nvrtc_engine.core import cache, config, nvrtc
+from nvrtc_engine.core.cache import SCHEMA, check_entry, digest, encode_entry
+from nvrtc_engine.core.engine import Engine, default_engine
+from nvrtc_engine.core.kernel import Artifact
+from nvrtc_engine.core.tiers import DiskTier, ReadOnlyTier
 
 ROOT = Path(__file__).resolve().parent.parent
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -91,7 +92,7 @@ def test_the_digest_is_the_same_for_the_same_kernel_spelled_otherwise():
 def test_a_norm_configuration_reaches_the_digest_through_the_symbols(monkeypatch):
     """A norm kernel's configuration (a script patching ``norm.norm_config``) is another
     digest: its label ends the symbols, which the digest hashes; other families' are the same."""
-    from nvrtc_engine.ops import norm
+    from nvrtc_engine.families.norm import spec as norm
 
     key = make_key("rmsnorm_fwd", dtype="bf16", hidden_size=4096, arch="sm_90")
     before, gelu = digest(key), digest(GELU)
@@ -102,11 +103,11 @@ def test_a_norm_configuration_reaches_the_digest_through_the_symbols(monkeypatch
 _DIGEST = textwrap.dedent("""
     import json, sys
     import nvrtc_engine as ne
-    from nvrtc_engine import engine, render
+    from nvrtc_engine.core import engine, render
     def refuse(*args, **kwargs):
         raise AssertionError("rendered")
     render.render = engine.render = refuse
-    from nvrtc_engine.cache import digest
+    from nvrtc_engine.core.cache import digest
     keys = [ne.make_key("gelu", dtype="fp8", arch="sm_90"),
             ne.make_key("rmsnorm_fwd", dtype="bf16", hidden_size=4096, arch="sm_100a")]
     print(json.dumps({"digests": [digest(k) for k in keys], "modules": sorted(
@@ -136,7 +137,7 @@ def test_the_nvrtc_wheel_names_the_loaded_nvrtc_version():
     """The cheap NVRTC version (from the wheel's builtins library, no NVRTC loaded) is the
     one nvrtcVersion() gives."""
     code = (
-        "from nvrtc_engine import nvrtc; import sys; w = nvrtc._wheel_version(); assert "
+        "from nvrtc_engine.core import nvrtc; import sys; w = nvrtc._wheel_version(); assert "
         "'cuda.bindings.nvrtc' not in sys.modules; print(w, nvrtc.nvrtc_version())"
     )
     done = subprocess.run([sys.executable, "-c", code], env=_env("/nonexistent"), check=True,
@@ -214,7 +215,7 @@ def test_disk_hit_in_a_fresh_engine_compiles_nothing():
 _WARM = textwrap.dedent("""
     import json, sys
     import nvrtc_engine as ne
-    from nvrtc_engine import engine, render
+    from nvrtc_engine.core import engine, render
     forbid = sys.argv[1] == "forbid"
     if forbid:  # a warm process renders nothing (where the engine would) and compiles nothing
         def refuse(*args, **kwargs):
@@ -311,7 +312,7 @@ def as_nobody(scenario):
     loaded here first."""
     import jinja2  # noqa: F401
 
-    from nvrtc_engine import render
+    from nvrtc_engine.core import render
 
     nvrtc.nvrtc_version(), nvrtc.supported_archs(), render.template_files()
     cache.code_fingerprint()
@@ -424,7 +425,7 @@ def test_memory_only_cache_info_reports_the_configured_size_limit(monkeypatch, i
 
 
 def test_single_flight_one_compile_for_concurrent_callers(monkeypatch):
-    import nvrtc_engine.engine as engine_mod
+    import nvrtc_engine.core.engine as engine_mod
 
     calls = []
     real = engine_mod.compile_source
@@ -449,7 +450,7 @@ def test_single_flight_one_compile_for_concurrent_callers(monkeypatch):
 
 
 def test_failed_compile_is_raised_to_every_waiter_and_not_cached(monkeypatch):
-    import nvrtc_engine.engine as engine_mod
+    import nvrtc_engine.core.engine as engine_mod
 
     def fail(*args, **kwargs):
         raise ne.CompileError(key="k", log="error: boom", options=(), nvrtc_version="13.0",
@@ -537,7 +538,7 @@ def test_a_damaged_database_replaced_meanwhile_is_not_replaced_again(tmp_path, m
     import sqlite3
     import warnings
 
-    from nvrtc_engine import tiers
+    from nvrtc_engine.core import tiers
 
     calls = []
     real = DiskTier.__init__
@@ -618,7 +619,7 @@ def test_clear_frees_a_cache_a_full_disk_keeps_from_opening(isolated_cache, monk
 
 
 def _bundle(path, keys):
-    from nvrtc_engine.bundle import export_bundle
+    from nvrtc_engine.tools.bundle import export_bundle
 
     ne.prewarm(keys, workers=1, progress=False)
     export_bundle(path)

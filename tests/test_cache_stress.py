@@ -22,11 +22,12 @@ import pytest
 from test_cache import IS_ROOT, ROOT, _env, _last_json, as_nobody
 
 import nvrtc_engine as ne
-from nvrtc_engine import CacheWarning, config, make_key, nvrtc
-from nvrtc_engine.cache import MAGIC, check_entry, digest, encode_entry, entries
-from nvrtc_engine.engine import Engine, default_engine
-from nvrtc_engine.kernel import Artifact
-from nvrtc_engine.tiers import DiskTier
+from nvrtc_engine import CacheWarning, make_key
+from nvrtc_engine.core import config, nvrtc
+from nvrtc_engine.core.cache import MAGIC, check_entry, digest, encode_entry, entries
+from nvrtc_engine.core.engine import Engine, default_engine
+from nvrtc_engine.core.kernel import Artifact
+from nvrtc_engine.core.tiers import DiskTier
 
 # -- many processes, one cold cache ---------------------------------------------------------
 
@@ -40,7 +41,7 @@ RACE_KEYS = [
 _RACER = textwrap.dedent("""
     import json, os, random, sys, time
     import nvrtc_engine as ne
-    from nvrtc_engine.prewarm import prewarm
+    from nvrtc_engine.tools.prewarm import prewarm
     mode, seed, go, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
     keys = [ne.KernelKey.parse(n) for n in names]
     random.Random(seed).shuffle(keys)
@@ -109,8 +110,8 @@ _WRITER = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, sys.argv[2])
     from test_cache_stress import _artifact_for, _digest
-    from nvrtc_engine.cache import encode_entry
-    from nvrtc_engine.tiers import DiskTier
+    from nvrtc_engine.core.cache import encode_entry
+    from nvrtc_engine.core.tiers import DiskTier
     disk = DiskTier(Path(sys.argv[1]), 1 << 30)
     print("ready", flush=True)
     for n in itertools.count():
@@ -354,7 +355,7 @@ def test_size_limit_setting_reaches_the_cache(monkeypatch):
 _HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from nvrtc_engine.tiers import DiskTier
+    from nvrtc_engine.core.tiers import DiskTier
     disk = DiskTier(Path(sys.argv[1]), 1 << 30)
     with disk.lock(sys.argv[2], 10) as held:
         assert held
@@ -424,7 +425,7 @@ def test_other_nvrtc_version_never_reads_this_entry(monkeypatch):
 
 
 def test_other_schema_never_reads_this_entry(monkeypatch):
-    import nvrtc_engine.cache as cache_mod
+    import nvrtc_engine.core.cache as cache_mod
 
     k = make_key("gelu", dtype="bf16", arch="sm_90")
     Engine().get(k)
@@ -448,7 +449,7 @@ def test_each_arch_gets_its_own_entry_from_a_shared_directory():
 
 _WHERE = textwrap.dedent("""
     import json, nvrtc_engine as ne
-    from nvrtc_engine.engine import default_engine
+    from nvrtc_engine.core.engine import default_engine
     k = ne.get_kernel("gelu", dtype="fp8", arch="sm_90")
     print(json.dumps({"file": ne.__file__, "origin": k.origin, "digest": k.artifact.digest}))
 """)
@@ -485,7 +486,7 @@ def test_entry_header_and_hash_survive_round_trip_through_the_store(tmp_path):
 
 
 def test_verify_names_each_bad_entry_and_why(tmp_path, capsys, monkeypatch):
-    from nvrtc_engine.cli import main
+    from nvrtc_engine.tools.cli import main
 
     monkeypatch.setenv("NVRTC_ENGINE_CACHE_DIR", str(tmp_path / "c"))
     config.reset()

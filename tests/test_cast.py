@@ -17,12 +17,17 @@ import pytest
 from fakes import FakeCupyArray
 
 import nvrtc_engine as ne
-from nvrtc_engine import ArgumentError, ArgumentTypeError, VariantError, config, make_key
+from nvrtc_engine import ArgumentError, ArgumentTypeError, VariantError, make_key
 from nvrtc_engine import reference as ref
-from nvrtc_engine.engine import Engine
-from nvrtc_engine.ops import activation, cast, quantize
-from nvrtc_engine.ops.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
-from nvrtc_engine.ops.cast import (
+from nvrtc_engine.core import config
+from nvrtc_engine.core.engine import Engine
+from nvrtc_engine.core.render import render, templates_dir
+from nvrtc_engine.families.activation import spec as activation
+from nvrtc_engine.families.cast import quantize
+from nvrtc_engine.families.cast import spec as cast
+from nvrtc_engine.families.cast.quantize import QuantizeConfig, hardware_fp4, quantize_config
+from nvrtc_engine.families.cast.reference import FLT_MAX
+from nvrtc_engine.families.cast.spec import (
     _ENTRY,
     _TABLE_BYTES,
     DACT_OPS,
@@ -31,8 +36,7 @@ from nvrtc_engine.ops.cast import (
     _groups,
     tile_config,
 )
-from nvrtc_engine.ops.quantize import QuantizeConfig, hardware_fp4, quantize_config
-from nvrtc_engine.render import render, templates_dir
+from nvrtc_engine.families.shared.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 
 ARCHS = ["sm_80", "sm_89", "sm_90", "sm_100a"]
 HP = ["fp32", "fp16", "bf16"]
@@ -89,8 +93,8 @@ def test_variant_compiles(op, in_dtype, out_dtype, layout, arch):
 def test_load_groups_compile(monkeypatch, arch):
     """``TileConfig.load_group`` values that divide a thread's chunks compile on every arch
     (dbias with dact, and gated); others are refused by the template's static_assert."""
-    from nvrtc_engine.errors import CompileError
-    from nvrtc_engine.ops import cast
+    from nvrtc_engine.core.errors import CompileError
+    from nvrtc_engine.families.cast import spec as cast
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
     config.reset()
@@ -117,7 +121,7 @@ def test_tile_switches_compile(monkeypatch, arch):
     thread); with them off the rendered source holds none of their code."""
     import dataclasses
 
-    from nvrtc_engine.ops import cast
+    from nvrtc_engine.families.cast import spec as cast
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
     config.reset()
@@ -148,7 +152,7 @@ def test_strip_compiles(monkeypatch, arch):
     defaults take strip 2 (dbias) and 4 (dbias_d<act>), 256 threads; nothing else does."""
     import dataclasses
 
-    from nvrtc_engine.ops import cast
+    from nvrtc_engine.families.cast import spec as cast
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
     config.reset()
@@ -267,7 +271,7 @@ def test_fp4_dtype_and_scale_shapes():
     d = ne.DTYPES["fp4_e2m1"]
     assert d.is_fp4 and not d.is_fp8 and d.needs_scaling and d.max_finite == 6.0
     assert d.numpy() == np.dtype(ml_dtypes.float4_e2m1fn) and d.itemsize == 1
-    assert ne.dtypes.dtype_name("e2m1") == "fp4_e2m1"
+    assert ne.core.dtypes.dtype_name("e2m1") == "fp4_e2m1"
     assert nvfp4_scale_shape(31, 33, "rowwise") == (128, 4)
     assert nvfp4_scale_shape(31, 33, "rowwise", padded=False) == (31, 3)
     assert nvfp4_scale_shape(31, 33, "columnwise") == (128, 4)
@@ -334,7 +338,7 @@ def kernels():
 
 
 def test_config_is_the_kernels_configuration_and_read_only(kernels):
-    from nvrtc_engine.ops.quantize import quantize_config
+    from nvrtc_engine.families.cast.quantize import quantize_config
 
     for name, kernel in kernels.items():
         want = (quantize_config if name in ("mx", "fp4") else tile_config)(kernel.key)
@@ -591,9 +595,7 @@ def test_nvfp4_matches_a_naive_block_loop():
                 assert r.scales[i, j0 // 16] == byte.view(np.uint8)[0]
                 dec = np.float32(byte.astype(np.float32)[0])
                 with np.errstate(divide="ignore"):
-                    mult = np.float32(
-                        min(np.float32(1.0) / np.float32(dec * s_dec), ref.cast.FLT_MAX)
-                    )
+                    mult = np.float32(min(np.float32(1.0) / np.float32(dec * s_dec), FLT_MAX))
                 want = (block * mult).astype(np.float32).astype(ml_dtypes.float4_e2m1fn)
                 assert (r.codes[i, j0 : j0 + 16] == want.view(np.uint8)).all()
         back = (
@@ -612,7 +614,7 @@ def test_nvfp4_encode_scale_special_values():
     assert ref.nvfp4_encode_scale(0.0) == (np.float32(1.0), np.float32(1.0))
     assert ref.nvfp4_encode_scale(2688.0)[0] == np.float32(1.0)
     assert ref.nvfp4_encode_scale(np.inf)[0] == np.float32(1.0)
-    assert ref.nvfp4_encode_scale(1e-45)[0] == ref.cast.FLT_MAX
+    assert ref.nvfp4_encode_scale(1e-45)[0] == FLT_MAX
 
 
 def test_cast_transpose_reference_formulas():
@@ -747,7 +749,7 @@ def test_device_nvfp4_scale_helpers_match_reference(fp4_helper):
     mult = np.zeros(256, np.float32)
     fp4_helper.mult(_ptr(b), ctypes.c_float(s_dec), _ptr(mult), ctypes.c_int(256))
     with np.errstate(divide="ignore"):
-        expect = np.minimum(np.float32(1) / (want * s_dec), ref.cast.FLT_MAX).astype(np.float32)
+        expect = np.minimum(np.float32(1) / (want * s_dec), FLT_MAX).astype(np.float32)
     pos = finite & (b < 0x80)
     assert (mult[pos] == expect[pos]).all()
 
@@ -762,8 +764,8 @@ class _Recorder:
     number of bytes, kept as they are: a by-value struct)."""
 
     def __init__(self, monkeypatch, signatures):
-        from nvrtc_engine import kernel as kernel_module
-        from nvrtc_engine.ops import cast_common
+        from nvrtc_engine.core import kernel as kernel_module
+        from nvrtc_engine.families.cast import common as cast_common
 
         self.calls = []
         self.signatures = signatures
@@ -901,7 +903,7 @@ def test_default_quantize_kernels_do_not_spill(dtype, layout):
 def test_frame_size_reader_sees_a_spill(monkeypatch):
     """A tile kernel capped at 32 registers (512 threads x 4 blocks per SM, every load first)
     spills: the reader behind test_default_quantize_kernels_do_not_spill sees it."""
-    from nvrtc_engine.ops import cast
+    from nvrtc_engine.families.cast import spec as cast
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
     config.reset()

@@ -25,10 +25,13 @@ from fakes import FakeCupyArray
 
 import nvrtc_engine as ne
 from nvrtc_engine import reference
-from nvrtc_engine.ops import activation, cast, cast_common, quantize
-from nvrtc_engine.ops.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
-from nvrtc_engine.render import render, templates_dir
-from nvrtc_engine.signature import Signature
+from nvrtc_engine.core.render import render, templates_dir
+from nvrtc_engine.core.signature import Signature
+from nvrtc_engine.families.activation import spec as activation
+from nvrtc_engine.families.cast import common as cast_common
+from nvrtc_engine.families.cast import quantize
+from nvrtc_engine.families.cast import spec as cast
+from nvrtc_engine.families.shared.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 
 HOST = Path(__file__).resolve().parent / "host_cuda"
 CXX = shutil.which("g++")
@@ -95,7 +98,7 @@ def host_library(kernel: ne.Kernel, tmp: Path) -> ctypes.CDLL:
 @pytest.fixture
 def emulate(monkeypatch, tmp_path_factory):
     """``emulate(kernel)``: route the kernel's launches to its host build."""
-    from nvrtc_engine import kernel as kernel_module
+    from nvrtc_engine.core import kernel as kernel_module
 
     tmp = tmp_path_factory.getbasetemp() / "host_kernels"
     tmp.mkdir(exist_ok=True)

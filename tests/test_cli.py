@@ -9,9 +9,10 @@ import sys
 
 import pytest
 
-from nvrtc_engine import cli, driver
-from nvrtc_engine.cli import _one_line_warning, main
-from nvrtc_engine.nvrtc import nvrtc_version
+from nvrtc_engine.core import driver
+from nvrtc_engine.core.nvrtc import nvrtc_version
+from nvrtc_engine.tools import cli
+from nvrtc_engine.tools.cli import _one_line_warning, main
 
 
 def test_demo_compiles_then_hits_the_cache(capsys, isolated_cache):
@@ -25,7 +26,7 @@ def test_demo_compiles_then_hits_the_cache(capsys, isolated_cache):
 
 def test_demo_memory_only_counts_the_kernels_it_holds(capsys, monkeypatch, isolated_cache):
     import nvrtc_engine as ne
-    from nvrtc_engine import config
+    from nvrtc_engine.core import config
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
     config.reset()
@@ -57,7 +58,7 @@ def test_cache_commands_without_a_disk_cache_say_why(capsys, monkeypatch, isolat
     import warnings
 
     import nvrtc_engine as ne
-    from nvrtc_engine import config
+    from nvrtc_engine.core import config
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
     config.reset()
@@ -88,8 +89,9 @@ def test_cache_commands_without_a_disk_cache_say_why(capsys, monkeypatch, isolat
 
 def test_cli_warnings_carry_one_prefix(tmp_path):
     env = {**os.environ, "NVRTC_ENGINE_CACHE_DIR": "/proc/nvrtc-engine-test"}
-    done = subprocess.run([sys.executable, "-m", "nvrtc_engine.cli", "cache", "info"], env=env,
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    args = [sys.executable, "-m", "nvrtc_engine.tools.cli", "cache", "info"]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "nvrtc-engine: warning: disk cache at /proc/nvrtc-engine-test is unusable" in (
         done.stderr)  # fmt: skip
@@ -155,7 +157,7 @@ def test_bad_demo_numbers_are_argparse_errors(capsys, option, value, expected):
 
 def test_console_script_runs_in_a_fresh_process(isolated_cache, tmp_path):
     env = {**os.environ, "NVRTC_ENGINE_CACHE_DIR": str(isolated_cache)}
-    args = [sys.executable, "-m", "nvrtc_engine.cli", "demo", "--no-run", "--tokens", "64"]
+    args = [sys.executable, "-m", "nvrtc_engine.tools.cli", "demo", "--no-run", "--tokens", "64"]
     if driver.device_count() == 0:
         args += ["--arch", "sm_90"]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -191,7 +193,7 @@ def test_prewarm_exit_codes(capsys, tmp_path, monkeypatch):
     include.mkdir()
     (include / "cuda_fp8.h").write_text("#error broken\n")
     monkeypatch.setenv("NVRTC_ENGINE_CUDA_INCLUDE_DIR", str(include))
-    from nvrtc_engine import config, nvrtc
+    from nvrtc_engine.core import config, nvrtc
 
     config.reset()
     nvrtc.find_cuda_include_dir.cache_clear()
@@ -244,7 +246,7 @@ def _assert_columns_line_up(lines, left=(), right=()):
 def _newer_gpu(monkeypatch, arch="sm_130"):
     """A stand-in GPU newer than every known arch (the arch read in this process)."""
     from nvrtc_engine import api
-    from nvrtc_engine.key import DeviceArch
+    from nvrtc_engine.core.key import DeviceArch
 
     monkeypatch.setattr(api, "_device_arch", lambda device: DeviceArch(arch))
     monkeypatch.setattr(driver, "device_count", lambda: 1)
@@ -280,7 +282,7 @@ def test_cache_list_marks_superseded_entries(capsys, monkeypatch, isolated_cache
     ``cache list`` marks which one get_kernel uses now (current yes) and counts the
     superseded."""
     import nvrtc_engine as ne
-    from nvrtc_engine import cache
+    from nvrtc_engine.core import cache
 
     old = ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
     with monkeypatch.context() as mp:
@@ -327,7 +329,7 @@ def test_cache_list_verify_export_import(capsys, tmp_path, isolated_cache):
     assert main(["cache", "export", str(bundle)]) == 0
     assert "exported 2 kernels" in capsys.readouterr().out
     # damage one entry: verify reports it, removes it, exits 1; then the cache is clean
-    from nvrtc_engine.engine import default_engine
+    from nvrtc_engine.core.engine import default_engine
 
     disk = default_engine().disk()
     digest = next(iter(disk.digests()))
@@ -394,7 +396,7 @@ def test_verify_keeps_lock_files(isolated_cache, capsys):
 
 
 def test_malformed_environment_is_one_error_for_prewarm(monkeypatch, capsys, tmp_path):
-    from nvrtc_engine import config
+    from nvrtc_engine.core import config
 
     listing = tmp_path / "v.toml"
     listing.write_text("[[variants]]\nop = 'gelu'\nout_dtype = ['bf16', 'fp16']\n")
@@ -408,7 +410,7 @@ def test_malformed_environment_is_one_error_for_prewarm(monkeypatch, capsys, tmp
 
 def test_output_into_a_closed_pipe_is_not_an_error(monkeypatch):
     """``nvrtc-engine cache list | head``: the reader stops early; exit 0, no error line."""
-    from nvrtc_engine import cli
+    from nvrtc_engine.tools import cli
 
     parser = cli.build_parser()
 
@@ -425,7 +427,7 @@ def test_prewarm_without_a_gpu_hints_at_the_arch_option(capsys, tmp_path, monkey
     """The command line's hint is --arch sm_90; the Python API's stays arch='sm_90'."""
     import nvrtc_engine as ne
 
-    prewarm_module = sys.modules["nvrtc_engine.prewarm"]  # (ne.prewarm is the function)
+    prewarm_module = sys.modules["nvrtc_engine.tools.prewarm"]  # (ne.prewarm is the function)
 
     def no_device() -> int:
         raise ne.NoDeviceError("no usable CUDA driver or device")
@@ -522,7 +524,7 @@ def test_prewarm_without_a_disk_cache_exits_2_and_compiles_nothing(
     import warnings
 
     import nvrtc_engine as ne
-    from nvrtc_engine import config
+    from nvrtc_engine.core import config
 
     good = tmp_path / "v.toml"
     good.write_text(VARIANTS)
@@ -551,7 +553,7 @@ def test_prewarm_onto_a_full_disk_names_it_and_clear_frees_it(capsys, isolated_c
     import diskcache
 
     import nvrtc_engine as ne
-    from nvrtc_engine import config
+    from nvrtc_engine.core import config
 
     both = tmp_path / "both.toml"
     both.write_text(VARIANTS)

@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import KernelKey, config, make_key
-from nvrtc_engine.ops import get_spec, registered_ops
+from nvrtc_engine import KernelKey, make_key
+from nvrtc_engine.core import config
+from nvrtc_engine.core.registry import get_spec, registered_ops
 
 # arch class -> its archs (sm_80 and sm_89 take turns over the cells)
 ARCH_CLASSES = {"ampere/ada": ("sm_80", "sm_89"), "hopper": ("sm_90",), "blackwell": ("sm_100a",)}

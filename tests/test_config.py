@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import config
-from nvrtc_engine.errors import SettingsTypeError
+from nvrtc_engine.core import config
+from nvrtc_engine.core.errors import SettingsTypeError
 
 
 def test_defaults_and_parsing():
@@ -218,7 +218,7 @@ def test_configure_refuses_a_size_limit_above_the_maximum(value):
 
 
 def test_a_size_limit_at_the_maximum_opens_a_disk_cache(tmp_path):
-    from nvrtc_engine.tiers import DiskTier
+    from nvrtc_engine.core.tiers import DiskTier
 
     disk, _why = DiskTier.open(tmp_path / "c", config.MAX_SIZE_LIMIT)
     assert disk is not None and disk.size_limit == config.MAX_SIZE_LIMIT

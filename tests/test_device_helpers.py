@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from nvrtc_engine import reference as ref
-from nvrtc_engine.nvrtc import CompileOptions, compile_source
-from nvrtc_engine.render import helper_headers
+from nvrtc_engine.core.nvrtc import CompileOptions, compile_source
+from nvrtc_engine.core.render import helper_headers
 
 FUNCS = ["identity", "gelu", "qgelu", "silu", "relu", "srelu", "sigmoid"]
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import ArgumentError, ArgumentTypeError, VariantError, VariantTypeError, driver
+from nvrtc_engine import ArgumentError, ArgumentTypeError, VariantError, VariantTypeError
+from nvrtc_engine.core import driver
 
 NOT_ORDINALS = [(-1, ArgumentError), (2**31, ArgumentError), (10**30, ArgumentError),
                 (True, ArgumentTypeError), (1.0, ArgumentTypeError), ("0", ArgumentTypeError),
@@ -86,7 +87,7 @@ def test_device_buffer_takes_every_dtype_spelling(dtype, name, monkeypatch):
     with pytest.raises(ne.NoDeviceError):
         ne.DeviceBuffer(0, (4, 8), dtype)
     assert seen == [0]
-    from nvrtc_engine.dtypes import dtype_name
+    from nvrtc_engine.core.dtypes import dtype_name
 
     assert dtype_name(dtype) == name
 

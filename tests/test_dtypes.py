@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from nvrtc_engine import DTYPES, VariantError
-from nvrtc_engine.dtypes import dtype, dtype_name
+from nvrtc_engine.core.dtypes import dtype, dtype_name
 
 
 @pytest.mark.parametrize(
@@ -49,7 +49,7 @@ def test_misspelled_dtype_suggests_the_closest_spelling(bad, close):
 
 @pytest.mark.parametrize("bad", ["flaot32", "float33", "e5m3", "halff", "bf61", "fp8_e4m4"])
 def test_the_message_lists_every_alias_as_a_pair_and_suggests_only_what_it_lists(bad):
-    from nvrtc_engine.dtypes import _ALIASES
+    from nvrtc_engine.core.dtypes import _ALIASES
 
     with pytest.raises(VariantError) as info:
         dtype_name(bad)

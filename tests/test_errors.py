@@ -8,7 +8,8 @@ import warnings
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import CacheWarning, config, errors
+from nvrtc_engine import CacheWarning
+from nvrtc_engine.core import config, errors
 
 
 def _line_after() -> int:

@@ -17,9 +17,9 @@ from gpu_util import poisoned, poisoned_bytes, to_host, to_torch, torch
 
 import nvrtc_engine as ne
 from nvrtc_engine import ArgumentError, reference
-from nvrtc_engine.ops import activation as activation_ops
-from nvrtc_engine.ops.activation import MXFP8Output
-from nvrtc_engine.ops.blockscale import mxfp8_scale_shape
+from nvrtc_engine.families.activation import spec as activation_ops
+from nvrtc_engine.families.activation.spec import MXFP8Output
+from nvrtc_engine.families.shared.blockscale import mxfp8_scale_shape
 
 pytestmark = pytest.mark.gpu
 
@@ -284,8 +284,8 @@ def test_row_flat_kernel_steps_across_rows(op, fields, config, rng, monkeypatch)
     of 128: block k has scale k) as well as padded ones."""
     from dataclasses import replace
 
-    from nvrtc_engine import config as ne_config
-    from nvrtc_engine.engine import Engine
+    from nvrtc_engine.core import config as ne_config
+    from nvrtc_engine.core.engine import Engine
 
     threads, unroll, owner = (*config, False)[:3]
     cfg = activation_ops.LaunchConfig(threads, unroll, owner=owner)
@@ -330,18 +330,23 @@ def test_mxfp8_user_buffers_padded_and_compact(rng):
     res = check_mxfp8(kernel, x, grad, out=padded)
     for got, given in zip(res, padded, strict=True):
         assert got is given
-    rs, cs = padded.rowwise_scale.cpu().numpy(), padded.columnwise_scale.cpu().numpy()
+    rs, cs = padded.rowwise_scale_inv.cpu().numpy(), padded.columnwise_scale_inv.cpu().numpy()
     assert (rs[rows:] == 0xFF).all() and (rs[:, cols // 32 :] == 0xFF).all()  # padding kept
     assert (cs[rows // 32 :] == 0xFF).all() and (cs[:, cols:] == 0xFF).all()
+
     # data allocated, scales given in the compact shape
+    def unpadded(direction):
+        return poisoned_bytes(mxfp8_scale_shape(rows, cols, direction, padded=False))
+
     compact = MXFP8Output(
-        rowwise_scale=poisoned_bytes(mxfp8_scale_shape(rows, cols, "rowwise", padded=False)),
-        columnwise_scale=poisoned_bytes(mxfp8_scale_shape(rows, cols, "columnwise", padded=False)),
+        rowwise_scale_inv=unpadded("rowwise"), columnwise_scale_inv=unpadded("columnwise")
     )
     res2 = check_mxfp8(kernel, x, grad, out=compact)
-    assert res2.rowwise_scale is compact.rowwise_scale
-    assert torch.equal(res2.rowwise_scale, padded.rowwise_scale[:rows, : cols // 32])
-    assert torch.equal(res2.columnwise.view(torch.uint8), padded.columnwise.view(torch.uint8))
+    assert res2.rowwise_scale_inv is compact.rowwise_scale_inv
+    assert torch.equal(res2.rowwise_scale_inv, padded.rowwise_scale_inv[:rows, : cols // 32])
+    assert torch.equal(
+        res2.columnwise_data.view(torch.uint8), padded.columnwise_data.view(torch.uint8)
+    )
 
 
 @pytest.mark.parametrize("owner", [False, True])
@@ -352,8 +357,8 @@ def test_plain_mxfp8_rowwise_compact_and_padded_scales_agree(op, owner, rng, mon
     and not, and the data too; odd row counts, one row, H of 3 and of 33 blocks."""
     from dataclasses import replace
 
-    from nvrtc_engine import config as ne_config
-    from nvrtc_engine.engine import Engine
+    from nvrtc_engine.core import config as ne_config
+    from nvrtc_engine.core.engine import Engine
 
     cfg = activation_ops.LaunchConfig(128, 2, owner=owner)
     monkeypatch.setattr(activation_ops, "row_config", lambda key: cfg)
@@ -363,14 +368,14 @@ def test_plain_mxfp8_rowwise_compact_and_padded_scales_agree(op, owner, rng, mon
     for rows, cols in [(1, 96), (7, 96), (129, 1056), (3, 32)]:
         x, grad = make_inputs(op, "bf16", (rows,), cols, rng)
         shape = mxfp8_scale_shape(rows, cols, "rowwise")
-        padded = MXFP8Output(rowwise_scale=poisoned_bytes(shape))
+        padded = MXFP8Output(rowwise_scale_inv=poisoned_bytes(shape))
         shape = mxfp8_scale_shape(rows, cols, "rowwise", padded=False)
-        compact = MXFP8Output(rowwise_scale=poisoned_bytes(shape))
+        compact = MXFP8Output(rowwise_scale_inv=poisoned_bytes(shape))
         a = check_mxfp8(kernel, x, grad, out=padded)
         b = check_mxfp8(kernel, x, grad, out=compact)
-        assert torch.equal(a.rowwise_scale[:rows, : cols // 32], b.rowwise_scale)
-        assert torch.equal(a.rowwise.view(torch.uint8), b.rowwise.view(torch.uint8))
-        ps = a.rowwise_scale.cpu().numpy()
+        assert torch.equal(a.rowwise_scale_inv[:rows, : cols // 32], b.rowwise_scale_inv)
+        assert torch.equal(a.rowwise_data.view(torch.uint8), b.rowwise_data.view(torch.uint8))
+        ps = a.rowwise_scale_inv.cpu().numpy()
         assert (ps[rows:] == 0xFF).all() and (ps[:, cols // 32 :] == 0xFF).all()
 
 
@@ -382,8 +387,8 @@ def test_tile_shapes_agree_bit_for_bit(op, layout, rng, monkeypatch):
     tiles (H = 160) and a grid capped at 3 blocks (the blocks loop over the tiles)."""
     from dataclasses import replace
 
-    from nvrtc_engine import config as ne_config
-    from nvrtc_engine.engine import Engine
+    from nvrtc_engine.core import config as ne_config
+    from nvrtc_engine.core.engine import Engine
 
     monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
                                                        disable_disk_cache=True))  # fmt: skip
@@ -411,8 +416,8 @@ def test_row_flat_modes_agree_bit_for_bit(op, monkeypatch):
     at 3 blocks."""
     from dataclasses import replace
 
-    from nvrtc_engine import config as ne_config
-    from nvrtc_engine.engine import Engine
+    from nvrtc_engine.core import config as ne_config
+    from nvrtc_engine.core.engine import Engine
 
     monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
                                                        disable_disk_cache=True))  # fmt: skip
@@ -433,10 +438,10 @@ def test_row_flat_modes_agree_bit_for_bit(op, monkeypatch):
                 x, grad = make_inputs(op, "bf16", lead, cols, np.random.default_rng(11))
                 out_cols = 2 * cols if op == "dswiglu" else cols
                 shape = mxfp8_scale_shape(lead[0], out_cols, "rowwise", padded=padded)
-                out = MXFP8Output(rowwise_scale=poisoned_bytes(shape))
+                out = MXFP8Output(rowwise_scale_inv=poisoned_bytes(shape))
                 res = check_mxfp8(kernel, x, grad, out=out)
                 results[(lead, cols, padded)].append(
-                    [res.rowwise.view(torch.uint8).cpu(), res.rowwise_scale.cpu()]
+                    [res.rowwise_data.view(torch.uint8).cpu(), res.rowwise_scale_inv.cpu()]
                 )
     for case, got in results.items():
         for other in got[1:]:
@@ -454,14 +459,14 @@ def test_mxfp8_allocated_scales_are_padded_with_zeros_on_a_side_stream(rng):
         torch.cuda._sleep(1_000_000)  # the zeroing must be ordered on the launch stream
         res = kernel(xt)
     stream.synchronize()
-    assert res.rowwise_scale.shape == (128, 4) and res.columnwise_scale.shape == (4, 128)
-    rs, cs = res.rowwise_scale.cpu().numpy(), res.columnwise_scale.cpu().numpy()
+    assert res.rowwise_scale_inv.shape == (128, 4) and res.columnwise_scale_inv.shape == (4, 128)
+    rs, cs = res.rowwise_scale_inv.cpu().numpy(), res.columnwise_scale_inv.cpu().numpy()
     assert (rs[32:] == 0).all() and (rs[:, 2:] == 0).all()
     assert (cs[1:] == 0).all() and (cs[:, 64:] == 0).all()
     assert (rs[:32, :2] > 100).all() and (cs[:1, :64] > 100).all()  # real scales
-    assert res.rowwise.dtype == torch.float8_e4m3fn
+    assert res.rowwise_data.dtype == torch.float8_e4m3fn
     ref = expected("gelu", x, None)
-    reference.check_mxfp8(to_host(res.rowwise, "fp8_e4m3"), rs[:32, :2], ref.y, ref.tolerance,
+    reference.check_mxfp8(to_host(res.rowwise_data, "fp8_e4m3"), rs[:32, :2], ref.y, ref.tolerance,
                           "fp8_e4m3", "rowwise")  # fmt: skip
 
 
@@ -507,8 +512,8 @@ def test_cuda_graph_capture_of_a_tiled_kernel(rng):
     graph.replay()
     torch.cuda.synchronize()
     ref = expected("dswiglu", x, grad)
-    scales = out.columnwise_scale.cpu().numpy()[:2]
-    data = to_host(out.columnwise, "fp8_e4m3")
+    scales = out.columnwise_scale_inv.cpu().numpy()[:2]
+    data = to_host(out.columnwise_data, "fp8_e4m3")
     reference.check_mxfp8(data, scales, ref.y, ref.tolerance, "fp8_e4m3", "columnwise")
 
 
@@ -534,7 +539,7 @@ def test_empty_inputs_launch_nothing():
     res = ne.get_kernel("gelu", dtype="fp8", scaling="mxfp8", layout="both")(
         torch.empty(0, 64, dtype=torch.bfloat16, device="cuda")
     )
-    assert res.rowwise.shape == (0, 64) and res.columnwise_scale.shape == (0, 128)
+    assert res.rowwise_data.shape == (0, 64) and res.columnwise_scale_inv.shape == (0, 128)
 
 
 def test_cupy_arrays():
@@ -546,6 +551,6 @@ def test_cupy_arrays():
     res = kernel(cupy.asarray(grad), cupy.asarray(x))  # uint8 data and scales from CuPy
     cupy.cuda.get_current_stream().synchronize()
     ref = expected("dgeglu", x, grad)
-    data = cupy.asnumpy(res.rowwise).view(ne.DTYPES["fp8_e4m3"].numpy())
-    reference.check_mxfp8(data, cupy.asnumpy(res.rowwise_scale)[:64, :4], ref.y, ref.tolerance,
+    data = cupy.asnumpy(res.rowwise_data).view(ne.DTYPES["fp8_e4m3"].numpy())
+    reference.check_mxfp8(data, cupy.asnumpy(res.rowwise_scale_inv)[:64, :4], ref.y, ref.tolerance,
                           "fp8_e4m3", "rowwise")  # fmt: skip

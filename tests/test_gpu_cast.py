@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import config, reference
-from nvrtc_engine.engine import Engine
-from nvrtc_engine.ops import quantize
-from nvrtc_engine.ops.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
-from nvrtc_engine.ops.cast import DACT_OPS, GATED_OPS
+from nvrtc_engine import reference
+from nvrtc_engine.core import config
+from nvrtc_engine.core.engine import Engine
+from nvrtc_engine.families.cast import quantize
+from nvrtc_engine.families.cast.spec import DACT_OPS, GATED_OPS
+from nvrtc_engine.families.shared.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -226,7 +227,7 @@ def test_every_load_group_gives_the_same_bytes(monkeypatch, op):
     each also against the reference. Across block sizes q, qt and amax are the same bytes;
     dbias is not compared there: the column sums add rows in another grouping (fp32
     rounding, each order fixed and within the reference's tolerance)."""
-    from nvrtc_engine.ops import cast
+    from nvrtc_engine.families.cast import spec as cast
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
     config.reset()
@@ -298,7 +299,7 @@ def test_tile_configs_agree_with_the_default(monkeypatch, op, cand):
     float64 for cast_transpose_dbias), and two runs of it the same bytes."""
     import dataclasses
 
-    from nvrtc_engine.ops import cast
+    from nvrtc_engine.families.cast import spec as cast
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
     config.reset()

@@ -65,7 +65,7 @@ def test_every_dtype_pair_and_shape(in_dtype, out_dtype, shape):
 def test_hidden_size_specialized_kernel(out_dtype):
     rng = np.random.default_rng(5)
     kernel = ne.get_kernel("gelu", dtype=out_dtype, hidden_size=4096)
-    assert kernel.key.arch == ne.driver.get_device(torch.cuda.current_device()).arch
+    assert kernel.key.arch == ne.core.driver.get_device(torch.cuda.current_device()).arch
     x_host = reference.sample_input((64, 4096), "bf16", rng)
     run_and_check(kernel, x_host, out_dtype, scale=1.5 if out_dtype != "bf16" else None)
     with pytest.raises(ArgumentError, match="hidden_size=4096"):
@@ -229,7 +229,7 @@ def test_empty_input_launches_nothing():
 
 
 def test_disk_cached_kernel_runs_in_this_process(isolated_cache):
-    from nvrtc_engine.engine import Engine
+    from nvrtc_engine.core.engine import Engine
 
     key = ne.make_key("gelu", dtype="fp8", hidden_size=1024)
     Engine().get(key)
@@ -243,7 +243,7 @@ def test_demo_runs_and_checks_each_variant(capsys):
     """`nvrtc-engine demo` on a GPU: every variant run on the device and checked against the
     float64 reference (a small --tokens keeps the reference quick); exit code 0 only when
     every check passed, one progress line per variant before its check."""
-    from nvrtc_engine.cli import main
+    from nvrtc_engine.tools.cli import main
 
     assert main(["demo", "--tokens", "64"]) == 0
     out = capsys.readouterr().out

@@ -239,7 +239,7 @@ def test_float_arguments_change_per_prepared_call():
 def test_an_ordinal_beyond_the_visible_devices_is_an_argument_error():
     """The driver is asked for the count: one past the last visible device is an
     ArgumentError naming the device argument, from get_device and from Kernel.loaded."""
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     count = driver.device_count()
     assert count >= 1

@@ -3,7 +3,7 @@
 N = 1, H = 65536 (thread block clusters on sm_90), specialized vs general kernels, backward
 determinism, unaligned pointers, and errors raised before launch.
 
-Tolerances are the per-element error bounds of :mod:`nvrtc_engine.reference.norm`; outputs
+Tolerances are the per-element error bounds of :mod:`nvrtc_engine.families.norm.reference`; outputs
 must equal the rounding of a value within that bound of the float64 result.
 """
 
@@ -17,10 +17,10 @@ from test_gpu_gelu import poisoned, to_host, to_torch
 
 import nvrtc_engine as ne
 from nvrtc_engine import ArgumentError, reference
-from nvrtc_engine.ops import norm
-from nvrtc_engine.ops.blockscale import mxfp8_scale_shape
-from nvrtc_engine.ops.norm import TUNED, gamma_dtype
-from nvrtc_engine.reference.mx import e8m0_multiplier, e8m0_scale
+from nvrtc_engine.families.norm import spec as norm
+from nvrtc_engine.families.norm.spec import TUNED, gamma_dtype
+from nvrtc_engine.families.shared.blockscale import mxfp8_scale_shape
+from nvrtc_engine.families.shared.mx_reference import e8m0_multiplier, e8m0_scale
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -50,6 +50,11 @@ def check(got, expected, dtype, tolerance, name, max_ties=1 / 50):
     n, at_ties = reference.check_close(got, expected, dtype, tolerance, name=name)
     if dtype != "fp32":  # ties: elements whose bound straddles a rounding boundary
         assert at_ties <= max(4, int(n * max_ties)), f"{name}: {at_ties} of {n} elements at ties"
+
+
+def z_of(res):
+    """The z data of a forward result (of its BlockScaledOutput with MXFP8 output)."""
+    return res.z.rowwise_data if isinstance(res.z, ne.BlockScaledOutput) else res.z
 
 
 def check_mxfp8(data, scales, z, z_tol, out_dtype, max_ties=1 / 50):
@@ -105,11 +110,11 @@ def run_forward(
         kwargs = {"scale_inv": torch.full(shape, 0xFF, dtype=torch.uint8, device="cuda")}
     if rms:
         res = kernel(x, gamma, eps, out, rsigma, **kwargs)
-        assert res.z is out and res.rsigma is rsigma
+        assert z_of(res) is out and res.rsigma is rsigma
         ref = reference.rmsnorm_fwd(x_host, gamma_host, eps, zero_centered_gamma=zcg)
     else:
         res = kernel(x, gamma, beta, eps, out, mu, rsigma, **kwargs)
-        assert res.z is out and res.mu is mu and res.rsigma is rsigma
+        assert z_of(res) is out and res.mu is mu and res.rsigma is rsigma
         shifted = getattr(kernel.config, "stats", None) == "shifted"
         shift = np.asarray(x_host, np.float64)[:, 0] if shifted else None
         ref = reference.layernorm_fwd(x_host, gamma_host, beta_host, eps, zero_centered_gamma=zcg,
@@ -127,8 +132,8 @@ def run_forward(
         amax = np.abs(ref.z).max()
         assert abs(kwargs["amax"].item() - amax) <= ref.z_tol.max(), "amax"
         assert kwargs["scale_inv"].item() == float(np.float32(1.0) / np.float32(scale))
-    else:
-        assert res.scale_inv is kwargs["scale_inv"]
+    else:  # MXFP8: z is a BlockScaledOutput
+        assert res.z.rowwise_scale_inv is kwargs["scale_inv"] and res.z.columnwise_data is None
         check_mxfp8(z_got, kwargs["scale_inv"].cpu().numpy(), ref.z, ref.z_tol, key.out_dtype,
                     max_ties)  # fmt: skip
     return (out, ref, None if rms else mu, rsigma) if stats else (out, ref)
@@ -251,10 +256,13 @@ def test_amax_accumulates_and_outputs_are_allocated():
     mx = ne.get_kernel("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", scaling="mxfp8")
     out = mx(x.view(2, 8, 512), gamma, gamma)
     torch.cuda.synchronize()
-    assert out.z.shape == (2, 8, 512) and out.mu.shape == (2, 8)
-    assert out.scale_inv.dtype == torch.uint8
-    assert tuple(out.scale_inv.shape) == mxfp8_scale_shape(16, 512, "rowwise")
-    assert not out.scale_inv[16:].any() and not out.scale_inv[:, 16:].any()
+    assert out.z.rowwise_data.shape == (2, 8, 512) and out.mu.shape == (2, 8)
+    scales = out.z.rowwise_scale_inv
+    assert scales.dtype == torch.uint8
+    assert tuple(scales.shape) == mxfp8_scale_shape(16, 512, "rowwise")
+    assert not scales[16:].any() and not scales[:, 16:].any()
+    with pytest.warns(DeprecationWarning, match="z.rowwise_scale_inv"):
+        assert out.scale_inv is scales
 
 
 # ---- backward ---------------------------------------------------------------------------
@@ -436,8 +444,8 @@ def test_cupy_arrays():
     res = kernel(cupy.asarray(x_host), cupy.asarray(gamma_host))
     cupy.cuda.get_current_stream().synchronize()
     ref = reference.rmsnorm_fwd(x_host, gamma_host, EPS)
-    z = cupy.asnumpy(res.z).view(ne.DTYPES["fp8_e4m3"].numpy())
-    check_mxfp8(z, cupy.asnumpy(res.scale_inv), ref.z, ref.z_tol, "fp8_e4m3")
+    z = cupy.asnumpy(res.z.rowwise_data).view(ne.DTYPES["fp8_e4m3"].numpy())
+    check_mxfp8(z, cupy.asnumpy(res.z.rowwise_scale_inv), ref.z, ref.z_tol, "fp8_e4m3")
     bwd = ne.get_kernel("rmsnorm_bwd", in_dtype="fp16")
     dz = cupy.asarray(x_host)
     grads = bwd(dz, cupy.asarray(x_host), cupy.asarray(ref.rsigma.astype(np.float32)),
@@ -533,7 +541,7 @@ def test_dependent_launch_chain():
             assert torch.equal(a, b), f"output {i} differs"
 
 
-# ---- code switches of the specialized kernels (nvrtc_engine.ops.norm module defaults) ----
+# ---- code switches of the specialized kernels (the norm spec's module defaults) ----
 
 
 @pytest.mark.parametrize("entry", sorted(TUNED), ids=lambda e: f"{e[0]}-h{e[1]}-{e[2]}")

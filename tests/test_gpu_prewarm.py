@@ -15,7 +15,7 @@ import pytest
 
 import nvrtc_engine as ne
 from nvrtc_engine import reference
-from nvrtc_engine.prewarm import prewarm
+from nvrtc_engine.tools.prewarm import prewarm
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -26,7 +26,7 @@ TESTS = Path(__file__).resolve().parent
 
 
 def _arch(device: int) -> str:
-    return ne.driver.get_device(device).arch
+    return ne.core.driver.get_device(device).arch
 
 
 def _scale(key):
@@ -55,7 +55,7 @@ def test_prewarm_then_launch_without_compiling_again():
 _WORKERS_AFTER_PREWARM = textwrap.dedent("""
     import json, multiprocessing
     import nvrtc_engine as ne
-    from nvrtc_engine.prewarm import prewarm
+    from nvrtc_engine.tools.prewarm import prewarm
 
     def child(key):
         import numpy as np

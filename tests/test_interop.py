@@ -8,7 +8,7 @@ from fakes import FakeCaiArray, FakeCupyArray, FakeStream
 
 import nvrtc_engine as ne
 from nvrtc_engine import ArgumentError, ArgumentTypeError
-from nvrtc_engine.interop import as_array, stream_handle
+from nvrtc_engine.core.interop import as_array, stream_handle
 
 
 def test_cuda_array_interface_fields():
@@ -213,8 +213,8 @@ def test_cupy_lookalike_without_cupy_cannot_allocate():
     raise the typed error, and the default stream is the legacy one."""
     import sys
 
-    from nvrtc_engine.dtypes import DTYPES
-    from nvrtc_engine.interop import allocate_bytes, allocate_like
+    from nvrtc_engine.core.dtypes import DTYPES
+    from nvrtc_engine.core.interop import allocate_bytes, allocate_like
 
     if "cupy" in sys.modules:
         pytest.skip("CuPy is loaded: the lookalike would allocate through it")

@@ -80,7 +80,7 @@ def test_unscaled_kernel_rejects_scale(bf16_kernel):
 
 
 def test_out_required_when_input_library_cannot_allocate(bf16_kernel, monkeypatch):
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     monkeypatch.setattr(driver, "pointer_device", lambda ptr: 0)
     with pytest.raises(ArgumentTypeError, match="out: is required"):
@@ -96,8 +96,8 @@ def test_a_call_without_a_device_says_running_needs_one(monkeypatch):
     """On a machine without a GPU a kernel call fails at its first driver question (which
     device holds the array) with a NoDeviceError that says a call needs a device and that
     compiling does not."""
-    from nvrtc_engine import driver
-    from nvrtc_engine.kernel import _device_of
+    from nvrtc_engine.core import driver
+    from nvrtc_engine.core.kernel import _device_of
 
     def no_driver(ptr):
         raise ne.NoDeviceError("no usable CUDA driver or device")
@@ -112,7 +112,7 @@ def test_loading_without_a_device_names_the_kernel(monkeypatch, bf16_kernel):
     """Loading a kernel (a launch, Kernel.loaded, a norm kernel's residency or launch_grid)
     without a driver or device: a NoDeviceError that names the kernel and the device and
     says that compiling needs neither, with the driver's words."""
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     def no_driver(ordinal):
         raise ne.NoDeviceError("no usable CUDA driver or device: libcuda not found.")
@@ -141,7 +141,7 @@ def test_a_device_ordinal_that_is_not_an_int(bf16_kernel, ordinal):
     with pytest.raises(ne.ArgumentTypeError, match="a CUDA device ordinal is an int"):
         bf16_kernel.loaded(ordinal)
     with pytest.raises(ne.ArgumentTypeError, match="a CUDA device ordinal is an int"):
-        ne.driver.get_device(ordinal)
+        ne.core.driver.get_device(ordinal)
 
 
 def test_an_address_no_kernel_may_read_is_refused(fp8_kernel, bf16_kernel):
@@ -160,8 +160,8 @@ def test_an_address_no_kernel_may_read_is_refused(fp8_kernel, bf16_kernel):
     bad_scale = {**scalars(), "amax": FakeCupyArray((1,), "<f4", ptr=0x2002)}
     with pytest.raises(ArgumentError, match=r"^amax: address 0x2002 .*\(4 bytes\)"):
         fp8_kernel(FakeCupyArray((4, 64), "<u2"), FakeCupyArray((4, 64), "|u1"), **bad_scale)
-    from nvrtc_engine.interop import as_array
-    from nvrtc_engine.kernel import _check_address
+    from nvrtc_engine.core.interop import as_array
+    from nvrtc_engine.core.kernel import _check_address
 
     _check_address(as_array(FakeCupyArray((4, 64), "|u1", ptr=base + 1), "out"), "out", 1)
     _check_address(as_array(FakeCupyArray((0, 64), "<u2", ptr=0), "x"), "x", 2)  # no elements

@@ -223,7 +223,7 @@ def _flag_sets(flags):
 def test_parse_reads_back_every_name_str_writes(op):
     """For every op: each of its dtypes, scalings and layouts, a few sizes, archs and flag
     sets; the keys that validate round-trip through their name both ways."""
-    from nvrtc_engine.ops import get_spec
+    from nvrtc_engine.core.registry import get_spec
 
     spec = get_spec(op)
     count = 0
@@ -283,7 +283,7 @@ def test_key_call_misuse_is_a_library_error_and_a_type_error():
 
 
 def test_missing_arch_without_gpu_is_a_clear_error(monkeypatch):
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     monkeypatch.setattr(driver, "_init_pid", None)
     monkeypatch.setattr(driver, "_init_error", driver._init_error)
@@ -478,7 +478,7 @@ def test_a_named_arch_must_be_known(arch, tmp_path):
     """An arch a caller names that is newer than every known arch (``sm_900``, a typo of
     sm_90) is a VariantError listing the known archs, from make_key, get_kernel, prewarm's
     ``arch=`` and a kernel name in a variant list; nothing is compiled."""
-    from nvrtc_engine.prewarm import prewarm
+    from nvrtc_engine.tools.prewarm import prewarm
 
     calls = [
         lambda: make_key("gelu", dtype="fp8", arch=arch),
@@ -499,8 +499,9 @@ def test_only_a_device_newer_than_every_known_arch_gets_ptx(monkeypatch):
     """With arch left out, a GPU newer than every known arch (here sm_130) gets a key for
     its own arch and a PTX kernel for the newest arch NVRTC supports; the same arch named
     by the caller is refused."""
-    from nvrtc_engine import api, nvrtc
-    from nvrtc_engine.key import DeviceArch
+    from nvrtc_engine import api
+    from nvrtc_engine.core import nvrtc
+    from nvrtc_engine.core.key import DeviceArch
 
     monkeypatch.setattr(api, "_device_arch", lambda device: DeviceArch("sm_130"))
     key = make_key("gelu", dtype="bf16")
@@ -561,7 +562,7 @@ def test_scaling_and_layout_are_matched_in_any_case_and_stored_lower_case():
 
 def test_documented_arch_and_name_spellings():
     # docs/usage.md: any case, surrounding spaces, the bare number, no underscore
-    from nvrtc_engine.key import parse_arch
+    from nvrtc_engine.core.key import parse_arch
 
     for spelling in ("sm_90", "SM_90", " sm_90 ", "90", 90, "sm90"):
         assert parse_arch(spelling) == "sm_90"

@@ -30,10 +30,10 @@ SCRIPT = textwrap.dedent(
     import json, sys, threading
     import launch_record as lr
     stub, torch, T, ne = lr.stub, lr.torch, lr.T, lr.ne
-    from nvrtc_engine import native_launch
-    from nvrtc_engine.render import render
+    from nvrtc_engine.core import native_launch
+    from nvrtc_engine.core.render import render
 
-    native = ne.config.settings().native_launch
+    native = ne.core.config.settings().native_launch
     assert native_launch.loaded() or not native, native_launch.unavailable
     recorded = lr.record_all()
     # the launcher asked for ran every prepared launch: the C Launcher's key reads and Plans,
@@ -116,6 +116,16 @@ SCRIPT = textwrap.dedent(
     assert pointers("layernorm_bwd loop")["ws_part"] == "wsb+0"
     assert pointers("rmsnorm_bwd_add in place")["add"] == pointers("rmsnorm_bwd_add in place")["dx"]
     assert not any(launch["dependent"] for launch in recorded["gelu flat"][0])
+
+    # an MXFP8 norm forward's z is a BlockScaledOutput, returned, or given as out: one launch
+    rmx = recorded["rmsnorm_fwd mxfp8"][1][0]
+    xq, wq, rq = T("xq3", (64, 128)), T("wq3", (128,)), T("rq3", (64,), "float32")
+    zq, sq = T("zq3", (64, 128), "uint8"), T("sq3", (128, 4), "uint8")
+    runs = [lr.record(lambda: rmx(xq, wq, 1e-5, zq, rq, scale_inv=sq), rmx),
+            lr.record(lambda: rmx(xq, wq, 1e-5, ne.BlockScaledOutput(zq, sq), rq), rmx)]
+    assert runs[0] == runs[1]
+    res = rmx(xq, wq, 1e-5, ne.BlockScaledOutput(zq, sq), rq)
+    assert res.z.rowwise_data is zq and res.z.rowwise_scale_inv is sq and res[-1] is sq
 
     # NVRTC_ENGINE_DEPENDENT_LAUNCH off: kernels made afterwards launch ordinarily
     x, y = T("x2", (4, 96)), T("y2", (4, 96))
@@ -258,6 +268,6 @@ def test_the_compiled_launcher_is_built():
     build and `pip install -e .` do; NVRTC_ENGINE_BUILD_NATIVE=0 builds without it)."""
     if stub_driver.compiler() is None or os.environ.get("NVRTC_ENGINE_BUILD_NATIVE") == "0":
         pytest.skip("no C compiler, or built without the compiled launcher on purpose")
-    from nvrtc_engine import native_launch
+    from nvrtc_engine.core import native_launch
 
     assert native_launch.loaded(), f"{native_launch.unavailable}: run pip install -e ."

@@ -23,11 +23,22 @@ from fakes import FakeCaiArray, FakeCupyArray
 from norm_shift_emulation import shifted_forward_fp32
 
 import nvrtc_engine as ne
-from nvrtc_engine import ArgumentError, ArgumentTypeError, KernelKey, VariantError, driver, make_key
+from nvrtc_engine import ArgumentError, ArgumentTypeError, KernelKey, VariantError, make_key
 from nvrtc_engine import reference as ref
-from nvrtc_engine.key import arch_number
-from nvrtc_engine.ops import get_spec, norm, norm_config
-from nvrtc_engine.ops.norm import (
+from nvrtc_engine.core import driver
+from nvrtc_engine.core.key import arch_number
+from nvrtc_engine.core.registry import get_spec
+from nvrtc_engine.core.render import render
+from nvrtc_engine.families.norm import config as norm_config
+from nvrtc_engine.families.norm import spec as norm
+from nvrtc_engine.families.norm.config import (
+    MAX_ELEMENTS,
+    MAX_REGISTERS,
+    _registers,
+    iters,
+    vector_width,
+)
+from nvrtc_engine.families.norm.spec import (
     TUNED,
     BackwardConfig,
     ForwardConfig,
@@ -36,14 +47,6 @@ from nvrtc_engine.ops.norm import (
     gamma_dtype,
     loop_threads_per_row,
 )
-from nvrtc_engine.ops.norm_config import (
-    MAX_ELEMENTS,
-    MAX_REGISTERS,
-    _registers,
-    iters,
-    vector_width,
-)
-from nvrtc_engine.render import render
 
 ARCHS = ["sm_80", "sm_89", "sm_90", "sm_100a"]
 DTYPES = ["fp32", "fp16", "bf16"]
@@ -448,7 +451,7 @@ def test_a_plain_float_eps_above_fp32_max_is_refused_by_a_call(ln_fp8):
 def test_eps_is_no_bool_and_fits_fp32():
     """A bool is the wrong type (ArgumentTypeError, as a string is); the kernels take eps
     as fp32, so a value above fp32's largest (which would become inf) is refused."""
-    from nvrtc_engine.ops.norm_kernels import _eps
+    from nvrtc_engine.families.norm.kernels import _eps
 
     for flag in (True, False, np.bool_(True)):
         with pytest.raises(ArgumentTypeError, match="^eps: must be a float >= 0, got") as info:
@@ -465,7 +468,7 @@ def test_eps_type_errors(ln_fp8):
     """eps is a number: a string is a type error (float() would take "1e-5"), and an array
     where an RMSNorm kernel's eps goes, most often beta, says that RMSNorm takes none (a
     LayerNorm kernel's message has no such hint); numpy scalars and ints are numbers."""
-    from nvrtc_engine.ops.norm_kernels import _eps
+    from nvrtc_engine.families.norm.kernels import _eps
 
     for text in ("1e-5", b"1e-5"):
         with pytest.raises(ArgumentTypeError, match="eps: must be a float >= 0, got"):
@@ -522,7 +525,7 @@ def test_forward_scaling_checks(ln_fp8, rms_mx):
 
 
 def test_forward_outputs_need_an_allocating_library(ln_fp8, monkeypatch):
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     monkeypatch.setattr(driver, "pointer_device", lambda ptr: 0)
     args = {k: FakeCaiArray(v.shape, v._cai["typestr"], ptr=v._cai["data"][0])
@@ -574,7 +577,7 @@ def test_backward_dx_must_not_overlap_x_or_dz(ln_bwd):
 
 
 def test_backward_workspace_checks(ln_bwd, monkeypatch):
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     monkeypatch.setattr(driver, "pointer_device", lambda ptr: 0)
     args = {k: FakeCaiArray(v.shape, v._cai["typestr"], ptr=v._cai["data"][0])
@@ -728,7 +731,7 @@ def test_summation_depth():
 @pytest.mark.parametrize("hidden", [None, 1000, 4096, 65536])
 @pytest.mark.parametrize("op", BWD)
 def test_backward_grid_plans_cover_the_rows(op, hidden):
-    from nvrtc_engine.ops.norm_kernels import _Device
+    from nvrtc_engine.families.norm.kernels import _Device
 
     kernel = ne.get_kernel(op, in_dtype="bf16", hidden_size=hidden, arch="sm_90")
     cfg = kernel.config
@@ -802,7 +805,7 @@ def test_forward_grid(cfg, want):
     """_grid (launch_grid on a device): the CTAs a forward launches for its configuration:
     several row groups per CTA never launch fewer CTAs than are resident; a staged kernel's
     grid is persistent, in whole clusters."""
-    from nvrtc_engine.ops.norm_kernels import _Device
+    from nvrtc_engine.families.norm.kernels import _Device
 
     key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
                    arch="sm_90")  # fmt: skip
@@ -817,7 +820,7 @@ def test_staged_grid_is_persistent_and_counts_whole_clusters():
     """One partial row of column sums per CTA (cluster) of the persistent grid, never more
     clusters than the device can hold at once, at least one, at most one per row;
     ``ctas_per_sm`` caps it (BWD_CTAS_PER_SM otherwise)."""
-    from nvrtc_engine.ops.norm_kernels import _Device
+    from nvrtc_engine.families.norm.kernels import _Device
 
     cfg = BackwardConfig(32, cluster=4, staging=Staging(3))
     key = make_key("layernorm_bwd", in_dtype="bf16", hidden_size=65536, arch="sm_90")
@@ -886,7 +889,7 @@ def test_kernels_wait_for_their_grid_dependency(op, fields, staged, arch):
     ``ctas_per_sm``, nor where a CTA holds its weights in registers or takes several row groups,
     nor in the general kernels. Below
     sm_90 there is neither, and the kernel is launched ordinarily (``Kernel._dependent``)."""
-    from nvrtc_engine.nvrtc import CompileOptions, compile_source
+    from nvrtc_engine.core.nvrtc import CompileOptions, compile_source
 
     key = make_key(op, arch=arch, **fields)
     kernel = ne.get_kernel(key)
@@ -921,7 +924,7 @@ def test_one_config_patch_reaches_source_symbols_and_kernel(monkeypatch):
     """One patch of ``norm.norm_config`` (how a script would try a configuration) reaches the
     rendered source, the symbols and the kernel's host side (``Kernel.config``: its grids)
     alike, though the kernels live in norm_kernels.py (NormSpec.config is the one lookup)."""
-    from nvrtc_engine.engine import Engine
+    from nvrtc_engine.core.engine import Engine
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
     key = make_key("layernorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=4096,
@@ -1032,7 +1035,7 @@ def test_no_module_level_switch_changes_generated_code():
 
     for gone in ("norm_switches", "norm_layout"):
         with pytest.raises(ImportError):
-            importlib.import_module(f"nvrtc_engine.ops.{gone}")
+            importlib.import_module(f"nvrtc_engine.core.registry.{gone}")
     for name, value in vars(norm_config).items():  # (DTYPES: the dtype table, imported)
         if name[0] != "_" and name != "DTYPES" and isinstance(value, (dict, list, set)):
             raise AssertionError(f"norm_config.{name} is a mutable {type(value).__name__}")

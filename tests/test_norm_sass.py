@@ -176,7 +176,7 @@ def geometry(kernel: Any) -> dict[str, Any]:
     cluster, dynamic shared memory, and per made-up device and row count the forward's grid
     or the backward's plan (partial sums, row-sum grid, threads per row, rows per chunk,
     workspace)."""
-    from nvrtc_engine.ops.norm_kernels import _Device
+    from nvrtc_engine.families.norm.kernels import _Device
 
     key = kernel.key
     threads = kernel._function_threads()

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import CompileError, HeaderNotFoundError, VariantError, config, make_key
-from nvrtc_engine.nvrtc import (
+from nvrtc_engine import CompileError, HeaderNotFoundError, VariantError, make_key
+from nvrtc_engine.core import config
+from nvrtc_engine.core.nvrtc import (
     CompileOptions,
     compile_source,
     compile_target,
@@ -18,7 +19,7 @@ from nvrtc_engine.nvrtc import (
     nvrtc_version,
     supported_archs,
 )
-from nvrtc_engine.render import helper_headers
+from nvrtc_engine.core.render import helper_headers
 
 ARCHS = ["sm_80", "sm_89", "sm_90", "sm_100a"]
 PAIRS = list(
@@ -52,7 +53,7 @@ def test_compile_target_cubin_and_ptx_fallback():
 
 def test_ptx_output_when_asked():
     k = make_key("gelu", dtype="bf16", arch="sm_90")
-    from nvrtc_engine.render import render
+    from nvrtc_engine.core.render import render
 
     r = render(k)
     result = compile_source(r.name, r.source, r.headers, CompileOptions(arch="compute_90"))
@@ -149,7 +150,7 @@ def test_dump_source_to_an_unusable_debug_dir_warns_once_and_compiles(tmp_path, 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_compile_speed_levers_keep_the_cubin_identical(arch):
     """-minimal (on by default) only skips declarations: the cubin must not change."""
-    from nvrtc_engine.render import render
+    from nvrtc_engine.core.render import render
 
     r = render(make_key("gelu", dtype="fp8", arch=arch))
     on = compile_source(

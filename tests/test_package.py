@@ -89,7 +89,7 @@ def test_wheel_carries_templates_and_no_kernels(wheel):
     if stub_driver.compiler() is None:
         assert not libraries and wheel.name.endswith("-py3-none-any.whl"), wheel.name
     else:
-        assert libraries == ["nvrtc_engine/_native_launch.abi3.so"], libraries
+        assert libraries == ["nvrtc_engine/core/_native_launch.abi3.so"], libraries
         assert "-cp310-abi3-linux_" in wheel.name, wheel.name
 
 
@@ -113,8 +113,8 @@ def test_installed_wheel_works_from_any_directory(wheel, tmp_path):
     )
     code = (
         "import nvrtc_engine, pathlib; "
-        "from nvrtc_engine.render import templates_dir; "
-        "from nvrtc_engine import native_launch; "
+        "from nvrtc_engine.core.render import templates_dir; "
+        "from nvrtc_engine.core import native_launch; "
         "k = nvrtc_engine.get_kernel('gelu', dtype='fp8', arch='sm_90'); "
         "print(templates_dir(), len(k.artifact.image), native_launch.loaded())"
     )
@@ -139,9 +139,10 @@ def test_installed_wheel_works_from_any_directory(wheel, tmp_path):
 
 def test_every_error_is_exported_from_the_package_and_errors():
     """Every exception class the package raises on purpose (VariantListError and
-    BundleError included) is in nvrtc_engine's and nvrtc_engine.errors' __all__ and is the
+    BundleError included) is in nvrtc_engine's and nvrtc_engine.core.errors' __all__ and is the
     one the raising module defines; BundleError is exported lazily (see the next test)."""
-    from nvrtc_engine import bundle, errors, variants
+    from nvrtc_engine.core import errors
+    from nvrtc_engine.tools import bundle, variants
 
     for name in ("VariantListError", "BundleError"):
         assert name in ne.__all__ and name in errors.__all__
@@ -157,15 +158,13 @@ def test_every_error_is_exported_from_the_package_and_errors():
         ne.NoSuchError  # noqa: B018
 
 
-def test_the_lazy_error_exports_import_nothing_more():
-    """VariantListError costs no import; BundleError imports nvrtc_engine.bundle (and its
-    zipfile) only when asked for."""
+def test_the_error_exports_import_nothing_more():
+    """Every error class lives in nvrtc_engine.core.errors: naming VariantListError or
+    BundleError imports neither the variant lists nor the bundles (and their zipfile)."""
     code = (
-        "import sys, nvrtc_engine as ne; from nvrtc_engine.errors import VariantListError; "
-        "v = ne.VariantListError; print(sorted(m for m in ('nvrtc_engine.bundle', "
-        "'nvrtc_engine.variants', 'zipfile') if m in sys.modules)); "
-        "from nvrtc_engine.errors import BundleError; "
-        "print('nvrtc_engine.bundle' in sys.modules, BundleError.__module__)"
+        "import sys, nvrtc_engine as ne; v = ne.VariantListError, ne.BundleError; "
+        "print(sorted(m for m in ('nvrtc_engine.tools.bundle', 'nvrtc_engine.tools.variants', "
+        "'zipfile') if m in sys.modules), ne.BundleError.__module__)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split("\n")[:2] == ["[]", "True nvrtc_engine.bundle"]
+    assert out.stdout.split("\n")[0] == "[] nvrtc_engine.core.errors"

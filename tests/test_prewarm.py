@@ -17,13 +17,16 @@ import warnings
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import config, make_key
-from nvrtc_engine import cpus as cpus_mod
-from nvrtc_engine.engine import default_engine
-from nvrtc_engine.prewarm import PrewarmReport, default_workers, prewarm
-from nvrtc_engine.variants import VariantListError
+from nvrtc_engine import make_key
+from nvrtc_engine.core import config
+from nvrtc_engine.core import cpus as cpus_mod
+from nvrtc_engine.core.engine import default_engine
+from nvrtc_engine.tools.prewarm import PrewarmReport, default_workers, prewarm
+from nvrtc_engine.tools.variants import VariantListError
 
-prewarm_mod = importlib.import_module("nvrtc_engine.prewarm")  # the package exports the function
+prewarm_mod = importlib.import_module(
+    "nvrtc_engine.tools.prewarm"
+)  # the package exports the function
 
 PAIRS = [("bf16", "bf16"), ("bf16", "fp8_e4m3"), ("fp16", "fp16"), ("fp32", "fp8_e5m2")]
 
@@ -56,7 +59,7 @@ def test_prewarm_in_threads_fills_memory_and_disk():
 def test_prewarm_leaves_its_kernels_in_memory_no_second_disk_read(monkeypatch):
     """Kernels a prewarm compiled (in its threads) or read from disk are in this process's
     memory cache: the get_kernel calls that follow read no tier and compile nothing."""
-    from nvrtc_engine.tiers import DiskTier
+    from nvrtc_engine.core.tiers import DiskTier
 
     keys = gelu_keys("sm_90")
     prewarm(keys[:2], workers=1, progress=False)  # two on disk
@@ -91,7 +94,7 @@ def test_threads_start_once_and_each_builds_many(monkeypatch):
 
 
 def test_longest_compiles_start_first_when_threads_are_fewer_than_kernels(monkeypatch):
-    from nvrtc_engine.render import render
+    from nvrtc_engine.core.render import render
 
     keys = [make_key("dswiglu", dtype="bf16", hidden_size=1024, arch="sm_90"),
             make_key("gelu", dtype="bf16", arch="sm_90"),
@@ -170,7 +173,7 @@ def broken_cuda_headers(tmp_path, monkeypatch):
     (include / "cuda_runtime_api.h").write_text("#define CUDART_VERSION 13000\n")
     monkeypatch.setenv("NVRTC_ENGINE_CUDA_INCLUDE_DIR", str(include))
     config.reset()
-    from nvrtc_engine import nvrtc
+    from nvrtc_engine.core import nvrtc
 
     nvrtc.find_cuda_include_dir.cache_clear()
     yield
@@ -385,7 +388,7 @@ _UNGUARDED_SCRIPT = textwrap.dedent("""
     with open(sys.argv[1], "a") as runs:
         runs.write("ran\\n")
     import nvrtc_engine as ne
-    from nvrtc_engine.prewarm import prewarm
+    from nvrtc_engine.tools.prewarm import prewarm
     keys = [ne.make_key("gelu", dtype=d, arch="sm_90") for d in ("bf16", "fp16", "fp32")]
     report = prewarm(keys, workers=2, progress=False)
     print(report.workers, len(report.compiled))

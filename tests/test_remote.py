@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import CacheWarning, config, errors, make_key, nvrtc
-from nvrtc_engine.cache import SCHEMA, check_entry, digest
-from nvrtc_engine.engine import default_engine
+from nvrtc_engine import CacheWarning, make_key
+from nvrtc_engine.core import config, errors, nvrtc
+from nvrtc_engine.core.cache import SCHEMA, check_entry, digest
+from nvrtc_engine.core.engine import default_engine
 
 redis = pytest.importorskip("redis", reason="the redis client (the redis extra) is not installed")
 SERVER = shutil.which("redis-server")
@@ -150,7 +151,7 @@ def test_nodes_missing_a_key_at_once_compile_it_once(server, tmp_path):
 
 
 def test_prewarm_remote_fills_the_server_and_reports_it(server, tmp_path, capsys):
-    from nvrtc_engine.cli import main
+    from nvrtc_engine.tools.cli import main
 
     names = tmp_path / "v.json"
     names.write_text(json.dumps([str(k) for k in KEYS]))
@@ -180,7 +181,15 @@ def test_redis_killed_mid_prewarm_and_restarted(server, tmp_path):
     names = tmp_path / "v.json"
     names.write_text(json.dumps([str(k) for k in keys]))
     env = _env(tmp_path / "a", server, NVRTC_ENGINE_REMOTE_RETRY="0.2")
-    command = [sys.executable, "-m", "nvrtc_engine.cli", "prewarm", str(names), "--workers", "1"]
+    command = [
+        sys.executable,
+        "-m",
+        "nvrtc_engine.tools.cli",
+        "prewarm",
+        str(names),
+        "--workers",
+        "1",
+    ]
     node = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
     deadline = time.monotonic() + 60
@@ -317,7 +326,7 @@ def test_an_unsigned_or_altered_entry_is_refused_where_a_key_is_set(server, tmp_
 _HOLD = textwrap.dedent("""
     import sys, time
     import nvrtc_engine as ne
-    from nvrtc_engine.engine import default_engine
+    from nvrtc_engine.core.engine import default_engine
     remote = default_engine().tiers().remote
     print(remote.take_lease(sys.argv[1], float(sys.argv[2])), flush=True)
     time.sleep(120)
@@ -386,7 +395,7 @@ def test_a_remote_entry_of_another_nvrtc_is_used_on_request(server, tmp_path, mo
 
 
 def test_cache_info_says_whether_the_server_answers(server, tmp_path, capsys):
-    from nvrtc_engine.cli import main
+    from nvrtc_engine.tools.cli import main
 
     url = f"redis://me:hunter2@127.0.0.1:{server.port}/0"
     config.configure(remote_cache=url, cache_key=SECRET)

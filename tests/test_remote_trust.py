@@ -11,13 +11,15 @@ import warnings
 import pytest
 
 import nvrtc_engine as ne
-from nvrtc_engine import CacheWarning, bundle, config, engine, errors, make_key, nvrtc
-from nvrtc_engine.bundle import BundleError, export_bundle, import_bundle
-from nvrtc_engine.cache import check_entry, digest, sign_entry
-from nvrtc_engine.cli import main
-from nvrtc_engine.engine import default_engine
-from nvrtc_engine.errors import CudaError
-from nvrtc_engine.prewarm import prewarm
+from nvrtc_engine import CacheWarning, make_key
+from nvrtc_engine.core import config, engine, errors, nvrtc
+from nvrtc_engine.core.cache import check_entry, digest, sign_entry
+from nvrtc_engine.core.engine import default_engine
+from nvrtc_engine.core.errors import CudaError
+from nvrtc_engine.tools import bundle
+from nvrtc_engine.tools.bundle import BundleError, export_bundle, import_bundle
+from nvrtc_engine.tools.cli import main
+from nvrtc_engine.tools.prewarm import prewarm
 
 KEYS = [make_key("gelu", dtype="bf16", hidden_size=h, arch="sm_90") for h in (1024, 2048)]
 SECRET = "a-fleet-secret-of-32-characters!"
@@ -259,7 +261,7 @@ def test_a_read_only_cache_of_another_nvrtc_is_used_on_request(tmp_path, monkeyp
 
 
 def test_try_load_without_a_gpu_is_false():
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     if driver.device_count():
         pytest.skip("a GPU is present")

@@ -6,7 +6,7 @@ import jinja2
 import pytest
 
 from nvrtc_engine import make_key
-from nvrtc_engine.render import environment, helper_headers, render, templates_dir
+from nvrtc_engine.core.render import environment, helper_headers, render, templates_dir
 
 
 def test_render_defines_the_symbol_and_uses_helpers():

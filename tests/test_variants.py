@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from nvrtc_engine import KernelKey, VariantError, make_key
-from nvrtc_engine.ops import registered_ops
-from nvrtc_engine.variants import (
+from nvrtc_engine.core.registry import registered_ops
+from nvrtc_engine.tools.variants import (
     VariantListError,
     expand_entry,
     load_variants,

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from nvrtc_engine import reference as ref
-from nvrtc_engine.reference import norm as ref_norm
+from nvrtc_engine.families.norm import reference as ref_norm
 from nvrtc_engine.torch import _kernels
 
 _MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}

@@ -166,8 +166,8 @@ def engine_call(
     import torch
 
     import nvrtc_engine as ne
-    from nvrtc_engine.ops.activation import MXFP8Output
-    from nvrtc_engine.ops.blockscale import mxfp8_scale_shape
+    from nvrtc_engine.families.activation.spec import MXFP8Output
+    from nvrtc_engine.families.shared.blockscale import mxfp8_scale_shape
 
     get_kernel = get_kernel or ne.get_kernel
     dev = inputs[-1].device
@@ -190,8 +190,10 @@ def engine_call(
         fields = {}
         for direction in ("rowwise", "columnwise"):
             if layout in (direction, "both"):
-                fields[direction] = torch.empty(shape, dtype=torch.float8_e4m3fn, device=dev)
-                fields[direction + "_scale"] = torch.zeros(
+                fields[direction + "_data"] = torch.empty(
+                    shape, dtype=torch.float8_e4m3fn, device=dev
+                )
+                fields[direction + "_scale_inv"] = torch.zeros(
                     mxfp8_scale_shape(*shape, direction), dtype=torch.uint8, device=dev
                 )
         out = MXFP8Output(**fields)

@@ -123,7 +123,7 @@ def bench_shape(
     import torch
 
     import nvrtc_engine as ne
-    from nvrtc_engine.ops.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
+    from nvrtc_engine.families.shared.blockscale import mxfp8_scale_shape, nvfp4_scale_shape
 
     n = m * k
     dev = "cuda"

@@ -70,12 +70,12 @@ def _timed(phase: str, func: Any, once: bool = False) -> Any:
 
 
 def _patch(name: str, module: Any) -> None:
-    if name == "nvrtc_engine.nvrtc":
+    if name == "nvrtc_engine.core.nvrtc":
         module._nvrtc = _timed("nvrtc_init", module._nvrtc, once=True)
         module.compile_source = _timed("compile", module.compile_source)
-    elif name == "nvrtc_engine.render":
+    elif name == "nvrtc_engine.core.render":
         module.render = _timed("render", module.render)
-    elif name == "nvrtc_engine.tiers":
+    elif name == "nvrtc_engine.core.tiers":
         module.DiskTier.put = _timed("store", module.DiskTier.put)
         module.DiskTier.get = _timed("lookup", module.DiskTier.get)
 
@@ -84,7 +84,12 @@ class _Finder:
     """Times ``import nvrtc_engine`` and patches the modules named in :func:`_patch` as
     soon as they have run (before any other module imports names from them)."""
 
-    NAMES = ("nvrtc_engine", "nvrtc_engine.nvrtc", "nvrtc_engine.render", "nvrtc_engine.tiers")
+    NAMES = (
+        "nvrtc_engine",
+        "nvrtc_engine.core.nvrtc",
+        "nvrtc_engine.core.render",
+        "nvrtc_engine.core.tiers",
+    )
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
         if name not in self.NAMES:

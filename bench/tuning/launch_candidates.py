@@ -19,7 +19,7 @@ cuda.core Stream) from the stream handle, and launch with the parameters packed 
 - ``cuda.core launch``: ``cuda.core.launch(stream, config, kernel, *args)``, a cuda.core
   ``Stream`` per stream handle and a ``LaunchConfig`` made once
   (``programmatic_stream_serialization`` for ``dependent``);
-- ``nvrtc_engine.launch.launch``: the package's driver call (cuLaunchKernelEx through
+- ``nvrtc_engine.core.launch.launch``: the package's driver call (cuLaunchKernelEx through
   cuda.bindings, the configuration from its cache by launch shape and stream), for
   reference.
 
@@ -181,7 +181,7 @@ def ctypes_launch_ex(function: Any, grid: int, block: int, shmem: int, dependent
 
 
 def engine_launch(function: Any, grid: int, block: int, shmem: int, dependent: bool) -> Go:
-    from nvrtc_engine.launch import launch
+    from nvrtc_engine.core.launch import launch
 
     def go(stream: int, params: int) -> None:
         launch(function, grid, block, shmem, dependent, stream, params)
@@ -238,8 +238,8 @@ def main() -> int:
 
         sync = torch.cuda.synchronize
     import nvrtc_engine as ne
-    from nvrtc_engine.ops.norm_kernels import FWD
-    from nvrtc_engine.signature import param_buffer
+    from nvrtc_engine.core.signature import param_buffer
+    from nvrtc_engine.families.norm.kernels import FWD
 
     device = 0 if args.stub else torch.cuda.current_device()
     cuda = torch.device("cuda", device)
@@ -275,7 +275,7 @@ def main() -> int:
         "bindings cuLaunchKernelEx": bindings_launch_ex,
         "ctypes cuLaunchKernel": ctypes_launch,
         "ctypes cuLaunchKernelEx": ctypes_launch_ex,
-        "nvrtc_engine.launch.launch": engine_launch,
+        "nvrtc_engine.core.launch.launch": engine_launch,
     }
     try:
         import cuda.core

@@ -69,7 +69,7 @@ def main() -> int:
     import torch
     from cuda.bindings import driver as cu
 
-    from nvrtc_engine import nvrtc
+    from nvrtc_engine.core import nvrtc
 
     torch.cuda.init()
     torch.empty(1, device="cuda")  # the primary context, current on this thread

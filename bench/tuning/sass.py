@@ -9,12 +9,12 @@ count of each opcode per function of the cubin (arch sm_90 unless ``arch=`` says
 ``--all`` adds the whole disassembly. Fields are get_kernel's. Needs ``cuobjdump``: the one
 named by $CUOBJDUMP, else on PATH (a CUDA toolkit), else the one Triton's wheel carries
 (``triton/backends/nvidia/bin``). Used to count the instructions per element of a kernel
-before spending GPU time (docs/activations.md, "Kernels"). ``variant=`` compiles a norm
-forward under bench/tuning/source_ab.py's changes (another configuration field, the rules'
-configuration, the trigger added or taken out) on a memory-only engine, and ``--diff`` then
-prints the instructions that differ from the kernel as chosen (the addresses and encodings
-left out): e.g. ``python bench/tuning/sass.py layernorm_fwd in_dtype=bf16 out_dtype=fp8
-hidden_size=4096 variant=staging.align=16 --diff``.
+before spending GPU time (docs/activations.md, "How a launch is chosen"). ``variant=``
+compiles a norm forward under bench/tuning/source_ab.py's changes (another configuration
+field, the rules' configuration, the trigger added or taken out) on a memory-only engine,
+and ``--diff`` then prints the instructions that differ from the kernel as chosen (the
+addresses and encodings left out): e.g. ``python bench/tuning/sass.py layernorm_fwd
+in_dtype=bf16 out_dtype=fp8 hidden_size=4096 variant=staging.align=16 --diff``.
 """
 
 from __future__ import annotations

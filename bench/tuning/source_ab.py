@@ -93,7 +93,8 @@ def configured(key: Any, parts: list[str]) -> Any:
     """The configuration ``key`` compiles with under the variant ``parts``: its own (or the
     rules' with ``rules``) with each ``FIELD=VALUE`` replaced; ValueError naming what does
     not apply (an unknown field, a value the configuration refuses)."""
-    from nvrtc_engine.ops import norm, norm_config
+    from nvrtc_engine.families.norm import config as norm_config
+    from nvrtc_engine.families.norm import spec as norm
 
     cfg = norm_config._register_layout(key) if "rules" in parts else norm.norm_config(key)
     for part in (p for p in parts if "=" in p):
@@ -136,7 +137,7 @@ def check_variants(cases: list[tuple[str, int]], outs: list[str], variants: list
                    arch: str = "sm_90") -> None:  # fmt: skip
     """ValueError unless every variant applies to every case's kernel, rendered for ``arch``
     (no GPU, no compile), so that a field a kernel lacks is found before any timing."""
-    import nvrtc_engine.engine as engine_mod
+    import nvrtc_engine.core.engine as engine_mod
 
     for norm_name, h in cases:
         for out in outs:
@@ -151,7 +152,7 @@ def check_variants(cases: list[tuple[str, int]], outs: list[str], variants: list
 
 def build(key: Any, parts: list[str]) -> Any:
     """``key``'s kernel under the variant ``parts``, compiled on a fresh memory-only engine."""
-    import nvrtc_engine.engine as engine_mod
+    import nvrtc_engine.core.engine as engine_mod
 
     plain = engine_mod.render
     engine_mod.render = lambda k: edited(plain(k), parts)
@@ -266,7 +267,7 @@ def main() -> int:
             rows += bench_case(norm, h, out, variants, args.rounds)["rows"]
     for r in rows:
         r["pct_of_copy"] = 100 * r["gbps"] / copy
-    from nvrtc_engine.render import templates_digest
+    from nvrtc_engine.core.render import templates_digest
 
     path = common.write_results(args.name, {**common.gpu_info(), "copy_gbps": copy,
                                             "rounds": args.rounds,

@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from ..errors import ArgumentError, ArgumentTypeError
-from ..ops.activation import ACTIVATION_SPECS
+from ..core.errors import ArgumentError, ArgumentTypeError
+from ..families.activation.spec import ACTIVATION_SPECS
 from . import _kernels
 
 __all__ = [

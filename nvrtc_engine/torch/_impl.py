@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from ..ops.activation import CLAMPED_SWIGLU_ALPHA as ALPHA
-from ..ops.activation import CLAMPED_SWIGLU_LINEAR_OFFSET as OFFSET
+from ..families.activation.spec import CLAMPED_SWIGLU_ALPHA as ALPHA
+from ..families.activation.spec import CLAMPED_SWIGLU_LINEAR_OFFSET as OFFSET
 from . import _checks
 from ._kernels import fill, kernel
 

@@ -27,9 +27,9 @@ from typing import Any, NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..errors import ArgumentTypeError
-from ..ops.activation import CLAMPED_SWIGLU_ALPHA as ALPHA
-from ..ops.activation import CLAMPED_SWIGLU_LINEAR_OFFSET as OFFSET
+from ..core.errors import ArgumentTypeError
+from ..families.activation.spec import CLAMPED_SWIGLU_ALPHA as ALPHA
+from ..families.activation.spec import CLAMPED_SWIGLU_LINEAR_OFFSET as OFFSET
 from . import _impl
 from . import _ops as _ops  # registers torch.ops.nvrtc_engine
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from ..errors import ArgumentError, ArgumentTypeError
-from ..ops.activation import CLAMPED_SWIGLU_ALPHA, CLAMPED_SWIGLU_LINEAR_OFFSET
+from ..core.errors import ArgumentError, ArgumentTypeError
+from ..families.activation.spec import CLAMPED_SWIGLU_ALPHA, CLAMPED_SWIGLU_LINEAR_OFFSET
 from . import _kernels
 from . import functional as F
 from .functional import FP8Output

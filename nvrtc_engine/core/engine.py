@@ -1,0 +1,440 @@
+"""The engine: key -> kernel through the memory cache, the cache's tiers and NVRTC.
+
+Memory: one :class:`~nvrtc_engine.core.kernel.Kernel` per key, one build of a key at a time (the
+engine's lock guards dictionaries only). A miss takes :meth:`Engine.build_artifact`'s steps:
+the key's digest (nothing rendered); each tier in order, the disk cache, the read-only caches
+and the remote cache (every entry verified, with its signature where it comes from a shared
+tier and a secret is configured; a hit is copied to the disk cache); with ``any_nvrtc``, the
+entries of the shared tiers built by another NVRTC for the key; else the digest's file lock,
+the disk cache again, the remote cache's compile lease (or a wait for the node holding it),
+render, compile, store on disk and in the remote cache. :meth:`Engine.get` hands out a kernel
+of another NVRTC only once it has loaded on a GPU here (where there is one). A fork()ed child
+keeps the memory cache (its kernels load again, lazily) and reopens files and connections.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import cache, config, nvrtc
+from .cache import Tier, check_entry, compile_options, encode_entry, refile_entry, sign_entry
+from .errors import CacheWarning, CudaError, warn_once
+from .kernel import Artifact, Kernel
+from .key import KernelKey
+from .nvrtc import compile_source, compile_target
+from .render import render
+from .tiers import STORE_DIR, DiskTier, ReadOnlyTier, RedisTier, open_readonly, remove_store
+
+__all__ = ["CacheInfo", "Engine", "Tiers", "default_engine", "try_load"]
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """Counters (this process's) and sizes of the kernel caches: ``hits`` (answered from
+    memory), ``disk_hits`` (read and verified from the disk cache or a read-only cache),
+    ``misses``, ``compiles`` (NVRTC runs), ``memory_entries``; the disk cache's ``entries``,
+    ``bytes`` on disk, ``directory`` (None without a usable one; asking creates none: one
+    holding no cache yet reports 0 and 0) and ``size_limit`` (bytes; else the configured one);
+    ``readonly``: the read-only caches configured (``NVRTC_ENGINE_READONLY_CACHE``);
+    ``remote_hits`` (read and verified from the remote cache) and ``remote`` (its URL without
+    a password, or None: ``NVRTC_ENGINE_REMOTE_CACHE``)."""
+
+    hits: int
+    disk_hits: int
+    misses: int
+    compiles: int
+    memory_entries: int
+    entries: int
+    bytes: int
+    directory: str | None
+    size_limit: int = 0
+    readonly: tuple[str, ...] = ()
+    remote_hits: int = 0
+    remote: str | None = None
+
+
+@dataclass(frozen=True)
+class Tiers:
+    """The caches of one :class:`~nvrtc_engine.core.config.Settings`, opened: the disk cache (None
+    when disabled or unusable; ``why``), the read-only caches, the remote cache (None when not
+    configured or unusable) and the ``secret`` shared tiers' entries are signed with."""
+
+    settings: config.Settings
+    disk: DiskTier | None
+    readonly: tuple[ReadOnlyTier, ...] = ()
+    remote: RedisTier | None = None
+    why: str = ""
+    secret: bytes | None = None
+
+    @property
+    def shared(self) -> tuple[Tier, ...]:  # the tiers other machines write: signed entries
+        return (*self.readonly, *((self.remote,) if self.remote is not None else ()))
+
+    def close(self) -> None:
+        for tier in (self.disk, *self.shared):
+            if tier is not None:
+                tier.close()
+
+
+_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+_Found = tuple[Artifact, str]  # an artifact and its origin: "disk", "remote", "unchecked"
+
+
+class Engine:
+    """Builds and caches kernels. Most code uses the process-wide :func:`default_engine`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._memory: dict[KernelKey, Kernel] = {}
+        self._calls: dict[Any, Kernel] = {}  # get_kernel argument tuples -> kernel
+        self._inflight: dict[KernelKey, threading.Lock] = {}
+        self._opened: Tiers | None = None
+        self.hits = self.disk_hits = self.remote_hits = self.misses = self.compiles = 0
+        _engines.add(self)
+
+    def tiers(self) -> Tiers:
+        """The caches, opened on first use and after a :func:`~nvrtc_engine.configure` (the
+        old ones keep their entries). Raises :class:`~nvrtc_engine.SettingsError` for a
+        signing key file that cannot be read."""
+        s, opened = config.settings(), self._opened
+        if opened is None or opened.settings is not s:  # (threads racing here open them twice)
+            secret = s.signing_key()
+            disk, why = (None, "") if s.disable_disk_cache else DiskTier.open(
+                _cache_dir(s), s.cache_size_limit)  # fmt: skip
+            readonly = open_readonly(s.readonly_cache)
+            self._opened = Tiers(s, disk, readonly, RedisTier.open(s), why, secret)
+            if opened is not None:
+                opened.close()
+        return self._opened
+
+    def disk(self) -> DiskTier | None:  # None when disabled or unusable (tiers().why: why)
+        return self.tiers().disk
+
+    def info(self) -> CacheInfo:
+        """Counters and sizes; opens the disk cache only where its directory holds one."""
+        s, opened = config.settings(), self._opened
+        fresh = None if opened and opened.settings is s else _not_created(s)
+        disk = None if fresh or s.disable_disk_cache else self.disk()
+        sizes = (0, 0, fresh, s.cache_size_limit) if disk is None else (
+            len(disk), disk.volume(), str(disk.directory), disk.size_limit)  # fmt: skip
+        remote = config.shown_url(s.remote_cache) if s.remote_cache else None
+        return CacheInfo(self.hits, self.disk_hits, self.misses, self.compiles, len(self._memory),
+                         *sizes, tuple(map(str, s.readonly_cache)), self.remote_hits,
+                         remote)  # fmt: skip
+
+    def clear(self, *, memory: bool = True, disk: bool = True) -> None:
+        """Drop cached kernels, ``memory`` resetting the counters, ``disk`` the settings' directory
+        (a store a full disk keeps from opening goes whole; the settings are read again).
+        Read-only and remote caches are never cleared."""
+        if memory:
+            with self._lock:
+                self._memory.clear()
+                self._calls.clear()
+                self.hits = self.disk_hits = self.remote_hits = self.misses = self.compiles = 0
+        s = config.settings()
+        directory = _cache_dir(s)
+        held = directory is not None and os.path.isdir(directory / STORE_DIR)
+        if disk and (held or (self._opened is not None and self._opened.settings is s)):
+            t = self.tiers()
+            if t.disk is not None:
+                t.disk.clear()
+            elif t.why.startswith("no space") and directory:
+                remove_store(directory)
+        if disk and self._opened is not None:
+            self._opened.close()
+            self._opened = None
+
+    def lookup_call(self, call: Any) -> Kernel | None:  # get_kernel's, for the same arguments
+        kernel = self._calls.get(call)
+        self.hits += kernel is not None
+        return kernel
+
+    def remember_call(self, call: Any, kernel: Kernel) -> None:
+        self._calls[call] = kernel
+
+    def get(self, key: KernelKey) -> Kernel:
+        """The kernel for ``key``: from memory, else a tier, else compiled (single-flight);
+        one of another NVRTC loaded once on a GPU first (:meth:`_check`)."""
+        kernel = self._memory.get(key)
+        if kernel is not None and kernel.origin != "unchecked":
+            self.hits += 1
+            return kernel
+        with self._lock:
+            flight = self._inflight.setdefault(key, threading.Lock())
+        with flight:  # one build of a key at a time: those waiting find its kernel in memory
+            kernel = self._memory.get(key) or self.adopt(key, *self.build_artifact(key))
+            if kernel.origin == "unchecked":
+                kernel = self._check(key, kernel)
+        self._inflight.pop(key, None)
+        return kernel
+
+    def build_artifact(self, key: KernelKey) -> _Found:
+        """The artifact for ``key`` from a tier, else compiled and stored; no memory cache.
+        Returns ``(artifact, origin)``, origin ``"disk"`` (the disk or a read-only cache),
+        ``"remote"``, ``"unchecked"`` (an entry of another NVRTC, not yet loaded on a GPU
+        here) or ``"compiled"``. Holds the key's cross-process lock (never this engine's)
+        around "look in the disk cache again, compile, store", and the remote cache's lease
+        around the compile, so processes sharing a directory or a remote cache compile each
+        key once. Touches no GPU (prewarm's workers call this). Raises what rendering and
+        NVRTC raise."""
+        digest = cache.digest(key)
+        t = self.tiers()
+        found = self._load(key, digest, t, (t.disk, *t.shared)) or self._other_nvrtc(key, t)
+        if found is not None:
+            return found
+        disk = t.disk if t.disk is not None and t.disk.writable else None
+        if disk is None:
+            return self._fleet_compile(key, digest, t, None)
+        with disk.lock(digest, t.settings.lock_timeout):
+            found = self._load(key, digest, t, (disk,))  # another process may have stored it
+            return found or self._fleet_compile(key, digest, t, disk)
+
+    def _load(
+        self, key: KernelKey, digest: str, t: Tiers, tiers: Iterable[Tier | None]
+    ) -> _Found | None:
+        """The first entry for ``digest`` in ``tiers`` that verifies; one from a shared tier
+        is copied to the disk cache."""
+        version = nvrtc.nvrtc_identity()
+        for tier in tiers:
+            value = tier.get(digest) if tier is not None else None
+            if value is None:
+                continue
+            checked = check_entry(value, digest, key, version, t.secret if tier.shared else None)
+            if isinstance(checked, str):
+                self._refuse(key, digest, tier, checked)
+                continue
+            if tier is not t.disk and t.disk is not None:
+                t.disk.put(digest, value)
+            return self._found(tier, t, checked[1], checked[0].get("checked") is False)
+        return None
+
+    def _found(self, tier: Tier, t: Tiers, artifact: Artifact, unchecked: bool) -> _Found:
+        """Count a hit in ``tier``; the artifact and its origin."""
+        if tier is t.remote:
+            self.remote_hits += 1
+        else:
+            self.disk_hits += 1
+        return artifact, "unchecked" if unchecked else "remote" if tier is t.remote else "disk"
+
+    def _refuse(self, key: KernelKey, digest: str, tier: Tier, why: str) -> None:
+        """A bad entry: removed from the disk cache; in a shared tier, left (a compile here
+        replaces a remote one) and said once per tier."""
+        if not tier.shared:
+            tier.delete(digest)
+            return
+        kind, what = ("remote", "replaced") if tier.writable else ("read-only", "skipped")
+        warn_once("bad shared entry", tier.location, f"nvrtc_engine: the {kind} cache "
+                  f"{tier.location} holds a bad entry for {key} ({digest[:12]}: {why}); it is "
+                  f"{what}", CacheWarning)  # fmt: skip
+
+    def _other_nvrtc(self, key: KernelKey, t: Tiers) -> _Found | None:
+        """With ``any_nvrtc``: an entry for ``key`` built by another NVRTC in a shared tier
+        (found under the digest that NVRTC's process computes: the tier names its versions),
+        verified, filed in the disk cache under this NVRTC's digest, unchecked."""
+        if not t.settings.any_nvrtc:
+            return None
+        version, digest = nvrtc.nvrtc_identity(), cache.digest(key)
+        for tier in t.shared:
+            for other in tier.nvrtc_versions():
+                theirs = cache.digest(key, other) if other != version else None
+                value = tier.get(theirs) if theirs is not None else None
+                if value is None:
+                    continue
+                checked = check_entry(value, theirs, key, other, t.secret)
+                if isinstance(checked, str):
+                    self._refuse(key, theirs, tier, checked)  # type: ignore[arg-type]
+                    continue
+                if t.disk is not None:
+                    t.disk.put(digest, refile_entry(value, digest, version, checked=False))
+                artifact = dataclasses.replace(checked[1], digest=digest)
+                return self._found(tier, t, artifact, True)
+        return None
+
+    def _fleet_compile(
+        self, key: KernelKey, digest: str, t: Tiers, disk: DiskTier | None
+    ) -> _Found:
+        """Compile ``key``, holding the remote cache's lease for it where there is one: a node
+        finding it held waits for the holder's entry, up to ``remote_wait`` seconds (the
+        lease's life too: a killed holder's lease expires), then compiles."""
+        remote = t.remote
+        if remote is None:
+            return self._compile(key, digest, t, disk), "compiled"
+        wait = t.settings.remote_wait
+        deadline, pause = time.monotonic() + wait, 0.005
+        while True:
+            token = remote.take_lease(digest, wait)
+            if token is not None:  # ours, or "" where the server cannot give one
+                try:  # (the holder before us may have stored it since we looked)
+                    found = self._load(key, digest, t, (remote,)) if token else None
+                    return found or (self._compile(key, digest, t, disk), "compiled")
+                finally:
+                    remote.drop_lease(digest, token)
+            found = self._load(key, digest, t, (remote,))
+            if found is not None:
+                return found
+            if time.monotonic() >= deadline:
+                warn_once("remote wait", remote.location, f"nvrtc_engine: waited {wait:g} s "
+                          f"for another node compiling {key} (its lease in the remote cache at "
+                          f"{remote.location}); compiling it here (NVRTC_ENGINE_REMOTE_WAIT "
+                          "sets the wait)", CacheWarning)  # fmt: skip
+                return self._compile(key, digest, t, disk), "compiled"
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
+
+    def _compile(self, key: KernelKey, digest: str, t: Tiers, disk: DiskTier | None) -> Artifact:
+        self.misses += 1
+        expected, start = nvrtc.nvrtc_identity(), time.perf_counter()
+        rendered = render(key)
+        options = compile_options(compile_target(key.arch)[0])
+        result = compile_source(rendered.name, rendered.source, rendered.headers, options,
+                                cuda_headers=rendered.cuda_headers, key=str(key))  # fmt: skip
+        self.compiles += 1
+        version = nvrtc.nvrtc_version()
+        artifact = Artifact(result.image, result.kind, rendered.symbols, digest, version,
+                            options.flags(), (time.perf_counter() - start) * 1e3)  # fmt: skip
+        if version != expected:  # the wheel found is not the NVRTC loaded: not stored
+            warn_once("nvrtc", expected, f"nvrtc_engine: NVRTC {version} is loaded, not the "
+                      f"NVRTC {expected} wheel: kernels are not cached", CacheWarning)  # fmt: skip
+            return artifact
+        value = encode_entry(str(key), artifact)
+        if disk is not None:
+            disk.put(digest, value)
+        self._share(t, digest, value)
+        return artifact
+
+    @staticmethod
+    def _share(t: Tiers, digest: str, value: bytes) -> bool:
+        """Write an entry to the remote cache, signed where a secret is configured."""
+        if t.remote is None:
+            return False
+        return t.remote.put(digest, sign_entry(value, t.secret) if t.secret else value)
+
+    def publish(self, keys: Iterable[KernelKey]) -> list[KernelKey]:
+        """Write the entries of ``keys`` (kernels in memory, as :func:`~nvrtc_engine.prewarm`
+        leaves them) to the remote cache, signed where a secret is configured; the keys not
+        written: not in memory, built by another NVRTC (never shared), no remote cache, or
+        the server refused or failed."""
+        t, version = self.tiers(), nvrtc.nvrtc_identity()
+        missed = []
+        for key in keys:
+            kernel = self._memory.get(key)
+            a = kernel.artifact if kernel is not None else None
+            if (
+                a is None
+                or a.nvrtc_version != version
+                or not self._share(t, a.digest, encode_entry(str(key), a))
+            ):
+                missed.append(key)
+        return missed
+
+    def _check(self, key: KernelKey, kernel: Kernel) -> Kernel:
+        """A kernel of another NVRTC, loaded once on a GPU here that runs its arch: kept
+        (its disk entry marked checked) if the driver loads it, else compiled here (one
+        warning); as it is where no GPU here runs it."""
+        t, digest, version = self.tiers(), kernel.artifact.digest, nvrtc.nvrtc_identity()
+        try:
+            if not try_load(key, kernel.artifact):
+                return kernel
+        except CudaError as exc:
+            warn_once("other nvrtc", str(key), f"nvrtc_engine: the cached {key}, built by "
+                      f"NVRTC {kernel.artifact.nvrtc_version}, does not load here ({exc}); "
+                      f"compiling it with NVRTC {version}", CacheWarning)  # fmt: skip
+            if t.disk is not None:
+                t.disk.delete(digest)
+            disk = t.disk if t.disk is not None and t.disk.writable else None
+            checked = key.spec.kernel_class()(key, self._compile(key, digest, t, disk), "compiled")
+        else:
+            value = t.disk.get(digest) if t.disk is not None else None
+            if value and isinstance(check_entry(value, digest, key, version), tuple):
+                t.disk.put(digest, refile_entry(value, digest, version, checked=True))  # type: ignore[union-attr]
+            checked = key.spec.kernel_class()(key, kernel.artifact, "disk")
+        with self._lock:
+            self._memory[key] = checked
+        return checked
+
+    def cached(self, key: KernelKey) -> Kernel | None:
+        """The kernel for ``key`` if memory or a tier has it (then kept in memory), or None."""
+        kernel = self._memory.get(key)
+        if kernel is None:
+            t = self.tiers()
+            found = self._load(key, cache.digest(key), t, (t.disk, *t.shared))
+            found = found or self._other_nvrtc(key, t)
+            return self.adopt(key, *found) if found is not None else None
+        self.hits += 1
+        return kernel
+
+    def adopt(self, key: KernelKey, artifact: Artifact, origin: str) -> Kernel:
+        """Keep ``artifact`` (from anywhere) as ``key``'s kernel; the one memory holds wins."""
+        kernel = key.spec.kernel_class()(key, artifact, origin)
+        with self._lock:
+            return self._memory.setdefault(key, kernel)
+
+
+def try_load(key: KernelKey, artifact: Artifact) -> bool:
+    """Load ``artifact`` once on the first GPU here whose arch runs ``key``'s
+    (``cuModuleLoadData``, then unloaded): True; False where no GPU here runs it (none, or
+    none of that arch). Raises :class:`~nvrtc_engine.CudaError` where the driver refuses it."""
+    from . import driver
+    from .kernel import runs_on
+
+    for ordinal in range(driver.device_count()):
+        dev = driver.get_device(ordinal)
+        if artifact.kind == "cubin" and not runs_on(key.arch, dev.arch):
+            continue
+        module, _function = driver.load_function(dev, artifact.image, artifact.symbols[0])
+        with contextlib.suppress(Exception):  # (an unload that fails only leaks a module)
+            driver._drv().cuModuleUnload(module)
+        return True
+    return False
+
+
+def _cache_dir(s: config.Settings) -> Path | None:  # None: no home directory for the default
+    try:
+        return s.resolved_cache_dir()
+    except OSError:
+        return None
+
+
+def _not_created(s: config.Settings) -> str | None:
+    """The cache directory where it has no store yet and may get one (creating nothing)."""
+    directory = existing = _cache_dir(s)
+    if s.disable_disk_cache or directory is None or os.path.isdir(directory / STORE_DIR):
+        return None
+    while not os.path.exists(existing) and existing.parent != existing:
+        existing = existing.parent
+    ok = os.path.isdir(existing) and os.access(existing, os.W_OK | os.X_OK)
+    return str(directory) if ok else None
+
+
+_default = Engine()  # (opens nothing until its first lookup)
+
+
+def default_engine() -> Engine:
+    """The process-wide engine behind :func:`~nvrtc_engine.get_kernel`."""
+    return _default
+
+
+def _before_fork() -> None:
+    for engine in list(_engines):
+        if engine._opened is not None:  # SQLite and Redis connections must not cross a fork
+            engine._opened.close()  # (reopened on use)
+
+
+def _after_fork_in_child() -> None:
+    for engine in list(_engines):
+        engine._lock, engine._inflight = threading.Lock(), {}  # the parent's builds end there
+        for kernel in engine._memory.values():  # modules are per process: load again here
+            kernel._loaded, kernel._lock = {}, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

@@ -1,0 +1,160 @@
+"""Rendering: a :class:`~nvrtc_engine.KernelKey` to CUDA source, with Jinja2.
+
+Templates live in ``templates/`` (``<family>.cu.j2``) and the project's device helpers in
+``templates/include/*.cuh``; the helpers go to NVRTC as in-memory headers. A family outside
+the package may keep its templates in its own folder (``OpSpec.templates``). In an installed
+wheel the templates sit inside the package (``nvrtc_engine/templates``); in a source checkout
+they are found beside the package.
+
+Every template file is read once per process (:func:`template_files`) and rendering only ever
+sees those bytes: the cache's code fingerprint (:func:`nvrtc_engine.core.cache.code_fingerprint`)
+hashes the same snapshot, so a digest always belongs to the templates a kernel is rendered
+from. A template edited while a process runs is seen by the next process.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import jinja2
+
+    from .key import KernelKey
+
+__all__ = [
+    "RenderedSource",
+    "environment",
+    "folder_files",
+    "helper_headers",
+    "render",
+    "template_files",
+    "templates_digest",
+    "templates_dir",
+]
+
+
+@dataclass(frozen=True)
+class RenderedSource:
+    """One rendered kernel: its CUDA source and what NVRTC needs beside it.
+
+    Attributes: ``name`` (a file name for NVRTC diagnostics), ``source`` (CUDA C++),
+    ``symbols`` (the ``extern "C"`` kernels it defines), ``headers`` (in-memory headers as
+    sorted ``(include name, text)`` pairs) and ``cuda_headers`` (whether it includes CUDA
+    toolkit headers such as ``cuda_fp8.h``, which then must be found on disk).
+    """
+
+    name: str
+    source: str
+    symbols: tuple[str, ...]
+    headers: tuple[tuple[str, str], ...]
+    cuda_headers: bool
+
+
+@functools.cache
+def templates_dir() -> Path:
+    """The directory holding ``*.cu.j2`` templates (inside the wheel, or the source tree)."""
+    here = Path(__file__).resolve().parent.parent  # nvrtc_engine/
+    for candidate in (here / "templates", here.parent / "templates"):
+        if (candidate / "include").is_dir():
+            return candidate
+    raise FileNotFoundError(
+        f"nvrtc_engine templates not found in {here / 'templates'} or {here.parent / 'templates'};"
+        " the installation is incomplete"
+    )
+
+
+@functools.cache
+def folder_files(root: str) -> dict[str, bytes]:
+    """Every file under ``root`` (relative POSIX names such as ``"include/nve_act.cuh"``,
+    sorted) with its bytes, read once per process; ``__pycache__`` left out."""
+    names = []
+    for folder, subfolders, files in os.walk(root):  # (os.walk: a third of rglob's cost)
+        subfolders[:] = [d for d in subfolders if d != "__pycache__"]
+        relative = os.path.relpath(folder, root).replace(os.sep, "/")
+        names += [name if relative == "." else f"{relative}/{name}" for name in files]
+    out = {}
+    for name in sorted(names):
+        with open(os.path.join(root, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+def template_files() -> dict[str, bytes]:
+    """Every file under :func:`templates_dir` (``"gelu.cu.j2"``, ``"include/nve_act.cuh"``)
+    with its bytes, read once per process (:func:`folder_files`)."""
+    return folder_files(str(templates_dir()))
+
+
+@functools.cache
+def templates_digest() -> str:
+    """SHA-256 (hex) over the names and bytes of :func:`template_files`."""
+    h = hashlib.sha256()
+    for name, data in template_files().items():
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+@functools.cache
+def helper_headers() -> tuple[tuple[str, str], ...]:
+    """The project's device helpers, ``(include name, text)``, from :func:`template_files`."""
+    return tuple(
+        (name[len("include/") :], data.decode("utf-8"))
+        for name, data in template_files().items()
+        if name.startswith("include/") and name.endswith(".cuh") and name.count("/") == 1
+    )
+
+
+def _loader(folder: str | None) -> Callable[[str], tuple[str, str, Any] | None]:
+    roots = [str(templates_dir())] if folder is None else [folder, str(templates_dir())]
+
+    def load(name: str) -> tuple[str, str, Any] | None:
+        for root in roots:
+            data = folder_files(root).get(name)
+            if data is not None:
+                return data.decode("utf-8"), os.path.join(root, name), lambda: True
+        return None
+
+    return load
+
+
+@functools.cache
+def environment(folder: str | None = None) -> jinja2.Environment:
+    """The Jinja2 environment: strict about undefined names, no autoescaping; templates come
+    from :func:`template_files`, or first from ``folder`` (a family's own templates, see
+    :attr:`~nvrtc_engine.core.spec.OpSpec.templates`), never re-read while the process runs."""
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FunctionLoader(_loader(folder)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render(key: KernelKey) -> RenderedSource:
+    """Render the CUDA source for ``key`` from its family's template.
+
+    The template receives only values the op spec derives from the validated key.
+    """
+    spec = key.spec
+    context: dict[str, Any] = spec.render_context(key)
+    template = environment(spec.templates).get_template(f"{spec.family}.cu.j2")
+    source = template.render(**context)
+    return RenderedSource(
+        name=f"{key}.cu",
+        source=source,
+        symbols=spec.symbols(key),
+        headers=helper_headers(),
+        cuda_headers=spec.cuda_headers(key),
+    )

@@ -1,0 +1,1 @@
+"""Host code and references that several families share."""
