@@ -30,8 +30,8 @@ from test_gpu_torch import BF16, E4M3, F64, H, _check_fp8, _compare, _copy_param
 import nvrtc_engine as ne
 import nvrtc_engine.torch as net
 from nvrtc_engine import reference
-from nvrtc_engine.kernel import runs_on
-from nvrtc_engine.prewarm import prewarm
+from nvrtc_engine.core.kernel import runs_on
+from nvrtc_engine.tools.prewarm import prewarm
 from nvrtc_engine.torch import _kernels
 
 pytestmark = [

@@ -34,7 +34,7 @@ PRELUDE = textwrap.dedent(
     import launch_record as lr  # loads the stub (STUB_CUDA_DEVICES) and fake torch
     stub, torch, ne, fake_torch = lr.stub, lr.torch, lr.ne, lr.fake_torch
     from cuda.bindings import driver as cu
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     def current():
         # the handle of this thread's current context (0: none)
@@ -170,7 +170,7 @@ EVERY_FAMILY = textwrap.dedent(
 
 TWO_THREADS = textwrap.dedent(
     """
-    from nvrtc_engine.ops.blockscale import mxfp8_scale_shape
+    from nvrtc_engine.families.shared.blockscale import mxfp8_scale_shape
 
     def calls_on(device):
         # one call of each family on `device`, its outputs given or allocated
@@ -326,7 +326,7 @@ PREWARM = textwrap.dedent(
     # prewarm for each visible device's arch (sm_90 and sm_80 here): afterwards every device
     # launches the kernels of its arch with no compile, each module loaded there once, on
     # its first use, in the device's context
-    from nvrtc_engine.prewarm import prewarm
+    from nvrtc_engine.tools.prewarm import prewarm
 
     entries = [{"op": ["gelu", "rmsnorm_fwd"], "in_dtype": "bf16", "hidden_size": 1024},
                {"op": "gelu", "in_dtype": "bf16", "out_dtype": "fp8_e4m3", "hidden_size": 1024}]
@@ -365,7 +365,7 @@ TORCH_LAYER = textwrap.dedent(
     import stub_driver
     stub = stub_driver.load()
     from cuda.bindings import driver as cu
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
     from nvrtc_engine.torch import _kernels
 
     fetched = {}
