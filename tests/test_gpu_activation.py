@@ -139,7 +139,7 @@ def check_mxfp8(kernel, x, grad, *, out=None, **params):
     tol = ref.tolerance.reshape(y.shape)
     rows = y.shape[0]
     for direction in ("rowwise", "columnwise"):
-        data, scales = getattr(res, direction), getattr(res, direction + "_scale")
+        data, scales = getattr(res, direction + "_data"), getattr(res, direction + "_scale_inv")
         if direction not in directions(key.layout):
             assert data is None and scales is None
             continue

@@ -274,6 +274,26 @@ def write_debug_source(name: str, source: str) -> str | None:
         return None
 
 
+def warm_up() -> None:
+    """Compile an empty kernel and drop it: NVRTC's first compile in a process loads its
+    builtins and the CUDA driver (hundreds of ms of waiting, little CPU), which a caller about
+    to compile many kernels overlaps with rendering them. Never raises."""
+    try:
+        nvrtc = _nvrtc()
+        prog = _check(
+            nvrtc.nvrtcCreateProgram(
+                b'extern "C" __global__ void nve_warm_up() {}', b"warm_up.cu", 0, [], []
+            ),
+            "nvrtcCreateProgram",
+        )
+        try:
+            nvrtc.nvrtcCompileProgram(prog, 1, [b"-arch=compute_75"])
+        finally:
+            nvrtc.nvrtcDestroyProgram(prog)
+    except Exception:  # the real compiles report what is wrong
+        pass
+
+
 def compile_source(
     name: str,
     source: str,

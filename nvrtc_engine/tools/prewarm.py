@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numbers
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -256,6 +257,12 @@ def prewarm(
             failed.append(PrewarmFailure(key, _describe(exc), type(exc).__name__))
     count = min(workers, len(todo)) if workers is not None else default_workers(len(todo))
     threads = count if count > 1 else 0
+    warm_up = None
+    if threads:  # NVRTC's start-up overlaps the first renders
+        from ..core import nvrtc
+
+        warm_up = threading.Thread(target=nvrtc.warm_up, name="nvrtc-engine-warm-up")
+        warm_up.start()
     outcomes = (_build_in_threads(engine, todo, threads) if threads
                 else (_build(engine, key) for key in todo))  # fmt: skip
     compile_ms: list[float] = []
@@ -274,6 +281,8 @@ def prewarm(
     finally:
         if bar is not None:
             bar.close()
+        if warm_up is not None:
+            warm_up.join()  # no thread outlives the call
     compile_ms.sort()
     half = len(compile_ms) // 2
     median = (compile_ms[half] + compile_ms[~half]) / 2 if compile_ms else None
