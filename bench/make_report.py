@@ -1,11 +1,7 @@
-"""Write the tables of docs/performance.md (blocks ``<!-- bench:NAME -->`` ... ``<!--
-/bench:NAME -->`` of the hand-written page, see BLOCKS) and its plot from bench/results/.
-
-    python bench/make_report.py [--check] [--no-plot]
-
-``--check``: exit 1 where the page differs from what the results give, without writing. The
-plot (docs/img/bandwidth.png) needs matplotlib (``pip install -e '.[bench]'``).
-"""
+"""Write the tables of docs/performance.md (between ``<!-- bench:NAME -->`` and ``<!--
+/bench:NAME -->``, see BLOCKS) and its plot from bench/results/: ``python bench/make_report.py
+[--check] [--no-plot]``. ``--check``: exit 1 where the page is out of date, writing nothing.
+The plot (docs/img/bandwidth.png) needs matplotlib (``pip install -e '.[bench]'``)."""
 
 from __future__ import annotations
 
@@ -44,30 +40,23 @@ def pct(value: float | None, spec: str = ".1f", unit: str = "%") -> str:
     return "-" if value is None else format(value, spec) + unit
 
 
-def ratio(value: float | None) -> str:
-    return pct(value, ".2f", "x")
-
-
 def of_copy(gbps: float | None, copy: float) -> str:
     return pct(None if gbps is None else 100 * gbps / copy)
 
 
-def grouped(rows: list[dict[str, Any]], *fields: str) -> dict[tuple, dict[str, dict]]:
-    """Rows of one implementation each, by the values of ``fields`` (in order), then impl."""
+def grouped(rows: list[dict[str, Any]], *fields: str) -> dict[tuple, dict[str, dict]]:  # by impl
     out: dict[tuple, dict[str, dict]] = {}
     for r in rows:
         out.setdefault(tuple(r[f] for f in fields), {})[r["impl"]] = r
     return out
 
 
-def timing(r: dict[str, Any]) -> list[str]:
-    """us, GB/s and % of copy of a row."""
+def timing(r: dict[str, Any]) -> list[str]:  # us, GB/s and % of copy of a row
     return [f"{r['ms'] * 1e3:.0f}" if r.get("ms") else "-",
             f"{r['gbps']:.0f}" if r.get("gbps") else "-", pct(r.get("pct_of_copy"))]  # fmt: skip
 
 
-def run_line(d: dict[str, Any], name: str) -> str:
-    """Where, when and on what code a result was measured."""
+def run_line(d: dict[str, Any], name: str) -> str:  # where, when and on what code
     arch = f"sm_{d.get('capability', '').replace('.', '')}"
     where = (f"{d['gpu']} ({arch}, {d['sm_count']} SMs), torch {d['torch']}, NVRTC {d['nvrtc']}"
              if "gpu" in d else f"{d['cpus']} CPUs ({d['cpu_model']})")  # fmt: skip
@@ -84,7 +73,7 @@ def activation() -> list[str]:
     copy = d["copy_gbps"]
     rows = [[r["op"], r["output"], f"{r['engine_ms'] * 1e3:.0f}", f"{r['engine_gbps']:.0f}",
              pct(r["engine_pct_of_copy"]), of_copy(r.get("eager_gbps"), copy),
-             of_copy(r.get("compile_gbps"), copy), ratio(r.get("speedup_vs_compile"))]
+             of_copy(r.get("compile_gbps"), copy), pct(r.get("speedup_vs_compile"), ".2f", "x")]
             for r in d["rows"] if "engine_ms" in r]  # fmt: skip
     shape = "x".join(map(str, d["shape"]))
     head = ["op", "output", "us", "GB/s", "% of copy", "eager, % of copy",
@@ -100,7 +89,8 @@ def norm() -> list[str]:
     for (nm, case, n, h), impl in grouped(d["rows"], "norm", "case", "tokens", "hidden").items():
         k = impl.get("nvrtc_engine specialized", {})
         won = k.get("faster_than_compile")
-        paired = ratio(k.get("vs_compile_paired")) + ("" if won is None else f" ({won:.2f})")
+        paired = pct(k.get("vs_compile_paired"), ".2f", "x") + ("" if won is None
+                                                                else f" ({won:.2f})")  # fmt: skip
         others = [of_copy(impl.get(name, {}).get("gbps"), d["copy_gbps"]) for name in NORM_OTHERS]
         rows.append([nm, case, f"{n}x{h}", *timing(k), pct(k.get("pct_of_copy_paired")),
                      *others, paired])  # fmt: skip
@@ -117,15 +107,14 @@ def cast() -> list[str]:
     rows = [[*case, *timing(impl.get("nvrtc_engine", {})),
              *(of_copy(impl.get(i, {}).get("gbps"), d["copy_gbps"])
                for i in ("torch eager", "torch.compile")),
-             ratio(impl.get("nvrtc_engine", {}).get("x_vs_compile"))]
+             pct(impl.get("nvrtc_engine", {}).get("x_vs_compile"), ".2f", "x")]
             for case, impl in grouped(d["kernels"], "shape", "case").items()]  # fmt: skip
     head = ["shape", "case", "us", "GB/s", "% of copy", "eager, % of copy",
             "torch.compile, % of copy", "x torch.compile"]  # fmt: skip
     out = [f"{run_line(d, 'cast_bandwidth')} bf16 input.", table(head, rows)]
-    has_pairs = any("x_vs_compile_paired" in r for r in d["kernels"])
-    name = "cast_bandwidth" if has_pairs else "cast_bandwidth-paired"
-    p = d if has_pairs else load(name)
-    if p is None:
+    name = "cast_bandwidth" if any("x_vs_compile_paired" in r for r in d["kernels"]) else (
+        "cast_bandwidth-paired")  # fmt: skip
+    if (p := load(name)) is None:
         return out
     pairs = [[r["shape"], r["case"], f"{r['x_vs_compile_paired']:.3f}x",
               f"{r['paired_low']:.3f}-{r['paired_high']:.3f}", "{} of {}".format(sum(
@@ -139,16 +128,15 @@ def cast() -> list[str]:
 
 
 def launch() -> list[str]:
-    out = []
-    if (d := load("launch_overhead")) is not None:
-        rows = [[r["case"], f"{r['us']:.2f}", f"{r['min_us']:.2f}"] for r in d["rows"]]
-        met = "; ".join(f"{t['engine']} at most {t['torch']}: {'met' if t['met'] else 'missed'}"
-                        for t in d.get("targets", []))  # fmt: skip
-        out += [f"{run_line(d, 'launch_overhead')} Kernel {d['kernel']}, x of "
-                f"{'x'.join(map(str, d['shape']))} bf16. Targets: {met or '-'}.",
-                table(["call", f"us per call, median of {d['rounds']} rounds of {d['calls']}",
-                       "least round, us"], rows)]  # fmt: skip
-    return out
+    if (d := load("launch_overhead")) is None:
+        return []
+    rows = [[r["case"], f"{r['us']:.2f}", f"{r['min_us']:.2f}"] for r in d["rows"]]
+    met = "; ".join(f"{t['engine']} at most {t['torch']}: {('missed', 'met')[t['met']]}"
+                    for t in d.get("targets", []))  # fmt: skip
+    return [f"{run_line(d, 'launch_overhead')} Kernel {d['kernel']}, x of "
+            f"{'x'.join(map(str, d['shape']))} bf16. Targets: {met or '-'}.",
+            table(["call", f"us per call, median of {d['rounds']} rounds of {d['calls']}",
+                   "least round, us"], rows)]  # fmt: skip
 
 
 def compile_latency() -> list[str]:
@@ -161,13 +149,7 @@ def compile_latency() -> list[str]:
     head = ["host", "CPUs", "NVRTC", "first compile ms", "cold compile ms, median",
             "new process: import ms", "first get_kernel ms", "disk hit ms per key",
             "memory hit us", "date", "commit"]  # fmt: skip
-    phases = [[n.removeprefix("compile_latency-"), what, *(f"{v:.1f}" for v in p.values())]
-              for n, d in runs for what, p in (d.get("phases_ms") or {}).items()]  # fmt: skip
-    names = next((list(p) for _, d in runs for p in (d.get("phases_ms") or {}).values()), [])
     out = [f"Data: {', '.join(f'`bench/results/{n}.json`' for n, _ in runs)}.", table(head, rows)]
-    if phases:
-        out += ["NVRTC's own report (`-time`), median ms per phase:",
-                table(["host", "source", *names], phases)]  # fmt: skip
     c = load("cache_lookup")
     if c:  # bench/cache_lookup.py: a new process gets a prewarmed list from the disk cache
         s = c["summary"]
@@ -214,8 +196,8 @@ def fanout() -> list[str]:
 
 
 def fleet() -> list[str]:  # (bench/fleet.py writes its table's cells)
-    d = load("fleet")
-    return [f"{run_line(d, 'fleet')} {d['caption']}", table(d["head"], d["rows"])] if d else []
+    return [f"{run_line(d, 'fleet')} {d['caption']}", table(d["head"], d["rows"])] if (
+        d := load("fleet")) else []  # fmt: skip
 
 
 def torch_block() -> list[str]:
@@ -237,12 +219,10 @@ def cross_nvrtc() -> list[str]:
         return []
     got = "; ".join(f"{p['phase']}: {sum(p['origins'].values())} loaded, {p['compiles']} compiles"
                     for p in d["phases"])  # fmt: skip
-    return [
-        f"{run_line(d, 'cross_nvrtc')} {d['imported']} kernels built by NVRTC "
-        f"{d['nvrtc_bundle']} on the 2-CPU machine, under NVRTC {d['nvrtc_here']} with "
-        "`--any-nvrtc`: "
-        f"{got}; demo checks {('failed', 'passed')[d['demo_rc'] == 0]}."
-    ]
+    checks = ("failed", "passed")[d["demo_rc"] == 0]
+    return [f"{run_line(d, 'cross_nvrtc')} {d['imported']} kernels built by NVRTC "
+            f"{d['nvrtc_bundle']} on the 2-CPU machine, under NVRTC {d['nvrtc_here']} with "
+            f"`--any-nvrtc`: {got}; demo checks {checks}."]  # fmt: skip
 
 
 BLOCKS: dict[str, Callable[[], list[str]]] = {"activation": activation, "norm": norm,
@@ -272,27 +252,25 @@ def plot(path: Path = PLOT) -> bool:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError:
+    except ImportError:  # (the bench extra)
         return False
     act, nrm, cst = load("activation_bandwidth"), load("norm_bandwidth"), load("cast_bandwidth")
     bars = [(f"{r['op']} {r['output']}", *(100 * (r.get(f"{i}_gbps") or 0) / act["copy_gbps"]
                                            for i in ("engine", "compile", "eager")))
             for r in (act or {}).get("rows", []) if "engine_gbps" in r
             and r["op"] in ("gelu", "swiglu", "dgelu", "dswiglu")]  # fmt: skip
-    norms = grouped([r for r in (nrm or {}).get("rows", []) if r["hidden"] == 8192], "norm",
-                    "case")  # fmt: skip
+    norms = grouped([r for r in (nrm or {}).get("rows", []) if r["hidden"] == 8192], "norm", "case")
     casts = grouped([r for r in (cst or {}).get("kernels", []) if r["shape"] == "16384x8192"],
                     "case")  # fmt: skip
-    for label, ours, impl in [*((f"{n} {c} H=8192", "nvrtc_engine specialized", i)
-                                for (n, c), i in norms.items()),
-                              *((c, "nvrtc_engine", i) for (c,), i in casts.items())]:  # fmt: skip
+    for label, ours, impl in [*((f"{n} {c} H=8192", "nvrtc_engine specialized", i) for (n, c), i
+                                in norms.items()), *((c, "nvrtc_engine", i) for (c,), i
+                                                     in casts.items())]:  # fmt: skip
         bars.append((label, *(impl.get(k, {}).get("pct_of_copy") or 0
                               for k in (ours, "torch.compile", "torch eager"))))  # fmt: skip
     fig, ax = plt.subplots(figsize=(10, 0.42 * len(bars) + 1.5))
     y = range(len(bars))
-    for offset, i, name in ((-0.27, 1, "nvrtc_engine"), (0, 2, "torch.compile"),
-                            (0.27, 3, "torch eager")):  # fmt: skip
-        ax.barh([j + offset for j in y], [b[i] for b in bars], height=0.27, label=name)
+    for i, name in enumerate(("nvrtc_engine", "torch.compile", "torch eager")):
+        ax.barh([j + 0.27 * (i - 1) for j in y], [b[i + 1] for b in bars], height=0.27, label=name)
     ax.axvline(100, color="black", linestyle="--", label="device copy")
     ax.set_yticks(list(y), [b[0] for b in bars], fontsize=7)
     ax.invert_yaxis()
@@ -300,8 +278,7 @@ def plot(path: Path = PLOT) -> bool:
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return True
+    return fig.savefig(path, dpi=110) or True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -310,11 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-plot", action="store_true", help="leave docs/img alone")
     args = parser.parse_args(argv)
     page, new = PAGE.read_text(), render(PAGE.read_text())
+    print(f"{PAGE.relative_to(ROOT)}: {'up to date' if new == page else 'out of date'}")
     if args.check:
-        print(f"{PAGE.relative_to(ROOT)}: {'up to date' if new == page else 'out of date'}")
         return int(new != page)
     PAGE.write_text(new)
-    print(f"wrote {PAGE.relative_to(ROOT)}")
     if not args.no_plot:
         print(f"wrote {PLOT.relative_to(ROOT)}" if plot() else "no matplotlib: plot not written")
     return 0

@@ -258,7 +258,7 @@ def prewarm(
     count = min(workers, len(todo)) if workers is not None else default_workers(len(todo))
     threads = count if count > 1 else 0
     warm_up = None
-    if threads:  # NVRTC's start-up overlaps the first renders
+    if threads and threads < available_cpus():  # on a free CPU, NVRTC's start-up meets the renders
         from ..core import nvrtc
 
         warm_up = threading.Thread(target=nvrtc.warm_up, name="nvrtc-engine-warm-up")
