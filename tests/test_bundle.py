@@ -220,8 +220,8 @@ def test_export_refuses_an_existing_file_unless_told_to_replace_it(tmp_path):
     target.write_bytes(b"someone else's file")
     with pytest.raises(BundleError) as info:
         export_bundle(target)
-    assert str(info.value) == (f"{target}: exists; pass overwrite=True (the command line's "
-                               "--force) to replace it")  # fmt: skip
+    assert str(info.value) == (f"{target}: exists; nvrtc-engine cache export --force (or "
+                               "export_bundle(..., overwrite=True)) replaces it")  # fmt: skip
     assert target.read_bytes() == b"someone else's file"
     report = export_bundle(target, overwrite=True)
     assert report.keys and zipfile.is_zipfile(target)
@@ -241,7 +241,7 @@ def test_export_leaves_out_damaged_and_foreign_entries(tmp_path, monkeypatch):
     report = export_bundle(tmp_path / "b.zip")
     assert report.keys == (str(good),)
     assert len(report.skipped) == 2
-    assert any("fails verification" in s for s in report.skipped)
+    assert any("cache verify removes it" in s for s in report.skipped)
     assert any("NVRTC 99.0" in s for s in report.skipped)
 
 

@@ -348,7 +348,7 @@ def test_cache_list_verify_export_import(capsys, tmp_path, isolated_cache):
     assert json.loads(capsys.readouterr().out)["entries"] == 2
     # an existing file is not overwritten without --force
     assert main(["cache", "export", str(bundle)]) == 2
-    assert f"error: {bundle}: exists; pass overwrite=True (the command line's --force)" in (
+    assert f"error: {bundle}: exists; nvrtc-engine cache export --force" in (
         capsys.readouterr().err)  # fmt: skip
     assert main(["cache", "export", str(bundle), "--force"]) == 0
     assert "exported 2 kernels" in capsys.readouterr().out
@@ -628,3 +628,21 @@ def test_cache_clear_reports_the_entries_bytes_not_the_database(capsys, isolated
     assert main(["cache", "clear"]) == 0
     out = capsys.readouterr().out
     assert out == f"cleared 4 entries ({held} bytes) from {isolated_cache}\n"
+
+
+def test_cache_export_says_each_skip_reason_once(capsys, tmp_path, isolated_cache, monkeypatch):
+    """Entries of another NVRTC are left out of a bundle with one line for all of them."""
+    import nvrtc_engine as ne
+    from nvrtc_engine.core import nvrtc
+
+    ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
+    with monkeypatch.context() as m:
+        m.setattr(nvrtc, "nvrtc_identity", lambda: "99.0")
+        m.setattr(nvrtc, "nvrtc_version", lambda: "99.0")
+        for dtype in ("fp16", "fp32", "fp8"):
+            ne.core.engine.Engine().get(ne.make_key("gelu", dtype=dtype, arch="sm_90"))
+    assert main(["cache", "export", str(tmp_path / "b.nve")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    skipped = [line for line in lines if line.startswith("skipped ")]
+    assert len(skipped) == 1 and " and 2 more: built by NVRTC 99.0" in skipped[0], lines
+    assert "exported 1 kernel" in lines[-1]

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-import nvrtc_engine.torch as net
-
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
+
+import nvrtc_engine.torch as net  # noqa: E402  (needs torch, skipped above without)
 
 BF16, F16, F32, F64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2

@@ -124,8 +124,8 @@ def export_bundle(path: str | os.PathLike[str], *, overwrite: bool = False) -> B
     if target.is_dir():
         raise BundleError(where, None, "is a directory; give the bundle's file name")
     if target.exists() and not overwrite:
-        raise BundleError(where, None, "exists; pass overwrite=True (the command line's "
-                          "--force) to replace it")  # fmt: skip
+        raise BundleError(where, None, "exists; nvrtc-engine cache export --force (or "
+                          "export_bundle(..., overwrite=True)) replaces it")  # fmt: skip
     if not target.parent.is_dir():  # as cp or zip would: the directory is not created
         missing = "is not a directory" if target.parent.exists() else "does not exist"
         raise BundleError(where, None, f"cannot write: {target.parent} {missing}")
@@ -137,7 +137,7 @@ def export_bundle(path: str | os.PathLike[str], *, overwrite: bool = False) -> B
         value = disk.get(stored)
         checked = check_entry(value, stored) if value is not None else "removed meanwhile"
         if isinstance(checked, str):
-            skipped.append(f"{stored}: fails verification (run nvrtc-engine cache verify)")
+            skipped.append(f"{stored}: {checked} (nvrtc-engine cache verify removes it)")
             continue
         header, artifact = checked
         name = str(header["key"])

@@ -339,8 +339,13 @@ def _cache_export(args: argparse.Namespace) -> int:
 
     _open_disk()  # no disk cache: an error with the reason, as for the other commands
     report = export_bundle(args.bundle, overwrite=args.force)
+    reasons: dict[str, list[str]] = {}  # one line per reason, not per entry
     for line in report.skipped:
-        print(f"skipped {line}")
+        name, _, why = line.partition(": ")
+        reasons.setdefault(why, []).append(name)
+    for why, names in reasons.items():
+        more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+        print(f"skipped {names[0]}{more}: {why}")
     kernels = counted(len(report.keys), "kernel")
     print(f"exported {kernels} (NVRTC {report.nvrtc_version}) to {report.path}")
     return 0
