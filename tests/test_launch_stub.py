@@ -250,11 +250,11 @@ def test_real_bindings_against_the_stub_driver(stub_kernel_cache):
             [sys.executable, "-c", SCRIPT], env=env, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+    done = {native: process.communicate(timeout=600) for native, process in runs.items()}
     results = {}
-    for native, process in runs.items():
-        out, err = process.communicate(timeout=600)
+    for native, (out, err) in done.items():  # (both read first: no pipe left open)
         shown = f"NVRTC_ENGINE_NATIVE_LAUNCH={native}\n{out[-5000:]}{err[-5000:]}"
-        assert process.returncode == 0, shown
+        assert runs[native].returncode == 0, shown
         assert out.startswith("OK"), out
         results[native] = json.loads(out.splitlines()[-1])
     compiled, pure = results["1"], results["0"]
