@@ -1,6 +1,6 @@
 """Prewarm: make a model's kernels ready at start-up, compiling the missing ones in parallel.
 
-    >>> from nvrtc_engine.prewarm import prewarm
+    >>> from nvrtc_engine import prewarm
     >>> report = prewarm("llama3_8b_fp8_mlp.toml", arch="sm_90")
     >>> print(report.summary())
 
@@ -11,7 +11,8 @@ per-digest file lock, render, NVRTC, store), so every kernel ends in this proces
 cache. NVRTC compiles without Python's GIL and its compiles run in parallel across threads;
 the threads share one interpreter, one NVRTC initialization and one set of parsed templates,
 each of which a worker process paid for again (``bench/prewarm.py`` measures both; the figures
-are in docs/performance.md). Compiling touches no GPU.
+are in docs/performance.md). NVRTC loads and initializes the CUDA driver in the process that
+compiles: worker processes that use CUDA after a prewarm start with ``spawn``.
 
 The number of threads defaults to the number of kernels to compile, capped by the CPUs this
 process may use (:func:`~nvrtc_engine.core.cpus.available_cpus`: affinity mask and cgroup quota);
@@ -173,7 +174,7 @@ def _build_in_threads(
     except BaseException:  # Ctrl-C: no new compile starts; those running end on their own
         pool.shutdown(wait=False, cancel_futures=True)
         raise
-    pool.shutdown(wait=True)  # no thread outlives the call (a fork() may follow)
+    pool.shutdown(wait=True)  # no thread outlives the call
 
 
 def _default_arch() -> str:
