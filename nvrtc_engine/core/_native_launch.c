@@ -79,7 +79,7 @@ typedef struct {
     alloc_t *allocs;
     launch_t *launches;
     void *context;
-    PyObject *ordinal, *device, *current_stream, *empty, *empty_like;
+    PyObject *ordinal, *current_stream, *empty, *empty_like;
 } Plan;
 
 static PyTypeObject *PlanType = NULL;
@@ -105,7 +105,7 @@ static void plan_free_arrays(Plan *p) {
 }
 
 static int plan_traverse(Plan *p, visitproc visit, void *arg) {
-    Py_VISIT(p->ordinal); Py_VISIT(p->device); Py_VISIT(p->current_stream);
+    Py_VISIT(p->ordinal); Py_VISIT(p->current_stream);
     Py_VISIT(p->empty); Py_VISIT(p->empty_like);
     for (int i = 0; p->allocs && i < p->nallocs; i++) {
         Py_VISIT(p->allocs[i].args); Py_VISIT(p->allocs[i].kwargs);
@@ -114,7 +114,7 @@ static int plan_traverse(Plan *p, visitproc visit, void *arg) {
 }
 
 static int plan_clear(Plan *p) {
-    Py_CLEAR(p->ordinal); Py_CLEAR(p->device); Py_CLEAR(p->current_stream);
+    Py_CLEAR(p->ordinal); Py_CLEAR(p->current_stream);
     Py_CLEAR(p->empty); Py_CLEAR(p->empty_like);
     plan_free_arrays(p);
     return 0;
@@ -195,19 +195,19 @@ static int parse_launch(PyObject *t, launch_t *l, int nrows, int nfloats) {
     return 0;
 }
 
-/* Plan(ngiven, allocs, launches, nfloats, context, ordinal, device, current_stream, empty,
+/* Plan(ngiven, allocs, launches, nfloats, context, ordinal, current_stream, empty,
  *      empty_like); allocs: ((like, args, kwargs, residue), ...), launches: see parse_launch */
 static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     int ngiven, nfloats;
     unsigned long long context;
-    PyObject *allocs, *launches, *ordinal, *device, *current_stream, *empty, *empty_like;
+    PyObject *allocs, *launches, *ordinal, *current_stream, *empty, *empty_like;
     if (kw && PyDict_Size(kw)) {
         PyErr_SetString(PyExc_TypeError, "Plan takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "iO!O!iKOOOOO", &ngiven, &PyTuple_Type, &allocs, &PyTuple_Type,
-                          &launches, &nfloats, &context, &ordinal, &device, &current_stream,
-                          &empty, &empty_like))
+    if (!PyArg_ParseTuple(args, "iO!O!iKOOOO", &ngiven, &PyTuple_Type, &allocs, &PyTuple_Type,
+                          &launches, &nfloats, &context, &ordinal, &current_stream, &empty,
+                          &empty_like))
         return NULL;
     Py_ssize_t nallocs = PyTuple_Size(allocs), nlaunches = PyTuple_Size(launches);
     if (ngiven < 0 || ngiven + nallocs > MAX_ROWS || nfloats < 0 || nfloats > MAX_FLOATS) {
@@ -220,7 +220,6 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     p->ngiven = ngiven; p->nfloats = nfloats;
     p->context = (void *)(uintptr_t)context;
     Py_INCREF(ordinal); p->ordinal = ordinal;
-    Py_INCREF(device); p->device = device;
     Py_INCREF(current_stream); p->current_stream = current_stream;
     Py_INCREF(empty); p->empty = empty;
     Py_INCREF(empty_like); p->empty_like = empty_like;

@@ -117,5 +117,5 @@ def plan(
         in zip(shapes, prepared, strict=True)
     )  # fmt: skip
     return _ext.Plan(ngiven, tuple(c_allocs), launches, nfloats, int(device.context),
-                     device.ordinal, device, torch_stream_getter(), torch.empty,
+                     device.ordinal, torch_stream_getter(), torch.empty,
                      torch.empty_like)  # fmt: skip
