@@ -84,7 +84,7 @@ def stub_environment() -> tuple[Any, str, Any]:
     import stub_driver
 
     stub_driver.load()  # before cuda.bindings opens the driver
-    from nvrtc_engine import driver
+    from nvrtc_engine.core import driver
 
     # device 0's context current on this thread, as PyTorch's first CUDA op leaves it on a GPU
     driver.make_current(driver.get_device(0))
