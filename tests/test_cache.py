@@ -534,7 +534,7 @@ def test_a_damaged_database_is_replaced_by_a_new_one(tmp_path, damage):
 
 def test_a_damaged_database_replaced_meanwhile_is_not_replaced_again(tmp_path, monkeypatch):
     """Two processes finding the same damage: the second, once it holds the lock, finds the
-    store the first made and keeps it (no rename, no warning)."""
+    store the first made and keeps it (nothing removed, no warning)."""
     import sqlite3
     import warnings
 
@@ -550,7 +550,7 @@ def test_a_damaged_database_replaced_meanwhile_is_not_replaced_again(tmp_path, m
         real(self, directory, size_limit)
 
     monkeypatch.setattr(DiskTier, "__init__", first_damaged)
-    monkeypatch.setattr(tiers.os, "rename", lambda *a: pytest.fail("renamed a healthy store"))
+    monkeypatch.setattr(tiers, "remove_store", lambda *a: pytest.fail("removed a healthy store"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning: nothing was replaced
         disk, _why = DiskTier.open(tmp_path, 1 << 20)
