@@ -396,7 +396,7 @@ def test_a_remote_entry_of_another_nvrtc_is_used_on_request(server, tmp_path, mo
     assert kernel.origin == "unchecked" and kernel.artifact.nvrtc_version == built
     info = ne.cache_info()
     assert info.compiles == 0 and info.remote_hits == 1 and info.entries == 1
-    filed = default_engine().disk().get(digest(KEYS[0]))  # under this NVRTC's digest
+    filed = default_engine().tiers().disk.get(digest(KEYS[0]))  # under this NVRTC's digest
     header = check_entry(filed, digest(KEYS[0]), KEYS[0], "13.0")[0]
     assert (header["adopted_for"], header["checked"]) == ("13.0", False)
 

@@ -105,21 +105,6 @@ def encode_entry(key_name: str, artifact: Artifact, **extra: Any) -> bytes:
     }, artifact.image)  # fmt: skip
 
 
-def _split(value: bytes) -> tuple[dict[str, Any], bytes] | str:
-    """An entry's header and image, or why it has none (framing only, nothing verified)."""
-    start = len(MAGIC) + _LEN.size
-    if len(value) < start:
-        return "truncated header"
-    (length,) = _LEN.unpack_from(value, len(MAGIC))
-    try:
-        header = json.loads(value[start : start + length].decode())
-    except ValueError:  # (UnicodeDecodeError too)
-        return "damaged or truncated header"
-    if not isinstance(header, dict):
-        return "damaged header"
-    return header, bytes(value[start + length :])
-
-
 def _join(header: dict[str, Any], image: bytes) -> bytes:
     text = json.dumps(header, sort_keys=True).encode()
     return MAGIC + _LEN.pack(len(text)) + text + image
@@ -136,8 +121,8 @@ def _signature(header: dict[str, Any], secret: bytes) -> str:
 def sign_entry(value: bytes, secret: bytes) -> bytes:
     """``value`` (a verified entry) with its ``signature`` set: an HMAC-SHA256 with
     ``secret`` over the header fields in :data:`SIGNED` (the image through its SHA-256)."""
-    header, image = _split(value)  # type: ignore[misc]
-    return _join({**header, "signature": _signature(header, secret)}, image)
+    header, artifact = check_entry(value, None)  # type: ignore[misc]
+    return _join({**header, "signature": _signature(header, secret)}, artifact.image)
 
 
 def target_arch(artifact: Artifact | tuple[str, ...]) -> str:
@@ -172,11 +157,13 @@ def check_entry(
     (:func:`encode_entry`)."""
     if not isinstance(value, (bytes, bytearray)) or not value.startswith(MAGIC):
         return "not an nvrtc_engine entry (garbage or another format)"
-    split = _split(value)
-    if isinstance(split, str):
-        return split
-    header, image = split
-    schema = header.get("schema")
+    try:
+        (length,) = _LEN.unpack_from(value, len(MAGIC))
+        start = len(MAGIC) + _LEN.size
+        header = json.loads(value[start : start + length].decode())
+        image, schema = bytes(value[start + length :]), header.get("schema")
+    except (struct.error, ValueError, AttributeError):  # (AttributeError: no JSON object)
+        return "damaged or truncated header"
     if schema != SCHEMA:
         return f"schema {schema!r}, this version reads {SCHEMA}"
     if digest is not None and header.get("digest") != digest:
@@ -230,7 +217,7 @@ class Tier:
     """
 
     location = ""  # a directory, file or address, for messages
-    writable = False  # whether put() and delete() can change it (a failing tier stops)
+    writable = False  # whether put() can change it (a failing tier stops)
     shared = False  # entries come from other machines: signed where a secret is configured
 
     def get(self, digest: str) -> bytes | None:  # the value, or None: none (or no answer)
@@ -239,14 +226,11 @@ class Tier:
     def put(self, digest: str, value: bytes) -> bool:  # whether it is stored now
         return False
 
-    def delete(self, digest: str) -> None:  # a bad entry, where writable
-        pass
-
     def digests(self) -> Iterator[str]:  # every digest stored
-        return iter(())
+        raise NotImplementedError
 
     def close(self) -> None:  # files and connections, reopened on the next use
-        pass
+        raise NotImplementedError
 
     def nvrtc_versions(self) -> tuple[str, ...]:  # the NVRTC versions of its entries, if cheap
         return ()

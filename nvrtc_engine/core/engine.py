@@ -1,16 +1,11 @@
 """The engine: key -> kernel through the memory cache, the cache's tiers and NVRTC.
 
-Memory: one :class:`~nvrtc_engine.core.kernel.Kernel` per key, one build of a key at a time (the
-engine's lock guards dictionaries only). A miss takes :meth:`Engine.build_artifact`'s steps:
-the key's digest (nothing rendered); each tier in order, the disk cache, the read-only caches
-and the remote cache (every entry verified, with its signature where it comes from a shared
-tier and a secret is configured; a hit is copied to the disk cache); with ``any_nvrtc``, the
-entries of the shared tiers built by another NVRTC for the key; else, holding the disk
-cache's file lock and then the remote cache's lease for the digest and looking again under
-each, render, compile, store on disk and in the remote cache. :meth:`Engine.get` hands out a
-kernel of another NVRTC only once it has loaded on a GPU here (where there is one). A
-fork()ed child keeps the memory cache (its kernels load again, lazily) and reopens files and
-connections.
+Memory holds one :class:`~nvrtc_engine.core.kernel.Kernel` per key, built once at a time (the
+engine's lock guards dictionaries only). A miss (:meth:`Engine.build_artifact`) computes the
+key's digest (nothing rendered), looks in the tiers (:meth:`Engine._find`), then compiles
+under the disk cache's file lock and the remote cache's lease. :meth:`Engine.get` hands out a
+kernel of another NVRTC only once it has loaded on a GPU here (where there is one). A fork()ed
+child keeps the memory cache (its kernels load again, lazily) and reopens files and connections.
 """
 
 from __future__ import annotations
@@ -34,7 +29,7 @@ from .kernel import Artifact, Kernel
 from .key import KernelKey
 from .nvrtc import compile_source, compile_target
 from .render import render
-from .tiers import STORE_DIR, DiskTier, ReadOnlyTier, RedisTier, open_readonly, remove_store
+from .tiers import STORE_DIR, DiskTier, RedisTier, open_readonly, remove_store
 
 __all__ = ["CacheInfo", "Engine", "Tiers", "default_engine", "try_load"]
 
@@ -67,19 +62,16 @@ class CacheInfo:
 @dataclass(frozen=True)
 class Tiers:
     """The caches of one :class:`~nvrtc_engine.core.config.Settings`, opened: the disk cache (None
-    when disabled or unusable; ``why``), the read-only caches, the remote cache (None when not
-    configured or unusable) and the ``secret`` shared tiers' entries are signed with."""
+    when disabled or unusable; ``why``), the ``shared`` ones (the read-only caches, then the
+    remote cache), the remote cache (None when not configured or unusable) and the ``secret``
+    shared tiers' entries are signed with."""
 
     settings: config.Settings
     disk: DiskTier | None
-    readonly: tuple[ReadOnlyTier, ...] = ()
+    shared: tuple[Tier, ...] = ()  # what other machines write: read-only caches, remote
     remote: RedisTier | None = None
     why: str = ""
     secret: bytes | None = None
-
-    @property
-    def shared(self) -> tuple[Tier, ...]:  # the tiers other machines write: signed entries
-        return (*self.readonly, *((self.remote,) if self.remote is not None else ()))
 
     def close(self) -> None:
         for tier in (self.disk, *self.shared):
@@ -97,7 +89,7 @@ class Engine:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._memory: dict[KernelKey, Kernel] = {}
-        self._calls: dict[Any, Kernel] = {}  # get_kernel argument tuples -> kernel
+        self.calls: dict[Any, Kernel] = {}  # get_kernel argument tuples -> kernel
         self._inflight: dict[KernelKey, threading.Lock] = {}
         self._opened: Tiers | None = None
         self.hits = self.disk_hits = self.remote_hits = self.misses = self.compiles = 0
@@ -112,20 +104,18 @@ class Engine:
             secret = s.signing_key()
             disk, why = (None, "") if s.disable_disk_cache else DiskTier.open(
                 _cache_dir(s), s.cache_size_limit)  # fmt: skip
-            readonly = open_readonly(s.readonly_cache)
-            self._opened = Tiers(s, disk, readonly, RedisTier.open(s), why, secret)
+            remote = RedisTier.open(s)
+            shared = (*open_readonly(s.readonly_cache), *((remote,) if remote else ()))
+            self._opened = Tiers(s, disk, shared, remote, why, secret)
             if opened is not None:
                 opened.close()
         return self._opened
-
-    def disk(self) -> DiskTier | None:  # None when disabled or unusable (tiers().why: why)
-        return self.tiers().disk
 
     def info(self) -> CacheInfo:
         """Counters and sizes; opens the disk cache only where its directory holds one."""
         s, opened = config.settings(), self._opened
         fresh = None if opened and opened.settings is s else _not_created(s)
-        disk = None if fresh or s.disable_disk_cache else self.disk()
+        disk = None if fresh or s.disable_disk_cache else self.tiers().disk
         sizes = (0, 0, fresh, s.cache_size_limit) if disk is None else (
             len(disk), disk.volume(), str(disk.directory), disk.size_limit)  # fmt: skip
         remote = config.shown_url(s.remote_cache) if s.remote_cache else None
@@ -140,30 +130,25 @@ class Engine:
         if memory:
             with self._lock:
                 self._memory.clear()
-                self._calls.clear()
+                self.calls.clear()
                 self.hits = self.disk_hits = self.remote_hits = self.misses = self.compiles = 0
         if not disk:
             return
-        s = config.settings()
-        directory = _cache_dir(s)
-        held = directory is not None and os.path.isdir(directory / STORE_DIR)
-        if held or (self._opened is not None and self._opened.settings is s):
+        directory = _cache_dir(config.settings())
+        if directory is not None and os.path.isdir(directory / STORE_DIR):  # (else none made)
             t = self.tiers()
             if t.disk is not None:
                 t.disk.clear()
-            elif t.why.startswith("no space") and directory:
+            elif t.why.startswith("no space"):
                 remove_store(directory)
         if self._opened is not None:
             self._opened.close()
             self._opened = None
 
     def lookup_call(self, call: Any) -> Kernel | None:  # get_kernel's, for the same arguments
-        kernel = self._calls.get(call)
+        kernel = self.calls.get(call)
         self.hits += kernel is not None
         return kernel
-
-    def remember_call(self, call: Any, kernel: Kernel) -> None:
-        self._calls[call] = kernel
 
     def get(self, key: KernelKey) -> Kernel:
         """The kernel for ``key``: from memory, else a tier, else compiled (single-flight);
@@ -198,13 +183,12 @@ class Engine:
             return self._memory.setdefault(key, kernel)
 
     def build_artifact(self, key: KernelKey) -> _Found:
-        """The artifact for ``key`` from a tier, else compiled and stored; no memory cache.
-        Returns ``(artifact, origin)``, origin ``"disk"`` (the disk or a read-only cache),
-        ``"remote"``, ``"unchecked"`` (an entry of another NVRTC, not yet loaded on a GPU
-        here) or ``"compiled"``. Holds the key's cross-process lock (never this engine's)
-        and then the remote cache's lease around "look there again, compile, store", so
-        processes sharing a directory or a remote cache compile each key once. Touches no GPU
-        (prewarm's workers call this). Raises what rendering and NVRTC raise."""
+        """``(artifact, origin)`` for ``key``, no memory cache: from a tier (origin ``"disk"``,
+        also for a read-only cache, ``"remote"``, or ``"unchecked"``: another NVRTC's, not yet
+        loaded on a GPU here), else ``"compiled"`` and stored, holding the disk cache's file
+        lock (never this engine's) and then the remote cache's lease and looking again under
+        each: processes sharing them compile each key once. Touches no GPU (prewarm's workers
+        call this). Raises what rendering and NVRTC raise."""
         digest, t = cache.digest(key), self.tiers()
         s = t.settings
         found = self._find(key, digest, t, (t.disk, *t.shared), s.any_nvrtc)
@@ -218,12 +202,11 @@ class Engine:
     def _find(
         self, key: KernelKey, digest: str, t: Tiers, tiers: Iterable[Tier | None], other: bool
     ) -> _Found | None:
-        """The first entry for ``digest`` in ``tiers`` that verifies, one from a shared tier
-        copied to the disk cache; then, with ``other``, one of ``key`` built by another NVRTC
-        in a shared tier (under the digest that NVRTC's process computes: the tier names its
-        versions), filed in the disk cache under ``digest``, unchecked. A bad entry is removed
-        from the disk cache; in a shared tier, left (a compile here replaces a remote one) and
-        said once per tier."""
+        """The first entry for ``digest`` in ``tiers`` that verifies (copied to the disk cache);
+        then, with ``other``, one built by another NVRTC in a shared tier, under the digest
+        that NVRTC computes for ``key`` (the tier names its versions), filed on disk under
+        ``digest``. A bad entry is removed from the disk cache; in a shared tier, left (a
+        compile here replaces a remote one) and said once per tier."""
         version, tiers = nvrtc.nvrtc_identity(), [x for x in tiers if x is not None]
         theirs = (
             (x, v) for x in tiers if other and x.shared for v in x.nvrtc_versions() if v != version
@@ -236,8 +219,8 @@ class Engine:
             checked = check_entry(value, stored, key, built, t.secret if tier.shared else None)
             if isinstance(checked, str):
                 kind, what = ("remote", "replaced") if tier.writable else ("read-only", "skipped")
-                if not tier.shared:
-                    tier.delete(stored)
+                if tier is t.disk:
+                    t.disk.delete(stored)
                 else:
                     warn_once("bad shared entry", tier.location, f"nvrtc_engine: the {kind} "
                               f"cache {tier.location} holds a bad entry for {key} ({stored[:12]}: "

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .cache import SCHEMA, Tier, check_entry
+from .config import shown_url
 from .errors import CacheWarning, warn, warn_once
 
 if TYPE_CHECKING:
@@ -175,14 +176,12 @@ class DiskTier(Tier):
             check = lambda: self._store.check(fix=fix, retry=True)  # noqa: E731
             return [str(w.message) for _ in range(1 + fix) for w in _ask(check, [])]
 
-    def clear(self) -> int:
-        """Remove every entry; how many there were. Where diskcache cannot (a full disk:
-        SQLite cannot journal the deletes), the store is removed whole."""
-        count = len(self)
+    def clear(self) -> None:
+        """Remove every entry; where diskcache cannot (a full disk: SQLite cannot journal the
+        deletes), the store whole."""
         if _ask(lambda: self._store.clear(retry=True), None) is None:
             self.close()
             remove_store(self.directory)
-        return count
 
     @contextlib.contextmanager
     def lock(self, digest: str, timeout: float) -> Iterator[bool]:
@@ -281,54 +280,46 @@ class RedisTier(Tier):
 
     writable = shared = True
 
-    def __init__(self, url: str, prefix: str, ttl: float, timeout: float, retry: float) -> None:
+    def __init__(self, s: Settings) -> None:
         import redis
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        from .config import shown_url
-
-        self.location, self.refused, self._retry = shown_url(url), "", retry
+        url, timeout = s.remote_cache or "", s.remote_timeout
+        self.location, self.refused, self._retry = shown_url(url), "", s.remote_retry
         self._client = redis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 1), health_check_interval=0,
         )  # fmt: skip
         self._errors = redis.exceptions
-        self._prefix, self._ttl_ms = f"{prefix}:{SCHEMA}:", int(ttl * 1000) or None
+        self._prefix, self._ttl_ms = f"{s.remote_prefix}:{SCHEMA}:", int(s.remote_ttl * 1e3) or None
         self._down_until = 0.0  # time.monotonic() before which the server is not asked
-        self._versions: tuple[tuple[str, ...], float] = ((), 0.0)
 
     @classmethod
     def open(cls, s: Settings) -> RedisTier | None:
         """The remote cache the settings name, or None: none named, or (one warning) the
-        ``redis`` package is missing."""
+        ``redis`` package is missing or refuses the URL."""
         if not s.remote_cache:
             return None
         try:
-            return cls(s.remote_cache, s.remote_prefix, s.remote_ttl, s.remote_timeout,
-                       s.remote_retry)  # fmt: skip
+            return cls(s)
         except ImportError:
             why = "the redis package is not installed (pip install 'nvrtc-engine[redis]')"
         except Exception as exc:  # a URL redis-py refuses
             why = f"{type(exc).__name__}: {exc}"
-        from .config import shown_url
-
         warn_once("remote", s.remote_cache, f"nvrtc_engine: NVRTC_ENGINE_REMOTE_CACHE is "
                   f"{shown_url(s.remote_cache)} but {why}; working without the remote "
                   "cache", CacheWarning)  # fmt: skip
         return None
 
-    def _ask(self, call: Callable[[], Any], default: Any, *, writing: bool = False) -> Any:
-        """``call()``'s answer, or ``default`` when the server is backed off, fails or (for a
-        write) is full; never raises."""
+    def _ask(self, call: Callable[[], Any], default: Any) -> Any:
+        """``call()``'s answer, or ``default`` when the server is backed off, fails or refuses
+        a write (full, or a read-only replica); never raises."""
         if time.monotonic() < self._down_until:
             return default
-        errors = self._errors
         try:
             return call()
-        except (errors.OutOfMemoryError, errors.ReadOnlyError) as exc:
-            if not writing:
-                return default
+        except (self._errors.OutOfMemoryError, self._errors.ReadOnlyError) as exc:
             self.refused = f"{type(exc).__name__}: {exc}"
             warn_once("remote full", self.location, f"nvrtc_engine: the remote cache at "
                       f"{self.location} refuses writes ({self.refused}): kernels are not "
@@ -367,10 +358,7 @@ class RedisTier(Tier):
             pipe.sadd(f"{self._prefix}nvrtc", checked[1].nvrtc_version)
             return bool(pipe.execute()[0])
 
-        return bool(self._ask(write, False, writing=True))
-
-    def delete(self, digest: str) -> None:
-        self._ask(lambda: self._client.delete(self._prefix + digest), None, writing=True)
+        return bool(self._ask(write, False))
 
     def _scan(self) -> list[str]:  # the digests of the entries under the prefix (may raise)
         names = self._client.scan_iter(self._prefix + "?" * 64, 1000)  # (not leases, nor nvrtc)
@@ -384,12 +372,7 @@ class RedisTier(Tier):
             f"{self._prefix}nvrtc"))  # fmt: skip
 
     def nvrtc_versions(self) -> tuple[str, ...]:
-        """The NVRTC versions that wrote entries here (asked again after ``retry`` seconds)."""
-        versions, asked = self._versions
-        if time.monotonic() - asked > max(self._retry, 1.0):
-            versions = tuple(self._ask(self._members, versions))
-            self._versions = (versions, time.monotonic())
-        return versions
+        return tuple(self._ask(self._members, ()))
 
     @contextlib.contextmanager
     def lock(self, digest: str, wait: float) -> Iterator[bool]:
@@ -400,7 +383,7 @@ class RedisTier(Tier):
         compiles anyway."""
         lease = self._client.lock(f"{self._prefix}{digest}:lease", timeout=max(wait, 0.001),
                                   sleep=0.01, blocking_timeout=wait)  # fmt: skip
-        held = self._ask(lease.acquire, None, writing=True)
+        held = self._ask(lease.acquire, None)
         if held is False:
             warn_once("remote wait", self.location, f"nvrtc_engine: waited {wait:g} s for "
                       f"another node compiling the same kernel (its lease {lease.name} in the "

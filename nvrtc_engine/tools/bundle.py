@@ -96,7 +96,7 @@ def _checked_path(path: object) -> str:
 
 
 def _disk(path: str, what: str) -> Any:
-    disk = default_engine().disk()
+    disk = default_engine().tiers().disk
     if disk is None:
         raise BundleError(path, None, f"no disk cache to {what} (disabled or unusable)")
     return disk
