@@ -25,13 +25,13 @@ from typing import Any
 from . import cache, config, nvrtc
 from .cache import Tier, check_entry, compile_options, encode_entry
 from .errors import CacheWarning, CudaError, warn_once
-from .kernel import Artifact, Kernel
+from .kernel import Artifact, Kernel, try_load
 from .key import KernelKey
 from .nvrtc import compile_source, compile_target
 from .render import render
 from .tiers import STORE_DIR, DiskTier, RedisTier, open_readonly, remove_store
 
-__all__ = ["CacheInfo", "Engine", "Tiers", "default_engine", "try_load"]
+__all__ = ["CacheInfo", "Engine", "Tiers", "default_engine"]
 
 
 @dataclass(frozen=True)
@@ -306,24 +306,6 @@ class Engine:
         with self._lock:
             self._memory[key] = kernel = key.spec.kernel_class()(key, artifact, origin)
         return kernel
-
-
-def try_load(key: KernelKey, artifact: Artifact) -> bool:
-    """Load ``artifact`` once on the first GPU here whose arch runs ``key``'s
-    (``cuModuleLoadData``, then unloaded): True; False where no GPU here runs it (none, or
-    none of that arch). Raises :class:`~nvrtc_engine.CudaError` where the driver refuses it."""
-    from . import driver
-    from .kernel import runs_on
-
-    for ordinal in range(driver.device_count()):
-        dev = driver.get_device(ordinal)
-        if artifact.kind == "cubin" and not runs_on(key.arch, dev.arch):
-            continue
-        module, _function = driver.load_function(dev, artifact.image, artifact.symbols[0])
-        with contextlib.suppress(Exception):  # (an unload that fails only leaks a module)
-            driver._drv().cuModuleUnload(module)
-        return True
-    return False
 
 
 def _cache_dir(s: config.Settings) -> Path | None:  # None: no home directory for the default

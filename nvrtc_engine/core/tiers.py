@@ -81,17 +81,16 @@ class DiskTier(Tier):
 
     writable = True
 
-    def __init__(self, directory: Path, size_limit: int) -> None:
+    def __init__(self, directory: Path, limit: int) -> None:
         import diskcache
 
         directory.mkdir(parents=True, exist_ok=True)
-        self.directory, self.location, self.size_limit = directory, str(directory), size_limit
+        self.directory, self.location, self.size_limit = directory, str(directory), limit
         self.refused = ""
         # sqlite_synchronous=0: SQLite never waits for fsync (an open of the cache took 25 ms
         # with it, 3 ms without); an OS crash may then damage the database: replaced on open
         settings = {"eviction_policy": "least-recently-stored", "sqlite_synchronous": 0}
-        self._store = diskcache.Cache(str(directory / STORE_DIR), 60, size_limit=size_limit,
-                                      **settings)  # fmt: skip
+        self._store = diskcache.Cache(str(directory / STORE_DIR), 60, size_limit=limit, **settings)
 
     @classmethod
     def open(cls, directory: Path | None, size_limit: int) -> tuple[DiskTier | None, str]:
@@ -368,8 +367,9 @@ class RedisTier(Tier):
         return iter(self._ask(self._scan, []))
 
     def _members(self) -> list[str]:  # the NVRTC versions that wrote entries here (may raise)
-        return sorted(v.decode(errors="replace") for v in self._client.smembers(
-            f"{self._prefix}nvrtc"))  # fmt: skip
+        return sorted(
+            v.decode(errors="replace") for v in self._client.smembers(self._prefix + "nvrtc")
+        )
 
     def nvrtc_versions(self) -> tuple[str, ...]:
         return tuple(self._ask(self._members, ()))
@@ -381,8 +381,9 @@ class RedisTier(Tier):
         yields whether it is held: False where the server cannot say (down or full), or after
         waiting ``wait`` seconds for another node (one :class:`CacheWarning`); the caller then
         compiles anyway."""
-        lease = self._client.lock(f"{self._prefix}{digest}:lease", timeout=max(wait, 0.001),
-                                  sleep=0.01, blocking_timeout=wait)  # fmt: skip
+        lease = self._client.lock(
+            f"{self._prefix}{digest}:lease", max(wait, 0.001), sleep=0.01, blocking_timeout=wait
+        )
         held = self._ask(lease.acquire, None)
         if held is False:
             warn_once("remote wait", self.location, f"nvrtc_engine: waited {wait:g} s for "
@@ -401,8 +402,12 @@ class RedisTier(Tier):
         ``nvrtc_versions`` that wrote them."""
         try:
             self._client.ping()
-            return {"reachable": True, "error": None, "entries": len(self._scan()),
-                    "nvrtc_versions": self._members()}  # fmt: skip
+            return {
+                "reachable": True,
+                "error": None,
+                "entries": len(self._scan()),
+                "nvrtc_versions": self._members(),
+            }
         except Exception as exc:
             return {"reachable": False, "error": f"{type(exc).__name__}: {exc}",
                     "entries": None, "nvrtc_versions": []}  # fmt: skip

@@ -50,9 +50,9 @@ from typing import Any
 
 from .._version import __version__
 from ..core.cache import SCHEMA, check_entry, digest, encode_entry, sign_entry, target_arch
-from ..core.engine import default_engine, try_load
+from ..core.engine import default_engine
 from ..core.errors import ArgumentTypeError, BundleError, CudaError
-from ..core.kernel import Artifact
+from ..core.kernel import Artifact, try_load
 from ..core.key import KernelKey
 from ..core.nvrtc import nvrtc_version
 from ..core.tiers import BUNDLE_ENTRIES
