@@ -192,6 +192,8 @@ class Engine:
         digest, t = cache.digest(key), self.tiers()
         s = t.settings
         found = self._find(key, digest, t, (t.disk, *t.shared), s.any_nvrtc)
+        if found is not None:
+            return found
         with contextlib.ExitStack() as held:
             for tier, wait in ((t.disk, s.lock_timeout), (t.remote, s.remote_wait)):
                 if found is None and tier is not None and tier.writable:
@@ -208,10 +210,11 @@ class Engine:
         ``digest``. A bad entry is removed from the disk cache; in a shared tier, left (a
         compile here replaces a remote one) and said once per tier."""
         version, tiers = nvrtc.nvrtc_identity(), [x for x in tiers if x is not None]
-        theirs = (
-            (x, v) for x in tiers if other and x.shared for v in x.nvrtc_versions() if v != version
-        )
-        for tier, built in itertools.chain(((x, version) for x in tiers), theirs):
+        looks = [(x, version) for x in tiers]
+        if other:  # (lazily: a remote tier's versions are a round trip)
+            theirs = ((x, v) for x in tiers if x.shared for v in x.nvrtc_versions() if v != version)
+            looks = itertools.chain(looks, theirs)  # type: ignore[assignment]
+        for tier, built in looks:
             stored = digest if built == version else cache.digest(key, built)
             value = tier.get(stored)
             if value is None:
