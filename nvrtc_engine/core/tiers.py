@@ -65,7 +65,7 @@ def remove_store(directory: Path) -> None:
     shutil.rmtree(directory / STORE_DIR, ignore_errors=True)
 
 
-def _ask(call: Callable[[], Any], default: Any) -> Any:  # call's answer, or default
+def _quiet(call: Callable[[], Any], default: Any) -> Any:  # call's answer, or default
     try:
         return call()
     except Exception:
@@ -152,20 +152,20 @@ class DiskTier(Tier):
         return False
 
     def delete(self, digest: str) -> None:
-        _ask(lambda: self._store.delete(digest, retry=True), None)
+        _quiet(lambda: self._store.delete(digest, retry=True), None)
 
     def digests(self) -> Iterator[str]:
-        return iter(_ask(lambda: list(self._store), []))
+        return iter(_quiet(lambda: list(self._store), []))
 
     def __contains__(self, digest: object) -> bool:
         """Whether an entry is stored under ``digest`` (no use counted, nothing verified)."""
-        return bool(_ask(lambda: digest in self._store, False))
+        return bool(_quiet(lambda: digest in self._store, False))
 
     def __len__(self) -> int:
-        return int(_ask(lambda: len(self._store), 0))
+        return int(_quiet(lambda: len(self._store), 0))
 
     def volume(self) -> int:  # bytes used on disk (database and files)
-        return int(_ask(self._store.volume, 0))
+        return int(_quiet(self._store.volume, 0))
 
     def check(self, fix: bool) -> list[str]:
         """diskcache's check of its index against its files (orphan files, rows without one),
@@ -173,12 +173,12 @@ class DiskTier(Tier):
         with warnings.catch_warnings():  # it reports by warnings, under the caller's filters
             warnings.simplefilter("always")
             check = lambda: self._store.check(fix=fix, retry=True)  # noqa: E731
-            return [str(w.message) for _ in range(1 + fix) for w in _ask(check, [])]
+            return [str(w.message) for _ in range(1 + fix) for w in _quiet(check, [])]
 
     def clear(self) -> None:
         """Remove every entry; where diskcache cannot (a full disk: SQLite cannot journal the
         deletes), the store whole."""
-        if _ask(lambda: self._store.clear(retry=True), None) is None:
+        if _quiet(lambda: self._store.clear(retry=True), None) is None:
             self.close()
             remove_store(self.directory)
 
@@ -207,7 +207,7 @@ class DiskTier(Tier):
                 held.release()
 
     def close(self) -> None:
-        _ask(self._store.close, None)
+        _quiet(self._store.close, None)
 
 
 class ReadOnlyTier(Tier):
@@ -394,7 +394,7 @@ class RedisTier(Tier):
             yield bool(held)
         finally:
             if held:  # (refused once it expired and is another's; failing, it expires)
-                _ask(lease.release, None)
+                _quiet(lease.release, None)
 
     def state(self) -> dict[str, Any]:
         """For ``cache info``: ``reachable`` (now, ignoring the back-off), ``error``,
@@ -413,4 +413,4 @@ class RedisTier(Tier):
                     "entries": None, "nvrtc_versions": []}  # fmt: skip
 
     def close(self) -> None:
-        _ask(self._client.close, None)
+        _quiet(self._client.close, None)
