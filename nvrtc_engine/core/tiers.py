@@ -381,13 +381,13 @@ class RedisTier(Tier):
         yields whether it is held: False where the server cannot say (down or full), or after
         waiting ``wait`` seconds for another node (one :class:`CacheWarning`); the caller then
         compiles anyway."""
-        lease = self._client.lock(
-            f"{self._prefix}{digest}:lease", max(wait, 0.001), sleep=0.01, blocking_timeout=wait
-        )
+        life = max(wait, 0.001)  # (and redis-py's polling never longer than the lease)
+        name = f"{self._prefix}{digest}:lease"
+        lease = self._client.lock(name, life, sleep=min(life, 0.01), blocking_timeout=wait)
         held = self._ask(lease.acquire, None)
         if held is False:
             warn_once("remote wait", self.location, f"nvrtc_engine: waited {wait:g} s for "
-                      f"another node compiling the same kernel (its lease {lease.name} in the "
+                      f"another node compiling the same kernel (its lease {name} in the "
                       f"remote cache at {self.location}); compiling it here "
                       "(NVRTC_ENGINE_REMOTE_WAIT sets the wait)", CacheWarning)  # fmt: skip
         try:
