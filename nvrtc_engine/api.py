@@ -243,7 +243,7 @@ def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:
         return kernel
     kernel = engine.get(make_key(op, **fields))
     if call is not None:
-        engine.remember_call(call, kernel)
+        engine.calls[call] = kernel
     return kernel
 
 

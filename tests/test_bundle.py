@@ -232,7 +232,7 @@ def test_export_leaves_out_damaged_and_foreign_entries(tmp_path, monkeypatch):
     ne.get_kernel(good)
     damaged = make_key("gelu", dtype="fp16", arch="sm_90")
     ne.get_kernel(damaged)
-    disk = default_engine().disk()
+    disk = default_engine().tiers().disk
     disk.put(digest(damaged), disk.get(digest(damaged))[:-5])
     with monkeypatch.context() as m:  # an entry from another NVRTC sharing the directory
         m.setattr(nvrtc, "nvrtc_identity", lambda: "99.0")
@@ -350,6 +350,6 @@ def test_a_bundle_of_the_previous_format_is_refused_saying_what_to_do(bundle, tm
 def test_an_import_is_filed_under_the_digest_this_installation_computes(bundle, tmp_path):
     _use_empty_cache(tmp_path)
     report = import_bundle(bundle)
-    disk = default_engine().disk()
+    disk = default_engine().tiers().disk
     assert sorted(disk.digests()) == sorted(digest(k) for k in KEYS)
     assert report.already == 0 and import_bundle(bundle).already == len(KEYS)

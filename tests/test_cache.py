@@ -251,7 +251,7 @@ def test_a_damaged_entry_is_removed_and_recompiled(damage):
     k = make_key("gelu", dtype="fp16", arch="sm_90")
     good = Engine().get(k).artifact
     engine = Engine()
-    disk, key_digest = engine.disk(), digest(k)
+    disk, key_digest = engine.tiers().disk, digest(k)
     value = disk.get(key_digest)
     if damage == "truncate":
         bad = value[: len(value) // 2]
@@ -534,7 +534,7 @@ def test_a_damaged_database_is_replaced_by_a_new_one(tmp_path, damage):
 
 def test_a_damaged_database_replaced_meanwhile_is_not_replaced_again(tmp_path, monkeypatch):
     """Two processes finding the same damage: the second, once it holds the lock, finds the
-    store the first made and keeps it (no rename, no warning)."""
+    store the first made and keeps it (nothing removed, no warning)."""
     import sqlite3
     import warnings
 
@@ -550,7 +550,7 @@ def test_a_damaged_database_replaced_meanwhile_is_not_replaced_again(tmp_path, m
         real(self, directory, size_limit)
 
     monkeypatch.setattr(DiskTier, "__init__", first_damaged)
-    monkeypatch.setattr(tiers.os, "rename", lambda *a: pytest.fail("renamed a healthy store"))
+    monkeypatch.setattr(tiers, "remove_store", lambda *a: pytest.fail("removed a healthy store"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning: nothing was replaced
         disk, _why = DiskTier.open(tmp_path, 1 << 20)
@@ -588,7 +588,7 @@ def test_a_full_disk_is_named_and_kernels_stay_in_memory(monkeypatch):
         a = ne.get_kernel("gelu", dtype="bf16", arch="sm_89")
         b = ne.get_kernel("gelu", dtype="fp16", arch="sm_89")
     assert len(w) == 1 and a.origin == b.origin == "compiled" and ne.cache_info().compiles == 2
-    assert default_engine().disk().refused.startswith("no space left on device")
+    assert default_engine().tiers().disk.refused.startswith("no space left on device")
 
 
 def test_clear_frees_a_cache_a_full_disk_keeps_from_opening(isolated_cache, monkeypatch):

@@ -164,7 +164,7 @@ def test_writer_killed_during_stores_never_leaves_an_entry_that_loads_wrong(tmp_
 
 def _engine_with_file_values():
     engine = Engine()
-    engine.disk()._store.reset("disk_min_file_size", 0)  # every value in its own file
+    engine.tiers().disk._store.reset("disk_min_file_size", 0)  # every value in its own file
     return engine
 
 
@@ -197,7 +197,7 @@ def test_database_error_on_read_is_a_miss(monkeypatch):
     k = make_key("gelu", dtype="bf16", arch="sm_90")
     Engine().get(k)
     engine = Engine()
-    store = engine.disk()._store
+    store = engine.tiers().disk._store
 
     def broken(*args, **kwargs):
         raise sqlite3.DatabaseError("database disk image is malformed")
@@ -297,7 +297,7 @@ def test_home_unusable_is_memory_only(tmp_path, monkeypatch):
 
 def test_writes_failing_later_keep_kernels_in_memory_with_one_warning(monkeypatch):
     engine = default_engine()
-    store = engine.disk()._store
+    store = engine.tiers().disk._store
 
     def full(*args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system")
@@ -419,7 +419,7 @@ def test_other_nvrtc_version_never_reads_this_entry(monkeypatch):
     assert kernel.origin == "compiled" and kernel.artifact.nvrtc_version == "99.9"
     assert other.disk_hits == 0 and ne.cache_info().entries == 2
     forged = Artifact(**{**old.__dict__, "digest": digest(k)})  # an old entry under the new digest
-    default_engine().disk().put(digest(k), encode_entry(str(k), forged))
+    default_engine().tiers().disk.put(digest(k), encode_entry(str(k), forged))
     third = Engine()
     assert third.get(k).artifact.nvrtc_version == "99.9" and third.compiles == 1
 
@@ -432,7 +432,7 @@ def test_other_schema_never_reads_this_entry(monkeypatch):
     old_digest = digest(k)
     monkeypatch.setattr(cache_mod, "SCHEMA", cache_mod.SCHEMA + 1)
     assert digest(k) != old_digest
-    value = Engine().disk().get(old_digest)
+    value = Engine().tiers().disk.get(old_digest)
     assert "schema" in check_entry(value, old_digest)  # not read as the next schema
     assert Engine().get(k).origin == "compiled"
 
@@ -491,7 +491,7 @@ def test_verify_names_each_bad_entry_and_why(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("NVRTC_ENGINE_CACHE_DIR", str(tmp_path / "c"))
     config.reset()
     ne.clear_cache(disk=False)
-    disk = default_engine().disk()
+    disk = default_engine().tiers().disk
     values = {}
     for i in range(1, 7):
         _put(disk, 3 * i + 1)

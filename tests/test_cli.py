@@ -331,7 +331,7 @@ def test_cache_list_verify_export_import(capsys, tmp_path, isolated_cache):
     # damage one entry: verify reports it, removes it, exits 1; then the cache is clean
     from nvrtc_engine.core.engine import default_engine
 
-    disk = default_engine().disk()
+    disk = default_engine().tiers().disk
     digest = next(iter(disk.digests()))
     disk.put(digest, b"garbage")
     assert main(["cache", "verify"]) == 1

@@ -175,12 +175,12 @@ def test_a_family_outside_the_package_renders_and_compiles(toy_family):
 
 
 def test_a_family_outside_the_package_is_part_of_its_digest(toy_family, tmp_path):
-    from nvrtc_engine.core import cache
+    from nvrtc_engine.core import cache, render
 
     key = ne.make_key("scale_by", dtype="bf16", arch="sm_90", factor=2)
     digest = cache.digest(key)
-    assert cache.folder_fingerprint(key.spec.templates) != cache.code_fingerprint()
-    cache.folder_fingerprint.cache_clear()
+    assert render.templates_digest(key.spec.templates) != cache.code_fingerprint()
+    render.templates_digest.cache_clear()
     try:
         copy = tmp_path / "toy"
         copy.mkdir()
@@ -190,5 +190,5 @@ def test_a_family_outside_the_package_is_part_of_its_digest(toy_family, tmp_path
         assert cache.digest(key) != digest
     finally:
         type(key.spec).templates = str(DATA / "toy_family")
-        cache.folder_fingerprint.cache_clear()
+        render.templates_digest.cache_clear()
     assert cache.digest(key) == digest

@@ -224,7 +224,8 @@ def test_a_paused_server_costs_a_bounded_wait_once(server, tmp_path):
             assert remote.get("0" * 64) is None
             first = time.perf_counter() - start
         start = time.perf_counter()
-        assert remote.get("0" * 64) is None and remote.take_lease("0" * 64, 1) == ""
+        with remote.lock("0" * 64, 1) as held:  # backed off: no lease, no wait, no warning
+            assert remote.get("0" * 64) is None and not held
         again = time.perf_counter() - start
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no second warning
@@ -328,8 +329,9 @@ _HOLD = textwrap.dedent("""
     import nvrtc_engine as ne
     from nvrtc_engine.core.engine import default_engine
     remote = default_engine().tiers().remote
-    print(remote.take_lease(sys.argv[1], float(sys.argv[2])), flush=True)
-    time.sleep(120)
+    with remote.lock(sys.argv[1], float(sys.argv[2])) as held:
+        print(held, flush=True)
+        time.sleep(120)
 """)
 
 
@@ -338,7 +340,7 @@ def test_a_killed_compilers_lease_expires(server, tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", _HOLD, d, "1.5"],
                               env=_env(tmp_path / "h", server), stdout=subprocess.PIPE,
                               text=True)  # fmt: skip
-    assert holder.stdout.readline().strip()  # it holds the lease
+    assert holder.stdout.readline().strip() == "True"  # it holds the lease
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     holder.stdout.close()
@@ -366,14 +368,19 @@ def test_only_the_owner_gives_a_lease_back(server, tmp_path):
     _node(server, tmp_path / "a")
     remote = default_engine().tiers().remote
     name = f"nvrtc_engine:{SCHEMA}:{'0' * 64}:lease"
-    first = remote.take_lease("0" * 64, 0.05)
-    assert first and remote.take_lease("0" * 64, 10) is None  # held
-    time.sleep(0.1)  # expired
-    second = remote.take_lease("0" * 64, 10)
-    assert second and second != first
-    remote.drop_lease("0" * 64, first)  # too late: another node's now
-    assert server.client().get(name) == second.encode()
-    remote.drop_lease("0" * 64, second)
+    first = remote.lock("0" * 64, 0.2)
+    assert first.__enter__()
+    token = server.client().get(name)
+    waited = pytest.warns(CacheWarning, match=r"waited 0\.01 s for another node compiling")
+    with waited, remote.lock("0" * 64, 0.01) as held:
+        assert not held  # held by the first
+    time.sleep(0.3)  # expired
+    second = remote.lock("0" * 64, 10)
+    assert second.__enter__() and server.client().get(name) not in (None, token)
+    token = server.client().get(name)
+    first.__exit__(None, None, None)  # too late: another node's now
+    assert server.client().get(name) == token
+    second.__exit__(None, None, None)
     assert server.client().get(name) is None
 
 
@@ -389,7 +396,7 @@ def test_a_remote_entry_of_another_nvrtc_is_used_on_request(server, tmp_path, mo
     assert kernel.origin == "unchecked" and kernel.artifact.nvrtc_version == built
     info = ne.cache_info()
     assert info.compiles == 0 and info.remote_hits == 1 and info.entries == 1
-    filed = default_engine().disk().get(digest(KEYS[0]))  # under this NVRTC's digest
+    filed = default_engine().tiers().disk.get(digest(KEYS[0]))  # under this NVRTC's digest
     header = check_entry(filed, digest(KEYS[0]), KEYS[0], "13.0")[0]
     assert (header["adopted_for"], header["checked"]) == ("13.0", False)
 

@@ -118,7 +118,7 @@ def test_configure_checks_the_remote_settings(field, value, error):
 
 def _entry(key=KEYS[0]):
     ne.get_kernel(key)
-    return default_engine().disk().get(digest(key))
+    return default_engine().tiers().disk.get(digest(key))
 
 
 def test_a_signature_covers_the_header_fields_that_matter():

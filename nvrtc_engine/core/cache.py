@@ -4,15 +4,10 @@ The **digest** is computed from a kernel's inputs, never from its rendered sourc
 renders nothing): SHA-256 over :data:`SCHEMA`, the canonical key, its kernel symbols,
 :func:`code_fingerprint`, the NVRTC version (:func:`~nvrtc_engine.core.nvrtc.nvrtc_identity`), the
 CUDA header version for kernels that include CUDA headers, and the NVRTC options; no path.
-An **entry** is one bytes value, ``MAGIC | u32 header length | JSON header | image``; the
-header records the key, digest, symbols, NVRTC version, options, kind, compile time, the
-image's size and SHA-256, and ``signature``: null, or where a fleet shares a secret an
-HMAC-SHA256 over the fields in :data:`SIGNED` (:func:`sign_entry`), added when the entry is
-written to a shared tier or a bundle. An entry built by another NVRTC version and taken on
-request (``any_nvrtc``) is filed locally under this NVRTC's digest (:func:`refile_entry`),
-its header saying so (``adopted_for``) and whether it was loaded on a GPU here (``checked``).
-:func:`check_entry` is the one check of every load from every tier. A **tier** (:class:`Tier`)
-stores entries by digest, bytes in and bytes out (:mod:`nvrtc_engine.core.tiers`).
+An **entry** is one bytes value, ``MAGIC | u32 header length | JSON header | image``
+(:func:`encode_entry`); :func:`check_entry` is the one check of every load from every tier.
+A **tier** (:class:`Tier`) stores entries by digest, bytes in and bytes out
+(:mod:`nvrtc_engine.core.tiers`).
 """
 
 from __future__ import annotations
@@ -34,8 +29,8 @@ if TYPE_CHECKING:
     from .key import KernelKey
 
 __all__ = ["MAGIC", "SCHEMA", "SIGNED", "Tier", "check_entry", "code_fingerprint",
-           "compile_options", "digest", "encode_entry", "entries", "refile_entry",
-           "sign_entry", "target_arch"]  # fmt: skip
+           "compile_options", "digest", "encode_entry", "entries", "sign_entry",
+           "target_arch"]  # fmt: skip
 
 SCHEMA = 2
 MAGIC = b"NVRTCENGINE\x01"
@@ -73,16 +68,6 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
-@functools.cache
-def folder_fingerprint(folder: str) -> str:
-    """SHA-256 (hex) over the names and bytes of the files under ``folder`` (a family outside
-    the package, :attr:`~nvrtc_engine.core.spec.OpSpec.templates`), read once per process."""
-    h = hashlib.sha256()
-    for name, data in render.folder_files(folder).items():
-        h.update(f"{name}\0{len(data)}\0".encode() + data)
-    return h.hexdigest()
-
-
 @functools.lru_cache(maxsize=64)
 def compile_options(arch: str) -> nvrtc.CompileOptions:
     """The NVRTC options kernels are compiled with for ``-arch=arch`` (the one place)."""
@@ -96,39 +81,28 @@ def digest(key: KernelKey, nvrtc_version: str | None = None) -> str:
     headers raises, for a kernel that includes them."""
     spec = key.spec
     headers = nvrtc.find_cuda_include_dir().version if spec.cuda_headers(key) else ""
-    version = nvrtc_version or nvrtc.nvrtc_identity()
     code = code_fingerprint()
     if spec.templates is not None:  # a family outside the package: its own files too
-        code += " " + folder_fingerprint(spec.templates)
-    fields = [f"schema {SCHEMA}", str(key), " ".join(spec.symbols(key)), code, version,
-              headers, *compile_options(key.arch).flags()]  # fmt: skip
+        code += " " + render.templates_digest(spec.templates)
+    fields = [f"schema {SCHEMA}", str(key), " ".join(spec.symbols(key)), code,
+              nvrtc_version or nvrtc.nvrtc_identity(), headers,
+              *compile_options(key.arch).flags()]  # fmt: skip
     return hashlib.sha256("\n".join(fields).encode()).hexdigest()
 
 
-def encode_entry(key_name: str, artifact: Artifact) -> bytes:
-    """One cache value holding ``artifact`` for the kernel named ``key_name``."""
+def encode_entry(key_name: str, artifact: Artifact, **extra: Any) -> bytes:
+    """One cache value holding ``artifact`` for the kernel named ``key_name``. Its header
+    records the key, digest, symbols, NVRTC version, options, kind, compile and creation
+    times, the image's size and SHA-256, ``signature`` (null; :func:`sign_entry`) and
+    ``extra``: an entry of another NVRTC taken on request (``any_nvrtc``) is filed under this
+    NVRTC's digest saying ``adopted_for`` (this NVRTC) and ``checked`` (loaded on a GPU here)."""
     return _join({
         "schema": SCHEMA, "key": key_name, "digest": artifact.digest,
         "symbols": list(artifact.symbols), "nvrtc_version": artifact.nvrtc_version,
         "options": list(artifact.options), "kind": artifact.kind,
         "compile_ms": artifact.compile_ms, "created": time.time(), "size": len(artifact.image),
-        "sha256": hashlib.sha256(artifact.image).hexdigest(), "signature": None,
+        "sha256": hashlib.sha256(artifact.image).hexdigest(), "signature": None, **extra,
     }, artifact.image)  # fmt: skip
-
-
-def _split(value: bytes) -> tuple[dict[str, Any], bytes] | str:
-    """An entry's header and image, or why it has none (framing only, nothing verified)."""
-    start = len(MAGIC) + _LEN.size
-    if len(value) < start:
-        return "truncated header"
-    (length,) = _LEN.unpack_from(value, len(MAGIC))
-    try:
-        header = json.loads(value[start : start + length].decode())
-    except ValueError:  # (UnicodeDecodeError too)
-        return "damaged or truncated header"
-    if not isinstance(header, dict):
-        return "damaged header"
-    return header, bytes(value[start + length :])
 
 
 def _join(header: dict[str, Any], image: bytes) -> bytes:
@@ -144,27 +118,11 @@ def _signature(header: dict[str, Any], secret: bytes) -> str:
     return _HMAC + hmac.new(secret, message, "sha256").hexdigest()
 
 
-def _same(a: str, b: str) -> bool:  # in constant time: a signature is not guessed bytewise
-    import hmac
-
-    return hmac.compare_digest(a, b)
-
-
 def sign_entry(value: bytes, secret: bytes) -> bytes:
     """``value`` (a verified entry) with its ``signature`` set: an HMAC-SHA256 with
     ``secret`` over the header fields in :data:`SIGNED` (the image through its SHA-256)."""
-    header, image = _split(value)  # type: ignore[misc]
-    return _join({**header, "signature": _signature(header, secret)}, image)
-
-
-def refile_entry(value: bytes, digest: str, nvrtc_version: str, checked: bool) -> bytes:
-    """``value``, an entry built by another NVRTC, filed under ``digest`` (this process's
-    for its key) for NVRTC ``nvrtc_version``: its header keeps the NVRTC that built it and
-    says ``adopted_for`` and ``checked`` (loaded on a GPU here). Its signature goes: the entry
-    is the local cache's now, and the HMAC covered the digest it was built under."""
-    header, image = _split(value)  # type: ignore[misc]
-    header = {**header, "digest": digest, "adopted_for": nvrtc_version, "checked": checked}
-    return _join({**header, "signature": None}, image)
+    header, artifact = check_entry(value, None)  # type: ignore[misc]
+    return _join({**header, "signature": _signature(header, secret)}, artifact.image)
 
 
 def target_arch(artifact: Artifact | tuple[str, ...]) -> str:
@@ -196,14 +154,16 @@ def check_entry(
     size and SHA-256; with ``secret``: its signature (:func:`sign_entry`), refused when
     missing or made with another key; with ``key``: it names that key and its image is for
     the key's arch; with ``nvrtc_version``: that NVRTC built it, or it was adopted for it
-    (:func:`refile_entry`)."""
+    (:func:`encode_entry`)."""
     if not isinstance(value, (bytes, bytearray)) or not value.startswith(MAGIC):
         return "not an nvrtc_engine entry (garbage or another format)"
-    split = _split(value)
-    if isinstance(split, str):
-        return split
-    header, image = split
-    schema = header.get("schema")
+    try:
+        (length,) = _LEN.unpack_from(value, len(MAGIC))
+        start = len(MAGIC) + _LEN.size
+        header = json.loads(value[start : start + length].decode())
+        image, schema = bytes(value[start + length :]), header.get("schema")
+    except (struct.error, ValueError, AttributeError):  # (AttributeError: no JSON object)
+        return "damaged or truncated header"
     if schema != SCHEMA:
         return f"schema {schema!r}, this version reads {SCHEMA}"
     if digest is not None and header.get("digest") != digest:
@@ -213,10 +173,12 @@ def check_entry(
     if header.get("sha256") != hashlib.sha256(image).hexdigest():
         return "image SHA-256 mismatch (corrupted)"
     if secret is not None:
+        import hmac  # (compare_digest: a signature is not guessed bytewise)
+
         signature = header.get("signature")
         if not isinstance(signature, str) or not signature.startswith(_HMAC):
             return "unsigned, and a signing key is configured (NVRTC_ENGINE_CACHE_KEY)"
-        if not _same(signature, _signature(header, secret)):
+        if not hmac.compare_digest(signature, _signature(header, secret)):
             return "signed with another key, or altered after signing"
     try:
         artifact = Artifact(
@@ -231,10 +193,7 @@ def check_entry(
         return f"the entry of {name}, not of {key}"
     if key is not None and not _for_arch(artifact.kind, artifact.options, key.arch):
         return f"compiled for {target_arch(artifact)} ({artifact.kind}), not for {key.arch}"
-    if nvrtc_version is not None and nvrtc_version not in (
-        artifact.nvrtc_version,
-        header.get("adopted_for"),
-    ):
+    if nvrtc_version not in (None, artifact.nvrtc_version, header.get("adopted_for")):
         return f"built by NVRTC {artifact.nvrtc_version}; this is NVRTC {nvrtc_version}"
     return header, artifact
 
@@ -258,7 +217,7 @@ class Tier:
     """
 
     location = ""  # a directory, file or address, for messages
-    writable = False  # whether put() and delete() can change it (a failing tier stops)
+    writable = False  # whether put() can change it (a failing tier stops)
     shared = False  # entries come from other machines: signed where a secret is configured
 
     def get(self, digest: str) -> bytes | None:  # the value, or None: none (or no answer)
@@ -267,14 +226,11 @@ class Tier:
     def put(self, digest: str, value: bytes) -> bool:  # whether it is stored now
         return False
 
-    def delete(self, digest: str) -> None:  # a bad entry, where writable
-        pass
-
     def digests(self) -> Iterator[str]:  # every digest stored
-        return iter(())
+        raise NotImplementedError
 
     def close(self) -> None:  # files and connections, reopened on the next use
-        pass
+        raise NotImplementedError
 
     def nvrtc_versions(self) -> tuple[str, ...]:  # the NVRTC versions of its entries, if cheap
         return ()

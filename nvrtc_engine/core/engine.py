@@ -1,21 +1,18 @@
 """The engine: key -> kernel through the memory cache, the cache's tiers and NVRTC.
 
-Memory: one :class:`~nvrtc_engine.core.kernel.Kernel` per key, one build of a key at a time (the
-engine's lock guards dictionaries only). A miss takes :meth:`Engine.build_artifact`'s steps:
-the key's digest (nothing rendered); each tier in order, the disk cache, the read-only caches
-and the remote cache (every entry verified, with its signature where it comes from a shared
-tier and a secret is configured; a hit is copied to the disk cache); with ``any_nvrtc``, the
-entries of the shared tiers built by another NVRTC for the key; else the digest's file lock,
-the disk cache again, the remote cache's compile lease (or a wait for the node holding it),
-render, compile, store on disk and in the remote cache. :meth:`Engine.get` hands out a kernel
-of another NVRTC only once it has loaded on a GPU here (where there is one). A fork()ed child
-keeps the memory cache (its kernels load again, lazily) and reopens files and connections.
+Memory holds one :class:`~nvrtc_engine.core.kernel.Kernel` per key, built once at a time (the
+engine's lock guards dictionaries only). A miss (:meth:`Engine.build_artifact`) computes the
+key's digest (nothing rendered), looks in the tiers (:meth:`Engine._find`), then compiles
+under the disk cache's file lock and the remote cache's lease. :meth:`Engine.get` hands out a
+kernel of another NVRTC only once it has loaded on a GPU here (where there is one). A fork()ed
+child keeps the memory cache (its kernels load again, lazily) and reopens files and connections.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import os
 import threading
 import time
@@ -26,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from . import cache, config, nvrtc
-from .cache import Tier, check_entry, compile_options, encode_entry, refile_entry, sign_entry
+from .cache import Tier, check_entry, compile_options, encode_entry
 from .errors import CacheWarning, CudaError, warn_once
-from .kernel import Artifact, Kernel
+from .kernel import Artifact, Kernel, try_load
 from .key import KernelKey
 from .nvrtc import compile_source, compile_target
 from .render import render
-from .tiers import STORE_DIR, DiskTier, ReadOnlyTier, RedisTier, open_readonly, remove_store
+from .tiers import STORE_DIR, DiskTier, RedisTier, open_readonly, remove_store
 
-__all__ = ["CacheInfo", "Engine", "Tiers", "default_engine", "try_load"]
+__all__ = ["CacheInfo", "Engine", "Tiers", "default_engine"]
 
 
 @dataclass(frozen=True)
@@ -65,19 +62,16 @@ class CacheInfo:
 @dataclass(frozen=True)
 class Tiers:
     """The caches of one :class:`~nvrtc_engine.core.config.Settings`, opened: the disk cache (None
-    when disabled or unusable; ``why``), the read-only caches, the remote cache (None when not
-    configured or unusable) and the ``secret`` shared tiers' entries are signed with."""
+    when disabled or unusable; ``why``), the ``shared`` ones (the read-only caches, then the
+    remote cache), the remote cache (None when not configured or unusable) and the ``secret``
+    shared tiers' entries are signed with."""
 
     settings: config.Settings
     disk: DiskTier | None
-    readonly: tuple[ReadOnlyTier, ...] = ()
+    shared: tuple[Tier, ...] = ()  # what other machines write: read-only caches, remote
     remote: RedisTier | None = None
     why: str = ""
     secret: bytes | None = None
-
-    @property
-    def shared(self) -> tuple[Tier, ...]:  # the tiers other machines write: signed entries
-        return (*self.readonly, *((self.remote,) if self.remote is not None else ()))
 
     def close(self) -> None:
         for tier in (self.disk, *self.shared):
@@ -95,7 +89,7 @@ class Engine:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._memory: dict[KernelKey, Kernel] = {}
-        self._calls: dict[Any, Kernel] = {}  # get_kernel argument tuples -> kernel
+        self.calls: dict[Any, Kernel] = {}  # get_kernel argument tuples -> kernel
         self._inflight: dict[KernelKey, threading.Lock] = {}
         self._opened: Tiers | None = None
         self.hits = self.disk_hits = self.remote_hits = self.misses = self.compiles = 0
@@ -110,20 +104,18 @@ class Engine:
             secret = s.signing_key()
             disk, why = (None, "") if s.disable_disk_cache else DiskTier.open(
                 _cache_dir(s), s.cache_size_limit)  # fmt: skip
-            readonly = open_readonly(s.readonly_cache)
-            self._opened = Tiers(s, disk, readonly, RedisTier.open(s), why, secret)
+            remote = RedisTier.open(s)
+            shared = (*open_readonly(s.readonly_cache), *((remote,) if remote else ()))
+            self._opened = Tiers(s, disk, shared, remote, why, secret)
             if opened is not None:
                 opened.close()
         return self._opened
-
-    def disk(self) -> DiskTier | None:  # None when disabled or unusable (tiers().why: why)
-        return self.tiers().disk
 
     def info(self) -> CacheInfo:
         """Counters and sizes; opens the disk cache only where its directory holds one."""
         s, opened = config.settings(), self._opened
         fresh = None if opened and opened.settings is s else _not_created(s)
-        disk = None if fresh or s.disable_disk_cache else self.disk()
+        disk = None if fresh or s.disable_disk_cache else self.tiers().disk
         sizes = (0, 0, fresh, s.cache_size_limit) if disk is None else (
             len(disk), disk.volume(), str(disk.directory), disk.size_limit)  # fmt: skip
         remote = config.shown_url(s.remote_cache) if s.remote_cache else None
@@ -138,28 +130,25 @@ class Engine:
         if memory:
             with self._lock:
                 self._memory.clear()
-                self._calls.clear()
+                self.calls.clear()
                 self.hits = self.disk_hits = self.remote_hits = self.misses = self.compiles = 0
-        s = config.settings()
-        directory = _cache_dir(s)
-        held = directory is not None and os.path.isdir(directory / STORE_DIR)
-        if disk and (held or (self._opened is not None and self._opened.settings is s)):
+        if not disk:
+            return
+        directory = _cache_dir(config.settings())
+        if directory is not None and os.path.isdir(directory / STORE_DIR):  # (else none made)
             t = self.tiers()
             if t.disk is not None:
                 t.disk.clear()
-            elif t.why.startswith("no space") and directory:
+            elif t.why.startswith("no space"):
                 remove_store(directory)
-        if disk and self._opened is not None:
+        if self._opened is not None:
             self._opened.close()
             self._opened = None
 
     def lookup_call(self, call: Any) -> Kernel | None:  # get_kernel's, for the same arguments
-        kernel = self._calls.get(call)
+        kernel = self.calls.get(call)
         self.hits += kernel is not None
         return kernel
-
-    def remember_call(self, call: Any, kernel: Kernel) -> None:
-        self._calls[call] = kernel
 
     def get(self, key: KernelKey) -> Kernel:
         """The kernel for ``key``: from memory, else a tier, else compiled (single-flight);
@@ -177,120 +166,83 @@ class Engine:
         self._inflight.pop(key, None)
         return kernel
 
-    def build_artifact(self, key: KernelKey) -> _Found:
-        """The artifact for ``key`` from a tier, else compiled and stored; no memory cache.
-        Returns ``(artifact, origin)``, origin ``"disk"`` (the disk or a read-only cache),
-        ``"remote"``, ``"unchecked"`` (an entry of another NVRTC, not yet loaded on a GPU
-        here) or ``"compiled"``. Holds the key's cross-process lock (never this engine's)
-        around "look in the disk cache again, compile, store", and the remote cache's lease
-        around the compile, so processes sharing a directory or a remote cache compile each
-        key once. Touches no GPU (prewarm's workers call this). Raises what rendering and
-        NVRTC raise."""
-        digest = cache.digest(key)
+    def cached(self, key: KernelKey) -> Kernel | None:
+        """The kernel for ``key`` if memory or a tier has it (then kept in memory), or None."""
+        kernel = self._memory.get(key)
+        if kernel is not None:
+            self.hits += 1
+            return kernel
         t = self.tiers()
-        found = self._load(key, digest, t, (t.disk, *t.shared)) or self._other_nvrtc(key, t)
+        found = self._find(key, cache.digest(key), t, (t.disk, *t.shared), t.settings.any_nvrtc)
+        return self.adopt(key, *found) if found is not None else None
+
+    def adopt(self, key: KernelKey, artifact: Artifact, origin: str) -> Kernel:
+        """Keep ``artifact`` (from anywhere) as ``key``'s kernel; the one memory holds wins."""
+        kernel = key.spec.kernel_class()(key, artifact, origin)
+        with self._lock:
+            return self._memory.setdefault(key, kernel)
+
+    def build_artifact(self, key: KernelKey) -> _Found:
+        """``(artifact, origin)`` for ``key``, no memory cache: from a tier (origin ``"disk"``,
+        also for a read-only cache, ``"remote"``, or ``"unchecked"``: another NVRTC's, not yet
+        loaded on a GPU here), else ``"compiled"`` and stored, holding the disk cache's file
+        lock (never this engine's) and then the remote cache's lease and looking again under
+        each: processes sharing them compile each key once. Touches no GPU (prewarm's workers
+        call this). Raises what rendering and NVRTC raise."""
+        digest, t = cache.digest(key), self.tiers()
+        s = t.settings
+        found = self._find(key, digest, t, (t.disk, *t.shared), s.any_nvrtc)
         if found is not None:
             return found
-        disk = t.disk if t.disk is not None and t.disk.writable else None
-        if disk is None:
-            return self._fleet_compile(key, digest, t, None)
-        with disk.lock(digest, t.settings.lock_timeout):
-            found = self._load(key, digest, t, (disk,))  # another process may have stored it
-            return found or self._fleet_compile(key, digest, t, disk)
+        with contextlib.ExitStack() as held:
+            for tier, wait in ((t.disk, s.lock_timeout), (t.remote, s.remote_wait)):
+                if found is None and tier is not None and tier.writable:
+                    held.enter_context(tier.lock(digest, wait))
+                    found = self._find(key, digest, t, (tier,), False)  # stored meanwhile?
+            return found or (self._compile(key, digest, t), "compiled")
 
-    def _load(
-        self, key: KernelKey, digest: str, t: Tiers, tiers: Iterable[Tier | None]
+    def _find(
+        self, key: KernelKey, digest: str, t: Tiers, tiers: Iterable[Tier | None], other: bool
     ) -> _Found | None:
-        """The first entry for ``digest`` in ``tiers`` that verifies; one from a shared tier
-        is copied to the disk cache."""
-        version = nvrtc.nvrtc_identity()
-        for tier in tiers:
-            value = tier.get(digest) if tier is not None else None
+        """The first entry for ``digest`` in ``tiers`` that verifies (copied to the disk cache);
+        then, with ``other``, one built by another NVRTC in a shared tier, under the digest
+        that NVRTC computes for ``key`` (the tier names its versions), filed on disk under
+        ``digest``. A bad entry is removed from the disk cache; in a shared tier, left (a
+        compile here replaces a remote one) and said once per tier."""
+        version, tiers = nvrtc.nvrtc_identity(), [x for x in tiers if x is not None]
+        looks = [(x, version) for x in tiers]
+        if other:  # (lazily: a remote tier's versions are a round trip)
+            theirs = ((x, v) for x in tiers if x.shared for v in x.nvrtc_versions() if v != version)
+            looks = itertools.chain(looks, theirs)  # type: ignore[assignment]
+        for tier, built in looks:
+            stored = digest if built == version else cache.digest(key, built)
+            value = tier.get(stored)
             if value is None:
                 continue
-            checked = check_entry(value, digest, key, version, t.secret if tier.shared else None)
+            checked = check_entry(value, stored, key, built, t.secret if tier.shared else None)
             if isinstance(checked, str):
-                self._refuse(key, digest, tier, checked)
+                kind, what = ("remote", "replaced") if tier.writable else ("read-only", "skipped")
+                if tier is t.disk:
+                    t.disk.delete(stored)
+                else:
+                    warn_once("bad shared entry", tier.location, f"nvrtc_engine: the {kind} "
+                              f"cache {tier.location} holds a bad entry for {key} ({stored[:12]}: "
+                              f"{checked}); it is {what}", CacheWarning)  # fmt: skip
                 continue
+            header, artifact = checked
+            if built != version:  # filed under this NVRTC's digest, saying so
+                artifact = dataclasses.replace(artifact, digest=digest)
+                value = encode_entry(str(key), artifact, adopted_for=version, checked=False)
             if tier is not t.disk and t.disk is not None:
                 t.disk.put(digest, value)
-            return self._found(tier, t, checked[1], checked[0].get("checked") is False)
+            remote = tier is t.remote
+            self.remote_hits += remote
+            self.disk_hits += not remote
+            unchecked = built != version or header.get("checked") is False
+            return artifact, "unchecked" if unchecked else "remote" if remote else "disk"
         return None
 
-    def _found(self, tier: Tier, t: Tiers, artifact: Artifact, unchecked: bool) -> _Found:
-        """Count a hit in ``tier``; the artifact and its origin."""
-        if tier is t.remote:
-            self.remote_hits += 1
-        else:
-            self.disk_hits += 1
-        return artifact, "unchecked" if unchecked else "remote" if tier is t.remote else "disk"
-
-    def _refuse(self, key: KernelKey, digest: str, tier: Tier, why: str) -> None:
-        """A bad entry: removed from the disk cache; in a shared tier, left (a compile here
-        replaces a remote one) and said once per tier."""
-        if not tier.shared:
-            tier.delete(digest)
-            return
-        kind, what = ("remote", "replaced") if tier.writable else ("read-only", "skipped")
-        warn_once("bad shared entry", tier.location, f"nvrtc_engine: the {kind} cache "
-                  f"{tier.location} holds a bad entry for {key} ({digest[:12]}: {why}); it is "
-                  f"{what}", CacheWarning)  # fmt: skip
-
-    def _other_nvrtc(self, key: KernelKey, t: Tiers) -> _Found | None:
-        """With ``any_nvrtc``: an entry for ``key`` built by another NVRTC in a shared tier
-        (found under the digest that NVRTC's process computes: the tier names its versions),
-        verified, filed in the disk cache under this NVRTC's digest, unchecked."""
-        if not t.settings.any_nvrtc:
-            return None
-        version, digest = nvrtc.nvrtc_identity(), cache.digest(key)
-        for tier in t.shared:
-            for other in tier.nvrtc_versions():
-                theirs = cache.digest(key, other) if other != version else None
-                value = tier.get(theirs) if theirs is not None else None
-                if value is None:
-                    continue
-                checked = check_entry(value, theirs, key, other, t.secret)
-                if isinstance(checked, str):
-                    self._refuse(key, theirs, tier, checked)  # type: ignore[arg-type]
-                    continue
-                if t.disk is not None:
-                    t.disk.put(digest, refile_entry(value, digest, version, checked=False))
-                artifact = dataclasses.replace(checked[1], digest=digest)
-                return self._found(tier, t, artifact, True)
-        return None
-
-    def _fleet_compile(
-        self, key: KernelKey, digest: str, t: Tiers, disk: DiskTier | None
-    ) -> _Found:
-        """Compile ``key``, holding the remote cache's lease for it where there is one: a node
-        finding it held waits for the holder's entry, up to ``remote_wait`` seconds (the
-        lease's life too: a killed holder's lease expires), then compiles."""
-        remote = t.remote
-        if remote is None:
-            return self._compile(key, digest, t, disk), "compiled"
-        wait = t.settings.remote_wait
-        deadline, pause = time.monotonic() + wait, 0.005
-        while True:
-            token = remote.take_lease(digest, wait)
-            if token is not None:  # ours, or "" where the server cannot give one
-                try:  # (the holder before us may have stored it since we looked)
-                    found = self._load(key, digest, t, (remote,)) if token else None
-                    return found or (self._compile(key, digest, t, disk), "compiled")
-                finally:
-                    remote.drop_lease(digest, token)
-            found = self._load(key, digest, t, (remote,))
-            if found is not None:
-                return found
-            if time.monotonic() >= deadline:
-                warn_once("remote wait", remote.location, f"nvrtc_engine: waited {wait:g} s "
-                          f"for another node compiling {key} (its lease in the remote cache at "
-                          f"{remote.location}); compiling it here (NVRTC_ENGINE_REMOTE_WAIT "
-                          "sets the wait)", CacheWarning)  # fmt: skip
-                return self._compile(key, digest, t, disk), "compiled"
-            time.sleep(pause)
-            pause = min(2 * pause, 0.05)
-
-    def _compile(self, key: KernelKey, digest: str, t: Tiers, disk: DiskTier | None) -> Artifact:
+    def _compile(self, key: KernelKey, digest: str, t: Tiers) -> Artifact:
         self.misses += 1
         expected, start = nvrtc.nvrtc_identity(), time.perf_counter()
         rendered = render(key)
@@ -305,18 +257,20 @@ class Engine:
             warn_once("nvrtc", expected, f"nvrtc_engine: NVRTC {version} is loaded, not the "
                       f"NVRTC {expected} wheel: kernels are not cached", CacheWarning)  # fmt: skip
             return artifact
-        value = encode_entry(str(key), artifact)
-        if disk is not None:
-            disk.put(digest, value)
-        self._share(t, digest, value)
+        if t.disk is not None:
+            t.disk.put(digest, encode_entry(str(key), artifact))
+        self._share(t, key, artifact)
         return artifact
 
     @staticmethod
-    def _share(t: Tiers, digest: str, value: bytes) -> bool:
-        """Write an entry to the remote cache, signed where a secret is configured."""
+    def _share(t: Tiers, key: KernelKey, artifact: Artifact) -> bool:
+        """Write ``key``'s entry to the remote cache, signed where a secret is configured."""
         if t.remote is None:
             return False
-        return t.remote.put(digest, sign_entry(value, t.secret) if t.secret else value)
+        value = encode_entry(str(key), artifact)
+        return t.remote.put(
+            artifact.digest, cache.sign_entry(value, t.secret) if t.secret else value
+        )
 
     def publish(self, keys: Iterable[KernelKey]) -> list[KernelKey]:
         """Write the entries of ``keys`` (kernels in memory, as :func:`~nvrtc_engine.prewarm`
@@ -324,77 +278,37 @@ class Engine:
         written: not in memory, built by another NVRTC (never shared), no remote cache, or
         the server refused or failed."""
         t, version = self.tiers(), nvrtc.nvrtc_identity()
-        missed = []
-        for key in keys:
-            kernel = self._memory.get(key)
-            a = kernel.artifact if kernel is not None else None
-            if (
-                a is None
-                or a.nvrtc_version != version
-                or not self._share(t, a.digest, encode_entry(str(key), a))
-            ):
-                missed.append(key)
-        return missed
+        return [
+            key
+            for key in keys
+            if (kernel := self._memory.get(key)) is None
+            or kernel.artifact.nvrtc_version != version
+            or not self._share(t, key, kernel.artifact)
+        ]
 
     def _check(self, key: KernelKey, kernel: Kernel) -> Kernel:
         """A kernel of another NVRTC, loaded once on a GPU here that runs its arch: kept
         (its disk entry marked checked) if the driver loads it, else compiled here (one
         warning); as it is where no GPU here runs it."""
-        t, digest, version = self.tiers(), kernel.artifact.digest, nvrtc.nvrtc_identity()
+        t, artifact, version = self.tiers(), kernel.artifact, nvrtc.nvrtc_identity()
         try:
-            if not try_load(key, kernel.artifact):
+            if not try_load(key, artifact):
                 return kernel
         except CudaError as exc:
             warn_once("other nvrtc", str(key), f"nvrtc_engine: the cached {key}, built by "
-                      f"NVRTC {kernel.artifact.nvrtc_version}, does not load here ({exc}); "
+                      f"NVRTC {artifact.nvrtc_version}, does not load here ({exc}); "
                       f"compiling it with NVRTC {version}", CacheWarning)  # fmt: skip
             if t.disk is not None:
-                t.disk.delete(digest)
-            disk = t.disk if t.disk is not None and t.disk.writable else None
-            checked = key.spec.kernel_class()(key, self._compile(key, digest, t, disk), "compiled")
+                t.disk.delete(artifact.digest)
+            artifact, origin = self._compile(key, artifact.digest, t), "compiled"
         else:
-            value = t.disk.get(digest) if t.disk is not None else None
-            if value and isinstance(check_entry(value, digest, key, version), tuple):
-                t.disk.put(digest, refile_entry(value, digest, version, checked=True))  # type: ignore[union-attr]
-            checked = key.spec.kernel_class()(key, kernel.artifact, "disk")
+            if t.disk is not None:
+                value = encode_entry(str(key), artifact, adopted_for=version, checked=True)
+                t.disk.put(artifact.digest, value)
+            origin = "disk"
         with self._lock:
-            self._memory[key] = checked
-        return checked
-
-    def cached(self, key: KernelKey) -> Kernel | None:
-        """The kernel for ``key`` if memory or a tier has it (then kept in memory), or None."""
-        kernel = self._memory.get(key)
-        if kernel is None:
-            t = self.tiers()
-            found = self._load(key, cache.digest(key), t, (t.disk, *t.shared))
-            found = found or self._other_nvrtc(key, t)
-            return self.adopt(key, *found) if found is not None else None
-        self.hits += 1
+            self._memory[key] = kernel = key.spec.kernel_class()(key, artifact, origin)
         return kernel
-
-    def adopt(self, key: KernelKey, artifact: Artifact, origin: str) -> Kernel:
-        """Keep ``artifact`` (from anywhere) as ``key``'s kernel; the one memory holds wins."""
-        kernel = key.spec.kernel_class()(key, artifact, origin)
-        with self._lock:
-            return self._memory.setdefault(key, kernel)
-
-
-def try_load(key: KernelKey, artifact: Artifact) -> bool:
-    """Load ``artifact`` once on the first GPU here whose arch runs ``key``'s
-    (``cuModuleLoadData``, then unloaded): True; False where no GPU here runs it (none, or
-    none of that arch). Raises :class:`~nvrtc_engine.CudaError` where the driver refuses it."""
-    from . import driver
-    from .kernel import runs_on
-
-    for ordinal in range(driver.device_count()):
-        dev = driver.get_device(ordinal)
-        if artifact.kind == "cubin" and not runs_on(key.arch, dev.arch):
-            continue
-        module, _function = driver.load_function(dev, artifact.image, artifact.symbols[0])
-        with contextlib.suppress(Exception):  # (an unload that fails only leaks a module)
-            driver._drv().cuModuleUnload(module)
-        return True
-    return False
 
 
 def _cache_dir(s: config.Settings) -> Path | None:  # None: no home directory for the default

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .key import KernelKey
     from .launch import LaunchSpec
 
-__all__ = ["Artifact", "Kernel", "Loaded"]
+__all__ = ["Artifact", "Kernel", "Loaded", "try_load"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,21 @@ def runs_on(key_arch: str, device_arch: str) -> bool:
     if key_arch.endswith("a"):
         return k == d
     return k // 10 == d // 10 and k <= d
+
+
+def try_load(key: KernelKey, artifact: Artifact) -> bool:
+    """Load ``artifact`` once on the first GPU here whose arch runs ``key``'s
+    (``cuModuleLoadData``, then unloaded): True; False where no GPU here runs it (none, or
+    none of that arch). Raises :class:`~nvrtc_engine.CudaError` where the driver refuses it."""
+    for ordinal in range(driver.device_count()):
+        dev = driver.get_device(ordinal)
+        if artifact.kind == "cubin" and not runs_on(key.arch, dev.arch):
+            continue
+        module, _function = driver.load_function(dev, artifact.image, artifact.symbols[0])
+        with contextlib.suppress(Exception):  # (an unload that fails only leaks a module)
+            driver._drv().cuModuleUnload(module)
+        return True
+    return False
 
 
 class Kernel:

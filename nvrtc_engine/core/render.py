@@ -93,10 +93,11 @@ def template_files() -> dict[str, bytes]:
 
 
 @functools.cache
-def templates_digest() -> str:
-    """SHA-256 (hex) over the names and bytes of :func:`template_files`."""
+def templates_digest(folder: str | None = None) -> str:
+    """SHA-256 (hex) over the names and bytes of :func:`template_files`, or of the files
+    under ``folder`` (a family outside the package: ``OpSpec.templates``)."""
     h = hashlib.sha256()
-    for name, data in template_files().items():
+    for name, data in (template_files() if folder is None else folder_files(folder)).items():
         h.update(f"{name}\0{len(data)}\0".encode())
         h.update(data)
     return h.hexdigest()

@@ -14,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import os
-import re
 import shutil
 import time
 import warnings
@@ -24,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .cache import SCHEMA, Tier, check_entry
+from .config import shown_url
 from .errors import CacheWarning, warn, warn_once
 
 if TYPE_CHECKING:
@@ -47,6 +46,10 @@ def _why(exc: BaseException) -> str:
     return ("no space left on device (ENOSPC); " if full else "") + f"{type(exc).__name__}: {exc}"
 
 
+def _damaged(why: str) -> bool:  # SQLite's words for a database it cannot read
+    return "malformed" in why or "not a database" in why
+
+
 def _warn_unusable(directory: Path | str, why: str, *, opening: bool = True) -> None:
     """Warn (:class:`CacheWarning`), once per directory, that a disk cache cannot be opened
     (``opening``) or written, and how to fix it."""
@@ -62,12 +65,19 @@ def remove_store(directory: Path) -> None:
     shutil.rmtree(directory / STORE_DIR, ignore_errors=True)
 
 
+def _quiet(call: Callable[[], Any], default: Any) -> Any:  # call's answer, or default
+    try:
+        return call()
+    except Exception:
+        return default
+
+
 class DiskTier(Tier):
-    """Entries in ``diskcache`` (SQLite index + files) under ``directory``, size-capped. It
-    writes a large value to a new file before the transaction that points at it commits (a
-    small one inside it): a writer killed at any moment leaves the old entry or the new. A
-    failing write stops writes (one warning); ``refused`` says why, as for an entry evicted
-    as soon as it was stored."""
+    """Entries in ``diskcache`` (SQLite index + files) under ``directory``, at most
+    ``size_limit`` bytes. It writes a large value to a new file before the transaction that
+    points at it commits (a small one inside it): a writer killed at any moment leaves the old
+    entry or the new. A failing write stops writes (one warning); ``refused`` says why, as for
+    an entry evicted as soon as it was stored."""
 
     writable = True
 
@@ -75,7 +85,8 @@ class DiskTier(Tier):
         import diskcache
 
         directory.mkdir(parents=True, exist_ok=True)
-        self.directory, self.location, self.refused = directory, str(directory), ""
+        self.directory, self.location, self.size_limit = directory, str(directory), limit
+        self.refused = ""
         # sqlite_synchronous=0: SQLite never waits for fsync (an open of the cache took 25 ms
         # with it, 3 ms without); an OS crash may then damage the database: replaced on open
         settings = {"eviction_policy": "least-recently-stored", "sqlite_synchronous": 0}
@@ -89,27 +100,27 @@ class DiskTier(Tier):
         try:
             if directory is None:
                 raise OSError("no home directory for the default cache directory")
-            return cls(directory, size_limit), ""
-        except Exception as exc:  # permission, read-only FS, full disk, damaged database
-            why = _why(exc)
-            if directory and ("malformed" in why or "file is not a database" in why):  # damaged
-                try:
-                    import filelock
+            try:
+                return cls(directory, size_limit), ""
+            except Exception as exc:  # permission, read-only FS, full disk, damaged database
+                if not _damaged(why := _why(exc)):
+                    raise
+            import filelock
 
-                    (directory / "locks").mkdir(exist_ok=True)
-                    with filelock.FileLock(str(directory / "locks" / "damaged.lock"), timeout=60):
-                        try:
-                            return cls(directory, size_limit), ""  # replaced by another process
-                        except Exception as again:
-                            if "malformed" not in str(again) and "not a database" not in str(again):
-                                raise
-                        remove_store(directory)
-                        warn_once("damaged", str(directory), f"nvrtc_engine: the disk cache's "
-                                  f"database at {directory / STORE_DIR} was damaged ({why}); it "
-                                  "was replaced by an empty one.", CacheWarning)  # fmt: skip
-                        return cls(directory, size_limit), ""
+            (directory / "locks").mkdir(exist_ok=True)
+            with filelock.FileLock(str(directory / "locks" / "damaged.lock"), timeout=60):
+                try:
+                    return cls(directory, size_limit), ""  # replaced by another process
                 except Exception as again:
-                    why = _why(again)
+                    if not _damaged(str(again)):
+                        raise
+                remove_store(directory)
+                warn_once("damaged", str(directory), f"nvrtc_engine: the disk cache's database "
+                          f"at {directory / STORE_DIR} was damaged ({why}); it was replaced by "
+                          "an empty one.", CacheWarning)  # fmt: skip
+                return cls(directory, size_limit), ""
+        except Exception as exc:
+            why = _why(exc)
         _warn_unusable(directory or "(default cache directory)", why)
         return None, why
 
@@ -140,32 +151,21 @@ class DiskTier(Tier):
                   f"{self.refused}; such kernels are kept in memory.", CacheWarning)  # fmt: skip
         return False
 
-    @staticmethod
-    def _ask(call: Callable[[], Any], default: Any) -> Any:  # call's answer, or default
-        try:
-            return call()
-        except Exception:
-            return default
-
     def delete(self, digest: str) -> None:
-        self._ask(lambda: self._store.delete(digest, retry=True), None)
+        _quiet(lambda: self._store.delete(digest, retry=True), None)
 
     def digests(self) -> Iterator[str]:
-        return iter(self._ask(lambda: list(self._store), []))
+        return iter(_quiet(lambda: list(self._store), []))
 
     def __contains__(self, digest: object) -> bool:
         """Whether an entry is stored under ``digest`` (no use counted, nothing verified)."""
-        return bool(self._ask(lambda: digest in self._store, False))
+        return bool(_quiet(lambda: digest in self._store, False))
 
     def __len__(self) -> int:
-        return int(self._ask(lambda: len(self._store), 0))
+        return int(_quiet(lambda: len(self._store), 0))
 
     def volume(self) -> int:  # bytes used on disk (database and files)
-        return int(self._ask(self._store.volume, 0))
-
-    @property
-    def size_limit(self) -> int:  # the size cap, bytes
-        return int(getattr(self._store, "size_limit", 0))
+        return int(_quiet(self._store.volume, 0))
 
     def check(self, fix: bool) -> list[str]:
         """diskcache's check of its index against its files (orphan files, rows without one),
@@ -173,16 +173,14 @@ class DiskTier(Tier):
         with warnings.catch_warnings():  # it reports by warnings, under the caller's filters
             warnings.simplefilter("always")
             check = lambda: self._store.check(fix=fix, retry=True)  # noqa: E731
-            return [str(w.message) for _ in range(1 + fix) for w in self._ask(check, [])]
+            return [str(w.message) for _ in range(1 + fix) for w in _quiet(check, [])]
 
-    def clear(self) -> int:
-        """Remove every entry; how many there were. Where diskcache cannot (a full disk:
-        SQLite cannot journal the deletes), the store is removed whole."""
-        count = len(self)
-        if self._ask(lambda: self._store.clear(retry=True), None) is None:
+    def clear(self) -> None:
+        """Remove every entry; where diskcache cannot (a full disk: SQLite cannot journal the
+        deletes), the store whole."""
+        if _quiet(lambda: self._store.clear(retry=True), None) is None:
             self.close()
             remove_store(self.directory)
-        return count
 
     @contextlib.contextmanager
     def lock(self, digest: str, timeout: float) -> Iterator[bool]:
@@ -209,7 +207,7 @@ class DiskTier(Tier):
                 held.release()
 
     def close(self) -> None:
-        self._ask(self._store.close, None)
+        _quiet(self._store.close, None)
 
 
 class ReadOnlyTier(Tier):
@@ -219,27 +217,21 @@ class ReadOnlyTier(Tier):
     shared = True
 
     def __init__(self, path: Path) -> None:
-        self.location, self._path, self._zip, self._pid = str(path), path, None, 0
-        self._dir = path / BUNDLE_ENTRIES if path.is_dir() else None
-        names = os.listdir(self._dir) if self._dir else self._zipfile().namelist()
-        self._digests = {n.removeprefix(BUNDLE_ENTRIES) for n in names if self._dir or (
-            n.startswith(BUNDLE_ENTRIES))}  # fmt: skip
+        self.location, self._path, self._root = str(path), path, None
+        self._digests = {p.name for p in (self._open() / BUNDLE_ENTRIES).iterdir()}
 
-    def _zipfile(self) -> Any:
-        if self._pid != os.getpid():  # a fork()ed child reads through a file of its own
+    def _open(self) -> Any:  # the directory, or the zip file as a path (zipfile.Path)
+        if self._root is None:
             import zipfile
 
-            self._zip, self._pid = zipfile.ZipFile(self._path), os.getpid()
-        return self._zip
+            self._root = self._path if self._path.is_dir() else zipfile.Path(self._path)
+        return self._root
 
     def get(self, digest: str) -> bytes | None:
         if digest not in self._digests:
             return None
         try:
-            if self._dir is None:
-                return bytes(self._zipfile().read(BUNDLE_ENTRIES + digest))
-            with open(self._dir / digest, "rb") as f:
-                return f.read()
+            return bytes((self._open() / BUNDLE_ENTRIES / digest).read_bytes())
         except Exception:  # unreadable, or gone: a bad entry
             return b""
 
@@ -249,18 +241,14 @@ class ReadOnlyTier(Tier):
     def nvrtc_versions(self) -> tuple[str, ...]:
         """The NVRTC versions its manifest (``manifest.json``, as a bundle has) names."""
         try:
-            if self._dir is None:
-                text = self._zipfile().read("manifest.json")
-            else:
-                text = (self._dir.parent / "manifest.json").read_bytes()
-            manifest = json.loads(text)
+            manifest = json.loads((self._open() / "manifest.json").read_bytes())
             named = {manifest["nvrtc_version"], *(r["nvrtc_version"] for r in manifest["entries"])}
             return tuple(sorted(v for v in named if isinstance(v, str)))
         except Exception:  # no manifest, or a damaged one: no other version found here
             return ()
 
-    def close(self) -> None:  # (the zip file closes when its object goes)
-        self._zip, self._pid = None, 0
+    def close(self) -> None:  # (a zip file closes when its object goes; a fork()ed child
+        self._root = None  # reads through a file of its own)
 
 
 def open_readonly(paths: Sequence[Path]) -> tuple[ReadOnlyTier, ...]:
@@ -278,13 +266,6 @@ def open_readonly(paths: Sequence[Path]) -> tuple[ReadOnlyTier, ...]:
     return tuple(tiers)
 
 
-# Compare-and-delete: a lease is deleted by its owner only, never after it expired and
-# another node took it.
-_RELEASE = """if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
-return 0"""
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
 class RedisTier(Tier):
     """Entries in a Redis server shared by a fleet, under ``{prefix}:{schema}:{digest}``; a
     compile lease under ``...:{digest}:lease``; the NVRTC versions that wrote entries in the
@@ -294,63 +275,50 @@ class RedisTier(Tier):
     connection: a restarted server's old connections fail once). A failure makes the tier
     answer "absent" for ``retry`` seconds, then it is tried again; one :class:`CacheWarning`
     per process. A full server (``maxmemory`` with ``noeviction``) refuses writes, reads go on
-    (one warning). An entry's TTL is renewed at each read (``GETEX``)."""
+    (one warning). An entry's TTL is renewed at each read."""
 
     writable = shared = True
 
-    def __init__(self, url: str, prefix: str, ttl: float, timeout: float, retry: float) -> None:
+    def __init__(self, s: Settings) -> None:
         import redis
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        from .config import shown_url
-
-        self.location, self.refused, self._retry = shown_url(url), "", retry
+        url, timeout = s.remote_cache or "", s.remote_timeout
+        self.location, self.refused, self._retry = shown_url(url), "", s.remote_retry
         self._client = redis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 1), health_check_interval=0,
         )  # fmt: skip
         self._errors = redis.exceptions
-        self._prefix, self._ttl_ms = f"{prefix}:{SCHEMA}:", int(ttl * 1000) or None
+        self._prefix, self._ttl_ms = f"{s.remote_prefix}:{SCHEMA}:", int(s.remote_ttl * 1e3) or None
         self._down_until = 0.0  # time.monotonic() before which the server is not asked
-        self._getex = True  # GETEX (Redis 6.2+), else GET
-        self._versions: tuple[tuple[str, ...], float] = ((), 0.0)
-        self._release = self._client.register_script(_RELEASE)
 
     @classmethod
     def open(cls, s: Settings) -> RedisTier | None:
         """The remote cache the settings name, or None: none named, or (one warning) the
-        ``redis`` package is missing."""
+        ``redis`` package is missing or refuses the URL."""
         if not s.remote_cache:
             return None
         try:
-            return cls(s.remote_cache, s.remote_prefix, s.remote_ttl, s.remote_timeout,
-                       s.remote_retry)  # fmt: skip
+            return cls(s)
         except ImportError:
             why = "the redis package is not installed (pip install 'nvrtc-engine[redis]')"
         except Exception as exc:  # a URL redis-py refuses
             why = f"{type(exc).__name__}: {exc}"
-        from .config import shown_url
-
         warn_once("remote", s.remote_cache, f"nvrtc_engine: NVRTC_ENGINE_REMOTE_CACHE is "
                   f"{shown_url(s.remote_cache)} but {why}; working without the remote "
                   "cache", CacheWarning)  # fmt: skip
         return None
 
-    def _key(self, digest: str, suffix: str = "") -> str:
-        return f"{self._prefix}{digest}{suffix}"
-
-    def _ask(self, call: Callable[[], Any], default: Any, *, writing: bool = False) -> Any:
-        """``call()``'s answer, or ``default`` when the server is backed off, fails or (for a
-        write) is full; never raises."""
+    def _ask(self, call: Callable[[], Any], default: Any) -> Any:
+        """``call()``'s answer, or ``default`` when the server is backed off, fails or refuses
+        a write (full, or a read-only replica); never raises."""
         if time.monotonic() < self._down_until:
             return default
-        errors = self._errors
         try:
             return call()
-        except (errors.OutOfMemoryError, errors.ReadOnlyError) as exc:
-            if not writing:
-                return default
+        except (self._errors.OutOfMemoryError, self._errors.ReadOnlyError) as exc:
             self.refused = f"{type(exc).__name__}: {exc}"
             warn_once("remote full", self.location, f"nvrtc_engine: the remote cache at "
                       f"{self.location} refuses writes ({self.refused}): kernels are not "
@@ -365,24 +333,15 @@ class RedisTier(Tier):
                       "(NVRTC_ENGINE_REMOTE_RETRY)", CacheWarning)  # fmt: skip
             return default
 
-    def _get(self, name: str) -> Any:
-        if self._getex and self._ttl_ms:
-            try:
-                return self._client.getex(name, px=self._ttl_ms)
-            except self._errors.ResponseError as exc:
-                if "unknown command" not in str(exc).lower():
-                    raise
-                self._getex = False  # a server older than Redis 6.2
-        return self._client.get(name)
-
     def get(self, digest: str) -> bytes | None:
-        def read() -> bytes | None:
-            try:
-                value = self._get(self._key(digest))
-            except self._errors.ResponseError as exc:  # WRONGTYPE: another program's key
-                if "WRONGTYPE" not in str(exc):
-                    raise
-                return b""
+        def read() -> bytes | None:  # (a pipeline: one round trip, on every Redis version)
+            pipe = self._client.pipeline(transaction=False)
+            pipe.get(self._prefix + digest)
+            if self._ttl_ms:
+                pipe.pexpire(self._prefix + digest, self._ttl_ms)
+            value = pipe.execute(raise_on_error=False)[0]
+            if isinstance(value, Exception) and "WRONGTYPE" not in str(value):
+                raise value  # (WRONGTYPE: another program's key, a bad entry)
             return value if value is None or isinstance(value, bytes) else b""
 
         return self._ask(read, None)
@@ -394,69 +353,64 @@ class RedisTier(Tier):
 
         def write() -> bool:
             pipe = self._client.pipeline(transaction=False)
-            pipe.set(self._key(digest), value, px=self._ttl_ms)
+            pipe.set(self._prefix + digest, value, px=self._ttl_ms)
             pipe.sadd(f"{self._prefix}nvrtc", checked[1].nvrtc_version)
             return bool(pipe.execute()[0])
 
-        return bool(self._ask(write, False, writing=True))
-
-    def delete(self, digest: str) -> None:
-        self._ask(lambda: self._client.delete(self._key(digest)), None, writing=True)
+        return bool(self._ask(write, False))
 
     def _scan(self) -> list[str]:  # the digests of the entries under the prefix (may raise)
-        start = len(self._prefix)
-        names = (n.decode(errors="replace")[start:] for n in self._client.scan_iter(
-            self._prefix + "*", 1000))  # fmt: skip
-        return [d for d in names if _HEX64.fullmatch(d)]
+        names = self._client.scan_iter(self._prefix + "?" * 64, 1000)  # (not leases, nor nvrtc)
+        return [name.decode(errors="replace")[len(self._prefix) :] for name in names]
 
     def digests(self) -> Iterator[str]:
         return iter(self._ask(self._scan, []))
 
-    def nvrtc_versions(self) -> tuple[str, ...]:
-        """The NVRTC versions that wrote entries here (asked again after ``retry`` seconds)."""
-        versions, asked = self._versions
-        if time.monotonic() - asked > max(self._retry, 1.0):
-            found = self._ask(lambda: self._client.smembers(f"{self._prefix}nvrtc"), None)
-            if found is not None:
-                versions = tuple(sorted(v.decode(errors="replace") for v in found))
-            self._versions = (versions, time.monotonic())
-        return versions
-
-    def take_lease(self, digest: str, seconds: float) -> str | None:
-        """Claim the right to compile ``digest`` for ``seconds`` (``SET NX PX``): a token to
-        give back with :meth:`drop_lease`; None while another node holds it; ``""`` where the
-        server cannot say (down or full: compile without a lease)."""
-        import socket  # (not at import: it costs milliseconds a warm start never needs)
-
-        token = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(8).hex()}"
-        claim = lambda: self._client.set(  # noqa: E731
-            self._key(digest, ":lease"), token, nx=True, px=max(1, int(seconds * 1000))
+    def _members(self) -> list[str]:  # the NVRTC versions that wrote entries here (may raise)
+        return sorted(
+            v.decode(errors="replace") for v in self._client.smembers(self._prefix + "nvrtc")
         )
-        taken = self._ask(claim, "", writing=True)
-        return "" if taken == "" else token if taken else None
 
-    def drop_lease(self, digest: str, token: str) -> None:
-        """Give a lease back, if it is still ``token``'s (else it expired and is another's)."""
-        if token:
-            self._ask(lambda: self._release(keys=[self._key(digest, ":lease")], args=[token]), None)
+    def nvrtc_versions(self) -> tuple[str, ...]:
+        return tuple(self._ask(self._members, ()))
+
+    @contextlib.contextmanager
+    def lock(self, digest: str, wait: float) -> Iterator[bool]:
+        """Hold the lease for compiling ``digest`` (redis-py's ``Lock``: ``SET NX PX``, given
+        back by its owner only), ``wait`` seconds long, so that a killed holder's expires;
+        yields whether it is held: False where the server cannot say (down or full), or after
+        waiting ``wait`` seconds for another node (one :class:`CacheWarning`); the caller then
+        compiles anyway."""
+        life = max(wait, 0.001)  # (and redis-py's polling never longer than the lease)
+        name = f"{self._prefix}{digest}:lease"
+        lease = self._client.lock(name, life, sleep=min(life, 0.01), blocking_timeout=wait)
+        held = self._ask(lease.acquire, None)
+        if held is False:
+            warn_once("remote wait", self.location, f"nvrtc_engine: waited {wait:g} s for "
+                      f"another node compiling the same kernel (its lease {name} in the "
+                      f"remote cache at {self.location}); compiling it here "
+                      "(NVRTC_ENGINE_REMOTE_WAIT sets the wait)", CacheWarning)  # fmt: skip
+        try:
+            yield bool(held)
+        finally:
+            if held:  # (refused once it expired and is another's; failing, it expires)
+                _quiet(lease.release, None)
 
     def state(self) -> dict[str, Any]:
-        """For ``cache info``: ``reachable`` (now, ignoring the back-off), ``error`` and
-        ``entries`` under this prefix (None where the server cannot tell)."""
+        """For ``cache info``: ``reachable`` (now, ignoring the back-off), ``error``,
+        ``entries`` under this prefix (None where the server cannot tell) and the
+        ``nvrtc_versions`` that wrote them."""
         try:
             self._client.ping()
-            count = len(self._scan())
-            versions = self._client.smembers(f"{self._prefix}nvrtc")
             return {
                 "reachable": True,
                 "error": None,
-                "entries": count,
-                "nvrtc_versions": sorted(v.decode(errors="replace") for v in versions),
+                "entries": len(self._scan()),
+                "nvrtc_versions": self._members(),
             }
         except Exception as exc:
             return {"reachable": False, "error": f"{type(exc).__name__}: {exc}",
                     "entries": None, "nvrtc_versions": []}  # fmt: skip
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._client.close()
+        _quiet(self._client.close, None)

@@ -37,6 +37,7 @@ Both functions take the bundle's path as ``str`` or ``os.PathLike``; anything el
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -48,10 +49,10 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..core.cache import SCHEMA, check_entry, digest, refile_entry, sign_entry, target_arch
-from ..core.engine import default_engine, try_load
+from ..core.cache import SCHEMA, check_entry, digest, encode_entry, sign_entry, target_arch
+from ..core.engine import default_engine
 from ..core.errors import ArgumentTypeError, BundleError, CudaError
-from ..core.kernel import Artifact
+from ..core.kernel import Artifact, try_load
 from ..core.key import KernelKey
 from ..core.nvrtc import nvrtc_version
 from ..core.tiers import BUNDLE_ENTRIES
@@ -95,7 +96,7 @@ def _checked_path(path: object) -> str:
 
 
 def _disk(path: str, what: str) -> Any:
-    disk = default_engine().disk()
+    disk = default_engine().tiers().disk
     if disk is None:
         raise BundleError(path, None, f"no disk cache to {what} (disabled or unusable)")
     return disk
@@ -383,6 +384,7 @@ def _adopted(verified: list[_Verified], local: str, where: str) -> tuple[list[_V
             raise BundleError(where, name, f"built by NVRTC {artifact.nvrtc_version}, it does "
                               f"not load on this machine's GPU ({exc})") from None  # fmt: skip
         unchecked += not loaded
-        stored = digest(key)
-        adopted.append((name, refile_entry(value, stored, local, loaded), stored, artifact))
+        artifact = dataclasses.replace(artifact, digest=digest(key))
+        value = encode_entry(name, artifact, adopted_for=local, checked=loaded)
+        adopted.append((name, value, artifact.digest, artifact))
     return adopted, unchecked

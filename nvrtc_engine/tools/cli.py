@@ -159,7 +159,7 @@ def _open_disk() -> Any:
     from ..core.engine import default_engine
     from ..core.errors import NvrtcEngineError
 
-    disk = default_engine().disk()
+    disk = default_engine().tiers().disk
     if disk is None:
         raise NvrtcEngineError(_no_disk_reason())
     return disk
@@ -319,7 +319,7 @@ def _cache_clear(args: argparse.Namespace) -> int:
     from ..core.engine import default_engine
 
     engine = default_engine()
-    if engine.disk() is None and engine.tiers().why.startswith("no space"):
+    if engine.tiers().disk is None and engine.tiers().why.startswith("no space"):
         where = config.settings().resolved_cache_dir()  # a full disk: the store goes whole
         clear_cache()
         print(f"cleared the disk cache at {where}: its store, which could not be opened "
