@@ -100,8 +100,9 @@ def pick_variants() -> list[str]:
 
 
 def _run(script: str, arg: Path, env: dict[str, str]) -> str:
-    done = subprocess.run([sys.executable, "-c", script, str(arg)], env=env, capture_output=True,
-                          text=True, check=False)  # fmt: skip
+    # cwd: `python -c` puts the working directory first on the path; time this checkout
+    done = subprocess.run([sys.executable, "-c", script, str(arg)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode != 0:
         raise SystemExit(f"a benchmark process failed:\n{done.stderr}")
     return done.stdout.strip().splitlines()[-1]
