@@ -152,9 +152,9 @@ class _Norm(_FP8State):
     def _eps(self, x: torch.Tensor) -> float:
         return _FINFO_EPS.get(x.dtype, 0.0) if self.eps is None else self.eps
 
-    def _eager_call(self, x: torch.Tensor) -> tuple[torch.Tensor | None, Any, float]:
-        """``(weight, forward kernel, eps)`` of an eager call on ``x`` (a plain tensor). The
-        kernel: one lookup by (x's dtype, hidden size, device, the weight's dtype,
+    def _eager_call(self, x: torch.Tensor) -> tuple[torch.Tensor | None, Any, float | None]:
+        """``(weight, forward kernel, self.eps)`` of an eager call on ``x`` (a plain tensor).
+        The kernel: one lookup by (x's dtype, hidden size, device, the weight's dtype,
         zero_centered_gamma, out_dtype); on a miss, the call's every check first (raising
         what is wrong), then :meth:`_fetch`."""
         w = _param(self, "weight")
@@ -172,8 +172,7 @@ class _Norm(_FP8State):
             key = (x.dtype, x.shape[-1], x.get_device(), None if w is None else w.dtype)
             k = self._fetch(x, w)
             self._kernel_cache[(*key, self.zero_centered_gamma, self.out_dtype)] = k
-        eps = self.eps
-        return w, k, _FINFO_EPS[x.dtype] if eps is None else eps
+        return w, k, self.eps
 
     def _fetch(self, x: torch.Tensor, w: torch.Tensor | None) -> Any:
         """Check a call on ``x`` with weight ``w`` and fetch its forward kernel."""
@@ -321,6 +320,8 @@ class RMSNorm(_Norm):
     def forward(self, x: torch.Tensor) -> torch.Tensor | FP8Output:
         if _takes(x):
             w, k, eps = self._eager_call(x)
+            if eps is None:
+                eps = _FINFO_EPS[x.dtype]
             zcg, out_dtype = self.zero_centered_gamma, self.out_dtype
             if out_dtype is None:
                 return _eager.rms_norm(x, w, eps, zcg, k)
@@ -357,6 +358,8 @@ class AddRMSNorm(RMSNorm):
     ) -> tuple[torch.Tensor | FP8Output, torch.Tensor]:
         if _takes(x):
             w, k, eps = self._eager_call(x)
+            if eps is None:
+                eps = _FINFO_EPS[x.dtype]
             zcg, out_dtype = self.zero_centered_gamma, self.out_dtype
             if out_dtype is None:
                 return _eager.add_rms_norm(x, residual, w, eps, zcg, k)
