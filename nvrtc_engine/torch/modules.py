@@ -395,9 +395,12 @@ class AddRMSNorm(RMSNorm):
 
 class _Activation(_FP8State):
     act: str = ""
-    limit: float | None = None  # clamped SwiGLU's three
-    alpha: float = CLAMPED_SWIGLU_ALPHA
-    linear_offset: float = CLAMPED_SWIGLU_LINEAR_OFFSET
+    # (limit, alpha, linear_offset): clamped SwiGLU's, unused by the other activations
+    _clamp: tuple[float | None, float, float] = (
+        None,
+        CLAMPED_SWIGLU_ALPHA,
+        CLAMPED_SWIGLU_LINEAR_OFFSET,
+    )
 
     def __init__(self, *, out_dtype: torch.dtype | None = None, device: Any = None) -> None:
         super().__init__()
@@ -410,7 +413,7 @@ class _Activation(_FP8State):
         try:
             return self._kernel_cache[x.dtype, x.shape[-1], x.get_device(), self.out_dtype]
         except (KeyError, IndexError):  # (IndexError: a 0-dimensional x, refused here)
-            act, limit, out_dtype = self.act, self.limit, self.out_dtype
+            act, limit, out_dtype = self.act, self._clamp[0], self.out_dtype
             if out_dtype is None:
                 _checks.activation(x, act, limit, "activation")
             else:
@@ -422,8 +425,8 @@ class _Activation(_FP8State):
             return found
 
     def forward(self, x: torch.Tensor) -> torch.Tensor | FP8Output:
-        act, limit, alpha, offset = self.act, self.limit, self.alpha, self.linear_offset
-        out_dtype = self.out_dtype
+        act, out_dtype = self.act, self.out_dtype
+        limit, alpha, offset = self._clamp
         if _takes(x):
             k = self._kernel(x)
             if out_dtype is None:
@@ -588,6 +591,10 @@ class ClampedSwiGLU(_Gated):
             float(alpha),
             float(linear_offset),
         )
+
+    @property
+    def _clamp(self) -> tuple[float | None, float, float]:  # type: ignore[override]
+        return self.limit, self.alpha, self.linear_offset
 
     def extra_repr(self) -> str:
         return (
