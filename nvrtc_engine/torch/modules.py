@@ -153,10 +153,11 @@ class _Norm(_FP8State):
         return _FINFO_EPS.get(x.dtype, 0.0) if self.eps is None else self.eps
 
     def _eager_call(self, x: torch.Tensor) -> tuple[torch.Tensor | None, Any, float | None]:
-        """``(weight, forward kernel, self.eps)`` of an eager call on ``x`` (a plain tensor).
-        The kernel: one lookup by (x's dtype, hidden size, device, the weight's dtype,
-        zero_centered_gamma, out_dtype); on a miss, the call's every check first (raising
-        what is wrong), then :meth:`_fetch`."""
+        """``(weight, forward kernel, eps)`` of an eager call on ``x`` (a plain tensor); eps
+        None is ``torch.finfo(x.dtype).eps`` for RMSNorm (as PyTorch's). The kernel: one
+        lookup by (x's dtype, hidden size, device, the weight's dtype, zero_centered_gamma,
+        out_dtype); on a miss, the call's every check first (raising what is wrong), then
+        :meth:`_fetch`."""
         w = _param(self, "weight")
         try:
             k = self._kernel_cache[
@@ -172,7 +173,10 @@ class _Norm(_FP8State):
             key = (x.dtype, x.shape[-1], x.get_device(), None if w is None else w.dtype)
             k = self._fetch(x, w)
             self._kernel_cache[(*key, self.zero_centered_gamma, self.out_dtype)] = k
-        return w, k, self.eps
+        eps = self.eps
+        if eps is None and isinstance(self, RMSNorm):
+            eps = _FINFO_EPS[x.dtype]
+        return w, k, eps
 
     def _fetch(self, x: torch.Tensor, w: torch.Tensor | None) -> Any:
         """Check a call on ``x`` with weight ``w`` and fetch its forward kernel."""
@@ -320,8 +324,6 @@ class RMSNorm(_Norm):
     def forward(self, x: torch.Tensor) -> torch.Tensor | FP8Output:
         if _takes(x):
             w, k, eps = self._eager_call(x)
-            if eps is None:
-                eps = _FINFO_EPS[x.dtype]
             zcg, out_dtype = self.zero_centered_gamma, self.out_dtype
             if out_dtype is None:
                 return _eager.rms_norm(x, w, eps, zcg, k)
@@ -358,8 +360,6 @@ class AddRMSNorm(RMSNorm):
     ) -> tuple[torch.Tensor | FP8Output, torch.Tensor]:
         if _takes(x):
             w, k, eps = self._eager_call(x)
-            if eps is None:
-                eps = _FINFO_EPS[x.dtype]
             zcg, out_dtype = self.zero_centered_gamma, self.out_dtype
             if out_dtype is None:
                 return _eager.add_rms_norm(x, residual, w, eps, zcg, k)
