@@ -3,6 +3,7 @@ torch.compile, paired in one run.
 
     python bench/torch_block.py              # a GPU host (torch.compile's compiles take most of it)
     python bench/torch_block.py --dry-run    # no GPU: every case once, tiny, on the CPU
+    python bench/torch_block.py --stub       # no GPU: the host group's engine rows, stub libcuda
 
 Groups (bf16; --tokens 8192, --hidden 4096, --inter 14336 by default; --groups picks some):
 
@@ -29,6 +30,10 @@ host: engine <= torch.nn.RMSNorm. Writes
 bench/results/torch_block.json (and $OUT); ``--dry-run`` writes nothing: it runs the
 script's every step on the CPU at a tiny size with the kernels replaced by
 tests/torch_standins.py and torch.compile's ``aot_eager`` backend, up to the first GPU need.
+``--stub`` times the host group's engine rows on the real launch path against the stub
+libcuda, with PyTorch's CPU tensors standing for device 0's (bench/launch_overhead.py's
+``--stub``: this thread's CPU time, the driver's own work missing); torch.nn.RMSNorm's rows
+are then its CPU kernels, not comparable. It writes nothing and checks no target.
 """
 
 from __future__ import annotations
@@ -292,6 +297,7 @@ def targets(groups: dict[str, Any]) -> list[dict[str, Any]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes, no timing")
+    parser.add_argument("--stub", action="store_true", help="no GPU: host group, stub libcuda")
     parser.add_argument(
         "--groups",
         default="step,norm_act,fp8,host",
@@ -309,8 +315,16 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown groups {sorted(unknown)}")
 
-    dry = args.dry_run
-    if dry:
+    dry, stub = args.dry_run, args.stub
+    if stub:
+        from launch_overhead import stub_environment
+
+        torch, _, _ = stub_environment()
+        from nvrtc_engine.torch import _kernels
+
+        _kernels.DEVICE_TYPE = "cpu"  # (CPU tensors stand for device 0's)
+        groups_wanted, device, compile = ["host"], "cpu", common.fresh_compile
+    elif dry:
         import torch
 
         sys.path.insert(0, str(HERE.parent / "tests"))
@@ -330,7 +344,7 @@ def main() -> int:
     import nvrtc_engine.torch as net
 
     torch.manual_seed(0)
-    m = build(torch, net, args, device)
+    m = build(torch, net, args, device) if set(groups_wanted) - {"host"} else None
     groups: dict[str, Any] = {}
     builders = {
         "step": lambda: step_cases(torch, m, compile),
@@ -351,15 +365,15 @@ def main() -> int:
         cases = host_cases(torch, net, args.hidden, device)
         from launch_overhead import paired
 
-        sync = (lambda: None) if dry else torch.cuda.synchronize
+        sync = (lambda: None) if dry or stub else torch.cuda.synchronize
         calls, rounds = (20, 1) if dry else (2000, 7)
-        times = paired(cases, sync, calls, rounds)
+        times = paired(cases, sync, calls, rounds, time.thread_time if stub else time.perf_counter)
         groups["host"] = {
             "us": {c: statistics.median(t) for c, t in times.items()},
             "rounds_us": times,
             "calls": calls,
         }
-    rows = [] if dry else targets(groups)  # (the stand-ins' times mean nothing)
+    rows = [] if dry or stub else targets(groups)  # (the stand-ins' times mean nothing)
     for name, g in groups.items():
         for case, value in g.get("ms", g.get("us", {})).items():
             unit = "ms" if "ms" in g else "us"
@@ -377,6 +391,9 @@ def main() -> int:
         )
     if dry:
         print("dry run: every case ran once on the CPU stand-ins; nothing written")
+        return 0
+    if stub:
+        print("stub libcuda, CPU tensors as device 0's (torch.nn.RMSNorm: CPU); nothing written")
         return 0
     info = {
         "tokens": args.tokens,

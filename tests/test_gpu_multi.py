@@ -244,7 +244,8 @@ def test_torch_modules_on_cuda_1_forward_and_backward():
 
 def test_a_module_moved_from_cuda_0_to_cuda_1():
     """A module used on cuda:0, then moved with .to("cuda:1"): its kernels are fetched again
-    for device 1 (none kept on the module), the FP8 buffers follow it and stay float32."""
+    for device 1 (a module keeps its kernels per device), the FP8 buffers follow it and stay
+    float32."""
     mine = net.RMSNorm(H, eps=1e-6, device="cuda:0", dtype=BF16)
     theirs = torch.nn.RMSNorm(H, eps=1e-6, device="cuda:0", dtype=F64)
     _copy_params(mine, theirs)

@@ -2,13 +2,16 @@
 (FakeTensorMode, CUDA fakes), drop-in constructors and state_dict keys, errors before any
 kernel is fetched, and, with the kernels replaced by CPU stand-ins computing the float64
 references (tests/torch_standins.py), the modules' forward and backward against PyTorch's,
-the registered autograd, opcheck of every operator, FP8 tensor scaling and
-torch.compile(fullgraph=True). The GPU tests are in test_gpu_torch.py.
+the modules' kept kernels, the registered autograd, opcheck of every operator, FP8 tensor
+scaling, torch.func.vmap and torch.compile(fullgraph=True). The GPU tests are in
+test_gpu_torch.py.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
+import pickle
 
 import pytest
 
@@ -19,7 +22,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 import nvrtc_engine as ne  # noqa: E402
 import nvrtc_engine.torch as net  # noqa: E402
-from nvrtc_engine.torch import _kernels  # noqa: E402
+from nvrtc_engine.torch import _checks, _kernels  # noqa: E402
 
 BF16, F32, F64 = torch.bfloat16, torch.float32, torch.float64
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -279,6 +282,83 @@ def test_bad_dtypes_and_shapes_on_the_eager_path(standins):
     assert standins == []
 
 
+def test_a_module_checks_each_new_input_then_looks_its_kernel_up(standins, monkeypatch):
+    """A module's eager call: the first call of an input's (dtype, hidden size, device) runs
+    every check and finds its kernel (fetched once per process); later calls of the same
+    find it with one lookup (no check); an input that differs is checked again, with the
+    module's errors."""
+    m = net.RMSNorm(64)
+    x = torch.randn(4, 64, requires_grad=True)
+    m(x)
+    with pytest.raises(ne.ArgumentError, match="x: has shape \\(4, 32\\); RMSNorm with"):
+        m(torch.randn(4, 32))
+    with pytest.raises(ne.ArgumentTypeError, match="x: has dtype torch.float64; rms_norm takes"):
+        m(torch.randn(4, 64, dtype=F64))
+    with pytest.raises(ne.ArgumentError, match="x: is a 0-dimensional tensor"):
+        net.SwiGLU()(torch.tensor(1.0))
+    with pytest.raises(ne.ArgumentTypeError, match="weight: has dtype torch.float16; for x of"):
+        net.RMSNorm(64, dtype=torch.float16)(torch.randn(4, 64, dtype=BF16))
+    checked = []
+    for name in ("norm_weights", "activation"):
+        monkeypatch.setattr(_checks, name, lambda *args: checked.append(args))
+    act = net.SwiGLU()
+    act(torch.randn(2, 64))
+    assert len(checked) == 1 and len(standins) == 2
+    for _ in range(3):
+        m(x)
+        with torch.no_grad():
+            m(torch.randn(9, 64))  # another number of rows: the same kernel
+        act(torch.randn(5, 64, requires_grad=True))
+    assert len(checked) == 1 and [k[0] for k in standins] == ["rmsnorm_fwd", "swiglu"]
+    m(torch.randn(4, 64, dtype=BF16))
+    assert len(checked) == 2 and standins[-1][:2] == ("rmsnorm_fwd", BF16)
+    net.RMSNorm(64)(x)  # another module: its first call is checked; the kernel is kept
+    assert len(checked) == 3 and len(standins) == 3
+
+
+def test_a_modules_kept_kernels_are_its_process_own(standins):
+    """A module's kernels are not copied or pickled with it (they are loaded in one process),
+    and clear_kernels() forgets them."""
+    m = net.LayerNorm(64)
+    m(torch.randn(2, 64))
+    assert len(m._kernel_cache) == 1
+    assert len(copy.deepcopy(m)._kernel_cache) == 0
+    again = pickle.loads(pickle.dumps(m))
+    assert len(again._kernel_cache) == 0 and torch.equal(again.weight, m.weight)
+    again(torch.randn(2, 64))
+    net.clear_kernels()
+    assert len(m._kernel_cache) == len(again._kernel_cache) == 0
+
+
+def test_a_parametrized_weight_is_the_weight_applied(standins):
+    class Doubled(torch.nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    mine, theirs = net.RMSNorm(32, eps=1e-6), torch.nn.RMSNorm(32, eps=1e-6, dtype=F64)
+    torch.nn.utils.parametrize.register_parametrization(mine, "weight", Doubled())
+    original = mine.parametrizations.weight.original
+    with torch.no_grad():
+        original.normal_()
+        theirs.weight.copy_(2 * original)
+    x = torch.randn(5, 32, dtype=F64)
+    _check_against(mine, theirs, x, [], [])
+    (got,) = _grads(mine(x.float()), [original])
+    (want,) = _grads(theirs(x), [theirs.weight])
+    _close(got, 2 * want, rtol=1e-4, atol=1e-5)  # (d/d original = 2 d/d weight)
+
+
+def test_vmap_goes_through_the_operators(standins):
+    """Under torch.func transforms (whose tensors have no storage) calls take the operators;
+    vmap then runs them per sample (PyTorch's fallback)."""
+    norm, act = net.RMSNorm(32), net.SwiGLU()
+    x = torch.randn(3, 4, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.func.vmap(act)(x), act(x), rtol=0, atol=0)
+        y = x[..., :32]
+        torch.testing.assert_close(torch.func.vmap(norm)(y), norm(y), rtol=0, atol=0)
+
+
 def test_fp8_outputs_refuse_gradients(standins):
     x = torch.randn(4, 64, requires_grad=True)
     sc, am = torch.ones(1), torch.zeros(1)
@@ -510,9 +590,9 @@ def test_fp8_tensor_scaling(standins):
 
 def test_a_kernel_fetched_for_one_device_never_gets_another_devices_tensors(standins, monkeypatch):
     """The layer keeps a kernel per device: the same modules and calls on device 0's tensors,
-    then on device 1's (every CPU tensor saying it is on that device), fetch every kernel again
-    for device 1 (none kept on a module), and each stand-in checks that the tensors it is given
-    are on its device; a second round fetches nothing."""
+    then on device 1's (every CPU tensor saying it is on that device), fetch every kernel
+    again for device 1 (a module keeps its kernels per device), and each stand-in checks that
+    the tensors it is given are on its device; a second round fetches nothing."""
     device = [0]
     monkeypatch.setattr(torch.Tensor, "get_device", lambda self: device[0])
     modules = [net.LayerNorm(64), net.RMSNorm(64), net.AddRMSNorm(64), net.SwiGLU(), net.GELU()]

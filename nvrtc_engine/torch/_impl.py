@@ -3,26 +3,30 @@ op, shared by the registered operators (:mod:`._ops`, their CPU and CUDA impleme
 and the eager autograd Functions (:mod:`.functional`).
 
 Each makes its inputs contiguous, finds its kernel (:func:`._kernels.kernel`: one lookup, the
-checks of :mod:`._checks` on the first call of a key), calls it on PyTorch's current stream
-and returns new tensors. A norm without weight (gamma) or bias (beta) gets kept ones or zeros
-(:func:`._kernels.fill`). ``limit``, ``alpha`` and ``linear_offset`` are clamped SwiGLU's
-(``limit`` None for every other activation).
+checks of :mod:`._checks` on the first call of a key; a module that keeps its kernels gives
+a forward its kernel ``k``, of the key :func:`act_key` or :func:`norm_key` makes), calls it
+on PyTorch's current stream and returns new tensors. A norm without weight (gamma) or bias
+(beta) gets kept ones or zeros (:func:`._kernels.fill`). ``limit``, ``alpha`` and
+``linear_offset`` are clamped SwiGLU's (``limit`` None for every other activation).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
 from ..families.activation.spec import CLAMPED_SWIGLU_ALPHA as ALPHA
 from ..families.activation.spec import CLAMPED_SWIGLU_LINEAR_OFFSET as OFFSET
 from . import _checks
-from ._kernels import fill, kernel
+from ._kernels import Key, fill, kernel
 
 __all__ = [
     "act_bwd",
     "act_bwd_fp8",
     "act_fwd",
     "act_fp8",
+    "act_key",
     "add_rms_norm_fwd",
     "add_rms_norm_fp8",
     "cast_fp8",
@@ -30,6 +34,7 @@ __all__ = [
     "layer_norm_bwd",
     "layer_norm_fp8",
     "layer_norm_fwd",
+    "norm_key",
     "rms_norm_bwd",
     "rms_norm_fp8",
     "rms_norm_fwd",
@@ -69,9 +74,8 @@ def _act_call(
     return k(*args, **scaling)  # type: ignore[operator]
 
 
-def _act_key(
-    op: str, x: torch.Tensor, act: str, out_dtype: torch.dtype | None
-) -> tuple[str, torch.dtype, torch.dtype | None, int, int, tuple[()]]:
+def act_key(op: str, x: torch.Tensor, act: str, out_dtype: torch.dtype | None) -> Key:
+    """The kernel key of activation ``act``'s ``op`` (it, or its backward) on ``x``."""
     last = x.shape[-1]
     return (op, x.dtype, out_dtype, last // 2 if act in _GATED else last, x.get_device(), ())
 
@@ -82,10 +86,12 @@ def act_fwd(
     limit: float | None = None,
     alpha: float = ALPHA,
     linear_offset: float = OFFSET,
+    k: Any = None,
 ) -> torch.Tensor:
     """``act(x)``; gated: ``(..., 2H) -> (..., H)``."""
     x = x.contiguous()
-    k = kernel(_act_key(act, x, act, None), _checks.activation, x, act, limit, "activation")
+    if k is None:
+        k = kernel(act_key(act, x, act, None), _checks.activation, x, act, limit, "activation")
     return _act_call(k, (x,), act, limit, alpha, linear_offset)
 
 
@@ -99,7 +105,7 @@ def act_bwd(
 ) -> torch.Tensor:
     """The gradient of :func:`act_fwd` at ``x`` for ``grad`` (the output's gradient)."""
     x, grad = x.contiguous(), grad.contiguous()
-    key = _act_key(_BACKWARD.get(act, act), x, act, None)
+    key = act_key(_BACKWARD.get(act, act), x, act, None)
     k = kernel(key, _checks.activation_grad, grad, x, act, limit, "activation backward")
     return _act_call(k, (grad, x), act, limit, alpha, linear_offset)
 
@@ -113,21 +119,23 @@ def act_fp8(
     limit: float | None = None,
     alpha: float = ALPHA,
     linear_offset: float = OFFSET,
+    k: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``act(x)`` quantized to ``out_dtype`` with tensor scaling: ``(q, scale_inv)``."""
     x = x.contiguous()
-    k = kernel(
-        _act_key(act, x, act, out_dtype),
-        _checks.fp8_activation,
-        x,
-        None,
-        act,
-        limit,
-        scale,
-        amax,
-        out_dtype,
-        "activation_fp8",
-    )
+    if k is None:
+        k = kernel(
+            act_key(act, x, act, out_dtype),
+            _checks.fp8_activation,
+            x,
+            None,
+            act,
+            limit,
+            scale,
+            amax,
+            out_dtype,
+            "activation_fp8",
+        )
     scale_inv = _scale_inv(x)
     q = _act_call(
         k, (x,), act, limit, alpha, linear_offset, scale=scale, amax=amax, scale_inv=scale_inv
@@ -148,7 +156,7 @@ def act_bwd_fp8(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`act_bwd` quantized to ``out_dtype`` with tensor scaling: ``(q, scale_inv)``."""
     x, grad = x.contiguous(), grad.contiguous()
-    key = _act_key(_BACKWARD.get(act, act), x, act, out_dtype)
+    key = act_key(_BACKWARD.get(act, act), x, act, out_dtype)
     k = kernel(
         key,
         _checks.fp8_activation,
@@ -171,22 +179,39 @@ def act_bwd_fp8(
 # -- norms ------------------------------------------------------------------------------------
 
 
-def _weights(
+def _flags(
     x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, zcg: bool
-) -> tuple[torch.dtype, tuple[tuple[str, bool], ...]]:
-    """(the weights' dtype, the key flags) of a norm call; zero_centered_gamma only applies
-    to a weight that is given."""
+) -> tuple[tuple[str, bool], ...]:
+    """The key flags of a norm call; zero_centered_gamma only applies to a weight that is
+    given, fp32_gamma to weights (or a bias alone) of another dtype than x's."""
     w = weight if weight is not None else bias
-    dtype = x.dtype if w is None else w.dtype
-    return dtype, _NORM_FLAGS[zcg and weight is not None, dtype != x.dtype]
+    return _NORM_FLAGS[zcg and weight is not None, w is not None and w.dtype != x.dtype]
 
 
-def _gamma(weight: torch.Tensor | None, dtype: torch.dtype, x: torch.Tensor) -> torch.Tensor:
-    return weight if weight is not None else fill(1.0, dtype, x.shape[-1], x)
+def norm_key(
+    op: str,
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    zcg: bool,
+    out_dtype: torch.dtype | None = None,
+) -> Key:
+    """The kernel key of norm kernel ``op`` on ``x`` with these weights."""
+    return (op, x.dtype, out_dtype, x.shape[-1], x.get_device(), _flags(x, weight, bias, zcg))
 
 
-def _beta(bias: torch.Tensor | None, dtype: torch.dtype, x: torch.Tensor) -> torch.Tensor:
-    return bias if bias is not None else fill(0.0, dtype, x.shape[-1], x)
+def _gamma(weight: torch.Tensor | None, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    """The gamma to pass: the weight, else kept ones of the bias's dtype (else x's)."""
+    if weight is not None:
+        return weight
+    return fill(1.0, x.dtype if bias is None else bias.dtype, x.shape[-1], x)
+
+
+def _beta(bias: torch.Tensor | None, weight: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    """The beta to pass: the bias, else kept zeros of the weight's dtype (else x's)."""
+    if bias is not None:
+        return bias
+    return fill(0.0, x.dtype if weight is None else weight.dtype, x.shape[-1], x)
 
 
 def layer_norm_fwd(
@@ -195,14 +220,15 @@ def layer_norm_fwd(
     bias: torch.Tensor | None,
     eps: float,
     zcg: bool = False,
+    k: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """LayerNorm over the last dimension: ``(z, mu, rsigma)``, mu and rsigma float32
     ``x.shape[:-1]``."""
     x = x.contiguous()
-    dtype, flags = _weights(x, weight, bias, zcg)
-    key = ("layernorm_fwd", x.dtype, None, x.shape[-1], x.get_device(), flags)
-    k = kernel(key, _checks.norm_weights, x, weight, bias, "layer_norm")
-    z, mu, rsigma, _ = k(x, _gamma(weight, dtype, x), _beta(bias, dtype, x), eps)
+    if k is None:
+        key = norm_key("layernorm_fwd", x, weight, bias, zcg)
+        k = kernel(key, _checks.norm_weights, x, weight, bias, "layer_norm")
+    z, mu, rsigma, _ = k(x, _gamma(weight, bias, x), _beta(bias, weight, x), eps)
     return z, mu, rsigma
 
 
@@ -217,10 +243,9 @@ def layer_norm_bwd(
     """``(dx, dweight, dbias)`` of :func:`layer_norm_fwd` (dweight and dbias in the weights'
     dtype, also where the forward had none)."""
     x, dz = x.contiguous(), dz.contiguous()
-    dtype, flags = _weights(x, weight, None, zcg)
-    key = ("layernorm_bwd", x.dtype, None, x.shape[-1], x.get_device(), flags)
+    key = norm_key("layernorm_bwd", x, weight, None, zcg)
     k = kernel(key, _checks.norm_weights, x, weight, None, "layer_norm backward")
-    dx, dgamma, dbeta = k(dz, x, mu, rsigma, _gamma(weight, dtype, x))
+    dx, dgamma, dbeta = k(dz, x, mu, rsigma, _gamma(weight, None, x))
     return dx, dgamma, dbeta
 
 
@@ -233,34 +258,28 @@ def layer_norm_fp8(
     amax: torch.Tensor,
     out_dtype: torch.dtype,
     zcg: bool = False,
+    k: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """LayerNorm quantized to ``out_dtype`` with tensor scaling: ``(q, scale_inv)``."""
     x = x.contiguous()
-    dtype, flags = _weights(x, weight, bias, zcg)
-    key = ("layernorm_fwd", x.dtype, out_dtype, x.shape[-1], x.get_device(), flags)
-    k = kernel(key, _checks.fp8_norm, x, weight, bias, scale, amax, out_dtype, "layer_norm_fp8")
+    if k is None:
+        key = norm_key("layernorm_fwd", x, weight, bias, zcg, out_dtype)
+        k = kernel(key, _checks.fp8_norm, x, weight, bias, scale, amax, out_dtype, "layer_norm_fp8")
     scale_inv = _scale_inv(x)
-    z = k(
-        x,
-        _gamma(weight, dtype, x),
-        _beta(bias, dtype, x),
-        eps,
-        scale=scale,
-        amax=amax,
-        scale_inv=scale_inv,
-    )[0]
+    gamma, beta = _gamma(weight, bias, x), _beta(bias, weight, x)
+    z = k(x, gamma, beta, eps, scale=scale, amax=amax, scale_inv=scale_inv)[0]
     return z, scale_inv
 
 
 def rms_norm_fwd(
-    x: torch.Tensor, weight: torch.Tensor | None, eps: float, zcg: bool = False
+    x: torch.Tensor, weight: torch.Tensor | None, eps: float, zcg: bool = False, k: Any = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RMSNorm over the last dimension: ``(z, rsigma)``, rsigma float32 ``x.shape[:-1]``."""
     x = x.contiguous()
-    dtype, flags = _weights(x, weight, None, zcg)
-    key = ("rmsnorm_fwd", x.dtype, None, x.shape[-1], x.get_device(), flags)
-    k = kernel(key, _checks.norm_weights, x, weight, None, "rms_norm")
-    z, rsigma, _ = k(x, _gamma(weight, dtype, x), eps)
+    if k is None:
+        key = norm_key("rmsnorm_fwd", x, weight, None, zcg)
+        k = kernel(key, _checks.norm_weights, x, weight, None, "rms_norm")
+    z, rsigma, _ = k(x, _gamma(weight, None, x), eps)
     return z, rsigma
 
 
@@ -275,17 +294,10 @@ def rms_norm_bwd(
     """``(dx, dweight)`` of :func:`rms_norm_fwd`; with ``add`` (x's shape and dtype, the
     gradient reaching x by another path) ``dx`` includes it (``rmsnorm_bwd_add``)."""
     x, dz = x.contiguous(), dz.contiguous()
-    dtype, flags = _weights(x, weight, None, zcg)
     op = "rmsnorm_bwd" if add is None else "rmsnorm_bwd_add"
-    k = kernel(
-        (op, x.dtype, None, x.shape[-1], x.get_device(), flags),
-        _checks.norm_weights,
-        x,
-        weight,
-        None,
-        "rms_norm backward",
-    )
-    gamma = _gamma(weight, dtype, x)
+    key = norm_key(op, x, weight, None, zcg)
+    k = kernel(key, _checks.norm_weights, x, weight, None, "rms_norm backward")
+    gamma = _gamma(weight, None, x)
     if add is None:
         dx, dgamma = k(dz, x, rsigma, gamma)
     else:
@@ -301,14 +313,15 @@ def rms_norm_fp8(
     amax: torch.Tensor,
     out_dtype: torch.dtype,
     zcg: bool = False,
+    k: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RMSNorm quantized to ``out_dtype`` with tensor scaling: ``(q, scale_inv)``."""
     x = x.contiguous()
-    dtype, flags = _weights(x, weight, None, zcg)
-    key = ("rmsnorm_fwd", x.dtype, out_dtype, x.shape[-1], x.get_device(), flags)
-    k = kernel(key, _checks.fp8_norm, x, weight, None, scale, amax, out_dtype, "rms_norm_fp8")
+    if k is None:
+        key = norm_key("rmsnorm_fwd", x, weight, None, zcg, out_dtype)
+        k = kernel(key, _checks.fp8_norm, x, weight, None, scale, amax, out_dtype, "rms_norm_fp8")
     scale_inv = _scale_inv(x)
-    z = k(x, _gamma(weight, dtype, x), eps, scale=scale, amax=amax, scale_inv=scale_inv)[0]
+    z = k(x, _gamma(weight, None, x), eps, scale=scale, amax=amax, scale_inv=scale_inv)[0]
     return z, scale_inv
 
 
@@ -331,10 +344,12 @@ def add_rms_norm_fwd(
     weight: torch.Tensor | None,
     eps: float,
     zcg: bool = False,
+    k: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``h = x + residual``, then RMSNorm of h: ``(z, h, rsigma)``."""
+    """``h = x + residual``, then RMSNorm of h: ``(z, h, rsigma)`` (``k``: the
+    ``rmsnorm_fwd`` kernel)."""
     h = _residual(x, residual, "add_rms_norm")
-    z, rsigma = rms_norm_fwd(h, weight, eps, zcg)
+    z, rsigma = rms_norm_fwd(h, weight, eps, zcg, k)
     return z, h, rsigma
 
 
@@ -347,10 +362,11 @@ def add_rms_norm_fp8(
     amax: torch.Tensor,
     out_dtype: torch.dtype,
     zcg: bool = False,
+    k: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``h = x + residual``, then :func:`rms_norm_fp8` of h: ``(q, h, scale_inv)``."""
     h = _residual(x, residual, "add_rms_norm_fp8")
-    q, scale_inv = rms_norm_fp8(h, weight, eps, scale, amax, out_dtype, zcg)
+    q, scale_inv = rms_norm_fp8(h, weight, eps, scale, amax, out_dtype, zcg, k)
     return q, h, scale_inv
 
 

@@ -1,7 +1,8 @@
 """The kernels the PyTorch layer launches: fetched once per (op, dtypes, hidden size, device,
 flags) with :func:`nvrtc_engine.get_kernel` for that device's arch, loaded there, and kept in
 one dictionary, so that a call costs one lookup. Also the constant weights (ones, zeros) that
-stand in for a norm's missing gamma or beta, kept the same way.
+stand in for a norm's missing gamma or beta, kept the same way, and the modules' own
+caches (:class:`Cache`: each module's kernels by its input's dtype, hidden size and device).
 
 Nothing is fetched, compiled, loaded or allocated while the current stream captures a CUDA
 graph: that would break the capture, so a kernel first needed there is an error that says to
@@ -10,6 +11,7 @@ run the model once before capturing.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +24,9 @@ __all__ = [
     "ENGINE_DTYPES",
     "FP8_DTYPES",
     "HIGH_PRECISION",
+    "Cache",
     "clear",
+    "fetch",
     "fill",
     "kernel",
     "load",
@@ -45,6 +49,21 @@ ENGINE_DTYPES: dict[torch.dtype, str] = {**HIGH_PRECISION, **FP8_DTYPES}
 Key = tuple[str, torch.dtype, torch.dtype | None, int, int, tuple[tuple[str, bool], ...]]
 _KERNELS: dict[Key, Any] = {}
 _FILLS: dict[tuple[float, torch.dtype, int, int], torch.Tensor] = {}
+_CACHES: weakref.WeakValueDictionary[int, Cache] = weakref.WeakValueDictionary()  # by id
+
+
+class Cache(dict):  # type: ignore[type-arg]
+    """A module's kernels by what its calls' inputs and settings key (a dict). It copies and
+    pickles empty (kernels are loaded in one process), and :func:`clear` empties it."""
+
+    __slots__ = ("__weakref__",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        _CACHES[id(self)] = self
+
+    def __reduce__(self) -> tuple[type[Cache], tuple[()]]:
+        return Cache, ()
 
 
 def kernel(key: Key, check: Callable[..., object], *args: Any) -> Any:
@@ -58,6 +77,12 @@ def kernel(key: Key, check: Callable[..., object], *args: Any) -> Any:
         return found
     check(*args)
     return load(key)
+
+
+def fetch(key: Key) -> Any:
+    """The kernel of ``key`` (see :func:`kernel`), the call already checked."""
+    found = _KERNELS.get(key)
+    return found if found is not None else load(key)
 
 
 def load(key: Key) -> Any:
@@ -91,9 +116,12 @@ def fill(value: float, dtype: torch.dtype, hidden: int, like: torch.Tensor) -> t
 
 
 def clear() -> None:
-    """Forget every kernel and constant kept here (the engine's own caches keep theirs)."""
+    """Forget every kernel and constant kept here and in the modules' caches (the engine's
+    own caches keep theirs)."""
     _KERNELS.clear()
     _FILLS.clear()
+    for cache in list(_CACHES.values()):
+        cache.clear()
 
 
 def _refuse_in_capture(what: str, device: int) -> None:

@@ -1,9 +1,10 @@
 """Functions on torch tensors that call the engine's kernels, with autograd.
 
-Each function takes the eager path when its input is a plain ``torch.Tensor`` outside
-``torch.compile``: the kernel is called directly (one dictionary lookup finds it), inside an
-``autograd.Function`` whose backward calls the backward kernel where a gradient is needed,
-or bare where none is (``torch.no_grad``, inputs without ``requires_grad``). Anything else
+Each function takes the eager path (:mod:`._eager`) when its input is a plain
+``torch.Tensor`` outside ``torch.compile``: the kernel is called directly (one dictionary
+lookup finds it), inside an ``autograd.Function`` whose backward calls the backward kernel
+where a gradient is needed, or bare where none is (``torch.no_grad``, inputs without
+``requires_grad``). Anything else
 (a trace of ``torch.compile`` or ``torch.export``, FakeTensors, other tensor subclasses)
 goes through the registered operator ``torch.ops.nvrtc_engine.*``, whose fake
 implementation and backward formula those systems read. The two paths launch the same
@@ -22,15 +23,14 @@ docs/norms.md, docs/cast.md).
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from ..core.errors import ArgumentTypeError
 from ..families.activation.spec import CLAMPED_SWIGLU_ALPHA as ALPHA
 from ..families.activation.spec import CLAMPED_SWIGLU_LINEAR_OFFSET as OFFSET
-from . import _impl
+from . import _eager, _impl
 from . import _ops as _ops  # registers torch.ops.nvrtc_engine
 
 __all__ = [
@@ -52,8 +52,7 @@ __all__ = [
 
 _E4M3 = torch.float8_e4m3fn
 _ops_ns = torch.ops.nvrtc_engine
-_is_compiling = torch.compiler.is_compiling
-_grad_enabled = torch.is_grad_enabled
+_is_eager = _eager.takes
 _Tensor = torch.Tensor
 
 
@@ -72,37 +71,7 @@ def _tensor(x: object, name: str = "x") -> None:
         raise ArgumentTypeError(name, f"expected a torch.Tensor, got {type(x).__name__}")
 
 
-def _eager(x: torch.Tensor) -> bool:
-    """Whether a call on ``x`` takes the eager path (see the module docstring)."""
-    return type(x) is _Tensor and not _is_compiling()
-
-
-def _no_grad_for_fp8(what: str, *tensors: torch.Tensor | None) -> None:
-    if _grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        raise RuntimeError(
-            f"nvrtc_engine.torch.{what}: an FP8 output has no backward here; call it under "
-            "torch.no_grad() or torch.inference_mode(), or on tensors that do not require grad"
-        )
-
-
 # -- activations ------------------------------------------------------------------------------
-
-
-class _Activation(torch.autograd.Function):
-    @staticmethod
-    def forward(
-        ctx: Any, x: torch.Tensor, act: str, limit: float | None, alpha: float, linear_offset: float
-    ) -> torch.Tensor:
-        x = x.contiguous()
-        ctx.save_for_backward(x)
-        ctx.params = (act, limit, alpha, linear_offset)
-        return _impl.act_fwd(x, act, limit, alpha, linear_offset)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        (x,) = ctx.saved_tensors
-        return _impl.act_bwd(grad, x, *ctx.params), None, None, None, None
 
 
 def activation(
@@ -119,11 +88,9 @@ def activation(
     ``x = [a | b]``). ``limit``, ``alpha``, ``linear_offset``: clamped SwiGLU's (GPT-OSS),
     ``limit`` required there and refused elsewhere. Differentiable in ``x``."""
     _tensor(x)
-    if not _eager(x):
+    if not _is_eager(x):
         return _ops_ns.activation(x, act, limit, alpha, linear_offset)
-    if _grad_enabled() and x.requires_grad:
-        return _Activation.apply(x, act, limit, alpha, linear_offset)
-    return _impl.act_fwd(x, act, limit, alpha, linear_offset)
+    return _eager.activation(x, act, limit, alpha, linear_offset, None)
 
 
 def activation_backward(
@@ -139,7 +106,7 @@ def activation_backward(
     x's shape (gated: ``[d/da | d/db]``, ``(..., 2H)``). Not differentiable."""
     _tensor(grad, "grad")
     _tensor(x)
-    if not _eager(x):
+    if not _is_eager(x):
         return _ops_ns.activation_backward(grad, x, act, limit, alpha, linear_offset)
     return _impl.act_bwd(grad, x, act, limit, alpha, linear_offset)
 
@@ -160,12 +127,14 @@ def activation_fp8(
     zero it when a new amax period starts); ``scale_inv = 1 / scale``. ``scale``, ``amax``:
     float32 tensors on x's device. No gradient (inference)."""
     _tensor(x)
-    _no_grad_for_fp8("activation_fp8", x)
-    if not _eager(x):
+    if not _is_eager(x):
+        _eager.no_grad_for_fp8("activation_fp8", x)
         return FP8Output(
             *_ops_ns.activation_fp8(x, scale, amax, act, out_dtype, limit, alpha, linear_offset)
         )
-    return FP8Output(*_impl.act_fp8(x, scale, amax, act, out_dtype, limit, alpha, linear_offset))
+    return FP8Output(
+        *_eager.activation_fp8(x, scale, amax, act, out_dtype, limit, alpha, linear_offset, None)
+    )
 
 
 def activation_backward_fp8(
@@ -184,7 +153,7 @@ def activation_backward_fp8(
     (the gated backward's output feeding an FP8 GEMM). Not differentiable."""
     _tensor(grad, "grad")
     _tensor(x)
-    if not _eager(x):
+    if not _is_eager(x):
         return FP8Output(
             *_ops_ns.activation_backward_fp8(
                 grad, x, scale, amax, act, out_dtype, limit, alpha, linear_offset
@@ -196,30 +165,6 @@ def activation_backward_fp8(
 
 
 # -- norms ------------------------------------------------------------------------------------
-
-
-class _LayerNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(
-        ctx: Any,
-        x: torch.Tensor,
-        weight: torch.Tensor | None,
-        bias: torch.Tensor | None,
-        eps: float,
-        zcg: bool,
-    ) -> torch.Tensor:
-        x = x.contiguous()
-        z, mu, rsigma = _impl.layer_norm_fwd(x, weight, bias, eps, zcg)
-        ctx.save_for_backward(x, mu, rsigma, weight)
-        ctx.zcg, ctx.has_bias = zcg, bias is not None
-        return z
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, dz: torch.Tensor) -> tuple[Any, ...]:
-        x, mu, rsigma, weight = ctx.saved_tensors
-        dx, dw, db = _impl.layer_norm_bwd(dz, x, mu, rsigma, weight, ctx.zcg)
-        return dx, None if weight is None else dw, db if ctx.has_bias else None, None, None
 
 
 def layer_norm(
@@ -234,15 +179,9 @@ def layer_norm(
     (biased variance; ``weight + 1`` with ``zero_centered_gamma``; no weight: 1, no bias:
     0). Differentiable in x, weight and bias."""
     _tensor(x)
-    if not _eager(x):
+    if not _is_eager(x):
         return _ops_ns.layer_norm(x, weight, bias, eps, zero_centered_gamma)[0]
-    if _grad_enabled() and (
-        x.requires_grad
-        or (weight is not None and weight.requires_grad)
-        or (bias is not None and bias.requires_grad)
-    ):
-        return _LayerNorm.apply(x, weight, bias, eps, zero_centered_gamma)
-    return _impl.layer_norm_fwd(x, weight, bias, eps, zero_centered_gamma)[0]
+    return _eager.layer_norm(x, weight, bias, eps, zero_centered_gamma, None)
 
 
 def layer_norm_fp8(
@@ -258,35 +197,18 @@ def layer_norm_fp8(
 ) -> FP8Output:
     """:func:`layer_norm` quantized with tensor scaling (see :func:`activation_fp8`)."""
     _tensor(x)
-    _no_grad_for_fp8("layer_norm_fp8", x, weight, bias)
-    if not _eager(x):
+    if not _is_eager(x):
+        _eager.no_grad_for_fp8("layer_norm_fp8", x, weight, bias)
         return FP8Output(
             *_ops_ns.layer_norm_fp8(
                 x, weight, bias, eps, scale, amax, out_dtype, zero_centered_gamma
             )
         )
     return FP8Output(
-        *_impl.layer_norm_fp8(x, weight, bias, eps, scale, amax, out_dtype, zero_centered_gamma)
+        *_eager.layer_norm_fp8(
+            x, weight, bias, eps, scale, amax, out_dtype, zero_centered_gamma, None
+        )
     )
-
-
-class _RMSNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(
-        ctx: Any, x: torch.Tensor, weight: torch.Tensor | None, eps: float, zcg: bool
-    ) -> torch.Tensor:
-        x = x.contiguous()
-        z, rsigma = _impl.rms_norm_fwd(x, weight, eps, zcg)
-        ctx.save_for_backward(x, rsigma, weight)
-        ctx.zcg = zcg
-        return z
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, dz: torch.Tensor) -> tuple[Any, ...]:
-        x, rsigma, weight = ctx.saved_tensors
-        dx, dw = _impl.rms_norm_bwd(dz, x, rsigma, weight, ctx.zcg)
-        return dx, None if weight is None else dw, None, None
 
 
 def rms_norm(
@@ -299,11 +221,9 @@ def rms_norm(
     """RMSNorm over the last dimension: ``x / sqrt(mean(x^2) + eps) * weight`` (``weight + 1``
     with ``zero_centered_gamma``; no weight: 1). Differentiable in x and weight."""
     _tensor(x)
-    if not _eager(x):
+    if not _is_eager(x):
         return _ops_ns.rms_norm(x, weight, eps, zero_centered_gamma)[0]
-    if _grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
-        return _RMSNorm.apply(x, weight, eps, zero_centered_gamma)
-    return _impl.rms_norm_fwd(x, weight, eps, zero_centered_gamma)[0]
+    return _eager.rms_norm(x, weight, eps, zero_centered_gamma, None)
 
 
 def rms_norm_fp8(
@@ -318,40 +238,14 @@ def rms_norm_fp8(
 ) -> FP8Output:
     """:func:`rms_norm` quantized with tensor scaling (see :func:`activation_fp8`)."""
     _tensor(x)
-    _no_grad_for_fp8("rms_norm_fp8", x, weight)
-    if not _eager(x):
+    if not _is_eager(x):
+        _eager.no_grad_for_fp8("rms_norm_fp8", x, weight)
         return FP8Output(
             *_ops_ns.rms_norm_fp8(x, weight, eps, scale, amax, out_dtype, zero_centered_gamma)
         )
     return FP8Output(
-        *_impl.rms_norm_fp8(x, weight, eps, scale, amax, out_dtype, zero_centered_gamma)
+        *_eager.rms_norm_fp8(x, weight, eps, scale, amax, out_dtype, zero_centered_gamma, None)
     )
-
-
-class _AddRMSNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(
-        ctx: Any,
-        x: torch.Tensor,
-        residual: torch.Tensor,
-        weight: torch.Tensor | None,
-        eps: float,
-        zcg: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        z, h, rsigma = _impl.add_rms_norm_fwd(x, residual, weight, eps, zcg)
-        ctx.save_for_backward(h, rsigma, weight)
-        ctx.zcg = zcg
-        ctx.set_materialize_grads(False)  # no gradient of h: rms_norm's backward alone
-        return z, h
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, dz: torch.Tensor | None, dh: torch.Tensor | None) -> tuple[Any, ...]:
-        h, rsigma, weight = ctx.saved_tensors
-        if dz is None:  # only h was used
-            return dh, dh, None, None, None
-        dx, dw = _impl.rms_norm_bwd(dz, h, rsigma, weight, ctx.zcg, dh)
-        return dx, dx, None if weight is None else dw, None, None
 
 
 def add_rms_norm(
@@ -368,17 +262,10 @@ def add_rms_norm(
     h's own); the forward adds in torch, then runs the norm kernel. Differentiable in x,
     residual and weight."""
     _tensor(x)
-    if not _eager(x):
+    if not _is_eager(x):
         z, h, _ = _ops_ns.add_rms_norm(x, residual, weight, eps, zero_centered_gamma)
         return z, h
-    if _grad_enabled() and (
-        x.requires_grad
-        or getattr(residual, "requires_grad", False)
-        or (weight is not None and weight.requires_grad)
-    ):
-        return _AddRMSNorm.apply(x, residual, weight, eps, zero_centered_gamma)
-    z, h, _ = _impl.add_rms_norm_fwd(x, residual, weight, eps, zero_centered_gamma)
-    return z, h
+    return _eager.add_rms_norm(x, residual, weight, eps, zero_centered_gamma, None)
 
 
 def add_rms_norm_fp8(
@@ -394,14 +281,14 @@ def add_rms_norm_fp8(
 ) -> tuple[FP8Output, torch.Tensor]:
     """:func:`add_rms_norm` with z quantized as :func:`rms_norm_fp8`: ``(FP8Output, h)``."""
     _tensor(x)
-    _no_grad_for_fp8("add_rms_norm_fp8", x, residual, weight)
-    if not _eager(x):
+    if not _is_eager(x):
+        _eager.no_grad_for_fp8("add_rms_norm_fp8", x, residual, weight)
         q, h, scale_inv = _ops_ns.add_rms_norm_fp8(
             x, residual, weight, eps, scale, amax, out_dtype, zero_centered_gamma
         )
     else:
-        q, h, scale_inv = _impl.add_rms_norm_fp8(
-            x, residual, weight, eps, scale, amax, out_dtype, zero_centered_gamma
+        q, h, scale_inv = _eager.add_rms_norm_fp8(
+            x, residual, weight, eps, scale, amax, out_dtype, zero_centered_gamma, None
         )
     return FP8Output(q, scale_inv), h
 
@@ -414,8 +301,8 @@ def cast_fp8(
 ) -> FP8Output:
     """``x`` quantized with tensor scaling (see :func:`activation_fp8`), x's shape."""
     _tensor(x)
-    _no_grad_for_fp8("cast_fp8", x)
-    if not _eager(x):
+    _eager.no_grad_for_fp8("cast_fp8", x)
+    if not _is_eager(x):
         return FP8Output(*_ops_ns.cast_fp8(x, scale, amax, out_dtype))
     return FP8Output(*_impl.cast_fp8(x, scale, amax, out_dtype))
 
@@ -430,31 +317,18 @@ def cast_transpose_fp8(
     ``(FP8Output(data (M, K), scale_inv), data_t (K, M))``, one scale for both (``data_t``
     is the row-major ``(K, M)`` operand ``torch._scaled_mm`` wants as ``.t()``)."""
     _tensor(x)
-    _no_grad_for_fp8("cast_transpose_fp8", x)
-    if not _eager(x):
+    _eager.no_grad_for_fp8("cast_transpose_fp8", x)
+    if not _is_eager(x):
         q, qt, scale_inv = _ops_ns.cast_transpose_fp8(x, scale, amax, out_dtype)
     else:
         q, qt, scale_inv = _impl.cast_transpose_fp8(x, scale, amax, out_dtype)
     return FP8Output(q, scale_inv), qt
 
 
-class _Transpose(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        return _impl.transpose(x)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        return _impl.transpose(grad)
-
-
 def transpose(x: torch.Tensor) -> torch.Tensor:
     """``x.T`` of a matrix ``(M, K)`` as a new contiguous ``(K, M)`` tensor, any dtype the
     kernels take (FP8 data too: its scale_inv stays valid). Differentiable."""
     _tensor(x)
-    if not _eager(x):
+    if not _is_eager(x):
         return _ops_ns.transpose(x)
-    if _grad_enabled() and x.requires_grad:
-        return _Transpose.apply(x)
-    return _impl.transpose(x)
+    return _eager.transpose(x)

@@ -2,8 +2,12 @@
 ``torch.nn.RMSNorm``, ``torch.nn.GELU`` (tanh), ``SiLU``, ``ReLU`` and ``Sigmoid`` (same
 constructor arguments, ``state_dict`` keys and ``reset_parameters``), TransformerEngine's
 other activations and gated activations, and :class:`AddRMSNorm` (the residual add and the
-RMSNorm after it). They call :mod:`nvrtc_engine.torch.functional`: the kernels directly in
-eager mode, the registered operators under ``torch.compile``.
+RMSNorm after it). In eager mode (plain ``torch.Tensor`` inputs outside ``torch.compile``) a
+module calls its kernel directly (:mod:`._eager`): it keeps its kernels by its input's dtype,
+hidden size and device (and the settings that choose the kernel), so a call costs one lookup;
+the first call of such an input runs every argument check, then fetches the kernel. Anything
+else goes through :mod:`nvrtc_engine.torch.functional`, which calls the registered operators
+under ``torch.compile``.
 
 FP8 output (``out_dtype=torch.float8_e4m3fn`` or ``torch.float8_e5m2``; the norms and the
 gated activations): ``forward`` returns an :class:`~nvrtc_engine.torch.FP8Output` ``(data,
@@ -24,7 +28,7 @@ import torch
 
 from ..core.errors import ArgumentError, ArgumentTypeError
 from ..families.activation.spec import CLAMPED_SWIGLU_ALPHA, CLAMPED_SWIGLU_LINEAR_OFFSET
-from . import _kernels
+from . import _checks, _eager, _impl, _kernels
 from . import functional as F
 from .functional import FP8Output
 
@@ -48,13 +52,26 @@ __all__ = [
 ]
 
 _FINFO_EPS = {dtype: torch.finfo(dtype).eps for dtype in _kernels.HIGH_PRECISION}
+_takes = _eager.takes
+
+
+def _param(module: torch.nn.Module, name: str) -> torch.Tensor | None:
+    """``module.<name>``, a parameter (or None), from ``module._parameters`` where it is
+    registered (``module.<name>`` would go through ``Module.__getattr__``, about a
+    microsecond a call), else as an attribute (parametrized, or replaced by a plain one)."""
+    try:
+        return module._parameters[name]
+    except KeyError:
+        return getattr(module, name)  # type: ignore[no-any-return]
 
 
 class _FP8State(torch.nn.Module):
     """The ``out_dtype`` option: None, or an FP8 dtype with float32 ``scale`` and ``amax``
-    buffers that follow the module's device but keep their dtype."""
+    buffers that follow the module's device but keep their dtype. Also the module's eager
+    kernels (``_kernel_cache``, see the module docstring)."""
 
     out_dtype: torch.dtype | None
+    _kernel_cache: _kernels.Cache
 
     def _init_fp8(self, out_dtype: torch.dtype | None, device: Any) -> None:
         if out_dtype is not None and out_dtype not in _kernels.FP8_DTYPES:
@@ -64,6 +81,7 @@ class _FP8State(torch.nn.Module):
                 "dtype), torch.float8_e4m3fn or torch.float8_e5m2",
             )
         self.out_dtype = out_dtype
+        self._kernel_cache = _kernels.Cache()
         if out_dtype is not None:
             kw = dict(dtype=torch.float32, device=device)
             self.register_buffer("scale", torch.ones(1, **kw), persistent=False)  # type: ignore[arg-type]
@@ -134,6 +152,47 @@ class _Norm(_FP8State):
     def _eps(self, x: torch.Tensor) -> float:
         return _FINFO_EPS.get(x.dtype, 0.0) if self.eps is None else self.eps
 
+    def _eager_call(self, x: torch.Tensor) -> tuple[torch.Tensor | None, Any, float | None]:
+        """``(weight, forward kernel, eps)`` of an eager call on ``x`` (a plain tensor); eps
+        None is ``torch.finfo(x.dtype).eps`` for RMSNorm (as PyTorch's). The kernel: one
+        lookup by (x's dtype, hidden size, device, the weight's dtype, zero_centered_gamma,
+        out_dtype); on a miss, the call's every check first (raising what is wrong), then
+        :meth:`_fetch`."""
+        w = _param(self, "weight")
+        try:
+            k = self._kernel_cache[
+                x.dtype,
+                x.shape[-1],
+                x.get_device(),
+                None if w is None else w.dtype,
+                self.zero_centered_gamma,
+                self.out_dtype,
+            ]
+        except (KeyError, IndexError):  # (IndexError: a 0-dimensional x, refused by _check)
+            self._check(x)
+            key = (x.dtype, x.shape[-1], x.get_device(), None if w is None else w.dtype)
+            k = self._fetch(x, w)
+            self._kernel_cache[(*key, self.zero_centered_gamma, self.out_dtype)] = k
+        eps = self.eps
+        if eps is None and isinstance(self, RMSNorm):
+            eps = _FINFO_EPS[x.dtype]
+        return w, k, eps
+
+    def _fetch(self, x: torch.Tensor, w: torch.Tensor | None) -> Any:
+        """Check a call on ``x`` with weight ``w`` and fetch its forward kernel."""
+        raise NotImplementedError
+
+    def _fetch_norm(
+        self, op: str, what: str, x: torch.Tensor, w: torch.Tensor | None, b: torch.Tensor | None
+    ) -> Any:
+        """:meth:`_fetch` of norm kernel ``op`` (``what``: the call, as errors name it)."""
+        out_dtype, zcg = self.out_dtype, self.zero_centered_gamma
+        if out_dtype is None:
+            _checks.norm_weights(x, w, b, what)
+        else:
+            _checks.fp8_norm(x, w, b, self.scale, self.amax, out_dtype, what + "_fp8")
+        return _kernels.fetch(_impl.norm_key(op, x, w, b, zcg, out_dtype))
+
     def _reset_weight(self) -> None:
         if self.elementwise_affine:
             # zero-centred gamma: the weight applied is weight + 1
@@ -193,7 +252,19 @@ class LayerNorm(_Norm):
         if self.bias is not None:
             torch.nn.init.zeros_(self.bias)
 
+    def _fetch(self, x: torch.Tensor, w: torch.Tensor | None) -> Any:
+        return self._fetch_norm("layernorm_fwd", "layer_norm", x, w, _param(self, "bias"))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor | FP8Output:
+        if _takes(x):
+            w, k, eps = self._eager_call(x)
+            b, zcg, out_dtype = _param(self, "bias"), self.zero_centered_gamma, self.out_dtype
+            if out_dtype is None:
+                return _eager.layer_norm(x, w, b, eps, zcg, k)  # type: ignore[arg-type]
+            scale, amax = self._buffers["scale"], self._buffers["amax"]
+            return FP8Output(
+                *_eager.layer_norm_fp8(x, w, b, eps, scale, amax, out_dtype, zcg, k)  # type: ignore[arg-type]
+            )
         self._check(x)
         if self.out_dtype is None:
             return F.layer_norm(
@@ -247,7 +318,17 @@ class RMSNorm(_Norm):
     def reset_parameters(self) -> None:
         self._reset_weight()
 
+    def _fetch(self, x: torch.Tensor, w: torch.Tensor | None) -> Any:
+        return self._fetch_norm("rmsnorm_fwd", "rms_norm", x, w, None)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor | FP8Output:
+        if _takes(x):
+            w, k, eps = self._eager_call(x)
+            zcg, out_dtype = self.zero_centered_gamma, self.out_dtype
+            if out_dtype is None:
+                return _eager.rms_norm(x, w, eps, zcg, k)
+            scale, amax = self._buffers["scale"], self._buffers["amax"]
+            return FP8Output(*_eager.rms_norm_fp8(x, w, eps, scale, amax, out_dtype, zcg, k))  # type: ignore[arg-type]
         self._check(x)
         if self.out_dtype is None:
             return F.rms_norm(
@@ -271,9 +352,30 @@ class AddRMSNorm(RMSNorm):
     parameters and checks as :class:`RMSNorm`. The backward is one kernel
     (``rmsnorm_bwd_add``: the norm's gradient plus h's own, for x and residual alike)."""
 
+    def _fetch(self, x: torch.Tensor, w: torch.Tensor | None) -> Any:
+        return self._fetch_norm("rmsnorm_fwd", "add_rms_norm", x, w, None)
+
     def forward(  # type: ignore[override]
         self, x: torch.Tensor, residual: torch.Tensor
     ) -> tuple[torch.Tensor | FP8Output, torch.Tensor]:
+        if _takes(x):
+            w, k, eps = self._eager_call(x)
+            zcg, out_dtype = self.zero_centered_gamma, self.out_dtype
+            if out_dtype is None:
+                return _eager.add_rms_norm(x, residual, w, eps, zcg, k)
+            scale, amax = self._buffers["scale"], self._buffers["amax"]
+            q, h, scale_inv = _eager.add_rms_norm_fp8(
+                x,
+                residual,
+                w,
+                eps,
+                scale,
+                amax,
+                out_dtype,
+                zcg,
+                k,  # type: ignore[arg-type]
+            )
+            return FP8Output(q, scale_inv), h
         self._check(x)
         if self.out_dtype is None:
             return F.add_rms_norm(
@@ -293,15 +395,50 @@ class AddRMSNorm(RMSNorm):
 
 class _Activation(_FP8State):
     act: str = ""
+    # (limit, alpha, linear_offset): clamped SwiGLU's, unused by the other activations
+    _clamp: tuple[float | None, float, float] = (
+        None,
+        CLAMPED_SWIGLU_ALPHA,
+        CLAMPED_SWIGLU_LINEAR_OFFSET,
+    )
 
     def __init__(self, *, out_dtype: torch.dtype | None = None, device: Any = None) -> None:
         super().__init__()
         self._init_fp8(out_dtype, device)
 
+    def _kernel(self, x: torch.Tensor) -> Any:
+        """The kernel of an eager call on ``x`` (a plain tensor): one lookup by (x's dtype,
+        last dimension, device, out_dtype); on a miss, the call's checks first (raising what
+        is wrong), then fetched."""
+        try:
+            return self._kernel_cache[x.dtype, x.shape[-1], x.get_device(), self.out_dtype]
+        except (KeyError, IndexError):  # (IndexError: a 0-dimensional x, refused here)
+            act, limit, out_dtype = self.act, self._clamp[0], self.out_dtype
+            if out_dtype is None:
+                _checks.activation(x, act, limit, "activation")
+            else:
+                _checks.fp8_activation(
+                    x, None, act, limit, self.scale, self.amax, out_dtype, "activation_fp8"
+                )
+            found = _kernels.fetch(_impl.act_key(act, x, act, out_dtype))
+            self._kernel_cache[x.dtype, x.shape[-1], x.get_device(), out_dtype] = found
+            return found
+
     def forward(self, x: torch.Tensor) -> torch.Tensor | FP8Output:
-        if self.out_dtype is None:
-            return F.activation(x, self.act)
-        return F.activation_fp8(x, self.act, self.scale, self.amax, self.out_dtype)
+        act, out_dtype = self.act, self.out_dtype
+        limit, alpha, offset = self._clamp
+        if _takes(x):
+            k = self._kernel(x)
+            if out_dtype is None:
+                return _eager.activation(x, act, limit, alpha, offset, k)
+            scale, amax = self._buffers["scale"], self._buffers["amax"]
+            return FP8Output(
+                *_eager.activation_fp8(x, scale, amax, act, out_dtype, limit, alpha, offset, k)  # type: ignore[arg-type]
+            )
+        clamp = dict(limit=limit, alpha=alpha, linear_offset=offset)
+        if out_dtype is None:
+            return F.activation(x, act, **clamp)  # type: ignore[arg-type]
+        return F.activation_fp8(x, act, self.scale, self.amax, out_dtype, **clamp)  # type: ignore[arg-type]
 
     def extra_repr(self) -> str:
         return self._fp8_repr().removeprefix(", ")
@@ -455,11 +592,9 @@ class ClampedSwiGLU(_Gated):
             float(linear_offset),
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor | FP8Output:
-        clamp = dict(limit=self.limit, alpha=self.alpha, linear_offset=self.linear_offset)
-        if self.out_dtype is None:
-            return F.activation(x, self.act, **clamp)
-        return F.activation_fp8(x, self.act, self.scale, self.amax, self.out_dtype, **clamp)
+    @property
+    def _clamp(self) -> tuple[float | None, float, float]:  # type: ignore[override]
+        return self.limit, self.alpha, self.linear_offset
 
     def extra_repr(self) -> str:
         return (
