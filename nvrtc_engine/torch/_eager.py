@@ -53,8 +53,12 @@ def takes(x: object) -> bool:
 
 def _direct(fn: type[torch.autograd.Function]) -> Callable[..., Any]:
     """``fn.apply`` as the C function ``autograd.Function.apply`` calls last (see the module
-    docstring): the same graph node, saved tensors and outputs."""
-    return super(torch.autograd.Function, fn).apply  # type: ignore[misc,no-any-return]
+    docstring): the same graph node, saved tensors and outputs; ``fn.apply`` itself on a
+    PyTorch whose Function has no C base ``apply`` (a private detail that may change)."""
+    try:
+        return super(torch.autograd.Function, fn).apply  # type: ignore[misc,no-any-return]
+    except AttributeError:
+        return fn.apply
 
 
 def no_grad_for_fp8(what: str, *tensors: torch.Tensor | None) -> None:
