@@ -84,8 +84,8 @@ def test_threads_start_once_and_each_builds_many(monkeypatch):
     """Six kernels on two threads: two threads (not the caller's) build them all."""
     built: list[int] = []
     build = prewarm_mod._build
-    monkeypatch.setattr(prewarm_mod, "_build", lambda engine, key: built.append(
-        threading.get_ident()) or build(engine, key))  # fmt: skip
+    monkeypatch.setattr(prewarm_mod, "_build", lambda engine, key, memory: built.append(
+        threading.get_ident()) or build(engine, key, memory))  # fmt: skip
     keys = gelu_keys("sm_90", hidden=(None, 1024))[:6]
     report = prewarm(keys, workers=2, progress=False)
     assert len(report.compiled) == 6 and report.workers == 2 and len(built) == 6

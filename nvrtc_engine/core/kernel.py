@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import driver, native_launch
+from . import driver
 from .errors import ArgumentError, NoDeviceError
 from .interop import TORCH_TYPES, Array, allocate_like, as_array, stream_handle
 from .key import arch_number
@@ -100,6 +100,8 @@ class Kernel:
         self._lock = threading.Lock()
         self._prepared: dict[Any, Any] = {}  # call key -> prepared run (nvrtc_engine.core.launch)
         self._dependent = self._dependent_launch()  # decided once, when the kernel is made
+        from . import native_launch  # (here: a process that makes no kernel loads no launcher)
+
         self._native = native_launch.bind(self)  # the compiled launcher's _fast1... (or not)
 
     def __repr__(self) -> str:
