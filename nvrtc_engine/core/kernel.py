@@ -17,7 +17,7 @@ import contextlib
 import functools
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import driver
 from .errors import ArgumentError, NoDeviceError
@@ -60,8 +60,7 @@ class Artifact:
         )
 
 
-@dataclass(frozen=True)
-class Loaded:
+class Loaded(NamedTuple):
     """A kernel loaded on one device: the device, its module and its functions
     (``CUfunction``, in the order of the artifact's symbols)."""
 
