@@ -12,8 +12,9 @@ variants' single compiles; and warm.
 3. Cold: ``python -m nvrtc_engine.tools.cli prewarm FILE --json --no-progress`` in a fresh process
    with an empty cache directory, --repeat times: the prewarm call's wall (its report's
    ``wall_s``) and the whole command's (interpreter start included). Every process and thread
-   of the run is traced (bench/prewarm_trace/sitecustomize.py): process start (to ``import
-   nvrtc_engine``), import, NVRTC initialization (the bindings' import), render, compile
+   of the run is traced (bench/prewarm_trace/sitecustomize.py): process start (to the first
+   import of the package), import (its modules, summed), NVRTC initialization (the
+   bindings' import), render, compile
    (NVRTC), store and lookup (the disk cache); a *worker* is a thread that rendered or compiled.
 4. Warm: the same command over the filled cache, 4 x --repeat times.
 
@@ -192,11 +193,14 @@ def read_trace(trace: Path) -> dict:
     for path in sorted(trace.glob("*.jsonl")):
         events = [json.loads(line) for line in path.read_text().splitlines()]
         created = next(e[2] for e in events if e[0] == "process")
+        imports = [e for e in events if e[0] == "import"]  # the package's modules, one by one
+        if imports:
+            processes.append({"start": (min(e[2] for e in imports) - created) * 1e3,
+                              "import": sum(e[3] - e[2] for e in imports) * 1e3,
+                              "import_cpu": sum(e[4] for e in imports) * 1e3})  # fmt: skip
         by_thread: dict[int, dict[str, float]] = {}
         for phase, thread, start, end, cpu in (e for e in events if e[0] != "process"):
             if phase == "import":
-                processes.append({"start": (start - created) * 1e3, "import": (end - start) * 1e3,
-                                  "import_cpu": cpu * 1e3})  # fmt: skip
                 continue
             cell = by_thread.setdefault(thread, {"kernels": 0})
             cell[phase] = cell.get(phase, 0.0) + (end - start) * 1e3

@@ -10,33 +10,38 @@ Importing the package starts neither CUDA nor NVRTC; both start on first use. Se
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .api import cache_info, clear_cache, get_kernel, make_key
-from .core.config import configure
-from .core.driver import DeviceBuffer
-from .core.dtypes import DTYPES, DType
-from .core.engine import CacheInfo
-from .core.errors import (
-    ArgumentError,
-    ArgumentTypeError,
-    BundleError,
-    CacheWarning,
-    CompileError,
-    CudaError,
-    HeaderNotFoundError,
-    NoDeviceError,
-    NvrtcEngineError,
-    SettingsError,
-    SettingsTypeError,
-    VariantError,
-    VariantListError,
-    VariantTypeError,
-)
-from .core.kernel import Kernel
-from .core.key import KernelKey
-from .core.registry import registered_ops
+
+if TYPE_CHECKING:  # (for type checkers; at run time each name is imported on first use)
+    from .api import cache_info, clear_cache, get_kernel, make_key
+    from .core.config import configure
+    from .core.driver import DeviceBuffer
+    from .core.dtypes import DTYPES, DType
+    from .core.engine import CacheInfo
+    from .core.errors import (
+        ArgumentError,
+        ArgumentTypeError,
+        BundleError,
+        CacheWarning,
+        CompileError,
+        CudaError,
+        HeaderNotFoundError,
+        NoDeviceError,
+        NvrtcEngineError,
+        SettingsError,
+        SettingsTypeError,
+        VariantError,
+        VariantListError,
+        VariantTypeError,
+    )
+    from .core.kernel import Kernel
+    from .core.key import KernelKey
+    from .core.registry import registered_ops
+    from .families.shared.blockscale import BlockScaledOutput
+    from .families.shared.blockscale import BlockScaledOutput as MXFP8Output
+    from .tools.prewarm import PrewarmReport, prewarm
 
 __all__ = [
     "ArgumentError",
@@ -73,19 +78,37 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """The names whose modules are imported on first use, not with the package:
-    ``BlockScaledOutput`` (also ``MXFP8Output``, its name before one type served every
-    family; no family code is imported with the package), ``prewarm`` and ``PrewarmReport``
-    (:mod:`nvrtc_engine.tools.prewarm`)."""
-    if name in ("BlockScaledOutput", "MXFP8Output"):
-        from .families.shared.blockscale import BlockScaledOutput as value
-    elif name in ("prewarm", "PrewarmReport"):
-        from .tools import prewarm as module
+# Where each public name lives: the package imports a module when one of its names is first
+# asked for, so `import nvrtc_engine` (and the command line, which imports what its command
+# needs) starts nothing it does not use.
+_ERRORS = ("ArgumentError ArgumentTypeError BundleError CacheWarning CompileError CudaError "
+           "HeaderNotFoundError NoDeviceError NvrtcEngineError SettingsError SettingsTypeError "
+           "VariantError VariantListError VariantTypeError")  # fmt: skip
+_WHERE = {
+    **dict.fromkeys(("cache_info", "clear_cache", "get_kernel", "make_key"), "api"),
+    "configure": "core.config",
+    "DeviceBuffer": "core.driver",
+    **dict.fromkeys(("DTYPES", "DType"), "core.dtypes"),
+    "CacheInfo": "core.engine",
+    **dict.fromkeys(_ERRORS.split(), "core.errors"),
+    "Kernel": "core.kernel",
+    "KernelKey": "core.key",
+    "registered_ops": "core.registry",
+    # one result type served every family; MXFP8Output is its name from before
+    **dict.fromkeys(("BlockScaledOutput", "MXFP8Output"), "families.shared.blockscale"),
+    **dict.fromkeys(("prewarm", "PrewarmReport"), "tools.prewarm"),
+}
 
-        value = getattr(module, name)
-    else:
+
+def __getattr__(name: str) -> Any:
+    """A public name, from its module (:data:`_WHERE`), imported on first use."""
+    where = _WHERE.get(name)
+    if where is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    module = importlib.import_module(f"{__name__}.{where}")
+    value = getattr(module, "BlockScaledOutput" if name == "MXFP8Output" else name)
     globals()[name] = value  # (asked once)
     return value
 

@@ -80,12 +80,31 @@ def test_prewarm_leaves_its_kernels_in_memory_no_second_disk_read(monkeypatch):
     assert [k.origin for k in kernels] == ["disk", "disk", "compiled", "compiled"]
 
 
+def test_prewarm_without_memory_fills_the_disk_and_makes_no_kernel():
+    """memory=False (the command line's): each kernel is compiled and stored, or found and
+    verified, and none is kept in memory; a bad entry on disk is compiled again."""
+    from nvrtc_engine.core import cache
+
+    keys = gelu_keys("sm_90")[:3]
+    report = prewarm(keys, workers=2, progress=False, memory=False)
+    assert report.compiled == tuple(keys) and report.workers == 2 and report.ok
+    info = ne.cache_info()
+    assert (info.compiles, info.memory_entries, info.entries) == (3, 0, 3)
+    again = prewarm(keys, workers=2, progress=False, memory=False)
+    assert again.cached == tuple(keys) and again.compiled == () and again.workers == 0
+    assert (ne.cache_info().compiles, ne.cache_info().memory_entries) == (3, 0)
+    default_engine().disk().put(cache.digest(keys[1]), b"not an entry")
+    mended = prewarm(keys, progress=False, memory=False)
+    assert mended.compiled == (keys[1],) and mended.cached == (keys[0], keys[2])
+    assert ne.get_kernel(keys[1]).origin == "disk"  # stored again, and good
+
+
 def test_threads_start_once_and_each_builds_many(monkeypatch):
     """Six kernels on two threads: two threads (not the caller's) build them all."""
     built: list[int] = []
     build = prewarm_mod._build
-    monkeypatch.setattr(prewarm_mod, "_build", lambda engine, key: built.append(
-        threading.get_ident()) or build(engine, key))  # fmt: skip
+    monkeypatch.setattr(prewarm_mod, "_build", lambda engine, key, memory: built.append(
+        threading.get_ident()) or build(engine, key, memory))  # fmt: skip
     keys = gelu_keys("sm_90", hidden=(None, 1024))[:6]
     report = prewarm(keys, workers=2, progress=False)
     assert len(report.compiled) == 6 and report.workers == 2 and len(built) == 6

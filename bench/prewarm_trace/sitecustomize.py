@@ -6,9 +6,11 @@ process and in any process it spawns, and each appends its events to
 ``<dir>/<pid>.jsonl``, one JSON list per line: ``["process", pid, created]``, then
 ``[phase, thread, start, end, cpu]`` (``time.time()`` seconds, a clock every process shares;
 ``cpu``: the thread's CPU seconds in it).
-Phases: ``import`` (``import nvrtc_engine``), ``nvrtc_init`` (the first import of the NVRTC
-bindings), ``render``, ``compile`` (NVRTC, without the bindings' import), ``store`` and
-``lookup`` (the disk cache's ``put`` and ``get``). ``created`` is the process's start:
+Phases: ``import`` (each import of a module of the package, with what it imports but
+without the phases below it: the package imports its modules when they are first used, so
+they come in several pieces), ``nvrtc_init`` (the first import of the NVRTC bindings),
+``render``, ``compile`` (NVRTC, without the bindings' import), ``store`` and ``lookup`` (the
+disk cache's ``put`` and ``get``). ``created`` is the process's start:
 ``NVRTC_ENGINE_BENCH_T0`` for the command itself (set by the benchmark just before it
 starts the command), else the kernel's record of it (``/proc/self/stat``, 10 ms steps).
 Without ``NVRTC_ENGINE_BENCH_TRACE`` this module does nothing.
@@ -81,18 +83,12 @@ def _patch(name: str, module: Any) -> None:
 
 
 class _Finder:
-    """Times ``import nvrtc_engine`` and patches the modules named in :func:`_patch` as
-    soon as they have run (before any other module imports names from them)."""
-
-    NAMES = (
-        "nvrtc_engine",
-        "nvrtc_engine.core.nvrtc",
-        "nvrtc_engine.core.render",
-        "nvrtc_engine.core.tiers",
-    )
+    """Times the import of each of the package's modules and patches the modules named in
+    :func:`_patch` as soon as they have run (before any other module imports names from
+    them)."""
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name not in self.NAMES:
+        if name != "nvrtc_engine" and not name.startswith("nvrtc_engine."):
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -102,14 +98,12 @@ class _Finder:
                 break
         else:
             return None
-        loader, run = spec.loader, spec.loader.exec_module
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader, run = spec.loader, _timed("import", spec.loader.exec_module)
 
         def exec_module(module: Any) -> None:
-            start, cpu = time.time(), time.thread_time()
             run(module)
-            if name == "nvrtc_engine":
-                used = time.thread_time() - cpu
-                _emit(["import", threading.get_ident(), start, time.time(), used])
             _patch(name, module)
 
         loader.exec_module = exec_module

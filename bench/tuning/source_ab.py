@@ -121,7 +121,7 @@ def edited(rendered: Any, parts: list[str]) -> Any:
         if old not in source:
             raise ValueError(f"{name}: {rendered.name} has no {old!r}")
         source = source.replace(old, new)
-    return dataclasses.replace(rendered, source=source)
+    return rendered._replace(source=source)
 
 
 def case_key(norm: str, h: int, out: str, arch: str | None = None) -> Any:

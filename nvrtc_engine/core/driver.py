@@ -13,8 +13,7 @@ import contextlib
 import numbers
 import os
 import threading
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import ArgumentError, ArgumentTypeError, CudaError, NoDeviceError
 
@@ -101,8 +100,7 @@ def device_count() -> int:
         return 0
 
 
-@dataclass(frozen=True)
-class Device:
+class Device(NamedTuple):
     """A CUDA device and its retained primary context.
 
     Attributes: ``ordinal``, ``name``, ``major``/``minor`` (compute capability),

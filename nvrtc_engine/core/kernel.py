@@ -17,9 +17,9 @@ import contextlib
 import functools
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import driver, native_launch
+from . import driver
 from .errors import ArgumentError, NoDeviceError
 from .interop import TORCH_TYPES, Array, allocate_like, as_array, stream_handle
 from .key import arch_number
@@ -60,8 +60,7 @@ class Artifact:
         )
 
 
-@dataclass(frozen=True)
-class Loaded:
+class Loaded(NamedTuple):
     """A kernel loaded on one device: the device, its module and its functions
     (``CUfunction``, in the order of the artifact's symbols)."""
 
@@ -115,6 +114,8 @@ class Kernel:
         self._lock = threading.Lock()
         self._prepared: dict[Any, Any] = {}  # call key -> prepared run (nvrtc_engine.core.launch)
         self._dependent = self._dependent_launch()  # decided once, when the kernel is made
+        from . import native_launch  # (here: a process that makes no kernel loads no launcher)
+
         self._native = native_launch.bind(self)  # the compiled launcher's _fast1... (or not)
 
     def __repr__(self) -> str:

@@ -17,7 +17,7 @@ import numbers
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .dtypes import DTYPES, DType, dtype_name
 from .errors import VariantError, VariantTypeError, did_you_mean
@@ -66,8 +66,7 @@ def _name_pattern() -> re.Pattern[str]:
     )
 
 
-@dataclass(frozen=True)
-class IntFlag:
+class IntFlag(NamedTuple):
     """An op flag that takes an int: ``short`` plus the value in kernel names (``v8`` for
     ``short="v"``, value 8), one of ``choices``; the ``default`` is left out of the key (as
     a bool flag's ``False`` is). A spec maps a bool flag's name to its short form (a str),

@@ -40,12 +40,11 @@ What a family reads from module-level launch settings (``activation.MAX_GRID``,
 
 from __future__ import annotations
 
-import ctypes
 import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from . import driver, native_launch
+from . import driver
 from .interop import TORCH_TYPES, explicit_stream, torch_stream_getter
 
 if TYPE_CHECKING:
@@ -178,6 +177,8 @@ def prepare(
     shapes = [(loaded.functions[index], grid, block, shared[index] if shared else 0, dependent)
               for index, grid, block, _, _ in launches]  # fmt: skip
     if kernel._native:  # the compiled launcher's plan (nvrtc_engine.native_launch)
+        from . import native_launch
+
         return native_launch.plan(len(present), allocs, row, prepared, shapes, nfloats,
                                   loaded.device)  # fmt: skip
     offsets: dict[tuple[int, int], int] = {}  # (CallArgs index, offset) -> slot
@@ -222,6 +223,7 @@ def _state_maker(
     ``constants_at``, the ``void*[]`` at ``args_at`` pointing at byte offsets ``targets``),
     a float32 view of its ``nfloats`` floats at slot ``float_at`` (None without floats) and
     its launches by stream handle (empty)."""
+    import ctypes  # (here, when a launch is prepared: a process that only compiles needs none)
 
     def new() -> tuple[Any, Any, dict[int, Any]]:
         buffer = (ctypes.c_uint64 * total)()
@@ -242,6 +244,8 @@ def _runner(
     new_state: Callable[[], tuple[Any, Any, dict[int, Any]]],
 ) -> Callable[..., list[Any] | None]:  # fmt: skip
     """The prepared launch's ``run`` (see :func:`prepare`)."""
+    from ctypes import addressof
+
     drv = driver._drv()
     get_context, set_context = drv.cuCtxGetCurrent, drv.cuCtxSetCurrent
     launch_ex = drv.cuLaunchKernelEx
@@ -298,7 +302,7 @@ def _runner(
         handle = current_stream(ordinal) if stream is None else explicit_stream(stream)
         launches = calls.get(handle)
         if launches is None:
-            launches = configure(calls, handle, ctypes.addressof(slots))
+            launches = configure(calls, handle, addressof(slots))
         previous = get_context()[1]
         switch = previous != context  # another device's context, or none (driver.on_device)
         if switch:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import config
 from .errors import CompileError, HeaderNotFoundError, VariantError, warn_once
@@ -159,8 +159,7 @@ class CompileOptions:
         return tuple(out)
 
 
-@dataclass(frozen=True)
-class CompileResult:
+class CompileResult(NamedTuple):
     """A compiled kernel image.
 
     Attributes: ``image`` (cubin or PTX bytes), ``kind`` (``"cubin"``/``"ptx"``), ``log``
@@ -175,8 +174,7 @@ class CompileResult:
     header_version: str | None
 
 
-@dataclass(frozen=True)
-class CudaIncludeDir:
+class CudaIncludeDir(NamedTuple):
     """A directory of CUDA toolkit headers and their version (``CUDART_VERSION``, "13.0").
 
     ``origin`` says which search step found it.

@@ -17,9 +17,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -40,8 +39,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class RenderedSource:
+class RenderedSource(NamedTuple):
     """One rendered kernel: its CUDA source and what NVRTC needs beside it.
 
     Attributes: ``name`` (a file name for NVRTC diagnostics), ``source`` (CUDA C++),

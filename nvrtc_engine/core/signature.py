@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "CallArgs",
@@ -44,25 +43,19 @@ _KINDS = {"ptr": ("Q", ""), "i64": ("q", "long long"), "i32": ("i4x", "int"),
           "f32": ("f4x", "float")}  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Param:
+class Param(NamedTuple):
     """One kernel parameter: ``name`` (as the template's code uses it), ``kind`` (``ptr``: a
     device address; ``i64``, ``i32``, ``f32``: a value of C type ``long long``, ``int``,
     ``float``), and for a pointer its pointee type as the template spells it (``dtype``,
     e.g. ``In::storage``), whether it points to ``const`` data and whether it is declared
-    ``__restrict__`` (not where the kernel may be handed one buffer twice, e.g. in place)."""
+    ``__restrict__`` (not where the kernel may be handed one buffer twice, e.g. in place).
+    Made by :func:`ptr`, :func:`i64`, :func:`i32` and :func:`f32`."""
 
     name: str
     kind: str
     dtype: str = ""
     const: bool = False
     restrict: bool = True
-
-    def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
-            raise ValueError(f"{self.name}: kind must be one of {sorted(_KINDS)}, not {self.kind}")
-        if (self.kind == "ptr") != bool(self.dtype):
-            raise ValueError(f"{self.name}: a pointer and only a pointer names its dtype")
 
     def c_type(self) -> str:
         """The C type, e.g. ``const In::storage*`` or ``long long``."""
@@ -77,7 +70,10 @@ class Param:
 
 
 def ptr(name: str, dtype: str, *, const: bool = False, restrict: bool = True) -> Param:
-    """A device-pointer parameter (see :class:`Param`)."""
+    """A device-pointer parameter (see :class:`Param`); ``dtype`` names the pointee type.
+    Raises ``ValueError`` for an empty ``dtype``."""
+    if not dtype:
+        raise ValueError(f"{name}: a pointer names its dtype")
     return Param(name, "ptr", dtype, const, restrict)
 
 

@@ -69,10 +69,11 @@ def _files_after_archs(
 
 
 def _cmd_prewarm(args: argparse.Namespace) -> int:
-    """Prewarm fills the disk cache: what it compiles into this process's memory ends with
-    the command. So no disk cache is an error before anything is compiled (exit code 2), and
-    kernels compiled but not stored (a read-only cache, or one whose size limit evicted them)
-    a failure (exit code 1)."""
+    """Prewarm fills the disk cache: this process ends with the command, so it makes no
+    kernel objects (``prewarm(memory=False)``; with ``--remote``, whose writes read them from
+    memory, it does). No disk cache is an error before anything is compiled (exit code 2),
+    and kernels compiled but not stored (a read-only cache, or one whose size limit evicted
+    them) a failure (exit code 1)."""
     from ..core.errors import NvrtcEngineError, SettingsError
     from .prewarm import prewarm
 
@@ -89,7 +90,8 @@ def _cmd_prewarm(args: argparse.Namespace) -> int:
         ) from None
     remote = _open_remote() if args.remote else None  # no remote cache: an error first
     variants = files[0] if len(files) == 1 else [Path(f) for f in files]
-    report = prewarm(variants, arch=arch, workers=args.workers, progress=not args.no_progress)
+    report = prewarm(variants, arch=arch, workers=args.workers, progress=not args.no_progress,
+                     memory=remote is not None)  # fmt: skip
     unshared = _publish(report) if remote is not None else []
     if args.json:
         print(json.dumps({**report.to_dict(), "remote_missed": [str(k) for k in unshared]}
@@ -142,15 +144,11 @@ def _publish(report: Any) -> list[Any]:
 
 
 def _not_stored(keys: Sequence[Any], disk: Any) -> list[Any]:
-    """The ``keys`` (compiled by a prewarm, so in this process's memory) whose kernels the
-    disk cache does not hold: a write failed (a full disk), or its size limit evicted them."""
-    from ..core.engine import default_engine
+    """The ``keys`` (compiled by a prewarm) whose kernels the disk cache does not hold: a
+    write failed (a full disk), or its size limit evicted them."""
+    from ..core.cache import digest
 
-    engine = default_engine()
-    return [
-        key for key in keys
-        if (kernel := engine.cached(key)) is None or kernel.artifact.digest not in disk
-    ]  # fmt: skip
+    return [key for key in keys if digest(key) not in disk]
 
 
 def _open_disk() -> Any:
@@ -477,11 +475,16 @@ def _cli_syntax(message: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nvrtc-engine`` console script; returns the exit code. Without
-    ``argv`` (the program itself, which exits next) the objects left are frozen
-    (``gc.freeze``): the interpreter's last garbage collection would walk them all, about a
-    tenth of a warm ``prewarm``'s time."""
+    ``argv`` (the program itself, which exits next) the garbage collector is off while the
+    command runs and the objects left are frozen (``gc.freeze``) at the end: what the
+    command creates is nearly all modules, kept to the end, which each collection (during
+    the imports, and the interpreter's last one) would walk for nothing."""
+    import gc
+
     from ..core.errors import NvrtcEngineError
 
+    if argv is None:
+        gc.disable()
     args = build_parser().parse_args(argv)
     formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
@@ -502,9 +505,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         warnings.formatwarning = formatwarning
         if argv is None:
-            import gc
-
             gc.freeze()
+            gc.enable()
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core import config
+from ..core import cache, config
 from ..core.cpus import available_cpus
 from ..core.engine import default_engine
 from ..core.errors import ArgumentError, ArgumentTypeError, CompileError, counted
@@ -39,7 +39,7 @@ from ..core.key import KernelKey
 
 if TYPE_CHECKING:
     from ..core.engine import Engine
-    from ..core.kernel import Kernel
+    from ..core.kernel import Artifact
 
 __all__ = ["PrewarmFailure", "PrewarmReport", "default_workers", "prewarm"]
 
@@ -130,16 +130,28 @@ def default_workers(to_compile: int) -> int:
     return min(to_compile, configured if configured is not None else available_cpus())
 
 
-_Outcome = tuple[KernelKey, "Kernel | None", str | None, str | None]
+# a key; its artifact and origin ("compiled", "disk"...), or why it failed (error, exception)
+_Outcome = tuple[KernelKey, "Artifact | None", str, str | None, str | None]
 
 
-def _build(engine: Engine, key: KernelKey) -> _Outcome:
-    """``key``'s kernel as get_kernel builds it (into ``engine``'s memory cache), or the
+def _build(engine: Engine, key: KernelKey, memory: bool) -> _Outcome:
+    """``key``'s kernel as get_kernel builds it (into ``engine``'s memory cache), or without
+    ``memory`` its artifact (from a tier, else compiled and stored: no kernel object), or the
     reason it failed; never raises. Runs in a compile thread, or in the caller's."""
     try:
-        return key, engine.get(key), None, None
+        if memory:
+            kernel = engine.get(key)
+            return key, kernel.artifact, kernel.origin, None, None
+        return key, *engine.build_artifact(key), None, None
     except Exception as exc:
-        return key, None, _describe(exc), type(exc).__name__
+        return key, None, "", _describe(exc), type(exc).__name__
+
+
+def _stored(engine: Engine, key: KernelKey) -> bool:
+    """Whether the disk cache holds an entry for ``key`` (not yet verified: its build
+    does that, and compiles a bad one again)."""
+    disk = engine.disk()
+    return disk is not None and cache.digest(key) in disk
 
 
 def _render_size(key: KernelKey) -> int:
@@ -161,14 +173,14 @@ def _longest_first(keys: Sequence[KernelKey]) -> list[KernelKey]:
 
 
 def _build_in_threads(
-    engine: Engine, keys: Sequence[KernelKey], threads: int
+    engine: Engine, keys: Sequence[KernelKey], threads: int, memory: bool
 ) -> Iterator[_Outcome]:
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     pool = ThreadPoolExecutor(threads, thread_name_prefix="nvrtc-engine-prewarm")
     try:
         queue = _longest_first(keys) if len(keys) > threads else keys  # (else one each)
-        futures = [pool.submit(_build, engine, key) for key in queue]
+        futures = [pool.submit(_build, engine, key, memory) for key in queue]
         for future in as_completed(futures):
             yield future.result()
     except BaseException:  # Ctrl-C: no new compile starts; those running end on their own
@@ -198,6 +210,7 @@ def prewarm(
     arch: str | int | Sequence[str | int] | None = None,
     workers: int | None = None,
     progress: bool = True,
+    memory: bool = True,
 ) -> PrewarmReport:
     """Make every variant's kernel ready in this process: from memory, a cache tier, or
     compiled.
@@ -215,11 +228,16 @@ def prewarm(
         workers: compile threads, an int >= 1 (numpy's too; default:
             :func:`default_workers`).
         progress: show a progress bar (only when stderr is a terminal).
+        memory: leave every kernel in this process's memory cache (the default). ``False``:
+            only make sure that a cache tier holds each (found there and verified, or
+            compiled and stored), making no kernel object, for a process that ends next
+            (the command line's ``prewarm``); a lookup needs no family's launch code then.
 
     Returns a :class:`PrewarmReport`. A variant that fails (NVRTC error, missing CUDA
     headers) is reported there and does not stop the others. Afterwards every built kernel
-    is in this process's memory cache: a later :func:`~nvrtc_engine.get_kernel` for it is a
-    dictionary lookup, with no second read of the disk cache. An empty list is nothing to
+    is in this process's memory cache (with ``memory``): a later
+    :func:`~nvrtc_engine.get_kernel` for it is a dictionary lookup, with no second read of
+    the disk cache. An empty list is nothing to
     do (an empty report); a variant *file* with no variants is an error, as a file that says
     nothing is most likely a mistake (docs/variants.md).
 
@@ -251,9 +269,26 @@ def prewarm(
     compiled: list[KernelKey] = []
     failed: list[PrewarmFailure] = []
     todo: list[KernelKey] = []
+    compile_ms: list[float] = []
+
+    def record(outcome: _Outcome) -> None:
+        key, artifact, origin, error, exception = outcome
+        if artifact is None:
+            failed.append(PrewarmFailure(key, error or "", exception or ""))
+        elif origin == "compiled":
+            compiled.append(key)
+            compile_ms.append(artifact.compile_ms)
+        else:  # from a tier (another process may have compiled it meanwhile)
+            cached.append(key)
+
     for key in keys:
         try:
-            (cached if engine.cached(key) is not None else todo).append(key)
+            if memory:
+                (cached if engine.cached(key) is not None else todo).append(key)
+            elif _stored(engine, key):  # verified (a bad entry compiled again) here
+                record(_build(engine, key, memory))
+            else:
+                todo.append(key)
         except Exception as exc:  # CUDA header discovery failed
             failed.append(PrewarmFailure(key, _describe(exc), type(exc).__name__))
     count = min(workers, len(todo)) if workers is not None else default_workers(len(todo))
@@ -264,21 +299,14 @@ def prewarm(
 
         warm_up = threading.Thread(target=nvrtc.warm_up, name="nvrtc-engine-warm-up")
         warm_up.start()
-    outcomes = (_build_in_threads(engine, todo, threads) if threads
-                else (_build(engine, key) for key in todo))  # fmt: skip
-    compile_ms: list[float] = []
+    outcomes = (_build_in_threads(engine, todo, threads, memory) if threads
+                else (_build(engine, key, memory) for key in todo))  # fmt: skip
     bar = _progress_bar(len(todo), progress)
     try:
-        for key, kernel, error, exception in outcomes:
+        for outcome in outcomes:
             if bar is not None:
                 bar.update(1)
-            if kernel is None:
-                failed.append(PrewarmFailure(key, error or "", exception or ""))
-            elif kernel.origin == "compiled":
-                compiled.append(key)
-                compile_ms.append(kernel.artifact.compile_ms)
-            else:  # another process compiled it meanwhile
-                cached.append(key)
+            record(outcome)
     finally:
         if bar is not None:
             bar.close()

@@ -4,7 +4,8 @@ Template: ``templates/norm.cu.j2`` (and the ``norm_*.j2`` it includes); float64 
 and error bounds: :mod:`.reference`; usage: ``docs/norms.md``. This module holds the ops
 (:class:`NormSpec`) and re-exports the public names of the two beside it: :mod:`.config`
 (the configurations, the rules and the measured table ``TUNED``) and :mod:`.kernels` (the
-host side of the kernels and their results).
+host side of the kernels and their results, imported when a kernel is made or rendered: a
+lookup of a cached kernel's digest needs the configuration only).
 
 Ops (x is ``(..., hidden_size)``, rows ``N`` = the product of the leading dimensions):
 
@@ -37,7 +38,6 @@ import struct
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...core.errors import VariantError
-from ...core.kernel import Kernel
 from ...core.spec import FP8, HIGH_PRECISION, TYPE_TAGS, OpSpec
 from .config import (
     TUNED,
@@ -52,22 +52,21 @@ from .config import (
     norm_config,
     vector_width,
 )
-from .kernels import (
-    BWD,
-    FWD,
-    LayerNormBwdKernel,
-    LayerNormFwdKernel,
-    LayerNormGrads,
-    LayerNormOutput,
-    RMSNormBwdAddKernel,
-    RMSNormBwdKernel,
-    RMSNormFwdKernel,
-    RMSNormGrads,
-    RMSNormOutput,
-)
 
 if TYPE_CHECKING:
+    from ...core.kernel import Kernel
     from ...core.key import KernelKey
+    from .kernels import (
+        LayerNormBwdKernel,
+        LayerNormFwdKernel,
+        LayerNormGrads,
+        LayerNormOutput,
+        RMSNormBwdAddKernel,
+        RMSNormBwdKernel,
+        RMSNormFwdKernel,
+        RMSNormGrads,
+        RMSNormOutput,
+    )
 
 __all__ = [
     "NORM_SPECS",
@@ -173,6 +172,8 @@ class NormSpec(OpSpec):
         return (stem, f"{stem}_stats", f"{stem}_finalize")
 
     def render_context(self, key: KernelKey) -> dict[str, Any]:
+        from .kernels import BWD, FWD
+
         ctx = super().render_context(key)
         cfg = self.config(key)
         out = key.output
@@ -194,11 +195,13 @@ class NormSpec(OpSpec):
         return ctx
 
     def kernel_class(self) -> type[Kernel]:
+        from . import kernels
+
         if not self.backward:
-            return RMSNormFwdKernel if self.rms else LayerNormFwdKernel
+            return kernels.RMSNormFwdKernel if self.rms else kernels.LayerNormFwdKernel
         if self.add:
-            return RMSNormBwdAddKernel
-        return RMSNormBwdKernel if self.rms else LayerNormBwdKernel
+            return kernels.RMSNormBwdAddKernel
+        return kernels.RMSNormBwdKernel if self.rms else kernels.LayerNormBwdKernel
 
 
 NORM_SPECS: tuple[NormSpec, ...] = (
@@ -213,3 +216,17 @@ NORM_SPECS: tuple[NormSpec, ...] = (
     NormSpec("rmsnorm_bwd_add", rms=True, backward=True, add=True,
              doc="RMSNorm backward plus a residual gradient into dx, as in TransformerEngine"),
 )  # fmt: skip
+
+
+_KERNELS = ("LayerNormBwdKernel", "LayerNormFwdKernel", "LayerNormGrads", "LayerNormOutput",
+            "RMSNormBwdAddKernel", "RMSNormBwdKernel", "RMSNormFwdKernel", "RMSNormGrads",
+            "RMSNormOutput")  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    """The public names of :mod:`.kernels`, imported from there on first use."""
+    if name not in _KERNELS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import kernels
+
+    return getattr(kernels, name)

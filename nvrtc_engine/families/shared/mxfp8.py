@@ -10,8 +10,7 @@ padding holds zeros; kernels write only the unpadded region of a scale tensor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...core import driver
 from ...core.errors import ArgumentError, ArgumentTypeError
@@ -29,8 +28,7 @@ __all__ = ["BoundMXFP8", "MXFP8Output", "bind_mxfp8_output", "zero_fresh_scales"
 MXFP8Output = BlockScaledOutput  # the name MXFP8 activations' outputs had; one type
 
 
-@dataclass(frozen=True)
-class BoundMXFP8:
+class BoundMXFP8(NamedTuple):
     """What a launch needs from a :class:`BlockScaledOutput`: device pointers (0 for a
     direction not written), scale row strides in bytes, and the scale tensors allocated here
     (``(pointer, bytes)``, to zero on the launch stream with :func:`zero_fresh_scales`)."""
