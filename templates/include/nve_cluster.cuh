@@ -1,11 +1,8 @@
 // nvrtc_engine device helpers: thread block clusters (sm_90 and newer), through PTX.
-//
-// A kernel declared with __cluster_dims__(C, 1, 1) runs its CTAs in groups of C that are
-// scheduled together and can reach each other's shared memory. The CTAs exchange values
-// through mailboxes (below: st.async into each other's shared memory, counted on mbarriers),
-// not through a release/acquire cluster barrier. A CTA must not exit while another may still
-// write to its shared memory: kernels end with cluster_sync_relaxed(). All barrier calls
-// must be made by every thread of the warp (the barrier is .aligned).
+// A kernel with __cluster_dims__(C, 1, 1) runs its CTAs in groups of C, scheduled together,
+// that reach each other's shared memory; they exchange values through mailboxes (below), and
+// end with cluster_sync_relaxed(), as no CTA may exit while another may still write to its
+// shared memory. Every thread of a warp makes the barrier calls (the barrier is .aligned).
 #pragma once
 
 namespace nve {
@@ -25,15 +22,12 @@ __device__ __forceinline__ unsigned cluster_id() {
 }
 
 // ---- Mailboxes: values exchanged over the cluster without a cluster barrier --------------
-// An arrive with release ordering at cluster scope (barrier.cluster.arrive.release,
-// fence.acq_rel.cluster) compiles to MEMBAR.ALL.GPU on sm_90: the thread first waits until
-// every store it has in flight is performed GPU-wide (a norm kernel's output of the previous
-// row). A mailbox avoids it: each CTA writes its values into every CTA's shared memory with
-// st.async, whose bytes complete a transaction count on the receiving CTA's mbarrier, and
-// each CTA waits only on its own mbarrier (no fence, no barrier). Set up with mbar_init (one
-// thread) then cluster_sync_init (every thread) before any CTA sends; per exchange: one
-// thread of each CTA calls mbar_expect_tx with the bytes it will receive, sends, and every
-// thread mbar_wait()s for that phase.
+// A release arrive at cluster scope compiles to MEMBAR.ALL.GPU on sm_90 (the thread waits for
+// its stores in flight, e.g. the previous row's output). Instead each CTA writes its values
+// into every CTA's shared memory with st.async, whose bytes complete a transaction count on
+// the receiver's mbarrier, and waits only on its own. Set up: mbar_init (one thread), then
+// cluster_sync_init (every thread); per exchange, one thread of each CTA calls mbar_expect_tx
+// with the bytes it will receive, sends, and every thread mbar_wait()s for that phase.
 
 __device__ __forceinline__ unsigned smem_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));

@@ -190,7 +190,7 @@ class NormSpec(OpSpec):
             iters=iters(key, cfg) if cfg.warps else 0,
             trigger=_triggers(cfg),
             max_norm_rcp=_float_literal(1.0 / out.max_finite) if out.is_fp8 else "0.0f",
-            params=(BWD if self.backward else FWD).c_params(),
+            signature=BWD if self.backward else FWD,
         )
         return ctx
 
