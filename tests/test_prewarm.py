@@ -93,7 +93,7 @@ def test_prewarm_without_memory_fills_the_disk_and_makes_no_kernel():
     again = prewarm(keys, workers=2, progress=False, memory=False)
     assert again.cached == tuple(keys) and again.compiled == () and again.workers == 0
     assert (ne.cache_info().compiles, ne.cache_info().memory_entries) == (3, 0)
-    default_engine().disk().put(cache.digest(keys[1]), b"not an entry")
+    default_engine().tiers().disk.put(cache.digest(keys[1]), b"not an entry")
     mended = prewarm(keys, progress=False, memory=False)
     assert mended.compiled == (keys[1],) and mended.cached == (keys[0], keys[2])
     assert ne.get_kernel(keys[1]).origin == "disk"  # stored again, and good

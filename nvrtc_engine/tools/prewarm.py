@@ -150,7 +150,7 @@ def _build(engine: Engine, key: KernelKey, memory: bool) -> _Outcome:
 def _stored(engine: Engine, key: KernelKey) -> bool:
     """Whether the disk cache holds an entry for ``key`` (not yet verified: its build
     does that, and compiles a bad one again)."""
-    disk = engine.disk()
+    disk = engine.tiers().disk
     return disk is not None and cache.digest(key) in disk
 
 
