@@ -4,15 +4,17 @@
     >>> report = prewarm("llama3_8b_fp8_mlp.toml", arch="sm_90")
     >>> print(report.summary())
 
-Kernels already in memory or in a cache tier are loaded here (verified) and kept in memory.
-The others compile on a pool of *threads* of this process, each building a kernel as
+Kernels already in memory or in a cache tier are loaded here (verified) and kept in memory. The
+others compile on a pool of *threads* of this process, each building a kernel as
 :func:`~nvrtc_engine.get_kernel` does (:meth:`~nvrtc_engine.core.engine.Engine.get`: tiers, the
 per-digest file lock, render, NVRTC, store), so every kernel ends in this process's memory
-cache. NVRTC compiles without Python's GIL and its compiles run in parallel across threads;
-the threads share one interpreter, one NVRTC initialization and one set of parsed templates,
-each of which a worker process paid for again (``bench/prewarm.py`` measures both; the figures
-are in docs/performance.md). NVRTC loads and initializes the CUDA driver in the process that
-compiles: worker processes that use CUDA after a prewarm start with ``spawn``.
+cache; with ``memory=False`` (the command line's) as
+:meth:`~nvrtc_engine.core.engine.Engine.build_artifact` does, keeping none. NVRTC compiles
+without Python's GIL and its compiles run in parallel across threads; the threads share one
+interpreter, one NVRTC initialization and one set of parsed templates, each of which a worker
+process paid for again (``bench/prewarm.py`` measures both; the figures are in
+docs/performance.md). NVRTC loads and initializes the CUDA driver in the process that compiles:
+worker processes that use CUDA after a prewarm start with ``spawn``.
 
 The number of threads defaults to the number of kernels to compile, capped by the CPUs this
 process may use (:func:`~nvrtc_engine.core.cpus.available_cpus`: affinity mask and cgroup quota);
