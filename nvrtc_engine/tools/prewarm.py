@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..core import cache, config
 from ..core.cpus import available_cpus
@@ -46,8 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["PrewarmFailure", "PrewarmReport", "default_workers", "prewarm"]
 
 
-@dataclass(frozen=True)
-class PrewarmFailure:
+class PrewarmFailure(NamedTuple):
     """A variant that could not be built: its ``key``, ``error`` (the first NVRTC error line
     for a compile error, else ``"ExceptionName: message"``) and ``exception`` (class name)."""
 
