@@ -68,7 +68,14 @@ def test_versions():
 
 def test_options_flags_are_the_hashed_list():
     o = CompileOptions(arch="sm_90", defines=(("X", "1"),), extra=("-lineinfo",))
-    assert o.flags() == ("-arch=sm_90", "-std=c++17", "-minimal", "-DX=1", "-lineinfo")
+    assert o.flags() == (
+        "-arch=sm_90",
+        "-std=c++17",
+        "-minimal",
+        "-default-device",
+        "-DX=1",
+        "-lineinfo",
+    )
     assert CompileOptions(arch="compute_90").output == "ptx"
 
 
@@ -147,23 +154,33 @@ def test_dump_source_to_an_unusable_debug_dir_warns_once_and_compiles(tmp_path, 
     assert "NVRTC_ENGINE_DEBUG_DIR" in message
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_compile_speed_levers_keep_the_cubin_identical(arch):
-    """-minimal (on by default) only skips declarations: the cubin must not change."""
+@pytest.mark.parametrize(
+    ("op", "fields", "lever"),
+    [
+        ("gelu", {"dtype": "fp8", "arch": "sm_80"}, "minimal"),
+        ("gelu", {"dtype": "fp8", "arch": "sm_90"}, "minimal"),
+        ("gelu", {"dtype": "fp8", "arch": "sm_90"}, "default_device"),
+        ("rmsnorm_fwd", {"dtype": "bf16", "hidden_size": 4096, "arch": "sm_90"}, "default_device"),
+    ],
+)
+def test_option_levers_keep_the_cubin_identical(op, fields, lever):
+    """-minimal only skips declarations, -default-device only names unannotated functions'
+    execution space (the norm forward's generic lambda): neither may change the cubin."""
     from nvrtc_engine.core.render import render
 
-    r = render(make_key("gelu", dtype="fp8", arch=arch))
-    on = compile_source(
-        r.name, r.source, r.headers, CompileOptions(arch=arch), cuda_headers=r.cuda_headers
-    )
-    off = compile_source(
-        r.name,
-        r.source,
-        r.headers,
-        CompileOptions(arch=arch, minimal=False),
-        cuda_headers=r.cuda_headers,
-    )
-    assert on.image == off.image
+    r = render(make_key(op, **fields))
+    arch = fields["arch"]
+    images = [
+        compile_source(
+            r.name,
+            r.source,
+            r.headers,
+            CompileOptions(arch=arch, **{lever: on}),
+            cuda_headers=r.cuda_headers,
+        ).image
+        for on in (True, False)
+    ]
+    assert images[0] == images[1]
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "compute_90"])

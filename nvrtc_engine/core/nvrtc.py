@@ -134,7 +134,9 @@ class CompileOptions:
 
     Attributes: ``arch`` (``-arch``: ``sm_90``, ``sm_90a``, or ``compute_XX`` for PTX),
     ``std`` (``-std``), ``minimal`` (``-minimal``: skip declarations kernels here never use,
-    a few ms less per compile), ``defines`` (``-D``), ``extra`` (any other flags, verbatim).
+    a few ms less per compile), ``default_device`` (``-default-device``: unannotated functions
+    are device code; NVRTC 13.0 takes a generic lambda's call operator in a kernel for host
+    code without it), ``defines`` (``-D``), ``extra`` (any other flags, verbatim).
     The CUDA include directory is not a field: it is machine-specific, so the compiler adds
     ``-I`` for it and the cache digest records the header *version* instead.
     """
@@ -142,6 +144,7 @@ class CompileOptions:
     arch: str
     std: str = "c++17"
     minimal: bool = True
+    default_device: bool = True
     defines: tuple[tuple[str, str], ...] = ()
     extra: tuple[str, ...] = field(default=())
 
@@ -154,6 +157,8 @@ class CompileOptions:
         out = [f"-arch={self.arch}", f"-std={self.std}"]
         if self.minimal:
             out.append("-minimal")
+        if self.default_device:
+            out.append("-default-device")
         out += [f"-D{name}={value}" for name, value in self.defines]
         out += list(self.extra)
         return tuple(out)
