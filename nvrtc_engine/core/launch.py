@@ -3,7 +3,7 @@
 **The driver call**: ``cuLaunchKernelEx`` through ``cuda.bindings`` with a ``CUlaunchConfig``
 per launch shape and stream (:func:`launch_config`, made once each), carrying the attribute
 ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`` for a programmatic dependent launch
-(``Kernel._dependent``). bench/launch_candidates.py measured it against ``cuLaunchKernel``
+(``Kernel._dependent``). bench/tuning/launch_candidates.py measured it against ``cuLaunchKernel``
 through ``cuda.bindings``, ctypes calls of both and ``cuda.core``'s ``launch``. The checked
 path calls it through :func:`launch`, a prepared launch directly.
 

@@ -106,7 +106,7 @@ class LaunchConfig:
     ``bench/tuning/sass.py gelu dtype=fp8``).
 
     The flat kernel's, measured on the H200 (16384 x 8192 bf16; today's figures in
-    docs/performance.md, ``bench/bandwidth.py activation``): a single
+    docs/performance.md, ``bench/bandwidth.py --family activation``): a single
     pass beat a grid capped at 4-16 blocks per SM and looped over, for every block size (the
     capped loop reached 75% of copy bandwidth even for the identity function, one pass
     88-90%). Without amax, small blocks with one chunk each are best (128 x 1: 91.5% of copy
@@ -153,7 +153,7 @@ def row_config(key: KernelKey) -> LaunchConfig:
 
     Chosen by sweeps on the H200 (bf16 input, 16384 x 8192 outputs, gated inputs 2 x 8192,
     % of copy bandwidth; the figures of the chosen shapes today: ``bench/bandwidth.py
-    activation``, bench/results/activation_bandwidth.json):
+    --family activation``, bench/results/activation_bandwidth.json):
 
     - no scaling: 256 threads x 1 chunk (swiglu 102.7%, geglu 103.1%, dswiglu 102.3%);
     - tensor scaling: 128 x 4 (swiglu 102.1%; 1024 x 1 gave 70.5%: every block's amax

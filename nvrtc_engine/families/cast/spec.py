@@ -84,7 +84,7 @@ class TileConfig:
     output, so both sides use 16-byte accesses) and writes 16 bytes of a transposed row.
 
     Chosen by sweeps on the H200 (bf16 16384 x 8192 and 8192 x 28672 to fp8, % of copy
-    bandwidth; the chosen shapes' figures today: ``bench/bandwidth.py cast``,
+    bandwidth; the chosen shapes' figures today: ``bench/bandwidth.py --family cast``,
     bench/results/cast_bandwidth.json). 128-row x 128-column tiles for FP8 output from 16-bit
     or FP8 input (half the blocks of 64-row tiles: half the amax updates, twice the bytes in
     flight per block); 16-bit outputs 64 rows, fp32 ones 32 (shared memory: at most 32 KB
