@@ -52,6 +52,9 @@ if ls .whl/*.whl > /dev/null 2>&1; then
 else
   export PYTHONPATH=$PWD
 fi
+# the compiled templates an install leaves in the package (see nvrtc_engine/core/render.py)
+python3 -c "from nvrtc_engine.core.render import precompile; precompile()" ||
+  echo "precompiling the templates failed" >&2
 export PYTHONUNBUFFERED=1 NVRTC_ENGINE_CACHE_DIR=${NVRTC_ENGINE_CACHE_DIR:-/tmp/nvrtc-engine-cache}
 export OUT
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"

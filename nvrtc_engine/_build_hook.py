@@ -1,5 +1,6 @@
-"""Hatchling build hook: compiles nvrtc_engine/core/_native_launch.c (the compiled launcher, see
-nvrtc_engine/core/native_launch.py) when a wheel is built or the project is installed editable.
+"""Hatchling build hook, run when a wheel is built or the project is installed editable: compiles
+nvrtc_engine/core/_native_launch.c (the compiled launcher, see nvrtc_engine/core/native_launch.py)
+and the Jinja2 templates (``nvrtc_engine/_templates_bytecode``, see nvrtc_engine/core/render.py).
 
 Only the build runs a C compiler, never the package: ``$CC``, else the compiler Python was
 built with, else ``cc``. The extension uses Python's limited API (3.10 on), so a wheel built
@@ -17,7 +18,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import shutil
 import subprocess
+import sys
 import sysconfig
 import tempfile
 import warnings
@@ -63,12 +66,13 @@ class NativeLaunchHook(BuildHookInterface):
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         if self.target_name != "wheel":
             return
+        self._tmp = tempfile.TemporaryDirectory()
+        self._templates(version, build_data)
         if os.environ.get("NVRTC_ENGINE_BUILD_NATIVE", "1").strip().lower() in _OFF:
             return
         if version == "editable":  # built beside the source under another name, then renamed
             out = SOURCE.with_name(f".{NAME}.{os.getpid()}.tmp")
         else:
-            self._tmp = tempfile.TemporaryDirectory()
             out = Path(self._tmp.name, NAME)
         why = compile_extension(out)
         if why is not None:
@@ -86,6 +90,25 @@ class NativeLaunchHook(BuildHookInterface):
             build_data["pure_python"] = False
             platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
             build_data["tag"] = f"{LIMITED_API}-abi3-{platform}"
+
+    def _templates(self, version: str, build_data: dict[str, Any]) -> None:
+        """The compiled templates: beside the source (editable) or into the wheel. Without them
+        the package compiles its templates in memory, once per process."""
+        sys.path.insert(0, str(SOURCE.parent.parent.parent))
+        try:
+            from nvrtc_engine.core import render
+
+            if version == "editable":
+                shutil.rmtree(render.BYTECODE_DIR, ignore_errors=True)
+                render.precompile()
+            else:
+                out = Path(self._tmp.name, "templates_bytecode")
+                render.precompile(out)
+                build_data["force_include"][str(out)] = "nvrtc_engine/_templates_bytecode"
+        except Exception as exc:  # (a build never fails for want of the speed-up)
+            warnings.warn(f"nvrtc_engine: templates not precompiled ({exc})", stacklevel=1)
+        finally:
+            sys.path.pop(0)
 
     def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
         tmp = getattr(self, "_tmp", None)

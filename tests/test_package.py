@@ -83,6 +83,10 @@ def test_wheel_carries_templates_and_no_kernels(wheel):
     assert not [n for n in names if n.endswith((".cubin", ".ptx", ".fatbin", ".o", ".c"))]
     assert not [n for n in names if n.startswith(("tests/", "bench/"))]
     assert "nvrtc_engine/_build_hook.py" not in names
+    # the templates compiled by Jinja2 (render.precompile), one entry per template
+    templates = [n for n in names if n.startswith("nvrtc_engine/templates/") and n.endswith(".j2")]
+    compiled = [n for n in names if n.startswith("nvrtc_engine/_templates_bytecode/")]
+    assert len(compiled) == len(templates) > 0, compiled
     # the one compiled piece: the launcher, built with the limited API (one wheel for every
     # CPython from 3.10 on); a pure wheel where the build had no C compiler
     libraries = [n for n in names if n.endswith(".so")]
@@ -112,11 +116,13 @@ def test_installed_wheel_works_from_any_directory(wheel, tmp_path):
         timeout=600,
     )
     code = (
+        "import jinja2; compiled = []; compile_ = jinja2.Environment.compile; "
+        "jinja2.Environment.compile = lambda *a, **k: compiled.append(1) or compile_(*a, **k); "
         "import nvrtc_engine, pathlib; "
         "from nvrtc_engine.core.render import templates_dir; "
         "from nvrtc_engine.core import native_launch; "
         "k = nvrtc_engine.get_kernel('gelu', dtype='fp8', arch='sm_90'); "
-        "print(templates_dir(), len(k.artifact.image), native_launch.loaded())"
+        "print(templates_dir(), len(k.artifact.image), native_launch.loaded(), len(compiled))"
     )
     env = {
         **os.environ,
@@ -132,8 +138,9 @@ def test_installed_wheel_works_from_any_directory(wheel, tmp_path):
         check=True,
         timeout=600,
     )
-    tdir, size, native = out.stdout.split()
+    tdir, size, native, compiled = out.stdout.split()
     assert Path(tdir).is_relative_to(target) and int(size) > 1000
+    assert compiled == "0"  # the wheel's precompiled templates were used
     assert native == str(stub_driver.compiler() is not None)  # the wheel's launcher loads
 
 

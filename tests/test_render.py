@@ -46,3 +46,59 @@ def test_templates_found_with_include_dir():
     d = templates_dir()
     assert (d / "activation.cu.j2").is_file()
     assert (d / "include").is_dir()
+
+
+def _compiles(monkeypatch) -> list[str]:
+    """Names Jinja2 compiles from source in this test (a bytecode hit compiles nothing)."""
+    seen: list[str] = []
+    compile_ = jinja2.Environment.compile
+
+    def counting(self, source, name=None, filename=None, raw=False, defer_init=False):
+        seen.append(name)
+        return compile_(self, source, name, filename, raw, defer_init)
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counting)
+    return seen
+
+
+def test_precompiled_templates_render_the_same_source_without_compiling(tmp_path, monkeypatch):
+    from nvrtc_engine.core import render as r
+
+    assert r.precompile(tmp_path) == len([n for n in r.template_files() if n.endswith(".j2")])
+    keys = [
+        make_key("gelu", dtype="fp8", arch="sm_90"),
+        make_key("rmsnorm_fwd", dtype="bf16", hidden_size=4096, arch="sm_90"),
+        make_key("cast_transpose", dtype="fp8", hidden_size=4096, arch="sm_90"),
+    ]
+    expected = [render(k).source for k in keys]
+    seen = _compiles(monkeypatch)
+    monkeypatch.setattr(r, "BYTECODE_DIR", tmp_path)
+    r.environment.cache_clear()
+    try:
+        assert [render(k).source for k in keys] == expected
+        assert seen == []
+    finally:
+        r.environment.cache_clear()
+
+
+def test_stale_or_broken_bytecode_is_compiled_in_memory_and_never_written(tmp_path, monkeypatch):
+    from nvrtc_engine.core import render as r
+
+    old, new, store = tmp_path / "old", tmp_path / "new", tmp_path / "bytecode"
+    store.mkdir()
+    for folder, text in ((old, "old {{ x }}"), (new, "new {{ x }}")):
+        folder.mkdir()
+        (folder / "t.cu.j2").write_text(text)
+    writer = r._environment(str(old), r._bytecode_cache(store, write=True))
+    assert writer.get_template("t.cu.j2").render(x=1) == "old 1"
+    entries = {p: p.read_bytes() for p in store.iterdir()}
+    assert len(entries) == 1
+    seen = _compiles(monkeypatch)
+    reader = r._environment(str(new), r._bytecode_cache(store, write=False))
+    assert reader.get_template("t.cu.j2").render(x=1) == "new 1"  # the source's SHA-1 differs
+    assert seen == ["t.cu.j2"]
+    assert {p: p.read_bytes() for p in store.iterdir()} == entries
+    for path in entries:
+        path.write_bytes(b"not bytecode")
+    reader = r._environment(str(old), r._bytecode_cache(store, write=False))
+    assert reader.get_template("t.cu.j2").render(x=2) == "old 2"

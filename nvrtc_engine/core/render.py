@@ -32,6 +32,7 @@ __all__ = [
     "environment",
     "folder_files",
     "helper_headers",
+    "precompile",
     "render",
     "template_files",
     "templates_digest",
@@ -111,6 +112,47 @@ def helper_headers() -> tuple[tuple[str, str], ...]:
     )
 
 
+BYTECODE_DIR = Path(__file__).resolve().parent.parent / "_templates_bytecode"
+_OPTIONS: dict[str, Any] = {
+    "trim_blocks": True,
+    "lstrip_blocks": True,
+    "keep_trailing_newline": True,
+    "autoescape": False,
+}
+
+
+def _bytecode_cache(directory: Path, *, write: bool) -> jinja2.BytecodeCache:
+    """Jinja2's file bytecode cache in ``directory``, entries named by template name only (the
+    checksum of the source guards them, wherever the templates sit) and by what else shapes
+    the compiled code: the options and Jinja2's version."""
+    import jinja2
+
+    shape = hashlib.sha256(f"{sorted(_OPTIONS.items())}{jinja2.__version__}".encode())
+
+    class Bytecode(jinja2.FileSystemBytecodeCache):
+        def get_cache_key(self, name: str, filename: str | None = None) -> str:
+            return hashlib.sha1(name.encode("utf-8")).hexdigest()
+
+        def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+            if write:
+                super().dump_bytecode(bucket)
+
+    return Bytecode(str(directory), f"%s-{shape.hexdigest()[:12]}.cache")
+
+
+def precompile(directory: Path = BYTECODE_DIR) -> int:
+    """Compile every template of the package (:func:`template_files`) into Jinja2 bytecode in
+    ``directory`` (created), for :func:`environment` to load; the build hook calls it when the
+    package is installed. Returns the number of templates compiled. Raises ``OSError`` where
+    ``directory`` cannot be written and ``jinja2.TemplateError`` for a broken template."""
+    directory.mkdir(parents=True, exist_ok=True)
+    env = _environment(None, _bytecode_cache(directory, write=True))
+    names = [name for name in template_files() if name.endswith(".j2")]
+    for name in names:
+        env.get_template(name)
+    return len(names)
+
+
 def _loader(folder: str | None) -> Callable[[str], tuple[str, str, Any] | None]:
     roots = [str(templates_dir())] if folder is None else [folder, str(templates_dir())]
 
@@ -128,16 +170,19 @@ def _loader(folder: str | None) -> Callable[[str], tuple[str, str, Any] | None]:
 def environment(folder: str | None = None) -> jinja2.Environment:
     """The Jinja2 environment: strict about undefined names, no autoescaping; templates come
     from :func:`template_files`, or first from ``folder`` (a family's own templates, see
-    :attr:`~nvrtc_engine.core.spec.OpSpec.templates`), never re-read while the process runs."""
+    :attr:`~nvrtc_engine.core.spec.OpSpec.templates`), never re-read while the process runs;
+    compiled templates from :data:`BYTECODE_DIR` where :func:`precompile` left them."""
+    return _environment(folder, _bytecode_cache(BYTECODE_DIR, write=False))
+
+
+def _environment(folder: str | None, bytecode: jinja2.BytecodeCache) -> jinja2.Environment:
     import jinja2
 
     return jinja2.Environment(
         loader=jinja2.FunctionLoader(_loader(folder)),
         undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
+        bytecode_cache=bytecode,
+        **_OPTIONS,
     )
 
 
