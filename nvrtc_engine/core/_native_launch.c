@@ -294,7 +294,7 @@ static PyObject *fail_with(int err, PyObject *call) {
 }
 
 /* The prepared launch: given tensors t[0..ngiven), their addresses, the floats, the stream.
- * Returns the allocated outputs (a list), or None when one is aligned otherwise than the
+ * Returns the allocated outputs (a tuple), or None when one is aligned otherwise than the
  * key's (nothing launched). */
 static PyObject *plan_run(Plan *p, PyObject *const *t, const uint64_t *given, PyObject *floats,
                           PyObject *stream) {
@@ -317,22 +317,20 @@ static PyObject *plan_run(Plan *p, PyObject *const *t, const uint64_t *given, Py
             fv[i] = (float)d;
         }
     }
-    PyObject *made = PyList_New(p->nallocs);
+    PyObject *made = PyTuple_New(p->nallocs);  /* (no allocation: the empty tuple) */
     if (!made) return NULL;
     for (int i = 0; i < p->nallocs; i++) {
         alloc_t *a = &p->allocs[i];
         PyObject *out;
         if (a->like < 0)
             out = PyObject_Call(p->empty, a->args, a->kwargs);
-        else if (!a->kwargs)
-            out = PyObject_CallFunctionObjArgs(p->empty_like, t[a->like], NULL);
-        else {
+        else {  /* (torch's functions take an argument tuple) */
             PyObject *args = PyTuple_Pack(1, t[a->like]);
             out = args ? PyObject_Call(p->empty_like, args, a->kwargs) : NULL;
             Py_XDECREF(args);
         }
         if (!out) goto fail;
-        PyList_SetItem(made, i, out);
+        PyTuple_SetItem(made, i, out);
         uint64_t address;
         if (address_of(out, &address)) goto fail;
         if ((address & 15) != a->residue) {
