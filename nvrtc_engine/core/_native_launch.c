@@ -52,8 +52,95 @@ static ctx_get_t ctx_get = NULL;
 static ctx_set_t ctx_set = NULL;
 static PyObject *check = NULL;           /* driver.check((err,), call): raises CudaError */
 static PyObject *explicit_stream = NULL; /* interop.explicit_stream(stream) -> int */
-static PyObject *s_data_ptr, *s_dtype, *s_shape, *s_get_device, *s_is_contiguous,
-    *s_prepared, *s_get, *s_launch_name, *s_set_name;
+static PyObject *s_dtype, *s_shape, *s_prepared, *s_get, *s_launch_name, *s_set_name;
+
+/* ------------------------------------------------------------ builtins called directly */
+
+/* A builtin function or method (a C function of an extension, torch's) called without
+ * Python's call protocol: its C function, self and calling convention (fn NULL: called as
+ * any callable is). */
+typedef struct { PyCFunction fn; PyObject *self; int flags; } direct_t;
+#define VARARGS_KEYWORDS (METH_VARARGS | METH_KEYWORDS)
+
+static direct_t direct_of(PyObject *callable) {
+    direct_t d = {NULL, NULL, 0};
+    if (PyCFunction_Check(callable)) {  /* (torch's functions are static methods) */
+        int flags = PyCFunction_GetFlags(callable) & ~(METH_STATIC | METH_COEXIST);
+        if (flags == METH_NOARGS || flags == METH_O || flags == VARARGS_KEYWORDS) {
+            d.fn = PyCFunction_GetFunction(callable);
+            d.self = PyCFunction_GetSelf(callable);
+            d.flags = flags;
+        }
+    }
+    return d;
+}
+
+/* callable(arg) */
+static PyObject *call_one(PyObject *callable, const direct_t *d, PyObject *arg) {
+    if (d->fn && d->flags == METH_O) return d->fn(d->self, arg);
+    return PyObject_CallFunctionObjArgs(callable, arg, NULL);
+}
+
+/* callable(*args, **kwargs), kwargs a dict or NULL */
+static PyObject *call_args(PyObject *callable, const direct_t *d, PyObject *args,
+                           PyObject *kwargs) {
+    if (d->fn && d->flags == VARARGS_KEYWORDS)
+        return ((PyCFunctionWithKeywords)(void (*)(void))d->fn)(d->self, args, kwargs);
+    return PyObject_Call(callable, args, kwargs);
+}
+
+/* A tensor's data_ptr(), get_device() and is_contiguous(), per tensor type: the C functions
+ * of the methods the type has when first seen here (a type whose method is then no builtin
+ * method, one patched onto the class, has that method called as any callable is). */
+enum { DATA_PTR, GET_DEVICE, IS_CONTIGUOUS, NMETHODS };
+#define MAX_TYPES 4
+typedef struct {
+    PyObject *type;
+    direct_t call[NMETHODS];
+} tensor_type_t;
+static tensor_type_t tensor_types[MAX_TYPES];
+static int ntensor_types = 0;
+static PyObject *method_names[NMETHODS];
+static PyObject *empty_tuple = NULL;
+
+/* The methods of `type`, learnt from `t`, one of its instances; NULL when there is no room. */
+static tensor_type_t *tensor_type(PyObject *type, PyObject *t) {
+    for (int i = 0; i < ntensor_types; i++)
+        if (tensor_types[i].type == type) return &tensor_types[i];
+    if (ntensor_types == MAX_TYPES) return NULL;
+    tensor_type_t k;
+    memset(&k, 0, sizeof k);
+    for (int i = 0; i < NMETHODS; i++) {
+        PyObject *bound = PyObject_GetAttr(t, method_names[i]);
+        if (!bound) {  /* (the call itself raises) */
+            PyErr_Clear();
+            continue;
+        }
+        direct_t d = direct_of(bound);
+        if (d.fn && PyCFunction_GetSelf(bound) == t &&
+            (d.flags == METH_NOARGS || d.flags == VARARGS_KEYWORDS))
+            k.call[i] = d;
+        Py_DECREF(bound);
+    }
+    for (int i = 0; i < ntensor_types; i++)  /* (learnt meanwhile by another thread) */
+        if (tensor_types[i].type == type) return &tensor_types[i];
+    if (ntensor_types == MAX_TYPES) return NULL;
+    Py_INCREF(type);
+    k.type = type;
+    tensor_types[ntensor_types] = k;
+    return &tensor_types[ntensor_types++];
+}
+
+/* t.<method>() for one of the methods above */
+static PyObject *call_method(PyObject *t, int which) {
+    tensor_type_t *k = tensor_type((PyObject *)Py_TYPE(t), t);
+    if (k && k->call[which].fn) {
+        const direct_t *d = &k->call[which];
+        if (d->flags == METH_NOARGS) return d->fn(t, NULL);
+        return ((PyCFunctionWithKeywords)(void (*)(void))d->fn)(t, empty_tuple, NULL);
+    }
+    return PyObject_CallMethodObjArgs(t, method_names[which], NULL);
+}
 
 /* ---------------------------------------------------------------------------------- Plan */
 
@@ -80,6 +167,7 @@ typedef struct {
     launch_t *launches;
     void *context;
     PyObject *ordinal, *current_stream, *empty, *empty_like;
+    direct_t current_stream_c, empty_c, empty_like_c;
 } Plan;
 
 static PyTypeObject *PlanType = NULL;
@@ -223,6 +311,9 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     Py_INCREF(current_stream); p->current_stream = current_stream;
     Py_INCREF(empty); p->empty = empty;
     Py_INCREF(empty_like); p->empty_like = empty_like;
+    p->current_stream_c = direct_of(current_stream);
+    p->empty_c = direct_of(empty);
+    p->empty_like_c = direct_of(empty_like);
     p->allocs = PyMem_Calloc((size_t)nallocs + 1, sizeof(alloc_t));
     p->launches = PyMem_Calloc((size_t)nlaunches + 1, sizeof(launch_t));
     if (!p->allocs || !p->launches) { PyErr_NoMemory(); goto fail; }
@@ -258,7 +349,7 @@ fail:
 }
 
 static int address_of(PyObject *t, uint64_t *out) {
-    PyObject *r = PyObject_CallMethodObjArgs(t, s_data_ptr, NULL);
+    PyObject *r = call_method(t, DATA_PTR);
     if (!r) return -1;
     *out = PyLong_AsUnsignedLongLong(r);
     Py_DECREF(r);
@@ -268,7 +359,7 @@ static int address_of(PyObject *t, uint64_t *out) {
 static int stream_of(Plan *p, PyObject *stream, void **out) {
     PyObject *h;
     if (stream == Py_None)
-        h = PyObject_CallFunctionObjArgs(p->current_stream, p->ordinal, NULL);
+        h = call_one(p->current_stream, &p->current_stream_c, p->ordinal);
     else if (PyLong_CheckExact(stream)) {
         Py_INCREF(stream);
         h = stream;
@@ -323,10 +414,10 @@ static PyObject *plan_run(Plan *p, PyObject *const *t, const uint64_t *given, Py
         alloc_t *a = &p->allocs[i];
         PyObject *out;
         if (a->like < 0)
-            out = PyObject_Call(p->empty, a->args, a->kwargs);
+            out = call_args(p->empty, &p->empty_c, a->args, a->kwargs);
         else {  /* (torch's functions take an argument tuple) */
             PyObject *args = PyTuple_Pack(1, t[a->like]);
-            out = args ? PyObject_Call(p->empty_like, args, a->kwargs) : NULL;
+            out = args ? call_args(p->empty_like, &p->empty_like_c, args, a->kwargs) : NULL;
             Py_XDECREF(args);
         }
         if (!out) goto fail;
@@ -465,8 +556,8 @@ static PyObject *lookup_run(Launcher *self, PyObject *tag, PyObject *const *t, i
         PyObject *v[5];
         v[0] = PyObject_GetAttr(t[i], s_dtype);
         v[1] = v[0] ? PyObject_GetAttr(t[i], s_shape) : NULL;
-        v[2] = v[1] ? PyObject_CallMethodObjArgs(t[i], s_get_device, NULL) : NULL;
-        v[3] = v[2] ? PyObject_CallMethodObjArgs(t[i], s_is_contiguous, NULL) : NULL;
+        v[2] = v[1] ? call_method(t[i], GET_DEVICE) : NULL;
+        v[3] = v[2] ? call_method(t[i], IS_CONTIGUOUS) : NULL;
         v[4] = v[3] ? PyLong_FromLong((long)(ptrs[i] & 15)) : NULL;
         for (int j = 0; j < 5; j++)
             if (v[j]) PyTuple_SetItem(key, 1 + 5 * i + j, v[j]);
@@ -655,18 +746,20 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC PyInit__native_launch(void) {
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
-    s_data_ptr = PyUnicode_InternFromString("data_ptr");
+    method_names[DATA_PTR] = PyUnicode_InternFromString("data_ptr");
+    method_names[GET_DEVICE] = PyUnicode_InternFromString("get_device");
+    method_names[IS_CONTIGUOUS] = PyUnicode_InternFromString("is_contiguous");
+    empty_tuple = PyTuple_New(0);
     s_dtype = PyUnicode_InternFromString("dtype");
     s_shape = PyUnicode_InternFromString("shape");
-    s_get_device = PyUnicode_InternFromString("get_device");
-    s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
     s_prepared = PyUnicode_InternFromString("_prepared");
     s_get = PyUnicode_InternFromString("get");
     s_launch_name = PyUnicode_InternFromString("cuLaunchKernelEx");
     s_set_name = PyUnicode_InternFromString("cuCtxSetCurrent");
     PlanType = (PyTypeObject *)PyType_FromSpec(&plan_spec);
     LauncherType = (PyTypeObject *)PyType_FromSpec(&launcher_spec);
-    if (!s_data_ptr || !s_dtype || !s_shape || !s_get_device || !s_is_contiguous ||
+    if (!method_names[DATA_PTR] || !method_names[GET_DEVICE] || !method_names[IS_CONTIGUOUS] ||
+        !empty_tuple || !s_dtype || !s_shape ||
         !s_prepared || !s_get || !s_launch_name || !s_set_name || !PlanType || !LauncherType)
         goto fail;
     Py_INCREF(PlanType);
