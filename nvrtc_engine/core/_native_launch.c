@@ -52,7 +52,7 @@ static ctx_get_t ctx_get = NULL;
 static ctx_set_t ctx_set = NULL;
 static PyObject *check = NULL;           /* driver.check((err,), call): raises CudaError */
 static PyObject *explicit_stream = NULL; /* interop.explicit_stream(stream) -> int */
-static PyObject *s_dtype, *s_shape, *s_prepared, *s_get, *s_launch_name, *s_set_name;
+static PyObject *s_prepared, *s_get, *s_launch_name, *s_set_name;
 
 /* ------------------------------------------------------------ builtins called directly */
 
@@ -89,57 +89,84 @@ static PyObject *call_args(PyObject *callable, const direct_t *d, PyObject *args
     return PyObject_Call(callable, args, kwargs);
 }
 
-/* A tensor's data_ptr(), get_device() and is_contiguous(), per tensor type: the C functions
- * of the methods the type has when first seen here (a type whose method is then no builtin
- * method, one patched onto the class, has that method called as any callable is). */
-enum { DATA_PTR, GET_DEVICE, IS_CONTIGUOUS, NMETHODS };
+/* What a call's key reads from a tensor: its data_ptr(), get_device() and is_contiguous(),
+ * dtype and shape, per tensor type through what the type has when first seen here: a builtin
+ * method's C function, a getter's descriptor (anything else, e.g. a method patched onto the
+ * class before then, is looked up and called on each read as Python does). */
+enum { DATA_PTR, GET_DEVICE, IS_CONTIGUOUS, DTYPE, SHAPE, NREADS };
+#define NMETHODS DTYPE /* the first NMETHODS reads are method calls, the others attributes */
 #define MAX_TYPES 4
 typedef struct {
     PyObject *type;
     direct_t call[NMETHODS];
+    PyObject *getter[NREADS]; /* getset descriptors, at DTYPE and SHAPE */
 } tensor_type_t;
 static tensor_type_t tensor_types[MAX_TYPES];
 static int ntensor_types = 0;
-static PyObject *method_names[NMETHODS];
+static PyObject *read_names[NREADS];
 static PyObject *empty_tuple = NULL;
+static descrgetfunc getset_get = NULL; /* a getset descriptor's __get__ */
 
-/* The methods of `type`, learnt from `t`, one of its instances; NULL when there is no room. */
+/* What `type` has for each read, learnt from `t`, one of its instances. */
+static void learn(tensor_type_t *k, PyObject *type, PyObject *t) {
+    for (int i = 0; i < NREADS; i++) {
+        PyObject *found = PyObject_GetAttr(i < NMETHODS ? t : type, read_names[i]);
+        if (!found) {  /* (the read itself raises) */
+            PyErr_Clear();
+            continue;
+        }
+        if (i >= NMETHODS) {
+            if (Py_IS_TYPE(found, &PyGetSetDescr_Type)) {
+                k->getter[i] = found;  /* (kept) */
+                continue;
+            }
+        } else {
+            direct_t d = direct_of(found);
+            if (d.fn && PyCFunction_GetSelf(found) == t &&
+                (d.flags == METH_NOARGS || d.flags == VARARGS_KEYWORDS))
+                k->call[i] = d;
+        }
+        Py_DECREF(found);
+    }
+}
+
+/* The entry of `type` (learnt from `t`), or NULL when there is no room. */
 static tensor_type_t *tensor_type(PyObject *type, PyObject *t) {
     for (int i = 0; i < ntensor_types; i++)
         if (tensor_types[i].type == type) return &tensor_types[i];
     if (ntensor_types == MAX_TYPES) return NULL;
     tensor_type_t k;
     memset(&k, 0, sizeof k);
-    for (int i = 0; i < NMETHODS; i++) {
-        PyObject *bound = PyObject_GetAttr(t, method_names[i]);
-        if (!bound) {  /* (the call itself raises) */
-            PyErr_Clear();
-            continue;
-        }
-        direct_t d = direct_of(bound);
-        if (d.fn && PyCFunction_GetSelf(bound) == t &&
-            (d.flags == METH_NOARGS || d.flags == VARARGS_KEYWORDS))
-            k.call[i] = d;
-        Py_DECREF(bound);
-    }
+    learn(&k, type, t);
     for (int i = 0; i < ntensor_types; i++)  /* (learnt meanwhile by another thread) */
-        if (tensor_types[i].type == type) return &tensor_types[i];
-    if (ntensor_types == MAX_TYPES) return NULL;
+        if (tensor_types[i].type == type) {
+            for (int j = 0; j < NREADS; j++) Py_XDECREF(k.getter[j]);
+            return &tensor_types[i];
+        }
+    if (ntensor_types == MAX_TYPES) {
+        for (int j = 0; j < NREADS; j++) Py_XDECREF(k.getter[j]);
+        return NULL;
+    }
     Py_INCREF(type);
     k.type = type;
     tensor_types[ntensor_types] = k;
     return &tensor_types[ntensor_types++];
 }
 
-/* t.<method>() for one of the methods above */
-static PyObject *call_method(PyObject *t, int which) {
-    tensor_type_t *k = tensor_type((PyObject *)Py_TYPE(t), t);
+/* One of the reads above: t.<method>() or t.<attribute> */
+static PyObject *tensor_read(PyObject *t, int which) {
+    PyObject *type = (PyObject *)Py_TYPE(t);
+    tensor_type_t *k = tensor_type(type, t);
+    if (which >= NMETHODS) {
+        if (k && k->getter[which]) return getset_get(k->getter[which], t, type);
+        return PyObject_GetAttr(t, read_names[which]);
+    }
     if (k && k->call[which].fn) {
         const direct_t *d = &k->call[which];
         if (d->flags == METH_NOARGS) return d->fn(t, NULL);
         return ((PyCFunctionWithKeywords)(void (*)(void))d->fn)(t, empty_tuple, NULL);
     }
-    return PyObject_CallMethodObjArgs(t, method_names[which], NULL);
+    return PyObject_CallMethodObjArgs(t, read_names[which], NULL);
 }
 
 /* ---------------------------------------------------------------------------------- Plan */
@@ -349,7 +376,7 @@ fail:
 }
 
 static int address_of(PyObject *t, uint64_t *out) {
-    PyObject *r = call_method(t, DATA_PTR);
+    PyObject *r = tensor_read(t, DATA_PTR);
     if (!r) return -1;
     *out = PyLong_AsUnsignedLongLong(r);
     Py_DECREF(r);
@@ -554,10 +581,10 @@ static PyObject *lookup_run(Launcher *self, PyObject *tag, PyObject *const *t, i
     for (int i = 0; i < n; i++) {
         if (address_of(t[i], &ptrs[i])) goto fail;
         PyObject *v[5];
-        v[0] = PyObject_GetAttr(t[i], s_dtype);
-        v[1] = v[0] ? PyObject_GetAttr(t[i], s_shape) : NULL;
-        v[2] = v[1] ? call_method(t[i], GET_DEVICE) : NULL;
-        v[3] = v[2] ? call_method(t[i], IS_CONTIGUOUS) : NULL;
+        v[0] = tensor_read(t[i], DTYPE);
+        v[1] = v[0] ? tensor_read(t[i], SHAPE) : NULL;
+        v[2] = v[1] ? tensor_read(t[i], GET_DEVICE) : NULL;
+        v[3] = v[2] ? tensor_read(t[i], IS_CONTIGUOUS) : NULL;
         v[4] = v[3] ? PyLong_FromLong((long)(ptrs[i] & 15)) : NULL;
         for (int j = 0; j < 5; j++)
             if (v[j]) PyTuple_SetItem(key, 1 + 5 * i + j, v[j]);
@@ -746,20 +773,18 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC PyInit__native_launch(void) {
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
-    method_names[DATA_PTR] = PyUnicode_InternFromString("data_ptr");
-    method_names[GET_DEVICE] = PyUnicode_InternFromString("get_device");
-    method_names[IS_CONTIGUOUS] = PyUnicode_InternFromString("is_contiguous");
+    const char *names[NREADS] = {"data_ptr", "get_device", "is_contiguous", "dtype", "shape"};
+    for (int i = 0; i < NREADS; i++)
+        if (!(read_names[i] = PyUnicode_InternFromString(names[i]))) goto fail;
     empty_tuple = PyTuple_New(0);
-    s_dtype = PyUnicode_InternFromString("dtype");
-    s_shape = PyUnicode_InternFromString("shape");
+    getset_get = (descrgetfunc)PyType_GetSlot(&PyGetSetDescr_Type, Py_tp_descr_get);
     s_prepared = PyUnicode_InternFromString("_prepared");
     s_get = PyUnicode_InternFromString("get");
     s_launch_name = PyUnicode_InternFromString("cuLaunchKernelEx");
     s_set_name = PyUnicode_InternFromString("cuCtxSetCurrent");
     PlanType = (PyTypeObject *)PyType_FromSpec(&plan_spec);
     LauncherType = (PyTypeObject *)PyType_FromSpec(&launcher_spec);
-    if (!method_names[DATA_PTR] || !method_names[GET_DEVICE] || !method_names[IS_CONTIGUOUS] ||
-        !empty_tuple || !s_dtype || !s_shape ||
+    if (!empty_tuple || !getset_get ||
         !s_prepared || !s_get || !s_launch_name || !s_set_name || !PlanType || !LauncherType)
         goto fail;
     Py_INCREF(PlanType);
