@@ -13,6 +13,7 @@ switched back.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -224,7 +225,7 @@ SCRIPT = textwrap.dedent(
     if native:  # a Plan is also called as the pure path's run
         run = gelu._prepared[(lr.ne.families.activation.spec._X_OUT, x.dtype, x.shape, 0, True, 0,
                               y.dtype, y.shape, 0, True, 0)]
-        assert run((x, y), (x.data_ptr(), y.data_ptr()), (), 0x46) == []
+        assert run((x, y), (x.data_ptr(), y.data_ptr()), (), 0x46) == ()
         assert stub.last()["stream"] == 0x46 and stub.last()["params"][:2] == (x.data_ptr(),
                                                                                 y.data_ptr())
     launches = {name: launches for name, (launches, _, _) in recorded.items()}
@@ -261,6 +262,78 @@ def test_real_bindings_against_the_stub_driver(stub_kernel_cache):
     assert compiled["launches"] == pure["launches"]
     assert compiled["errors"] == pure["errors"]
     assert all(compiled["errors"].values()), compiled["errors"]  # every bad call refused
+
+
+TORCH_SCRIPT = textwrap.dedent(
+    """
+    import stub_driver
+    stub = stub_driver.load()
+    import nvrtc_engine as ne
+    from nvrtc_engine.core import driver
+    driver.make_current(driver.get_device(0))
+    import torch
+    # CPU tensors taken as device 0's: get_device patched onto the class before any call (a
+    # method that is no builtin one is called as such)
+    torch.Tensor.get_device = int
+    torch.Tensor.is_cuda = True
+    if not hasattr(torch._C, "_cuda_getCurrentRawStream"):  # a CPU build of PyTorch
+        torch._C._cuda_getCurrentRawStream = lambda device: 0x5000
+    gelu = ne.get_kernel("gelu", dtype="bf16")
+    assert gelu._native == ne.core.config.settings().native_launch
+    stub.record_params(7)  # x, y, n, scale, amax, scale_inv, aligned
+    bf16 = torch.bfloat16
+    x, out = torch.zeros(8, 1024, dtype=bf16), torch.zeros(8, 1024, dtype=bf16)
+    p = torch.nn.Parameter(torch.zeros(8, 1024, dtype=bf16), requires_grad=False)
+    flat = torch.zeros(8 * 1024 + 1, dtype=bf16)
+    odd = flat[1:].view(8, 1024)  # 2 bytes past a 16-byte boundary
+    wide = torch.zeros(4, 2048, dtype=bf16)
+
+    def params(t, y, aligned=1):
+        return (t.data_ptr(), y.data_ptr(), 8192, 0, 0, 0, aligned)
+
+    for _ in range(3):  # the checked path, then each key's prepared launch
+        for t in (x, p, odd, wide):
+            y = gelu(t)
+            assert type(y) is torch.Tensor and y.shape == t.shape and y.dtype == bf16
+            assert stub.last()["params"] == params(t, y, int(t is not odd)), stub.last()
+        assert gelu(x, out) is out and stub.last()["params"] == params(x, out)
+        assert gelu(odd, out) is out and stub.last()["params"] == params(odd, out, 0)
+    assert len(gelu._prepared) == 5  # (x and p: one key)
+    # after the keys were prepared, each of these differs from one of them only in what a
+    # call's key reads from the tensor itself, and is refused before anything is launched
+    bad = {"non-contiguous": lambda: gelu(torch.zeros(1024, 8, dtype=bf16).t()),
+           "dtype": lambda: gelu(x, out.float()), "shape": lambda: gelu(x, wide)}
+    launches = stub.launches
+    for what, call in bad.items():
+        try:
+            call()
+        except ne.ArgumentError:
+            pass
+        else:
+            raise AssertionError(what)
+    assert stub.launches == launches
+    print("OK")
+    """
+)
+
+
+@pytest.mark.skipif(stub_driver.compiler() is None, reason="no C compiler for the stub libcuda")
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="no PyTorch")
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_torch_tensors_against_the_stub_driver(stub_kernel_cache, native):
+    """PyTorch's own (CPU) tensors through the compiled launcher, which calls their
+    data_ptr, get_device and is_contiguous methods' C functions itself, and through the
+    pure-Python path: the parameters of each call, prepared or not, are the call's."""
+    env = dict(os.environ, NVRTC_ENGINE_NATIVE_LAUNCH=native)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(HERE), str(HERE.parent), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    env["NVRTC_ENGINE_CACHE_DIR"] = str(stub_kernel_cache)
+    done = subprocess.run([sys.executable, "-c", TORCH_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.split()[-1:] == ["OK"], (
+        done.stdout[-3000:] + done.stderr[-3000:]
+    )
 
 
 def test_the_compiled_launcher_is_built():

@@ -52,8 +52,122 @@ static ctx_get_t ctx_get = NULL;
 static ctx_set_t ctx_set = NULL;
 static PyObject *check = NULL;           /* driver.check((err,), call): raises CudaError */
 static PyObject *explicit_stream = NULL; /* interop.explicit_stream(stream) -> int */
-static PyObject *s_data_ptr, *s_dtype, *s_shape, *s_get_device, *s_is_contiguous,
-    *s_prepared, *s_get, *s_launch_name, *s_set_name;
+static PyObject *s_prepared, *s_get, *s_launch_name, *s_set_name;
+
+/* ------------------------------------------------------------ builtins called directly */
+
+/* A builtin function or method (a C function of an extension, torch's) called without
+ * Python's call protocol: its C function, self and calling convention (fn NULL: called as
+ * any callable is). */
+typedef struct { PyCFunction fn; PyObject *self; int flags; } direct_t;
+#define VARARGS_KEYWORDS (METH_VARARGS | METH_KEYWORDS)
+
+static direct_t direct_of(PyObject *callable) {
+    direct_t d = {NULL, NULL, 0};
+    if (PyCFunction_Check(callable)) {  /* (torch's functions are static methods) */
+        int flags = PyCFunction_GetFlags(callable) & ~(METH_STATIC | METH_COEXIST);
+        if (flags == METH_NOARGS || flags == METH_O || flags == VARARGS_KEYWORDS) {
+            d.fn = PyCFunction_GetFunction(callable);
+            d.self = PyCFunction_GetSelf(callable);
+            d.flags = flags;
+        }
+    }
+    return d;
+}
+
+/* callable(arg) */
+static PyObject *call_one(PyObject *callable, const direct_t *d, PyObject *arg) {
+    if (d->fn && d->flags == METH_O) return d->fn(d->self, arg);
+    return PyObject_CallFunctionObjArgs(callable, arg, NULL);
+}
+
+/* callable(*args, **kwargs), kwargs a dict or NULL */
+static PyObject *call_args(PyObject *callable, const direct_t *d, PyObject *args,
+                           PyObject *kwargs) {
+    if (d->fn && d->flags == VARARGS_KEYWORDS)
+        return ((PyCFunctionWithKeywords)(void (*)(void))d->fn)(d->self, args, kwargs);
+    return PyObject_Call(callable, args, kwargs);
+}
+
+/* What a call's key reads from a tensor: its data_ptr(), get_device() and is_contiguous(),
+ * dtype and shape, per tensor type through what the type has when first seen here: a builtin
+ * method's C function, a getter's descriptor (anything else, e.g. a method patched onto the
+ * class before then, is looked up and called on each read as Python does). */
+enum { DATA_PTR, GET_DEVICE, IS_CONTIGUOUS, DTYPE, SHAPE, NREADS };
+#define NMETHODS DTYPE /* the first NMETHODS reads are method calls, the others attributes */
+#define MAX_TYPES 4
+typedef struct {
+    PyObject *type;
+    direct_t call[NMETHODS];
+    PyObject *getter[NREADS]; /* getset descriptors, at DTYPE and SHAPE */
+} tensor_type_t;
+static tensor_type_t tensor_types[MAX_TYPES];
+static int ntensor_types = 0;
+static PyObject *read_names[NREADS];
+static PyObject *empty_tuple = NULL;
+static descrgetfunc getset_get = NULL; /* a getset descriptor's __get__ */
+
+/* What `type` has for each read, learnt from `t`, one of its instances. */
+static void learn(tensor_type_t *k, PyObject *type, PyObject *t) {
+    for (int i = 0; i < NREADS; i++) {
+        PyObject *found = PyObject_GetAttr(i < NMETHODS ? t : type, read_names[i]);
+        if (!found) {  /* (the read itself raises) */
+            PyErr_Clear();
+            continue;
+        }
+        if (i >= NMETHODS) {
+            if (Py_IS_TYPE(found, &PyGetSetDescr_Type)) {
+                k->getter[i] = found;  /* (kept) */
+                continue;
+            }
+        } else {
+            direct_t d = direct_of(found);
+            if (d.fn && PyCFunction_GetSelf(found) == t &&
+                (d.flags == METH_NOARGS || d.flags == VARARGS_KEYWORDS))
+                k->call[i] = d;
+        }
+        Py_DECREF(found);
+    }
+}
+
+/* The entry of `type` (learnt from `t`), or NULL when there is no room. */
+static tensor_type_t *tensor_type(PyObject *type, PyObject *t) {
+    for (int i = 0; i < ntensor_types; i++)
+        if (tensor_types[i].type == type) return &tensor_types[i];
+    if (ntensor_types == MAX_TYPES) return NULL;
+    tensor_type_t k;
+    memset(&k, 0, sizeof k);
+    learn(&k, type, t);
+    for (int i = 0; i < ntensor_types; i++)  /* (learnt meanwhile by another thread) */
+        if (tensor_types[i].type == type) {
+            for (int j = 0; j < NREADS; j++) Py_XDECREF(k.getter[j]);
+            return &tensor_types[i];
+        }
+    if (ntensor_types == MAX_TYPES) {
+        for (int j = 0; j < NREADS; j++) Py_XDECREF(k.getter[j]);
+        return NULL;
+    }
+    Py_INCREF(type);
+    k.type = type;
+    tensor_types[ntensor_types] = k;
+    return &tensor_types[ntensor_types++];
+}
+
+/* One of the reads above: t.<method>() or t.<attribute> */
+static PyObject *tensor_read(PyObject *t, int which) {
+    PyObject *type = (PyObject *)Py_TYPE(t);
+    tensor_type_t *k = tensor_type(type, t);
+    if (which >= NMETHODS) {
+        if (k && k->getter[which]) return getset_get(k->getter[which], t, type);
+        return PyObject_GetAttr(t, read_names[which]);
+    }
+    if (k && k->call[which].fn) {
+        const direct_t *d = &k->call[which];
+        if (d->flags == METH_NOARGS) return d->fn(t, NULL);
+        return ((PyCFunctionWithKeywords)(void (*)(void))d->fn)(t, empty_tuple, NULL);
+    }
+    return PyObject_CallMethodObjArgs(t, read_names[which], NULL);
+}
 
 /* ---------------------------------------------------------------------------------- Plan */
 
@@ -80,6 +194,7 @@ typedef struct {
     launch_t *launches;
     void *context;
     PyObject *ordinal, *current_stream, *empty, *empty_like;
+    direct_t current_stream_c, empty_c, empty_like_c;
 } Plan;
 
 static PyTypeObject *PlanType = NULL;
@@ -223,6 +338,9 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     Py_INCREF(current_stream); p->current_stream = current_stream;
     Py_INCREF(empty); p->empty = empty;
     Py_INCREF(empty_like); p->empty_like = empty_like;
+    p->current_stream_c = direct_of(current_stream);
+    p->empty_c = direct_of(empty);
+    p->empty_like_c = direct_of(empty_like);
     p->allocs = PyMem_Calloc((size_t)nallocs + 1, sizeof(alloc_t));
     p->launches = PyMem_Calloc((size_t)nlaunches + 1, sizeof(launch_t));
     if (!p->allocs || !p->launches) { PyErr_NoMemory(); goto fail; }
@@ -258,7 +376,7 @@ fail:
 }
 
 static int address_of(PyObject *t, uint64_t *out) {
-    PyObject *r = PyObject_CallMethodObjArgs(t, s_data_ptr, NULL);
+    PyObject *r = tensor_read(t, DATA_PTR);
     if (!r) return -1;
     *out = PyLong_AsUnsignedLongLong(r);
     Py_DECREF(r);
@@ -268,7 +386,7 @@ static int address_of(PyObject *t, uint64_t *out) {
 static int stream_of(Plan *p, PyObject *stream, void **out) {
     PyObject *h;
     if (stream == Py_None)
-        h = PyObject_CallFunctionObjArgs(p->current_stream, p->ordinal, NULL);
+        h = call_one(p->current_stream, &p->current_stream_c, p->ordinal);
     else if (PyLong_CheckExact(stream)) {
         Py_INCREF(stream);
         h = stream;
@@ -294,7 +412,7 @@ static PyObject *fail_with(int err, PyObject *call) {
 }
 
 /* The prepared launch: given tensors t[0..ngiven), their addresses, the floats, the stream.
- * Returns the allocated outputs (a list), or None when one is aligned otherwise than the
+ * Returns the allocated outputs (a tuple), or None when one is aligned otherwise than the
  * key's (nothing launched). */
 static PyObject *plan_run(Plan *p, PyObject *const *t, const uint64_t *given, PyObject *floats,
                           PyObject *stream) {
@@ -317,22 +435,20 @@ static PyObject *plan_run(Plan *p, PyObject *const *t, const uint64_t *given, Py
             fv[i] = (float)d;
         }
     }
-    PyObject *made = PyList_New(p->nallocs);
+    PyObject *made = PyTuple_New(p->nallocs);  /* (no allocation: the empty tuple) */
     if (!made) return NULL;
     for (int i = 0; i < p->nallocs; i++) {
         alloc_t *a = &p->allocs[i];
         PyObject *out;
         if (a->like < 0)
-            out = PyObject_Call(p->empty, a->args, a->kwargs);
-        else if (!a->kwargs)
-            out = PyObject_CallFunctionObjArgs(p->empty_like, t[a->like], NULL);
-        else {
+            out = call_args(p->empty, &p->empty_c, a->args, a->kwargs);
+        else {  /* (torch's functions take an argument tuple) */
             PyObject *args = PyTuple_Pack(1, t[a->like]);
-            out = args ? PyObject_Call(p->empty_like, args, a->kwargs) : NULL;
+            out = args ? call_args(p->empty_like, &p->empty_like_c, args, a->kwargs) : NULL;
             Py_XDECREF(args);
         }
         if (!out) goto fail;
-        PyList_SetItem(made, i, out);
+        PyTuple_SetItem(made, i, out);
         uint64_t address;
         if (address_of(out, &address)) goto fail;
         if ((address & 15) != a->residue) {
@@ -465,10 +581,10 @@ static PyObject *lookup_run(Launcher *self, PyObject *tag, PyObject *const *t, i
     for (int i = 0; i < n; i++) {
         if (address_of(t[i], &ptrs[i])) goto fail;
         PyObject *v[5];
-        v[0] = PyObject_GetAttr(t[i], s_dtype);
-        v[1] = v[0] ? PyObject_GetAttr(t[i], s_shape) : NULL;
-        v[2] = v[1] ? PyObject_CallMethodObjArgs(t[i], s_get_device, NULL) : NULL;
-        v[3] = v[2] ? PyObject_CallMethodObjArgs(t[i], s_is_contiguous, NULL) : NULL;
+        v[0] = tensor_read(t[i], DTYPE);
+        v[1] = v[0] ? tensor_read(t[i], SHAPE) : NULL;
+        v[2] = v[1] ? tensor_read(t[i], GET_DEVICE) : NULL;
+        v[3] = v[2] ? tensor_read(t[i], IS_CONTIGUOUS) : NULL;
         v[4] = v[3] ? PyLong_FromLong((long)(ptrs[i] & 15)) : NULL;
         for (int j = 0; j < 5; j++)
             if (v[j]) PyTuple_SetItem(key, 1 + 5 * i + j, v[j]);
@@ -657,18 +773,18 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC PyInit__native_launch(void) {
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
-    s_data_ptr = PyUnicode_InternFromString("data_ptr");
-    s_dtype = PyUnicode_InternFromString("dtype");
-    s_shape = PyUnicode_InternFromString("shape");
-    s_get_device = PyUnicode_InternFromString("get_device");
-    s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
+    const char *names[NREADS] = {"data_ptr", "get_device", "is_contiguous", "dtype", "shape"};
+    for (int i = 0; i < NREADS; i++)
+        if (!(read_names[i] = PyUnicode_InternFromString(names[i]))) goto fail;
+    empty_tuple = PyTuple_New(0);
+    getset_get = (descrgetfunc)PyType_GetSlot(&PyGetSetDescr_Type, Py_tp_descr_get);
     s_prepared = PyUnicode_InternFromString("_prepared");
     s_get = PyUnicode_InternFromString("get");
     s_launch_name = PyUnicode_InternFromString("cuLaunchKernelEx");
     s_set_name = PyUnicode_InternFromString("cuCtxSetCurrent");
     PlanType = (PyTypeObject *)PyType_FromSpec(&plan_spec);
     LauncherType = (PyTypeObject *)PyType_FromSpec(&launcher_spec);
-    if (!s_data_ptr || !s_dtype || !s_shape || !s_get_device || !s_is_contiguous ||
+    if (!empty_tuple || !getset_get ||
         !s_prepared || !s_get || !s_launch_name || !s_set_name || !PlanType || !LauncherType)
         goto fail;
     Py_INCREF(PlanType);

@@ -223,10 +223,11 @@ class Kernel:
     # Launching: prepared launches, and the checked path's launches ----------------------------
     # _fast1/_fast2/_fast3 read the call key (nvrtc_engine.core.launch.call_key) of one, two or
     # three given tensors by hand, _fastn of any number: the families' __call__ picks one by
-    # the arguments given. Each returns what the prepared launch allocated (a list, empty when
+    # the arguments given. Each returns what the prepared launch allocated (a tuple, empty when
     # nothing), or None when the call has no prepared launch (then the checked path runs).
 
-    def _fast1(self, tag: Any, a: Any, floats: Sequence[float], stream: Any) -> list[Any] | None:
+    def _fast1(self, tag: Any, a: Any, floats: Sequence[float],
+               stream: Any) -> tuple[Any, ...] | None:  # fmt: skip
         """Launch a call of one given tensor ``a`` (``tag``: its CallArgs mask, see
         :func:`~launch.call_key`) through its key's prepared launch, if there is one."""
         if type(a) in TORCH_TYPES:
@@ -238,7 +239,7 @@ class Kernel:
         return None
 
     def _fast2(self, tag: Any, a: Any, b: Any, floats: Sequence[float],
-               stream: Any) -> list[Any] | None:  # fmt: skip
+               stream: Any) -> tuple[Any, ...] | None:  # fmt: skip
         """:meth:`_fast1` for two given tensors, in CallArgs order."""
         if type(a) in TORCH_TYPES and type(b) in TORCH_TYPES:
             pa, pb = a.data_ptr(), b.data_ptr()
@@ -251,7 +252,7 @@ class Kernel:
         return None
 
     def _fast3(self, tag: Any, a: Any, b: Any, c: Any, floats: Sequence[float],
-               stream: Any) -> list[Any] | None:  # fmt: skip
+               stream: Any) -> tuple[Any, ...] | None:  # fmt: skip
         """:meth:`_fast1` for three given tensors, in CallArgs order."""
         if type(a) in TORCH_TYPES and type(b) in TORCH_TYPES and type(c) in TORCH_TYPES:
             pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
@@ -265,7 +266,7 @@ class Kernel:
         return None
 
     def _fastn(self, given: Sequence[Any], floats: Sequence[float], stream: Any,
-               extra: Any = None) -> list[Any] | None:  # fmt: skip
+               extra: Any = None) -> tuple[Any, ...] | None:  # fmt: skip
         """:meth:`_fast1` for any array arguments ``given`` (CallArgs order, None where
         omitted; the tag is their mask, with ``extra``: anything else, hashable, the checked
         path's outcome depends on)."""

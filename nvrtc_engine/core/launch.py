@@ -137,7 +137,7 @@ def call_key(given: Sequence[Any], extra: Any = None) -> tuple[tuple[Any, ...], 
 def prepare(
     kernel: Any, loaded: Any, given: Sequence[Any], tensors: Sequence[Any], ptrs: Sequence[int],
     nfloats: int, launches: Sequence[LaunchSpec],
-) -> Callable[..., list[Any] | None] | None:  # fmt: skip
+) -> Callable[..., tuple[Any, ...] | None] | None:  # fmt: skip
     """The prepared launch of ``launches``, which a checked call with array arguments
     ``given`` made on ``loaded`` (``tensors``: the arguments with the outputs it allocated,
     ``ptrs`` their addresses, in CallArgs order; ``nfloats`` float arguments):
@@ -242,7 +242,7 @@ def _runner(
     ngiven: int, allocs: tuple[Any, ...], offsets: tuple[tuple[int, int, int], ...],
     nfloats: int, shapes: tuple[Any, ...], addresses: tuple[int, ...], device: Any,
     new_state: Callable[[], tuple[Any, Any, dict[int, Any]]],
-) -> Callable[..., list[Any] | None]:  # fmt: skip
+) -> Callable[..., tuple[Any, ...] | None]:  # fmt: skip
     """The prepared launch's ``run`` (see :func:`prepare`)."""
     from ctypes import addressof
 
@@ -269,13 +269,13 @@ def _runner(
         return made
 
     def run(tensors: Sequence[Any], ptrs: Sequence[int], floats: Sequence[float],
-            stream: Any) -> list[Any] | None:  # fmt: skip
+            stream: Any) -> tuple[Any, ...] | None:  # fmt: skip
         try:
             slots, float_view, calls = local.state
         except AttributeError:
             slots, float_view, calls = local.state = new_state()
         slots[given_slots] = ptrs
-        made: list[Any] = []
+        made: tuple[Any, ...] = ()
         if allocs:
             at = first_alloc
             for like, same_dtype, sizes, dtype, where, residue in allocs:
@@ -292,7 +292,7 @@ def _runner(
                     return None
                 slots[at] = p
                 at += 1
-                made.append(t)
+                made += (t,)
         if offsets:
             for slot, index, offset in offsets:
                 p = slots[index]

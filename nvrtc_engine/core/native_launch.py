@@ -12,6 +12,14 @@ else stays in Python: the checked path, which makes every key's first call and r
 argument error, and the rare paths of a call (switching the context, a stream object, a
 refused launch's :class:`~nvrtc_engine.CudaError`).
 
+PyTorch's builtins are called through their C functions, without Python's call protocol:
+``torch.empty_like``/``torch.empty`` and the current-stream getter a Plan holds, and what a
+call's key reads from a tensor (its ``data_ptr``, ``get_device`` and ``is_contiguous``
+methods' C functions, its ``dtype`` and ``shape`` getters), found once per tensor class, the
+first time the launcher meets one: a method then patched onto ``torch.Tensor`` is not seen;
+one patched before, as bench/launch_overhead.py --stub patches ``get_device``, is called as
+it is.
+
 Without it, :mod:`nvrtc_engine.launch` does the same work in Python: the same call keys,
 parameter bytes and errors (tests/test_launch_stub.py runs both).
 """

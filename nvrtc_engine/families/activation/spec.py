@@ -413,7 +413,9 @@ class _Launcher(Kernel):
         """A call of any activation kernel class (``grad`` None for a forward op;
         ``floats``: clamped SwiGLU's ``(limit, alpha, linear_offset)``, else empty): through
         its call key's prepared launch if it has one (read by hand for the calls without
-        scaling arguments), else the checked path (:meth:`_run`)."""
+        scaling arguments), else the checked path (:meth:`_run`). ``ActivationKernel`` and
+        ``ActivationGradKernel`` read those calls' keys in their ``__call__`` (a call of
+        this method is a Python frame more per call)."""
         if scale is None and amax is None and scale_inv is None:
             if grad is None:
                 if out is None:
@@ -578,6 +580,14 @@ class ActivationKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
+        if scale is None and amax is None and scale_inv is None:  # (_call's step, here at once)
+            if out is None:
+                done = self._fast1(_X, x, (), stream)
+                if done is not None:  # launched through its prepared launch
+                    return done[0]
+            elif self._fast2(_X_OUT, x, out, (), stream) is not None:
+                return out
+            return self._run(None, x, out, None, None, None, stream, ())
         return self._call(None, x, out, scale, amax, scale_inv, (), stream)
 
 
@@ -615,6 +625,14 @@ class ActivationGradKernel(_Launcher):
         scale_inv: Any = None,
         stream: Any = None,
     ) -> Any:
+        if scale is None and amax is None and scale_inv is None:  # (_call's step, here at once)
+            if out is None:
+                done = self._fast2(_GRAD_X, grad, x, (), stream)
+                if done is not None:  # launched through its prepared launch
+                    return done[0]
+            elif self._fast3(_GRAD_X_OUT, grad, x, out, (), stream) is not None:
+                return out
+            return self._run(grad, x, out, None, None, None, stream, ())
         return self._call(grad, x, out, scale, amax, scale_inv, (), stream)
 
 
