@@ -436,7 +436,7 @@ def test_output_into_a_closed_pipe_is_not_an_error(monkeypatch):
         raise BrokenPipeError(32, "Broken pipe")
 
     real = parser.parse_args
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "build_parser", lambda *_: parser)
     monkeypatch.setattr(parser, "parse_args", lambda argv: real(argv).__class__(func=closed))
     assert cli.main(["cache", "info"]) == 0
 
