@@ -20,8 +20,7 @@ from nvrtc_engine import (
 )
 from nvrtc_engine.core import config
 from nvrtc_engine.core.render import render
-from nvrtc_engine.families.activation.spec import (
-    ACTIVATION_SPECS,
+from nvrtc_engine.families.activation.kernels import (
     ActivationConfig,
     ActivationGradKernel,
     ActivationKernel,
@@ -35,6 +34,7 @@ from nvrtc_engine.families.activation.spec import (
     row_config,
     tile_config,
 )
+from nvrtc_engine.families.activation.spec import ACTIVATION_SPECS
 from nvrtc_engine.families.shared.blockscale import mxfp8_scale_shape
 
 ARCHS = ["sm_80", "sm_89", "sm_90", "sm_100a"]
@@ -451,7 +451,7 @@ def test_row_flat_grid_and_aligned_flag(kernels, monkeypatch):
 def _lane_mode(kernel, monkeypatch):
     """``kernel``'s key built in lane mode (128 x 4, a chunk per lane), whatever the default
     mode of plain-op MXFP8 rowwise keys is."""
-    import nvrtc_engine.families.activation.spec as activation_ops
+    import nvrtc_engine.families.activation.kernels as activation_ops
     from nvrtc_engine.core.engine import Engine
 
     monkeypatch.setattr(activation_ops, "row_config", lambda key: LaunchConfig(128, 4))
@@ -461,7 +461,7 @@ def _lane_mode(kernel, monkeypatch):
 def test_row_flat_grid_is_capped_for_huge_tensors(kernels, monkeypatch):
     """A tensor of more than 2^32 chunks: one pass, or at most MAX_GRID blocks that loop
     (the kernel splits chunk indices with 64-bit division past 2^32)."""
-    import nvrtc_engine.families.activation.spec as activation_ops
+    import nvrtc_engine.families.activation.kernels as activation_ops
 
     kernel = _lane_mode(kernels["mx_row"], monkeypatch)
     rows, cols = 2**22, 2**14  # 2^36 positions, 2^33 chunks
@@ -575,7 +575,7 @@ def test_fast_e8m0_matches_the_reference_bit_for_bit():
 
 
 def test_owner_mode_is_for_plain_mxfp8_ops_only(monkeypatch):
-    import nvrtc_engine.families.activation.spec as activation_ops
+    import nvrtc_engine.families.activation.kernels as activation_ops
 
     monkeypatch.setattr(activation_ops, "row_config",
                         lambda key: LaunchConfig(128, 2, owner=True))  # fmt: skip
@@ -586,7 +586,7 @@ def test_owner_mode_is_for_plain_mxfp8_ops_only(monkeypatch):
 
 
 def test_plain_mxfp8_rowwise_compact_flag_and_owner_grid(kernels, monkeypatch):
-    import nvrtc_engine.families.activation.spec as activation_ops
+    import nvrtc_engine.families.activation.kernels as activation_ops
 
     kernel = _lane_mode(kernels["mx_row"], monkeypatch)
     rows, cols = 64, 4096  # scale row stride 128 = cols / 32: compact
@@ -614,7 +614,7 @@ def test_plain_mxfp8_rowwise_compact_flag_and_owner_grid(kernels, monkeypatch):
 def test_tile_grid_is_one_block_per_tile(kernels, monkeypatch):
     """The tiled kernel (MXFP8 columnwise and both) launches one block per tile of
     ``tile_rows() x tile_cols(vec)`` positions, edge tiles included."""
-    import nvrtc_engine.families.activation.spec as activation_ops
+    import nvrtc_engine.families.activation.kernels as activation_ops
     from nvrtc_engine.core.engine import Engine
 
     cfg = activation_ops.TileConfig(64, 8, 4)  # 32 x 64 tiles for bf16

@@ -22,7 +22,7 @@ from nvrtc_engine import reference as ref
 from nvrtc_engine.core import config
 from nvrtc_engine.core.engine import Engine
 from nvrtc_engine.core.render import render, templates_dir
-from nvrtc_engine.families.activation import spec as activation
+from nvrtc_engine.families.activation import kernels as activation
 from nvrtc_engine.families.cast import quantize
 from nvrtc_engine.families.cast import spec as cast
 from nvrtc_engine.families.cast.quantize import QuantizeConfig, hardware_fp4, quantize_config

@@ -27,7 +27,7 @@ import nvrtc_engine as ne
 from nvrtc_engine import reference
 from nvrtc_engine.core.render import render, templates_dir
 from nvrtc_engine.core.signature import Signature
-from nvrtc_engine.families.activation import spec as activation
+from nvrtc_engine.families.activation import kernels as activation
 from nvrtc_engine.families.cast import common as cast_common
 from nvrtc_engine.families.cast import quantize
 from nvrtc_engine.families.cast import spec as cast

@@ -157,19 +157,23 @@ def test_bad_demo_numbers_are_argparse_errors(capsys, option, value, expected):
 
 def test_a_warm_prewarm_command_imports_no_launch_code(isolated_cache, tmp_path):
     """The command over a warm disk cache reads and verifies each kernel and makes none: no
-    family's host code, compiled launcher, ctypes, NVRTC or Jinja2 is imported."""
-    listing = _variant_file(tmp_path)
-    assert main(["prewarm", listing, "--no-progress"]) == 0
+    family's host code (activation and norm kernels), compiled launcher, ctypes, NVRTC or
+    Jinja2 is imported, for a list of every family."""
+    listing = tmp_path / "families.toml"
+    listing.write_text(VARIANTS + '[[variants]]\nop = "rmsnorm_fwd"\nin_dtype = "bf16"\n'
+                       'hidden_size = 4096\n[[variants]]\nop = "cast_transpose"\n'
+                       'in_dtype = "bf16"\nout_dtype = "fp8_e4m3"\n')  # fmt: skip
+    assert main(["prewarm", str(listing), "--no-progress"]) == 0
     code = ("import sys; from nvrtc_engine.tools.cli import main; "
-            f"code = main(['prewarm', {listing!r}, '--json', '--no-progress']); "
+            f"code = main(['prewarm', {str(listing)!r}, '--json', '--no-progress']); "
             "print(code, sorted(m for m in ('ctypes', 'jinja2', 'cuda.bindings.nvrtc', "
-            "'nvrtc_engine.core.native_launch', 'nvrtc_engine.families.norm.kernels') "
-            "if m in sys.modules))")  # fmt: skip
+            "'nvrtc_engine.core.native_launch', 'nvrtc_engine.families.activation.kernels', "
+            "'nvrtc_engine.families.norm.kernels') if m in sys.modules))")  # fmt: skip
     env = {**os.environ, "NVRTC_ENGINE_CACHE_DIR": str(isolated_cache)}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=300, check=True)  # fmt: skip
     report, last = done.stdout.rsplit("}", 1)
-    assert len(json.loads(report + "}")["cached"]) == 2
+    assert len(json.loads(report + "}")["cached"]) == 4
     assert last.strip() == "0 []"
 
 
@@ -436,7 +440,7 @@ def test_output_into_a_closed_pipe_is_not_an_error(monkeypatch):
         raise BrokenPipeError(32, "Broken pipe")
 
     real = parser.parse_args
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "build_parser", lambda *_: parser)
     monkeypatch.setattr(parser, "parse_args", lambda argv: real(argv).__class__(func=closed))
     assert cli.main(["cache", "info"]) == 0
 

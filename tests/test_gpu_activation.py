@@ -17,8 +17,8 @@ from gpu_util import poisoned, poisoned_bytes, to_host, to_torch, torch
 
 import nvrtc_engine as ne
 from nvrtc_engine import ArgumentError, reference
-from nvrtc_engine.families.activation import spec as activation_ops
-from nvrtc_engine.families.activation.spec import MXFP8Output
+from nvrtc_engine.families.activation import kernels as activation_ops
+from nvrtc_engine.families.activation.kernels import MXFP8Output
 from nvrtc_engine.families.shared.blockscale import mxfp8_scale_shape
 
 pytestmark = pytest.mark.gpu

@@ -223,8 +223,8 @@ SCRIPT = textwrap.dedent(
             errors[what] = None
         assert stub.launches == before, what
     if native:  # a Plan is also called as the pure path's run
-        run = gelu._prepared[(lr.ne.families.activation.spec._X_OUT, x.dtype, x.shape, 0, True, 0,
-                              y.dtype, y.shape, 0, True, 0)]
+        tag = lr.ne.families.activation.kernels._X_OUT
+        run = gelu._prepared[(tag, x.dtype, x.shape, 0, True, 0, y.dtype, y.shape, 0, True, 0)]
         assert run((x, y), (x.data_ptr(), y.data_ptr()), (), 0x46) == ()
         assert stub.last()["stream"] == 0x46 and stub.last()["params"][:2] == (x.data_ptr(),
                                                                                 y.data_ptr())

@@ -390,7 +390,14 @@ _positive_int = _int_in(1, MAX_WORKERS, f"a positive integer up to {MAX_WORKERS}
 _seed = _int_in(0, 2**63 - 1, "an integer >= 0 (numpy's seeds are not negative)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+_COMMANDS = ("demo", "prewarm", "cache")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser. With ``command`` (``demo``, ``prewarm`` or ``cache``) only
+    that command's options are declared, the others' names and help only: what a run parses
+    and prints is the same, and it declares no option it cannot be given."""
+    full = {name: command in (None, name) for name in _COMMANDS}
     parser = argparse.ArgumentParser(
         prog="nvrtc-engine",
         description="Run-time specialized CUDA kernels, compiled with NVRTC and cached on disk.",
@@ -399,6 +406,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="compile, cache, and (with a GPU) run and check kernels")
+    if full["demo"]:
+        _demo_options(demo)
+    pre = sub.add_parser(
+        "prewarm",
+        help="compile (in parallel) and cache every variant of one or more variant files",
+        # FILE is required; argparse would show it as optional (nargs="*" lets it follow --arch)
+        usage="%(prog)s [-h] FILE [FILE ...] [--arch ARCH [ARCH ...]] [--workers WORKERS]"
+        " [--no-progress] [--json] [--remote]",
+    )
+    if full["prewarm"]:
+        _prewarm_options(pre)
+    cache = sub.add_parser("cache", help="inspect, verify, clear, export or import the cache")
+    if full["cache"]:
+        _cache_actions(cache)
+    return parser
+
+
+def _demo_options(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--arch", help="compile target, e.g. sm_90 (default: this GPU's, or sm_90)")
     demo.add_argument("--tokens", type=_tokens, default=2048,
                       help="rows of the test input, checked against a float64 reference on "
@@ -407,13 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=_seed, default=0, help="random seed for the inputs (0)")
     demo.set_defaults(func=_cmd_demo, parser=demo)
 
-    pre = sub.add_parser(
-        "prewarm",
-        help="compile (in parallel) and cache every variant of one or more variant files",
-        # FILE is required; argparse would show it as optional (nargs="*" lets it follow --arch)
-        usage="%(prog)s [-h] FILE [FILE ...] [--arch ARCH [ARCH ...]] [--workers WORKERS]"
-        " [--no-progress] [--json] [--remote]",
-    )
+
+def _prewarm_options(pre: argparse.ArgumentParser) -> None:
     pre.add_argument("files", nargs="*", metavar="FILE",
                      help="TOML or JSON variant files (see docs/variants.md)")  # fmt: skip
     pre.add_argument(
@@ -431,7 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "compiled or read here")  # fmt: skip
     pre.set_defaults(func=_cmd_prewarm, parser=pre)
 
-    cache = sub.add_parser("cache", help="inspect, verify, clear, export or import the cache")
+
+def _cache_actions(cache: argparse.ArgumentParser) -> None:
     actions = cache.add_subparsers(dest="action", required=True)
     for name, func, text in (
         ("info", _cache_info, "directory, entries, bytes, size limit, remote cache"),
@@ -455,7 +476,6 @@ def build_parser() -> argparse.ArgumentParser:
         if name in ("info", "list"):
             action.add_argument("--json", action="store_true", help="machine-readable output")
         action.set_defaults(func=func, parser=action)
-    return parser
 
 
 def _one_line_warning(message: Warning | str, category: type[Warning], *_: object) -> str:
@@ -485,7 +505,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if argv is None:
         gc.disable()
-    args = build_parser().parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    command = given[0] if given and given[0] in _COMMANDS else None
+    args = build_parser(command).parse_args(argv)
     formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
         return int(args.func(args))

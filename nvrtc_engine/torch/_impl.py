@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from ..families.activation.spec import CLAMPED_SWIGLU_ALPHA as ALPHA
-from ..families.activation.spec import CLAMPED_SWIGLU_LINEAR_OFFSET as OFFSET
+from ..families.activation.kernels import CLAMPED_SWIGLU_ALPHA as ALPHA
+from ..families.activation.kernels import CLAMPED_SWIGLU_LINEAR_OFFSET as OFFSET
 from . import _checks
 from ._kernels import Key, fill, kernel
 

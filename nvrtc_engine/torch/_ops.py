@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..families.activation.spec import CLAMPED_SWIGLU_ALPHA, CLAMPED_SWIGLU_LINEAR_OFFSET
+from ..families.activation.kernels import CLAMPED_SWIGLU_ALPHA, CLAMPED_SWIGLU_LINEAR_OFFSET
 from . import _checks, _impl
 
 __all__ = ["LIB", "NAMESPACE", "SCHEMAS"]

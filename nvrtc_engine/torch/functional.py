@@ -28,8 +28,8 @@ from typing import NamedTuple
 import torch
 
 from ..core.errors import ArgumentTypeError
-from ..families.activation.spec import CLAMPED_SWIGLU_ALPHA as ALPHA
-from ..families.activation.spec import CLAMPED_SWIGLU_LINEAR_OFFSET as OFFSET
+from ..families.activation.kernels import CLAMPED_SWIGLU_ALPHA as ALPHA
+from ..families.activation.kernels import CLAMPED_SWIGLU_LINEAR_OFFSET as OFFSET
 from . import _eager, _impl
 from . import _ops as _ops  # registers torch.ops.nvrtc_engine
 

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ..core.errors import ArgumentError, ArgumentTypeError
-from ..families.activation.spec import CLAMPED_SWIGLU_ALPHA, CLAMPED_SWIGLU_LINEAR_OFFSET
+from ..families.activation.kernels import CLAMPED_SWIGLU_ALPHA, CLAMPED_SWIGLU_LINEAR_OFFSET
 from . import _checks, _eager, _impl, _kernels
 from . import functional as F
 from .functional import FP8Output

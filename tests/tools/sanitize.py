@@ -31,7 +31,7 @@ Case = Callable[[], None]
 
 def activation_cases(t: Callable, tensor: Callable) -> dict[str, Case]:
     import nvrtc_engine as ne
-    from nvrtc_engine.families.activation import spec as activation
+    from nvrtc_engine.families.activation import kernels as activation
 
     out: dict[str, Case] = {}
     for i, o in [("bf16", "fp8_e4m3"), ("bf16", "bf16"), ("fp32", "fp8_e5m2"), ("fp16", "fp32")]:

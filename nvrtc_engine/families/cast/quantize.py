@@ -117,8 +117,9 @@ def quantize_config(key: KernelKey) -> QuantizeConfig:
 
 def mx_tile_config(key: KernelKey) -> TileConfig | None:
     """The MXFP8 fast path's tiled-kernel configuration for ``key`` (the activation family's
-    :func:`~nvrtc_engine.families.activation.spec.tile_config`), or None: no fast path (NVFP4, MXFP8
-    rowwise, whose quantize kernel measured as fast, a compiled-in K not a multiple of 128)."""
+    :func:`~nvrtc_engine.families.shared.tiles.tile_config`), or None: no fast path (NVFP4,
+    MXFP8 rowwise, whose quantize kernel measured as fast, a compiled-in K not a multiple of
+    128)."""
     if key.scaling != "mxfp8" or key.layout == "rowwise":
         return None
     if key.hidden_size is not None and key.hidden_size % MX_FAST_ALIGN:
