@@ -37,14 +37,11 @@ __all__ = ["CacheInfo", "Engine", "Tiers", "default_engine"]
 
 @dataclass(frozen=True)
 class CacheInfo:
-    """Counters (this process's) and sizes of the kernel caches: ``hits`` (answered from
-    memory), ``disk_hits`` (read and verified from the disk cache or a read-only cache),
-    ``misses``, ``compiles`` (NVRTC runs), ``memory_entries``; the disk cache's ``entries``,
-    ``bytes`` on disk, ``directory`` (None without a usable one; asking creates none: one
-    holding no cache yet reports 0 and 0) and ``size_limit`` (bytes; else the configured one);
-    ``readonly``: the read-only caches configured (``NVRTC_ENGINE_READONLY_CACHE``);
-    ``remote_hits`` (read and verified from the remote cache) and ``remote`` (its URL without
-    a password, or None: ``NVRTC_ENGINE_REMOTE_CACHE``)."""
+    """This process's counters: ``hits`` (from memory), ``disk_hits`` (from the disk or a
+    read-only cache), ``remote_hits``, ``misses``, ``compiles`` (NVRTC runs), ``memory_entries``;
+    the disk cache's ``entries``, ``bytes`` on disk, ``directory`` (None without a usable one;
+    one holding no cache yet reports 0 and 0: asking creates none) and ``size_limit`` (bytes);
+    the ``readonly`` caches and the ``remote`` one's URL without its password, or None."""
 
     hits: int
     disk_hits: int
@@ -100,9 +97,8 @@ class Engine:
         _engines.add(self)
 
     def tiers(self) -> Tiers:
-        """The caches, opened on first use and after a :func:`~nvrtc_engine.configure` (the
-        old ones keep their entries). Raises :class:`~nvrtc_engine.SettingsError` for a
-        signing key file that cannot be read."""
+        """The caches, opened on first use and after a :func:`~nvrtc_engine.configure`; raises
+        :class:`~nvrtc_engine.SettingsError` for a signing key file that cannot be read."""
         s, opened = config.settings(), self._opened
         if opened is None or opened.settings is not s:  # (threads racing here open them twice)
             secret, remote = s.signing_key(), None
@@ -131,9 +127,8 @@ class Engine:
                          remote)  # fmt: skip
 
     def clear(self, *, memory: bool = True, disk: bool = True) -> None:
-        """Drop cached kernels, ``memory`` resetting the counters, ``disk`` the settings' directory
-        (a store a full disk keeps from opening goes whole; the settings are read again).
-        Read-only and remote caches are never cleared."""
+        """Drop the kernels in ``memory`` (and the counters) and in the ``disk`` cache (a store
+        a full disk keeps from opening goes whole); never the read-only and remote caches."""
         if memory:
             with self._lock:
                 self._memory.clear()
@@ -193,12 +188,11 @@ class Engine:
             return kept
 
     def build_artifact(self, key: KernelKey) -> _Found:
-        """``(artifact, origin)`` for ``key``, no memory cache: from a tier (origin ``"disk"``,
-        also for a read-only cache, ``"remote"``, or ``"unchecked"``: another NVRTC's, not yet
-        loaded on a GPU here), else ``"compiled"`` and stored, holding the disk cache's file
-        lock (never this engine's) and then the remote cache's lease and looking again under
-        each: processes sharing them compile each key once. Touches no GPU (prewarm's workers
-        call this). Raises what rendering and NVRTC raise."""
+        """``(artifact, origin)`` for ``key``, memory aside: from a tier (``"disk"``, also for a
+        read-only cache; ``"remote"``; ``"unchecked"``: another NVRTC's, not loaded here yet),
+        else compiled and stored under the disk cache's file lock, then the remote lease (looking
+        again under each: one compile per key for all sharing them). No GPU; raises what NVRTC
+        and rendering raise."""
         digest, t = cache.digest(key), self.tiers()
         found = self._find(key, digest, t)
         if found is not None:
@@ -214,11 +208,10 @@ class Engine:
     def _find(
         self, key: KernelKey, digest: str, t: Tiers, tiers: Iterable[Tier] | None = None
     ) -> _Found | None:
-        """The first entry for ``digest`` in ``tiers`` (default: all) that verifies (copied to
-        the disk cache); then, for all with ``any_nvrtc``, one another NVRTC built in a shared
-        tier (which names its versions) under the digest that NVRTC computes, filed on disk
-        under ``digest``. A bad entry is removed from the disk cache; in a shared tier, left (a
-        compile here replaces a remote one) and said once per tier."""
+        """The first entry for ``digest`` in ``tiers`` (default: all, then with ``any_nvrtc`` one
+        of another NVRTC a shared tier names, under that NVRTC's digest) that verifies, copied
+        to the disk cache under ``digest``. A bad entry is removed from the disk cache; in a
+        shared tier, left (a compile replaces a remote one) and said once per tier."""
         version = nvrtc.nvrtc_identity()
         looks = [(x, version) for x in tiers or (t.disk, *t.shared) if x is not None]
         if tiers is None and t.settings.any_nvrtc:  # (lazily: a remote's is a round trip)
@@ -275,9 +268,8 @@ class Engine:
         return artifact
 
     def _check(self, key: KernelKey, kernel: Kernel) -> Kernel:
-        """A kernel of another NVRTC, loaded once on a GPU here that runs its arch: kept
-        (its disk entry marked checked) if the driver loads it, else compiled here (one
-        warning); as it is where no GPU here runs it."""
+        """Another NVRTC's kernel, kept (its entry marked checked) if a GPU here of its arch
+        loads it, else compiled here (one warning); as it is where no such GPU is."""
         t, artifact, version = self.tiers(), kernel.artifact, nvrtc.nvrtc_identity()
         try:
             if not try_load(key, artifact):

@@ -1,11 +1,9 @@
 """The cache's local stores (:class:`~nvrtc_engine.core.cache.Tier`): the disk and read-only caches.
 
-:class:`DiskTier`: ``diskcache.Cache`` (public API only) in ``<cache dir>/entries``, capped in
-size, least recently used first with a use counted once a day (an entry read on a new day is
-stored again, under diskcache's ``least-recently-stored`` policy: a warm read is one query, no
-write); ``<cache dir>/locks`` holds a file lock per digest stripe. :class:`ReadOnlyTier`: a
-bundle file, or a directory of its layout (``entries/<digest>``), never written. The remote
-cache is :mod:`nvrtc_engine.core.remote`.
+:class:`DiskTier`: ``diskcache`` (public API only) in ``<cache dir>/entries``, least recently used
+first past its size limit, a use counted once a day (an entry read on a new day is stored again:
+a warm read is one query); ``<cache dir>/locks``: a file lock per digest stripe. The remote cache
+is :mod:`nvrtc_engine.core.remote`.
 """
 
 from __future__ import annotations
