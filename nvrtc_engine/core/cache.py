@@ -170,9 +170,8 @@ def check_entry(
     if key is not None and name != str(key):  # (its symbols are in the digest)
         return f"the entry of {name}, not of {key}"
     if key is not None and not _for_arch(artifact.kind, artifact.options, key.arch):
-        return (
-            f"compiled for {nvrtc.target_arch(artifact.options)} ({artifact.kind}), not {key.arch}"
-        )
+        built = nvrtc.target_arch(artifact.options)
+        return f"compiled for {built} ({artifact.kind}), not for {key.arch}"
     if nvrtc_version not in (None, artifact.nvrtc_version, header.get("adopted_for")):
         return f"built by NVRTC {artifact.nvrtc_version}; this is NVRTC {nvrtc_version}"
     return header, artifact
