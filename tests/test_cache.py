@@ -52,7 +52,7 @@ def _headers(version):
         ("schema", lambda mp: mp.setattr(cache, "SCHEMA", SCHEMA + 1)),
         ("code", lambda mp: mp.setattr(cache, "code_fingerprint", lambda: "0" * 64)),
         ("options", lambda mp: mp.setattr(
-            cache, "compile_options", lambda arch: nvrtc.CompileOptions(arch=arch, minimal=False))),
+            nvrtc, "compile_options", lambda arch: nvrtc.CompileOptions(arch=arch, minimal=False))),
         ("symbols", lambda mp: mp.setattr(type(GELU.spec), "symbols", lambda self, k: ("x",))),
     ],
 )  # fmt: skip
@@ -157,7 +157,7 @@ def test_without_a_wheel_nvrtc_is_asked(monkeypatch):
 
 def _artifact(image=b"\x7fELF-image-bytes", digest="d" * 64, arch="sm_90"):
     return Artifact(image=image, kind="cubin", symbols=("k",), digest=digest, nvrtc_version="13.0",
-                    options=cache.compile_options(arch).flags(), compile_ms=12.5)  # fmt: skip
+                    options=nvrtc.compile_options(arch).flags(), compile_ms=12.5)  # fmt: skip
 
 
 def test_artifact_repr_is_short():
@@ -223,7 +223,8 @@ _WARM = textwrap.dedent("""
         render.render = engine.render = refuse
     kernels = [ne.get_kernel(ne.KernelKey.parse(n)) for n in sys.argv[2:]]
     print(json.dumps({**ne.cache_info().__dict__, "origins": [k.origin for k in kernels],
-                      "loaded": sorted(m for m in ("jinja2", "cuda.bindings.nvrtc")
+                      "loaded": sorted(m for m in ("jinja2", "cuda.bindings.nvrtc", "redis",
+                                                   "nvrtc_engine.core.remote")
                                        if m in sys.modules)}))
 """)
 
@@ -238,6 +239,7 @@ def _warm(mode, env, keys=WARM_KEYS):
 
 
 def test_a_warm_process_renders_nothing_and_loads_no_nvrtc(isolated_cache):
+    """Nor the remote cache's module, or redis, with no remote cache configured."""
     env = _env(isolated_cache)
     first = _warm("allow", env)
     second = _warm("forbid", env)

@@ -28,7 +28,7 @@ def test_nvrtc_options_keep_subnormals():
     """The software path reads E2M1 codes from subnormal fp32 results (0.5 is 2^-127): the
     options an NVFP4 kernel compiles with must not flush them (no -ftz=true, no fast math)."""
     import nvrtc_engine as ne
-    from nvrtc_engine.core.cache import compile_options
+    from nvrtc_engine.core.nvrtc import compile_options
 
     key = ne.make_key("quantize", in_dtype="bf16", out_dtype="fp4_e2m1", arch="sm_90")
     flags = " ".join(compile_options(key.arch).flags())

@@ -1,13 +1,9 @@
 """Cache entries, the digest that addresses them, and the interface of the tiers that hold them.
 
-The **digest** is computed from a kernel's inputs, never from its rendered source (a lookup
-renders nothing): SHA-256 over :data:`SCHEMA`, the canonical key, its kernel symbols,
-:func:`code_fingerprint`, the NVRTC version (:func:`~nvrtc_engine.core.nvrtc.nvrtc_identity`), the
-CUDA header version for kernels that include CUDA headers, and the NVRTC options; no path.
-An **entry** is one bytes value, ``MAGIC | u32 header length | JSON header | image``
-(:func:`encode_entry`); :func:`check_entry` is the one check of every load from every tier.
-A **tier** (:class:`Tier`) stores entries by digest, bytes in and bytes out
-(:mod:`nvrtc_engine.core.tiers`).
+The **digest** (:func:`digest`) comes from a kernel's inputs, never its rendered source: a
+lookup renders nothing. An **entry** is one bytes value, ``MAGIC | u32 header length | JSON
+header | image`` (:func:`encode_entry`); :func:`check_entry` is the one check of every load from
+every tier. A **tier** (:class:`Tier`) stores entries by digest, bytes in and bytes out.
 """
 
 from __future__ import annotations
@@ -28,9 +24,8 @@ from .key import arch_number
 if TYPE_CHECKING:
     from .key import KernelKey
 
-__all__ = ["MAGIC", "SCHEMA", "SIGNED", "Tier", "check_entry", "code_fingerprint",
-           "compile_options", "digest", "encode_entry", "entries", "sign_entry",
-           "target_arch"]  # fmt: skip
+__all__ = ["MAGIC", "SCHEMA", "SIGNED", "Tier", "check_entry", "code_fingerprint", "digest",
+           "encode_entry", "entries", "sign_entry"]  # fmt: skip
 
 SCHEMA = 2
 MAGIC = b"NVRTCENGINE\x01"
@@ -48,10 +43,9 @@ _HMAC = "hmac-sha256:"
 
 @functools.cache
 def code_fingerprint() -> str:
-    """SHA-256 (hex) of what in the package shapes generated code: the templates and device
-    headers, the core modules in :data:`_CODE`, every file of ``families/`` but the float64
-    references and the jinja2 that renders (its ``__init__.py`` names its version); contents
-    only, read once per process."""
+    """SHA-256 (hex) of the contents of what shapes generated code, read once per process: the
+    templates and headers, :data:`_CODE`, ``families/`` but the float64 references, jinja2's
+    ``__init__.py`` (it names its version)."""
     import importlib.util
 
     core = os.path.dirname(os.path.abspath(__file__))
@@ -68,17 +62,11 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=64)
-def compile_options(arch: str) -> nvrtc.CompileOptions:
-    """The NVRTC options kernels are compiled with for ``-arch=arch`` (the one place)."""
-    return nvrtc.CompileOptions(arch=arch)
-
-
 def digest(key: KernelKey, nvrtc_version: str | None = None) -> str:
-    """The cache digest of ``key`` in this process (see the module docstring), or the one a
-    process with NVRTC ``nvrtc_version`` and otherwise this installation computes; renders
-    nothing and loads no NVRTC where its wheel names its version. Raises what finding CUDA
-    headers raises, for a kernel that includes them."""
+    """SHA-256 (hex) over :data:`SCHEMA`, ``key``, its symbols, :func:`code_fingerprint`, the
+    NVRTC version (this process's, or ``nvrtc_version``), the CUDA headers' version (for a kernel
+    that includes them; what finding them raises) and the options; no path. Renders nothing;
+    loads no NVRTC where its wheel names its version."""
     spec = key.spec
     headers = nvrtc.find_cuda_include_dir().version if spec.cuda_headers(key) else ""
     code = code_fingerprint()
@@ -86,16 +74,15 @@ def digest(key: KernelKey, nvrtc_version: str | None = None) -> str:
         code += " " + render.templates_digest(spec.templates)
     fields = [f"schema {SCHEMA}", str(key), " ".join(spec.symbols(key)), code,
               nvrtc_version or nvrtc.nvrtc_identity(), headers,
-              *compile_options(key.arch).flags()]  # fmt: skip
+              *nvrtc.compile_options(key.arch).flags()]  # fmt: skip
     return hashlib.sha256("\n".join(fields).encode()).hexdigest()
 
 
 def encode_entry(key_name: str, artifact: Artifact, **extra: Any) -> bytes:
-    """One cache value holding ``artifact`` for the kernel named ``key_name``. Its header
-    records the key, digest, symbols, NVRTC version, options, kind, compile and creation
-    times, the image's size and SHA-256, ``signature`` (null; :func:`sign_entry`) and
-    ``extra``: an entry of another NVRTC taken on request (``any_nvrtc``) is filed under this
-    NVRTC's digest saying ``adopted_for`` (this NVRTC) and ``checked`` (loaded on a GPU here)."""
+    """The entry of ``artifact`` for kernel ``key_name``: a header with the key, digest,
+    symbols, NVRTC version, options, kind, compile and creation times, the image's size and
+    SHA-256, ``signature`` (:func:`sign_entry`) and ``extra`` (another NVRTC's entry filed
+    under this NVRTC's digest says ``adopted_for`` this NVRTC and ``checked``: loaded here)."""
     return _join({
         "schema": SCHEMA, "key": key_name, "digest": artifact.digest,
         "symbols": list(artifact.symbols), "nvrtc_version": artifact.nvrtc_version,
@@ -125,21 +112,14 @@ def sign_entry(value: bytes, secret: bytes) -> bytes:
     return _join({**header, "signature": _signature(header, secret)}, artifact.image)
 
 
-def target_arch(artifact: Artifact | tuple[str, ...]) -> str:
-    """The ``-arch`` an entry (or its options) was compiled for (``sm_90a``, ``compute_120``)."""
-    options = artifact if isinstance(artifact, tuple) else artifact.options
-    return next((f[len("-arch=") :] for f in options if f.startswith("-arch=")), "?")
-
-
 @functools.lru_cache(maxsize=256)
 def _for_arch(kind: str, options: tuple[str, ...], arch: str) -> bool:
-    """Whether an image of ``kind`` built with ``options`` runs ``arch``'s kernel: a cubin for
-    it, or PTX for an older arch (NVRTC's for an arch newer than it knows); our options."""
-    target = target_arch(options)
+    """Whether our ``options`` make ``arch``'s kernel: a cubin for it, or PTX for an older arch."""
+    target = nvrtc.target_arch(options)
     number = target.removeprefix("compute_")
-    older = number.isdigit() and int(number) < arch_number(arch)
-    ok = target == arch if kind == "cubin" else kind == "ptx" and older
-    return ok and options == compile_options(target).flags()
+    older = kind == "ptx" and number.isdigit() and int(number) < arch_number(arch)
+    ok = target == arch if kind == "cubin" else older
+    return ok and options == nvrtc.compile_options(target).flags()
 
 
 def check_entry(
@@ -149,12 +129,10 @@ def check_entry(
     nvrtc_version: str | None = None,
     secret: bytes | None = None,
 ) -> Checked | str:
-    """Verify a cache value: ``(header, artifact)``, or why it is bad. Always checked: magic,
-    lengths, schema, the digest it is stored under (unless ``digest`` is None), the image's
-    size and SHA-256; with ``secret``: its signature (:func:`sign_entry`), refused when
-    missing or made with another key; with ``key``: it names that key and its image is for
-    the key's arch; with ``nvrtc_version``: that NVRTC built it, or it was adopted for it
-    (:func:`encode_entry`)."""
+    """``(header, artifact)`` of a cache value, or why it is bad: magic, lengths, schema, the
+    ``digest`` it is stored under (unless None), the image's size and SHA-256; with ``secret``
+    a signature by it (:func:`sign_entry`); with ``key`` that key, and an image for its arch;
+    with ``nvrtc_version`` built by that NVRTC, or adopted for it (:func:`encode_entry`)."""
     if not isinstance(value, (bytes, bytearray)) or not value.startswith(MAGIC):
         return "not an nvrtc_engine entry (garbage or another format)"
     try:
@@ -192,15 +170,15 @@ def check_entry(
     if key is not None and name != str(key):  # (its symbols are in the digest)
         return f"the entry of {name}, not of {key}"
     if key is not None and not _for_arch(artifact.kind, artifact.options, key.arch):
-        return f"compiled for {target_arch(artifact)} ({artifact.kind}), not for {key.arch}"
+        built = nvrtc.target_arch(artifact.options)
+        return f"compiled for {built} ({artifact.kind}), not for {key.arch}"
     if nvrtc_version not in (None, artifact.nvrtc_version, header.get("adopted_for")):
         return f"built by NVRTC {artifact.nvrtc_version}; this is NVRTC {nvrtc_version}"
     return header, artifact
 
 
 def entries(tier: Tier) -> Iterator[tuple[str, Checked | str]]:
-    """Every entry of ``tier`` as ``(digest, check_entry's answer)``, for listing, verifying
-    and exporting (an entry removed meanwhile is left out)."""
+    """Every entry of ``tier`` still there as ``(digest, check_entry's answer)``."""
     for stored in tier.digests():
         value = tier.get(stored)
         if value is not None:
@@ -208,13 +186,9 @@ def entries(tier: Tier) -> Iterator[tuple[str, Checked | str]]:
 
 
 class Tier:
-    """A store of cache entries by digest: bytes in, bytes out.
-
-    The engine tries its tiers in order and verifies what one returns (:func:`check_entry`).
-    No method raises: a tier that is unreachable, slower than its own timeout or failing
-    answers "absent" (``get`` None, ``put`` False) and warns once (:class:`CacheWarning`); an
-    unreadable value is ``b""``, a bad entry.
-    """
+    """A store of cache entries by digest, bytes in and bytes out, verified by the engine. No
+    method raises: an unreachable, slow or failing tier answers "absent" (``get`` None, ``put``
+    False) with one :class:`CacheWarning`; an unreadable value is ``b""``, a bad entry."""
 
     location = ""  # a directory, file or address, for messages
     writable = False  # whether put() can change it (a failing tier stops)
@@ -230,7 +204,7 @@ class Tier:
         raise NotImplementedError
 
     def close(self) -> None:  # files and connections, reopened on the next use
-        raise NotImplementedError
+        pass
 
     def nvrtc_versions(self) -> tuple[str, ...]:  # the NVRTC versions of its entries, if cheap
         return ()

@@ -1,11 +1,9 @@
 """The engine: key -> kernel through the memory cache, the cache's tiers and NVRTC.
 
 Memory holds one :class:`~nvrtc_engine.core.kernel.Kernel` per key, built once at a time (the
-engine's lock guards dictionaries only). A miss (:meth:`Engine.build_artifact`) computes the
-key's digest (nothing rendered), looks in the tiers (:meth:`Engine._find`), then compiles
-under the disk cache's file lock and the remote cache's lease. :meth:`Engine.get` hands out a
-kernel of another NVRTC only once it has loaded on a GPU here (where there is one). A fork()ed
-child keeps the memory cache (its kernels load again, lazily) and reopens files and connections.
+lock guards dictionaries only). A miss computes the key's digest (nothing rendered), looks in
+the tiers, then compiles under the disk cache's file lock and the remote cache's lease. A
+fork()ed child keeps the memory cache (its kernels load again) and reopens files and connections.
 """
 
 from __future__ import annotations
@@ -20,30 +18,30 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import cache, config, nvrtc
-from .cache import Tier, check_entry, compile_options, encode_entry
+from .cache import Tier, check_entry, encode_entry
 from .errors import CacheWarning, CudaError, warn_once
 from .kernel import Artifact, Kernel, try_load
 from .key import KernelKey
-from .nvrtc import compile_source, compile_target
+from .nvrtc import compile_options, compile_source, compile_target
 from .render import render
-from .tiers import STORE_DIR, DiskTier, RedisTier, open_readonly, remove_store
+from .tiers import STORE_DIR, DiskTier, open_readonly, remove_store
+
+if TYPE_CHECKING:
+    from .remote import RedisTier
 
 __all__ = ["CacheInfo", "Engine", "Tiers", "default_engine"]
 
 
 @dataclass(frozen=True)
 class CacheInfo:
-    """Counters (this process's) and sizes of the kernel caches: ``hits`` (answered from
-    memory), ``disk_hits`` (read and verified from the disk cache or a read-only cache),
-    ``misses``, ``compiles`` (NVRTC runs), ``memory_entries``; the disk cache's ``entries``,
-    ``bytes`` on disk, ``directory`` (None without a usable one; asking creates none: one
-    holding no cache yet reports 0 and 0) and ``size_limit`` (bytes; else the configured one);
-    ``readonly``: the read-only caches configured (``NVRTC_ENGINE_READONLY_CACHE``);
-    ``remote_hits`` (read and verified from the remote cache) and ``remote`` (its URL without
-    a password, or None: ``NVRTC_ENGINE_REMOTE_CACHE``)."""
+    """This process's counters: ``hits`` (from memory), ``disk_hits`` (from the disk or a
+    read-only cache), ``remote_hits``, ``misses``, ``compiles`` (NVRTC runs), ``memory_entries``;
+    the disk cache's ``entries``, ``bytes`` on disk, ``directory`` (None without a usable one;
+    one holding no cache yet reports 0 and 0: asking creates none) and ``size_limit`` (bytes);
+    the ``readonly`` caches and the ``remote`` one's URL without its password, or None."""
 
     hits: int
     disk_hits: int
@@ -62,13 +60,12 @@ class CacheInfo:
 @dataclass(frozen=True)
 class Tiers:
     """The caches of one :class:`~nvrtc_engine.core.config.Settings`, opened: the disk cache (None
-    when disabled or unusable; ``why``), the ``shared`` ones (the read-only caches, then the
-    remote cache), the remote cache (None when not configured or unusable) and the ``secret``
-    shared tiers' entries are signed with."""
+    when disabled or unusable: ``why``), the ``shared`` ones (read-only, then remote), the remote
+    cache (None when not configured or unusable), the ``secret`` shared entries are signed with."""
 
     settings: config.Settings
     disk: DiskTier | None
-    shared: tuple[Tier, ...] = ()  # what other machines write: read-only caches, remote
+    shared: tuple[Tier, ...] = ()
     remote: RedisTier | None = None
     why: str = ""
     secret: bytes | None = None
@@ -77,6 +74,10 @@ class Tiers:
         for tier in (self.disk, *self.shared):
             if tier is not None:
                 tier.close()
+
+    def store(self, digest: str, value: bytes) -> None:  # in the disk cache, if any
+        if self.disk is not None:
+            self.disk.put(digest, value)
 
 
 _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
@@ -96,15 +97,17 @@ class Engine:
         _engines.add(self)
 
     def tiers(self) -> Tiers:
-        """The caches, opened on first use and after a :func:`~nvrtc_engine.configure` (the
-        old ones keep their entries). Raises :class:`~nvrtc_engine.SettingsError` for a
-        signing key file that cannot be read."""
+        """The caches, opened on first use and after a :func:`~nvrtc_engine.configure`; raises
+        :class:`~nvrtc_engine.SettingsError` for a signing key file that cannot be read."""
         s, opened = config.settings(), self._opened
         if opened is None or opened.settings is not s:  # (threads racing here open them twice)
-            secret = s.signing_key()
+            secret, remote = s.signing_key(), None
             disk, why = (None, "") if s.disable_disk_cache else DiskTier.open(
                 _cache_dir(s), s.cache_size_limit)  # fmt: skip
-            remote = RedisTier.open(s)
+            if s.remote_cache:  # (the redis client is imported only for one)
+                from .remote import RedisTier
+
+                remote = RedisTier.open(s)
             shared = (*open_readonly(s.readonly_cache), *((remote,) if remote else ()))
             self._opened = Tiers(s, disk, shared, remote, why, secret)
             if opened is not None:
@@ -124,9 +127,8 @@ class Engine:
                          remote)  # fmt: skip
 
     def clear(self, *, memory: bool = True, disk: bool = True) -> None:
-        """Drop cached kernels, ``memory`` resetting the counters, ``disk`` the settings' directory
-        (a store a full disk keeps from opening goes whole; the settings are read again).
-        Read-only and remote caches are never cleared."""
+        """Drop the kernels in ``memory`` (and the counters) and in the ``disk`` cache (a store
+        a full disk keeps from opening goes whole); never the read-only and remote caches."""
         if memory:
             with self._lock:
                 self._memory.clear()
@@ -172,47 +174,50 @@ class Engine:
         if kernel is not None:
             self.hits += 1
             return kernel
-        t = self.tiers()
-        found = self._find(key, cache.digest(key), t, (t.disk, *t.shared), t.settings.any_nvrtc)
+        found = self._find(key, cache.digest(key), self.tiers())
         return self.adopt(key, *found) if found is not None else None
 
-    def adopt(self, key: KernelKey, artifact: Artifact, origin: str) -> Kernel:
-        """Keep ``artifact`` (from anywhere) as ``key``'s kernel; the one memory holds wins."""
+    def adopt(
+        self, key: KernelKey, artifact: Artifact, origin: str, replace: bool = False
+    ) -> Kernel:
+        """Keep ``artifact`` (from anywhere) as ``key``'s kernel; the one memory holds wins,
+        unless ``replace``."""
         kernel = key.spec.kernel_class()(key, artifact, origin)
         with self._lock:
-            return self._memory.setdefault(key, kernel)
+            kept = self._memory[key] = kernel if replace else self._memory.get(key, kernel)
+            return kept
 
     def build_artifact(self, key: KernelKey) -> _Found:
-        """``(artifact, origin)`` for ``key``, no memory cache: from a tier (origin ``"disk"``,
-        also for a read-only cache, ``"remote"``, or ``"unchecked"``: another NVRTC's, not yet
-        loaded on a GPU here), else ``"compiled"`` and stored, holding the disk cache's file
-        lock (never this engine's) and then the remote cache's lease and looking again under
-        each: processes sharing them compile each key once. Touches no GPU (prewarm's workers
-        call this). Raises what rendering and NVRTC raise."""
+        """``(artifact, origin)`` for ``key``, memory aside: from a tier (``"disk"``, also for a
+        read-only cache; ``"remote"``; ``"unchecked"``: another NVRTC's, not loaded here yet),
+        else compiled and stored under the disk cache's file lock, then the remote lease (looking
+        again under each: one compile per key for all sharing them). No GPU; raises what NVRTC
+        and rendering raise."""
         digest, t = cache.digest(key), self.tiers()
-        s = t.settings
-        found = self._find(key, digest, t, (t.disk, *t.shared), s.any_nvrtc)
+        found = self._find(key, digest, t)
         if found is not None:
             return found
         with contextlib.ExitStack() as held:
+            s = t.settings
             for tier, wait in ((t.disk, s.lock_timeout), (t.remote, s.remote_wait)):
                 if found is None and tier is not None and tier.writable:
                     held.enter_context(tier.lock(digest, wait))
-                    found = self._find(key, digest, t, (tier,), False)  # stored meanwhile?
+                    found = self._find(key, digest, t, (tier,))  # stored meanwhile?
             return found or (self._compile(key, digest, t), "compiled")
 
     def _find(
-        self, key: KernelKey, digest: str, t: Tiers, tiers: Iterable[Tier | None], other: bool
+        self, key: KernelKey, digest: str, t: Tiers, tiers: Iterable[Tier] | None = None
     ) -> _Found | None:
-        """The first entry for ``digest`` in ``tiers`` that verifies (copied to the disk cache);
-        then, with ``other``, one built by another NVRTC in a shared tier, under the digest
-        that NVRTC computes for ``key`` (the tier names its versions), filed on disk under
-        ``digest``. A bad entry is removed from the disk cache; in a shared tier, left (a
-        compile here replaces a remote one) and said once per tier."""
-        version, tiers = nvrtc.nvrtc_identity(), [x for x in tiers if x is not None]
-        looks = [(x, version) for x in tiers]
-        if other:  # (lazily: a remote tier's versions are a round trip)
-            theirs = ((x, v) for x in tiers if x.shared for v in x.nvrtc_versions() if v != version)
+        """The first entry for ``digest`` in ``tiers`` (default: all, then with ``any_nvrtc`` one
+        of another NVRTC a shared tier names, under that NVRTC's digest) that verifies, copied
+        to the disk cache under ``digest``. A bad entry is removed from the disk cache; in a
+        shared tier, left (a compile replaces a remote one) and said once per tier."""
+        version = nvrtc.nvrtc_identity()
+        looks = [(x, version) for x in tiers or (t.disk, *t.shared) if x is not None]
+        if tiers is None and t.settings.any_nvrtc:  # (lazily: a remote's is a round trip)
+            theirs = (
+                (x, v) for x, _ in looks if x.shared for v in x.nvrtc_versions() if v != version
+            )
             looks = itertools.chain(looks, theirs)  # type: ignore[assignment]
         for tier, built in looks:
             stored = digest if built == version else cache.digest(key, built)
@@ -233,8 +238,8 @@ class Engine:
             if built != version:  # filed under this NVRTC's digest, saying so
                 artifact = dataclasses.replace(artifact, digest=digest)
                 value = encode_entry(str(key), artifact, adopted_for=version, checked=False)
-            if tier is not t.disk and t.disk is not None:
-                t.disk.put(digest, value)
+            if tier is not t.disk:
+                t.store(digest, value)
             remote = tier is t.remote
             self.remote_hits += remote
             self.disk_hits += not remote
@@ -257,39 +262,14 @@ class Engine:
             warn_once("nvrtc", expected, f"nvrtc_engine: NVRTC {version} is loaded, not the "
                       f"NVRTC {expected} wheel: kernels are not cached", CacheWarning)  # fmt: skip
             return artifact
-        if t.disk is not None:
-            t.disk.put(digest, encode_entry(str(key), artifact))
-        self._share(t, key, artifact)
+        t.store(digest, encode_entry(str(key), artifact))
+        if t.remote is not None:
+            t.remote.share(str(key), artifact, t.secret)
         return artifact
 
-    @staticmethod
-    def _share(t: Tiers, key: KernelKey, artifact: Artifact) -> bool:
-        """Write ``key``'s entry to the remote cache, signed where a secret is configured."""
-        if t.remote is None:
-            return False
-        value = encode_entry(str(key), artifact)
-        return t.remote.put(
-            artifact.digest, cache.sign_entry(value, t.secret) if t.secret else value
-        )
-
-    def publish(self, keys: Iterable[KernelKey]) -> list[KernelKey]:
-        """Write the entries of ``keys`` (kernels in memory, as :func:`~nvrtc_engine.prewarm`
-        leaves them) to the remote cache, signed where a secret is configured; the keys not
-        written: not in memory, built by another NVRTC (never shared), no remote cache, or
-        the server refused or failed."""
-        t, version = self.tiers(), nvrtc.nvrtc_identity()
-        return [
-            key
-            for key in keys
-            if (kernel := self._memory.get(key)) is None
-            or kernel.artifact.nvrtc_version != version
-            or not self._share(t, key, kernel.artifact)
-        ]
-
     def _check(self, key: KernelKey, kernel: Kernel) -> Kernel:
-        """A kernel of another NVRTC, loaded once on a GPU here that runs its arch: kept
-        (its disk entry marked checked) if the driver loads it, else compiled here (one
-        warning); as it is where no GPU here runs it."""
+        """Another NVRTC's kernel, kept (its entry marked checked) if a GPU here of its arch
+        loads it, else compiled here (one warning); as it is where no such GPU is."""
         t, artifact, version = self.tiers(), kernel.artifact, nvrtc.nvrtc_identity()
         try:
             if not try_load(key, artifact):
@@ -298,17 +278,13 @@ class Engine:
             warn_once("other nvrtc", str(key), f"nvrtc_engine: the cached {key}, built by "
                       f"NVRTC {artifact.nvrtc_version}, does not load here ({exc}); "
                       f"compiling it with NVRTC {version}", CacheWarning)  # fmt: skip
-            if t.disk is not None:
+            if t.disk is not None:  # (a compile that fails does not try it again)
                 t.disk.delete(artifact.digest)
-            artifact, origin = self._compile(key, artifact.digest, t), "compiled"
-        else:
-            if t.disk is not None:
-                value = encode_entry(str(key), artifact, adopted_for=version, checked=True)
-                t.disk.put(artifact.digest, value)
-            origin = "disk"
-        with self._lock:
-            self._memory[key] = kernel = key.spec.kernel_class()(key, artifact, origin)
-        return kernel
+            return self.adopt(key, self._compile(key, artifact.digest, t), "compiled", True)
+        t.store(
+            artifact.digest, encode_entry(str(key), artifact, adopted_for=version, checked=True)
+        )
+        return self.adopt(key, artifact, "disk", True)
 
 
 def _cache_dir(s: config.Settings) -> Path | None:  # None: no home directory for the default

@@ -30,12 +30,14 @@ __all__ = [
     "CompileOptions",
     "CompileResult",
     "CudaIncludeDir",
+    "compile_options",
     "compile_source",
     "compile_target",
     "find_cuda_include_dir",
     "nvrtc_identity",
     "nvrtc_version",
     "supported_archs",
+    "target_arch",
 ]
 
 
@@ -162,6 +164,17 @@ class CompileOptions:
         out += [f"-D{name}={value}" for name, value in self.defines]
         out += list(self.extra)
         return tuple(out)
+
+
+@functools.lru_cache(maxsize=64)
+def compile_options(arch: str) -> CompileOptions:
+    """The NVRTC options kernels are compiled with for ``-arch=arch`` (the one place)."""
+    return CompileOptions(arch=arch)
+
+
+def target_arch(flags: Sequence[str]) -> str:
+    """The ``-arch`` in NVRTC ``flags`` (``sm_90a``, ``compute_120``), or ``"?"``."""
+    return next((f[len("-arch=") :] for f in flags if f.startswith("-arch=")), "?")
 
 
 class CompileResult(NamedTuple):

@@ -1,12 +1,9 @@
-"""The cache's stores (:class:`~nvrtc_engine.core.cache.Tier`): disk, read-only and remote caches.
+"""The cache's local stores (:class:`~nvrtc_engine.core.cache.Tier`): the disk and read-only caches.
 
-:class:`DiskTier`: ``diskcache.Cache`` (public API only) in ``<cache dir>/entries``, capped in
-size, least recently used first with a use counted once a day (an entry read on a new day is
-stored again, under diskcache's ``least-recently-stored`` policy: a warm read is one query,
-no write); ``<cache dir>/locks`` holds a file lock per digest stripe. :class:`ReadOnlyTier`: a
-bundle file, or a directory of its layout (``entries/<digest>``), never written.
-:class:`RedisTier`: a Redis server shared by a fleet (the ``redis`` client, an optional
-extra), with a compile lease per digest.
+:class:`DiskTier`: ``diskcache`` (public API only) in ``<cache dir>/entries``, least recently used
+first past its size limit, a use counted once a day (an entry read on a new day is stored again:
+a warm read is one query); ``<cache dir>/locks``: a file lock per digest stripe. The remote cache
+is :mod:`nvrtc_engine.core.remote`.
 """
 
 from __future__ import annotations
@@ -19,17 +16,13 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .cache import SCHEMA, Tier, check_entry
-from .config import shown_url
+from .cache import Tier
 from .errors import CacheWarning, warn, warn_once
 
-if TYPE_CHECKING:
-    from .config import Settings
-
-__all__ = ["BUNDLE_ENTRIES", "STORE_DIR", "DiskTier", "ReadOnlyTier", "RedisTier",
-           "open_readonly", "remove_store"]  # fmt: skip
+__all__ = ["BUNDLE_ENTRIES", "STORE_DIR", "DiskTier", "ReadOnlyTier", "open_readonly",
+           "remove_store"]  # fmt: skip
 
 STORE_DIR = "entries"  # diskcache's directory inside the cache directory
 BUNDLE_ENTRIES = "entries/"  # where a bundle (or a directory like one) keeps its entries
@@ -46,13 +39,9 @@ def _why(exc: BaseException) -> str:
     return ("no space left on device (ENOSPC); " if full else "") + f"{type(exc).__name__}: {exc}"
 
 
-def _damaged(why: str) -> bool:  # SQLite's words for a database it cannot read
-    return "malformed" in why or "not a database" in why
-
-
 def _warn_unusable(directory: Path | str, why: str, *, opening: bool = True) -> None:
-    """Warn (:class:`CacheWarning`), once per directory, that a disk cache cannot be opened
-    (``opening``) or written, and how to fix it."""
+    """One :class:`CacheWarning` per directory: its disk cache cannot be opened (``opening``)
+    or written, and the fix."""
     fix = "free some space, or run `nvrtc-engine cache clear`" if why.startswith("no space") else (
         _READ_ONLY if opening else _SET_DIR)  # fmt: skip
     warn_once("cache", str(directory), f"nvrtc_engine: disk cache at {directory} "
@@ -97,14 +86,16 @@ class DiskTier(Tier):
         """The disk cache in ``directory`` (made if missing; None: no home directory for the
         default one), or ``(None, why)`` after one :class:`CacheWarning`. A damaged database is
         replaced by an empty one (one warning), under a lock file: once for all processes."""
+        damaged = lambda exc: "malformed" in str(exc) or "not a database" in str(exc)  # noqa: E731
         try:
             if directory is None:
                 raise OSError("no home directory for the default cache directory")
             try:
                 return cls(directory, size_limit), ""
             except Exception as exc:  # permission, read-only FS, full disk, damaged database
-                if not _damaged(why := _why(exc)):
+                if not damaged(exc):
                     raise
+                why = _why(exc)
             import filelock
 
             (directory / "locks").mkdir(exist_ok=True)
@@ -112,7 +103,7 @@ class DiskTier(Tier):
                 try:
                     return cls(directory, size_limit), ""  # replaced by another process
                 except Exception as again:
-                    if not _damaged(str(again)):
+                    if not damaged(again):
                         raise
                 remove_store(directory)
                 warn_once("damaged", str(directory), f"nvrtc_engine: the disk cache's database "
@@ -157,8 +148,7 @@ class DiskTier(Tier):
     def digests(self) -> Iterator[str]:
         return iter(_quiet(lambda: list(self._store), []))
 
-    def __contains__(self, digest: object) -> bool:
-        """Whether an entry is stored under ``digest`` (no use counted, nothing verified)."""
+    def __contains__(self, digest: object) -> bool:  # stored (no use counted, nothing verified)
         return bool(_quiet(lambda: digest in self._store, False))
 
     def __len__(self) -> int:
@@ -264,153 +254,3 @@ def open_readonly(paths: Sequence[Path]) -> tuple[ReadOnlyTier, ...]:
                       "(NVRTC_ENGINE_READONLY_CACHE names bundle files, and directories "
                       "holding a bundle's entries/)", CacheWarning)  # fmt: skip
     return tuple(tiers)
-
-
-class RedisTier(Tier):
-    """Entries in a Redis server shared by a fleet, under ``{prefix}:{schema}:{digest}``; a
-    compile lease under ``...:{digest}:lease``; the NVRTC versions that wrote entries in the
-    set ``{prefix}:{schema}:nvrtc``.
-
-    Every call is bounded by ``timeout`` (connect and socket, one immediate retry on a fresh
-    connection: a restarted server's old connections fail once). A failure makes the tier
-    answer "absent" for ``retry`` seconds, then it is tried again; one :class:`CacheWarning`
-    per process. A full server (``maxmemory`` with ``noeviction``) refuses writes, reads go on
-    (one warning). An entry's TTL is renewed at each read."""
-
-    writable = shared = True
-
-    def __init__(self, s: Settings) -> None:
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
-
-        url, timeout = s.remote_cache or "", s.remote_timeout
-        self.location, self.refused, self._retry = shown_url(url), "", s.remote_retry
-        self._client = redis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 1), health_check_interval=0,
-        )  # fmt: skip
-        self._errors = redis.exceptions
-        self._prefix, self._ttl_ms = f"{s.remote_prefix}:{SCHEMA}:", int(s.remote_ttl * 1e3) or None
-        self._down_until = 0.0  # time.monotonic() before which the server is not asked
-
-    @classmethod
-    def open(cls, s: Settings) -> RedisTier | None:
-        """The remote cache the settings name, or None: none named, or (one warning) the
-        ``redis`` package is missing or refuses the URL."""
-        if not s.remote_cache:
-            return None
-        try:
-            return cls(s)
-        except ImportError:
-            why = "the redis package is not installed (pip install 'nvrtc-engine[redis]')"
-        except Exception as exc:  # a URL redis-py refuses
-            why = f"{type(exc).__name__}: {exc}"
-        warn_once("remote", s.remote_cache, f"nvrtc_engine: NVRTC_ENGINE_REMOTE_CACHE is "
-                  f"{shown_url(s.remote_cache)} but {why}; working without the remote "
-                  "cache", CacheWarning)  # fmt: skip
-        return None
-
-    def _ask(self, call: Callable[[], Any], default: Any) -> Any:
-        """``call()``'s answer, or ``default`` when the server is backed off, fails or refuses
-        a write (full, or a read-only replica); never raises."""
-        if time.monotonic() < self._down_until:
-            return default
-        try:
-            return call()
-        except (self._errors.OutOfMemoryError, self._errors.ReadOnlyError) as exc:
-            self.refused = f"{type(exc).__name__}: {exc}"
-            warn_once("remote full", self.location, f"nvrtc_engine: the remote cache at "
-                      f"{self.location} refuses writes ({self.refused}): kernels are not "
-                      "stored there; reading it goes on (give the server more maxmemory, or "
-                      "an eviction policy such as allkeys-lru)", CacheWarning)  # fmt: skip
-            return default
-        except Exception as exc:  # unreachable, timed out, restarting, refused, NOAUTH...
-            self._down_until = time.monotonic() + self._retry
-            warn_once("remote", self.location, f"nvrtc_engine: the remote cache at "
-                      f"{self.location} failed ({type(exc).__name__}: {exc}); working from "
-                      f"the disk cache and NVRTC, asking it again every {self._retry:g} s "
-                      "(NVRTC_ENGINE_REMOTE_RETRY)", CacheWarning)  # fmt: skip
-            return default
-
-    def get(self, digest: str) -> bytes | None:
-        def read() -> bytes | None:  # (a pipeline: one round trip, on every Redis version)
-            pipe = self._client.pipeline(transaction=False)
-            pipe.get(self._prefix + digest)
-            if self._ttl_ms:
-                pipe.pexpire(self._prefix + digest, self._ttl_ms)
-            value = pipe.execute(raise_on_error=False)[0]
-            if isinstance(value, Exception) and "WRONGTYPE" not in str(value):
-                raise value  # (WRONGTYPE: another program's key, a bad entry)
-            return value if value is None or isinstance(value, bytes) else b""
-
-        return self._ask(read, None)
-
-    def put(self, digest: str, value: bytes) -> bool:
-        checked = check_entry(value, digest)
-        if isinstance(checked, str):  # never share a bad entry
-            return False
-
-        def write() -> bool:
-            pipe = self._client.pipeline(transaction=False)
-            pipe.set(self._prefix + digest, value, px=self._ttl_ms)
-            pipe.sadd(f"{self._prefix}nvrtc", checked[1].nvrtc_version)
-            return bool(pipe.execute()[0])
-
-        return bool(self._ask(write, False))
-
-    def _scan(self) -> list[str]:  # the digests of the entries under the prefix (may raise)
-        names = self._client.scan_iter(self._prefix + "?" * 64, 1000)  # (not leases, nor nvrtc)
-        return [name.decode(errors="replace")[len(self._prefix) :] for name in names]
-
-    def digests(self) -> Iterator[str]:
-        return iter(self._ask(self._scan, []))
-
-    def _members(self) -> list[str]:  # the NVRTC versions that wrote entries here (may raise)
-        return sorted(
-            v.decode(errors="replace") for v in self._client.smembers(self._prefix + "nvrtc")
-        )
-
-    def nvrtc_versions(self) -> tuple[str, ...]:
-        return tuple(self._ask(self._members, ()))
-
-    @contextlib.contextmanager
-    def lock(self, digest: str, wait: float) -> Iterator[bool]:
-        """Hold the lease for compiling ``digest`` (redis-py's ``Lock``: ``SET NX PX``, given
-        back by its owner only), ``wait`` seconds long, so that a killed holder's expires;
-        yields whether it is held: False where the server cannot say (down or full), or after
-        waiting ``wait`` seconds for another node (one :class:`CacheWarning`); the caller then
-        compiles anyway."""
-        life = max(wait, 0.001)  # (and redis-py's polling never longer than the lease)
-        name = f"{self._prefix}{digest}:lease"
-        lease = self._client.lock(name, life, sleep=min(life, 0.01), blocking_timeout=wait)
-        held = self._ask(lease.acquire, None)
-        if held is False:
-            warn_once("remote wait", self.location, f"nvrtc_engine: waited {wait:g} s for "
-                      f"another node compiling the same kernel (its lease {name} in the "
-                      f"remote cache at {self.location}); compiling it here "
-                      "(NVRTC_ENGINE_REMOTE_WAIT sets the wait)", CacheWarning)  # fmt: skip
-        try:
-            yield bool(held)
-        finally:
-            if held:  # (refused once it expired and is another's; failing, it expires)
-                _quiet(lease.release, None)
-
-    def state(self) -> dict[str, Any]:
-        """For ``cache info``: ``reachable`` (now, ignoring the back-off), ``error``,
-        ``entries`` under this prefix (None where the server cannot tell) and the
-        ``nvrtc_versions`` that wrote them."""
-        try:
-            self._client.ping()
-            return {
-                "reachable": True,
-                "error": None,
-                "entries": len(self._scan()),
-                "nvrtc_versions": self._members(),
-            }
-        except Exception as exc:
-            return {"reachable": False, "error": f"{type(exc).__name__}: {exc}",
-                    "entries": None, "nvrtc_versions": []}  # fmt: skip
-
-    def close(self) -> None:
-        _quiet(self._client.close, None)

@@ -49,12 +49,12 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..core.cache import SCHEMA, check_entry, digest, encode_entry, sign_entry, target_arch
+from ..core.cache import SCHEMA, check_entry, digest, encode_entry, sign_entry
 from ..core.engine import default_engine
 from ..core.errors import ArgumentTypeError, BundleError, CudaError
 from ..core.kernel import Artifact, try_load
 from ..core.key import KernelKey
-from ..core.nvrtc import nvrtc_version
+from ..core.nvrtc import nvrtc_version, target_arch
 from ..core.tiers import BUNDLE_ENTRIES
 
 __all__ = ["FORMAT", "VERSION", "BundleError", "BundleReport", "export_bundle", "import_bundle"]
@@ -158,7 +158,7 @@ def export_bundle(path: str | os.PathLike[str], *, overwrite: bool = False) -> B
         member = f"{BUNDLE_ENTRIES}{stored}"
         records.append({
             "key": name, "digest": stored, "nvrtc_version": artifact.nvrtc_version,
-            "arch": target_arch(artifact), "kind": artifact.kind, "size": len(value),
+            "arch": target_arch(artifact.options), "kind": artifact.kind, "size": len(value),
             "sha256": hashlib.sha256(value).hexdigest(), "file": member,
         })  # fmt: skip
         files.append((member, value))
@@ -298,7 +298,7 @@ def _verified(
     _agrees(where, name, "digest", digest, artifact.digest, "the entry's header says")
     _agrees(where, name, "nvrtc_version", nv, artifact.nvrtc_version, "the entry's header says")
     _agrees(where, name, "kind", record["kind"], artifact.kind, "the entry is a")
-    _agrees(where, name, "arch", record["arch"], target_arch(artifact), "the entry is for")
+    _agrees(where, name, "arch", record["arch"], target_arch(artifact.options), "the entry is for")
     try:
         expected = _expected(name, nv)
     except Exception as exc:

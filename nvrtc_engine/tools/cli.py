@@ -139,8 +139,9 @@ def _open_remote() -> Any:
 def _publish(report: Any) -> list[Any]:
     """Write every kernel the prewarm made ready to the remote cache; the keys not written."""
     from ..core.engine import default_engine
+    from ..core.remote import publish
 
-    return default_engine().publish([*report.compiled, *report.cached])
+    return publish(default_engine(), [*report.compiled, *report.cached])
 
 
 def _not_stored(keys: Sequence[Any], disk: Any) -> list[Any]:
@@ -239,7 +240,8 @@ def _current_digest(name: str, memo: dict[str, str | None]) -> str | None:
 
 
 def _cache_list(args: argparse.Namespace) -> int:
-    from ..core.cache import entries, target_arch
+    from ..core.cache import entries
+    from ..core.nvrtc import target_arch
 
     rows = []
     memo: dict[str, str | None] = {}
@@ -251,7 +253,7 @@ def _cache_list(args: argparse.Namespace) -> int:
         current = _current_digest(header["key"], memo)
         adopted = header.get("adopted_for")
         rows.append({
-            "key": header["key"], "digest": digest, "arch": target_arch(artifact),
+            "key": header["key"], "digest": digest, "arch": target_arch(artifact.options),
             "kind": artifact.kind, "bytes": len(artifact.image),
             "compile_ms": round(artifact.compile_ms, 1), "nvrtc": artifact.nvrtc_version,
             "created": header.get("created"),
