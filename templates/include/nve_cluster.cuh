@@ -41,7 +41,8 @@ __device__ __forceinline__ unsigned cluster_map(unsigned local, unsigned rank) {
 }
 
 __device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(arrivals) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(arrivals)
+               : "memory");
 }
 
 // After mbar_init: the initializations are visible to the whole cluster once every CTA has
@@ -63,7 +64,8 @@ __device__ __forceinline__ void cluster_sync_relaxed() {
 
 // This thread's arrival on its CTA's `bar`, which also expects `bytes` more bytes this phase.
 __device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)), "r"(bytes)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)),
+               "r"(bytes)
                : "memory");
 }
 
@@ -71,9 +73,10 @@ __device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned
 // complete on that CTA's `bar`.
 __device__ __forceinline__ void cluster_send(float v, const float* dst, unsigned long long* bar,
                                              unsigned rank) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
-               ::"r"(cluster_map(smem_address(dst), rank)), "r"(__float_as_uint(v)),
-               "r"(cluster_map(smem_address(bar), rank)) : "memory");
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+                   cluster_map(smem_address(dst), rank)),
+               "r"(__float_as_uint(v)), "r"(cluster_map(smem_address(bar), rank))
+               : "memory");
 }
 
 // Waits until the phase of `bar` with parity `phase` has completed.
