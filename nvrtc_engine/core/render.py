@@ -10,6 +10,13 @@ Every template file is read once per process (:func:`template_files`) and render
 sees those bytes: the cache's code fingerprint (:func:`nvrtc_engine.core.cache.code_fingerprint`)
 hashes the same snapshot, so a digest always belongs to the templates a kernel is rendered
 from. A template edited while a process runs is seen by the next process.
+
+Jinja2 compiles each template to Python code once per process, the largest part of a cold
+prewarm's rendering. Installing the package (the build hook) stores the compiled templates in
+``nvrtc_engine/_templates_bytecode`` (:func:`precompile`), as pip stores ``.pyc`` files, and
+rendering loads them through Jinja2's bytecode cache. Jinja2 checks each entry's Python version
+and the SHA-1 of the template's source before using it, so an edited template, another Python
+or a missing folder only means compiling in memory; rendering never writes there.
 """
 
 from __future__ import annotations
