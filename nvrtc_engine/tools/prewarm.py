@@ -176,18 +176,39 @@ def _longest_first(keys: Sequence[KernelKey]) -> list[KernelKey]:
 def _build_in_threads(
     engine: Engine, keys: Sequence[KernelKey], threads: int, memory: bool
 ) -> Iterator[_Outcome]:
-    from concurrent.futures import ThreadPoolExecutor, as_completed
+    """The outcomes of ``keys`` built by ``threads`` threads, each taking the next key (longest
+    first) until none is left, in the order they finish."""
+    import collections
+    import queue
 
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="nvrtc-engine-prewarm")
+    todo = collections.deque(_longest_first(keys) if len(keys) > threads else keys)
+    done: queue.SimpleQueue[_Outcome] = queue.SimpleQueue()
+
+    def work() -> None:
+        try:
+            while todo:
+                try:
+                    key = todo.popleft()
+                except IndexError:  # another thread took the last one
+                    return
+                done.put(_build(engine, key, memory))
+        finally:  # a connection left to the garbage collector would cross a later fork()
+            disk = engine.tiers().disk
+            if disk is not None:
+                disk.close()
+
+    workers = [threading.Thread(target=work, name=f"nvrtc-engine-prewarm-{i}")
+               for i in range(threads)]  # fmt: skip
+    for worker in workers:
+        worker.start()
     try:
-        queue = _longest_first(keys) if len(keys) > threads else keys  # (else one each)
-        futures = [pool.submit(_build, engine, key, memory) for key in queue]
-        for future in as_completed(futures):
-            yield future.result()
+        for _ in keys:
+            yield done.get()
     except BaseException:  # Ctrl-C: no new compile starts; those running end on their own
-        pool.shutdown(wait=False, cancel_futures=True)
+        todo.clear()
         raise
-    pool.shutdown(wait=True)  # no thread outlives the call
+    for worker in workers:  # no thread outlives the call
+        worker.join()
 
 
 def _default_arch() -> str:
