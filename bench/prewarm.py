@@ -60,8 +60,12 @@ WORK = ("render", "compile")  # a thread that did these is a worker
 _SINGLE = r"""
 import json, os, resource, sys, time
 from concurrent.futures import ThreadPoolExecutor
-from nvrtc_engine.core.engine import Engine
-from nvrtc_engine.tools.variants import load_variants
+try:
+    from nvrtc_engine.core.engine import Engine
+    from nvrtc_engine.tools.variants import load_variants
+except ImportError:  # --code: a commit from before the package's layout (347c8bd)
+    from nvrtc_engine.engine import Engine
+    from nvrtc_engine.variants import load_variants
 keys, repeat, threads = load_variants(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 engine = Engine()
 build = lambda key: engine.build_artifact(key)[0].compile_ms
@@ -79,6 +83,13 @@ for _ in range(repeat):
 print(json.dumps({"keys": [str(k) for k in keys], "passes_ms": passes, "threads": runs}))
 """
 
+_NVRTC_VERSION = """
+try:
+    from nvrtc_engine.core.nvrtc import nvrtc_version
+except ImportError:
+    from nvrtc_engine.nvrtc import nvrtc_version
+print(nvrtc_version())
+"""
 
 QUIET = 0.1  # CPUs other processes may use, on average, during a measurement
 
@@ -152,8 +163,9 @@ def command(listing: Path, code: Path, pyc: Path, cache: Path, trace: Path | Non
     if trace is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(TRACER), env["PYTHONPATH"]])
         env["NVRTC_ENGINE_BENCH_TRACE"] = str(trace)
-    args = [sys.executable, "-m", "nvrtc_engine.tools.cli", "prewarm", str(listing), "--json",
-            "--no-progress"]  # fmt: skip
+    cli = "nvrtc_engine.tools.cli" if (code / "nvrtc_engine" / "tools").is_dir() else (
+        "nvrtc_engine.cli")  # fmt: skip
+    args = [sys.executable, "-m", cli, "prewarm", str(listing), "--json", "--no-progress"]
     env["NVRTC_ENGINE_BENCH_T0"] = repr(time.time())
     start = time.perf_counter()
     done = subprocess.run(args, env=env, capture_output=True, text=True, cwd=code)
@@ -256,8 +268,7 @@ def main() -> int:
         "list": str(listing.relative_to(ROOT)) if listing.is_relative_to(ROOT) else str(listing),
         "variants": variants, "available_cpus": cpus, "load_average": os.getloadavg(),
         "code": "this checkout" if code == ROOT else str(code),
-        "nvrtc": subprocess.run([sys.executable, "-c", "from nvrtc_engine.core.nvrtc import "
-                                 "nvrtc_version; print(nvrtc_version())"], cwd=code,
+        "nvrtc": subprocess.run([sys.executable, "-c", _NVRTC_VERSION], cwd=code,
                                 env=child_env(code, pyc, None), capture_output=True, text=True,
                                 check=True).stdout.strip(),
         "single": {k: v for k, v in single.items() if k != "raw"},
