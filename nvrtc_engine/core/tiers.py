@@ -112,10 +112,10 @@ class DiskTier(Tier):
             return cls(directory, size_limit)
 
     def get(self, digest: str) -> bytes | None:
-        try:
+        try:  # (diskcache answers None for a value file it cannot read: another user's)
             value, day = self._store.get(digest, tag=True, retry=True)
-        except Exception:  # an unreadable value file (another user's), a damaged row
-            return b""
+        except Exception:  # a damaged row, or an error that may pass: a miss, nothing removed
+            return None
         if value is not None and day != int(time.time() // 86400):  # a use on a new day
             self.put(digest, value)
         return value if value is None or isinstance(value, bytes) else b""
