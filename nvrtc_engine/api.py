@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .core import config, driver
 from .core.dtypes import DTYPES, dtype_name
@@ -238,10 +237,11 @@ def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:
     else:
         call = (op, *fields.items(), *map(type, fields.values()))
     try:
-        kernel = engine.lookup_call(call)
+        kernel = engine.calls.get(call)
     except TypeError:  # unhashable field value: skip the memo, validation will explain
         kernel, call = None, None
     if kernel is not None:
+        engine.hits += 1  # (a memory hit, as the key's lookup would have been)
         return kernel
     kernel = engine.get(make_key(op, **fields))
     if call is not None:
@@ -249,8 +249,7 @@ def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:
     return kernel
 
 
-@dataclass(frozen=True)
-class CacheInfo:
+class CacheInfo(NamedTuple):
     """This process's counters: ``hits`` (from memory), ``disk_hits`` (from the disk or a
     read-only cache), ``remote_hits``, ``misses``, ``compiles`` (NVRTC runs), ``memory_entries``;
     the disk cache's ``entries``, ``bytes`` on disk, ``directory`` (None without a usable one;

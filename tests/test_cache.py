@@ -222,7 +222,7 @@ _WARM = textwrap.dedent("""
             raise AssertionError("rendered in a warm process")
         render.render = engine.render = refuse
     kernels = [ne.get_kernel(ne.KernelKey.parse(n)) for n in sys.argv[2:]]
-    print(json.dumps({**ne.cache_info().__dict__, "origins": [k.origin for k in kernels],
+    print(json.dumps({**ne.cache_info()._asdict(), "origins": [k.origin for k in kernels],
                       "loaded": sorted(m for m in ("jinja2", "cuda.bindings.nvrtc", "redis",
                                                    "nvrtc_engine.core.remote")
                                        if m in sys.modules)}))

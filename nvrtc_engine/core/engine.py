@@ -109,11 +109,6 @@ class Engine:
             self.opened.close()
             self.opened = None
 
-    def lookup_call(self, call: Any) -> Kernel | None:  # get_kernel's, for the same arguments
-        kernel = self.calls.get(call)
-        self.hits += kernel is not None
-        return kernel
-
     def get(self, key: KernelKey) -> Kernel:
         """The kernel for ``key``: from memory, else a tier, else compiled (single-flight);
         one of another NVRTC loaded once on a GPU first (:meth:`_check`)."""
@@ -150,11 +145,12 @@ class Engine:
 
     def build_artifact(self, key: KernelKey) -> tuple[Artifact, str]:
         """``(artifact, origin)`` for ``key``, memory aside: from a tier (:meth:`_find`), else
-        compiled and stored under the disk cache's file lock, then the remote lease (looking
-        again under each: one compile per key for all sharing them). Raises what NVRTC and
-        rendering raise."""
+        compiled (no GPU) and stored under the disk cache's file lock, then the remote lease
+        (looking again under each: one compile per key for all sharing them)."""
         digest, t = cache.digest(key), self.tiers()
         found = self._find(key, digest, t)
+        if found is not None:
+            return found
         with contextlib.ExitStack() as held:
             s = t.settings
             for tier, wait in ((t.disk, s.lock_timeout), (t.remote, s.remote_wait)):
