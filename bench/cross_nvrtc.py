@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 import nvrtc_engine as ne  # noqa: E402
 from nvrtc_engine.core import config  # noqa: E402
-from nvrtc_engine.core.cache import code_fingerprint  # noqa: E402
 from nvrtc_engine.core.nvrtc import nvrtc_version  # noqa: E402
+from nvrtc_engine.core.render import code_fingerprint  # noqa: E402
 from nvrtc_engine.tools.bundle import export_bundle, import_bundle  # noqa: E402
 from nvrtc_engine.tools.demo import demo_keys, run_demo  # noqa: E402
 from nvrtc_engine.tools.variants import load_variants  # noqa: E402

@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:  # (for type checkers; at run time each name is imported on first use)
-    from .api import cache_info, clear_cache, get_kernel, make_key
+    from .api import CacheInfo, cache_info, clear_cache, get_kernel, make_key
     from .core.config import configure
     from .core.driver import DeviceBuffer
     from .core.dtypes import DTYPES, DType
-    from .core.engine import CacheInfo
     from .core.errors import (
         ArgumentError,
         ArgumentTypeError,
@@ -85,11 +84,10 @@ _ERRORS = ("ArgumentError ArgumentTypeError BundleError CacheWarning CompileErro
            "HeaderNotFoundError NoDeviceError NvrtcEngineError SettingsError SettingsTypeError "
            "VariantError VariantListError VariantTypeError")  # fmt: skip
 _WHERE = {
-    **dict.fromkeys(("cache_info", "clear_cache", "get_kernel", "make_key"), "api"),
+    **dict.fromkeys(("CacheInfo", "cache_info", "clear_cache", "get_kernel", "make_key"), "api"),
     "configure": "core.config",
     "DeviceBuffer": "core.driver",
     **dict.fromkeys(("DTYPES", "DType"), "core.dtypes"),
-    "CacheInfo": "core.engine",
     **dict.fromkeys(_ERRORS.split(), "core.errors"),
     "Kernel": "core.kernel",
     "KernelKey": "core.key",

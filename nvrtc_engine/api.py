@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, NamedTuple
 
-from .core import driver
+from .core import config, driver
 from .core.dtypes import DTYPES, dtype_name
-from .core.engine import CacheInfo, default_engine
+from .core.engine import cache_dir, default_engine
 from .core.errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -19,7 +20,7 @@ from .core.errors import (
 from .core.kernel import Kernel
 from .core.key import DeviceArch, KernelKey, parse_arch
 
-__all__ = ["cache_info", "clear_cache", "get_kernel", "make_key"]
+__all__ = ["CacheInfo", "cache_info", "clear_cache", "get_kernel", "make_key"]
 
 
 # The hint of a NoDeviceError for a missing arch, in Python syntax; the command line shows
@@ -236,10 +237,11 @@ def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:
     else:
         call = (op, *fields.items(), *map(type, fields.values()))
     try:
-        kernel = engine.lookup_call(call)
+        kernel = engine.calls.get(call)
     except TypeError:  # unhashable field value: skip the memo, validation will explain
         kernel, call = None, None
     if kernel is not None:
+        engine.hits += 1  # (a memory hit, as the key's lookup would have been)
         return kernel
     kernel = engine.get(make_key(op, **fields))
     if call is not None:
@@ -247,9 +249,52 @@ def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:
     return kernel
 
 
+class CacheInfo(NamedTuple):
+    """This process's counters: ``hits`` (from memory), ``disk_hits`` (from the disk or a
+    read-only cache), ``remote_hits``, ``misses``, ``compiles`` (NVRTC runs), ``memory_entries``;
+    the disk cache's ``entries``, ``bytes`` on disk, ``directory`` (None without a usable one;
+    one holding no cache yet reports 0 and 0: asking creates none) and ``size_limit`` (bytes);
+    the ``readonly`` caches and the ``remote`` one's URL without its password, or None."""
+
+    hits: int
+    disk_hits: int
+    misses: int
+    compiles: int
+    memory_entries: int
+    entries: int
+    bytes: int
+    directory: str | None
+    size_limit: int = 0
+    readonly: tuple[str, ...] = ()
+    remote_hits: int = 0
+    remote: str | None = None
+
+
 def cache_info() -> CacheInfo:
-    """Counters (hits, disk_hits, misses, compiles) and sizes (entries, bytes) of the caches."""
-    return default_engine().info()
+    """Counters (hits, disk_hits, misses, compiles) and sizes (entries, bytes) of the caches;
+    opens the disk cache only where its directory holds one."""
+    engine, s = default_engine(), config.settings()
+    fresh = None if engine.opened and engine.opened.settings is s else _not_created(s)
+    disk = None if fresh or s.disable_disk_cache else engine.tiers().disk
+    sizes = (0, 0, fresh, s.cache_size_limit) if disk is None else (
+        len(disk), disk.volume(), str(disk.directory), disk.size_limit)  # fmt: skip
+    remote = config.shown_url(s.remote_cache) if s.remote_cache else None
+    return CacheInfo(engine.hits, engine.disk_hits, engine.misses, engine.compiles,
+                     len(engine.memory), *sizes, tuple(map(str, s.readonly_cache)),
+                     engine.remote_hits, remote)  # fmt: skip
+
+
+def _not_created(s: config.Settings) -> str | None:
+    """The cache directory where it has no store yet and may get one (creating nothing)."""
+    from .core.tiers import STORE_DIR
+
+    directory = existing = cache_dir(s)
+    if s.disable_disk_cache or directory is None or os.path.isdir(directory / STORE_DIR):
+        return None
+    while not os.path.exists(existing) and existing.parent != existing:
+        existing = existing.parent
+    ok = os.path.isdir(existing) and os.access(existing, os.W_OK | os.X_OK)
+    return str(directory) if ok else None
 
 
 def clear_cache(*, memory: bool = True, disk: bool = True) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 import nvrtc_engine as ne
 from nvrtc_engine import CacheWarning, make_key
-from nvrtc_engine.core import cache, config, nvrtc
+from nvrtc_engine.core import cache, config, nvrtc, render
 from nvrtc_engine.core.cache import SCHEMA, check_entry, digest, encode_entry
 from nvrtc_engine.core.engine import Engine, default_engine
 from nvrtc_engine.core.kernel import Artifact
@@ -50,7 +50,7 @@ def _headers(version):
     [
         ("NVRTC version", lambda mp: mp.setattr(nvrtc, "nvrtc_identity", lambda: "99.1")),
         ("schema", lambda mp: mp.setattr(cache, "SCHEMA", SCHEMA + 1)),
-        ("code", lambda mp: mp.setattr(cache, "code_fingerprint", lambda: "0" * 64)),
+        ("code", lambda mp: mp.setattr(render, "code_fingerprint", lambda: "0" * 64)),
         ("options", lambda mp: mp.setattr(
             nvrtc, "compile_options", lambda arch: nvrtc.CompileOptions(arch=arch, minimal=False))),
         ("symbols", lambda mp: mp.setattr(type(GELU.spec), "symbols", lambda self, k: ("x",))),
@@ -222,7 +222,7 @@ _WARM = textwrap.dedent("""
             raise AssertionError("rendered in a warm process")
         render.render = engine.render = refuse
     kernels = [ne.get_kernel(ne.KernelKey.parse(n)) for n in sys.argv[2:]]
-    print(json.dumps({**ne.cache_info().__dict__, "origins": [k.origin for k in kernels],
+    print(json.dumps({**ne.cache_info()._asdict(), "origins": [k.origin for k in kernels],
                       "loaded": sorted(m for m in ("jinja2", "cuda.bindings.nvrtc", "redis",
                                                    "nvrtc_engine.core.remote")
                                        if m in sys.modules)}))
@@ -314,10 +314,8 @@ def as_nobody(scenario):
     loaded here first."""
     import jinja2  # noqa: F401
 
-    from nvrtc_engine.core import render
-
     nvrtc.nvrtc_version(), nvrtc.supported_archs(), render.template_files()
-    cache.code_fingerprint()
+    render.code_fingerprint()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest

@@ -206,6 +206,24 @@ def test_database_error_on_read_is_a_miss(monkeypatch):
     assert engine.get(k).origin == "compiled"
 
 
+def test_an_error_reading_the_database_removes_no_entry(monkeypatch):
+    """An error that may pass (a busy or damaged read) is a miss, never a bad entry to remove:
+    the entry another process stored is there for the next reader."""
+    import sqlite3
+
+    k = make_key("gelu", dtype="fp16", arch="sm_89")
+    Engine().get(k)
+    engine = Engine()
+
+    def busy(*args, **kwargs):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(engine.tiers().disk._store, "get", busy)
+    assert engine.cached(k) is None
+    monkeypatch.undo()
+    assert Engine().cached(k).origin == "disk"
+
+
 @pytest.mark.skipif(IS_ROOT, reason="root reads chmod 000 files; the simulated test covers it")
 def test_chmod_000_entry_is_a_miss(isolated_cache):
     k = make_key("gelu", dtype="fp32", arch="sm_90")

@@ -304,11 +304,11 @@ def test_cache_list_marks_superseded_entries(capsys, monkeypatch, isolated_cache
     ``cache list`` marks which one get_kernel uses now (current yes) and counts the
     superseded."""
     import nvrtc_engine as ne
-    from nvrtc_engine.core import cache
+    from nvrtc_engine.core import render
 
     old = ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
     with monkeypatch.context() as mp:
-        mp.setattr(cache, "code_fingerprint", lambda: "0" * 64)
+        mp.setattr(render, "code_fingerprint", lambda: "0" * 64)
         ne.clear_cache(disk=False)
         new = ne.get_kernel("gelu", dtype="bf16", arch="sm_90")
     ne.clear_cache(disk=False)

@@ -106,7 +106,7 @@ _NODE = textwrap.dedent("""
     while os.environ.get("GO") and not os.path.exists(os.environ["GO"]):
         time.sleep(0.002)
     kernels = [ne.get_kernel(ne.KernelKey.parse(n)) for n in names]
-    print(json.dumps({"origins": [k.origin for k in kernels], **ne.cache_info().__dict__}))
+    print(json.dumps({"origins": [k.origin for k in kernels], **ne.cache_info()._asdict()}))
 """)
 
 

@@ -1,9 +1,9 @@
 """Cache entries, the digest that addresses them, and the interface of the tiers that hold them.
 
-The **digest** (:func:`digest`) comes from a kernel's inputs, never its rendered source: a
-lookup renders nothing. An **entry** is one bytes value, ``MAGIC | u32 header length | JSON
-header | image`` (:func:`encode_entry`); :func:`check_entry` is the one check of every load from
-every tier. A **tier** (:class:`Tier`) stores entries by digest, bytes in and bytes out.
+The **digest** (:func:`digest`) comes from a kernel's inputs, never its rendered source. An
+**entry** is one bytes value, ``MAGIC | u32 header length | JSON header | image``
+(:func:`encode_entry`); :func:`check_entry` is the one check of every load from every **tier**
+(:class:`Tier`: entries by digest, bytes in and bytes out), signatures included.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import struct
 import time
 from collections.abc import Iterator
@@ -24,52 +23,24 @@ from .key import arch_number
 if TYPE_CHECKING:
     from .key import KernelKey
 
-__all__ = ["MAGIC", "SCHEMA", "SIGNED", "Tier", "check_entry", "code_fingerprint", "digest",
-           "encode_entry", "entries", "sign_entry"]  # fmt: skip
+__all__ = ["MAGIC", "SCHEMA", "Tier", "check_entry", "digest", "encode_entry", "entries",
+           "sign_entry"]  # fmt: skip
 
 SCHEMA = 2
 MAGIC = b"NVRTCENGINE\x01"
 _LEN = struct.Struct("<I")
-# The core's Python that decides what the templates render (with every file of families/).
-_CODE = ("dtypes.py", "key.py", "nvrtc.py", "render.py", "signature.py", "spec.py")
 Checked = tuple[dict[str, Any], Artifact]
-# The header fields an entry's HMAC covers: what it is (key, symbols, kind), what built it
-# (NVRTC version, options, so arch), where it is filed (schema, digest) and its image (size,
-# SHA-256); not the compile and creation times, which change nothing loaded.
-SIGNED = ("schema", "key", "digest", "symbols", "nvrtc_version", "options", "kind", "size",
-          "sha256")  # fmt: skip
-_HMAC = "hmac-sha256:"
-
-
-@functools.cache
-def code_fingerprint() -> str:
-    """SHA-256 (hex) of the contents of what shapes generated code, read once per process: the
-    templates and headers, :data:`_CODE`, ``families/`` but the float64 references, jinja2's
-    ``__init__.py`` (it names its version)."""
-    import importlib.util
-
-    core = os.path.dirname(os.path.abspath(__file__))
-    h = hashlib.sha256(render.templates_digest().encode())
-    for name in _CODE:
-        with open(os.path.join(core, name), "rb") as f:
-            h.update(f"\0{name}\0".encode() + f.read())
-    for name, data in render.folder_files(os.path.join(os.path.dirname(core), "families")).items():
-        if not name.endswith("reference.py"):  # (the float64 references render nothing)
-            h.update(f"\0families/{name}\0".encode() + data)
-    jinja2 = importlib.util.find_spec("jinja2")
-    with open(jinja2.origin if jinja2 and jinja2.origin else os.devnull, "rb") as f:
-        h.update(b"\0jinja2\0" + f.read())
-    return h.hexdigest()
 
 
 def digest(key: KernelKey, nvrtc_version: str | None = None) -> str:
-    """SHA-256 (hex) over :data:`SCHEMA`, ``key``, its symbols, :func:`code_fingerprint`, the
-    NVRTC version (this process's, or ``nvrtc_version``), the CUDA headers' version (for a kernel
-    that includes them; what finding them raises) and the options; no path. Renders nothing;
-    loads no NVRTC where its wheel names its version."""
+    """SHA-256 (hex) over :data:`SCHEMA`, ``key``, its symbols, the code fingerprint
+    (:func:`~nvrtc_engine.core.render.code_fingerprint`), the NVRTC version (this process's, or
+    ``nvrtc_version``), the CUDA headers' version (for a kernel that includes them; what finding
+    them raises) and the options; no path. Renders nothing; loads no NVRTC where its wheel
+    names its version."""
     spec = key.spec
     headers = nvrtc.find_cuda_include_dir().version if spec.cuda_headers(key) else ""
-    code = code_fingerprint()
+    code = render.code_fingerprint()
     if spec.templates is not None:  # a family outside the package: its own files too
         code += " " + render.templates_digest(spec.templates)
     fields = [f"schema {SCHEMA}", str(key), " ".join(spec.symbols(key)), code,
@@ -97,19 +68,12 @@ def _join(header: dict[str, Any], image: bytes) -> bytes:
     return MAGIC + _LEN.pack(len(text)) + text + image
 
 
-def _signature(header: dict[str, Any], secret: bytes) -> str:
-    import hmac  # (only where a secret is configured)
-
-    fields = json.dumps({f: header.get(f) for f in SIGNED}, sort_keys=True, separators=(",", ":"))
-    message = b"nvrtc_engine entry\0" + fields.encode()
-    return _HMAC + hmac.new(secret, message, "sha256").hexdigest()
-
-
 def sign_entry(value: bytes, secret: bytes) -> bytes:
-    """``value`` (a verified entry) with its ``signature`` set: an HMAC-SHA256 with
-    ``secret`` over the header fields in :data:`SIGNED` (the image through its SHA-256)."""
+    """``value`` (a verified entry) signed by ``secret`` (:mod:`~nvrtc_engine.core.signing`)."""
+    from .signing import signature
+
     header, artifact = check_entry(value, None)  # type: ignore[misc]
-    return _join({**header, "signature": _signature(header, secret)}, artifact.image)
+    return _join({**header, "signature": signature(header, secret)}, artifact.image)
 
 
 @functools.lru_cache(maxsize=256)
@@ -138,7 +102,7 @@ def check_entry(
     try:
         (length,) = _LEN.unpack_from(value, len(MAGIC))
         start = len(MAGIC) + _LEN.size
-        header = json.loads(value[start : start + length].decode())
+        header = json.loads(value[start : start + length])
         image, schema = bytes(value[start + length :]), header.get("schema")
     except (struct.error, ValueError, AttributeError):  # (AttributeError: no JSON object)
         return "damaged or truncated header"
@@ -151,13 +115,10 @@ def check_entry(
     if header.get("sha256") != hashlib.sha256(image).hexdigest():
         return "image SHA-256 mismatch (corrupted)"
     if secret is not None:
-        import hmac  # (compare_digest: a signature is not guessed bytewise)
+        from .signing import problem
 
-        signature = header.get("signature")
-        if not isinstance(signature, str) or not signature.startswith(_HMAC):
-            return "unsigned, and a signing key is configured (NVRTC_ENGINE_CACHE_KEY)"
-        if not hmac.compare_digest(signature, _signature(header, secret)):
-            return "signed with another key, or altered after signing"
+        if unsigned := problem(header, secret):
+            return unsigned
     try:
         artifact = Artifact(
             image=image, kind=str(header["kind"]), symbols=tuple(header["symbols"]),

@@ -1,9 +1,6 @@
-"""The engine: key -> kernel through the memory cache, the cache's tiers and NVRTC.
-
-Memory holds one :class:`~nvrtc_engine.core.kernel.Kernel` per key, built once at a time (the
-lock guards dictionaries only). A miss computes the key's digest (nothing rendered), looks in
-the tiers, then compiles under the disk cache's file lock and the remote cache's lease. A
-fork()ed child keeps the memory cache (its kernels load again) and reopens files and connections.
+"""The engine: key -> kernel through the memory cache, the cache's tiers and NVRTC (the lock
+guards dictionaries only). A fork()ed child keeps the memory cache (its kernels load again) and
+reopens files and connections.
 """
 
 from __future__ import annotations
@@ -15,10 +12,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import cache, config, nvrtc
 from .cache import Tier, check_entry, encode_entry
@@ -30,35 +24,15 @@ from .render import render
 from .tiers import STORE_DIR, DiskTier, open_readonly, remove_store
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+
     from .remote import RedisTier
 
-__all__ = ["CacheInfo", "Engine", "Tiers", "default_engine"]
+__all__ = ["Engine", "Tiers", "cache_dir", "default_engine"]
 
 
-@dataclass(frozen=True)
-class CacheInfo:
-    """This process's counters: ``hits`` (from memory), ``disk_hits`` (from the disk or a
-    read-only cache), ``remote_hits``, ``misses``, ``compiles`` (NVRTC runs), ``memory_entries``;
-    the disk cache's ``entries``, ``bytes`` on disk, ``directory`` (None without a usable one;
-    one holding no cache yet reports 0 and 0: asking creates none) and ``size_limit`` (bytes);
-    the ``readonly`` caches and the ``remote`` one's URL without its password, or None."""
-
-    hits: int
-    disk_hits: int
-    misses: int
-    compiles: int
-    memory_entries: int
-    entries: int
-    bytes: int
-    directory: str | None
-    size_limit: int = 0
-    readonly: tuple[str, ...] = ()
-    remote_hits: int = 0
-    remote: str | None = None
-
-
-@dataclass(frozen=True)
-class Tiers:
+class Tiers(NamedTuple):
     """The caches of one :class:`~nvrtc_engine.core.config.Settings`, opened: the disk cache (None
     when disabled or unusable: ``why``), the ``shared`` ones (read-only, then remote), the remote
     cache (None when not configured or unusable), the ``secret`` shared entries are signed with."""
@@ -81,88 +55,71 @@ class Tiers:
 
 
 _engines: weakref.WeakSet[Engine] = weakref.WeakSet()
-_Found = tuple[Artifact, str]  # an artifact and its origin: "disk", "remote", "unchecked"
 
 
 class Engine:
-    """Builds and caches kernels. Most code uses the process-wide :func:`default_engine`."""
+    """Builds and caches kernels. Most code uses the process-wide :func:`default_engine`;
+    :func:`~nvrtc_engine.cache_info` reports its counters."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._memory: dict[KernelKey, Kernel] = {}
+        self.memory: dict[KernelKey, Kernel] = {}  # what get_kernel returned, by key
         self.calls: dict[Any, Kernel] = {}  # get_kernel argument tuples -> kernel
         self._inflight: dict[KernelKey, threading.Lock] = {}
-        self._opened: Tiers | None = None
+        self.opened: Tiers | None = None  # the caches of the settings they were opened for
         self.hits = self.disk_hits = self.remote_hits = self.misses = self.compiles = 0
         _engines.add(self)
 
     def tiers(self) -> Tiers:
         """The caches, opened on first use and after a :func:`~nvrtc_engine.configure`; raises
         :class:`~nvrtc_engine.SettingsError` for a signing key file that cannot be read."""
-        s, opened = config.settings(), self._opened
+        s, opened = config.settings(), self.opened
         if opened is None or opened.settings is not s:  # (threads racing here open them twice)
             secret, remote = s.signing_key(), None
             disk, why = (None, "") if s.disable_disk_cache else DiskTier.open(
-                _cache_dir(s), s.cache_size_limit)  # fmt: skip
+                cache_dir(s), s.cache_size_limit)  # fmt: skip
             if s.remote_cache:  # (the redis client is imported only for one)
                 from .remote import RedisTier
 
                 remote = RedisTier.open(s)
             shared = (*open_readonly(s.readonly_cache), *((remote,) if remote else ()))
-            self._opened = Tiers(s, disk, shared, remote, why, secret)
+            self.opened = Tiers(s, disk, shared, remote, why, secret)
             if opened is not None:
                 opened.close()
-        return self._opened
-
-    def info(self) -> CacheInfo:
-        """Counters and sizes; opens the disk cache only where its directory holds one."""
-        s, opened = config.settings(), self._opened
-        fresh = None if opened and opened.settings is s else _not_created(s)
-        disk = None if fresh or s.disable_disk_cache else self.tiers().disk
-        sizes = (0, 0, fresh, s.cache_size_limit) if disk is None else (
-            len(disk), disk.volume(), str(disk.directory), disk.size_limit)  # fmt: skip
-        remote = config.shown_url(s.remote_cache) if s.remote_cache else None
-        return CacheInfo(self.hits, self.disk_hits, self.misses, self.compiles, len(self._memory),
-                         *sizes, tuple(map(str, s.readonly_cache)), self.remote_hits,
-                         remote)  # fmt: skip
+        return self.opened
 
     def clear(self, *, memory: bool = True, disk: bool = True) -> None:
         """Drop the kernels in ``memory`` (and the counters) and in the ``disk`` cache (a store
         a full disk keeps from opening goes whole); never the read-only and remote caches."""
         if memory:
             with self._lock:
-                self._memory.clear()
+                self.memory.clear()
                 self.calls.clear()
                 self.hits = self.disk_hits = self.remote_hits = self.misses = self.compiles = 0
         if not disk:
             return
-        directory = _cache_dir(config.settings())
+        directory = cache_dir(config.settings())
         if directory is not None and os.path.isdir(directory / STORE_DIR):  # (else none made)
             t = self.tiers()
             if t.disk is not None:
                 t.disk.clear()
             elif t.why.startswith("no space"):
                 remove_store(directory)
-        if self._opened is not None:
-            self._opened.close()
-            self._opened = None
-
-    def lookup_call(self, call: Any) -> Kernel | None:  # get_kernel's, for the same arguments
-        kernel = self.calls.get(call)
-        self.hits += kernel is not None
-        return kernel
+        if self.opened is not None:
+            self.opened.close()
+            self.opened = None
 
     def get(self, key: KernelKey) -> Kernel:
         """The kernel for ``key``: from memory, else a tier, else compiled (single-flight);
         one of another NVRTC loaded once on a GPU first (:meth:`_check`)."""
-        kernel = self._memory.get(key)
+        kernel = self.memory.get(key)
         if kernel is not None and kernel.origin != "unchecked":
             self.hits += 1
             return kernel
         with self._lock:
             flight = self._inflight.setdefault(key, threading.Lock())
         with flight:  # one build of a key at a time: those waiting find its kernel in memory
-            kernel = self._memory.get(key) or self.adopt(key, *self.build_artifact(key))
+            kernel = self.memory.get(key) or self.adopt(key, *self.build_artifact(key))
             if kernel.origin == "unchecked":
                 kernel = self._check(key, kernel)
         self._inflight.pop(key, None)
@@ -170,29 +127,26 @@ class Engine:
 
     def cached(self, key: KernelKey) -> Kernel | None:
         """The kernel for ``key`` if memory or a tier has it (then kept in memory), or None."""
-        kernel = self._memory.get(key)
+        kernel = self.memory.get(key)
         if kernel is not None:
             self.hits += 1
             return kernel
         found = self._find(key, cache.digest(key), self.tiers())
         return self.adopt(key, *found) if found is not None else None
 
-    def adopt(
-        self, key: KernelKey, artifact: Artifact, origin: str, replace: bool = False
-    ) -> Kernel:
-        """Keep ``artifact`` (from anywhere) as ``key``'s kernel; the one memory holds wins,
-        unless ``replace``."""
+    def adopt(self, key: KernelKey, artifact: Artifact, origin: str, replace: bool = False
+              ) -> Kernel:  # fmt: skip
+        """Keep ``artifact`` as ``key``'s kernel; the one memory holds wins, unless ``replace``."""
         kernel = key.spec.kernel_class()(key, artifact, origin)
         with self._lock:
-            kept = self._memory[key] = kernel if replace else self._memory.get(key, kernel)
-            return kept
+            if replace:
+                self.memory[key] = kernel
+            return self.memory.setdefault(key, kernel)
 
-    def build_artifact(self, key: KernelKey) -> _Found:
-        """``(artifact, origin)`` for ``key``, memory aside: from a tier (``"disk"``, also for a
-        read-only cache; ``"remote"``; ``"unchecked"``: another NVRTC's, not loaded here yet),
-        else compiled and stored under the disk cache's file lock, then the remote lease (looking
-        again under each: one compile per key for all sharing them). No GPU; raises what NVRTC
-        and rendering raise."""
+    def build_artifact(self, key: KernelKey) -> tuple[Artifact, str]:
+        """``(artifact, origin)`` for ``key``, memory aside: from a tier (:meth:`_find`), else
+        compiled (no GPU) and stored under the disk cache's file lock, then the remote lease
+        (looking again under each: one compile per key for all sharing them)."""
         digest, t = cache.digest(key), self.tiers()
         found = self._find(key, digest, t)
         if found is not None:
@@ -207,11 +161,12 @@ class Engine:
 
     def _find(
         self, key: KernelKey, digest: str, t: Tiers, tiers: Iterable[Tier] | None = None
-    ) -> _Found | None:
+    ) -> tuple[Artifact, str] | None:
         """The first entry for ``digest`` in ``tiers`` (default: all, then with ``any_nvrtc`` one
         of another NVRTC a shared tier names, under that NVRTC's digest) that verifies, copied
-        to the disk cache under ``digest``. A bad entry is removed from the disk cache; in a
-        shared tier, left (a compile replaces a remote one) and said once per tier."""
+        to the disk cache; origin ``"disk"`` (a read-only cache's too), ``"remote"`` or
+        ``"unchecked"`` (another NVRTC's, not loaded here yet). A bad entry is removed from the
+        disk cache; in a shared tier, left and said once per tier."""
         version = nvrtc.nvrtc_identity()
         looks = [(x, version) for x in tiers or (t.disk, *t.shared) if x is not None]
         if tiers is None and t.settings.any_nvrtc:  # (lazily: a remote's is a round trip)
@@ -281,28 +236,15 @@ class Engine:
             if t.disk is not None:  # (a compile that fails does not try it again)
                 t.disk.delete(artifact.digest)
             return self.adopt(key, self._compile(key, artifact.digest, t), "compiled", True)
-        t.store(
-            artifact.digest, encode_entry(str(key), artifact, adopted_for=version, checked=True)
-        )
+        value = encode_entry(str(key), artifact, adopted_for=version, checked=True)
+        t.store(artifact.digest, value)
         return self.adopt(key, artifact, "disk", True)
 
 
-def _cache_dir(s: config.Settings) -> Path | None:  # None: no home directory for the default
-    try:
+def cache_dir(s: config.Settings) -> Path | None:  # None: no home directory for the default
+    with contextlib.suppress(OSError):
         return s.resolved_cache_dir()
-    except OSError:
-        return None
-
-
-def _not_created(s: config.Settings) -> str | None:
-    """The cache directory where it has no store yet and may get one (creating nothing)."""
-    directory = existing = _cache_dir(s)
-    if s.disable_disk_cache or directory is None or os.path.isdir(directory / STORE_DIR):
-        return None
-    while not os.path.exists(existing) and existing.parent != existing:
-        existing = existing.parent
-    ok = os.path.isdir(existing) and os.access(existing, os.W_OK | os.X_OK)
-    return str(directory) if ok else None
+    return None
 
 
 _default = Engine()  # (opens nothing until its first lookup)
@@ -315,14 +257,14 @@ def default_engine() -> Engine:
 
 def _before_fork() -> None:
     for engine in list(_engines):
-        if engine._opened is not None:  # SQLite and Redis connections must not cross a fork
-            engine._opened.close()  # (reopened on use)
+        if engine.opened is not None:  # SQLite and Redis connections must not cross a fork
+            engine.opened.close()  # (reopened on use)
 
 
 def _after_fork_in_child() -> None:
     for engine in list(_engines):
         engine._lock, engine._inflight = threading.Lock(), {}  # the parent's builds end there
-        for kernel in engine._memory.values():  # modules are per process: load again here
+        for kernel in engine.memory.values():  # modules are per process: load again here
             kernel._loaded, kernel._lock = {}, threading.Lock()
 
 

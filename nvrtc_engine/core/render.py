@@ -7,7 +7,7 @@ wheel the templates sit inside the package (``nvrtc_engine/templates``); in a so
 they are found beside the package.
 
 Every template file is read once per process (:func:`template_files`) and rendering only ever
-sees those bytes: the cache's code fingerprint (:func:`nvrtc_engine.core.cache.code_fingerprint`)
+sees those bytes: the code fingerprint the cache's digest holds (:func:`code_fingerprint`)
 hashes the same snapshot, so a digest always belongs to the templates a kernel is rendered
 from. A template edited while a process runs is seen by the next process.
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RenderedSource",
+    "code_fingerprint",
     "environment",
     "folder_files",
     "helper_headers",
@@ -106,6 +107,31 @@ def templates_digest(folder: str | None = None) -> str:
     for name, data in (template_files() if folder is None else folder_files(folder)).items():
         h.update(f"{name}\0{len(data)}\0".encode())
         h.update(data)
+    return h.hexdigest()
+
+
+# The core's Python that decides what the templates render (with every file of families/).
+_CODE = ("dtypes.py", "key.py", "nvrtc.py", "render.py", "signature.py", "spec.py")
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """SHA-256 (hex) of the contents of what shapes generated code, read once per process:
+    :func:`templates_digest`, :data:`_CODE`, ``families/`` but the float64 references and
+    jinja2's ``__init__.py`` (it names its version)."""
+    from importlib.machinery import PathFinder
+
+    core = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256(templates_digest().encode())
+    for name in _CODE:
+        with open(os.path.join(core, name), "rb") as f:
+            h.update(f"\0{name}\0".encode() + f.read())
+    for name, data in folder_files(os.path.join(os.path.dirname(core), "families")).items():
+        if not name.endswith("reference.py"):  # (the float64 references render nothing)
+            h.update(f"\0families/{name}\0".encode() + data)
+    jinja2 = PathFinder.find_spec("jinja2")
+    with open(jinja2.origin if jinja2 and jinja2.origin else os.devnull, "rb") as f:
+        h.update(b"\0jinja2\0" + f.read())
     return h.hexdigest()
 
 

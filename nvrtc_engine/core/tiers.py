@@ -1,9 +1,6 @@
-"""The cache's local stores (:class:`~nvrtc_engine.core.cache.Tier`): the disk and read-only caches.
-
-:class:`DiskTier`: ``diskcache`` (public API only) in ``<cache dir>/entries``, least recently used
-first past its size limit, a use counted once a day (an entry read on a new day is stored again:
-a warm read is one query); ``<cache dir>/locks``: a file lock per digest stripe. The remote cache
-is :mod:`nvrtc_engine.core.remote`.
+"""The cache's local stores (:class:`~nvrtc_engine.core.cache.Tier`): the disk cache
+(:class:`DiskTier`) and read-only caches (:class:`ReadOnlyTier`). The remote cache is
+:mod:`nvrtc_engine.core.remote`.
 """
 
 from __future__ import annotations
@@ -62,11 +59,10 @@ def _quiet(call: Callable[[], Any], default: Any) -> Any:  # call's answer, or d
 
 
 class DiskTier(Tier):
-    """Entries in ``diskcache`` (SQLite index + files) under ``directory``, at most
-    ``size_limit`` bytes. It writes a large value to a new file before the transaction that
-    points at it commits (a small one inside it): a writer killed at any moment leaves the old
-    entry or the new. A failing write stops writes (one warning); ``refused`` says why, as for
-    an entry evicted as soon as it was stored."""
+    """``diskcache`` (public API only) in ``<directory>/entries``, at most ``size_limit`` bytes,
+    least recently used first out, a use counted once a day (an entry read on a new day is
+    stored again); a killed writer leaves the old entry or the new. A failing write stops writes
+    (one warning); ``refused`` says why, as for an entry evicted as soon as it was stored."""
 
     writable = True
 
@@ -84,42 +80,42 @@ class DiskTier(Tier):
     @classmethod
     def open(cls, directory: Path | None, size_limit: int) -> tuple[DiskTier | None, str]:
         """The disk cache in ``directory`` (made if missing; None: no home directory for the
-        default one), or ``(None, why)`` after one :class:`CacheWarning`. A damaged database is
-        replaced by an empty one (one warning), under a lock file: once for all processes."""
-        damaged = lambda exc: "malformed" in str(exc) or "not a database" in str(exc)  # noqa: E731
+        default one), or ``(None, why)`` after one :class:`CacheWarning`."""
         try:
             if directory is None:
                 raise OSError("no home directory for the default cache directory")
-            try:
-                return cls(directory, size_limit), ""
-            except Exception as exc:  # permission, read-only FS, full disk, damaged database
-                if not damaged(exc):
-                    raise
-                why = _why(exc)
-            import filelock
-
-            (directory / "locks").mkdir(exist_ok=True)
-            with filelock.FileLock(str(directory / "locks" / "damaged.lock"), timeout=60):
-                try:
-                    return cls(directory, size_limit), ""  # replaced by another process
-                except Exception as again:
-                    if not damaged(again):
-                        raise
-                remove_store(directory)
-                warn_once("damaged", str(directory), f"nvrtc_engine: the disk cache's database "
-                          f"at {directory / STORE_DIR} was damaged ({why}); it was replaced by "
-                          "an empty one.", CacheWarning)  # fmt: skip
-                return cls(directory, size_limit), ""
-        except Exception as exc:
+            return cls._open(directory, size_limit), ""
+        except Exception as exc:  # permission, read-only FS, full disk...
             why = _why(exc)
         _warn_unusable(directory or "(default cache directory)", why)
         return None, why
 
-    def get(self, digest: str) -> bytes | None:
+    @classmethod
+    def _open(cls, directory: Path, size_limit: int, locked: bool = False) -> DiskTier:
+        """A damaged database replaced by an empty one (one warning) under a lock file: once
+        for all processes (the next holder opens the new one)."""
         try:
+            return cls(directory, size_limit)
+        except Exception as exc:
+            if "malformed" not in str(exc) and "not a database" not in str(exc):
+                raise
+            if not locked:
+                import filelock
+
+                (directory / "locks").mkdir(exist_ok=True)
+                with filelock.FileLock(str(directory / "locks" / "damaged.lock"), timeout=60):
+                    return cls._open(directory, size_limit, True)
+            remove_store(directory)
+            warn_once("damaged", str(directory), f"nvrtc_engine: the disk cache's database at "
+                      f"{directory / STORE_DIR} was damaged ({_why(exc)}); it was replaced by an "
+                      "empty one.", CacheWarning)  # fmt: skip
+            return cls(directory, size_limit)
+
+    def get(self, digest: str) -> bytes | None:
+        try:  # (diskcache answers None for a value file it cannot read: another user's)
             value, day = self._store.get(digest, tag=True, retry=True)
-        except Exception:  # an unreadable value file (another user's), a damaged row
-            return b""
+        except Exception:  # a damaged row, or an error that may pass: a miss, nothing removed
+            return None
         if value is not None and day != int(time.time() // 86400):  # a use on a new day
             self.put(digest, value)
         return value if value is None or isinstance(value, bytes) else b""
@@ -237,8 +233,8 @@ class ReadOnlyTier(Tier):
         except Exception:  # no manifest, or a damaged one: no other version found here
             return ()
 
-    def close(self) -> None:  # (a zip file closes when its object goes; a fork()ed child
-        self._root = None  # reads through a file of its own)
+    def close(self) -> None:  # (a zip closes when its object goes; a child opens its own)
+        self._root = None
 
 
 def open_readonly(paths: Sequence[Path]) -> tuple[ReadOnlyTier, ...]:

@@ -192,7 +192,7 @@ def _cache_info(args: argparse.Namespace) -> int:
     remote = tiers.remote.state() if tiers.remote is not None else None
     shared = {"signed": tiers.secret is not None, "any_nvrtc": tiers.settings.any_nvrtc}
     if args.json:
-        print(json.dumps({**info.__dict__, "remote_state": remote, **shared}, indent=2))
+        print(json.dumps({**info._asdict(), "remote_state": remote, **shared}, indent=2))
         return 0
     print(f"directory:  {info.directory}")
     print(f"entries:    {info.entries}")
