@@ -1,6 +1,6 @@
 """An fp32 emulation of the norm forwards' row statistics, operation by operation: the one-pass
-statistics about the row's first element K of the LayerNorm FP8 forward's switch ``z``
-(templates/norm.cu.j2, ``shifted_stats``) and the two-pass form of the other kernels, each
+statistics about the row's first element K of the LayerNorm FP8 forward (``stats="shifted"``;
+templates/norm_fwd.j2, ``shifted_stats``) and the two-pass form of the other kernels, each
 summed as the kernels add (64 terms in sequence per thread, fused multiply-adds for squares,
 then a tree of the partials). tests/test_norm_shift_error.py bounds their errors against the
 float64 reference.
@@ -36,7 +36,7 @@ def _rsigma(var: np.ndarray, eps: float) -> np.ndarray:
 def shifted_forward_fp32(
     x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The staged forward's switch ``z`` on fp32 rows ``x`` (N, H) (templates/norm.cu.j2,
+    """The staged forward's shifted statistics on fp32 rows ``x`` (N, H) (templates/norm_fwd.j2,
     ``shifted_stats``): sums of x - K and (x - K)^2 about K = x[:, 0], mu = K + S1 / H,
     var = S2 / H - (S1 / H)^2 (a fused multiply-add), then z = (x rsigma - mu rsigma) gamma +
     beta by fused multiply-adds. Returns (K, mu, rsigma, z), fp32."""
