@@ -24,6 +24,7 @@ import argparse
 import itertools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -130,9 +131,12 @@ def main() -> int:
                  "PYTHONDONTWRITEBYTECODE"):  # fmt: skip
         env.pop(name, None)
     print(f"prewarming {len(names)} variants into {work / 'cache'} ...")
-    _run(_PREWARM, names_file, env)
-    _run(_WARM, names_file, env)  # fills the bytecode cache; not counted
-    runs = [json.loads(_run(_WARM, names_file, env)) for _ in range(args.runs)]
+    try:
+        _run(_PREWARM, names_file, env)
+        _run(_WARM, names_file, env)  # fills the bytecode cache; not counted
+        runs = [json.loads(_run(_WARM, names_file, env)) for _ in range(args.runs)]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     summary = {
         field: statistics.median(r[field] for r in runs)
         for field in ("import_ms", "keys_ms", "lookup_ms", "lookup_cpu_ms", "compiles", "renders")
