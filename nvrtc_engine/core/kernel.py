@@ -101,7 +101,9 @@ class Kernel:
 
     Attributes: ``key`` (:class:`~nvrtc_engine.KernelKey`), ``artifact``
     (:class:`Artifact`: image, symbols, digest...), ``origin`` (how this process got it:
-    ``"compiled"``, ``"disk"``), ``config`` (the family's launch configuration). Calling it
+    ``"compiled"``; ``"disk"`` from the disk cache or a read-only cache; ``"remote"``;
+    ``"unchecked"``: built by another NVRTC, not loaded on a GPU here yet), ``config`` (the
+    family's launch configuration). Calling it
     launches it; see the family's ``__call__``.
     Loading on a device happens on the first launch there, once.
     """
