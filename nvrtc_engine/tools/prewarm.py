@@ -186,10 +186,10 @@ def _build_in_threads(
 
     def work() -> None:
         try:
-            while todo:
+            while True:
                 try:
                     key = todo.popleft()
-                except IndexError:  # another thread took the last one
+                except IndexError:  # none left
                     return
                 done.put(_build(engine, key, memory))
         finally:  # a connection left to the garbage collector would cross a later fork()
