@@ -5,10 +5,12 @@
 The 100 variants are the example model lists' (docs/examples/*.toml: a Llama-3-8B-style FP8
 MLP block and a GPT-style GELU block: norms, gated activations, cast/transpose), topped up
 with GELU variants (dtype pairs x hidden sizes x sm_90/sm_100a). One process prewarms them
-into an empty cache directory; then each run is a new process that imports nvrtc_engine
-(timed: ``import_ms``), parses the 100 kernel names into keys (timed: ``keys_ms``; this
-imports the kernel families the keys name, which importing the package does not) and calls
-``get_kernel(key)`` for the 100 keys (timed together: ``lookup_ms``), counting NVRTC
+into an empty cache directory; then each run is a new process that imports the API
+(timed: ``import_ms``: ``from nvrtc_engine import KernelKey, cache_info, get_kernel``; the
+package's names load on first use, and the API's import brings the disk store's library and
+every family's kernel classes), parses the 100 kernel names into keys (timed: ``keys_ms``)
+and calls ``get_kernel(key)`` for the 100 keys (timed together: ``lookup_ms``; ``total_ms``
+is the three together), counting NVRTC
 compiles (``cache_info().compiles``) and renders (calls of ``nvrtc_engine.core.render.render``,
 patched to count as its module is imported: the script imports nothing of the package outside
 the timed phases), and noting which heavy modules the lookups imported. The first run fills
@@ -60,20 +62,21 @@ class CountRenders:  # patches render() as its module is first imported, wheneve
         return spec
 sys.meta_path.insert(0, CountRenders())
 t0 = time.perf_counter()
-import nvrtc_engine as ne
+from nvrtc_engine import KernelKey, cache_info, get_kernel
 t1 = time.perf_counter()
 tk = time.perf_counter()
-keys = [ne.KernelKey.parse(n) for n in names]  # (imports the families the keys name)
+keys = [KernelKey.parse(n) for n in names]
 tk = (time.perf_counter() - tk) * 1e3
 before = set(sys.modules)
 c2, t2 = time.process_time(), time.perf_counter()
 for key in keys:
-    ne.get_kernel(key)
+    get_kernel(key)
 t3, c3 = time.perf_counter(), time.process_time()
 loaded = sorted(m for m in ("jinja2", "cuda.bindings.nvrtc", "cuda.pathfinder", "diskcache",
                             "sqlite3") if m in sys.modules and m not in before)
-info = ne.cache_info()
+info = cache_info()
 print(json.dumps({"import_ms": (t1 - t0) * 1e3, "keys_ms": tk, "lookup_ms": (t3 - t2) * 1e3,
+                  "total_ms": (t3 - t0) * 1e3,
                   "lookup_cpu_ms": (c3 - c2) * 1e3,
                   "compiles": info.compiles, "renders": len(renders),
                   "disk_hits": info.disk_hits, "imported_by_lookups": loaded}))
@@ -137,10 +140,8 @@ def main() -> int:
         runs = [json.loads(_run(_WARM, names_file, env)) for _ in range(args.runs)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    summary = {
-        field: statistics.median(r[field] for r in runs)
-        for field in ("import_ms", "keys_ms", "lookup_ms", "lookup_cpu_ms", "compiles", "renders")
-    }
+    fields = ("import_ms", "keys_ms", "lookup_ms", "total_ms", "lookup_cpu_ms", "compiles")
+    summary = {field: statistics.median(r[field] for r in runs) for field in (*fields, "renders")}
     summary["lookup_ms_range"] = [min(r["lookup_ms"] for r in runs),
                                   max(r["lookup_ms"] for r in runs)]  # fmt: skip
     met = {f: summary[f] <= limit for f, limit in TARGETS.items()}
@@ -159,7 +160,8 @@ def main() -> int:
     print(common.table(rows, [("what", "", ""), ("value", "median", ".1f"),
                               ("target", "at most", "g"), ("ok", "met", "")]))  # fmt: skip
     low, high = summary["lookup_ms_range"]
-    print(f"keys (their families imported): {summary['keys_ms']:.1f} ms; lookups: CPU time "
+    print(f"keys parsed: {summary['keys_ms']:.1f} ms; import, keys and lookups together: "
+          f"{summary['total_ms']:.1f} ms; lookups: CPU time "
           f"{summary['lookup_cpu_ms']:.1f} ms; wall {low:.1f}-{high:.1f} ms "
           f"over {len(runs)} runs; load average {payload['load_average'][0]:.2f}; imported by "
           f"the lookups: {runs[-1]['imported_by_lookups']}\nwrote {path}")  # fmt: skip

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:  # (for type checkers; at run time each name is imported on first use)
-    from .api import CacheInfo, cache_info, clear_cache, get_kernel, make_key
+    from .api import CacheInfo, cache_info, clear_cache, get_kernel
     from .core.config import configure
     from .core.driver import DeviceBuffer
     from .core.dtypes import DTYPES, DType
@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # (for type checkers; at run time each name is imported on fi
     )
     from .core.kernel import Kernel
     from .core.key import KernelKey
+    from .core.make import make_key
     from .core.registry import registered_ops
     from .families.shared.blockscale import BlockScaledOutput
     from .families.shared.blockscale import BlockScaledOutput as MXFP8Output
@@ -84,13 +85,14 @@ _ERRORS = ("ArgumentError ArgumentTypeError BundleError CacheWarning CompileErro
            "HeaderNotFoundError NoDeviceError NvrtcEngineError SettingsError SettingsTypeError "
            "VariantError VariantListError VariantTypeError")  # fmt: skip
 _WHERE = {
-    **dict.fromkeys(("CacheInfo", "cache_info", "clear_cache", "get_kernel", "make_key"), "api"),
+    **dict.fromkeys(("CacheInfo", "cache_info", "clear_cache", "get_kernel"), "api"),
     "configure": "core.config",
     "DeviceBuffer": "core.driver",
     **dict.fromkeys(("DTYPES", "DType"), "core.dtypes"),
     **dict.fromkeys(_ERRORS.split(), "core.errors"),
     "Kernel": "core.kernel",
     "KernelKey": "core.key",
+    "make_key": "core.make",
     "registered_ops": "core.registry",
     # one result type served every family; MXFP8Output is its name from before
     **dict.fromkeys(("BlockScaledOutput", "MXFP8Output"), "families.shared.blockscale"),

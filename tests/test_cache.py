@@ -221,8 +221,11 @@ _WARM = textwrap.dedent("""
         def refuse(*args, **kwargs):
             raise AssertionError("rendered in a warm process")
         render.render = engine.render = refuse
-    kernels = [ne.get_kernel(ne.KernelKey.parse(n)) for n in sys.argv[2:]]
+    keys, get_kernel = [ne.KernelKey.parse(n) for n in sys.argv[2:]], ne.get_kernel
+    before = set(sys.modules)  # the API's import brought what a lookup uses
+    kernels = [get_kernel(k) for k in keys]
     print(json.dumps({**ne.cache_info()._asdict(), "origins": [k.origin for k in kernels],
+                      "imported": sorted(set(sys.modules) - before),
                       "loaded": sorted(m for m in ("jinja2", "cuda.bindings.nvrtc", "redis",
                                                    "nvrtc_engine.core.remote")
                                        if m in sys.modules)}))
@@ -239,13 +242,15 @@ def _warm(mode, env, keys=WARM_KEYS):
 
 
 def test_a_warm_process_renders_nothing_and_loads_no_nvrtc(isolated_cache):
-    """Nor the remote cache's module, or redis, with no remote cache configured."""
+    """Nor the remote cache's module, or redis, with no remote cache configured; and its
+    lookups import no module (the API's import brought them)."""
     env = _env(isolated_cache)
     first = _warm("allow", env)
     second = _warm("forbid", env)
     assert first["compiles"] == 3 and first["origins"] == ["compiled"] * 3
     assert (second["compiles"], second["disk_hits"], second["entries"]) == (0, 3, 3)
     assert second["origins"] == ["disk"] * 3 and second["loaded"] == []
+    assert second["imported"] == []
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "flip", "other-digest", "other-key"])

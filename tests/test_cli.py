@@ -267,10 +267,10 @@ def _assert_columns_line_up(lines, left=(), right=()):
 
 def _newer_gpu(monkeypatch, arch="sm_130"):
     """A stand-in GPU newer than every known arch (the arch read in this process)."""
-    from nvrtc_engine import api
+    from nvrtc_engine.core import make
     from nvrtc_engine.core.key import DeviceArch
 
-    monkeypatch.setattr(api, "_device_arch", lambda device: DeviceArch(arch))
+    monkeypatch.setattr(make, "device_arch", lambda device: DeviceArch(arch))
     monkeypatch.setattr(driver, "device_count", lambda: 1)
     monkeypatch.setattr(driver, "current_device", lambda: 0)
     monkeypatch.setattr(driver, "get_device", lambda ordinal: type("D", (), {"arch": arch})())

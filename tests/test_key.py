@@ -499,11 +499,10 @@ def test_only_a_device_newer_than_every_known_arch_gets_ptx(monkeypatch):
     """With arch left out, a GPU newer than every known arch (here sm_130) gets a key for
     its own arch and a PTX kernel for the newest arch NVRTC supports; the same arch named
     by the caller is refused."""
-    from nvrtc_engine import api
-    from nvrtc_engine.core import nvrtc
+    from nvrtc_engine.core import make, nvrtc
     from nvrtc_engine.core.key import DeviceArch
 
-    monkeypatch.setattr(api, "_device_arch", lambda device: DeviceArch("sm_130"))
+    monkeypatch.setattr(make, "device_arch", lambda device: DeviceArch("sm_130"))
     key = make_key("gelu", dtype="bf16")
     assert key.arch == "sm_130" and type(key.arch) is str  # the key holds a plain str
     assert KernelKey.parse(str(key)) == key  # its name reads back (cache listings, bundles)
@@ -521,12 +520,12 @@ def test_get_kernel_reports_a_bad_field_before_asking_for_a_device(monkeypatch):
     reported as such (a VariantError, with a suggestion where one is close), not hidden behind
     NoDeviceError; a good call still raises NoDeviceError with its hint."""
     import nvrtc_engine as ne
-    from nvrtc_engine import api
+    from nvrtc_engine.core import make
 
     def no_device(device):
         raise ne.NoDeviceError("no CUDA device; pass arch='sm_90' (or another arch)")
 
-    monkeypatch.setattr(api, "_device_arch", no_device)
+    monkeypatch.setattr(make, "device_arch", no_device)
     with pytest.raises(ne.VariantError, match="did you mean gelu"):
         ne.get_kernel("gelo", dtype="bf16")
     with pytest.raises(ne.VariantError, match="did you mean bf16"):
@@ -601,9 +600,9 @@ def test_get_kernels_memo_tells_equal_values_of_other_types_apart(op, fields, fi
 
 def test_get_kernels_memo_without_arch_tells_types_apart_too(monkeypatch):
     """The memo of calls without arch (keyed on the device's arch too) types its values."""
-    from nvrtc_engine import api
+    from nvrtc_engine.core import make
 
-    monkeypatch.setattr(api, "_device_arch", lambda device: "sm_90")
+    monkeypatch.setattr(make, "device_arch", lambda device: "sm_90")
     kernel = ne.get_kernel("gelu", dtype="bf16", hidden_size=4096)
     assert kernel.key.arch == "sm_90"
     assert ne.get_kernel("gelu", dtype="bf16", hidden_size=4096) is kernel

@@ -102,7 +102,7 @@ def test_importing_the_package_imports_no_family_and_no_heavy_dependency():
     assert out.stdout.strip() == "[]"
 
 
-def test_a_lookup_imports_only_its_family():
+def test_making_a_key_imports_only_its_family():
     code = ("import sys, nvrtc_engine as ne; ne.make_key('gelu', dtype='bf16', arch='sm_90'); "
             "print(sorted(m for m in sys.modules if m.startswith('nvrtc_engine.families.') "
             "and m.count('.') == 2))")  # fmt: skip

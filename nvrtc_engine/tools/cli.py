@@ -489,7 +489,7 @@ def _one_line_warning(message: Warning | str, category: type[Warning], *_: objec
 
 def _cli_syntax(message: str) -> str:
     """An error message with the library's Python-syntax hints put in command-line syntax."""
-    from ..api import NO_GPU_HINT
+    from ..core.make import NO_GPU_HINT
 
     cli_hint = "pass --arch sm_90 (or another arch) to compile without a GPU"
     return message.replace(NO_GPU_HINT, cli_hint)

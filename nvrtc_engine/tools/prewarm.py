@@ -213,9 +213,9 @@ def _build_in_threads(
 
 def _default_arch() -> str:
     """The current GPU's arch (this initializes CUDA here, as NVRTC's compile does anyway)."""
-    from ..api import _device_arch
+    from ..core.make import device_arch
 
-    return _device_arch(None)
+    return device_arch(None)
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:

@@ -183,7 +183,7 @@ def expand_entry(
     chained), the flag given both ways with two values, or the field given an empty list
     (which would stand for no variant at all: most likely a mistake).
     """
-    from ..api import make_key
+    from ..core.make import make_key
 
     fields = dict(entry)
     flags = fields.pop("flags", {})
