@@ -12,7 +12,10 @@ Groups (bf16; --tokens 8192, --hidden 4096, --inter 14336 by default; --groups p
   ``torch.compile`` (of the PyTorch block), ``engine`` (nvrtc_engine.torch's RMSNorm and
   SwiGLU, eager) and ``engine compiled`` (that block under ``torch.compile(fullgraph=True)``).
 - ``norm_act``: the norm (on ``(tokens, hidden)``) and the activation (on ``(tokens,
-  2 inter)``) alone, forward and backward: torch eager, torch.compile, engine.
+  2 inter)``) alone, forward and backward: torch eager, torch.compile, engine; and
+  ``copy, same bytes``: a device copy moving the bytes this work must move at least (each
+  input read once, each output written once: 10 tokens x (hidden + 1.6 inter) bytes in bf16),
+  the floor of any implementation on this GPU, not checked against PyTorch.
 - ``fp8``: the FP8 inference forward, RMSNorm -> FP8 (tensor scaling) -> ``torch._scaled_mm``
   -> SwiGLU -> FP8 -> ``torch._scaled_mm``: torch eager, torch.compile, engine (the modules'
   ``out_dtype=torch.float8_e4m3fn``).
@@ -58,6 +61,7 @@ TARGETS = {  # group -> (case, most of torch.compile's time)
     "fp8": [("engine", 0.92)],
 }
 BASELINE = "torch.compile"
+FLOOR = "copy, same bytes"  # a case timed for reference, not checked
 # the most a case's result may differ from PyTorch eager's (relative to the largest value):
 # bf16 roundings in another order; FP8 steps of 2^-4 where the scaled values differ by one
 CHECK_LIMIT = {"step": 0.05, "norm_act": 0.05, "fp8": 0.15}
@@ -145,10 +149,16 @@ def norm_act_cases(torch: Any, m: types.SimpleNamespace, compile: Callable) -> d
         return run
 
     theirs = forward(m.torch_norm, m.torch_swiglu)
+    (n, h), i = x.shape, hid.shape[1] // 2
+    # bf16 elements read + written: norm 2nh forward, 3nh backward; activation 3ni, 5ni; a
+    # copy of that many bytes reads and writes as many bytes as those elements take
+    src = torch.empty(5 * n * h + 8 * n * i, dtype=torch.uint8, device=x.device)
+    dst = torch.empty_like(src)
     return {
         "torch eager": part(theirs, m.torch_norm.weight),
         "torch.compile": part(compile(theirs), m.torch_norm.weight),
         "engine": part(forward(m.ne_norm, m.ne_swiglu), m.ne_norm.weight),
+        FLOOR: lambda: dst.copy_(src),
     }
 
 
@@ -242,7 +252,9 @@ def run_group(
         first[case] = time.perf_counter() - start
     ref = results["torch eager"]
     checks = {
-        case: difference(torch, out, ref) for case, out in results.items() if case != "torch eager"
+        case: difference(torch, out, ref)
+        for case, out in results.items()
+        if case not in ("torch eager", FLOOR)
     }
     del results
     ok = all(diff <= CHECK_LIMIT[name] for diff in checks.values())
