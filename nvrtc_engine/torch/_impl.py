@@ -221,14 +221,15 @@ def layer_norm_fwd(
     eps: float,
     zcg: bool = False,
     k: Any = None,
+    stats: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """LayerNorm over the last dimension: ``(z, mu, rsigma)``, mu and rsigma float32
-    ``x.shape[:-1]``."""
+    ``x.shape[:-1]``; None (not written, not allocated) with ``stats`` False."""
     x = x.contiguous()
     if k is None:
         key = norm_key("layernorm_fwd", x, weight, bias, zcg)
         k = kernel(key, _checks.norm_weights, x, weight, bias, "layer_norm")
-    z, mu, rsigma, _ = k(x, _gamma(weight, bias, x), _beta(bias, weight, x), eps)
+    z, mu, rsigma, _ = k(x, _gamma(weight, bias, x), _beta(bias, weight, x), eps, stats=stats)
     return z, mu, rsigma
 
 
@@ -267,19 +268,25 @@ def layer_norm_fp8(
         k = kernel(key, _checks.fp8_norm, x, weight, bias, scale, amax, out_dtype, "layer_norm_fp8")
     scale_inv = _scale_inv(x)
     gamma, beta = _gamma(weight, bias, x), _beta(bias, weight, x)
-    z = k(x, gamma, beta, eps, scale=scale, amax=amax, scale_inv=scale_inv)[0]
+    z = k(x, gamma, beta, eps, scale=scale, amax=amax, scale_inv=scale_inv, stats=False)[0]
     return z, scale_inv
 
 
 def rms_norm_fwd(
-    x: torch.Tensor, weight: torch.Tensor | None, eps: float, zcg: bool = False, k: Any = None
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float,
+    zcg: bool = False,
+    k: Any = None,
+    stats: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """RMSNorm over the last dimension: ``(z, rsigma)``, rsigma float32 ``x.shape[:-1]``."""
+    """RMSNorm over the last dimension: ``(z, rsigma)``, rsigma float32 ``x.shape[:-1]``;
+    None (not written, not allocated) with ``stats`` False."""
     x = x.contiguous()
     if k is None:
         key = norm_key("rmsnorm_fwd", x, weight, None, zcg)
         k = kernel(key, _checks.norm_weights, x, weight, None, "rms_norm")
-    z, rsigma, _ = k(x, _gamma(weight, None, x), eps)
+    z, rsigma, _ = k(x, _gamma(weight, None, x), eps, stats=stats)
     return z, rsigma
 
 
@@ -321,7 +328,8 @@ def rms_norm_fp8(
         key = norm_key("rmsnorm_fwd", x, weight, None, zcg, out_dtype)
         k = kernel(key, _checks.fp8_norm, x, weight, None, scale, amax, out_dtype, "rms_norm_fp8")
     scale_inv = _scale_inv(x)
-    z = k(x, _gamma(weight, None, x), eps, scale=scale, amax=amax, scale_inv=scale_inv)[0]
+    gamma = _gamma(weight, None, x)
+    z = k(x, gamma, eps, scale=scale, amax=amax, scale_inv=scale_inv, stats=False)[0]
     return z, scale_inv
 
 
@@ -345,11 +353,12 @@ def add_rms_norm_fwd(
     eps: float,
     zcg: bool = False,
     k: Any = None,
+    stats: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``h = x + residual``, then RMSNorm of h: ``(z, h, rsigma)`` (``k``: the
-    ``rmsnorm_fwd`` kernel)."""
+    ``rmsnorm_fwd`` kernel; rsigma None with ``stats`` False)."""
     h = _residual(x, residual, "add_rms_norm")
-    z, rsigma = rms_norm_fwd(h, weight, eps, zcg, k)
+    z, rsigma = rms_norm_fwd(h, weight, eps, zcg, k, stats)
     return z, h, rsigma
 
 
