@@ -333,6 +333,33 @@ TORCH_SCRIPT = textwrap.dedent(
         else:
             raise AssertionError(what)
     assert stub.launches == launches
+
+    # nvrtc_engine.torch's norm modules: their eager forwards launch through the kernel's own
+    # prepared launches (under the call-key tags its _call_tags name), with mu/rsigma where a
+    # graph is built and without them (null pointers) under no_grad
+    import nvrtc_engine.torch as net
+    from nvrtc_engine.torch import _kernels
+
+    _kernels.DEVICE_TYPE = "cpu"
+    stub.record_params(6)  # x, gamma, beta, z, mu_out, rs_out
+    xs = torch.randn(4, 64, dtype=bf16)
+    xg = xs.clone().requires_grad_()
+    for module in (net.RMSNorm(64, dtype=bf16), net.LayerNorm(64, dtype=bf16)):
+        rms = isinstance(module, net.RMSNorm)
+        for i in range(3):  # the checked path, then the prepared launches alone
+            with torch.no_grad():
+                y = module(xs)
+            assert stub.last()["params"][3:] == (y.data_ptr(), 0, 0), stub.last()
+            y = module(xg)
+            saved = y.grad_fn.saved_tensors
+            mu, rsigma = (None, saved[1]) if rms else saved[1:3]
+            assert rsigma.shape == (4,) and rsigma.dtype == torch.float32
+            assert stub.last()["params"][3:] == (
+                y.data_ptr(), 0 if rms else mu.data_ptr(), rsigma.data_ptr()), stub.last()
+            (k,) = module._kernel_cache.values()
+            if i == 0:
+                assert {key[0] for key in k._prepared} == set(k._call_tags.values())
+                k._checked_forward = None  # (a later call of the checked path fails)
     print("OK")
     """
 )

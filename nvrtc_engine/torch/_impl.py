@@ -53,6 +53,12 @@ _NORM_FLAGS = {
 }
 
 
+# A norm forward of x, gamma (beta) and eps launches through its call key's prepared launch
+# directly (Kernel._fast2/_fast3 with the kernel's _call_tags: what its __call__ tries first,
+# without its frames and result tuple) where eps is a float the kernels take as it is
+_EPS_LIMIT = torch.finfo(torch.float32).max
+
+
 def _scale_inv(x: torch.Tensor) -> torch.Tensor:
     return torch.empty(1, dtype=torch.float32, device=x.device)
 
@@ -229,7 +235,12 @@ def layer_norm_fwd(
     if k is None:
         key = norm_key("layernorm_fwd", x, weight, bias, zcg)
         k = kernel(key, _checks.norm_weights, x, weight, bias, "layer_norm")
-    z, mu, rsigma, _ = k(x, _gamma(weight, bias, x), _beta(bias, weight, x), eps, stats=stats)
+    gamma, beta = _gamma(weight, bias, x), _beta(bias, weight, x)
+    if type(eps) is float and 0.0 <= eps < _EPS_LIMIT:
+        done = k._fast3(k._call_tags[stats], x, gamma, beta, (eps,), None)
+        if done is not None:  # (z, mu, rsigma), or (z,) without stats
+            return (*done, None, None) if len(done) == 1 else done  # type: ignore[return-value]
+    z, mu, rsigma, _ = k(x, gamma, beta, eps, stats=stats)
     return z, mu, rsigma
 
 
@@ -286,7 +297,12 @@ def rms_norm_fwd(
     if k is None:
         key = norm_key("rmsnorm_fwd", x, weight, None, zcg)
         k = kernel(key, _checks.norm_weights, x, weight, None, "rms_norm")
-    z, rsigma, _ = k(x, _gamma(weight, None, x), eps, stats=stats)
+    gamma = _gamma(weight, None, x)
+    if type(eps) is float and 0.0 <= eps < _EPS_LIMIT:
+        done = k._fast2(k._call_tags[stats], x, gamma, (eps,), None)
+        if done is not None:  # (z, rsigma), or (z,) without stats
+            return (done[0], None) if len(done) == 1 else done  # type: ignore[return-value]
+    z, rsigma, _ = k(x, gamma, eps, stats=stats)
     return z, rsigma
 
 

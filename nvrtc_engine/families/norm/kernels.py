@@ -554,6 +554,10 @@ class LayerNormFwdKernel(_NormFwdKernel):
     launching when an argument is wrong.
     """
 
+    # the call key's tag of a call giving x, gamma and beta only, by stats (for Kernel._fast3,
+    # which a caller keeping its kernels may try first: nvrtc_engine.torch does)
+    _call_tags = {True: _X_GAMMA_BETA, False: _X_GAMMA_BETA_NS}
+
     def __call__(
         self, x: Any, gamma: Any, beta: Any, eps: Any = 1e-5, out: Any = None, mu: Any = None,
         rsigma: Any = None, *, scale: Any = None, amax: Any = None, scale_inv: Any = None,
@@ -571,6 +575,8 @@ class RMSNormFwdKernel(_NormFwdKernel):
     scale_inv=None, stream=None, stats=True) -> RMSNormOutput(z, rsigma, scale_inv)``;
     arguments as in :class:`LayerNormFwdKernel`. Math as in TransformerEngine (fp32 compute).
     """
+
+    _call_tags = {True: _X_GAMMA, False: _X_GAMMA_NS}  # (Kernel._fast2's: x, gamma only)
 
     def __call__(
         self, x: Any, gamma: Any, eps: Any = 1e-5, out: Any = None, rsigma: Any = None, *,
