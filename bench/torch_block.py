@@ -21,7 +21,10 @@ Groups (bf16; --tokens 8192, --hidden 4096, --inter 14336 by default; --groups p
   ``out_dtype=torch.float8_e4m3fn``).
 - ``host``: microseconds of host time per eager call of RMSNorm on ``(8, hidden)``,
   ``torch.nn.RMSNorm`` against nvrtc_engine's, under ``torch.no_grad()`` and with x requiring
-  grad (the graph built, no backward): bench/launch_overhead.py's paired rounds.
+  grad (the graph built, no backward): bench/launch_overhead.py's paired rounds. One floor
+  row beside them, PyTorch's own cost of a graph node made in Python: the public
+  ``autograd.Function.apply`` of a Function whose forward is ``x.view_as(x)``, on that x
+  requiring grad.
 
 GPU times are common.paired_ms rounds (CUDA events around batches, the cases shuffled per
 round); a ratio is the median over rounds of (case / torch.compile) in the same round. The
@@ -36,7 +39,8 @@ tests/torch_standins.py and torch.compile's ``aot_eager`` backend, up to the fir
 ``--stub`` times the host group's engine rows on the real launch path against the stub
 libcuda, with PyTorch's CPU tensors standing for device 0's (bench/launch_overhead.py's
 ``--stub``: this thread's CPU time, the driver's own work missing); torch.nn.RMSNorm's rows
-are then its CPU kernels, not comparable. It writes nothing and checks no target.
+are then its CPU kernels, not comparable (the floor row has no kernel: it is host time
+either way). It writes nothing and checks no target.
 """
 
 from __future__ import annotations
@@ -223,6 +227,15 @@ def host_cases(torch: Any, net: Any, hidden: int, device: str) -> dict[str, Call
     x = torch.randn(8, hidden, **kw)
     xg = x.clone().requires_grad_()
 
+    class Floor(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any) -> Any:
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return grad
+
     def no_grad(module: Any) -> Callable[[], Any]:
         def run() -> Any:
             with torch.no_grad():
@@ -235,6 +248,7 @@ def host_cases(torch: Any, net: Any, hidden: int, device: str) -> dict[str, Call
         "engine RMSNorm, no_grad": no_grad(mine),
         "torch.nn.RMSNorm, x requires grad": lambda: theirs(xg),
         "engine RMSNorm, x requires grad": lambda: mine(xg),
+        "autograd.Function floor, x requires grad": lambda: Floor.apply(xg),
     }
 
 
@@ -391,7 +405,7 @@ def main() -> int:
             unit = "ms" if "ms" in g else "us"
             ratio = g.get("ratio_to_compile", {}).get(case)
             print(
-                f"{name:9s} {case:36s} {value:9.3f} {unit}"
+                f"{name:9s} {case:42s} {value:9.3f} {unit}"
                 + (f"  {ratio:.3f}x torch.compile" if ratio else "")
             )
         for case, diff in g.get("checks", {}).items():

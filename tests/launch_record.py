@@ -311,6 +311,10 @@ def cases() -> dict[str, tuple]:
     ln = k("layernorm_fwd", in_dtype="bf16", hidden_size=64)
     c["layernorm_fwd regs"] = (lambda: ln(xr, wr, br, 1e-5, zr, mr, rr), ln)
     c["layernorm_fwd regs allocates"] = (lambda: ln(xr, wr, br, 0.25), ln)
+    # stats=False: neither mu nor rsigma written (null pointers), z allocated or given
+    c["rmsnorm_fwd no stats"] = (lambda: rms(xr, wr, 1e-6, stats=False), rms)
+    c["layernorm_fwd no stats"] = (lambda: ln(xr, wr, br, 1e-5, stats=False), ln)
+    c["layernorm_fwd no stats, out"] = (lambda: ln(xr, wr, br, 1e-5, zr, stats=False), ln)
     gen = k("layernorm_fwd", in_dtype="bf16")
     xg, zg, wg = T("xg", (3000, 200)), T("zg", (3000, 200)), T("gammag", (200,))
     mg, rg = T("mug", (3000,), "float32"), T("rsg", (3000,), "float32")

@@ -243,6 +243,25 @@ def test_unaligned_pointers_take_the_scalar_path():
         run_backward(ne.get_kernel(op, in_dtype="bf16"), x_host, x=x)
 
 
+@pytest.mark.parametrize("hidden", [1024, 4096, 16384, 65536, None])
+@pytest.mark.parametrize("op", ["layernorm_fwd", "rmsnorm_fwd"])
+def test_forward_without_stats_writes_the_same_z(op, hidden):
+    """stats=False (null mu/rsigma pointers) on the register, staged, cluster and general
+    kernels: the same z, bit for bit, on the checked path and the prepared launch."""
+    size = 1001 if hidden is None else hidden
+    kernel = ne.get_kernel(
+        op, in_dtype="bf16", **({} if hidden is None else {"hidden_size": hidden})
+    )
+    x = torch.randn(37, size, device="cuda").to(torch.bfloat16)
+    gamma = torch.randn(size, device="cuda").to(torch.bfloat16)
+    args = (x, gamma) if op == "rmsnorm_fwd" else (x, gamma, gamma)
+    want = kernel(*args, 1e-5)
+    for _ in range(2):
+        got = kernel(*args, 1e-5, stats=False)
+        assert got.rsigma is None and (op == "rmsnorm_fwd" or got.mu is None)
+        assert torch.equal(got.z, want.z)
+
+
 def test_amax_accumulates_and_outputs_are_allocated():
     kernel = ne.get_kernel("rmsnorm_fwd", in_dtype="bf16", out_dtype="fp8", hidden_size=512)
     x = torch.randn(16, 512, device="cuda").to(torch.bfloat16)

@@ -107,6 +107,27 @@ SCRIPT = textwrap.dedent(
     assert abs(params("rmsnorm_fwd regs")["eps"] - 1e-6) < 1e-12
     assert params("rmsnorm_fwd regs allocates")["eps"] == 0.5
     assert pointers("rmsnorm_fwd mxfp8")["mx_scale"] == "smx+0"
+    # stats=False: null mu_out and rs_out, nothing allocated for them, none returned
+    for name in ("rmsnorm_fwd no stats", "layernorm_fwd no stats", "layernorm_fwd no stats, out"):
+        assert params(name)["mu_out"] == 0 and params(name)["rs_out"] == 0, name
+        beta = {"beta"} if name.startswith("layernorm") else set()
+        assert set(pointers(name)) == {"x", "gamma", "z"} | beta, name
+    assert pointers("layernorm_fwd no stats, out")["z"] == "z+0"
+    rms_ns, ln_ns = recorded["rmsnorm_fwd no stats"][1][0], recorded["layernorm_fwd no stats"][1][0]
+    xr, wr, br = T("xr", (4, 64)), T("gamma", (64,)), T("beta", (64,))
+    for _ in range(2):  # the checked path, then the prepared launch
+        got = rms_ns(xr, wr, 1e-6, stats=False)
+        assert got.rsigma is None and got.z.shape == (4, 64), got
+        got = ln_ns(xr, wr, br, 1e-5, stats=False)
+        assert got.mu is None and got.rsigma is None and got.z.shape == (4, 64), got
+        assert rms_ns(xr, wr, 1e-6).rsigma.shape == (4,)  # the same kernel, stats written
+    for given in ({"rsigma": T("rs4", (4,), "float32")}, {"mu": T("mu4", (4,), "float32")}):
+        try:
+            ln_ns(xr, wr, br, 1e-5, stats=False, **given)
+        except ne.ArgumentError as exc:
+            assert list(given)[0] in str(exc) and "stats=False" in str(exc), exc
+        else:
+            raise AssertionError(f"{given} with stats=False was taken")
     assert params("rmsnorm_fwd mxfp8")["scale_inv_ptr"] == 0
     assert pointers("layernorm_fwd staged fp8")["scale_inv_ptr"] == "scale_inv+0"
     bwd = recorded["layernorm_bwd loop"][0]
@@ -312,6 +333,33 @@ TORCH_SCRIPT = textwrap.dedent(
         else:
             raise AssertionError(what)
     assert stub.launches == launches
+
+    # nvrtc_engine.torch's norm modules: their eager forwards launch through the kernel's own
+    # prepared launches (under the call-key tags its _call_tags name), with mu/rsigma where a
+    # graph is built and without them (null pointers) under no_grad
+    import nvrtc_engine.torch as net
+    from nvrtc_engine.torch import _kernels
+
+    _kernels.DEVICE_TYPE = "cpu"
+    stub.record_params(6)  # x, gamma, beta, z, mu_out, rs_out
+    xs = torch.randn(4, 64, dtype=bf16)
+    xg = xs.clone().requires_grad_()
+    for module in (net.RMSNorm(64, dtype=bf16), net.LayerNorm(64, dtype=bf16)):
+        rms = isinstance(module, net.RMSNorm)
+        for i in range(3):  # the checked path, then the prepared launches alone
+            with torch.no_grad():
+                y = module(xs)
+            assert stub.last()["params"][3:] == (y.data_ptr(), 0, 0), stub.last()
+            y = module(xg)
+            saved = y.grad_fn.saved_tensors
+            mu, rsigma = (None, saved[1]) if rms else saved[1:3]
+            assert rsigma.shape == (4,) and rsigma.dtype == torch.float32
+            assert stub.last()["params"][3:] == (
+                y.data_ptr(), 0 if rms else mu.data_ptr(), rsigma.data_ptr()), stub.last()
+            (k,) = module._kernel_cache.values()
+            if i == 0:
+                assert {key[0] for key in k._prepared} == set(k._call_tags.values())
+                k._checked_forward = None  # (a later call of the checked path fails)
     print("OK")
     """
 )

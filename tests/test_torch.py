@@ -554,6 +554,53 @@ def test_registered_autograd_matches_the_eager_path(standins):
             torch.testing.assert_close(ga, gb, rtol=0, atol=0)
 
 
+def test_the_c_apply_makes_the_public_applys_node_and_gradients(standins):
+    """The eager path's C apply (_eager._direct) against each Function's public apply: the
+    same node type, inputs' edges, outputs and gradients."""
+    from nvrtc_engine.torch import _eager
+
+    x = torch.randn(4, 64, requires_grad=True)
+    w, b = torch.randn(64, requires_grad=True), torch.randn(64, requires_grad=True)
+    r = torch.randn(4, 64, requires_grad=True)
+    cases = [
+        (_eager._LayerNorm, (x, w, b, 1e-5, True, None), [x, w, b]),
+        (_eager._RMSNorm, (x, w, 1e-5, False, None), [x, w]),
+        (_eager._AddRMSNorm, (x, r, w, 1e-5, False, None), [x, r, w]),
+        (_eager._Activation, (x, "geglu", None, 1.702, 1.0, None), [x]),
+        (_eager._Transpose, (x,), [x]),
+    ]
+    for fn, args, inputs in cases:
+        direct = _eager._direct(fn)
+        assert direct is not fn.apply  # (this PyTorch has the C apply)
+        got, want = direct(*args), fn.apply(*args)
+        got1, want1 = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        for g, e in zip(got1, want1, strict=True):
+            assert type(g.grad_fn) is type(e.grad_fn) and g.grad_fn.name() == e.grad_fn.name()
+            assert g.grad_fn.next_functions == e.grad_fn.next_functions
+            torch.testing.assert_close(g, e, rtol=0, atol=0)
+        out_g, out_e = sum(t.sum() for t in got1), sum(t.sum() for t in want1)
+        for ga, ge in zip(_grads(out_g, inputs), _grads(out_e, inputs), strict=True):
+            torch.testing.assert_close(ga, ge, rtol=0, atol=0)
+
+
+def test_torch_func_transforms_never_reach_the_c_apply(standins, monkeypatch):
+    """Under a torch.func transform (vmap here) no eager Function is applied (their C apply
+    skips functorch's wrapping): the registered operators run."""
+    from nvrtc_engine.torch import _eager
+
+    def refuse(*args):
+        raise AssertionError("an eager Function under a torch.func transform")
+
+    for name in ("_layer_norm", "_rms_norm", "_add_rms_norm", "_activation", "_transpose"):
+        monkeypatch.setattr(_eager, name, refuse)
+    norm, act = net.RMSNorm(32), net.SwiGLU()
+    x = torch.randn(3, 4, 64, requires_grad=True)
+    with torch.no_grad():
+        want = act(x), norm(x[..., :32])
+    torch.testing.assert_close(torch.func.vmap(act)(x), want[0], rtol=0, atol=0)
+    torch.testing.assert_close(torch.func.vmap(norm)(x[..., :32]), want[1], rtol=0, atol=0)
+
+
 def test_no_grad_path_and_non_contiguous_input(standins):
     x = torch.randn(64, 8).t()  # (8, 64), not contiguous
     with torch.no_grad():

@@ -74,6 +74,13 @@ class StandIn:
         limit = _MAX[self.out_dtype]
         return (y * float(scale[0])).clamp(-limit, limit).to(self.out_dtype)
 
+    _call_tags = {True: None, False: None}
+
+    def _fast2(self, *args: Any) -> None:  # (no prepared launches: each call is __call__)
+        return None
+
+    _fast3 = _fast2
+
     def __call__(self, *args: Any, **kw: Any) -> Any:
         self.calls += 1
         # a kernel is loaded on one device: the layer must give it that device's tensors only
@@ -111,21 +118,30 @@ class StandIn:
         assert gamma.dtype == want and gamma.shape == (self.hidden,), (gamma.dtype, want)
 
     def _layernorm_fwd(
-        self, x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float, **scaling: Any
+        self,
+        x: torch.Tensor,
+        gamma: torch.Tensor,
+        beta: torch.Tensor,
+        eps: float,
+        stats: bool = True,
+        **scaling: Any,
     ) -> tuple[Any, ...]:
         self._check_gamma(gamma, x)
         zcg = self.flags.get("zero_centered_gamma", False)
         f = ref_norm.layernorm_fwd(_np(x), _np(gamma), _np(beta), eps, zero_centered_gamma=zcg)
         z = self._norm_out(f, x, scaling)
+        if not stats:  # (as the kernels: neither written)
+            return z, None, None, scaling["scale_inv"]
         return z, self._stat(f.mu, x), self._stat(f.rsigma, x), scaling["scale_inv"]
 
     def _rmsnorm_fwd(
-        self, x: torch.Tensor, gamma: torch.Tensor, eps: float, **scaling: Any
+        self, x: torch.Tensor, gamma: torch.Tensor, eps: float, stats: bool = True, **scaling: Any
     ) -> tuple[Any, ...]:
         self._check_gamma(gamma, x)
         zcg = self.flags.get("zero_centered_gamma", False)
         f = ref_norm.rmsnorm_fwd(_np(x), _np(gamma), eps, zero_centered_gamma=zcg)
-        return self._norm_out(f, x, scaling), self._stat(f.rsigma, x), scaling["scale_inv"]
+        rsigma = self._stat(f.rsigma, x) if stats else None
+        return self._norm_out(f, x, scaling), rsigma, scaling["scale_inv"]
 
     def _grads(self, b: Any, x: torch.Tensor, gamma: torch.Tensor) -> tuple[torch.Tensor, ...]:
         dx = torch.from_numpy(b.dx).reshape(x.shape).to(x.dtype)

@@ -1,7 +1,8 @@
 """The eager path: a call on a plain ``torch.Tensor`` outside ``torch.compile`` and
 ``torch.func`` transforms (:func:`takes`) runs its kernel directly, bare where no gradient
-is needed (``torch.no_grad``, no input requiring grad), else inside an ``autograd.Function``
-whose backward calls the backward kernel.
+is needed (``torch.no_grad``, no input requiring grad; the norms then write no mu or rsigma,
+``stats=False``), else inside an ``autograd.Function`` whose backward calls the backward
+kernel.
 
 One function per forward, shared by :mod:`.functional` (which looks the kernel up: ``k``
 None) and :mod:`.modules` (which keeps its kernels and passes ``k``). Arguments as the
@@ -166,7 +167,7 @@ def layer_norm(
         or (bias is not None and bias.requires_grad)
     ):
         return _layer_norm(x, weight, bias, eps, zcg, k)
-    return _impl.layer_norm_fwd(x, weight, bias, eps, zcg, k)[0]
+    return _impl.layer_norm_fwd(x, weight, bias, eps, zcg, k, False)[0]
 
 
 def layer_norm_fp8(
@@ -210,7 +211,7 @@ def rms_norm(
 ) -> torch.Tensor:
     if _grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)):
         return _rms_norm(x, weight, eps, zcg, k)
-    return _impl.rms_norm_fwd(x, weight, eps, zcg, k)[0]
+    return _impl.rms_norm_fwd(x, weight, eps, zcg, k, False)[0]
 
 
 def rms_norm_fp8(
@@ -271,7 +272,7 @@ def add_rms_norm(
         or (weight is not None and weight.requires_grad)
     ):
         return _add_rms_norm(x, residual, weight, eps, zcg, k)
-    z, h, _ = _impl.add_rms_norm_fwd(x, residual, weight, eps, zcg, k)
+    z, h, _ = _impl.add_rms_norm_fwd(x, residual, weight, eps, zcg, k, False)
     return z, h
 
 

@@ -53,6 +53,12 @@ _NORM_FLAGS = {
 }
 
 
+# A norm forward of x, gamma (beta) and eps launches through its call key's prepared launch
+# directly (Kernel._fast2/_fast3 with the kernel's _call_tags: what its __call__ tries first,
+# without its frames and result tuple) where eps is a float the kernels take as it is
+_EPS_LIMIT = torch.finfo(torch.float32).max
+
+
 def _scale_inv(x: torch.Tensor) -> torch.Tensor:
     return torch.empty(1, dtype=torch.float32, device=x.device)
 
@@ -221,14 +227,20 @@ def layer_norm_fwd(
     eps: float,
     zcg: bool = False,
     k: Any = None,
+    stats: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """LayerNorm over the last dimension: ``(z, mu, rsigma)``, mu and rsigma float32
-    ``x.shape[:-1]``."""
+    ``x.shape[:-1]``; None (not written, not allocated) with ``stats`` False."""
     x = x.contiguous()
     if k is None:
         key = norm_key("layernorm_fwd", x, weight, bias, zcg)
         k = kernel(key, _checks.norm_weights, x, weight, bias, "layer_norm")
-    z, mu, rsigma, _ = k(x, _gamma(weight, bias, x), _beta(bias, weight, x), eps)
+    gamma, beta = _gamma(weight, bias, x), _beta(bias, weight, x)
+    if type(eps) is float and 0.0 <= eps < _EPS_LIMIT:
+        done = k._fast3(k._call_tags[stats], x, gamma, beta, (eps,), None)
+        if done is not None:  # (z, mu, rsigma), or (z,) without stats
+            return (*done, None, None) if len(done) == 1 else done  # type: ignore[return-value]
+    z, mu, rsigma, _ = k(x, gamma, beta, eps, stats=stats)
     return z, mu, rsigma
 
 
@@ -267,19 +279,30 @@ def layer_norm_fp8(
         k = kernel(key, _checks.fp8_norm, x, weight, bias, scale, amax, out_dtype, "layer_norm_fp8")
     scale_inv = _scale_inv(x)
     gamma, beta = _gamma(weight, bias, x), _beta(bias, weight, x)
-    z = k(x, gamma, beta, eps, scale=scale, amax=amax, scale_inv=scale_inv)[0]
+    z = k(x, gamma, beta, eps, scale=scale, amax=amax, scale_inv=scale_inv, stats=False)[0]
     return z, scale_inv
 
 
 def rms_norm_fwd(
-    x: torch.Tensor, weight: torch.Tensor | None, eps: float, zcg: bool = False, k: Any = None
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float,
+    zcg: bool = False,
+    k: Any = None,
+    stats: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """RMSNorm over the last dimension: ``(z, rsigma)``, rsigma float32 ``x.shape[:-1]``."""
+    """RMSNorm over the last dimension: ``(z, rsigma)``, rsigma float32 ``x.shape[:-1]``;
+    None (not written, not allocated) with ``stats`` False."""
     x = x.contiguous()
     if k is None:
         key = norm_key("rmsnorm_fwd", x, weight, None, zcg)
         k = kernel(key, _checks.norm_weights, x, weight, None, "rms_norm")
-    z, rsigma, _ = k(x, _gamma(weight, None, x), eps)
+    gamma = _gamma(weight, None, x)
+    if type(eps) is float and 0.0 <= eps < _EPS_LIMIT:
+        done = k._fast2(k._call_tags[stats], x, gamma, (eps,), None)
+        if done is not None:  # (z, rsigma), or (z,) without stats
+            return (done[0], None) if len(done) == 1 else done  # type: ignore[return-value]
+    z, rsigma, _ = k(x, gamma, eps, stats=stats)
     return z, rsigma
 
 
@@ -321,7 +344,8 @@ def rms_norm_fp8(
         key = norm_key("rmsnorm_fwd", x, weight, None, zcg, out_dtype)
         k = kernel(key, _checks.fp8_norm, x, weight, None, scale, amax, out_dtype, "rms_norm_fp8")
     scale_inv = _scale_inv(x)
-    z = k(x, _gamma(weight, None, x), eps, scale=scale, amax=amax, scale_inv=scale_inv)[0]
+    gamma = _gamma(weight, None, x)
+    z = k(x, gamma, eps, scale=scale, amax=amax, scale_inv=scale_inv, stats=False)[0]
     return z, scale_inv
 
 
@@ -345,11 +369,12 @@ def add_rms_norm_fwd(
     eps: float,
     zcg: bool = False,
     k: Any = None,
+    stats: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``h = x + residual``, then RMSNorm of h: ``(z, h, rsigma)`` (``k``: the
-    ``rmsnorm_fwd`` kernel)."""
+    ``rmsnorm_fwd`` kernel; rsigma None with ``stats`` False)."""
     h = _residual(x, residual, "add_rms_norm")
-    z, rsigma = rms_norm_fwd(h, weight, eps, zcg, k)
+    z, rsigma = rms_norm_fwd(h, weight, eps, zcg, k, stats)
     return z, h, rsigma
 
 

@@ -67,6 +67,10 @@ _FWD_ARGS = CallArgs(("x", "gamma", "beta", "out", "mu", "rsigma", "scale", "ama
                      ("eps",))  # fmt: skip
 # call key tags of forward calls that give no outputs or scaling buffers (Kernel._fast2, 3)
 _X_GAMMA, _X_GAMMA_BETA = _FWD_ARGS.mask("x", "gamma"), _FWD_ARGS.mask("x", "gamma", "beta")
+# the call key's extra of a forward call with stats=False (mu and rsigma not written), and
+# those calls' tags
+_NO_STATS = "no_stats"
+_X_GAMMA_NS, _X_GAMMA_BETA_NS = (_X_GAMMA, _NO_STATS), (_X_GAMMA_BETA, _NO_STATS)
 # Every backward function's parameters (templates/norm_bwd.j2, norm_loop.j2, the finalize
 # kernel in norm.cu.j2): dx may be add (in place), so neither is __restrict__.
 BWD = Signature(
@@ -411,22 +415,27 @@ class _NormFwdKernel(_NormKernel):
 
     def _mx_forward(
         self, x: Any, gamma: Any, beta: Any, eps: Any, out: Any, mu: Any, rsigma: Any,
-        scale: Any, amax: Any, scale_inv: Any, stream: Any,
+        scale: Any, amax: Any, scale_inv: Any, stream: Any, stats: bool,
     ) -> tuple[Any, Any, Any, Any]:  # fmt: skip
         """:meth:`_forward` of an MXFP8 kernel: ``z`` a :class:`BlockScaledOutput` (``out``
         may be one)."""
         if isinstance(out, BlockScaledOutput):
             out, scale_inv = _mx_buffers(out, scale_inv)
         z, mu, rsigma, scales = self._forward(x, gamma, beta, eps, out, mu, rsigma, scale, amax,
-                                              scale_inv, stream)  # fmt: skip
+                                              scale_inv, stream, stats)  # fmt: skip
         return BlockScaledOutput(z, scales), mu, rsigma, scales
 
     def _forward(
         self, x: Any, gamma: Any, beta: Any, eps: Any, out: Any, mu: Any, rsigma: Any,
-        scale: Any, amax: Any, scale_inv: Any, stream: Any,
+        scale: Any, amax: Any, scale_inv: Any, stream: Any, stats: bool,
     ) -> tuple[Any, Any, Any, Any]:  # fmt: skip
         """A forward call: ``(z, mu, rsigma, scale_inv)``, through the call key's prepared
-        launch if it has one, else the checked path (``beta``, ``mu``: None for RMSNorm)."""
+        launch if it has one, else the checked path (``beta``, ``mu``: None for RMSNorm;
+        ``stats`` False: mu and rsigma are neither written nor returned)."""
+        if not stats and (mu is not None or rsigma is not None):
+            raise ArgumentError("rsigma" if mu is None else "mu",
+                                "is given with stats=False, which writes neither mu nor "
+                                "rsigma: pass one or the other")  # fmt: skip
         # eps, a scalar, is checked first: a bad one is reported without a device, as clamped
         # SwiGLU's limit is (the float test is the common case's shortcut)
         ok = type(eps) is float and 0.0 <= eps < FP32_OVERFLOW
@@ -434,20 +443,21 @@ class _NormFwdKernel(_NormKernel):
         if (out is None and mu is None and rsigma is None and scale is None and amax is None
                 and scale_inv is None):  # fmt: skip
             if beta is None:
-                done = self._fast2(_X_GAMMA, x, gamma, floats, stream)
+                done = self._fast2(_X_GAMMA if stats else _X_GAMMA_NS, x, gamma, floats, stream)
             else:
-                done = self._fast3(_X_GAMMA_BETA, x, gamma, beta, floats, stream)
+                tag = _X_GAMMA_BETA if stats else _X_GAMMA_BETA_NS
+                done = self._fast3(tag, x, gamma, beta, floats, stream)
         else:
             given = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
-            done = self._fastn(given, floats, stream)
+            done = self._fastn(given, floats, stream, None if stats else _NO_STATS)
         if done is None:
             return self._checked_forward(x, gamma, beta, floats, out, mu, rsigma, scale, amax,
-                                         scale_inv, stream)  # fmt: skip
+                                         scale_inv, stream, stats)  # fmt: skip
         made = iter(done)  # launched through its prepared launch, which allocated these
         z = next(made) if out is None else out
-        if mu is None and not self.spec.rms:
+        if mu is None and not self.spec.rms and stats:
             mu = next(made)
-        if rsigma is None:
+        if rsigma is None and stats:
             rsigma = next(made)
         if scale_inv is None and self._mx:
             scale_inv = next(made)
@@ -455,7 +465,7 @@ class _NormFwdKernel(_NormKernel):
 
     def _checked_forward(
         self, x: Any, gamma: Any, beta: Any, floats: tuple[float], out: Any, mu: Any,
-        rsigma: Any, scale: Any, amax: Any, scale_inv: Any, stream: Any,
+        rsigma: Any, scale: Any, amax: Any, scale_inv: Any, stream: Any, stats: bool,
     ) -> tuple[Any, Any, Any, Any]:  # fmt: skip
         """The checked path of :meth:`_forward` (``floats``: the checked ``(eps,)``)."""
         given = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
@@ -465,10 +475,11 @@ class _NormFwdKernel(_NormKernel):
         ga = self._like(gamma, "gamma", xa, (hidden,), self._w)
         ba = None if self.spec.rms else self._like(beta, "beta", xa, (hidden,), self._w)
         out, oa = self._output(out, "out", xa, xa.shape, self._out)
-        mua = None
-        if not self.spec.rms:
+        mua = rsa = None  # (None: not written, a null pointer the kernels test)
+        if not self.spec.rms and stats:
             mu, mua = self._output(mu, "mu", xa, xa.shape[:-1], _FP32)
-        rsigma, rsa = self._output(rsigma, "rsigma", xa, xa.shape[:-1], _FP32)
+        if stats:
+            rsigma, rsa = self._output(rsigma, "rsigma", xa, xa.shape[:-1], _FP32)
         scale_ptr = amax_ptr = scale_inv_ptr = mx_ptr = 0
         mx_stride, mx_rows = 0, 0
         if key.scaling == "mxfp8":  # scale_inv receives the block scales
@@ -503,10 +514,11 @@ class _NormFwdKernel(_NormKernel):
         )  # fmt: skip
         tensors = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
         ptrs = (xa.ptr, ga.ptr, ba.ptr if ba is not None else 0, oa.ptr,
-                mua.ptr if mua is not None else 0, rsa.ptr, scale_ptr, amax_ptr,
-                mx_ptr if mx else scale_inv_ptr)  # fmt: skip
+                mua.ptr if mua is not None else 0, rsa.ptr if rsa is not None else 0,
+                scale_ptr, amax_ptr, mx_ptr if mx else scale_inv_ptr)  # fmt: skip
         launches: list[LaunchSpec] = [(0, grid, cfg.threads, FWD, values)]
-        self._submit(given, tensors, ptrs, floats, stream, xa, launches)
+        self._submit(given, tensors, ptrs, floats, stream, xa, launches,
+                     None if stats else _NO_STATS)  # fmt: skip
         return out, mu, rsigma, scale_inv
 
 
@@ -515,7 +527,8 @@ class LayerNormFwdKernel(_NormFwdKernel):
     ``zero_centered_gamma``), per row of ``x``.
 
     Call: ``kernel(x, gamma, beta, eps=1e-5, out=None, mu=None, rsigma=None, *, scale=None,
-    amax=None, scale_inv=None, stream=None) -> LayerNormOutput(z, mu, rsigma, scale_inv)``.
+    amax=None, scale_inv=None, stream=None, stats=True) -> LayerNormOutput(z, mu, rsigma,
+    scale_inv)``.
 
     Args:
         x: CUDA array ``(..., hidden_size)`` of ``in_dtype``, C-contiguous.
@@ -532,6 +545,8 @@ class LayerNormFwdKernel(_NormFwdKernel):
             ``mxfp8_scale_shape(N, hidden_size, "rowwise")`` (allocated if omitted; every byte,
             padding included, is written); the result's ``z`` is a ``BlockScaledOutput``.
         stream: where to launch (see :mod:`nvrtc_engine.core.interop`).
+        stats: False: mu and rsigma are not written (None in the result; none may be
+            given), for a forward that no backward follows: no allocation, same kernel.
 
     Math: mean and biased variance in fp32, two passes over the row; ``rsigma =
     1/sqrt(var + eps)``, as in TransformerEngine. Raises
@@ -539,13 +554,17 @@ class LayerNormFwdKernel(_NormFwdKernel):
     launching when an argument is wrong.
     """
 
+    # the call key's tag of a call giving x, gamma and beta only, by stats (for Kernel._fast3,
+    # which a caller keeping its kernels may try first: nvrtc_engine.torch does)
+    _call_tags = {True: _X_GAMMA_BETA, False: _X_GAMMA_BETA_NS}
+
     def __call__(
         self, x: Any, gamma: Any, beta: Any, eps: Any = 1e-5, out: Any = None, mu: Any = None,
         rsigma: Any = None, *, scale: Any = None, amax: Any = None, scale_inv: Any = None,
-        stream: Any = None,
+        stream: Any = None, stats: bool = True,
     ) -> LayerNormOutput:  # fmt: skip
         return LayerNormOutput(*self._result(x, gamma, beta, eps, out, mu, rsigma, scale, amax,
-                                             scale_inv, stream))  # fmt: skip
+                                             scale_inv, stream, stats))  # fmt: skip
 
 
 class RMSNormFwdKernel(_NormFwdKernel):
@@ -553,16 +572,19 @@ class RMSNormFwdKernel(_NormFwdKernel):
     ``zero_centered_gamma``), ``rsigma = 1/sqrt(mean(x^2) + eps)`` per row.
 
     Call: ``kernel(x, gamma, eps=1e-5, out=None, rsigma=None, *, scale=None, amax=None,
-    scale_inv=None, stream=None) -> RMSNormOutput(z, rsigma, scale_inv)``; arguments as in
-    :class:`LayerNormFwdKernel`. Math as in TransformerEngine (fp32 compute).
+    scale_inv=None, stream=None, stats=True) -> RMSNormOutput(z, rsigma, scale_inv)``;
+    arguments as in :class:`LayerNormFwdKernel`. Math as in TransformerEngine (fp32 compute).
     """
+
+    _call_tags = {True: _X_GAMMA, False: _X_GAMMA_NS}  # (Kernel._fast2's: x, gamma only)
 
     def __call__(
         self, x: Any, gamma: Any, eps: Any = 1e-5, out: Any = None, rsigma: Any = None, *,
         scale: Any = None, amax: Any = None, scale_inv: Any = None, stream: Any = None,
+        stats: bool = True,
     ) -> RMSNormOutput:  # fmt: skip
         z, _, rsigma, scale_inv = self._result(x, gamma, None, eps, out, None, rsigma, scale,
-                                               amax, scale_inv, stream)  # fmt: skip
+                                               amax, scale_inv, stream, stats)  # fmt: skip
         return RMSNormOutput(z, rsigma, scale_inv)
 
 
