@@ -1,6 +1,6 @@
 """Warm cache lookups: a new process gets 100 prewarmed kernels from the disk cache.
 
-    python bench/cache_lookup.py [--runs 7] [--tag NAME]
+    python bench/cache_lookup.py [--runs 7] [--tag NAME] [--code DIR]
 
 The 100 variants are the example model lists' (docs/examples/*.toml: a Llama-3-8B-style FP8
 MLP block and a GPT-style GELU block: norms, gated activations, cast/transpose), topped up
@@ -14,7 +14,9 @@ is the three together), counting NVRTC
 compiles (``cache_info().compiles``) and renders (calls of ``nvrtc_engine.core.render.render``,
 patched to count as its module is imported: the script imports nothing of the package outside
 the timed phases), and noting which heavy modules the lookups imported. The first run fills
-Python's bytecode cache and is not counted. Needs no GPU.
+Python's bytecode cache and is not counted. Needs no GPU. ``--code DIR``: measure the package
+in DIR (a ``git archive`` of another commit with its nvrtc_engine/ and templates/; one from
+before the core/ layout, such as 347c8bd, has its render module at ``nvrtc_engine.render``).
 
 Targets (2-core machine): lookup_ms <= 30, import_ms <= 60, 0 compiles, 0 renders.
 Writes bench/results/cache_lookup.json (or cache_lookup-<tag>.json).
@@ -47,7 +49,7 @@ names = json.load(open(sys.argv[1]))
 renders = []
 class CountRenders:  # patches render() as its module is first imported, whenever that is
     def find_spec(self, name, path, target=None):
-        if name != "nvrtc_engine.core.render":
+        if name not in ("nvrtc_engine.core.render", "nvrtc_engine.render"):
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         run = spec.loader.exec_module
@@ -84,7 +86,7 @@ print(json.dumps({"import_ms": (t1 - t0) * 1e3, "keys_ms": tk, "lookup_ms": (t3 
 
 _PREWARM = r"""
 import json, sys
-from nvrtc_engine.tools.prewarm import prewarm
+from nvrtc_engine import prewarm
 report = prewarm(json.load(open(sys.argv[1])), workers=2, progress=False)
 assert report.ok, report.summary()
 print(len(report.compiled) + len(report.cached))
@@ -110,9 +112,9 @@ def pick_variants() -> list[str]:
     return list(names)[:COUNT]
 
 
-def _run(script: str, arg: Path, env: dict[str, str]) -> str:
-    # cwd: `python -c` puts the working directory first on the path; time this checkout
-    done = subprocess.run([sys.executable, "-c", script, str(arg)], env=env, cwd=ROOT,
+def _run(script: str, arg: Path, env: dict[str, str], code: Path) -> str:
+    # cwd: `python -c` puts the working directory first on the path; time the code in `code`
+    done = subprocess.run([sys.executable, "-c", script, str(arg)], env=env, cwd=code,
                           capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode != 0:
         raise SystemExit(f"a benchmark process failed:\n{done.stderr}")
@@ -123,21 +125,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=7, help="warm processes (median)")
     parser.add_argument("--tag", default=None, help="results file suffix")
+    parser.add_argument("--code", type=Path, default=ROOT, help="the package copy to measure")
     args = parser.parse_args()
+    code = args.code.resolve()
+    if not (code / "nvrtc_engine").is_dir():
+        parser.error(f"--code {args.code}: no nvrtc_engine/ there")
     names = pick_variants()
     work = Path(tempfile.mkdtemp(prefix="nvrtc-engine-cache-lookup-"))
     names_file = work / "names.json"
     names_file.write_text(json.dumps(names))
-    pythonpath = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    pythonpath = os.pathsep.join([str(code), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "NVRTC_ENGINE_CACHE_DIR": str(work / "cache"), "PYTHONPATH": pythonpath}
     for name in ("NVRTC_ENGINE_DISABLE_DISK_CACHE", "NVRTC_ENGINE_READONLY_CACHE",
                  "PYTHONDONTWRITEBYTECODE"):  # fmt: skip
         env.pop(name, None)
     print(f"prewarming {len(names)} variants into {work / 'cache'} ...")
     try:
-        _run(_PREWARM, names_file, env)
-        _run(_WARM, names_file, env)  # fills the bytecode cache; not counted
-        runs = [json.loads(_run(_WARM, names_file, env)) for _ in range(args.runs)]
+        _run(_PREWARM, names_file, env, code)
+        _run(_WARM, names_file, env, code)  # fills the bytecode cache; not counted
+        runs = [json.loads(_run(_WARM, names_file, env, code)) for _ in range(args.runs)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     fields = ("import_ms", "keys_ms", "lookup_ms", "total_ms", "lookup_cpu_ms", "compiles")
@@ -147,6 +153,7 @@ def main() -> int:
     met = {f: summary[f] <= limit for f, limit in TARGETS.items()}
     payload = {
         "load_average": list(os.getloadavg()),
+        "code": "this checkout" if code == ROOT else str(args.code),
         "variants": names,
         "summary": summary,
         "targets": TARGETS,
