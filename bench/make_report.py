@@ -150,15 +150,17 @@ def compile_latency() -> list[str]:
             "new process: import ms", "first get_kernel ms", "disk hit ms per key",
             "memory hit us", "date", "commit"]  # fmt: skip
     out = [f"Data: {', '.join(f'`bench/results/{n}.json`' for n, _ in runs)}.", table(head, rows)]
-    c = load("cache_lookup")
-    if c:  # bench/cache_lookup.py: a new process gets a prewarmed list from the disk cache
-        s = c["summary"]
-        out += [f"{run_line(c, 'cache_lookup')} {len(c['variants'])} prewarmed variants:", table(
-            ["API import ms", "keys parsed ms", "all lookups ms", "range ms", "total ms",
+    runs = [(n, d) for n in ("cache_lookup", "cache_lookup-before") if (d := load(n))]
+    if runs:  # bench/cache_lookup.py: a new process gets a prewarmed list from the disk cache
+        c = runs[0][1]
+        out += [f"{run_line(c, 'cache_lookup')} {len(c['variants'])} prewarmed variants "
+                "(`-before`: `--code` at the commit named):", table(
+            ["code", "API import ms", "keys parsed ms", "all lookups ms", "range ms", "total ms",
              "compiles", "renders", "load average"],
-            [[f"{s['import_ms']:.1f}", f"{s['keys_ms']:.1f}", f"{s['lookup_ms']:.1f}", "-".join(
-                f"{v:.1f}" for v in s["lookup_ms_range"]), f"{s.get('total_ms', 0):.1f}",
-              s["compiles"], s["renders"], f"{c['load_average'][0]:.1f}"]])]  # fmt: skip
+            [[d["commit"], f"{s['import_ms']:.1f}", f"{s['keys_ms']:.1f}", f"{s['lookup_ms']:.1f}",
+              "-".join(f"{v:.1f}" for v in s["lookup_ms_range"]), f"{s['total_ms']:.1f}",
+              s["compiles"], s["renders"], f"{d['load_average'][0]:.1f}"]
+             for _, d in runs for s in [d["summary"]]])]  # fmt: skip
     return out
 
 
