@@ -158,9 +158,8 @@ class BackwardConfig:
     """A backward kernel's configuration: ``warps``, ``rows``, ``cluster`` as the forward's
     (the register kernel takes no cluster); the staged kernel keeps gamma in shared memory,
     as fp32 with zero-centring applied where ``gamma_fp32``, and reads x, dz and gamma there
-    by 32-bit words where ``words``. ``lanes``: a row sum's per-warp values added across
-    lanes by shuffles. ``folded`` (staged): dx by two FMAs per element from per-row
-    constants."""
+    by 32-bit words where ``words``. ``folded`` (staged): dx by two FMAs per element from
+    per-row constants."""
 
     warps: int = 0  # 0: the general kernel
     rows: int = 1
@@ -168,7 +167,6 @@ class BackwardConfig:
     staging: Staging | None = None
     gamma_fp32: bool = False
     words: bool = False
-    lanes: bool = False
     folded: bool = False
 
     def __post_init__(self) -> None:
@@ -180,13 +178,12 @@ class BackwardConfig:
 
     @property
     def label(self) -> str:
-        """The configuration in the kernel's symbol: ``w16_r1_stages4_words_lanes``;
+        """The configuration in the kernel's symbol: ``w16_r1_c8_stages3_deferred_words``;
         ``general`` for the general kernel."""
         if not self.warps:
             return "general"
         parts = _shape(self) + (["gamma_fp32"] if self.gamma_fp32 else [])
         parts += ["words"] if self.words else []
-        parts += ["lanes"] if self.lanes else []
         return "_".join(parts + (["folded"] if self.folded else []))
 
     @property
@@ -433,21 +430,23 @@ _MEASURED: _Table = {
         B(1, cluster=4, staging=S(3), words=True, folded=True),
         "83.1 against 79.8 of w8 (norm_tuning-bwdc-4096.json)"),
     ("layernorm_bwd", 8192, "none"): (
-        B(16, staging=S(4), words=True, lanes=True),
-        "86.3 against 84.8 (without words and lanes; norm_tuning-lanes.json)"),
+        B(16, staging=S(4), words=True),
+        "86.3 against 84.8 (without words; measured with lanes, since removed; "
+        "norm_tuning-lanes.json)"),
     ("layernorm_bwd", 14336, "none"): (
         B(7, cluster=2, staging=S(3), words=True),
         "88.9 against 75.2 of w28 (norm_tuning-bwdc.json)"),
     ("layernorm_bwd", 65536, "none"): (
-        B(16, cluster=8, staging=S(3, deferred=True, ctas_per_sm=2), words=True, lanes=True),
-        "77.2 against 71.1 of w8 (not deferred), 1.090x (norm_tuning-defer.json)"),
+        B(16, cluster=8, staging=S(3, deferred=True, ctas_per_sm=2), words=True),
+        "77.2 against 71.1 of w8 (not deferred), 1.090x; measured with lanes, since removed "
+        "(norm_tuning-defer.json)"),
     ("rmsnorm_bwd", 4096, "none"): (
         B(8, staging=S(5)), "85.7 against 77.3 of 4 stages (norm_tuning-bwd2.json)"),
     ("rmsnorm_bwd", 8192, "none"): (
         B(16, staging=S(4), words=True), "92.9 against 92.7 (norm_tuning-lanes.json)"),
     ("rmsnorm_bwd", 14336, "none"): (
-        B(28, staging=S(3, deferred=True, fetch=256), gamma_fp32=True, lanes=True),
-        "91.3 against 89.9 (fetch128), 1.016x in 20 of 20 "
+        B(28, staging=S(3, deferred=True, fetch=256), gamma_fp32=True),
+        "91.3 against 89.9 (fetch128), 1.016x in 20 of 20; measured with lanes, since removed "
         "(norm_tuning-fetch256-rms14336.json)"),
     ("rmsnorm_bwd", 65536, "none"): (
         B(16, cluster=8, staging=S(4, deferred=True, ctas_per_sm=1)),
