@@ -237,7 +237,7 @@ def test_configuration_choices():
     assert label("layernorm_fwd", 1 << 20) == "general"
     # TUNED (sm_90, 16-bit x and gamma): the measured winners
     assert label("rmsnorm_fwd", 4096) == "w8_r1"
-    assert label("layernorm_bwd", 4096) == "w1_r1_c4_stages3_words_folded"
+    assert label("layernorm_bwd", 4096) == "w1_r1_c4_stages3_words"
     assert label("rmsnorm_bwd", 4096) == "w8_r1_stages5"
     assert label("layernorm_bwd", 65536) == "w16_r1_c8_stages3_deferred_ctas2_words"
     assert label("rmsnorm_bwd_add", 14336) == "w28_r1_stages3_deferred_fetch256_gamma_fp32"
@@ -287,9 +287,8 @@ def test_labels_name_every_field():
            if s is not None or (w in ("global", "held") and st != "shifted")}  # fmt: skip
     fwd |= {ForwardConfig(2, cluster=2, weights="held", row_groups=g, next_row=p)
             for g in (2, 8, 64) for p in (False, True)}  # fmt: skip
-    bwd = {BackwardConfig(16, staging=s, gamma_fp32=f, words=q, folded=d)
-           for s in staging[1:] for f in (False, True) for q in (False, True)
-           for d in (False, True)}  # fmt: skip
+    bwd = {BackwardConfig(16, staging=s, gamma_fp32=f, words=q)
+           for s in staging[1:] for f in (False, True) for q in (False, True)}  # fmt: skip
     for configs in (fwd, bwd):
         assert len({c.label for c in configs}) == len(configs)
         assert all(re.fullmatch(r"w\d+_r\d+(_[a-z0-9_]+)?", c.label) for c in configs)
