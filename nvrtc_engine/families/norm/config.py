@@ -106,8 +106,7 @@ class ForwardConfig:
     an FP8 z; docs/norms.md). ``words``: bf16 unpacked and FP8 packed by 32-bit words.
     ``batched`` (tensor scaling): the output stage under one branch per row and the amax by
     one guarded atomic per warp. ``row_groups`` (register kernel): row groups a CTA takes in
-    turn (at most; never fewer CTAs than are resident at once), ``next_row``: the next one's
-    x copied into shared memory meanwhile."""
+    turn (at most; never fewer CTAs than are resident at once)."""
 
     warps: int = 0  # 0: the general kernel
     rows: int = 1
@@ -118,7 +117,6 @@ class ForwardConfig:
     words: bool = False
     batched: bool = False
     row_groups: int = 1
-    next_row: bool = False
 
     def __post_init__(self) -> None:
         _check(self)
@@ -129,9 +127,6 @@ class ForwardConfig:
         if not 1 <= self.row_groups <= 1024 or (self.row_groups > 1 and self.staging):
             raise ArgumentError("ForwardConfig", f"row_groups={self.row_groups}: 1 to 1024, "
                                 "1 for a staged kernel (a persistent grid)")  # fmt: skip
-        if self.next_row and (self.staging or self.row_groups < 2):
-            raise ArgumentError("ForwardConfig", "next_row needs the register kernel and "
-                                "row_groups > 1")  # fmt: skip
 
     @property
     def label(self) -> str:
@@ -144,8 +139,7 @@ class ForwardConfig:
         parts += [self.stats] if self.stats != "two_pass" else []
         parts += ["words"] if self.words else []
         parts += ["batched"] if self.batched else []
-        parts += [f"groups{self.row_groups}"] if self.row_groups > 1 else []
-        return "_".join(parts + (["next_row"] if self.next_row else []))
+        return "_".join(parts + ([f"groups{self.row_groups}"] if self.row_groups > 1 else []))
 
     @property
     def threads(self) -> int:
@@ -414,8 +408,9 @@ _MEASURED: _Table = {
         F(4, weights="held", words=True, batched=True, row_groups=4),
         "89.2 against 88.3 (one row group per CTA; norm_tuning-near-rms.json)"),
     ("rmsnorm_fwd", 8192, "tensor"): (
-        F(2, cluster=2, weights="held", words=True, batched=True, row_groups=64, next_row=True),
-        "95.2 against 91.5 of w4 (norm_tuning-bwdc.json)"),
+        F(2, cluster=2, weights="held", words=True, batched=True, row_groups=64),
+        "95.2 against 91.5 of w4; measured with next_row, since removed "
+        "(norm_tuning-bwdc.json)"),
     ("rmsnorm_fwd", 14336, "tensor"): (
         F(14, weights="held", words=True, batched=True, row_groups=8),
         "94.7 against 83.9 (weights loaded per row; norm_tuning-fp8b.json)"),
