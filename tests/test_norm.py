@@ -237,10 +237,10 @@ def test_configuration_choices():
     assert label("layernorm_fwd", 1 << 20) == "general"
     # TUNED (sm_90, 16-bit x and gamma): the measured winners
     assert label("rmsnorm_fwd", 4096) == "w8_r1"
-    assert label("layernorm_bwd", 4096) == "w1_r1_c4_stages3_words_folded"
+    assert label("layernorm_bwd", 4096) == "w1_r1_c4_stages3_words"
     assert label("rmsnorm_bwd", 4096) == "w8_r1_stages5"
-    assert label("layernorm_bwd", 65536) == "w16_r1_c8_stages3_deferred_ctas2_words_lanes"
-    assert label("rmsnorm_bwd_add", 14336) == "w28_r1_stages3_deferred_fetch256_gamma_fp32_lanes"
+    assert label("layernorm_bwd", 65536) == "w16_r1_c8_stages3_deferred_ctas2_words"
+    assert label("rmsnorm_bwd_add", 14336) == "w28_r1_stages3_deferred_fetch256_gamma_fp32"
     assert label("layernorm_fwd", 14336) == "w7_r1_stages4_shared_fp32_per_warp_words"
     assert label("layernorm_fwd", 4096, zero_centered_gamma=True) == "w4_r1"  # no entry
     assert label("layernorm_bwd", 8192, "sm_100a") == "w8_r1"  # TUNED is sm_90's
@@ -248,7 +248,7 @@ def test_configuration_choices():
     assert label("layernorm_bwd", 4096, fp32_gamma=True) == "w4_r1"  # 16-bit gamma only
     fp8 = make_key("rmsnorm_fwd", in_dtype="fp16", out_dtype="fp8_e5m2", hidden_size=8192,
                    arch="sm_90a")  # fmt: skip
-    assert norm.norm_config(fp8).label == "w2_r1_c2_held_words_batched_groups64_next_row"
+    assert norm.norm_config(fp8).label == "w2_r1_c2_held_words_batched_groups64"
 
 
 def test_tuned_rows_are_the_configurations_of_their_keys():
@@ -285,11 +285,9 @@ def test_labels_name_every_field():
            for st in ("two_pass", "per_warp", "shifted") for q in (False, True)
            for b in (False, True)
            if s is not None or (w in ("global", "held") and st != "shifted")}  # fmt: skip
-    fwd |= {ForwardConfig(2, cluster=2, weights="held", row_groups=g, next_row=p)
-            for g in (2, 8, 64) for p in (False, True)}  # fmt: skip
-    bwd = {BackwardConfig(16, staging=s, gamma_fp32=f, words=q, lanes=ln, folded=d)
-           for s in staging[1:] for f in (False, True) for q in (False, True)
-           for ln in (False, True) for d in (False, True)}  # fmt: skip
+    fwd |= {ForwardConfig(2, cluster=2, weights="held", row_groups=g) for g in (2, 8, 64)}
+    bwd = {BackwardConfig(16, staging=s, gamma_fp32=f, words=q)
+           for s in staging[1:] for f in (False, True) for q in (False, True)}  # fmt: skip
     for configs in (fwd, bwd):
         assert len({c.label for c in configs}) == len(configs)
         assert all(re.fullmatch(r"w\d+_r\d+(_[a-z0-9_]+)?", c.label) for c in configs)
@@ -314,7 +312,6 @@ def test_configurations_check_their_fields():
         (lambda: ForwardConfig(4, weights="shared"), "weights='shared' needs staging"),
         (lambda: ForwardConfig(4, stats="shifted"), "stats='shifted' needs staging"),
         (lambda: ForwardConfig(4, staging=Staging(3), row_groups=2), "1 for a staged kernel"),
-        (lambda: ForwardConfig(4, next_row=True), "next_row needs the register kernel"),
         (lambda: ForwardConfig(4, staging=Staging(1)), "stages=1: 2 to 32"),
         (lambda: ForwardConfig(4, staging=Staging(2, deferred=True)), "deferred needs 3"),
         (lambda: ForwardConfig(4, staging=Staging(3, align=64)), "align=64: 16 or 128"),

@@ -106,8 +106,7 @@ class ForwardConfig:
     an FP8 z; docs/norms.md). ``words``: bf16 unpacked and FP8 packed by 32-bit words.
     ``batched`` (tensor scaling): the output stage under one branch per row and the amax by
     one guarded atomic per warp. ``row_groups`` (register kernel): row groups a CTA takes in
-    turn (at most; never fewer CTAs than are resident at once), ``next_row``: the next one's
-    x copied into shared memory meanwhile."""
+    turn (at most; never fewer CTAs than are resident at once)."""
 
     warps: int = 0  # 0: the general kernel
     rows: int = 1
@@ -118,7 +117,6 @@ class ForwardConfig:
     words: bool = False
     batched: bool = False
     row_groups: int = 1
-    next_row: bool = False
 
     def __post_init__(self) -> None:
         _check(self)
@@ -129,9 +127,6 @@ class ForwardConfig:
         if not 1 <= self.row_groups <= 1024 or (self.row_groups > 1 and self.staging):
             raise ArgumentError("ForwardConfig", f"row_groups={self.row_groups}: 1 to 1024, "
                                 "1 for a staged kernel (a persistent grid)")  # fmt: skip
-        if self.next_row and (self.staging or self.row_groups < 2):
-            raise ArgumentError("ForwardConfig", "next_row needs the register kernel and "
-                                "row_groups > 1")  # fmt: skip
 
     @property
     def label(self) -> str:
@@ -144,8 +139,7 @@ class ForwardConfig:
         parts += [self.stats] if self.stats != "two_pass" else []
         parts += ["words"] if self.words else []
         parts += ["batched"] if self.batched else []
-        parts += [f"groups{self.row_groups}"] if self.row_groups > 1 else []
-        return "_".join(parts + (["next_row"] if self.next_row else []))
+        return "_".join(parts + ([f"groups{self.row_groups}"] if self.row_groups > 1 else []))
 
     @property
     def threads(self) -> int:
@@ -158,9 +152,7 @@ class BackwardConfig:
     """A backward kernel's configuration: ``warps``, ``rows``, ``cluster`` as the forward's
     (the register kernel takes no cluster); the staged kernel keeps gamma in shared memory,
     as fp32 with zero-centring applied where ``gamma_fp32``, and reads x, dz and gamma there
-    by 32-bit words where ``words``. ``lanes``: a row sum's per-warp values added across
-    lanes by shuffles. ``folded`` (staged): dx by two FMAs per element from per-row
-    constants."""
+    by 32-bit words where ``words``."""
 
     warps: int = 0  # 0: the general kernel
     rows: int = 1
@@ -168,26 +160,22 @@ class BackwardConfig:
     staging: Staging | None = None
     gamma_fp32: bool = False
     words: bool = False
-    lanes: bool = False
-    folded: bool = False
 
     def __post_init__(self) -> None:
         _check(self)
-        if self.staging is None and (self.gamma_fp32 or self.words or self.folded):
-            raise ArgumentError("BackwardConfig", "gamma_fp32, words and folded need staging")
+        if self.staging is None and (self.gamma_fp32 or self.words):
+            raise ArgumentError("BackwardConfig", "gamma_fp32 and words need staging")
         if self.staging is None and self.cluster > 1:
             raise ArgumentError("BackwardConfig", "a cluster needs staging")
 
     @property
     def label(self) -> str:
-        """The configuration in the kernel's symbol: ``w16_r1_stages4_words_lanes``;
+        """The configuration in the kernel's symbol: ``w16_r1_c8_stages3_deferred_words``;
         ``general`` for the general kernel."""
         if not self.warps:
             return "general"
         parts = _shape(self) + (["gamma_fp32"] if self.gamma_fp32 else [])
-        parts += ["words"] if self.words else []
-        parts += ["lanes"] if self.lanes else []
-        return "_".join(parts + (["folded"] if self.folded else []))
+        return "_".join(parts + (["words"] if self.words else []))
 
     @property
     def threads(self) -> int:
@@ -420,8 +408,9 @@ _MEASURED: _Table = {
         F(4, weights="held", words=True, batched=True, row_groups=4),
         "89.2 against 88.3 (one row group per CTA; norm_tuning-near-rms.json)"),
     ("rmsnorm_fwd", 8192, "tensor"): (
-        F(2, cluster=2, weights="held", words=True, batched=True, row_groups=64, next_row=True),
-        "95.2 against 91.5 of w4 (norm_tuning-bwdc.json)"),
+        F(2, cluster=2, weights="held", words=True, batched=True, row_groups=64),
+        "95.2 against 91.5 of w4; measured with next_row, since removed "
+        "(norm_tuning-bwdc.json)"),
     ("rmsnorm_fwd", 14336, "tensor"): (
         F(14, weights="held", words=True, batched=True, row_groups=8),
         "94.7 against 83.9 (weights loaded per row; norm_tuning-fp8b.json)"),
@@ -430,24 +419,27 @@ _MEASURED: _Table = {
           batched=True),
         "94.9 against 90.9 (fetch128), 1.046x (source_ab-fp8-cp256.json)"),
     ("layernorm_bwd", 4096, "none"): (
-        B(1, cluster=4, staging=S(3), words=True, folded=True),
-        "83.1 against 79.8 of w8 (norm_tuning-bwdc-4096.json)"),
+        B(1, cluster=4, staging=S(3), words=True),
+        "83.1 against 79.8 of w8; measured with folded, since removed "
+        "(norm_tuning-bwdc-4096.json)"),
     ("layernorm_bwd", 8192, "none"): (
-        B(16, staging=S(4), words=True, lanes=True),
-        "86.3 against 84.8 (without words and lanes; norm_tuning-lanes.json)"),
+        B(16, staging=S(4), words=True),
+        "86.3 against 84.8 (without words; measured with lanes, since removed; "
+        "norm_tuning-lanes.json)"),
     ("layernorm_bwd", 14336, "none"): (
         B(7, cluster=2, staging=S(3), words=True),
         "88.9 against 75.2 of w28 (norm_tuning-bwdc.json)"),
     ("layernorm_bwd", 65536, "none"): (
-        B(16, cluster=8, staging=S(3, deferred=True, ctas_per_sm=2), words=True, lanes=True),
-        "77.2 against 71.1 of w8 (not deferred), 1.090x (norm_tuning-defer.json)"),
+        B(16, cluster=8, staging=S(3, deferred=True, ctas_per_sm=2), words=True),
+        "77.2 against 71.1 of w8 (not deferred), 1.090x; measured with lanes, since removed "
+        "(norm_tuning-defer.json)"),
     ("rmsnorm_bwd", 4096, "none"): (
         B(8, staging=S(5)), "85.7 against 77.3 of 4 stages (norm_tuning-bwd2.json)"),
     ("rmsnorm_bwd", 8192, "none"): (
         B(16, staging=S(4), words=True), "92.9 against 92.7 (norm_tuning-lanes.json)"),
     ("rmsnorm_bwd", 14336, "none"): (
-        B(28, staging=S(3, deferred=True, fetch=256), gamma_fp32=True, lanes=True),
-        "91.3 against 89.9 (fetch128), 1.016x in 20 of 20 "
+        B(28, staging=S(3, deferred=True, fetch=256), gamma_fp32=True),
+        "91.3 against 89.9 (fetch128), 1.016x in 20 of 20; measured with lanes, since removed "
         "(norm_tuning-fetch256-rms14336.json)"),
     ("rmsnorm_bwd", 65536, "none"): (
         B(16, cluster=8, staging=S(4, deferred=True, ctas_per_sm=1)),

@@ -409,7 +409,7 @@ class _NormFwdKernel(_NormKernel):
         per_sm = min(dev.occupancy[0], (staging and staging.ctas_per_sm) or dev.occupancy[0])
         persistent = _persistent(dev, cfg.cluster, per_sm, groups)
         clusters = persistent if staging else groups
-        if cfg.row_groups > 1:  # several row groups per CTA: held weights, the next row's copy
+        if cfg.row_groups > 1:  # several row groups per CTA (held weights loaded once)
             clusters = max(min(groups, persistent), -(-groups // cfg.row_groups))
         return min(groups, clusters, MAX_GRID // cfg.cluster) * cfg.cluster
 

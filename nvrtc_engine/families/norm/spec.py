@@ -107,7 +107,7 @@ def _triggers(cfg: NormConfig) -> bool:
         return False
     if cfg.staging:
         return True
-    return isinstance(cfg, ForwardConfig) and not cfg.next_row
+    return isinstance(cfg, ForwardConfig)
 
 
 def _float_literal(value: float) -> str:
