@@ -153,8 +153,9 @@ def compile_latency() -> list[str]:
     runs = [(n, d) for n in ("cache_lookup", "cache_lookup-before") if (d := load(n))]
     if runs:  # bench/cache_lookup.py: a new process gets a prewarmed list from the disk cache
         c = runs[0][1]
-        out += [f"{run_line(c, 'cache_lookup')} {len(c['variants'])} prewarmed variants "
-                "(`-before`: `--code` at the commit named):", table(
+        before = "; `--code` at the commit named: `bench/results/cache_lookup-before.json`"
+        out += [f"{run_line(c, 'cache_lookup')} {len(c['variants'])} prewarmed variants"
+                f"{before if len(runs) > 1 else ''}:", table(
             ["code", "API import ms", "keys parsed ms", "all lookups ms", "range ms", "total ms",
              "compiles", "renders", "load average"],
             [[d["commit"], f"{s['import_ms']:.1f}", f"{s['keys_ms']:.1f}", f"{s['lookup_ms']:.1f}",
