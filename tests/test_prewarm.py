@@ -441,3 +441,13 @@ def test_prewarm_does_not_run_the_calling_script_again(tmp_path, isolated_cache)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["2", "3"]
     assert runs.read_text() == "ran\n"  # the workers did not execute train.py
+
+
+def test_the_summary_names_the_archs_built_and_where_it_compiled():
+    hopper = ne.make_key("gelu", dtype="bf16", arch="sm_90")
+    blackwell = ne.make_key("gelu", dtype="bf16", arch="sm_100a")
+    cold = PrewarmReport((blackwell,), (hopper,), (), 1.25, 45.6, 2).summary()
+    assert cold.endswith("in 1.25 s (2 threads; median compile 45.6 ms; sm_90, sm_100a)")
+    warm = PrewarmReport((), (hopper,), (), 0.05, None, 0).summary()
+    assert warm.endswith("0 failed in 0.05 s (sm_90)")
+    assert PrewarmReport((), (), (), 0.0, None, 0).summary().endswith("failed in 0.00 s")

@@ -37,7 +37,7 @@ from ..core import cache, config
 from ..core.cpus import available_cpus
 from ..core.engine import default_engine
 from ..core.errors import ArgumentError, ArgumentTypeError, CompileError, counted
-from ..core.key import KernelKey
+from ..core.key import KernelKey, arch_number
 
 if TYPE_CHECKING:
     from ..core.engine import Engine
@@ -87,16 +87,17 @@ class PrewarmReport:
 
     def summary(self) -> str:
         """A few lines for people: counts, time, and one line per failure."""
-        median = (
-            f", median compile {self.median_compile_ms:.1f} ms"
-            if self.median_compile_ms is not None
-            else ""
-        )
-        where = f"{counted(self.workers, 'thread')}" if self.workers else "in this thread"
+        how = [counted(self.workers, "thread") if self.workers else "in the calling thread"]
+        if self.median_compile_ms is not None:
+            how.append(f"median compile {self.median_compile_ms:.1f} ms")
+        archs = {k.arch for k in (*self.compiled, *self.cached)}
+        if archs:  # (--arch replaces a file's archs: say which were built)
+            how.append(", ".join(sorted(archs, key=lambda a: (arch_number(a), a))))
+        how = how if self.compiled else how[1:]
         lines = [
             f"prewarm: {counted(self.total, 'variant')}: {len(self.compiled)} compiled, "
             f"{len(self.cached)} already cached, {len(self.failed)} failed in "
-            f"{self.wall_s:.2f} s ({where}{median})"
+            f"{self.wall_s:.2f} s" + (f" ({'; '.join(how)})" if how else "")
         ]
         lines += [f"  FAILED {f.key}: {f.error}" for f in self.failed]
         return "\n".join(lines)
