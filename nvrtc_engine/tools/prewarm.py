@@ -87,13 +87,13 @@ class PrewarmReport:
 
     def summary(self) -> str:
         """A few lines for people: counts, time, and one line per failure."""
-        how = [counted(self.workers, "thread") if self.workers else "in the calling thread"]
-        if self.median_compile_ms is not None:
-            how.append(f"median compile {self.median_compile_ms:.1f} ms")
+        how: list[str] = []
+        if self.median_compile_ms is not None:  # (something was compiled)
+            how += [counted(self.workers, "thread") if self.workers else "in the calling thread",
+                    f"median compile {self.median_compile_ms:.1f} ms"]  # fmt: skip
         archs = {k.arch for k in (*self.compiled, *self.cached)}
         if archs:  # (--arch replaces a file's archs: say which were built)
             how.append(", ".join(sorted(archs, key=lambda a: (arch_number(a), a))))
-        how = how if self.compiled else how[1:]
         lines = [
             f"prewarm: {counted(self.total, 'variant')}: {len(self.compiled)} compiled, "
             f"{len(self.cached)} already cached, {len(self.failed)} failed in "

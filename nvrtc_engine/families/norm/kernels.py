@@ -368,6 +368,9 @@ def _eps(value: Any, rms: bool = False) -> float:
 
 
 class _NormFwdKernel(_NormKernel):
+    # a call giving only x, gamma (and beta): its call key's tag, by stats (set per class)
+    _call_tags: dict[bool, Any]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # a call's (z, mu, rsigma, scale_inv), z block-scaled with MXFP8 output: chosen once
@@ -442,10 +445,10 @@ class _NormFwdKernel(_NormKernel):
         floats = (eps if ok else _eps(eps, self.spec.rms),)
         if (out is None and mu is None and rsigma is None and scale is None and amax is None
                 and scale_inv is None):  # fmt: skip
+            tag = self._call_tags[stats]
             if beta is None:
-                done = self._fast2(_X_GAMMA if stats else _X_GAMMA_NS, x, gamma, floats, stream)
+                done = self._fast2(tag, x, gamma, floats, stream)
             else:
-                tag = _X_GAMMA_BETA if stats else _X_GAMMA_BETA_NS
                 done = self._fast3(tag, x, gamma, beta, floats, stream)
         else:
             given = (x, gamma, beta, out, mu, rsigma, scale, amax, scale_inv)
