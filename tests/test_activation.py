@@ -152,10 +152,10 @@ def test_render_picks_the_kernel_structure():
     assert "row-flat kernel" in gated and "nve_reduce.cuh" not in gated
     assert "__shared__" not in gated
     rowwise = source("gelu", dtype="fp8", scaling="mxfp8")  # owner mode: a block per thread
-    assert "row-flat kernel" in rowwise and "__shfl_xor_sync" not in rowwise
+    assert "row-flat kernel" in rowwise and "mx_scale_block(" not in rowwise
     assert "part[kOuts]" not in rowwise  # no columnwise pass
     gated_rowwise = source("swiglu", dtype="fp8", scaling="mxfp8")  # lane mode: shuffles
-    assert "row-flat kernel" in gated_rowwise and "__shfl_xor_sync" in gated_rowwise
+    assert "row-flat kernel" in gated_rowwise and "nve::mx_scale_block(" in gated_rowwise
     both = source("dswiglu", dtype="fp8", scaling="mxfp8", layout="both", hidden_size=4096)
     assert "const long long cols = 4096;" in both and "part[kOuts]" in both
     assert "constexpr int kOuts = 2;" in both
@@ -491,7 +491,7 @@ def test_row_flat_source_splits_chunks_by_row():
     assert "split(static_cast<long long>(blockIdx.x)" in src  # one division per thread
     assert "nve::tile_coords(i, cols, r, cl);" in src  # the element path
     mx = render(make_key("dswiglu", dtype="fp8", scaling="mxfp8", arch="sm_90")).source
-    assert "row-flat kernel" in mx and "__shfl_xor_sync" in mx and "if (aligned)" not in mx
+    assert "row-flat kernel" in mx and "mx_scale_block(" in mx and "if (aligned)" not in mx
 
 
 # -- division-free row-flat kernel: magic numbers, E8M0, owner mode ----------------------

@@ -3,6 +3,12 @@
 
 namespace nve {
 
+__device__ __forceinline__ float warp_sum(float v) {  // every lane ends with the same bits
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -29,6 +35,18 @@ __device__ __forceinline__ float block_max(float v) {
 __device__ __forceinline__ void atomic_max_nonneg(float* addr, float v) {
   if (__float_as_int(v) <= *reinterpret_cast<volatile int*>(addr)) return;
   atomicMax(reinterpret_cast<int*>(addr), __float_as_int(v));
+}
+
+// Tensor scaling's end in a block of THREADS threads: the block's amax into *amax_ptr, and
+// scale_inv = 1 / scale by the block where `first` (null pointers are not written).
+template <int THREADS>
+__device__ __forceinline__ void finish_amax(float amax, float* amax_ptr, float* scale_inv_ptr, float scale,
+                                            bool first) {
+  amax = block_max<THREADS>(amax);
+  if (threadIdx.x == 0) {
+    if (amax_ptr != nullptr) atomic_max_nonneg(amax_ptr, amax);
+    if (first && scale_inv_ptr != nullptr) *scale_inv_ptr = 1.f / scale;
+  }
 }
 
 }  // namespace nve
