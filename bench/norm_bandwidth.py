@@ -3,19 +3,20 @@ one run on one GPU: per row of the norm table (the shapes and cases of bench/ban
 --family norm), the time of each in the same rounds and the ratio new/old. Target: no row
 slower by more than 2% (median same-round ratio at most 1.02).
 
-    python bench/tuning/norm_paired.py --baseline DIR [--norms layernorm,rmsnorm]
-        [--shapes 16384x1024,...] [--rounds 20] [--repeat 20] [--out FILE]
-        [--dry-run [--arch sm_90]] [--stub]
+    python bench/norm_bandwidth.py --baseline DIR [--baseline-commit REV]
+        [--norms layernorm,rmsnorm] [--shapes 16384x1024,...] [--rounds 20] [--repeat 20]
+        [--out FILE] [--dry-run [--arch sm_90]] [--stub]
 
 DIR holds the other copy's ``nvrtc_engine/`` and ``templates/`` (e.g. ``git archive 77a0600
 | tar -x -C .baseline``). Each copy runs in a worker process of its own (its directory first
 on ``sys.path``); the workers never time at once: in each round the two are timed one after
 the other, in alternating order. Cases: bf16 x, N x H in {16384 x 1024, 4096, 8192, 14336;
-2048 x 65536}; forward to bf16, forward to E4M3 with tensor scaling, backward; the
-specialized kernels (hidden_size=H). Each timed call touches its own buffers, cycling over
-enough copies that a cycle moves at least 256 MB (nothing served from L2). GB/s counts x
-read and z written (and gamma, beta) forward, x and dz read and dx written backward.
-Writes bench/tuning/results/norm_paired.json (``--out``; and under $OUT when set).
+2048 x 65536}; forward to bf16, to E4M3 with tensor scaling and to MXFP8 (E4M3 data, E8M0
+scales), backward; the specialized kernels (hidden_size=H). Each timed call touches its own
+buffers, cycling over enough copies that a cycle moves at least 256 MB (nothing served from
+L2). GB/s counts x read and z written (and gamma, beta) forward, x and dz read and dx
+written backward.
+Writes bench/results/norm_bandwidth-paired.json (``--out``; and under $OUT when set).
 
 ``--dry-run`` needs no GPU: each worker compiles every case's kernel (for ``--arch``) and
 reports its symbol, so the two copies and the case list are checked before a GPU is spent.
@@ -36,13 +37,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+
 HERE = Path(__file__).resolve()
-ROOT = HERE.parents[2]
-CASES = ("fwd bf16->bf16", "fwd bf16->fp8", "bwd")
+ROOT = HERE.parents[1]
+CASES = ("fwd bf16->bf16", "fwd bf16->fp8", "fwd bf16->mxfp8", "bwd")
 SHAPES = ((16384, 1024), (16384, 4096), (16384, 8192), (16384, 14336), (2048, 65536))
 EPS = 1e-5
 MIN_CYCLE_BYTES = 256 << 20
 TARGET = 1.02
+RESULT = HERE.parent / "results" / "norm_bandwidth-paired.json"
 
 
 # ---- worker: one copy of the package ---------------------------------------------------
@@ -77,8 +83,8 @@ class Worker:
 
     def kernel(self, norm: str, case: str, h: int) -> Any:
         fields: dict[str, Any] = {"in_dtype": "bf16", "hidden_size": h}
-        if case == "fwd bf16->fp8":
-            fields.update(out_dtype="fp8_e4m3", scaling="tensor")
+        if case != "bwd" and case != "fwd bf16->bf16":
+            fields.update(out_dtype="fp8_e4m3", scaling="mxfp8" if "mxfp8" in case else "tensor")
         if self.arch:
             fields["arch"] = self.arch
         op = f"{norm}_{'bwd' if case == 'bwd' else 'fwd'}"
@@ -92,12 +98,13 @@ class Worker:
         import torch
 
         ln, bf16 = norm == "layernorm", torch.bfloat16
-        fp8 = case == "fwd bf16->fp8"
+        fp8, mx = case == "fwd bf16->fp8", case == "fwd bf16->mxfp8"
         weights = 2 if ln else 1
         if case == "bwd":
             nbytes = 3 * n * h * 2
-        else:
-            nbytes = n * h * 2 + n * h * (1 if fp8 else 2) + weights * h * 2
+        else:  # (MXFP8: z and one E8M0 scale per 32 elements)
+            nbytes = n * h * 2 + n * h * (1 if fp8 or mx else 2) + weights * h * 2
+            nbytes += n * h // 32 if mx else 0
 
         def empty(*shape: int, dtype: Any = bf16) -> Any:
             return torch.empty(shape, dtype=dtype, device="cuda")
@@ -118,7 +125,10 @@ class Worker:
                     s["mu"].normal_()
                     s["rs"].uniform_(0.5, 2.0)
             else:
-                s["z"] = empty(n, h, dtype=torch.uint8 if fp8 else bf16)
+                s["z"] = empty(n, h, dtype=torch.uint8 if fp8 or mx else bf16)
+            if mx:
+                # TransformerEngine's padded rowwise layout: (roundup(N, 128), roundup(H / 32, 4))
+                s["scale_inv"] = empty(-(-n // 128) * 128, -(-h // 128) * 4, dtype=torch.uint8)
             sets.append(s)
         scaling: dict[str, Any] = {}
         if fp8:
@@ -142,9 +152,12 @@ class Worker:
             elif case == "bwd":
                 k(s["dz"], s["x"], s["rs"], w, s["dx"], dw, workspace=ws)
             elif ln:
-                k(s["x"], w, b, EPS, s["z"], s["mu"], s["rs"], **scaling)
+                k(s["x"], w, b, EPS, s["z"], s["mu"], s["rs"], **scaling, **mx_scale(s))
             else:
-                k(s["x"], w, EPS, s["z"], s["rs"], **scaling)
+                k(s["x"], w, EPS, s["z"], s["rs"], **scaling, **mx_scale(s))
+
+        def mx_scale(s: dict[str, Any]) -> dict[str, Any]:
+            return {"scale_inv": s["scale_inv"]} if mx else {}
 
         for _ in range(3):  # warm: loads the module, plans the launch
             call()
@@ -282,12 +295,13 @@ def run_row(new: Remote, old: Remote, norm: str, case: str, n: int, h: int,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", type=Path, help="directory of the other package copy")
+    parser.add_argument("--baseline-commit", default="", help="its commit, for the result")
     parser.add_argument("--norms", default="layernorm,rmsnorm")
     parser.add_argument("--shapes", default=",".join(f"{n}x{h}" for n, h in SHAPES))
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=20, help="calls timed per round")
-    parser.add_argument("--out", type=Path, default=HERE.parent / "results" / "norm_paired.json")
+    parser.add_argument("--out", type=Path, default=RESULT)
     parser.add_argument("--dry-run", action="store_true", help="compile only, no GPU")
     parser.add_argument("--arch", default="sm_90", help="the dry run's arch")
     parser.add_argument("--stub", action="store_true", help="the stub driver: no GPU")
@@ -322,20 +336,21 @@ def main() -> int:
                     except WorkerError as e:
                         if not args.stub:  # on a GPU every row must run
                             sys.exit(str(e))
-                        print(f"{norm:9} {case:14} {n}x{h}: not on the stub: {e}", flush=True)
+                        print(f"{norm:9} {case:15} {n}x{h}: not on the stub: {e}", flush=True)
                         new.ask("release")
                         old.ask("release")
                         continue
                     rows.append(row)
                     text = (f"{row['ratio']:.4f} ({row['ratio_low']:.3f}-{row['ratio_high']:.3f})"
                             if "ratio" in row else row["new_kernel"])  # fmt: skip
-                    print(f"{norm:9} {case:14} {n}x{h}: {text}", flush=True)
+                    print(f"{norm:9} {case:15} {n}x{h}: {text}", flush=True)
     finally:
         new.close()
         old.close()
     result = {
-        "script": "bench/tuning/norm_paired.py", "argv": sys.argv[1:],
-        "new": new.info, "old": old.info, "target": f"median new/old <= {TARGET} per row",
+        "script": "bench/norm_bandwidth.py", "argv": sys.argv[1:], "commit": common.commit(),
+        "baseline_commit": args.baseline_commit, "new": new.info, "old": old.info,
+        "target": f"median new/old <= {TARGET} per row",
         "mode": "dry-run" if args.dry_run else "stub" if args.stub else "gpu",
         "rows": rows,
         "all_within_target": all(r.get("within_target", False) for r in rows),

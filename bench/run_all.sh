@@ -9,6 +9,8 @@
 #   racecheck  compute-sanitizer racecheck over the same                                 5 min
 #   activation python3 bench/bandwidth.py --family activation                            6 min
 #   norm       python3 bench/bandwidth.py --family norm                                  7 min
+#   norm_paired python3 bench/norm_bandwidth.py --baseline $NORM_BASELINE (the norm kernels
+#              against another copy's, e.g. git archive REV | tar -x -C DIR; named only)   2 min
 #   cast       python3 bench/bandwidth.py --family cast --paired 15                      3 min
 #   launch     python3 bench/launch_overhead.py                                          1 min
 #   compile    python3 bench/compile_latency.py --tag h200-host                          1 min
@@ -32,7 +34,7 @@ BUDGET=${BENCH_BUDGET:-570}
 START=$(date +%s)
 ALL="tests memcheck racecheck activation norm cast launch compile prewarm fanout torch"
 declare -A EXPECTED=([tests]=300 [memcheck]=180 [racecheck]=300 [activation]=360 [norm]=420
-  [cast]=180 [launch]=60 [compile]=60 [prewarm]=120 [fanout]=180 [torch]=240)
+  [norm_paired]=120 [cast]=180 [launch]=60 [compile]=60 [prewarm]=120 [fanout]=180 [torch]=240)
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'
@@ -73,6 +75,8 @@ run_step() {
         --continue-on-collection-errors ${PYTEST_ARGS:-$default} ;;
     memcheck | racecheck) sanitize "$1" ;;
     activation | norm) python3 bench/bandwidth.py --family "$1" ;;
+    norm_paired) python3 bench/norm_bandwidth.py --rounds 10 --repeat 10 \
+      --baseline "${NORM_BASELINE:?NORM_BASELINE: a directory holding the other copy}" ;;
     cast) python3 bench/bandwidth.py --family cast --paired 15 ;;
     launch) python3 bench/launch_overhead.py ;;
     compile) python3 bench/compile_latency.py --tag h200-host ;;

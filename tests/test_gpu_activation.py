@@ -277,7 +277,7 @@ def test_grid_smaller_than_the_tiles_loops(op, fields, rng, monkeypatch):
 )
 def test_row_flat_kernel_steps_across_rows(op, fields, config, rng, monkeypatch):
     """The row-flat kernel (gated ops, MXFP8 rowwise) walks chunks row by row: with several
-    launch configurations (the sweep in bench/activation_row_tuning.py may pick any), rows
+    launch configurations (any the launch heuristic may pick), rows
     of fewer chunks than a block, of a number of chunks that does not divide the block's,
     and of more; one pass and a grid capped at 3 blocks that loop. Plain ops with MXFP8 also
     in owner mode (a thread per 32-value block), and with compact scale rows (H a multiple
