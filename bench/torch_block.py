@@ -10,7 +10,11 @@ Groups (bf16; --tokens 8192, --hidden 4096, --inter 14336 by default; --groups p
 - ``step``: forward and backward (the gradients of x and of every parameter, by
   ``torch.autograd.grad``) of ``x + down(SwiGLU(up(RMSNorm(x))))``: ``torch eager``,
   ``torch.compile`` (of the PyTorch block), ``engine`` (nvrtc_engine.torch's RMSNorm and
-  SwiGLU, eager) and ``engine compiled`` (that block under ``torch.compile(fullgraph=True)``).
+  SwiGLU, eager) and ``engine compiled`` (that block under ``torch.compile(fullgraph=True)``);
+  and ``GEMMs, free norm and act``: the block under torch.compile with the norm and the
+  activation replaced by free stand-ins (views forward, no kernel backward), so the GEMMs,
+  the residual add and the gradient sum alone: with the norm_act group's copy floor added, the
+  least any implementation's step can take on this GPU, not checked against PyTorch.
 - ``norm_act``: the norm (on ``(tokens, hidden)``) and the activation (on ``(tokens,
   2 inter)``) alone, forward and backward: torch eager, torch.compile, engine; and
   ``copy, same bytes``: a device copy moving the bytes this work must move at least (each
@@ -65,7 +69,8 @@ TARGETS = {  # group -> (case, most of torch.compile's time)
     "fp8": [("engine", 0.92)],
 }
 BASELINE = "torch.compile"
-FLOOR = "copy, same bytes"  # a case timed for reference, not checked
+FLOOR = "copy, same bytes"  # cases timed for reference, not checked
+STEP_FLOOR = "GEMMs, free norm and act"
 # the most a case's result may differ from PyTorch eager's (relative to the largest value):
 # bf16 roundings in another order; FP8 steps of 2^-4 where the scaled values differ by one
 CHECK_LIMIT = {"step": 0.05, "norm_act": 0.05, "fp8": 0.15}
@@ -121,6 +126,48 @@ def build(torch: Any, net: Any, args: argparse.Namespace, device: str) -> types.
     )
 
 
+def view_function(torch: Any) -> Any:
+    """An autograd.Function that launches nothing: forward a view of x, backward the gradient
+    as given (PyTorch's own cost of a graph node made in Python; a free norm)."""
+
+    class View(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any) -> Any:
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return grad
+
+    return View
+
+
+def free_block(torch: Any, m: types.SimpleNamespace) -> Any:
+    """The block with a norm and an activation that launch nothing: forward views of their
+    input, backward the gradient as given or an unwritten tensor of the input's shape (values
+    are not looked at)."""
+    free_norm = view_function(torch)
+
+    class FreeAct(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, h: Any) -> Any:
+            return h[..., : h.shape[-1] // 2]  # a strided view: the GEMM reads it in place
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return grad.new_empty(*grad.shape[:-1], 2 * grad.shape[-1])
+
+    class FreeBlock(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up, self.down = m.up, m.down
+
+        def forward(self, x: Any) -> Any:
+            return x + self.down(FreeAct.apply(self.up(free_norm.apply(x))))
+
+    return FreeBlock()
+
+
 def step_cases(torch: Any, m: types.SimpleNamespace, compile: Callable) -> dict[str, Callable]:
     x = m.x.detach().requires_grad_()
 
@@ -137,6 +184,7 @@ def step_cases(torch: Any, m: types.SimpleNamespace, compile: Callable) -> dict[
         "torch.compile": step(compile(m.torch_block)),
         "engine": step(m.engine_block),
         "engine compiled": step(compile(m.engine_block, fullgraph=True)),
+        STEP_FLOOR: step(compile(free_block(torch, m), fullgraph=True)),
     }
 
 
@@ -226,15 +274,7 @@ def host_cases(torch: Any, net: Any, hidden: int, device: str) -> dict[str, Call
     theirs, mine = torch.nn.RMSNorm(hidden, eps=1e-6, **kw), net.RMSNorm(hidden, eps=1e-6, **kw)
     x = torch.randn(8, hidden, **kw)
     xg = x.clone().requires_grad_()
-
-    class Floor(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx: Any, x: Any) -> Any:
-            return x.view_as(x)
-
-        @staticmethod
-        def backward(ctx: Any, grad: Any) -> Any:
-            return grad
+    floor = view_function(torch)
 
     def no_grad(module: Any) -> Callable[[], Any]:
         def run() -> Any:
@@ -248,7 +288,7 @@ def host_cases(torch: Any, net: Any, hidden: int, device: str) -> dict[str, Call
         "engine RMSNorm, no_grad": no_grad(mine),
         "torch.nn.RMSNorm, x requires grad": lambda: theirs(xg),
         "engine RMSNorm, x requires grad": lambda: mine(xg),
-        "autograd.Function floor, x requires grad": lambda: Floor.apply(xg),
+        "autograd.Function floor, x requires grad": lambda: floor.apply(xg),
     }
 
 
@@ -268,7 +308,7 @@ def run_group(
     checks = {
         case: difference(torch, out, ref)
         for case, out in results.items()
-        if case not in ("torch eager", FLOOR)
+        if case not in ("torch eager", FLOOR, STEP_FLOOR)
     }
     del results
     ok = all(diff <= CHECK_LIMIT[name] for diff in checks.values())
