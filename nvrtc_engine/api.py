@@ -1,10 +1,11 @@
 """The public entry points: :func:`get_kernel`, :func:`make_key` (from
 :mod:`~nvrtc_engine.core.make`), :func:`cache_info`, :func:`clear_cache`.
 
-Importing this module (``from nvrtc_engine import get_kernel``) imports what a lookup uses:
-the engine, the disk store's library, the compiled launcher and every registered family's spec
-and kernel classes, so that a process's first :func:`get_kernel` costs a lookup. Nothing
-starts: no CUDA, no NVRTC, no cache directory."""
+Importing this module (``from nvrtc_engine import get_kernel``) imports what every lookup
+uses: the engine, the disk store's library and the compiled launcher. A family's code loads
+when the family is first named: its spec when a key names it, its kernel classes at its first
+lookup, so a process pays only for the families it uses. Nothing starts: no CUDA, no NVRTC,
+no cache directory."""
 
 from __future__ import annotations
 
@@ -143,17 +144,12 @@ def clear_cache(*, memory: bool = True, disk: bool = True) -> None:
 
 
 def _import_what_lookups_use() -> None:
-    """Import now, with the API, what a process's first :func:`get_kernel` would import: the
-    disk store's library, the compiled launcher and every registered family's spec and kernel
-    classes. Nothing starts (no CUDA, no NVRTC, no cache directory): a first lookup then
-    costs a lookup (tests/test_package.py)."""
+    """Import now, with the API, what every process's first :func:`get_kernel` would import
+    whatever the family: the disk store's library and the compiled launcher. Nothing starts (no
+    CUDA, no NVRTC, no cache directory; tests/test_cache.py)."""
     import diskcache  # noqa: F401  (the disk tier's)
 
     from .core import native_launch  # noqa: F401
-    from .core.registry import get_spec, registered_ops
-
-    for op in registered_ops():
-        get_spec(op).kernel_class()
 
 
 _import_what_lookups_use()
