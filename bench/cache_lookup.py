@@ -8,10 +8,10 @@ with GELU variants (dtype pairs x hidden sizes x sm_90/sm_100a). One process pre
 into an empty cache directory; then each run is a new process that imports the API
 (timed: ``import_ms``: ``from nvrtc_engine import KernelKey, cache_info, get_kernel``; the
 package's names load on first use, and the API's import brings the disk store's library and
-every family's kernel classes), parses the 100 kernel names into keys (timed: ``keys_ms``)
-and calls ``get_kernel(key)`` for the 100 keys (timed together: ``lookup_ms``; ``total_ms``
-is the three together), counting NVRTC
-compiles (``cache_info().compiles``) and renders (calls of ``nvrtc_engine.core.render.render``,
+the compiled launcher), parses the 100 kernel names into keys (timed: ``keys_ms``: the
+families' specs load here) and calls ``get_kernel(key)`` for the 100 keys (timed together:
+``lookup_ms``; ``total_ms`` is the three together), counting NVRTC compiles
+(``cache_info().compiles``) and renders (calls of ``nvrtc_engine.core.render.render``,
 patched to count as its module is imported: the script imports nothing of the package outside
 the timed phases), and noting which heavy modules the lookups imported. The first run fills
 Python's bytecode cache and is not counted. Needs no GPU. ``--code DIR``: measure the package
