@@ -518,7 +518,8 @@ def test_only_a_device_newer_than_every_known_arch_gets_ptx(monkeypatch):
 def test_get_kernel_reports_a_bad_field_before_asking_for_a_device(monkeypatch):
     """Without a GPU and without arch, a misspelled op or dtype, or any other bad field, is
     reported as such (a VariantError, with a suggestion where one is close), not hidden behind
-    NoDeviceError; a good call still raises NoDeviceError with its hint."""
+    NoDeviceError nor chained to it (no second traceback); a good call still raises
+    NoDeviceError with its hint."""
     import nvrtc_engine as ne
     from nvrtc_engine.core import make
 
@@ -526,8 +527,12 @@ def test_get_kernel_reports_a_bad_field_before_asking_for_a_device(monkeypatch):
         raise ne.NoDeviceError("no CUDA device; pass arch='sm_90' (or another arch)")
 
     monkeypatch.setattr(make, "device_arch", no_device)
-    with pytest.raises(ne.VariantError, match="did you mean gelu"):
+    with pytest.raises(ne.VariantError, match="did you mean gelu") as raised:
         ne.get_kernel("gelo", dtype="bf16")
+    assert raised.value.__context__ is None and raised.value.__cause__ is None
+    with pytest.raises(ne.VariantError, match="not a key field") as raised:
+        make_key("gelu", dtype="bf16", hiden_size=4096)
+    assert raised.value.__context__ is None
     with pytest.raises(ne.VariantError, match="did you mean bf16"):
         ne.get_kernel("gelu", dtype="bf61")
     # fields checked by the key itself: hidden size, scaling, the norm backward's dx dtype

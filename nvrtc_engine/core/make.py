@@ -156,12 +156,15 @@ def make_key(
     if arch is None:
         try:
             arch = device_arch(device)
-        except NoDeviceError:
-            # a bad field is the caller's first problem: report it before the missing GPU
-            # (no op's checks depend on the arch, so any arch validates the other fields)
-            build("sm_90")
-            raise
-        return build(arch)
+        except NoDeviceError as exc:
+            missing = exc
+        else:
+            return build(arch)
+        # a bad field is the caller's first problem: report it before the missing GPU, outside
+        # the handler so that its traceback is not chained to this one (no op's checks depend
+        # on the arch, so any arch validates the other fields)
+        build("sm_90")
+        raise missing
     key = build(arch)  # every field checked, the arch's form included
     parse_arch(arch)  # a named arch must be a known one (a DeviceArch may be newer)
     return key
