@@ -123,15 +123,15 @@ def write_results(
     return path
 
 
-def torch_or_exit(parser: Any) -> Any:
-    """PyTorch, for a bench script that times on the GPU through it; otherwise the script's
-    usage error (``parser.error``: exit code 2) saying what to install, or that there is
-    no CUDA GPU."""
+def torch_or_exit(parser: Any, gpu: bool = True) -> Any:
+    """PyTorch, for a bench script that times on the GPU through it (``gpu=False``: a run on
+    the CPU); otherwise the script's usage error (``parser.error``: exit code 2) saying what
+    to install, or that there is no CUDA GPU."""
     try:
         import torch
     except ImportError:
-        parser.error("needs PyTorch and a GPU (pip install -e '.[test,torch]')")
-    if not torch.cuda.is_available():
+        parser.error("needs PyTorch" + " and a GPU" * gpu + " (pip install -e '.[test,torch]')")
+    if gpu and not torch.cuda.is_available():
         parser.error("needs a CUDA GPU (PyTorch sees none)")
     return torch
 

@@ -391,8 +391,7 @@ def main() -> int:
         _kernels.DEVICE_TYPE = "cpu"  # (CPU tensors stand for device 0's)
         groups_wanted, device, compile = ["host"], "cpu", common.fresh_compile
     elif dry:
-        import torch
-
+        torch = common.torch_or_exit(parser, gpu=False)
         sys.path.insert(0, str(HERE.parent / "tests"))
         import torch_standins
 
