@@ -114,6 +114,18 @@ class Worker:
             return t if self.stub else t.normal_()
 
         w, b = filled(h), filled(h)
+        scaling: dict[str, Any] = {}  # tensor scaling's arguments, shared by the sets
+        if fp8:
+            scaling = {"scale": empty(1, dtype=torch.float32),
+                       "amax": empty(1, dtype=torch.float32),
+                       "scale_inv": empty(1, dtype=torch.float32)}  # fmt: skip
+            if not self.stub:
+                scaling["scale"].fill_(2.0)
+                scaling["amax"].zero_()
+        if mx:
+            from nvrtc_engine.families.shared.blockscale import mxfp8_scale_shape
+
+            mx_shape = mxfp8_scale_shape(n, h, "rowwise")
         copies = max(1, -(-MIN_CYCLE_BYTES // nbytes))
         sets = []
         for _ in range(copies):
@@ -126,18 +138,9 @@ class Worker:
                     s["rs"].uniform_(0.5, 2.0)
             else:
                 s["z"] = empty(n, h, dtype=torch.uint8 if fp8 or mx else bf16)
-            if mx:
-                # TransformerEngine's padded rowwise layout: (roundup(N, 128), roundup(H / 32, 4))
-                s["scale_inv"] = empty(-(-n // 128) * 128, -(-h // 128) * 4, dtype=torch.uint8)
+            # MXFP8: each set its own E8M0 scales, in TransformerEngine's padded layout
+            s["scaling"] = {"scale_inv": empty(*mx_shape, dtype=torch.uint8)} if mx else scaling
             sets.append(s)
-        scaling: dict[str, Any] = {}
-        if fp8:
-            scaling = {"scale": empty(1, dtype=torch.float32),
-                       "amax": empty(1, dtype=torch.float32),
-                       "scale_inv": empty(1, dtype=torch.float32)}  # fmt: skip
-            if not self.stub:
-                scaling["scale"].fill_(2.0)
-                scaling["amax"].zero_()
         dw, db = empty(h), empty(h)
         ws = None
         if case == "bwd":
@@ -152,12 +155,9 @@ class Worker:
             elif case == "bwd":
                 k(s["dz"], s["x"], s["rs"], w, s["dx"], dw, workspace=ws)
             elif ln:
-                k(s["x"], w, b, EPS, s["z"], s["mu"], s["rs"], **scaling, **mx_scale(s))
+                k(s["x"], w, b, EPS, s["z"], s["mu"], s["rs"], **s["scaling"])
             else:
-                k(s["x"], w, EPS, s["z"], s["rs"], **scaling, **mx_scale(s))
-
-        def mx_scale(s: dict[str, Any]) -> dict[str, Any]:
-            return {"scale_inv": s["scale_inv"]} if mx else {}
+                k(s["x"], w, EPS, s["z"], s["rs"], **s["scaling"])
 
         for _ in range(3):  # warm: loads the module, plans the launch
             call()
