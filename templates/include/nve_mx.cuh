@@ -38,16 +38,22 @@ __device__ __forceinline__ float e8m0_multiplier(unsigned char e) {
   return e == 0 ? 1.f : __uint_as_float((254u - e) << 23);
 }
 
-// A 32-element block held by 32 / N adjacent lanes, N values v each: the block's E8M0 scale
-// (returned in every lane) and f = v * 2^(127 - scale), ready for the FP8 cast (f may be v).
+// A 32-element block held by 32 / N adjacent lanes, N values v each: the block's E8M0 scale,
+// the same in every lane.
 template <int N>
-__device__ __forceinline__ unsigned char mx_scale_block(const float (&v)[N], float (&f)[N], float max_norm_rcp) {
+__device__ __forceinline__ unsigned char mx_block_scale(const float (&v)[N], float max_norm_rcp) {
   float m = 0.f;
 #pragma unroll
   for (int j = 0; j < N; ++j) m = fmaxf(m, fabsf(v[j]));
 #pragma unroll
   for (int o = 1; o < 32 / N; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  const unsigned char e = e8m0_from_amax_fast(m, max_norm_rcp);
+  return e8m0_from_amax_fast(m, max_norm_rcp);
+}
+
+// mx_block_scale (returned) and f = v * 2^(127 - scale), ready for the FP8 cast (f may be v).
+template <int N>
+__device__ __forceinline__ unsigned char mx_scale_block(const float (&v)[N], float (&f)[N], float max_norm_rcp) {
+  const unsigned char e = mx_block_scale(v, max_norm_rcp);
   const float mult = e8m0_multiplier(e);
 #pragma unroll
   for (int j = 0; j < N; ++j) f[j] = v[j] * mult;
