@@ -271,7 +271,7 @@ def test_a_damaged_entry_is_removed_and_recompiled(damage):
         bad[len(bad) // 2] ^= 0xFF
         bad = bytes(bad)
     elif damage == "other-digest":
-        bad = encode_entry(str(k), Artifact(**{**good.__dict__, "digest": "0" * 64}))
+        bad = encode_entry(str(k), good._replace(digest="0" * 64))
     else:  # a well-formed entry of another kernel under this digest
         bad = encode_entry(str(GELU), good)
     disk.put(key_digest, bad)
