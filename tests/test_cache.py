@@ -252,7 +252,8 @@ def test_a_warm_process_renders_nothing_and_loads_no_nvrtc(isolated_cache):
     assert (second["compiles"], second["disk_hits"], second["entries"]) == (0, 3, 3)
     assert second["origins"] == ["disk"] * 3 and second["loaded"] == []
     assert "nvrtc_engine.families.norm.kernels" in second["imported"]
-    assert all(m.startswith("nvrtc_engine.families.") for m in second["imported"])
+    stdlib = {"importlib.machinery"}  # (the code fingerprint finds jinja2's file with it)
+    assert all(m.startswith("nvrtc_engine.families.") or m in stdlib for m in second["imported"])
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "flip", "other-digest", "other-key"])
