@@ -227,7 +227,8 @@ _WARM = textwrap.dedent("""
     print(json.dumps({**ne.cache_info()._asdict(), "origins": [k.origin for k in kernels],
                       "imported": sorted(set(sys.modules) - before),
                       "loaded": sorted(m for m in ("jinja2", "cuda.bindings.nvrtc", "redis",
-                                                   "nvrtc_engine.core.remote")
+                                                   "nvrtc_engine.core.remote", "dataclasses",
+                                                   "inspect")
                                        if m in sys.modules)}))
 """)
 
@@ -242,9 +243,10 @@ def _warm(mode, env, keys=WARM_KEYS):
 
 
 def test_a_warm_process_renders_nothing_and_loads_no_nvrtc(isolated_cache):
-    """Nor the remote cache's module, or redis, with no remote cache configured; and its
-    lookups import nothing but the named families' kernel modules (the API's import brought
-    the engine, diskcache and the launcher; parsing the keys, the families' specs)."""
+    """Nor the remote cache's module, or redis, with no remote cache configured, nor
+    dataclasses or inspect (records are NamedTuples: docs/architecture.md); and its lookups
+    import nothing but the named families' kernel modules (the API's import brought the
+    engine, diskcache and the launcher; parsing the keys, the families' specs)."""
     env = _env(isolated_cache)
     first = _warm("allow", env)
     second = _warm("forbid", env)
