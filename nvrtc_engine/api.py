@@ -46,7 +46,7 @@ def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:
             raise ArgumentTypeError(
                 next(iter(fields)),
                 "get_kernel(key) takes no other fields: the key fixes them all "
-                "(dataclasses.replace(key, ...) changes one)",
+                "(key._replace(...) changes one)",
             )
         return engine.get(op)
     # The memo's key is the fields as given, with each value's type: 4096.0 == 4096 and

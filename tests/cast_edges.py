@@ -61,5 +61,4 @@ def nvfp4_reference_with_nan(x: np.ndarray, amax: float, direction: str) -> refe
     want = reference.nvfp4_quantize(np.where(nan, 0.0, x), amax, direction)
     codes = want.codes.copy()
     codes[nan if direction == "rowwise" else nan.T] = 0x7
-    want.codes, want.data = codes, reference.pack_e2m1(codes)
-    return want
+    return want._replace(codes=codes, data=reference.pack_e2m1(codes))

@@ -436,7 +436,7 @@ def test_other_nvrtc_version_never_reads_this_entry(monkeypatch):
     kernel = other.get(k)
     assert kernel.origin == "compiled" and kernel.artifact.nvrtc_version == "99.9"
     assert other.disk_hits == 0 and ne.cache_info().entries == 2
-    forged = Artifact(**{**old.__dict__, "digest": digest(k)})  # an old entry under the new digest
+    forged = old._replace(digest=digest(k))  # an old entry under the new digest
     default_engine().tiers().disk.put(digest(k), encode_entry(str(k), forged))
     third = Engine()
     assert third.get(k).artifact.nvrtc_version == "99.9" and third.compiles == 1

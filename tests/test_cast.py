@@ -119,8 +119,6 @@ def test_tile_switches_compile(monkeypatch, arch):
     cast_transpose_dbias, every cast_transpose_dbias_d{act}, the gated ops and
     multi_cast_transpose, on their default block shapes and on 512 threads (2 chunks per
     thread); with them off the rendered source holds none of their code."""
-    import dataclasses
-
     from nvrtc_engine.families.cast import spec as cast
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
@@ -131,11 +129,11 @@ def test_tile_switches_compile(monkeypatch, arch):
     for op, shape in itertools.product(ops, [{}, dict(threads=512, min_blocks=4, load_group=0)]):
         key = make_key(op, dtype="fp8", arch=arch)
         if not shape:
-            off = dataclasses.replace(chosen(key), prefetch=False, gather4=False, strip=0)
+            off = chosen(key)._replace(prefetch=False, gather4=False, strip=0)
             monkeypatch.setattr(cast, "tile_config", lambda key, off=off: off)
             source = render(key).source
             assert not any(s in source for s in ("prefetch_l2", "kSlots4")), op
-        cfg = dataclasses.replace(chosen(key), prefetch=True, gather4=True, strip=0, **shape)
+        cfg = chosen(key)._replace(prefetch=True, gather4=True, strip=0, **shape)
         monkeypatch.setattr(cast, "tile_config", lambda key, cfg=cfg: cfg)
         kernel = Engine().get(key)
         assert kernel.config == cfg and kernel.artifact.image[:4] == b"\x7fELF", op
@@ -150,8 +148,6 @@ def test_strip_compiles(monkeypatch, arch):
     the workspace has a row per strip and the launch a block per strip; with strip off the
     source holds none of it; multi_cast_transpose refuses it. The 16-bit -> FP8 dbias
     defaults take strip 2 (dbias) and 4 (dbias_d<act>), 256 threads; nothing else does."""
-    import dataclasses
-
     from nvrtc_engine.families.cast import spec as cast
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
@@ -170,11 +166,11 @@ def test_strip_compiles(monkeypatch, arch):
         want = (2 if op == "cast_transpose_dbias" else 4) if "dbias" in op else 0
         assert default.strip == want, op
         assert default.threads == 256 or not want, op
-        off = dataclasses.replace(default, strip=0)
+        off = default._replace(strip=0)
         monkeypatch.setattr(cast, "tile_config", lambda key, off=off: off)
         assert "run_strip" not in render(key).source
         monkeypatch.setattr(cast, "tile_config", chosen)
-        cfg = dataclasses.replace(default, **fields)
+        cfg = default._replace(**fields)
         monkeypatch.setattr(cast, "tile_config", lambda key, cfg=cfg: cfg)
         kernel = Engine().get(key)
         tag = f"_st{cfg.strip}"
@@ -186,7 +182,7 @@ def test_strip_compiles(monkeypatch, arch):
         assert cfg.tile_blocks(10, 3) == -(-10 // cfg.strip) * 3
         monkeypatch.setattr(cast, "tile_config", chosen)
     multi = make_key("multi_cast_transpose", dtype="fp8", arch=arch)
-    cfg = dataclasses.replace(chosen(multi), strip=2)
+    cfg = chosen(multi)._replace(strip=2)
     monkeypatch.setattr(cast, "tile_config", lambda key: cfg)
     with pytest.raises(ValueError, match="strip"):
         render(multi)

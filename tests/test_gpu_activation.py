@@ -282,8 +282,6 @@ def test_row_flat_kernel_steps_across_rows(op, fields, config, rng, monkeypatch)
     and of more; one pass and a grid capped at 3 blocks that loop. Plain ops with MXFP8 also
     in owner mode (a thread per 32-value block), and with compact scale rows (H a multiple
     of 128: block k has scale k) as well as padded ones."""
-    from dataclasses import replace
-
     from nvrtc_engine.core import config as ne_config
     from nvrtc_engine.core.engine import Engine
 
@@ -291,7 +289,7 @@ def test_row_flat_kernel_steps_across_rows(op, fields, config, rng, monkeypatch)
     cfg = activation_ops.LaunchConfig(threads, unroll, owner=owner)
     monkeypatch.setattr(activation_ops, "row_config", lambda key: cfg)
     # memory only: the disk cache holds this key with the default configuration
-    monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
+    monkeypatch.setattr(ne_config, "_current", ne_config.settings()._replace(
                                                        disable_disk_cache=True))  # fmt: skip
     key = ne.make_key(op, **fields)
     assert key.spec.structure(key) == "rows"
@@ -355,14 +353,12 @@ def test_plain_mxfp8_rowwise_compact_and_padded_scales_agree(op, owner, rng, mon
     """Plain ops, MXFP8 rowwise: scales in a compact buffer (row stride cols / 32, the flat
     index) and in a padded one (the row computed) are bit for bit the same, in owner mode
     and not, and the data too; odd row counts, one row, H of 3 and of 33 blocks."""
-    from dataclasses import replace
-
     from nvrtc_engine.core import config as ne_config
     from nvrtc_engine.core.engine import Engine
 
     cfg = activation_ops.LaunchConfig(128, 2, owner=owner)
     monkeypatch.setattr(activation_ops, "row_config", lambda key: cfg)
-    monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
+    monkeypatch.setattr(ne_config, "_current", ne_config.settings()._replace(
                                                        disable_disk_cache=True))  # fmt: skip
     kernel = Engine().get(ne.make_key(op, dtype="fp8", scaling="mxfp8"))
     for rows, cols in [(1, 96), (7, 96), (129, 1056), (3, 32)]:
@@ -385,12 +381,10 @@ def test_tile_shapes_agree_bit_for_bit(op, layout, rng, monkeypatch):
     """MXFP8 columnwise and both: several tile shapes (threads x chunks per row x chunks
     per thread) give the same bytes, checked against the reference, with partial column
     tiles (H = 160) and a grid capped at 3 blocks (the blocks loop over the tiles)."""
-    from dataclasses import replace
-
     from nvrtc_engine.core import config as ne_config
     from nvrtc_engine.core.engine import Engine
 
-    monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
+    monkeypatch.setattr(ne_config, "_current", ne_config.settings()._replace(
                                                        disable_disk_cache=True))  # fmt: skip
     key = ne.make_key(op, dtype="fp8", scaling="mxfp8", layout=layout)
     results = []
@@ -414,12 +408,10 @@ def test_row_flat_modes_agree_bit_for_bit(op, monkeypatch):
     ops, owner mode give the same bytes, checked against the reference, with compact and
     padded scale rows (H of 4 and of 33 blocks), several rows per block and a grid capped
     at 3 blocks."""
-    from dataclasses import replace
-
     from nvrtc_engine.core import config as ne_config
     from nvrtc_engine.core.engine import Engine
 
-    monkeypatch.setattr(ne_config, "_current", replace(ne_config.settings(),
+    monkeypatch.setattr(ne_config, "_current", ne_config.settings()._replace(
                                                        disable_disk_cache=True))  # fmt: skip
     key = ne.make_key(op, dtype="fp8", scaling="mxfp8")
     lc = activation_ops.LaunchConfig

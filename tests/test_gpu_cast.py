@@ -297,8 +297,6 @@ def test_tile_configs_agree_with_the_default(monkeypatch, op, cand):
     on 1x1, 31x33 and 4096x4096; on 8192x28672 against the default kernel: q, qt and amax
     the same bytes, dbias within both summation orders' fp32 error bound (and against
     float64 for cast_transpose_dbias), and two runs of it the same bytes."""
-    import dataclasses
-
     from nvrtc_engine.families.cast import spec as cast
 
     monkeypatch.setenv("NVRTC_ENGINE_DISABLE_DISK_CACHE", "1")
@@ -308,8 +306,8 @@ def test_tile_configs_agree_with_the_default(monkeypatch, op, cand):
     threads, blocks, group, switches = cand
     # from the default's tile shape without strip (the default takes it for dbias), then
     # the configuration's
-    base = dataclasses.replace(cast.tile_config(key), strip=0)
-    cfg = dataclasses.replace(base, threads=threads, min_blocks=blocks, load_group=group,
+    base = cast.tile_config(key)._replace(strip=0)
+    cfg = base._replace(threads=threads, min_blocks=blocks, load_group=group,
                               **switches)  # fmt: skip
     monkeypatch.setattr(cast, "tile_config", lambda key: cfg)
     kernel = Engine().get(key)

@@ -42,8 +42,8 @@ def prepared(kernel):
 def tensors_of(result):
     if isinstance(result, torch.Tensor):
         return [result]
-    if hasattr(result, "__dataclass_fields__"):
-        return tensors_of([getattr(result, name) for name in result.__dataclass_fields__])
+    if isinstance(result, ne.BlockScaledOutput):  # all six fields (iterating gives four)
+        return tensors_of([getattr(result, name) for name in result.__slots__])
     if isinstance(result, (tuple, list)):
         return [t for r in result for t in tensors_of(r)]
     return []

@@ -591,12 +591,10 @@ def test_forward_shifted_outlier_first_element():
     at most 5% of the z bytes differ (2.2% in tests/norm_shift_emulation.py's emulation at 256).
     Not always by one step: rsigma's relative error (3e-3 there) is an absolute error of
     xhat * gamma, several steps where z is small against it."""
-    import dataclasses
-
     fields = dict(in_dtype="bf16", out_dtype="fp8_e4m3", scaling="tensor", hidden_size=65536)
     kernel = ne.get_kernel("layernorm_fwd", **fields)
     assert kernel.config.stats == "shifted"
-    two_pass = dataclasses.replace(kernel.config, stats="two_pass")
+    two_pass = kernel.config._replace(stats="two_pass")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(norm, "norm_config", lambda key: two_pass)
         ne.clear_cache(disk=False)

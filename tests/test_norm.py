@@ -13,7 +13,6 @@ themselves do not change is tests/test_norm_sass.py's (the ``matrix`` tier).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 
@@ -840,7 +839,7 @@ def test_capped_grid_leaves_the_code_but_the_trigger(monkeypatch):
     grid's CTAs in early)."""
     key = make_key("layernorm_bwd", in_dtype="bf16", hidden_size=4096, arch="sm_90")
     capped = BackwardConfig(8, staging=Staging(3, ctas_per_sm=2))
-    plain = dataclasses.replace(capped, staging=Staging(3))
+    plain = capped._replace(staging=Staging(3))
     monkeypatch.setattr(norm, "norm_config", lambda k: plain)
     source = render(key).source
     monkeypatch.setattr(norm, "norm_config", lambda k: capped)
@@ -963,7 +962,7 @@ def test_source_ab_variants_change_the_configuration_or_the_trigger(monkeypatch,
                    arch="sm_90")  # fmt: skip
     tuned = norm.norm_config(fp8)
     assert tuned.stats == "per_warp" and ab.configured(fp8, []) == tuned
-    assert ab.configured(fp8, ["stats=two_pass"]) == dataclasses.replace(tuned, stats="two_pass")
+    assert ab.configured(fp8, ["stats=two_pass"]) == tuned._replace(stats="two_pass")
     aligned = ab.configured(fp8, ["staging.align=128", "words=false"])
     assert aligned.staging.align == 128 and not aligned.words
     rules = ab.configured(fp8, ["rules"])

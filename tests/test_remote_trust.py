@@ -82,7 +82,9 @@ def test_messages_never_show_the_secret_or_a_password(tmp_path):
     with pytest.raises(ne.SettingsError) as info:
         config.configure(cache_key="secret-too-shor")
     assert "secret-too-shor" not in str(info.value)
-    assert SECRET not in repr(config.configure(cache_key=SECRET))
+    shown = repr(config.configure(cache_key=SECRET))
+    assert SECRET not in shown and "cache_key=" not in shown  # (str() is repr())
+    assert shown.startswith("Settings(cache_dir=") and "cache_key_file=None" in shown
     (tmp_path / "k").write_text("tiny")
     with pytest.raises(ne.SettingsError, match="NVRTC_ENGINE_CACHE_KEY_FILE.*4 characters"):
         config.configure(cache_key=None, cache_key_file=tmp_path / "k").signing_key()

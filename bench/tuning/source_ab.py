@@ -36,7 +36,6 @@ templates it rendered (``templates_digest``).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import statistics
 import sys
@@ -103,10 +102,10 @@ def configured(key: Any, parts: list[str]) -> Any:
             raise ValueError(f"{part}: {cfg.label} is not a staged kernel")
         try:
             if name.startswith("staging."):
-                staging = dataclasses.replace(cfg.staging, **{name[8:]: _value(text)})
-                cfg = dataclasses.replace(cfg, staging=staging)
+                staging = cfg.staging._replace(**{name[8:]: _value(text)})
+                cfg = cfg._replace(staging=staging)
             else:
-                cfg = dataclasses.replace(cfg, **{name: _value(text)})
+                cfg = cfg._replace(**{name: _value(text)})
         except (TypeError, ValueError) as e:  # (the library's ArgumentError is a ValueError)
             raise ValueError(f"{part} on {cfg.label}: {e}") from None
     return cfg

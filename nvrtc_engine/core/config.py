@@ -73,13 +73,11 @@ system takes one).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import SettingsError, SettingsTypeError
 
@@ -111,8 +109,7 @@ _FALSE = {"0", "false", "no", "off", ""}
 _SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     """The engine's configuration; see the module docstring for the variables."""
 
     cache_dir: Path | None = None
@@ -132,9 +129,13 @@ class Settings:
     remote_timeout: float = _DEFAULT_REMOTE_TIMEOUT
     remote_wait: float = _DEFAULT_REMOTE_WAIT
     remote_retry: float = _DEFAULT_REMOTE_RETRY
-    cache_key: str | None = dataclasses.field(default=None, repr=False)  # a secret: not shown
+    cache_key: str | None = None  # a secret: repr() leaves it out
     cache_key_file: Path | None = None
     any_nvrtc: bool = False
+
+    def __repr__(self) -> str:
+        shown = (f"{k}={v!r}" for k, v in self._asdict().items() if k != "cache_key")
+        return f"Settings({', '.join(shown)})"
 
     def resolved_cache_dir(self) -> Path:
         """The disk cache directory: the configured one, else the platform user cache dir.
@@ -548,14 +549,14 @@ def configure(**overrides: object) -> Settings:
     of range; the settings are then unchanged.
     """
     global _current
-    names = {f.name for f in dataclasses.fields(Settings)}
+    names = set(Settings._fields)
     unknown = sorted(set(overrides) - names)
     if unknown:
         raise SettingsTypeError(f"unknown setting(s) {unknown}; known: {sorted(names)}")
     checked = {name: _checked(name, value) for name, value in overrides.items()}
     with _lock:
         base = _current if _current is not None else from_environment()
-        _current = dataclasses.replace(base, **checked)  # type: ignore[arg-type]
+        _current = base._replace(**checked)
         current = _current
     return current
 

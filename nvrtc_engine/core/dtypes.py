@@ -15,16 +15,14 @@ in ``uint8`` arrays, so a packed row of ``n`` elements takes ``ceil(n / 2)`` byt
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import VariantError, VariantTypeError, did_you_mean
 
 __all__ = ["DTYPES", "DType", "dtype", "dtype_name"]
 
 
-@dataclass(frozen=True)
-class DType:
+class DType(NamedTuple):
     """One element type the kernels read or write.
 
     Attributes: ``name`` (canonical), ``short`` (used in kernel names), ``itemsize`` (bytes),

@@ -6,7 +6,6 @@ reopens files and connections.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import os
 import threading
@@ -191,7 +190,7 @@ class Engine:
                 continue
             header, artifact = checked
             if built != version:  # filed under this NVRTC's digest, saying so
-                artifact = dataclasses.replace(artifact, digest=digest)
+                artifact = artifact._replace(digest=digest)
                 value = encode_entry(str(key), artifact, adopted_for=version, checked=False)
             if tier is not t.disk:
                 t.store(digest, value)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import driver
@@ -35,8 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["Artifact", "Kernel", "Loaded", "try_load"]
 
 
-@dataclass(frozen=True)
-class Artifact:
+class Artifact(NamedTuple):
     """What the cache stores for one variant.
 
     Attributes: ``image`` (cubin, or PTX for archs newer than NVRTC), ``kind``

@@ -16,11 +16,11 @@ import functools
 import numbers
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .dtypes import DTYPES, DType, dtype_name
 from .errors import VariantError, VariantTypeError, did_you_mean
+from .record import Checked
 
 if TYPE_CHECKING:
     from .spec import OpSpec
@@ -231,9 +231,20 @@ def arch_number(arch: str) -> int:
     return int(arch[3:].rstrip("af"))
 
 
-@dataclass(frozen=True)
-class KernelKey:
-    """A validated, canonical kernel variant.
+class _KeyFields(NamedTuple):
+    op: str
+    in_dtype: str
+    out_dtype: str
+    scaling: str
+    layout: str
+    hidden_size: int | None
+    arch: str
+    flags: tuple[tuple[str, bool | int], ...] = ()
+
+
+class KernelKey(Checked, _KeyFields):
+    """A validated, canonical kernel variant: a NamedTuple of the fields below, checked and
+    made canonical whenever one is built (``key._replace(arch="sm_100a")`` too).
 
     Fields:
         op: kernel name, one of the registry's ops (``gelu``, ...), given in any case and
@@ -258,23 +269,14 @@ class KernelKey:
     Raises :class:`~nvrtc_engine.VariantError` naming the field and its allowed values.
     """
 
-    op: str
-    in_dtype: str
-    out_dtype: str
-    scaling: str
-    layout: str
-    hidden_size: int | None
-    arch: str
-    flags: tuple[tuple[str, bool | int], ...] = field(default=())
+    # (no __slots__: a key keeps its name, made once by str(), in its __dict__)
 
-    def __post_init__(self) -> None:
+    def _checked(self) -> KernelKey:
         spec = _spec(self.op)
-        set_ = object.__setattr__
-        set_(self, "op", spec.name)  # "GELU" -> "gelu": the key, symbol and cache use this
-        set_(self, "in_dtype", dtype_name(self.in_dtype, "in_dtype"))
-        set_(self, "out_dtype", dtype_name(self.out_dtype, "out_dtype"))
-        set_(self, "scaling", _one_of("scaling", self.scaling, SCALINGS))
-        set_(self, "layout", _one_of("layout", self.layout, LAYOUTS))
+        in_dtype = dtype_name(self.in_dtype, "in_dtype")
+        out_dtype = dtype_name(self.out_dtype, "out_dtype")
+        scaling = _one_of("scaling", self.scaling, SCALINGS)
+        layout = _one_of("layout", self.layout, LAYOUTS)
         hs = self.hidden_size
         if hs is not None:  # an int, numpy's too (a shape entry); never a bool
             allowed = f"None or an int in [1, {MAX_HIDDEN_SIZE}]"
@@ -282,8 +284,8 @@ class KernelKey:
                 raise VariantTypeError("hidden_size", hs, allowed, "not an int")
             if not 1 <= hs <= MAX_HIDDEN_SIZE:
                 raise VariantError("hidden_size", hs, allowed)
-            set_(self, "hidden_size", int(hs))
-        set_(self, "arch", parse_arch(self.arch, newer=True))
+            hs = int(hs)
+        arch = parse_arch(self.arch, newer=True)
         kept = []
         for name, value in dict(self.flags).items():
             if name not in spec.flags:
@@ -292,8 +294,11 @@ class KernelKey:
             value = _flag_value(name, value, kind)
             if value != (False if isinstance(kind, str) else kind.default):
                 kept.append((name, value))
-        set_(self, "flags", tuple(sorted(kept)))
-        spec.validate(self)
+        # spec.name: "GELU" -> "gelu", the name the key, symbol and cache use
+        fields = (spec.name, in_dtype, out_dtype, scaling, layout, hs, arch, tuple(sorted(kept)))
+        key = tuple.__new__(type(self), fields)
+        spec.validate(key)
+        return key
 
     @property
     def spec(self) -> OpSpec:
@@ -324,7 +329,7 @@ class KernelKey:
             ]  # fmt: skip
             parts += [_flag_part(value, spec.flags[flag]) for flag, value in self.flags]
             name = "_".join(parts)
-            object.__setattr__(self, "_name", name)
+            self.__dict__["_name"] = name
         return name
 
     @classmethod

@@ -18,7 +18,6 @@ import os
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -130,8 +129,7 @@ def compile_target(arch: str, supported: Sequence[int] | None = None) -> tuple[s
     )
 
 
-@dataclass(frozen=True)
-class CompileOptions:
+class CompileOptions(NamedTuple):
     """NVRTC options, one field per flag. :meth:`flags` is the list hashed into cache keys.
 
     Attributes: ``arch`` (``-arch``: ``sm_90``, ``sm_90a``, or ``compute_XX`` for PTX),
@@ -148,7 +146,7 @@ class CompileOptions:
     minimal: bool = True
     default_device: bool = True
     defines: tuple[tuple[str, str], ...] = ()
-    extra: tuple[str, ...] = field(default=())
+    extra: tuple[str, ...] = ()
 
     @property
     def output(self) -> str:

@@ -37,16 +37,14 @@ Both functions take the bundle's path as ``str`` or ``os.PathLike``; anything el
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import hashlib
 import json
 import os
 import tempfile
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._version import __version__
 from ..core.cache import SCHEMA, check_entry, digest, encode_entry, sign_entry
@@ -64,8 +62,7 @@ VERSION = 2
 MANIFEST = "manifest.json"
 
 
-@dataclass(frozen=True)
-class BundleReport:
+class BundleReport(NamedTuple):
     """What an export or import did: the bundle ``path``, the ``keys`` written or imported,
     the ``nvrtc_version`` of the bundle, ``skipped`` (one line per entry left out of an
     export, with the reason), ``already`` (import: how many of ``keys`` the disk cache
@@ -384,7 +381,7 @@ def _adopted(verified: list[_Verified], local: str, where: str) -> tuple[list[_V
             raise BundleError(where, name, f"built by NVRTC {artifact.nvrtc_version}, it does "
                               f"not load on this machine's GPU ({exc})") from None  # fmt: skip
         unchecked += not loaded
-        artifact = dataclasses.replace(artifact, digest=digest(key))
+        artifact = artifact._replace(digest=digest(key))
         value = encode_entry(name, artifact, adopted_for=local, checked=loaded)
         adopted.append((name, value, artifact.digest, artifact))
     return adopted, unchecked

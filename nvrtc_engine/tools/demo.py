@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from ..api import cache_info, get_kernel, make_key
 from ..core import driver
@@ -23,8 +22,7 @@ __all__ = ["DemoRow", "demo_keys", "run_demo"]
 LLAMA3_8B_HIDDEN_SIZES = (4096, 14336)
 
 
-@dataclass
-class DemoRow:
+class DemoRow(NamedTuple):
     """One line of the demo's table: ``image_bytes`` is the size of the kernel's image, a
     cubin or (for an arch newer than NVRTC knows) PTX, as ``kind`` says."""
 
@@ -47,7 +45,8 @@ def demo_keys(arch: str) -> list[KernelKey]:
     return keys
 
 
-def _run_one(row: DemoRow, tokens: int, ordinal: int, seed: int) -> None:
+def _run_one(row: DemoRow, tokens: int, ordinal: int, seed: int) -> DemoRow:
+    """``row`` with its check and bandwidth, from a run of its kernel on the GPU."""
     import numpy as np
 
     key = row.key
@@ -89,16 +88,15 @@ def _run_one(row: DemoRow, tokens: int, ordinal: int, seed: int) -> None:
             problems.append(f"amax {got_amax} != {ref.amax}")
         if got_inv != ref.scale_inv:
             problems.append(f"scale_inv {got_inv} != {ref.scale_inv}")
-    row.ok = not problems
-    row.check = (
-        "ok" + (f" ({at_ties} at ties)" if at_ties else "") if row.ok else "; ".join(problems)
-    )
+    ok = not problems
+    check = "ok" + (f" ({at_ties} at ties)" if at_ties else "") if ok else "; ".join(problems)
     dev = driver.get_device(ordinal)
     times = driver.time_launches(dev, lambda: kernel(x, y, **kwargs), repeat=20)
     nbytes = x.nbytes + y.nbytes
-    row.gbps = nbytes / (statistics.median(times) * 1e-3) / 1e9
+    gbps = nbytes / (statistics.median(times) * 1e-3) / 1e9
     for b in (x, y, *buffers):
         b.free()
+    return row._replace(ok=ok, check=check, gbps=gbps)
 
 
 def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 0) -> int:
@@ -138,7 +136,7 @@ def run_demo(arch: str | None, tokens: int, run: bool, out: TextIO, seed: int = 
               "reference (fewer --tokens: a quicker check)", file=out)  # fmt: skip
         for i, row in enumerate(rows):
             print(f"  {row.key} ...", file=out, flush=True)
-            _run_one(row, tokens, ordinal, seed + i)
+            rows[i] = _run_one(row, tokens, ordinal, seed + i)
     from .table import format_table
 
     header = ["variant", "source", "ms", "kind", "image bytes"]

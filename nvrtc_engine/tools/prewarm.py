@@ -30,7 +30,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..core import cache, config
@@ -55,8 +54,7 @@ class PrewarmFailure(NamedTuple):
     exception: str
 
 
-@dataclass(frozen=True)
-class PrewarmReport:
+class PrewarmReport(NamedTuple):
     """What :func:`prewarm` did.
 
     Attributes:

@@ -19,7 +19,6 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -333,7 +332,7 @@ def resolve_variants(
                 parse_arch(key.arch)  # a named arch must be a known one, as make_key's
             if not isinstance(key, KernelKey):
                 raise TypeError(f"expected a KernelKey, a dict or a kernel name, got {item!r}")
-            keys += [key] if archs is None else [replace(key, arch=a) for a in archs]
+            keys += [key] if archs is None else [key._replace(arch=a) for a in archs]
         except (ValueError, TypeError) as exc:
             hint = ""
             if isinstance(item, str) and item.lower().endswith((".toml", ".json")):

@@ -8,8 +8,7 @@ digest, needs :mod:`.spec` only."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...core import driver
 from ...core.errors import ArgumentError, ArgumentTypeError
@@ -75,8 +74,7 @@ _X, _X_OUT = _ARGS.mask("x"), _ARGS.mask("x", "out")
 _GRAD_X, _GRAD_X_OUT = _ARGS.mask("grad", "x"), _ARGS.mask("grad", "x", "out")
 
 
-@dataclass(frozen=True)
-class LaunchConfig:
+class LaunchConfig(NamedTuple):
     """Flat and row-flat kernels: threads per block and input chunks per thread; the grid
     covers the data in one pass (one block per ``threads * unroll`` chunks).
     :func:`launch_config` gives the flat kernel's (plain ops, ``none``/``tensor``),
@@ -155,8 +153,7 @@ def row_config(key: KernelKey) -> LaunchConfig:
     return LaunchConfig(threads=128, unroll=4)
 
 
-@dataclass(frozen=True)
-class ActivationConfig:
+class ActivationConfig(NamedTuple):
     """An activation kernel's configuration, as ``kernel.config`` returns it: ``structure``,
     the kernel structure of its key (:meth:`ActivationSpec.structure`: ``flat``, ``rows`` for
     the row-flat kernel, ``tile``), and ``launch``, that structure's configuration as the

@@ -15,7 +15,7 @@ may carry in it (the ``tolerance`` of :func:`~nvrtc_engine.reference.check_close
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -98,8 +98,7 @@ def dclamped_swiglu(
     return grad * dgate * lin, np.where(np.abs(b) <= lim, grad * gate, 0.0)
 
 
-@dataclass
-class OpValues:
+class OpValues(NamedTuple):
     """Reference output of one op: ``y`` (float64, before scaling, in the output's shape)
     and ``tolerance`` (the absolute error an fp32 kernel may carry in each element)."""
 

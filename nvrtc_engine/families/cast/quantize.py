@@ -17,8 +17,7 @@ same bytes (:data:`MX_FAST_PATH`). Layouts, formulas and examples: ``docs/cast.m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...core.dtypes import DTYPES
 from ...core.errors import ArgumentError, VariantError
@@ -87,8 +86,7 @@ MX_FAST_PATH = True
 MX_FAST_ALIGN = 128  # M and K multiples of this: the scale tensors have no padding
 
 
-@dataclass(frozen=True)
-class QuantizeConfig:
+class QuantizeConfig(NamedTuple):
     """How the quantize kernel maps threads to a tile (``templates/cast.cu.j2``, quantize
     section): 256 threads per 64 x 128 tile, each thread 16 columns of two rows (both loaded
     first); columnwise blocks go through the tile kept in shared memory.

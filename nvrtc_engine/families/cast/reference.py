@@ -21,7 +21,7 @@ MXFP8 is :func:`nvrtc_engine.families.shared.mx_reference.mxfp8_quantize`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -111,8 +111,7 @@ def nvfp4_encode_scale(amax: float) -> tuple[np.float32, np.float32]:
     return np.float32(s_enc), np.float32(np.float32(1.0) / np.float32(s_enc))
 
 
-@dataclass
-class NVFP4Result:
+class NVFP4Result(NamedTuple):
     """NVFP4 reference output for one direction.
 
     ``data``: packed E2M1 bytes, ``(rows, ceil(cols/2))`` for rowwise and ``(cols,
@@ -157,8 +156,7 @@ def nvfp4_quantize(x: np.ndarray, amax: float, direction: str) -> NVFP4Result:
     return NVFP4Result(pack_e2m1(codes), scales.view(np.uint8), codes, s_enc, s_dec)
 
 
-@dataclass
-class CastTransposeResult:
+class CastTransposeResult(NamedTuple):
     """Reference of a cast-transpose kernel.
 
     ``values``: float64 values written, before scaling, ``(M, W)`` (``W = 2H`` for gated

@@ -28,11 +28,11 @@ from __future__ import annotations
 import struct
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...core.dtypes import DTYPES
 from ...core.errors import ArgumentError, ArgumentTypeError, VariantError
+from ...core.record import Checked
 from ...core.signature import CallArgs, Signature, i32, i64, ptr
 from ...core.spec import FP8, HIGH_PRECISION, OpSpec
 from .common import INT32_MAX, CastKernelBase, aligned16, ceil_div, validate_sets
@@ -75,8 +75,19 @@ GATED_OPS: dict[str, str] = {
 MAX_TENSORS = 60  # multi_cast_transpose entries per launch: 60 * 64 + 8 bytes of parameters
 
 
-@dataclass(frozen=True)
-class TileConfig:
+class _TileFields(NamedTuple):
+    threads: int
+    tile_rows: int
+    tile_cols: int
+    chunk: int
+    min_blocks: int
+    load_group: int = 0
+    prefetch: bool = False
+    gather4: bool = False
+    strip: int = 0
+
+
+class TileConfig(Checked, _TileFields):
     """Block shape of the tiled transpose kernels (``templates/cast.cu.j2``, tile section).
 
     A block of ``threads`` handles a ``tile_rows x tile_cols`` tile; each thread reads
@@ -124,19 +135,12 @@ class TileConfig:
     order (within ``dbias_depth``'s bound). The symbols carry ``_st<strip>``.
     """
 
-    threads: int
-    tile_rows: int
-    tile_cols: int
-    chunk: int
-    min_blocks: int
-    load_group: int = 0
-    prefetch: bool = False
-    gather4: bool = False
-    strip: int = 0
+    __slots__ = ()
 
-    def __post_init__(self) -> None:
+    def _checked(self) -> TileConfig:
         if self.strip < 0:
             raise ValueError(f"TileConfig.strip must be >= 0, got {self.strip}")
+        return self
 
     @property
     def tag(self) -> str:

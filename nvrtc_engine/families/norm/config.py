@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
 from types import MappingProxyType
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from ...core.dtypes import DTYPES
 from ...core.errors import ArgumentError, ArgumentTypeError
 from ...core.key import KernelKey, arch_number
+from ...core.record import Checked
 
 if TYPE_CHECKING:
     from .spec import NormSpec
@@ -71,11 +71,10 @@ WEIGHTS = ("global", "held", "shared", "shared_fp32")
 STATS = ("two_pass", "per_warp", "shifted")
 
 
-@dataclass(frozen=True)
-class Staging:
+class Staging(NamedTuple):
     """The staged kernel's pipeline: ``stages`` rows of x (and dz) in shared memory per CTA,
     ``stages - 1`` of them in flight while one is computed (``stages - 2`` when
-    ``deferred``)."""
+    ``deferred``). Checked as part of the configuration that holds it."""
 
     stages: int
     deferred: bool = False  # a row's output written after the next row's sums are posted
@@ -92,8 +91,19 @@ class Staging:
         return "_".join(parts + ([f"fetch{self.fetch}"] if self.fetch != 128 else []))
 
 
-@dataclass(frozen=True)
-class ForwardConfig:
+class _ForwardFields(NamedTuple):
+    warps: int = 0  # 0: the general kernel
+    rows: int = 1
+    cluster: int = 1
+    staging: Staging | None = None
+    weights: str = "global"
+    stats: str = "two_pass"
+    words: bool = False
+    batched: bool = False
+    row_groups: int = 1
+
+
+class ForwardConfig(Checked, _ForwardFields):
     """A forward kernel's configuration (see the module docstring for the three kernels).
 
     A row is held by ``cluster`` CTAs (a thread block cluster, sm_90+) of ``warps`` warps;
@@ -108,17 +118,9 @@ class ForwardConfig:
     one guarded atomic per warp. ``row_groups`` (register kernel): row groups a CTA takes in
     turn (at most; never fewer CTAs than are resident at once)."""
 
-    warps: int = 0  # 0: the general kernel
-    rows: int = 1
-    cluster: int = 1
-    staging: Staging | None = None
-    weights: str = "global"
-    stats: str = "two_pass"
-    words: bool = False
-    batched: bool = False
-    row_groups: int = 1
+    __slots__ = ()
 
-    def __post_init__(self) -> None:
+    def _checked(self) -> ForwardConfig:
         _check(self)
         if self.weights in ("shared", "shared_fp32") and self.staging is None:
             raise ArgumentError("ForwardConfig", f"weights={self.weights!r} needs staging")
@@ -127,6 +129,7 @@ class ForwardConfig:
         if not 1 <= self.row_groups <= 1024 or (self.row_groups > 1 and self.staging):
             raise ArgumentError("ForwardConfig", f"row_groups={self.row_groups}: 1 to 1024, "
                                 "1 for a staged kernel (a persistent grid)")  # fmt: skip
+        return self
 
     @property
     def label(self) -> str:
@@ -147,13 +150,7 @@ class ForwardConfig:
         return self.rows * 32 * self.warps if self.warps else LOOP_BLOCK
 
 
-@dataclass(frozen=True)
-class BackwardConfig:
-    """A backward kernel's configuration: ``warps``, ``rows``, ``cluster`` as the forward's
-    (the register kernel takes no cluster); the staged kernel keeps gamma in shared memory,
-    as fp32 with zero-centring applied where ``gamma_fp32``, and reads x, dz and gamma there
-    by 32-bit words where ``words``."""
-
+class _BackwardFields(NamedTuple):
     warps: int = 0  # 0: the general kernel
     rows: int = 1
     cluster: int = 1
@@ -161,12 +158,22 @@ class BackwardConfig:
     gamma_fp32: bool = False
     words: bool = False
 
-    def __post_init__(self) -> None:
+
+class BackwardConfig(Checked, _BackwardFields):
+    """A backward kernel's configuration: ``warps``, ``rows``, ``cluster`` as the forward's
+    (the register kernel takes no cluster); the staged kernel keeps gamma in shared memory,
+    as fp32 with zero-centring applied where ``gamma_fp32``, and reads x, dz and gamma there
+    by 32-bit words where ``words``."""
+
+    __slots__ = ()
+
+    def _checked(self) -> BackwardConfig:
         _check(self)
         if self.staging is None and (self.gamma_fp32 or self.words):
             raise ArgumentError("BackwardConfig", "gamma_fp32 and words need staging")
         if self.staging is None and self.cluster > 1:
             raise ArgumentError("BackwardConfig", "a cluster needs staging")
+        return self
 
     @property
     def label(self) -> str:
@@ -194,11 +201,11 @@ def _shape(cfg: NormConfig) -> list[str]:
 def _check(cfg: NormConfig) -> None:
     """The fields' types and ranges: ArgumentTypeError / ArgumentError naming the field."""
     name = type(cfg).__name__
-    for f in fields(cfg):
-        value = getattr(cfg, f.name)
-        want = {"int": int, "bool": bool, "str": str}.get(str(f.type))
+    for field, default in cfg._field_defaults.items():  # each field's default has its type
+        want = type(default) if default is not None else None  # (staging: checked below)
+        value = getattr(cfg, field)
         if want and (not isinstance(value, want) or (want is int and isinstance(value, bool))):
-            raise ArgumentTypeError(name, f"{f.name} is {f.type}, not {type(value).__name__}")
+            raise ArgumentTypeError(name, f"{field} is {want.__name__}, not {type(value).__name__}")
     s = cfg.staging
     problems = [
         (0 <= cfg.warps <= 32, f"warps={cfg.warps}: 1 to 32 (0: the general kernel)"),

@@ -10,7 +10,6 @@ import math
 import numbers
 import sys
 import warnings
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from ...core import driver
@@ -139,8 +138,7 @@ class RMSNormGrads(NamedTuple):
     dgamma: Any
 
 
-@dataclass(frozen=True)
-class _Device:
+class _Device(NamedTuple):
     """What the grids need on one device: SM count and each function's CTAs per SM."""
 
     sm_count: int
@@ -603,8 +601,7 @@ def _mx_buffers(out: BlockScaledOutput, scale_inv: Any) -> tuple[Any, Any]:
     return out.rowwise_data, out.rowwise_scale_inv
 
 
-@dataclass(frozen=True)
-class _BwdPlan:
+class _BwdPlan(NamedTuple):
     """Grids and workspace of one backward call (a function of rows, hidden and device).
 
     ``parts``: partial rows of column sums (CTAs or clusters of the register and staged

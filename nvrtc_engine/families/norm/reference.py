@@ -49,7 +49,7 @@ rounding errors, each far below ``u``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -94,8 +94,7 @@ def _weight(gamma: np.ndarray, zero_centered_gamma: bool) -> np.ndarray:
     return g + 1.0 if zero_centered_gamma else g
 
 
-@dataclass
-class NormForward:
+class NormForward(NamedTuple):
     """Reference forward results (float64) and their error bounds (absolute, per element).
 
     ``z`` ``(N, H)`` before any FP8 scaling, ``mu`` ``(N,)`` (None for RMSNorm), ``rsigma``
@@ -111,8 +110,7 @@ class NormForward:
     rsigma_tol: np.ndarray
 
 
-@dataclass
-class NormBackward:
+class NormBackward(NamedTuple):
     """Reference backward results (float64) and error bounds: ``dx`` ``(N, H)``, ``dgamma``
     ``(H,)``, ``dbeta`` ``(H,)`` (None for RMSNorm), ``dx_tol``, ``dgamma_tol``,
     ``dbeta_tol``."""

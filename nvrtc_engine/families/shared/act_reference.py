@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -173,8 +173,7 @@ def _exact_tol(f: Callable) -> Callable:
     return lambda x: 4.0 * FP32_EPS * np.abs(f(x))
 
 
-@dataclass(frozen=True)
-class Activation:
+class Activation(NamedTuple):
     """An activation: its function, derivative, and their fp32 error bounds (absolute)."""
 
     name: str
@@ -200,8 +199,7 @@ ACTIVATIONS: dict[str, Activation] = {
 }  # fmt: skip
 
 
-@dataclass
-class ActivationResult:
+class ActivationResult(NamedTuple):
     """Reference output of a forward activation kernel.
 
     ``y``: float64 values before scaling; ``out``: ``y * scale`` rounded to the output dtype;

@@ -6,8 +6,7 @@ what the template needs from it."""
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...core.signature import Signature, f32, i32, i64, ptr
 
@@ -28,8 +27,7 @@ TILE = Signature(
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class TileConfig:
+class TileConfig(NamedTuple):
     """Tiled kernel (MXFP8 ``columnwise`` and ``both`` outputs): ``threads`` per block,
     ``chunks_per_row`` 16-byte input chunks along a tile row (the tile is
     ``chunks_per_row * 16 / itemsize`` positions wide) and ``iters`` chunks per thread and
