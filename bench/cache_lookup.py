@@ -18,7 +18,8 @@ Python's bytecode cache and is not counted. Needs no GPU. ``--code DIR``: measur
 in DIR (a ``git archive`` of another commit with its nvrtc_engine/ and templates/; one from
 before the core/ layout, such as 347c8bd, has its render module at ``nvrtc_engine.render``).
 
-Targets (2-core machine): lookup_ms <= 30, import_ms <= 60, 0 compiles, 0 renders.
+Targets (2-core machine, issue 39): ``after_import_ms`` (keys and lookups: everything after
+the import) <= 30, import_ms <= 60, 0 compiles, 0 renders.
 Writes bench/results/cache_lookup.json (or cache_lookup-<tag>.json).
 """
 
@@ -41,7 +42,7 @@ import common
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNT = 100
-TARGETS = {"lookup_ms": 30.0, "import_ms": 60.0, "compiles": 0, "renders": 0}
+TARGETS = {"after_import_ms": 30.0, "import_ms": 60.0, "compiles": 0, "renders": 0}
 
 _WARM = r"""
 import importlib.machinery, json, sys, time
@@ -78,7 +79,7 @@ loaded = sorted(m for m in ("jinja2", "cuda.bindings.nvrtc", "cuda.pathfinder", 
                             "sqlite3") if m in sys.modules and m not in before)
 info = cache_info()
 print(json.dumps({"import_ms": (t1 - t0) * 1e3, "keys_ms": tk, "lookup_ms": (t3 - t2) * 1e3,
-                  "total_ms": (t3 - t0) * 1e3,
+                  "after_import_ms": (t3 - t1) * 1e3, "total_ms": (t3 - t0) * 1e3,
                   "lookup_cpu_ms": (c3 - c2) * 1e3,
                   "compiles": info.compiles, "renders": len(renders),
                   "disk_hits": info.disk_hits, "imported_by_lookups": loaded}))
@@ -146,10 +147,11 @@ def main() -> int:
         runs = [json.loads(_run(_WARM, names_file, env, code)) for _ in range(args.runs)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    fields = ("import_ms", "keys_ms", "lookup_ms", "total_ms", "lookup_cpu_ms", "compiles")
+    fields = ("import_ms", "keys_ms", "lookup_ms", "after_import_ms", "total_ms",
+              "lookup_cpu_ms", "compiles")  # fmt: skip
     summary = {field: statistics.median(r[field] for r in runs) for field in (*fields, "renders")}
-    summary["lookup_ms_range"] = [min(r["lookup_ms"] for r in runs),
-                                  max(r["lookup_ms"] for r in runs)]  # fmt: skip
+    summary["after_import_ms_range"] = [min(r["after_import_ms"] for r in runs),
+                                        max(r["after_import_ms"] for r in runs)]  # fmt: skip
     met = {f: summary[f] <= limit for f, limit in TARGETS.items()}
     payload = {
         "load_average": list(os.getloadavg()),
@@ -166,12 +168,12 @@ def main() -> int:
             for f in TARGETS]  # fmt: skip
     print(common.table(rows, [("what", "", ""), ("value", "median", ".1f"),
                               ("target", "at most", "g"), ("ok", "met", "")]))  # fmt: skip
-    low, high = summary["lookup_ms_range"]
-    print(f"keys parsed: {summary['keys_ms']:.1f} ms; import, keys and lookups together: "
-          f"{summary['total_ms']:.1f} ms; lookups: CPU time "
-          f"{summary['lookup_cpu_ms']:.1f} ms; wall {low:.1f}-{high:.1f} ms "
-          f"over {len(runs)} runs; load average {payload['load_average'][0]:.2f}; imported by "
-          f"the lookups: {runs[-1]['imported_by_lookups']}\nwrote {path}")  # fmt: skip
+    low, high = summary["after_import_ms_range"]
+    print(f"after the import: keys parsed {summary['keys_ms']:.1f} ms, lookups "
+          f"{summary['lookup_ms']:.1f} ms (CPU time {summary['lookup_cpu_ms']:.1f} ms), the two "
+          f"{low:.1f}-{high:.1f} ms over {len(runs)} runs; import, keys and lookups together: "
+          f"{summary['total_ms']:.1f} ms; load average {payload['load_average'][0]:.2f}; "
+          f"imported by the lookups: {runs[-1]['imported_by_lookups']}\nwrote {path}")  # fmt: skip
     return 0 if all(met.values()) else 1
 
 

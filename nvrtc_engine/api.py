@@ -1,11 +1,11 @@
 """The public entry points: :func:`get_kernel`, :func:`make_key` (from
 :mod:`~nvrtc_engine.core.make`), :func:`cache_info`, :func:`clear_cache`.
 
-Importing this module (``from nvrtc_engine import get_kernel``) imports what every lookup
-uses: the engine, the disk store's library and the compiled launcher. A family's code loads
-when the family is first named: its spec when a key names it, its kernel classes at its first
-lookup, so a process pays only for the families it uses. Nothing starts: no CUDA, no NVRTC,
-no cache directory."""
+Importing this module (``from nvrtc_engine import get_kernel``) imports what lookups use:
+the engine, the disk store's library, the compiled launcher and every registered family's
+spec (the ops, fields and rules a key is checked against), so that making a key or looking
+one up imports nothing more than a family's kernel classes, at its first lookup. Nothing
+starts: no CUDA, no NVRTC, no cache directory."""
 
 from __future__ import annotations
 
@@ -18,8 +18,11 @@ from .core.errors import ArgumentTypeError, NoDeviceError
 from .core.kernel import Kernel
 from .core.key import KernelKey
 from .core.make import make_key
+from .core.registry import load_families
 
 __all__ = ["CacheInfo", "cache_info", "clear_cache", "get_kernel", "make_key"]
+
+load_families()
 
 
 def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -449,7 +450,7 @@ def test_prewarm_without_a_gpu_hints_at_the_arch_option(capsys, tmp_path, monkey
     """The command line's hint is --arch sm_90; the Python API's stays arch='sm_90'."""
     import nvrtc_engine as ne
 
-    prewarm_module = sys.modules["nvrtc_engine.tools.prewarm"]  # (ne.prewarm is the function)
+    prewarm_module = importlib.import_module("nvrtc_engine.tools.prewarm")  # (not ne.prewarm)
 
     def no_device() -> int:
         raise ne.NoDeviceError("no usable CUDA driver or device")

@@ -112,6 +112,15 @@ def test_making_a_key_imports_only_its_family():
     )
 
 
+def test_the_api_import_loads_every_family_spec_and_no_kernel_class():
+    code = ("import sys; from nvrtc_engine import get_kernel; print(sorted(m.split('.')[-1] "
+            "for m in sys.modules if m.startswith('nvrtc_engine.families.') and "
+            "m.count('.') == 3))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = out.stdout.strip()
+    assert "'spec'" in loaded and "'config'" in loaded and "'kernels'" not in loaded, loaded
+
+
 def test_every_family_entry_lists_the_ops_its_module_defines():
     for module, ops in registry.FAMILIES.items():
         specs = __import__(module, fromlist=["SPECS"]).SPECS

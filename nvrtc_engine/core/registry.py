@@ -1,10 +1,11 @@
 """The op registry: every op the engine can build, by family, listed explicitly.
 
 :data:`FAMILIES` is the one table: a family's module and the names of the ops it defines, one
-entry per family. A family is imported on first use of one of its ops (``importlib``), so
-importing the package imports no family, and a lookup of a GELU kernel imports the activation
-family only. A family module defines ``SPECS``, a tuple of :class:`~nvrtc_engine.core.spec.OpSpec`
-(one per op, named as in its entry here).
+entry per family. A family is imported on first use of one of its ops (``importlib``), or by
+:func:`load_families`, which the API's import calls: importing the package imports no family,
+and ``make_key("gelu", ...)`` alone imports the activation family only. A family module
+defines ``SPECS``, a tuple of :class:`~nvrtc_engine.core.spec.OpSpec` (one per op, named as
+in its entry here).
 
 Importing this module installs it as the registry :class:`~nvrtc_engine.KernelKey` validates
 through (:func:`nvrtc_engine.core.key.use_registry`); the key module does not import it.
@@ -22,7 +23,7 @@ from .errors import VariantError, VariantTypeError, did_you_mean
 if TYPE_CHECKING:
     from .spec import OpSpec
 
-__all__ = ["FAMILIES", "get_spec", "register_family", "registered_ops"]
+__all__ = ["FAMILIES", "get_spec", "load_families", "register_family", "registered_ops"]
 
 # family module -> its ops (space-separated); adding a family is one entry here
 FAMILIES: dict[str, str] = {
@@ -86,6 +87,14 @@ def _load(module: str) -> None:
     with _lock:
         for spec in specs:
             _specs[spec.name] = spec
+
+
+def load_families() -> None:
+    """Import every family registered so far, as their ops' first use would (the API's import
+    does this for the built-in ones: a key is then checked without importing anything)."""
+    for module, ops in list(FAMILIES.items()):
+        if ops.split()[0] not in _specs:
+            _load(module)
 
 
 def get_spec(op: str) -> OpSpec:
