@@ -495,6 +495,26 @@ def test_a_named_arch_must_be_known(arch, tmp_path):
     assert ne.cache_info().compiles == 0
 
 
+def test_a_key_with_an_unknown_arch_needs_that_gpu(monkeypatch):
+    """A key holds any newer arch (``KernelKey.parse``, ``key._replace(arch=...)``), but
+    get_kernel and prewarm make its PTX only where a GPU here has that arch: without one it is
+    the VariantError a named arch gets, and nothing is compiled."""
+    from nvrtc_engine.core import make
+    from nvrtc_engine.core.key import DeviceArch
+    from nvrtc_engine.tools.prewarm import prewarm
+
+    key = make_key("gelu", dtype="bf16", arch="sm_90")._replace(arch="sm_900")
+    assert KernelKey.parse(str(key)) == key
+    with pytest.raises(VariantError, match="newer than every arch") as err:
+        ne.get_kernel(key)
+    assert err.value.field == "arch"
+    with pytest.raises(ne.VariantListError, match="newer than every arch"):
+        prewarm([key], progress=False)
+    assert ne.cache_info().compiles == 0
+    monkeypatch.setattr(make, "device_arch", lambda device: DeviceArch("sm_900"))
+    assert ne.get_kernel(key).artifact.kind == "ptx"
+
+
 def test_only_a_device_newer_than_every_known_arch_gets_ptx(monkeypatch):
     """With arch left out, a GPU newer than every known arch (here sm_130) gets a key for
     its own arch and a PTX kernel for the newest arch NVRTC supports; the same arch named
@@ -662,3 +682,14 @@ def test_a_flag_given_as_a_keyword_and_in_flags_must_agree():
     both = make_key("layernorm_fwd", **base, flags={"zero_centered_gamma": True},
                     zero_centered_gamma=True)  # fmt: skip
     assert both.flag("zero_centered_gamma")
+
+
+def test_replace_and_flags_errors_name_the_key():
+    """``key._replace`` with an unknown field names KernelKey and its fields; ``flags`` that
+    are not (name, value) pairs are a VariantTypeError naming ``flags``."""
+    key = make_key("gelu", dtype="fp8", arch="sm_90")
+    with pytest.raises(TypeError, match=r"KernelKey\._replace: unknown field\(s\) \['bogus'\]"):
+        key._replace(bogus=1)
+    with pytest.raises(ne.VariantTypeError, match="not pairs") as err:
+        KernelKey(*key[:7], "x")
+    assert err.value.field == "flags"

@@ -287,7 +287,12 @@ class KernelKey(Checked, _KeyFields):
             hs = int(hs)
         arch = parse_arch(self.arch, newer=True)
         kept = []
-        for name, value in dict(self.flags).items():
+        try:
+            given = dict(self.flags)
+        except (TypeError, ValueError):
+            pairs = "(name, value) pairs, e.g. (('zero_centered_gamma', True),)"
+            raise VariantTypeError("flags", self.flags, pairs, "not pairs") from None
+        for name, value in given.items():
             if name not in spec.flags:
                 raise VariantError("flags", name, sorted(spec.flags) or ["(none for this op)"])
             kind = spec.flags[name]

@@ -18,7 +18,7 @@ from .errors import (
     VariantTypeError,
     did_you_mean,
 )
-from .key import DeviceArch, KernelKey, parse_arch
+from .key import KNOWN_ARCH_NUMBERS, DeviceArch, KernelKey, arch_number, parse_arch
 
 __all__ = ["NO_GPU_HINT", "device_arch", "device_ordinal", "make_key"]
 
@@ -56,6 +56,23 @@ def device_arch(device: int | None) -> DeviceArch:
             f"no arch given, and {source} to take it from: {NO_GPU_HINT} "
             f"(the driver said: {str(exc).rstrip('. ')})"
         ) from None
+
+
+def check_arch(key: KernelKey) -> KernelKey:
+    """``key``, if its arch is a known one or that of a GPU here (one newer than every known
+    arch, whose kernel is PTX); a key holds any newer arch it is given, but a caller's key
+    must not make PTX for an arch no GPU here has. Raises the
+    :class:`~nvrtc_engine.VariantError` :func:`~nvrtc_engine.core.key.parse_arch` raises
+    for an unknown arch."""
+    if arch_number(key.arch) <= KNOWN_ARCH_NUMBERS[-1]:
+        return key
+    try:
+        here = str(device_arch(None))
+    except NoDeviceError:
+        here = None
+    if key.arch != here:
+        parse_arch(key.arch)  # (raises: newer than every known arch)
+    return key
 
 
 def make_key(

@@ -56,4 +56,8 @@ class Checked:
 
     def _replace(self: _R, **changes: Any) -> _R:
         """A copy with ``changes`` applied, checked as a new record is."""
+        unknown = sorted(set(changes) - set(self._fields))  # type: ignore[attr-defined]
+        if unknown:  # (else the fields tuple's __new__ would name itself, a private class)
+            raise TypeError(f"{type(self).__name__}._replace: unknown field(s) {unknown}; "
+                            f"fields: {list(self._fields)}")  # type: ignore[attr-defined]  # fmt: skip
         return type(self)(**{**self._asdict(), **changes})  # type: ignore[attr-defined]

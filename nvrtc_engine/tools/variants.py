@@ -332,6 +332,9 @@ def resolve_variants(
                 parse_arch(key.arch)  # a named arch must be a known one, as make_key's
             if not isinstance(key, KernelKey):
                 raise TypeError(f"expected a KernelKey, a dict or a kernel name, got {item!r}")
+            from ..core.make import check_arch
+
+            check_arch(key)  # (a key's newer arch: this GPU's only)
             keys += [key] if archs is None else [key._replace(arch=a) for a in archs]
         except (ValueError, TypeError) as exc:
             hint = ""
