@@ -157,10 +157,11 @@ def compile_latency() -> list[str]:
         before = "; `--code` at the commit named: `bench/results/cache_lookup-before.json`"
         out += [f"{run_line(c, 'cache_lookup')} {len(c['variants'])} prewarmed variants"
                 f"{before if len(runs) > 1 else ''}:", table(
-            ["code", "API import ms", "keys parsed ms", "all lookups ms", "range ms", "total ms",
-             "compiles", "renders", "load average"],
+            ["code", "API import ms", "keys parsed ms", "lookups ms", "after the import ms",
+             "its range ms", "total ms", "compiles", "renders", "load average"],
             [[d["commit"], f"{s['import_ms']:.1f}", f"{s['keys_ms']:.1f}", f"{s['lookup_ms']:.1f}",
-              "-".join(f"{v:.1f}" for v in s["lookup_ms_range"]), f"{s['total_ms']:.1f}",
+              f"{s['after_import_ms']:.1f}",
+              "-".join(f"{v:.1f}" for v in s["after_import_ms_range"]), f"{s['total_ms']:.1f}",
               s["compiles"], s["renders"], f"{d['load_average'][0]:.1f}"]
              for _, d in runs for s in [d["summary"]]])]  # fmt: skip
     return out
