@@ -51,7 +51,8 @@ def get_kernel(op: str | KernelKey, **fields: Any) -> Kernel:
                 "get_kernel(key) takes no other fields: the key fixes them all "
                 "(key._replace(...) changes one)",
             )
-        return engine.get(op) if op in engine.memory else engine.get(make.check_arch(op))
+        # (checked when not yet held: a GPU newer than every known arch is asked for once)
+        return engine.get(op if op in engine.memory else make.check_arch(op))
     # The memo's key is the fields as given, with each value's type: 4096.0 == 4096 and
     # True == 1, but a float hidden_size or a bool device is an error where the int is not,
     # so an equal value of another type must miss the memo and be validated. (The fields

@@ -511,6 +511,9 @@ def test_a_key_with_an_unknown_arch_needs_that_gpu(monkeypatch):
     with pytest.raises(ne.VariantListError, match="newer than every arch"):
         prewarm([key], progress=False)
     assert ne.cache_info().compiles == 0
+    from nvrtc_engine.tools.variants import resolve_variants
+
+    assert resolve_variants([key], arch="sm_90") == [key._replace(arch="sm_90")]  # replaced
     monkeypatch.setattr(make, "device_arch", lambda device: DeviceArch("sm_900"))
     assert ne.get_kernel(key).artifact.kind == "ptx"
 

@@ -311,6 +311,8 @@ def resolve_variants(
     path nor an iterable of variants (``None``, bytes, a single dict or key: wrap one
     variant in a list).
     """
+    from ..core.make import check_arch
+
     archs = _as_arch_list(arch)
     fallback: list[str] = []
     keys: list[KernelKey] = []
@@ -332,10 +334,8 @@ def resolve_variants(
                 parse_arch(key.arch)  # a named arch must be a known one, as make_key's
             if not isinstance(key, KernelKey):
                 raise TypeError(f"expected a KernelKey, a dict or a kernel name, got {item!r}")
-            from ..core.make import check_arch
-
-            check_arch(key)  # (a key's newer arch: this GPU's only)
-            keys += [key] if archs is None else [key._replace(arch=a) for a in archs]
+            # (a key's own arch newer than every known one: this GPU's only; archs replace it)
+            keys += [check_arch(key)] if archs is None else [key._replace(arch=a) for a in archs]
         except (ValueError, TypeError) as exc:
             hint = ""
             if isinstance(item, str) and item.lower().endswith((".toml", ".json")):
